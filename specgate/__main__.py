@@ -1,0 +1,3 @@
+from specgate.cli import main
+
+raise SystemExit(main())

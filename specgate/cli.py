@@ -1,0 +1,44 @@
+"""``python -m specgate``: prepare the embedded model, run a tier, render a saved report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare-model", help="fetch and convert SmolLM2-135M-Instruct for the cpu tier")
+    prep.add_argument("--cache", type=Path, default=None, help="model cache (default $SPECGATE_MODEL_CACHE "
+                      "or ~/.cache/specgate/models)")
+    prep.add_argument("--force", action="store_true", help="convert again even if cached")
+    run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
+                         "(extra arguments go to pytest)")
+    run.add_argument("--rig", default="cpu-smollm2")
+    args, rest = parser.parse_known_args(argv)
+
+    if args.command == "prepare-model":
+        from specgate.errors import SpecgateError
+        from specgate.model_prep import prepare_model
+
+        try:
+            prepare_model(args.cache, force=args.force)
+        except SpecgateError as exc:
+            print(f"specgate: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "run":
+        import pytest
+
+        from specgate.config import load_rig
+
+        root = Path(__file__).resolve().parent.parent
+        tier = load_rig(args.rig, root / "fixtures").tier
+        if tier == "cpu":
+            from specgate.model_prep import prepare_model
+
+            prepare_model()
+        return int(pytest.main(["-m", tier, "--rig", args.rig, str(root / "perf_tests"), *rest]))
+    return 2

@@ -1,0 +1,350 @@
+"""User-edited configuration: rigs, speculative modes and prompt classes.
+
+Everything lives in TOML files under ``fixtures/`` and is validated on load with pydantic; any
+problem becomes a :class:`ConfigError` that names the file and the dotted key.
+
+- ``fixtures/modes.toml``: the library of speculative modes (name -> vLLM speculative config).
+- ``fixtures/prompts.toml``: prompt classes, each a list of prompts.
+- ``fixtures/rigs/<rig>.toml``: one serving setup (model, ``vllm serve`` arguments, environment,
+  tier, startup deadline, measurement protocol, gate tolerances) and the modes it runs. A rig's
+  mode may extend a library mode (``from = "draft_model"``) and override any speculative key, so
+  any valid vLLM speculative config can be expressed.
+"""
+
+from __future__ import annotations
+
+import string
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specgate.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load with speculation
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Prompt(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    text: str = Field(min_length=1)
+
+
+class PromptClass(_Strict):
+    name: str = ""
+    description: str = ""
+    copy_heavy: bool = False
+    prompts: tuple[Prompt, ...] = Field(min_length=1)
+
+    def __repr__(self) -> str:
+        return f"PromptClass({self.name!r})"
+
+    @field_validator("prompts")
+    @classmethod
+    def _unique_ids(cls, prompts: tuple[Prompt, ...]) -> tuple[Prompt, ...]:
+        seen: set[str] = set()
+        for prompt in prompts:
+            if prompt.id in seen:
+                raise ValueError(f"duplicate prompt id {prompt.id!r}")
+            seen.add(prompt.id)
+        return prompts
+
+
+class PromptFile(_Strict):
+    classes: dict[str, PromptClass] = Field(min_length=1)
+
+
+class LibraryMode(_Strict):
+    description: str = ""
+    # None means no speculation: the reference every speculative mode is compared with.
+    speculative_config: dict[str, Any] | None = None
+    # Keys a rig must supply (a draft model path, for instance) before this mode can run.
+    requires: tuple[str, ...] = ()
+    # A Python package the server needs for this mode (suffix decoding needs arctic-inference).
+    optional_dependency: str | None = None
+
+
+class ModeFile(_Strict):
+    modes: dict[str, LibraryMode] = Field(min_length=1)
+
+
+class Mode(_Strict):
+    """A mode as a rig runs it: the library entry merged with the rig's overrides."""
+
+    name: str
+    description: str = ""
+    speculative_config: dict[str, Any] | None = None
+    optional_dependency: str | None = None
+
+    def __repr__(self) -> str:  # short: pytest --setup-plan shows it for every test
+        return f"Mode({self.name!r})"
+
+    @property
+    def is_speculative(self) -> bool:
+        return self.speculative_config is not None
+
+    @property
+    def method(self) -> str:
+        return str(self.speculative_config.get("method", "?")) if self.speculative_config else "none"
+
+
+class RigMode(_Strict):
+    """A rig's entry under ``[modes.NAME]``; empty means "the library mode NAME as it is"."""
+
+    from_: str | None = Field(default=None, alias="from")
+    description: str | None = None
+    speculative_config: dict[str, Any] | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+class Protocol(_Strict):
+    """How one prompt class is measured on one server. Explicit so two runs are comparable."""
+
+    api: Literal["chat", "completions"] = "chat"
+    warmup_requests: int = Field(default=2, ge=0)
+    repeats: int = Field(default=1, ge=1)
+    max_tokens: int = Field(default=256, ge=2)
+    ignore_eos: bool = True
+    temperature: float = Field(default=0.0, ge=0.0)
+    seed: int | None = 0
+    concurrency: tuple[int, ...] = Field(default=(1,), min_length=1)
+    # Off by default: a warm prefix cache after the first repeat would flatter later repeats.
+    prefix_caching: bool = False
+    request_timeout_s: float = Field(default=900.0, gt=0)
+    read_timeout_s: float = Field(default=120.0, gt=0)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_levels(cls, levels: tuple[int, ...]) -> tuple[int, ...]:
+        if any(level < 1 for level in levels) or len(set(levels)) != len(levels):
+            raise ValueError("concurrency levels must be distinct integers >= 1")
+        return levels
+
+
+class ClassGate(_Strict):
+    throughput_tolerance: float | None = Field(default=None, ge=0, lt=1)
+    acceptance_tolerance: float | None = Field(default=None, ge=0, lt=1)
+    min_speedup: float | None = Field(default=None, gt=0)
+    min_identical_share: float | None = Field(default=None, ge=0, le=1)
+
+
+class Gates(_Strict):
+    throughput_tolerance: float = Field(default=0.05, ge=0, lt=1)
+    acceptance_tolerance: float = Field(default=0.05, ge=0, lt=1)
+    min_speedup: float = Field(default=1.0, gt=0)
+    min_identical_share: float = Field(default=0.5, ge=0, le=1)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    classes: dict[str, ClassGate] = {}
+
+    def for_class(self, prompt_class: str) -> Gates:
+        override = self.classes.get(prompt_class)
+        if override is None:
+            return self
+        values = {k: v for k, v in override.model_dump().items() if v is not None}
+        return self.model_copy(update=values)
+
+
+class DeclaredBackfire(_Strict):
+    """A known, accepted backfire: reported every run, never failing the gate."""
+
+    mode: str
+    classes: tuple[str, ...] = ("*",)
+    reason: str = Field(min_length=1)
+
+    def covers(self, mode: str, prompt_class: str) -> bool:
+        return self.mode == mode and ("*" in self.classes or prompt_class in self.classes)
+
+
+class RigFile(_Strict):
+    description: str = ""
+    tier: Literal["cpu", "gpu"]
+    model: str
+    served_model_name: str | None = None
+    server_command: tuple[str, ...] = ("${python}", "-m", "vllm.entrypoints.openai.api_server")
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    host: str = "127.0.0.1"
+    startup_timeout_s: float = Field(default=DEFAULT_STARTUP_TIMEOUT_S, gt=0)
+    reference_mode: str = "baseline"
+    classes: tuple[str, ...] | None = None
+    modes: dict[str, RigMode] = Field(min_length=1)
+    protocol: Protocol = Protocol()
+    gates: Gates = Gates()
+    declared_backfire: tuple[DeclaredBackfire, ...] = ()
+    # GPUs one server uses (tensor x pipeline parallel); used for the GPU-memory check.
+    gpus_per_server: int = Field(default=1, ge=1)
+
+
+class Rig(_Strict):
+    """A rig resolved against the mode library and prompt file: what the plugin runs."""
+
+    name: str
+    path: Path
+    description: str
+    tier: Literal["cpu", "gpu"]
+    model: str
+    served_model_name: str
+    argv_prefix: tuple[str, ...]
+    env: dict[str, str]
+    host: str
+    startup_timeout_s: float
+    reference_mode: str
+    modes: tuple[Mode, ...]
+    mode_extra_args: dict[str, tuple[str, ...]]
+    prompt_classes: tuple[PromptClass, ...]
+    protocol: Protocol
+    gates: Gates
+    declared_backfire: tuple[DeclaredBackfire, ...]
+    gpus_per_server: int
+
+    def mode(self, name: str) -> Mode:
+        for mode in self.modes:
+            if mode.name == name:
+                return mode
+        raise ConfigError(self.path, "modes", f"rig {self.name!r} has no mode {name!r} "
+                          f"(it has: {', '.join(m.name for m in self.modes)})")
+
+    def declared_backfire_for(self, mode: str, prompt_class: str) -> DeclaredBackfire | None:
+        return next((d for d in self.declared_backfire if d.covers(mode, prompt_class)), None)
+
+    @model_validator(mode="after")
+    def _reference_exists(self) -> Rig:
+        names = [m.name for m in self.modes]
+        if self.reference_mode not in names:
+            raise ValueError(f"reference_mode {self.reference_mode!r} is not among the modes {names}")
+        if self.mode(self.reference_mode).is_speculative:
+            raise ValueError(f"reference_mode {self.reference_mode!r} must have no speculative_config")
+        return self
+
+
+def default_model_cache() -> Path:
+    import os
+
+    return Path(os.environ.get("SPECGATE_MODEL_CACHE", Path.home() / ".cache" / "specgate" / "models"))
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(path, None, "file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, None, f"not valid TOML: {exc}") from None
+
+
+def _validate(model: type[BaseModel], data: Mapping[str, Any], path: Path) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or None
+        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+        raise ConfigError(path, key, f"{first['msg']}{more}") from None
+
+
+def load_prompt_classes(path: Path) -> dict[str, PromptClass]:
+    parsed: PromptFile = _validate(PromptFile, read_toml(path), path)
+    return {name: cls.model_copy(update={"name": name}) for name, cls in parsed.classes.items()}
+
+
+def load_mode_library(path: Path) -> dict[str, LibraryMode]:
+    parsed: ModeFile = _validate(ModeFile, read_toml(path), path)
+    return parsed.modes
+
+
+def _substitute(value: str, variables: Mapping[str, str], path: Path, key: str) -> str:
+    try:
+        return string.Template(value).substitute(variables)
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(path, key, f"unknown or malformed placeholder in {value!r} ({exc}); "
+                          f"known: {', '.join('${' + k + '}' for k in sorted(variables))}") from None
+
+
+def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode], path: Path) -> Mode:
+    base_name = entry.from_ or name
+    base = library.get(base_name)
+    if base is None:
+        raise ConfigError(path, f"modes.{name}", f"unknown mode {base_name!r}; the mode library has: "
+                          f"{', '.join(sorted(library))} (add it to fixtures/modes.toml or set 'from')")
+    spec: dict[str, Any] | None = dict(base.speculative_config) if base.speculative_config is not None else None
+    if entry.speculative_config is not None:
+        spec = {**(spec or {}), **entry.speculative_config}
+    if spec is not None:
+        missing = [key for key in base.requires if key not in spec]
+        if missing:
+            raise ConfigError(path, f"modes.{name}.speculative_config",
+                              f"mode {base_name!r} needs {', '.join(missing)} set by the rig "
+                              f"(for example the draft model's path)")
+        if "method" not in spec:
+            raise ConfigError(path, f"modes.{name}.speculative_config", "needs a 'method' key")
+    return Mode(name=name, description=entry.description or base.description,
+                speculative_config=spec, optional_dependency=base.optional_dependency)
+
+
+def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) -> Rig:
+    """Load ``fixtures/rigs/<name>.toml`` resolved against the mode library and prompt file."""
+    rigs_dir = fixtures_dir / "rigs"
+    path = rigs_dir / f"{name}.toml"
+    if not path.exists():
+        known = sorted(p.stem for p in rigs_dir.glob("*.toml")) if rigs_dir.is_dir() else []
+        raise ConfigError(path, None, f"no rig named {name!r}; rigs in {rigs_dir}: {', '.join(known) or 'none'}")
+    rig: RigFile = _validate(RigFile, read_toml(path), path)
+    library = load_mode_library(fixtures_dir / "modes.toml")
+    classes = load_prompt_classes(fixtures_dir / "prompts.toml")
+
+    variables = {"python": sys.executable, "model_cache": str(model_cache or default_model_cache()),
+                 "fixtures": str(fixtures_dir)}
+    model = _substitute(rig.model, variables, path, "model")
+    argv = tuple(_substitute(arg, variables, path, "server_command") for arg in rig.server_command)
+    argv += tuple(_substitute(arg, variables, path, "extra_args") for arg in rig.extra_args)
+    env = {k: _substitute(v, variables, path, f"env.{k}") for k, v in rig.env.items()}
+
+    modes = tuple(_resolve_mode(mode_name, entry, library, path) for mode_name, entry in rig.modes.items())
+    modes = tuple(
+        mode.model_copy(update={"speculative_config": {
+            k: _substitute(v, variables, path, f"modes.{mode.name}.speculative_config.{k}")
+            if isinstance(v, str) else v for k, v in mode.speculative_config.items()}})
+        if mode.speculative_config else mode
+        for mode in modes
+    )
+    if rig.classes is not None:
+        unknown = [c for c in rig.classes if c not in classes]
+        if unknown:
+            raise ConfigError(path, "classes", f"unknown prompt class(es) {unknown}; "
+                              f"{fixtures_dir / 'prompts.toml'} has: {', '.join(classes)}")
+        selected = tuple(classes[c] for c in rig.classes)
+    else:
+        selected = tuple(classes.values())
+    for gate_class in rig.gates.classes:
+        if gate_class not in classes:
+            raise ConfigError(path, f"gates.classes.{gate_class}", "unknown prompt class")
+    mode_names = [m.name for m in modes]
+    for i, declared in enumerate(rig.declared_backfire):
+        if declared.mode not in mode_names:
+            raise ConfigError(path, f"declared_backfire[{i}].mode", f"unknown mode {declared.mode!r}")
+    try:
+        return Rig(
+            name=name, path=path, description=rig.description, tier=rig.tier, model=model,
+            served_model_name=rig.served_model_name or Path(model).name, argv_prefix=argv, env=env,
+            host=rig.host, startup_timeout_s=rig.startup_timeout_s, reference_mode=rig.reference_mode,
+            modes=modes, mode_extra_args={n: e.extra_args for n, e in rig.modes.items()},
+            prompt_classes=selected, protocol=rig.protocol, gates=rig.gates,
+            declared_backfire=rig.declared_backfire, gpus_per_server=rig.gpus_per_server,
+        )
+    except ValidationError as exc:
+        raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None
+
+
+def list_rigs(fixtures_dir: Path) -> list[str]:
+    return sorted(p.stem for p in (fixtures_dir / "rigs").glob("*.toml"))

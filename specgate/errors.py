@@ -1,0 +1,42 @@
+"""Every error specgate raises on purpose. Each message names what it is about
+(file and key, mode, request) so a failure can be acted on without a debugger."""
+
+from __future__ import annotations
+
+
+class SpecgateError(Exception):
+    """Base class: an expected failure with a message meant for the user."""
+
+
+class ConfigError(SpecgateError):
+    """A user-edited file (rig, mode, prompts, baselines) is missing, unreadable or invalid."""
+
+    def __init__(self, path: object, key: str | None, message: str) -> None:
+        self.path = str(path)
+        self.key = key
+        where = f"{self.path}: {key}" if key else self.path
+        super().__init__(f"{where}: {message}")
+
+
+class ServerError(SpecgateError):
+    """A vLLM server could not be started, died, or could not be stopped cleanly."""
+
+
+class ServerStartError(ServerError):
+    """The server exited or missed its deadline before it became ready."""
+
+
+class ServerDiedError(ServerError):
+    """The server exited after it had become ready (for example killed mid-run)."""
+
+
+class RequestError(SpecgateError):
+    """One HTTP request to the server failed; the message names request and mode."""
+
+
+class MetricsError(SpecgateError):
+    """The server's /metrics text could not be parsed or its counters are inconsistent."""
+
+
+class BaselineError(SpecgateError):
+    """A stored baseline is missing or does not match what was measured."""

@@ -1,0 +1,131 @@
+"""The four gates, each a decision on one measurement with a one-line reason.
+
+- throughput: decode tok/s against the stored baseline (noise-aware, see ``stats.compare_ratio``);
+- acceptance: mean acceptance length, acceptance rate and per-position rates against the stored
+  baseline, one-sided (only lower fails);
+- backfire: a speculative mode against the no-speculation mode measured in the same session on
+  the same prompts; a rig may declare a known backfire, which is then reported, not failed;
+- lossless: greedy outputs of a speculative mode against the no-speculation mode.
+
+Each check returns a :class:`GateResult`; the plugin turns a failed one into a test failure and
+keeps every result for the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
+from specgate.config import Rig
+from specgate.measure import ClassMeasurement
+from specgate.stats import compare_acceptance, compare_outputs, compare_ratio, summarize
+
+
+@dataclass
+class GateResult:
+    gate: str  # throughput | acceptance | backfire | lossless
+    mode: str
+    prompt_class: str
+    concurrency: int
+    passed: bool
+    message: str
+    declared: str | None = None  # reason of a declared (accepted) backfire
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        if self.declared and not self.passed:
+            return "declared backfire"
+        return "pass" if self.passed else "FAIL"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gate": self.gate, "mode": self.mode, "prompt_class": self.prompt_class,
+                "concurrency": self.concurrency, "passed": self.passed, "verdict": self.verdict,
+                "message": self.message, "declared": self.declared, "details": self.details}
+
+
+def _samples_paired(measured: ClassMeasurement, keys: list[str] | None,
+                    reference: list[float]) -> tuple[list[float], list[float], bool]:
+    """Align measured samples with reference ones by request key when both have the same keys."""
+    mine = dict(zip(measured.sample_keys, [r.decode_tokens_per_s for r in measured.records]))
+    if keys and set(keys) == set(mine) and all(mine[k] is not None for k in keys):
+        return [mine[k] for k in keys], list(reference), True
+    return measured.decode_tokens_per_s, list(reference), False
+
+
+def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
+    gates = rig.gates.for_class(m.prompt_class)
+    measured, reference, paired = _samples_paired(m, baseline.sample_keys, baseline.decode_tokens_per_s)
+    comparison = compare_ratio(
+        measured, reference, threshold=1 - gates.throughput_tolerance, gate="throughput",
+        subject=f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})", reference_label="baseline",
+        paired=paired, confidence=gates.confidence)
+    return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, comparison.passed,
+                      comparison.message, details=comparison.to_dict())
+
+
+def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
+    gates = rig.gates.for_class(m.prompt_class)
+    subject = f"{m.mode} on {m.prompt_class}"
+    if m.acceptance is None:
+        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, False,
+                          f"{subject}: the server exported no spec-decode counters; is speculation on?")
+    if baseline.acceptance is None:
+        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, False,
+                          f"{subject}: the stored baseline has no acceptance figures; update it")
+    stored = baseline.acceptance
+    checks = [
+        compare_acceptance(m.acceptance.mean_acceptance_length, stored.mean_acceptance_length,
+                           tolerance=gates.acceptance_tolerance, subject=subject, metric="mean acceptance length"),
+        compare_acceptance(m.acceptance.acceptance_rate, stored.acceptance_rate,
+                           tolerance=gates.acceptance_tolerance, subject=subject, metric="acceptance rate"),
+    ]
+    for pos, (now, then) in enumerate(zip(m.acceptance.per_position_rates, stored.per_position_rates)):
+        if then > 0:
+            checks.append(compare_acceptance(now, then, tolerance=gates.acceptance_tolerance,
+                                             subject=subject, metric=f"position {pos + 1} rate"))
+    failed = [c for c in checks if not c.passed]
+    message = "; ".join(c.message for c in failed) if failed else checks[0].message
+    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, not failed, message,
+                      details={"checks": [c.to_dict() for c in checks]})
+
+
+def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+    gates = rig.gates.for_class(m.prompt_class)
+    measured, ref_samples, paired = _samples_paired(m, reference.sample_keys, reference.decode_tokens_per_s)
+    comparison = compare_ratio(
+        measured, ref_samples, threshold=gates.min_speedup, gate="backfire",
+        subject=f"{m.mode} on {m.prompt_class}", reference_label="no speculation",
+        fail_phrase=f"{m.mode} is {{change}} than no speculation on {m.prompt_class}",
+        paired=paired, confidence=gates.confidence)
+    declared = rig.declared_backfire_for(m.mode, m.prompt_class)
+    message = comparison.message
+    if declared is not None and not comparison.passed:
+        message = f"{message} [declared backfire: {declared.reason}]"
+    return GateResult("backfire", m.mode, m.prompt_class, m.concurrency, comparison.passed, message,
+                      declared=declared.reason if declared else None, details=comparison.to_dict())
+
+
+def check_lossless(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+    gates = rig.gates.for_class(m.prompt_class)
+    ref_outputs = reference.outputs
+    pairs = [(key, text, ref_outputs[key]) for key, text in m.outputs.items() if key in ref_outputs]
+    result = compare_outputs(pairs, min_identical_share=gates.min_identical_share,
+                             subject=f"{m.mode} on {m.prompt_class}")
+    return GateResult("lossless", m.mode, m.prompt_class, m.concurrency, result.passed, result.message,
+                      details={"identical_share": result.identical_share,
+                               "first_divergence": result.first_divergence})
+
+
+def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint) -> BaselineEntry:
+    summary = summarize(m.decode_tokens_per_s)
+    acceptance = None
+    if m.acceptance is not None:
+        acceptance = AcceptanceEntry(
+            mean_acceptance_length=m.acceptance.mean_acceptance_length,
+            acceptance_rate=m.acceptance.acceptance_rate,
+            per_position_rates=list(m.acceptance.per_position_rates))
+    keys = [k for k, r in zip(m.sample_keys, m.records) if r.decode_tokens_per_s is not None]
+    return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys, median=summary.median,
+                         mad=summary.mad, n=summary.n, acceptance=acceptance, fingerprint=fingerprint)

@@ -1,0 +1,162 @@
+"""The measurement protocol: one prompt class, on one server, at one concurrency level.
+
+A window is: warm-up (once per server), a ``/metrics`` snapshot, every prompt of the class
+``repeats`` times through the streaming client, a second snapshot. Throughput comes from the
+per-request records; acceptance from the counter deltas of the same window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from specgate.client import GenerationRequest, RequestRecord, StreamingClient, run_requests
+from specgate.config import Mode, PromptClass, Rig
+from specgate.errors import RequestError, ServerDiedError
+from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
+
+
+class Server(Protocol):
+    base_url: str
+    label: str
+    api_key: str | None
+
+    def check_alive(self) -> None: ...
+
+    def log_tail(self, lines: int = ...) -> str: ...
+
+
+@dataclass
+class ClassMeasurement:
+    """Everything measured for (mode, prompt class, concurrency) in one window."""
+
+    rig: str
+    mode: str
+    prompt_class: str
+    concurrency: int
+    records: list[RequestRecord]
+    acceptance: AcceptanceStats | None
+    server_decode_tokens_per_s: float | None
+    server_metric_source: str | None
+    wall_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sample_keys(self) -> list[str]:
+        """One key per request (prompt id and repeat), so two runs can be paired request by request."""
+        return [r.request_id.split("/", 2)[-1] for r in self.records]
+
+    @property
+    def decode_tokens_per_s(self) -> list[float]:
+        return [r.decode_tokens_per_s for r in self.records if r.decode_tokens_per_s is not None]
+
+    @property
+    def aggregate_tokens_per_s(self) -> float:
+        """All generated tokens over the window's wall time: the figure that matters at concurrency > 1."""
+        return sum(r.completion_tokens for r in self.records) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        return {key: r.text for key, r in zip(self.sample_keys, self.records)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rig": self.rig, "mode": self.mode, "prompt_class": self.prompt_class,
+            "concurrency": self.concurrency, "wall_s": self.wall_s,
+            "aggregate_tokens_per_s": self.aggregate_tokens_per_s,
+            "server_decode_tokens_per_s": self.server_decode_tokens_per_s,
+            "server_metric_source": self.server_metric_source,
+            "acceptance": self.acceptance.to_dict() if self.acceptance else None,
+            "records": [r.to_dict() for r in self.records],
+            **self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClassMeasurement:
+        return cls(
+            rig=data["rig"], mode=data["mode"], prompt_class=data["prompt_class"],
+            concurrency=data["concurrency"], wall_s=data["wall_s"],
+            records=[RequestRecord.from_dict(r) for r in data["records"]],
+            acceptance=AcceptanceStats.from_dict(data["acceptance"]) if data.get("acceptance") else None,
+            server_decode_tokens_per_s=data.get("server_decode_tokens_per_s"),
+            server_metric_source=data.get("server_metric_source"),
+        )
+
+
+def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, tag: str = "") -> list[GenerationRequest]:
+    protocol = rig.protocol
+    requests = []
+    for repeat in range(protocol.repeats):
+        for prompt in prompt_class.prompts:
+            text_fields: dict[str, Any] = (
+                {"messages": [{"role": "user", "content": prompt.text}]} if protocol.api == "chat"
+                else {"prompt": prompt.text})
+            requests.append(GenerationRequest(
+                request_id=f"{mode.name}/{prompt_class.name}/{tag}{prompt.id}#{repeat}",
+                mode=mode.name, prompt_class=prompt_class.name, prompt_id=prompt.id,
+                model=rig.served_model_name, max_tokens=protocol.max_tokens,
+                temperature=protocol.temperature, seed=protocol.seed, ignore_eos=protocol.ignore_eos,
+                **text_fields,
+            ))
+    return requests
+
+
+class Measurer:
+    """Runs measurement windows; remembers which servers are already warm."""
+
+    def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None) -> None:
+        self.rig = rig
+        self.progress = progress or (lambda line: None)
+        self._warm: set[int] = set()
+
+    def measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int) -> ClassMeasurement:
+        server.check_alive()
+        label = f"mode {mode.name}, class {prompt_class.name}, concurrency {concurrency}"
+        try:
+            return asyncio.run(self._measure(server, mode, prompt_class, concurrency, label))
+        except RequestError as exc:
+            # A request failing because the server died is a server failure: say so, with its log.
+            try:
+                server.check_alive()
+            except ServerDiedError as died:
+                raise ServerDiedError(f"{died}\n(while measuring {label}: {exc})") from None
+            raise RequestError(f"{exc}\nLast lines of the server log:\n{server.log_tail(20)}") from None
+
+    async def _measure(self, server: Server, mode: Mode, prompt_class: PromptClass,
+                       concurrency: int, label: str) -> ClassMeasurement:
+        protocol = self.rig.protocol
+        requests = build_requests(self.rig, mode, prompt_class)
+        async with StreamingClient(server.base_url, api_key=server.api_key,
+                                   read_timeout=protocol.read_timeout_s,
+                                   request_deadline=protocol.request_timeout_s) as client:
+            if id(server) not in self._warm and protocol.warmup_requests:
+                warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
+                self.progress(f"{label}: {len(warmup)} warm-up request(s)")
+                await run_requests(client, warmup, concurrency=1)
+                self._warm.add(id(server))
+            before = parse_metrics(await client.get_text("/metrics"), source=f"{server.base_url}/metrics")
+            started = time.monotonic()
+            done = 0
+
+            def on_done(record: RequestRecord) -> None:
+                nonlocal done
+                done += 1
+                tps = record.decode_tokens_per_s
+                self.progress(f"{label}: {done}/{len(requests)} requests, "
+                              f"{time.monotonic() - started:.0f}s elapsed"
+                              + (f", last {tps:.1f} tok/s" if tps else ""))
+
+            records = await run_requests(client, requests, concurrency=concurrency, on_done=on_done)
+            wall_s = time.monotonic() - started
+            after = parse_metrics(await client.get_text("/metrics"), source=f"{server.base_url}/metrics")
+        delta = metrics_delta(before, after, label=label)
+        server_rate = server_decode_tokens_per_s(delta)
+        return ClassMeasurement(
+            rig=self.rig.name, mode=mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
+            records=records, acceptance=AcceptanceStats.from_delta(delta),
+            server_decode_tokens_per_s=getattr(server_rate, "value", server_rate),
+            server_metric_source=getattr(server_rate, "source", None), wall_s=wall_s,
+        )

@@ -1,0 +1,355 @@
+"""specgate's pytest plugin: options, parametrization, fixtures, gates and the run's report.
+
+``pytest_configure`` builds one :class:`SpecgateSession` and stores it on the config; the
+fixtures below are thin wrappers over it. The server fixture is session-scoped and parametrized
+directly on the rig's modes, so pytest groups the tests per mode and starts each server once
+(check with ``pytest --setup-plan -m cpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specgate.errors import ConfigError, SpecgateError
+from specgate.session import SessionOptions, SpecgateSession, default_run_dir
+
+SESSION_KEY = pytest.StashKey[SpecgateSession]()
+PERF_PARAMS = ("mode", "prompt_class", "concurrency")
+
+
+# -- options ---------------------------------------------------------------------------------
+def parse_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or "://" == value.rstrip("/")[-3:]:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. http://127.0.0.1:8000")
+    return value.rstrip("/")
+
+
+def parse_rig_name(value: str) -> str:
+    if not value or "/" in value or value.startswith("."):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a rig name (a file stem under fixtures/rigs/)")
+    return value
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specgate", "specgate: vLLM speculative-decoding performance gates")
+    group.addoption("--rig", type=parse_rig_name, default=os.environ.get("SPECGATE_RIG", "cpu-smollm2"),
+                    help="rig to run: fixtures/rigs/NAME.toml (default: cpu-smollm2, or $SPECGATE_RIG)")
+    group.addoption("--specgate-fixtures", type=Path, default=None,
+                    help="folder holding modes.toml, prompts.toml and rigs/ (default: <rootdir>/fixtures)")
+    group.addoption("--baselines", type=Path, default=None, help="baselines file (default: <rootdir>/baselines.json)")
+    group.addoption("--run-dir", type=Path, default=None,
+                    help="where server logs and reports go (default: <rootdir>/.specgate/runs/<time>-<rig>)")
+    group.addoption("--update-baselines", action="store_true",
+                    help="write the measured values as baselines; those tests still FAIL, so CI never updates silently")
+    group.addoption("--regen-baselines", action="store_true",
+                    help="write the measured values as baselines and let those tests pass")
+    group.addoption("--strict-fingerprint", action="store_true",
+                    help="fail a throughput gate when the baseline was measured on another accelerator/vLLM/model")
+    group.addoption("--vllm-url", type=parse_url, default=None,
+                    help="attach mode: test an already running server (starts nothing)")
+    group.addoption("--vllm-mode", default=None,
+                    help="attach mode: the rig's mode the running server was started with (default: the reference mode)")
+    group.addoption("--vllm-api-key", default=None,
+                    help="attach mode: API key (or $SPECGATE_API_KEY); never printed or stored")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    root = Path(config.rootpath)
+    update = "regen" if config.getoption("regen_baselines") else (
+        "update" if config.getoption("update_baselines") else "off")
+    rig_name = config.getoption("rig")
+    options = SessionOptions(
+        rig_name=rig_name,
+        fixtures_dir=config.getoption("specgate_fixtures") or root / "fixtures",
+        baselines_path=config.getoption("baselines") or root / "baselines.json",
+        run_dir=config.getoption("run_dir") or default_run_dir(root, rig_name),
+        repo_root=root, update=update, strict_fingerprint=config.getoption("strict_fingerprint"),
+        attach_url=config.getoption("vllm_url"), attach_mode=config.getoption("vllm_mode"),
+        api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
+    )
+    config.stash[SESSION_KEY] = SpecgateSession(options, progress=_progress_writer(config))
+
+
+def _progress_writer(config: pytest.Config):
+    def emit(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        text = f"[specgate] {line}"
+        if reporter is None:
+            print(text, file=sys.stderr, flush=True)
+            return
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            reporter.ensure_newline()
+            reporter.write_line(text)
+    return emit
+
+
+def get_session(config: pytest.Config) -> SpecgateSession:
+    return config.stash[SESSION_KEY]
+
+
+# -- parametrization ----------------------------------------------------------------------------
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not set(PERF_PARAMS) & set(metafunc.fixturenames):
+        return
+    session = get_session(metafunc.config)
+    try:
+        rig = session.rig
+        modes = session.modes_to_run()
+    except ConfigError as exc:
+        pytest.fail(f"specgate configuration error: {exc}", pytrace=False)
+    tier_marks = (getattr(pytest.mark, rig.tier), pytest.mark.perf)
+    if "mode" in metafunc.fixturenames:
+        if metafunc.definition.get_closest_marker("speculative_only"):
+            modes = [m for m in modes if m.is_speculative]
+        metafunc.parametrize("mode", [pytest.param(m, id=m.name, marks=tier_marks) for m in modes],
+                             scope="session")
+    if "prompt_class" in metafunc.fixturenames:
+        metafunc.parametrize("prompt_class", [pytest.param(c, id=c.name, marks=tier_marks)
+                                              for c in rig.prompt_classes])
+    if "concurrency" in metafunc.fixturenames:
+        metafunc.parametrize("concurrency", [pytest.param(n, id=f"c{n}", marks=tier_marks)
+                                             for n in rig.protocol.concurrency])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    perf = [item for item in items if item.get_closest_marker("perf")]
+    if perf and hasattr(config, "workerinput"):
+        raise pytest.UsageError(
+            "specgate: the perf tiers refuse pytest-xdist (-n): two workers would start servers on the "
+            "same accelerator and measure each other's load. Run them without -n.")
+    session = get_session(config)
+    if perf and config.option.markexpr.strip() == "gpu" and session.rig.tier != "gpu":
+        warnings.warn(f"-m gpu selected but rig {session.rig.name!r} is a {session.rig.tier} rig: "
+                      "pass --rig NAME of a gpu rig", stacklevel=1)
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def specgate_session(request: pytest.FixtureRequest) -> SpecgateSession:
+    return get_session(request.config)
+
+
+@pytest.fixture(scope="session")
+def rig(specgate_session: SpecgateSession):
+    return specgate_session.rig
+
+
+@pytest.fixture(scope="session")
+def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
+    """One server per mode per session: started here, torn down (whole process group) after the
+    mode's last test, or attached to with --vllm-url."""
+    from specgate.fingerprint import collect, server_vllm_version
+    from specgate.server import AttachedServer, VLLMServer
+
+    session, rig = specgate_session, specgate_session.rig
+    if session.options.attach_url:
+        server: Any = AttachedServer(session.options.attach_url, label=mode.name, api_key=session.options.api_key)
+    else:
+        if mode.optional_dependency and rig.argv_prefix[0] == sys.executable \
+                and importlib.util.find_spec(mode.optional_dependency) is None:
+            pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
+                        "in the server's environment")
+        server = VLLMServer(build_server_spec(session, mode), progress=session.progress,
+                            before_start=gpu_guard(rig))
+    with server:
+        session.servers[mode.name] = {"base_url": "attached" if session.options.attach_url else server.base_url,
+                                      "ready_after_s": server.ready_after_s,
+                                      "log": str(server.log_path) if server.log_path else None}
+        session.fingerprints[mode.name] = collect(
+            tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
+            vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root)
+        yield server
+
+
+def build_server_spec(session: SpecgateSession, mode):
+    from specgate.server import ServerSpec
+
+    rig = session.rig
+    argv = [*rig.argv_prefix, "--model", rig.model, "--served-model-name", rig.served_model_name,
+            *rig.mode_extra_args.get(mode.name, ())]
+    if not rig.protocol.prefix_caching:
+        argv.append("--no-enable-prefix-caching")
+    if mode.speculative_config is not None:
+        argv += ["--speculative-config", json.dumps(mode.speculative_config)]
+    return ServerSpec(label=mode.name, argv=argv, served_model_name=rig.served_model_name,
+                      log_path=session.options.run_dir / f"server-{mode.name}.log", env=rig.env,
+                      host=rig.host, startup_timeout_s=rig.startup_timeout_s)
+
+
+def gpu_guard(rig):
+    """Before a gpu-tier start: refuse when GPU memory is still held (by an earlier server)."""
+    if rig.tier != "gpu":
+        return None
+    from specgate.gpu import require_free_gpus
+
+    return lambda: require_free_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), count=rig.gpus_per_server)
+
+
+@pytest.fixture
+def class_measurement(vllm_server, mode, prompt_class, concurrency, specgate_session: SpecgateSession):
+    """The measurement window of (mode, class, concurrency), taken once and shared by every gate."""
+    try:
+        return specgate_session.measure(vllm_server, mode, prompt_class, concurrency)
+    except SpecgateError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def gatekeeper(specgate_session: SpecgateSession) -> GateKeeper:
+    return GateKeeper(specgate_session)
+
+
+class GateKeeper:
+    """Runs one gate on one measurement, records the result and fails the test with its reason."""
+
+    def __init__(self, session: SpecgateSession) -> None:
+        self.session = session
+        self.rig = session.rig
+
+    def _where(self, m) -> str:
+        return f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency {m.concurrency}"
+
+    def _update(self, m) -> bool:
+        """In update mode, queue the measured values as the new baseline; True when the gate is done."""
+        from specgate.gates import baseline_entry
+
+        update = self.session.options.update
+        if update == "off":
+            return False
+        fingerprint = self.session.fingerprints.get(m.mode)
+        from specgate.baselines import Fingerprint
+
+        entry = baseline_entry(m, fingerprint or Fingerprint())
+        self.session.queue_update(m, entry)
+        if update == "update":
+            pytest.fail(f"baseline of {self._where(m)} will be written to {self.session.options.baselines_path} "
+                        f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n}); this test fails "
+                        "so an update never passes silently: run again without --update-baselines",
+                        pytrace=False)
+        return True
+
+    def _stored(self, m):
+        from specgate.baselines import lookup
+
+        entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
+        if entry is None:
+            pytest.fail(f"no baseline for {self._where(m)} in {self.session.options.baselines_path}; create it with: "
+                        f"pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines", pytrace=False)
+        return entry
+
+    def _finish(self, result) -> None:
+        __tracebackhide__ = True
+        self.session.record(result)
+        if result.passed:
+            return
+        if result.declared:
+            pytest.xfail(f"declared backfire, reported and not failed: {result.message}")
+        pytest.fail(f"{result.gate} gate: {result.message}", pytrace=False)
+
+    def throughput(self, m) -> None:
+        __tracebackhide__ = True
+        from specgate.gates import check_throughput
+
+        if self._update(m):
+            return
+        stored = self._stored(m)
+        now = self.session.fingerprints.get(m.mode)
+        if now is not None and stored.fingerprint.accelerator != "unknown":
+            diffs = stored.fingerprint.differences(now)
+            if diffs:
+                note = f"baseline of {self._where(m)} was measured on another setup: {'; '.join(diffs)}"
+                if self.session.options.strict_fingerprint:
+                    pytest.fail(note + " (--strict-fingerprint)", pytrace=False)
+                warnings.warn(note, stacklevel=1)
+        self._finish(check_throughput(self.rig, m, stored))
+
+    def acceptance(self, m) -> None:
+        __tracebackhide__ = True
+        from specgate.gates import check_acceptance
+
+        if self._update(m):
+            return
+        self._finish(check_acceptance(self.rig, m, self._stored(m)))
+
+    def _reference(self, m):
+        if self.session.options.attach_url:
+            pytest.skip("attach mode measures one server: the same-session no-speculation reference "
+                        "this gate needs is not available")
+        reference = self.session.reference_measurement(m.prompt_class, m.concurrency)
+        if reference is None:
+            key = (self.rig.reference_mode, m.prompt_class, m.concurrency)
+            why = self.session.failures.get(key)
+            pytest.fail(f"{m.mode} on {m.prompt_class}: the no-speculation mode {self.rig.reference_mode!r} was not "
+                        "measured in this session" + (f" ({str(why).splitlines()[0]})" if why else
+                                                      " (select it too, e.g. drop -k / --deselect)"), pytrace=False)
+        return reference
+
+    def backfire(self, m) -> None:
+        __tracebackhide__ = True
+        from specgate.gates import check_backfire
+
+        result = check_backfire(self.rig, m, self._reference(m))
+        if result.passed and result.declared:
+            warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "
+                          f"{result.message}", stacklevel=1)
+        self._finish(result)
+
+    def lossless(self, m) -> None:
+        __tracebackhide__ = True
+        from specgate.gates import check_lossless
+
+        self._finish(check_lossless(self.rig, m, self._reference(m)))
+
+
+# -- end of the run ----------------------------------------------------------------------------
+def _has_perf_work(session: SpecgateSession) -> bool:
+    return bool(session.measurements or session.failures or session.servers)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    specgate = get_session(session.config)
+    if not _has_perf_work(specgate) or hasattr(session.config, "workerinput"):
+        return
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    if interrupted:
+        specgate.pending_updates.clear()  # a cut-short run never touches the baselines
+    else:
+        written = specgate.flush_updates()
+        if written:
+            specgate.progress(f"baselines written to {written}")
+    from specgate.report import render_markdown
+
+    path = specgate.write_report(complete=not interrupted)
+    markdown = render_markdown(specgate.report_data(complete=not interrupted))
+    (specgate.options.run_dir / "summary.md").write_text(markdown)
+    summary_env = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_env:
+        with contextlib.suppress(OSError), open(summary_env, "a") as handle:
+            handle.write(markdown)
+    specgate.progress(f"report: {path}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    specgate = get_session(config)
+    if not _has_perf_work(specgate):
+        return
+    from specgate.report import render_text
+
+    terminalreporter.section("specgate summary")
+    terminalreporter.write_line(render_text(specgate.report_data(
+        complete=exitstatus != pytest.ExitCode.INTERRUPTED)))
+    terminalreporter.write_line(f"run directory: {specgate.options.run_dir}")

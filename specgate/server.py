@@ -1,0 +1,308 @@
+"""One vLLM server process: start, readiness, liveness, teardown of its whole process group.
+
+``VLLMServer`` is a context manager. It launches from an argv list (never a shell) in a new
+session, so the API server and every engine-core worker it forks share one process group that
+teardown can signal at once. Output goes to a per-mode log file, never to an undrained pipe.
+Readiness means ``/health`` answers, ``/v1/models`` lists the served name and one real
+generation succeeds; any exit while waiting fails at once, quoting the log's tail.
+
+``AttachedServer`` has the same face for a server someone else started (``--vllm-url``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from specgate.errors import ServerDiedError, ServerError, ServerStartError
+
+LOG_TAIL_LINES = 50
+PROGRESS_EVERY_S = 30.0
+POLL_EVERY_S = 1.0
+TERM_GRACE_S = 30.0
+KILL_GRACE_S = 10.0
+PORT_RETRIES = 3
+
+Progress = Callable[[str], None]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now. Another process can still take it before vLLM binds;
+    ``VLLMServer`` notices "address already in use" in the log and retries on a new port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("r", errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines)).rstrip()
+    except FileNotFoundError:
+        return "(no log file)"
+
+
+def format_elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+@dataclass
+class ServerSpec:
+    """Everything needed to launch one server; built by the plugin from a rig and a mode."""
+
+    label: str  # the mode name, used in every message
+    argv: Sequence[str]  # without --host/--port, which the server object chooses
+    served_model_name: str
+    log_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    startup_timeout_s: float = 90 * 60
+    probe_timeout_s: float = 300.0
+
+
+class VLLMServer:
+    """A vLLM OpenAI-compatible server this process started and owns."""
+
+    def __init__(self, spec: ServerSpec, *, progress: Progress | None = None,
+                 before_start: Callable[[], None] | None = None) -> None:
+        self.spec = spec
+        self.label = spec.label
+        self.log_path = spec.log_path
+        self.progress = progress or (lambda line: None)
+        self.before_start = before_start
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pgid: int | None = None
+        self.started_at: float | None = None
+        self.ready_after_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise ServerError(f"server for mode {self.label} has not been started")
+        return f"http://{self.spec.host}:{self.port}"
+
+    api_key: str | None = None
+
+    def __enter__(self) -> VLLMServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- start ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.before_start is not None:
+            self.before_start()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, PORT_RETRIES + 1):
+            self._launch(attempt)
+            try:
+                self._wait_ready()
+                return
+            except ServerStartError:
+                if attempt < PORT_RETRIES and "address already in use" in read_log_tail(self.log_path).lower():
+                    self.progress(f"mode {self.label}: port {self.port} was taken; retrying on another port")
+                    self.stop()
+                    continue
+                raise
+
+    def _launch(self, attempt: int) -> None:
+        self.port = free_port(self.spec.host)
+        argv = [*self.spec.argv, "--host", self.spec.host, "--port", str(self.port)]
+        env = {**os.environ, **self.spec.env}
+        mode = "w" if attempt == 1 else "a"
+        with self.log_path.open(mode) as log:
+            log.write(f"# specgate: mode {self.label}, attempt {attempt}\n# argv: {argv!r}\n")
+            log.flush()
+            self.started_at = time.monotonic()
+            self.process = subprocess.Popen(  # noqa: S603 - argv list, no shell
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True,
+            )
+        self.pgid = self.process.pid  # start_new_session: the leader's pid is the group id
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None and self.started_at is not None
+        deadline = self.started_at + self.spec.startup_timeout_s
+        last_progress = self.started_at
+        stage = "waiting for /health"
+        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0)) as http:
+            while True:
+                now = time.monotonic()
+                elapsed = now - self.started_at
+                code = self.process.poll()
+                if code is not None:
+                    raise ServerStartError(
+                        f"vLLM server for mode {self.label} exited with code {code} after "
+                        f"{format_elapsed(elapsed)}, before it was ready ({stage}).\n"
+                        f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
+                if now > deadline:
+                    raise ServerStartError(
+                        f"vLLM server for mode {self.label} was not ready after {format_elapsed(elapsed)} "
+                        f"(startup deadline {format_elapsed(self.spec.startup_timeout_s)}; {stage}); "
+                        f"stopping it.\nLast {LOG_TAIL_LINES} lines of {self.log_path}:\n"
+                        f"{read_log_tail(self.log_path)}")
+                if now - last_progress >= PROGRESS_EVERY_S:
+                    last_line = read_log_tail(self.log_path, 1).strip()[:160]
+                    self.progress(f"mode {self.label}: {stage}, {format_elapsed(elapsed)} elapsed; log: {last_line}")
+                    last_progress = now
+                stage = self._probe(http, stage)
+                if stage == "ready":
+                    self.ready_after_s = time.monotonic() - self.started_at
+                    self.progress(f"mode {self.label}: ready on port {self.port} after "
+                                  f"{format_elapsed(self.ready_after_s)}")
+                    return
+                time.sleep(POLL_EVERY_S)
+
+    def _probe(self, http: httpx.Client, stage: str) -> str:
+        """Advance one readiness stage if the server allows it; return the current stage."""
+        try:
+            if stage == "waiting for /health":
+                if http.get("/health").status_code != 200:
+                    return stage
+                stage = "waiting for /v1/models"
+            if stage == "waiting for /v1/models":
+                response = http.get("/v1/models")
+                if response.status_code != 200:
+                    return stage
+                names = [m.get("id") for m in response.json().get("data", [])]
+                if self.spec.served_model_name not in names:
+                    raise ServerStartError(f"vLLM server for mode {self.label} serves {names}, not "
+                                           f"{self.spec.served_model_name!r} (check the rig's served_model_name)")
+                stage = "waiting for a first generation"
+            if stage == "waiting for a first generation":
+                response = http.post("/v1/chat/completions", timeout=self.spec.probe_timeout_s, json={
+                    "model": self.spec.served_model_name, "max_tokens": 4, "temperature": 0.0,
+                    "messages": [{"role": "user", "content": "Say hello."}]})
+                if response.status_code != 200:
+                    raise ServerStartError(f"vLLM server for mode {self.label}: the first generation "
+                                           f"failed with HTTP {response.status_code}: {response.text[:500]}")
+                return "ready"
+        except (httpx.TransportError, ValueError):
+            return stage  # not listening yet, or a half-written answer: poll again
+        return stage
+
+    # -- while running -------------------------------------------------------------------
+    def check_alive(self) -> None:
+        """Raise ServerDiedError, quoting the log, if the server process has exited."""
+        if self.process is None:
+            raise ServerDiedError(f"vLLM server for mode {self.label} was never started")
+        code = self.process.poll()
+        if code is not None:
+            raise ServerDiedError(
+                f"vLLM server for mode {self.label} exited with code {code} during the run.\n"
+                f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return read_log_tail(self.log_path, lines)
+
+    # -- stop ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """SIGTERM the group, wait, SIGKILL what is left, then check nothing of it survives."""
+        if self.process is None or self.pgid is None:
+            return
+        pgid, process = self.pgid, self.process
+        # Children that called setsid() would escape the group signal: remember them too.
+        with contextlib.suppress(psutil.Error):
+            strays = psutil.Process(process.pid).children(recursive=True)
+        if "strays" not in locals():
+            strays = []
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            process.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.progress(f"mode {self.label}: server ignored SIGTERM for {TERM_GRACE_S:.0f}s; sending SIGKILL")
+        _signal_group(pgid, signal.SIGKILL)
+        for proc in strays:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=KILL_GRACE_S)
+        survivors = _wait_group_gone(pgid, KILL_GRACE_S)
+        survivors += [p for p in strays if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        self.process = None
+        self.pgid = None
+        if survivors:
+            raise ServerError(f"mode {self.label}: processes of server group {pgid} survived SIGKILL: "
+                              f"{sorted({p.pid for p in survivors})}")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        members = group_members(pgid)
+        if not members or time.monotonic() > deadline:
+            return members
+        time.sleep(0.2)
+
+
+class AttachedServer:
+    """A server started by someone else (``--vllm-url``): nothing to start or stop."""
+
+    def __init__(self, base_url: str, *, label: str, api_key: str | None = None,
+                 timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.label = label
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.log_path: Path | None = None
+        self.ready_after_s: float | None = None
+
+    def __enter__(self) -> AttachedServer:
+        self.check_alive()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def check_alive(self) -> None:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            response = httpx.get(f"{self.base_url}/health", headers=headers, timeout=self.timeout_s)
+        except httpx.TransportError as exc:
+            raise ServerDiedError(f"attached server {self.base_url} (mode {self.label}) is not reachable: "
+                                  f"{type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise ServerDiedError(f"attached server {self.base_url} (mode {self.label}) answered /health "
+                                  f"with HTTP {response.status_code}")
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "(attached server: its log is not available to specgate)"
+
+    def stop(self) -> None:
+        return None

@@ -1,0 +1,156 @@
+"""One specgate run: the rig, the stored baselines, every measurement and gate result, the
+queued baseline updates and the run directory. The plugin builds exactly one per pytest session
+and the fixtures are thin wrappers over it (the pytest-benchmark pattern)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint, load_baselines, merge_updates
+from specgate.config import Mode, PromptClass, Rig, load_rig
+from specgate.errors import SpecgateError
+from specgate.gates import GateResult
+from specgate.measure import ClassMeasurement, Measurer
+
+UpdateMode = Literal["off", "update", "regen"]
+MeasureKey = tuple[str, str, int]  # mode, prompt class, concurrency
+
+
+@dataclass
+class SessionOptions:
+    rig_name: str
+    fixtures_dir: Path
+    baselines_path: Path
+    run_dir: Path
+    repo_root: Path
+    update: UpdateMode = "off"
+    strict_fingerprint: bool = False
+    attach_url: str | None = None
+    attach_mode: str | None = None
+    api_key: str | None = None
+
+
+@dataclass
+class SpecgateSession:
+    options: SessionOptions
+    progress: Callable[[str], None] = lambda line: None
+    measurements: dict[MeasureKey, ClassMeasurement] = field(default_factory=dict)
+    failures: dict[MeasureKey, BaseException] = field(default_factory=dict)
+    results: list[GateResult] = field(default_factory=list)
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pending_updates: dict[tuple[str, str, str, int], BaselineEntry] = field(default_factory=dict)
+    _rig: Rig | None = None
+    _store: BaselineFile | None = None
+    _measurer: Measurer | None = None
+
+    @property
+    def rig(self) -> Rig:
+        if self._rig is None:
+            self._rig = load_rig(self.options.rig_name, self.options.fixtures_dir)
+        return self._rig
+
+    @property
+    def store(self) -> BaselineFile:
+        if self._store is None:
+            self._store = load_baselines(self.options.baselines_path)
+        return self._store
+
+    @property
+    def measurer(self) -> Measurer:
+        if self._measurer is None:
+            self._measurer = Measurer(self.rig, progress=self.progress)
+        return self._measurer
+
+    def modes_to_run(self) -> list[Mode]:
+        if self.options.attach_url:
+            return [self.rig.mode(self.options.attach_mode or self.rig.reference_mode)]
+        return list(self.rig.modes)
+
+    def measure(self, server: Any, mode: Mode, prompt_class: PromptClass, concurrency: int) -> ClassMeasurement:
+        """Measure once per (mode, class, concurrency) per session; later tests reuse the result,
+        and a failure is remembered so the same window is not retried for every gate."""
+        key = (mode.name, prompt_class.name, concurrency)
+        if key in self.failures:
+            raise self.failures[key]
+        if key not in self.measurements:
+            try:
+                self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency)
+            except SpecgateError as exc:
+                self.failures[key] = exc
+                raise
+            self._write_partial_report()
+        return self.measurements[key]
+
+    def reference_measurement(self, prompt_class: str, concurrency: int) -> ClassMeasurement | None:
+        return self.measurements.get((self.rig.reference_mode, prompt_class, concurrency))
+
+    def record(self, result: GateResult) -> None:
+        self.results.append(result)
+
+    def queue_update(self, m: ClassMeasurement, entry: BaselineEntry) -> None:
+        self.pending_updates[(self.rig.name, m.mode, m.prompt_class, m.concurrency)] = entry
+
+    def flush_updates(self) -> Path | None:
+        """Write every queued baseline at once, at the end of the session (nothing half-done if
+        the run is interrupted before)."""
+        if not self.pending_updates:
+            return None
+        merge_updates(self.options.baselines_path, self.pending_updates)
+        self.pending_updates.clear()
+        return self.options.baselines_path
+
+    # -- the run's JSON report -------------------------------------------------------------
+    def report_data(self, *, complete: bool) -> dict[str, Any]:
+        rig = self.rig
+        return {
+            "specgate_report": 1,
+            "complete": complete,
+            "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "rig": {"name": rig.name, "tier": rig.tier, "model": rig.model,
+                    "reference_mode": rig.reference_mode, "protocol": rig.protocol.model_dump(mode="json"),
+                    "modes": {m.name: m.speculative_config for m in rig.modes}},
+            "attached": self.options.attach_url is not None,
+            "fingerprints": {k: v.model_dump(mode="json") for k, v in self.fingerprints.items()},
+            "servers": self.servers,
+            "measurements": [m.to_dict() for m in self.measurements.values()],
+            "failures": [{"mode": k[0], "prompt_class": k[1], "concurrency": k[2], "error": str(e)}
+                         for k, e in self.failures.items()],
+            "gates": [r.to_dict() for r in self.results],
+        }
+
+    @property
+    def report_path(self) -> Path:
+        return self.options.run_dir / "report.json"
+
+    def _write_partial_report(self) -> None:
+        self.write_report(complete=False)
+
+    def write_report(self, *, complete: bool) -> Path:
+        from specgate.baselines import atomic_write_json
+
+        self.options.run_dir.mkdir(parents=True, exist_ok=True)
+        data = self.report_data(complete=complete)
+        atomic_write_json(self.report_path, data)
+        return self.report_path
+
+
+def default_run_dir(root: Path, rig_name: str) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return root / ".specgate" / "runs" / f"{stamp}-{rig_name}-{os.getpid()}"
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SpecgateError(f"{path}: cannot read the report: {exc}") from None
+    if not isinstance(data, dict) or data.get("specgate_report") != 1:
+        raise SpecgateError(f"{path}: not a specgate report (no 'specgate_report': 1 key)")
+    return data
