@@ -92,18 +92,24 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
 
 
 def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
-    gates = rig.gates.for_class(m.prompt_class)
     measured, ref_samples, paired = _samples_paired(m, reference.sample_keys, reference.decode_tokens_per_s)
+    return backfire_decision(rig, m.mode, m.prompt_class, m.concurrency, measured, ref_samples, paired=paired)
+
+
+def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, measured: list[float],
+                      reference: list[float], *, paired: bool = False) -> GateResult:
+    """The backfire gate on bare samples (also used to replay stored figures, like the seed case)."""
+    gates = rig.gates.for_class(prompt_class)
     comparison = compare_ratio(
-        measured, ref_samples, threshold=gates.min_speedup, gate="backfire",
-        subject=f"{m.mode} on {m.prompt_class}", reference_label="no speculation",
-        fail_phrase=f"{m.mode} is {{change}} than no speculation on {m.prompt_class}",
+        measured, reference, threshold=gates.min_speedup, gate="backfire",
+        subject=f"{mode} on {prompt_class}", reference_label="no speculation",
+        fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}",
         paired=paired, confidence=gates.confidence)
-    declared = rig.declared_backfire_for(m.mode, m.prompt_class)
+    declared = rig.declared_backfire_for(mode, prompt_class)
     message = comparison.message
     if declared is not None and not comparison.passed:
         message = f"{message} [declared backfire: {declared.reason}]"
-    return GateResult("backfire", m.mode, m.prompt_class, m.concurrency, comparison.passed, message,
+    return GateResult("backfire", mode, prompt_class, concurrency, comparison.passed, message,
                       declared=declared.reason if declared else None, details=comparison.to_dict())
 
 

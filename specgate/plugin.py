@@ -25,7 +25,6 @@ from specgate.errors import ConfigError, SpecgateError
 from specgate.session import SessionOptions, SpecgateSession, default_run_dir
 
 SESSION_KEY = pytest.StashKey[SpecgateSession]()
-PERF_PARAMS = ("mode", "prompt_class", "concurrency")
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -92,6 +91,7 @@ def _progress_writer(config: pytest.Config):
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             reporter.ensure_newline()
             reporter.write_line(text)
+            reporter.flush()  # stdout to a file or CI log is block-buffered: show it now
     return emit
 
 
@@ -101,7 +101,9 @@ def get_session(config: pytest.Config) -> SpecgateSession:
 
 # -- parametrization ----------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if not set(PERF_PARAMS) & set(metafunc.fixturenames):
+    # Only tests that use a server (directly or through class_measurement) are perf tests; other
+    # tests may use the same argument names for their own parametrization.
+    if "vllm_server" not in metafunc.fixturenames:
         return
     session = get_session(metafunc.config)
     try:
@@ -123,17 +125,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                                              for n in rig.protocol.concurrency])
 
 
+XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n): two workers would start servers on the "
+                 "same accelerator and measure each other's load. Run them without -n.")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    perf = [item for item in items if item.get_closest_marker("perf")]
-    if perf and hasattr(config, "workerinput"):
-        raise pytest.UsageError(
-            "specgate: the perf tiers refuse pytest-xdist (-n): two workers would start servers on the "
-            "same accelerator and measure each other's load. Run them without -n.")
     session = get_session(config)
+    perf = [item for item in items if item.get_closest_marker("perf")]
     if perf and config.option.markexpr.strip() == "gpu" and session.rig.tier != "gpu":
         warnings.warn(f"-m gpu selected but rig {session.rig.name!r} is a {session.rig.tier} rig: "
                       "pass --rig NAME of a gpu rig", stacklevel=1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Fail before any fixture runs, so no server is started by an xdist worker.
+    if hasattr(item.config, "workerinput") and item.get_closest_marker("perf"):
+        pytest.fail(XDIST_REFUSAL, pytrace=False)
 
 
 # -- fixtures ----------------------------------------------------------------------------------

@@ -65,7 +65,8 @@ def sse(*payloads: str | dict[str, Any]) -> bytes:
     """Encode payloads as vLLM does: one "data: ..." line and a blank line each."""
     out = []
     for payload in payloads:
-        text = payload if isinstance(payload, str) else json.dumps(payload)
+        # Raw UTF-8 like vLLM (pydantic) sends, so multibyte characters reach the wire.
+        text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
         out.append(f"data: {text}\n\n")
     return "".join(out).encode()
 
@@ -421,6 +422,17 @@ def test_stream_without_usage_is_reported() -> None:
     assert "did not send usage" in str(error) and "include_usage" in str(error)
 
 
+@pytest.mark.parametrize("payload", ['{"choices": []} trailing', "[1, 2", "not json"])
+def test_json_with_trailing_garbage_or_cut_short_is_malformed(payload: str) -> None:
+    error = generate_error(streaming(sse(payload, usage_chunk(1), "[DONE]")))
+    assert "malformed JSON" in str(error) and payload in str(error)
+
+
+def test_json_with_surrounding_whitespace_is_valid() -> None:
+    body = b"data:  " + json.dumps(chat_chunk("a")).encode() + b" \n\n" + sse(usage_chunk(1), "[DONE]")
+    assert generate(streaming(body)).text == "a"
+
+
 def test_malformed_json_is_quoted_up_to_200_chars() -> None:
     payload = '{"choices": [' + "x" * 300
     error = generate_error(streaming(sse(chat_chunk("a"), payload, "[DONE]")))
@@ -583,3 +595,151 @@ def test_decoder_close_flushes_unterminated_event() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b": hi\ndata: a\ndata") == []
     assert decoder.close() == ["a\n"]
+
+
+# ------------------------------------------------------------ FastHTTPTransport over loopback
+# An in-process asyncio server on 127.0.0.1: real sockets, still milliseconds.
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+ServerHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def chunked(*payloads: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(payload), payload) for payload in payloads) + b"0\r\n\r\n"
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            length = int(value)
+    return await reader.readexactly(length)
+
+
+def with_server(handler: ServerHandler, client_main: Callable[[str], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await client_main(f"http://127.0.0.1:{port}")
+
+    return asyncio.run(main())
+
+
+def vllm_like_body(*texts: str, completion_tokens: int) -> bytes:
+    return chunked(*(sse(chat_chunk(text)) for text in texts), sse(usage_chunk(completion_tokens)), sse("[DONE]"))
+
+
+def test_real_socket_stream_split_inside_chunk_framing() -> None:
+    response = SSE_HEAD + vllm_like_body("héllo", " wörld", completion_tokens=9)
+    # Cut inside a size line, between CR and LF, and inside "é".
+    cuts = [len(SSE_HEAD) + 1, response.index(b"\r\n", len(SSE_HEAD)) + 1, response.index("é".encode()) + 1]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        for start, stop in zip([0, *cuts], [*cuts, len(response)]):
+            writer.write(response[start:stop])
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        writer.close()
+
+    async def run(url: str) -> RequestRecord:
+        async with StreamingClient(url) as client:
+            return await client.generate(chat_request())
+
+    record = with_server(serve, run)
+    assert record.text == "héllo wörld" and record.completion_tokens == 9 and len(record.chunk_times) == 2
+
+
+def test_real_socket_keep_alive_reuses_one_connection_and_survives_a_stale_one() -> None:
+    connections = 0
+    body = SSE_HEAD + vllm_like_body("x", completion_tokens=1)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            for _ in range(2):  # two requests per connection, then an idle close
+                await read_request(reader)
+                writer.write(body)
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass
+        writer.close()
+
+    async def run(url: str) -> list[RequestRecord]:
+        async with StreamingClient(url) as client:
+            # The third request finds its pooled connection closed by the server.
+            return [await client.generate(chat_request(f"r#{i}")) for i in range(3)]
+
+    records = with_server(serve, run)
+    assert [r.text for r in records] == ["x", "x", "x"]
+    assert connections == 2
+
+
+def test_real_socket_content_length_and_close_delimited_bodies() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if b"GET /metrics " in head:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\n\r\nvllm:x 1.0\n\n")
+        else:
+            writer.write(b'HTTP/1.0 200 OK\r\n\r\n{"data": [{"id": "smol"}]}')
+        await writer.drain()
+        writer.close()
+
+    async def run(url: str) -> tuple[str, list[str]]:
+        async with StreamingClient(url) as client:
+            return await client.get_text("/metrics"), await client.list_models()
+
+    assert with_server(serve, run) == ("vllm:x 1.0\n\n", ["smol"])
+
+
+def test_real_socket_close_mid_body_is_reported_lost() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + vllm_like_body("x", completion_tokens=1)[:30])
+        await writer.drain()
+        writer.close()
+
+    async def run(url: str) -> None:
+        async with StreamingClient(url) as client:
+            await client.generate(chat_request())
+
+    with pytest.raises(RequestError, match=r"'ngram/coding/bst#2' \(mode ngram\): connection .* lost.*complete"):
+        with_server(serve, run)
+
+
+def test_real_socket_stall_hits_read_timeout() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunked(sse(chat_chunk("x")))[:-5])  # one event, then silence
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    async def run(url: str) -> None:
+        async with StreamingClient(url, read_timeout=0.05) as client:
+            await client.generate(chat_request())
+
+    started = time.perf_counter()
+    with pytest.raises(RequestError, match="no data for 0.05 s"):
+        with_server(serve, run)
+    assert time.perf_counter() - started < 2.0
+
+
+def test_real_socket_connection_refused() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async def run(url: str) -> str:
+        return url
+
+    closed_url = with_server(serve, run)  # the port is free again once the server is gone
+
+    async def main() -> None:
+        async with StreamingClient(closed_url, connect_timeout=2.0) as client:
+            await client.generate(chat_request())
+
+    with pytest.raises(RequestError, match="could not connect to http://127.0.0.1"):
+        asyncio.run(main())

@@ -1,8 +1,8 @@
-"""Hypothesis properties of SSE decoding: chunk boundaries must never change what is read.
+"""Hypothesis properties of stream decoding: read boundaries must never change what is read.
 
 A network read can end anywhere: inside "\\r\\n", inside a UTF-8 character,
-inside "data:". The decoder and the client must give the same events, text and
-token count however the bytes of one stream are cut.
+inside "data:", inside an HTTP chunk-size line. The decoders and the client
+must give the same events, text and token count however the bytes are cut.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specgate.client import GenerationRequest, SSEDecoder, StreamingClient
+from specgate.client import ChunkedDecoder, GenerationRequest, SSEDecoder, StreamingClient
 
 pytestmark = pytest.mark.fast
 
@@ -99,6 +99,49 @@ def test_done_passes_through_like_any_payload() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b"data: [DONE]\n\n") == ["[DONE]"]
     assert decoder.feed(b"data:[DONE]\r\n\r\n") == ["[DONE]"]
+
+
+# ------------------------------------------------------------------ HTTP chunked framing
+
+
+@st.composite
+def chunked_bodies(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """A chunked HTTP body (sizes in either case, optional extensions and trailers) and its payload."""
+    pieces = draw(st.lists(st.binary(min_size=1, max_size=300), max_size=8))
+    wire = []
+    for piece in pieces:
+        size = f"{len(piece):x}"
+        size = size.upper() if draw(st.booleans()) else size
+        extension = draw(st.sampled_from(["", ";name=value", ";x"]))
+        wire.append(f"{size}{extension}\r\n".encode() + piece + b"\r\n")
+    wire.append(b"0\r\n")
+    wire += [b"X-Trailer: 1\r\n"] * draw(st.integers(0, 2))
+    wire.append(b"\r\n")
+    return b"".join(wire), b"".join(pieces)
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=chunked_bodies(), cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=12))
+def test_chunked_decoder_gives_the_payload_whatever_the_cuts(body: tuple[bytes, bytes], cuts: list[int]) -> None:
+    wire, payload = body
+    decoder = ChunkedDecoder()
+    parts = split_at(wire, cuts)
+    out = b"".join(decoder.feed(part) for part in parts)
+    assert out == payload
+    assert decoder.finished
+    # Not finished a byte too early: without its last byte the body is incomplete.
+    early = ChunkedDecoder()
+    early.feed(wire[:-1])
+    assert not early.finished
+
+
+@settings(max_examples=50, deadline=None)
+@given(body=chunked_bodies())
+def test_chunked_decoder_byte_at_a_time(body: tuple[bytes, bytes]) -> None:
+    wire, payload = body
+    decoder = ChunkedDecoder()
+    assert b"".join(decoder.feed(wire[index : index + 1]) for index in range(len(wire))) == payload
+    assert decoder.finished
 
 
 # ------------------------------------------------------------------ full client

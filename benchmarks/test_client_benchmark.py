@@ -1,0 +1,259 @@
+"""How fast specgate's StreamingClient reads SSE streams, against plain aiohttp readers.
+
+A measuring client must not be the bottleneck, nor delay the timestamps it
+takes: the project's goal is that specgate's client parses at least as many
+events per second as an aiohttp reader like ``vllm bench serve``'s, with a
+timing skew (receive time minus server send time) under 1 % of a typical
+10-50 ms inter-token interval, i.e. under 0.1 ms.
+
+The server (benchmarks/sse_server.py) runs in a separate process so that the
+client does not share its event loop or core. Its send stamps and the clients'
+receive stamps are both ``time.perf_counter()``; comparing them across
+processes assumes Linux, where perf_counter reads CLOCK_MONOTONIC, one clock
+for the whole machine. Skews are only meaningful on such a system.
+
+Readers: ``specgate`` (StreamingClient via run_requests), ``aiohttp`` (a plain
+reader: ``response.content.iter_any()``, split on b"\\n\\n", strip "data: ",
+json.loads; one timestamp per read, like specgate), and ``vllm-bench`` (vLLM's
+own ``async_request_openai_chat_completions``, when vllm is installed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specgate.client import GenerationRequest, StreamingClient, run_requests
+
+aiohttp = pytest.importorskip("aiohttp")
+
+pytestmark = pytest.mark.bench
+
+SERVER_SCRIPT = Path(__file__).with_name("sse_server.py")
+TYPICAL_INTER_TOKEN_MS = 10.0  # the fast end of 10-50 ms: the strictest reading of "1 %"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    streams: int  # concurrent requests
+    events: int  # content chunks per request
+    interval_s: float  # pause before each chunk; 0 = as fast as the server can write
+
+    @property
+    def total_events(self) -> int:
+        return self.streams * self.events
+
+
+SCENARIOS = [
+    # Parse capacity: one stream, large reads; skew here is backlog, not latency.
+    Scenario("burst-1x2000", streams=1, events=2000, interval_s=0.0),
+    # Parse capacity with many small interleaved reads (per-read overhead counts).
+    Scenario("burst-64x250", streams=64, events=250, interval_s=0.0),
+    # Timing skew under a realistic load: 32 streams at 10 ms/token = 3200 events/s.
+    Scenario("paced-32x100@10ms", streams=32, events=100, interval_s=0.010),
+]
+
+
+@dataclass
+class RoundResult:
+    wall_s: float
+    sent_at: list[float]
+    received_at: list[float]
+
+
+# A reader runs one round of a scenario against the server and returns what it saw.
+Reader = Callable[[str, Scenario], Awaitable[RoundResult]]
+
+
+# ------------------------------------------------------------------ server
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = process.stdout.readline()  # type: ignore[union-attr]
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"benchmark SSE server did not start: {line!r}")
+        yield line.removeprefix("listening on ").strip()
+    finally:
+        process.stdin.close()  # type: ignore[union-attr]  # the server exits on EOF
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# ------------------------------------------------------------------ readers
+
+
+def stamps_from_text(text: str) -> list[float]:
+    """The server writes each chunk's send time as its text, "<t>;"."""
+    return [float(stamp) for stamp in text.split(";")[:-1]]
+
+
+class SpecgateReader:
+    def __init__(self) -> None:
+        self.client: StreamingClient | None = None
+
+    async def __call__(self, base_url: str, scenario: Scenario) -> RoundResult:
+        if self.client is None:
+            self.client = StreamingClient(base_url)
+        requests = [
+            GenerationRequest(
+                request_id=f"bench#{index}",
+                mode="bench",
+                prompt_class="bench",
+                prompt_id="bench",
+                model="bench",
+                max_tokens=scenario.events,
+                messages=[{"role": "user", "content": "bench"}],
+                extra_body={"sse_interval_s": scenario.interval_s},
+            )
+            for index in range(scenario.streams)
+        ]
+        started = time.perf_counter()
+        records = await run_requests(self.client, requests, concurrency=scenario.streams)
+        wall_s = time.perf_counter() - started
+        sent: list[float] = []
+        received: list[float] = []
+        for record in records:
+            assert record.completion_tokens == scenario.events
+            sent += stamps_from_text(record.text)
+            received += record.chunk_times
+        return RoundResult(wall_s, sent, received)
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+
+class AiohttpReader:
+    """A lean aiohttp reader: what a hand-written benchmark client would do."""
+
+    def __init__(self) -> None:
+        self.session: Any = None
+
+    async def read_stream(self, url: str, body: dict[str, Any]) -> tuple[list[float], list[float]]:
+        sent: list[float] = []
+        received: list[float] = []
+        async with self.session.post(url, json=body) as response:
+            assert response.status == 200
+            pending = b""
+            async for raw in response.content.iter_any():
+                received_at = time.perf_counter()
+                *messages, pending = (pending + raw).split(b"\n\n")
+                for message in messages:
+                    if not message.startswith(b"data: ") or message == b"data: [DONE]":
+                        continue
+                    event = json.loads(message[6:])
+                    if event["choices"]:
+                        sent.append(event["t"])
+                        received.append(received_at)
+        return sent, received
+
+    async def __call__(self, base_url: str, scenario: Scenario) -> RoundResult:
+        if self.session is None:
+            self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        body = {
+            "model": "bench",
+            "messages": [{"role": "user", "content": "bench"}],
+            "max_tokens": scenario.events,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "sse_interval_s": scenario.interval_s,
+        }
+        url = f"{base_url}/v1/chat/completions"
+        started = time.perf_counter()
+        streams = await asyncio.gather(*(self.read_stream(url, body) for _ in range(scenario.streams)))
+        wall_s = time.perf_counter() - started
+        return RoundResult(wall_s, [t for s, _ in streams for t in s], [t for _, r in streams for t in r])
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+
+class VllmBenchReader(AiohttpReader):
+    """vLLM's own request function, as ``vllm bench serve`` calls it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.request_func = pytest.importorskip("vllm.benchmarks.lib.endpoint_request_func")
+
+    async def read_stream(self, url: str, body: dict[str, Any]) -> tuple[list[float], list[float]]:
+        func_input = self.request_func.RequestFuncInput(
+            prompt="bench",
+            api_url=url,
+            prompt_len=1,
+            output_len=body["max_tokens"],
+            model="bench",
+            extra_body={"sse_interval_s": body["sse_interval_s"]},
+        )
+        output = await self.request_func.async_request_openai_chat_completions(func_input, self.session)
+        assert output.success, output.error
+        # It keeps TTFT and inter-token latencies; rebuild the absolute times.
+        received = list(itertools.accumulate([output.start_time + output.ttft, *output.itl]))
+        return stamps_from_text(output.generated_text), received
+
+
+READERS: dict[str, Callable[[], Any]] = {
+    "specgate": SpecgateReader,
+    "aiohttp": AiohttpReader,
+    "vllm-bench": VllmBenchReader,
+}
+
+
+# ------------------------------------------------------------------ benchmark
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize("reader_name", list(READERS))
+def test_client_stream_capacity_and_skew(benchmark: Any, server_url: str, reader_name: str, scenario: Scenario) -> None:
+    reader = READERS[reader_name]()
+    loop = asyncio.new_event_loop()  # one loop for all rounds: connection setup stays out of the timing
+    rounds: list[RoundResult] = []
+
+    def one_round() -> None:
+        rounds.append(loop.run_until_complete(reader(server_url, scenario)))
+
+    try:
+        benchmark.group = scenario.name
+        benchmark.pedantic(one_round, rounds=5, iterations=1, warmup_rounds=1)
+    finally:
+        loop.run_until_complete(reader.close())
+        loop.close()
+
+    measured = rounds[1:]  # the first is pytest-benchmark's warm-up round
+    for result in measured:
+        assert len(result.sent_at) == len(result.received_at) == scenario.total_events
+    events_per_s = [scenario.total_events / result.wall_s for result in measured]
+    skew_ms = np.array([(r - s) * 1e3 for result in measured for s, r in zip(result.sent_at, result.received_at)])
+    benchmark.extra_info.update(
+        {
+            "reader": reader_name,
+            "scenario": scenario.name,
+            "events_per_round": scenario.total_events,
+            "events_per_s_median": round(float(np.median(events_per_s))),
+            "events_per_s_best": round(max(events_per_s)),
+            "skew_ms_median": round(float(np.median(skew_ms)), 4),
+            "skew_ms_p99": round(float(np.percentile(skew_ms, 99)), 4),
+            "skew_p99_pct_of_10ms": round(float(np.percentile(skew_ms, 99)) / TYPICAL_INTER_TOKEN_MS * 100, 3),
+            "skew_ms_min": round(float(skew_ms.min()), 4),
+        }
+    )

@@ -1,0 +1,135 @@
+"""Tests for specgate.gpu.require_free_gpus with injected NVML readings."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specgate.errors import ServerStartError
+from specgate.gpu import FREE_THRESHOLD_MIB, GpuReading, require_free_gpus
+
+pytestmark = pytest.mark.fast
+
+
+def _free(index: int, name: str = "NVIDIA H200") -> GpuReading:
+    return GpuReading(index=index, name=name, used_mib=512.0, processes=())
+
+
+def _held(index: int, mib: float = 70_123.4, pids: tuple[tuple[int, float], ...] = ((4242, 70_000.0),),
+          name: str = "NVIDIA H200") -> GpuReading:
+    return GpuReading(index=index, name=name, used_mib=mib, processes=pids)
+
+
+def test_free_gpus_pass() -> None:
+    readings = [_free(i) for i in range(8)]
+    require_free_gpus(None, count=8, read=lambda: readings)
+    require_free_gpus(None, count=1, read=lambda: readings)
+
+
+def test_threshold_is_inclusive_of_idle_contexts() -> None:
+    at = GpuReading(0, "NVIDIA H200", float(FREE_THRESHOLD_MIB), ())
+    require_free_gpus(None, count=1, read=lambda: [at])
+    above = GpuReading(0, "NVIDIA H200", FREE_THRESHOLD_MIB + 1.0, ())
+    with pytest.raises(ServerStartError):
+        require_free_gpus(None, count=1, read=lambda: [above])
+
+
+def test_held_gpu_is_named_with_memory_and_pids() -> None:
+    readings = [_free(0), _held(1, pids=((4242, 60_000.0), (4343, 10_000.0))), _free(2), _free(3)]
+    with pytest.raises(ServerStartError) as info:
+        require_free_gpus(None, count=4, read=lambda: readings)
+    message = str(info.value)
+    assert message.startswith("refusing to start a server: GPU memory is still held")
+    assert "GPU 1 (NVIDIA H200): 70123 MiB used by pid 4242 (60000 MiB), pid 4343 (10000 MiB)" in message
+    assert "GPU 0" not in message and "GPU 2" not in message
+
+
+def test_every_held_gpu_is_listed_and_unknown_holders_are_said() -> None:
+    readings = [_held(0, mib=2048.0, pids=()), _held(1, name="NVIDIA RTX PRO 6000")]
+    with pytest.raises(ServerStartError) as info:
+        require_free_gpus(None, count=2, read=lambda: readings)
+    lines = str(info.value).splitlines()
+    assert lines[1] == "GPU 0 (NVIDIA H200): 2048 MiB used by unknown processes"
+    assert lines[2].startswith("GPU 1 (NVIDIA RTX PRO 6000): 70123 MiB used by pid 4242")
+
+
+def test_only_the_gpus_the_server_uses_are_checked() -> None:
+    """A held GPU beyond the first ``count`` visible ones is someone else's business."""
+    readings = [_free(0), _free(1), _held(2)]
+    require_free_gpus(None, count=2, read=lambda: readings)
+    with pytest.raises(ServerStartError, match="GPU 2"):
+        require_free_gpus(None, count=3, read=lambda: readings)
+
+
+def test_cuda_visible_devices_filters_the_readings() -> None:
+    readings = [_held(0), _free(1), _held(2), _free(3)]
+    require_free_gpus("1,3", count=2, read=lambda: readings)
+    require_free_gpus(" 1, 3 ", count=2, read=lambda: readings)
+    require_free_gpus("3", count=1, read=lambda: readings)
+    with pytest.raises(ServerStartError) as info:
+        require_free_gpus("1,2", count=2, read=lambda: readings)
+    assert "GPU 2" in str(info.value) and "GPU 0" not in str(info.value)
+
+
+def test_too_few_gpus_visible() -> None:
+    readings = [_free(i) for i in range(4)]
+    with pytest.raises(ServerStartError) as info:
+        require_free_gpus("0,1", count=8, read=lambda: readings)
+    assert str(info.value) == "the rig needs 8 GPU(s) but 2 are visible (CUDA_VISIBLE_DEVICES='0,1')"
+    with pytest.raises(ServerStartError) as info:
+        require_free_gpus(None, count=8, read=lambda: readings)
+    assert "needs 8 GPU(s) but 4 are visible (CUDA_VISIBLE_DEVICES=None)" in str(info.value)
+    with pytest.raises(ServerStartError, match="but 0 are visible"):
+        require_free_gpus(None, count=1, read=lambda: [])
+    # An index that does not exist does not count as visible.
+    with pytest.raises(ServerStartError, match=r"needs 2 GPU\(s\) but 1 are visible"):
+        require_free_gpus("3,7", count=2, read=lambda: readings)
+
+
+def test_the_reading_is_taken_once_per_check() -> None:
+    calls = []
+
+    def read() -> list[GpuReading]:
+        calls.append(1)
+        return [_free(0)]
+
+    require_free_gpus(None, count=1, read=read)
+    assert calls == [1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(used=st.lists(st.floats(min_value=0, max_value=150_000), min_size=1, max_size=8),
+       data=st.data())
+def test_raises_exactly_when_a_used_gpu_is_held(used: list[float], data: st.DataObject) -> None:
+    readings = [GpuReading(i, "GPU", mib, ((1000 + i, mib),)) for i, mib in enumerate(used)]
+    count = data.draw(st.integers(min_value=1, max_value=len(used)))
+    held = [i for i in range(count) if used[i] > FREE_THRESHOLD_MIB]
+    if held:
+        with pytest.raises(ServerStartError) as info:
+            require_free_gpus(None, count=count, read=lambda: readings)
+        named = [line.split()[1] for line in str(info.value).splitlines()[1:]]
+        assert named == [str(i) for i in held]
+        for i in held:
+            assert f"pid {1000 + i}" in str(info.value)
+    else:
+        require_free_gpus(None, count=count, read=lambda: readings)
+
+
+# Known defects, kept as strict xfails: each turns into a failure (XPASS) once fixed, as a
+# reminder to drop the mark. See the report that came with these tests.
+
+
+@pytest.mark.xfail(strict=True, reason="CUDA_VISIBLE_DEVICES order is ignored: '3,1' makes GPU 3 the "
+                                       "server's first device, but readings stay in NVML index order")
+def test_visible_order_decides_which_gpus_the_server_uses() -> None:
+    readings = [_free(0), _free(1), _free(2), _held(3)]
+    with pytest.raises(ServerStartError, match="GPU 3"):
+        require_free_gpus("3,1", count=1, read=lambda: readings)
+
+
+@pytest.mark.xfail(strict=True, reason="CUDA_VISIBLE_DEVICES='' means no GPU for CUDA, but is treated "
+                                       "as unset (every GPU)")
+def test_empty_visible_devices_means_no_gpu() -> None:
+    with pytest.raises(ServerStartError, match="but 0 are visible"):
+        require_free_gpus("", count=1, read=lambda: [_free(0)])

@@ -1,0 +1,140 @@
+"""specgate's pytest wiring: parametrization, one server per mode, config errors at collection,
+xdist refusal, and the baseline update workflow (GateKeeper on recorded-shape measurements)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specgate.client import RequestRecord
+from specgate.measure import ClassMeasurement
+from specgate.plugin import GateKeeper
+from specgate.session import SessionOptions, SpecgateSession
+
+pytestmark = pytest.mark.fast
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+PERF_TESTS = (ROOT / "perf_tests" / "test_speculative_perf.py").read_text()
+
+
+@pytest.fixture
+def perf_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    shutil.copytree(ROOT / "fixtures", pytester.path / "fixtures")
+    pytester.makepyfile(test_perf=PERF_TESTS)
+    pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n")
+    return pytester
+
+
+def test_setup_plan_starts_exactly_one_server_per_mode(perf_project):
+    result = perf_project.runpytest("--setup-plan", "-m", "cpu", "-p", "no:cacheprovider")
+    setups = [line for line in result.outlines if "SETUP    S vllm_server" in line]
+    modes = [line.split("[")[1].split("]")[0] for line in result.outlines if "SETUP    S mode[" in line]
+    assert len(setups) == 2, result.stdout.str()
+    assert modes == ["Mode('baseline')", "Mode('ngram')"]
+    # 6 classes: throughput for both modes, plus acceptance/backfire/lossless for ngram.
+    assert sum(1 for line in result.outlines if "test_perf.py::" in line) == 6 * 2 + 6 * 3
+
+
+def test_fast_marker_deselects_every_perf_test(perf_project):
+    result = perf_project.runpytest("--collect-only", "-q", "-m", "fast", "-p", "no:cacheprovider")
+    assert "no tests collected (30 deselected)" in result.stdout.str()
+
+
+def test_tier_marker_comes_from_the_rig(perf_project):
+    result = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--rig", "h200-smollm2",
+                                    "-p", "no:cacheprovider")
+    # 4 modes (3 speculative) x 6 classes: 24 throughput + 3 x 18 speculative-only gates.
+    assert "78 tests collected" in result.stdout.str() or "78/78" in result.stdout.str()
+
+
+def test_corrupt_rig_file_is_a_collection_error_naming_file_and_key(perf_project):
+    rig = perf_project.path / "fixtures" / "rigs" / "cpu-smollm2.toml"
+    rig.write_text(rig.read_text().replace("startup_timeout_s = 600", "startup_timeout_s = 'soon'"))
+    before = rig.read_bytes()
+    result = perf_project.runpytest("--collect-only", "-m", "cpu", "-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*cpu-smollm2.toml: startup_timeout_s: *"])
+    assert rig.read_bytes() == before
+
+
+def test_unknown_rig_lists_the_known_ones(perf_project):
+    result = perf_project.runpytest("--collect-only", "-m", "cpu", "--rig", "nope", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*no rig named 'nope'*cpu-smollm2*h200-smollm2*"])
+
+
+def test_perf_tiers_refuse_xdist_before_any_fixture_runs():
+    # A real `-n 2` run takes ~10 s to spawn workers; the hook's decision is what matters here.
+    from types import SimpleNamespace
+
+    from specgate.plugin import pytest_runtest_setup
+
+    def item(worker: bool, perf: bool):
+        config = SimpleNamespace(workerinput={"workerid": "gw0"}) if worker else SimpleNamespace()
+        return SimpleNamespace(config=config, get_closest_marker=lambda name: object() if perf else None)
+
+    with pytest.raises(pytest.fail.Exception, match="refuse pytest-xdist"):
+        pytest_runtest_setup(item(worker=True, perf=True))
+    pytest_runtest_setup(item(worker=True, perf=False))  # fast tests run under -n 2
+    pytest_runtest_setup(item(worker=False, perf=True))  # perf tests run without -n
+
+
+def test_attach_mode_runs_only_the_named_mode(perf_project):
+    result = perf_project.runpytest("--collect-only", "-q", "-m", "cpu", "--vllm-url", "http://127.0.0.1:9",
+                                    "--vllm-mode", "ngram", "-p", "no:cacheprovider")
+    tests = [line for line in result.outlines if "::" in line]
+    assert tests and all("[ngram-" in line for line in tests)
+
+
+def test_bad_attach_url_is_rejected_at_parse_time(perf_project):
+    result = perf_project.runpytest("--vllm-url", "localhost:8000")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "not an http(s) URL" in result.stderr.str()
+
+
+# -- the baseline workflow, on measurements shaped like real ones -------------------------------
+def _measurement(mode: str, tps: list[float]) -> ClassMeasurement:
+    records = []
+    for i, rate in enumerate(tps):
+        span = 63 / rate  # 64 tokens: (64 - 1) / span == rate
+        records.append(RequestRecord(
+            request_id=f"{mode}/coding/p{i}#0", mode=mode, prompt_class="coding", prompt_id=f"p{i}",
+            concurrency=1, started_at=0.0, first_token_at=0.1, last_token_at=0.1 + span,
+            finished_at=0.1 + span, chunk_times=[0.1, 0.1 + span], prompt_tokens=10, completion_tokens=64,
+            text=f"output {i}", finish_reason="length"))
+    return ClassMeasurement(rig="cpu-smollm2", mode=mode, prompt_class="coding", concurrency=1, records=records,
+                            acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=1.0)
+
+
+def _session(tmp_path: Path, update: str = "off") -> SpecgateSession:
+    return SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "baselines.json",
+        run_dir=tmp_path / "run", repo_root=ROOT, update=update))
+
+
+def test_missing_baseline_fails_with_the_command_that_creates_it(tmp_path):
+    with pytest.raises(pytest.fail.Exception, match="pytest -m cpu --rig cpu-smollm2 --update-baselines"):
+        GateKeeper(_session(tmp_path)).throughput(_measurement("baseline", [30.0] * 6))
+
+
+def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):
+    measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
+    updating = _session(tmp_path, update="update")
+    with pytest.raises(pytest.fail.Exception, match="never passes silently"):
+        GateKeeper(updating).throughput(_measurement("baseline", measured))
+    assert not (tmp_path / "baselines.json").exists()  # written once, at the end of the session
+    updating.flush_updates()
+    stored = json.loads((tmp_path / "baselines.json").read_text())
+    assert stored["rigs"]["cpu-smollm2"]["baseline"]["coding"]["1"]["n"] == 6
+
+    GateKeeper(_session(tmp_path)).throughput(_measurement("baseline", [x * 1.01 for x in measured]))
+
+    with pytest.raises(pytest.fail.Exception, match="throughput gate: .*slower"):
+        GateKeeper(_session(tmp_path)).throughput(_measurement("baseline", [x * 0.7 for x in measured]))
+
+
+def test_regen_writes_and_passes(tmp_path):
+    session = _session(tmp_path, update="regen")
+    GateKeeper(session).throughput(_measurement("baseline", [30.0] * 6))
+    assert session.flush_updates() == tmp_path / "baselines.json"
