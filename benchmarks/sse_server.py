@@ -9,8 +9,8 @@ share an event loop, or a core, with the server.
 Any POST gets a chat-completion stream shaped like vLLM's: ``max_tokens``
 (or ``max_completion_tokens``) content chunks, the last with a finish_reason,
 then a usage chunk with ``"choices": []`` and ``[DONE]``, in HTTP/1.1 chunked
-encoding as uvicorn sends it. ``sse_interval_s`` in the body paces the chunks
-(0: as fast as possible). Every content chunk is stamped with its send time,
+encoding as uvicorn sends it. ``sse_interval_s`` in the body paces the chunks;
+0 sends the whole stream in one write (a burst). Every content chunk is stamped with its send time,
 ``time.perf_counter()``, twice: as the field ``"t"`` and as its content text
 ``"<t>;"`` so that a client that keeps only the text (specgate's
 RequestRecord) can still pair each chunk with its send time.
@@ -25,13 +25,20 @@ import sys
 import threading
 import time
 
-# In burst mode, yield to the loop every this many events so that concurrent
-# streams interleave as they would from a real server.
-_BURST_YIELD_EVERY = 8
-
 
 def _http_chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _content_chunk(sent_at: str, *, last: bool) -> bytes:
+    """One content event as vLLM frames it: one SSE event in one HTTP chunk."""
+    finish = '"length"' if last else "null"
+    payload = (
+        'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
+        '"model":"bench","choices":[{"index":0,"delta":{"content":"' + sent_at + ';"},'
+        '"logprobs":null,"finish_reason":' + finish + '}],"t":' + sent_at + "}\n\n"
+    )
+    return _http_chunk(payload.encode())
 
 
 async def _read_body(reader: asyncio.StreamReader) -> dict[str, object]:
@@ -53,21 +60,18 @@ async def _stream_completion(reader: asyncio.StreamReader, writer: asyncio.Strea
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
         )
-        for index in range(events):
-            if interval_s:
+        if interval_s:
+            for index in range(events):
                 await asyncio.sleep(interval_s)
-            elif index % _BURST_YIELD_EVERY == 0:
-                await asyncio.sleep(0)
-            finish = "null" if index < events - 1 else '"length"'
-            sent_at = repr(time.perf_counter())  # stamped as late as possible: right before the write
-            payload = (
-                'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
-                '"model":"bench","choices":[{"index":0,"delta":{"content":"' + sent_at + ';"},'
-                '"logprobs":null,"finish_reason":' + finish + '}],"t":' + sent_at + "}\n\n"
-            )
-            writer.write(_http_chunk(payload.encode()))
-            if interval_s:
+                # Stamped as late as possible: right before the write.
+                writer.write(_content_chunk(repr(time.perf_counter()), last=index == events - 1))
                 await writer.drain()
+        else:
+            # Burst: the whole stream in one write, so that the server's own
+            # per-event work cannot be what limits the client's measured rate.
+            # Every event carries the time of that write.
+            sent_at = repr(time.perf_counter())
+            writer.write(b"".join(_content_chunk(sent_at, last=index == events - 1) for index in range(events)))
         usage = {
             "id": "chatcmpl-bench",
             "object": "chat.completion.chunk",

@@ -682,9 +682,15 @@ class StreamingClient:
         self.read_timeout = read_timeout
         self.request_deadline = request_deadline
         self._api_key = api_key
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # identity: an uncompressed stream can be read with aiter_raw, one layer less per read.
+        headers = {"Accept-Encoding": "identity"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         if transport is None and self.base_url.startswith("http://"):
             transport = FastHTTPTransport()
+        # Streams get no transport read timeout: generate()'s _StallWatchdog
+        # enforces read_timeout more cheaply, and for any transport.
+        self._stream_timeout = httpx.Timeout(connect=connect_timeout, read=None, write=read_timeout, pool=connect_timeout)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
@@ -806,14 +812,16 @@ class StreamingClient:
         clock = watchdog.clock
         chunk_times = state.chunk_times
         text_parts = state.text_parts
-        async with self._http.stream("POST", req.endpoint, json=req.to_body()) as response:
+        body = req.to_body()
+        async with self._http.stream("POST", req.endpoint, json=body, timeout=self._stream_timeout) as response:
             if response.status_code != 200:
-                body = (await response.aread()).decode("utf-8", "replace")
+                answer = (await response.aread()).decode("utf-8", "replace")
                 raise self._error(
                     f"{where}: HTTP {response.status_code} from {self.base_url}{req.endpoint}: "
-                    f"{body[:_HTTP_BODY_QUOTE_CHARS]}"
+                    f"{answer[:_HTTP_BODY_QUOTE_CHARS]}"
                 )
-            async for raw in response.aiter_bytes():
+            encoded = response.headers.get("content-encoding", "identity") != "identity"
+            async for raw in response.aiter_bytes() if encoded else response.aiter_raw():
                 # One timestamp per network read: every event in it arrived then,
                 # and parsing earlier events of the read must not delay later ones.
                 received_at = perf_counter()

@@ -44,9 +44,11 @@ def require_free_gpus(visible: str | None, *, count: int,
                       read: Callable[[], list[GpuReading]] = nvml_readings) -> None:
     """Raise ServerStartError naming each held GPU among the ones the server will use."""
     readings = read()
-    if visible:
-        wanted = {int(i) for i in visible.split(",") if i.strip().isdigit()}
-        readings = [r for r in readings if r.index in wanted]
+    if visible is not None:
+        # CUDA's order: "3,1" makes GPU 3 the server's first device; "" means no GPU at all.
+        by_index = {r.index: r for r in readings}
+        wanted = [int(i) for i in visible.split(",") if i.strip().isdigit()]
+        readings = [by_index[i] for i in wanted if i in by_index]
     if len(readings) < count:
         raise ServerStartError(f"the rig needs {count} GPU(s) but {len(readings)} are visible "
                                f"(CUDA_VISIBLE_DEVICES={visible!r})")

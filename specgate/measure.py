@@ -19,6 +19,9 @@ from specgate.errors import RequestError, ServerDiedError
 from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
 
 
+PROGRESS_EVERY_S = 10.0
+
+
 class Server(Protocol):
     base_url: str
     label: str
@@ -86,37 +89,54 @@ class ClassMeasurement:
         )
 
 
-def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, tag: str = "") -> list[GenerationRequest]:
+def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, repeat: int = 0,
+                   tag: str = "") -> list[GenerationRequest]:
+    """One round: every prompt of the class once (``repeat`` numbers the round in request ids)."""
     protocol = rig.protocol
     requests = []
-    for repeat in range(protocol.repeats):
-        for prompt in prompt_class.prompts:
-            text_fields: dict[str, Any] = (
-                {"messages": [{"role": "user", "content": prompt.text}]} if protocol.api == "chat"
-                else {"prompt": prompt.text})
-            requests.append(GenerationRequest(
-                request_id=f"{mode.name}/{prompt_class.name}/{tag}{prompt.id}#{repeat}",
-                mode=mode.name, prompt_class=prompt_class.name, prompt_id=prompt.id,
-                model=rig.served_model_name, max_tokens=protocol.max_tokens,
-                temperature=protocol.temperature, seed=protocol.seed, ignore_eos=protocol.ignore_eos,
-                **text_fields,
-            ))
+    for prompt in prompt_class.prompts:
+        text_fields: dict[str, Any] = (
+            {"messages": [{"role": "user", "content": prompt.text}]} if protocol.api == "chat"
+            else {"prompt": prompt.text})
+        requests.append(GenerationRequest(
+            request_id=f"{mode.name}/{prompt_class.name}/{tag}{prompt.id}#{repeat}",
+            mode=mode.name, prompt_class=prompt_class.name, prompt_id=prompt.id,
+            model=rig.served_model_name, max_tokens=protocol.max_tokens,
+            temperature=protocol.temperature, seed=protocol.seed, ignore_eos=protocol.ignore_eos,
+            **text_fields,
+        ))
     return requests
 
 
+# Runs ``round_fn`` ``rounds`` times. The default is a plain loop; the plugin passes
+# pytest-benchmark's pedantic runner so every round is also a benchmark round.
+RoundRunner = Callable[[Callable[[], None], int], None]
+
+
+def loop_rounds(round_fn: Callable[[], None], rounds: int) -> None:
+    for _ in range(rounds):
+        round_fn()
+
+
 class Measurer:
-    """Runs measurement windows; remembers which servers are already warm."""
+    """Runs measurement windows; remembers which servers are already warm.
+
+    A window: warm-up (once per server), a ``/metrics`` snapshot, ``repeats`` rounds of every
+    prompt of the class, a second snapshot. Acceptance comes from the counter deltas of the
+    whole window; throughput from the per-request records.
+    """
 
     def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None) -> None:
         self.rig = rig
         self.progress = progress or (lambda line: None)
         self._warm: set[int] = set()
 
-    def measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int) -> ClassMeasurement:
+    def measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
+                *, run_rounds: RoundRunner = loop_rounds) -> ClassMeasurement:
         server.check_alive()
         label = f"mode {mode.name}, class {prompt_class.name}, concurrency {concurrency}"
         try:
-            return asyncio.run(self._measure(server, mode, prompt_class, concurrency, label))
+            return self._measure(server, mode, prompt_class, concurrency, label, run_rounds)
         except RequestError as exc:
             # A request failing because the server died is a server failure: say so, with its log.
             try:
@@ -125,38 +145,59 @@ class Measurer:
                 raise ServerDiedError(f"{died}\n(while measuring {label}: {exc})") from None
             raise RequestError(f"{exc}\nLast lines of the server log:\n{server.log_tail(20)}") from None
 
-    async def _measure(self, server: Server, mode: Mode, prompt_class: PromptClass,
-                       concurrency: int, label: str) -> ClassMeasurement:
+    def _client(self, server: Server) -> StreamingClient:
         protocol = self.rig.protocol
-        requests = build_requests(self.rig, mode, prompt_class)
-        async with StreamingClient(server.base_url, api_key=server.api_key,
-                                   read_timeout=protocol.read_timeout_s,
-                                   request_deadline=protocol.request_timeout_s) as client:
-            if id(server) not in self._warm and protocol.warmup_requests:
-                warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
-                self.progress(f"{label}: {len(warmup)} warm-up request(s)")
-                await run_requests(client, warmup, concurrency=1)
-                self._warm.add(id(server))
-            before = parse_metrics(await client.get_text("/metrics"), source=f"{server.base_url}/metrics")
-            started = time.monotonic()
-            done = 0
+        return StreamingClient(server.base_url, api_key=server.api_key, read_timeout=protocol.read_timeout_s,
+                               request_deadline=protocol.request_timeout_s)
 
-            def on_done(record: RequestRecord) -> None:
-                nonlocal done
-                done += 1
-                tps = record.decode_tokens_per_s
-                self.progress(f"{label}: {done}/{len(requests)} requests, "
-                              f"{time.monotonic() - started:.0f}s elapsed"
-                              + (f", last {tps:.1f} tok/s" if tps else ""))
+    async def _metrics(self, server: Server):
+        async with self._client(server) as client:
+            return parse_metrics(await client.get_text("/metrics"), source=f"{server.base_url}/metrics")
 
-            records = await run_requests(client, requests, concurrency=concurrency, on_done=on_done)
-            wall_s = time.monotonic() - started
-            after = parse_metrics(await client.get_text("/metrics"), source=f"{server.base_url}/metrics")
+    async def _run(self, server: Server, requests: list[GenerationRequest], concurrency: int,
+                   on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+        async with self._client(server) as client:
+            return await run_requests(client, requests, concurrency=concurrency, on_done=on_done)
+
+    def _measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
+                 label: str, run_rounds: RoundRunner) -> ClassMeasurement:
+        protocol = self.rig.protocol
+        if id(server) not in self._warm and protocol.warmup_requests:
+            warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
+            self.progress(f"{label}: {len(warmup)} warm-up request(s)")
+            asyncio.run(self._run(server, warmup, 1))
+            self._warm.add(id(server))
+        total = protocol.repeats * len(prompt_class.prompts)
+        records: list[RequestRecord] = []
+        started = last_line = time.monotonic()
+        done = 0
+
+        def on_done(record: RequestRecord) -> None:
+            nonlocal last_line, done
+            now = time.monotonic()
+            done += 1
+            if now - last_line < PROGRESS_EVERY_S and done < total:
+                return  # one line per window end, or every PROGRESS_EVERY_S while it runs
+            last_line = now
+            tps = record.decode_tokens_per_s
+            self.progress(f"{label}: {done}/{total} requests, {now - started:.0f}s elapsed"
+                          + (f", last {tps:.1f} tok/s" if tps else ""))
+
+        def one_round() -> None:
+            repeat = len(records) // len(prompt_class.prompts)
+            requests = build_requests(self.rig, mode, prompt_class, repeat=repeat)
+            records.extend(asyncio.run(self._run(server, requests, concurrency, on_done)))
+
+        before = asyncio.run(self._metrics(server))
+        started = time.monotonic()
+        run_rounds(one_round, protocol.repeats)
+        wall_s = time.monotonic() - started
+        after = asyncio.run(self._metrics(server))
         delta = metrics_delta(before, after, label=label)
         server_rate = server_decode_tokens_per_s(delta)
         return ClassMeasurement(
             rig=self.rig.name, mode=mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
             records=records, acceptance=AcceptanceStats.from_delta(delta),
-            server_decode_tokens_per_s=getattr(server_rate, "value", server_rate),
-            server_metric_source=getattr(server_rate, "source", None), wall_s=wall_s,
+            server_decode_tokens_per_s=server_rate.value if server_rate else None,
+            server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
         )

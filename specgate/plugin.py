@@ -34,6 +34,13 @@ def parse_url(value: str) -> str:
     return value.rstrip("/")
 
 
+def parse_gpu_list(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() for v in items) or len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a list of distinct GPU indices like 0,1,2")
+    return items
+
+
 def parse_rig_name(value: str) -> str:
     if not value or "/" in value or value.startswith("."):
         raise argparse.ArgumentTypeError(f"{value!r} is not a rig name (a file stem under fixtures/rigs/)")
@@ -61,6 +68,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="attach mode: the rig's mode the running server was started with (default: the reference mode)")
     group.addoption("--vllm-api-key", default=None,
                     help="attach mode: API key (or $SPECGATE_API_KEY); never printed or stored")
+    group.addoption("--gpus", type=parse_gpu_list, default=None,
+                    help="GPU indices specgate may use, e.g. 0,1,2,3 (default: CUDA_VISIBLE_DEVICES, else all "
+                         "NVML sees); under xdist each worker gets gpus_per_server of them for its servers")
+    group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
+                    help="render the summary, Markdown and plots again from a saved report.json; runs no test")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,16 +80,74 @@ def pytest_configure(config: pytest.Config) -> None:
     update = "regen" if config.getoption("regen_baselines") else (
         "update" if config.getoption("update_baselines") else "off")
     rig_name = config.getoption("rig")
+    workerinput = getattr(config, "workerinput", None)
+    run_dir = config.getoption("run_dir") or (
+        Path(workerinput["specgate_run_dir"]) if workerinput and "specgate_run_dir" in workerinput
+        else default_run_dir(root, rig_name))
     options = SessionOptions(
         rig_name=rig_name,
         fixtures_dir=config.getoption("specgate_fixtures") or root / "fixtures",
         baselines_path=config.getoption("baselines") or root / "baselines.json",
-        run_dir=config.getoption("run_dir") or default_run_dir(root, rig_name),
+        run_dir=run_dir, worker_id=workerinput["workerid"] if workerinput else None,
         repo_root=root, update=update, strict_fingerprint=config.getoption("strict_fingerprint"),
         attach_url=config.getoption("vllm_url"), attach_mode=config.getoption("vllm_mode"),
         api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
     )
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=_progress_writer(config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: every worker writes into the controller's run directory."""
+    node.workerinput["specgate_run_dir"] = str(get_session(node.config).options.run_dir)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: collect a finished worker's measurements, gate results and updates."""
+    output = getattr(node, "workeroutput", {}).get("specgate")
+    if output:
+        get_session(node.config).absorb_worker(json.loads(output))
+
+
+def visible_gpus(config: pytest.Config) -> list[str]:
+    explicit = config.getoption("gpus")
+    if explicit:
+        return explicit
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [v.strip() for v in env.split(",") if v.strip()]
+    try:
+        from specgate.gpu import nvml_readings
+
+        return [str(r.index) for r in nvml_readings()]
+    except Exception:  # no NVML: no GPU to hand out
+        return []
+
+
+def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int, per_server: int) -> str:
+    """Worker i gets GPUs [i*per_server, (i+1)*per_server) of the visible list: disjoint sets, so no
+    GPU ever hosts two servers. Refuse when there are not enough."""
+    needed = worker_count * per_server
+    if len(visible) < needed:
+        raise pytest.UsageError(
+            f"specgate: {worker_count} xdist workers x {per_server} GPU(s) per server need {needed} GPUs, "
+            f"but {len(visible)} are available ({','.join(visible) or 'none'}); use -n {len(visible) // per_server or 1} "
+            "or fewer, or pass --gpus")
+    return ",".join(visible[worker_index * per_server:(worker_index + 1) * per_server])
+
+
+def _worker_gpus(config: pytest.Config, session: SpecgateSession) -> str | None:
+    """This xdist worker's GPUs, or None when perf tests may not run here (see XDIST_REFUSAL)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or session.rig.tier != "gpu":
+        return None
+    if config.getoption("dist", "load") != "loadgroup":
+        raise pytest.UsageError("specgate: under xdist the perf tiers need --dist loadgroup, so that all "
+                                "tests of one mode run on one worker and its server starts once")
+    index = int(workerinput["workerid"].removeprefix("gw"))
+    return assign_worker_gpus(visible_gpus(config), index, int(workerinput["workercount"]),
+                              session.rig.gpus_per_server)
 
 
 def _progress_writer(config: pytest.Config):
@@ -115,8 +185,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "mode" in metafunc.fixturenames:
         if metafunc.definition.get_closest_marker("speculative_only"):
             modes = [m for m in modes if m.is_speculative]
-        metafunc.parametrize("mode", [pytest.param(m, id=m.name, marks=tier_marks) for m in modes],
-                             scope="session")
+        # xdist_group: with --dist loadgroup every test of a mode runs on one worker (one server).
+        metafunc.parametrize("mode", [pytest.param(m, id=m.name, marks=(*tier_marks, pytest.mark.xdist_group(m.name)))
+                                      for m in modes], scope="session")
     if "prompt_class" in metafunc.fixturenames:
         metafunc.parametrize("prompt_class", [pytest.param(c, id=c.name, marks=tier_marks)
                                               for c in rig.prompt_classes])
@@ -125,8 +196,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                                              for n in rig.protocol.concurrency])
 
 
-XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n): two workers would start servers on the "
-                 "same accelerator and measure each other's load. Run them without -n.")
+XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the rig is a gpu rig and each worker "
+                 "gets its own GPUs (--dist loadgroup, enough GPUs for -n): otherwise two servers would share "
+                 "an accelerator and measure each other's load. Run them without -n.")
 
 
 @pytest.hookimpl(trylast=True)
@@ -142,7 +214,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Fail before any fixture runs, so no server is started by an xdist worker.
     if hasattr(item.config, "workerinput") and item.get_closest_marker("perf"):
-        pytest.fail(XDIST_REFUSAL, pytrace=False)
+        session = get_session(item.config)
+        if session.options.worker_gpus is None:
+            pytest.fail(XDIST_REFUSAL, pytrace=False)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    specgate = get_session(session.config)
+    if hasattr(session.config, "workerinput"):
+        try:
+            specgate.options.worker_gpus = _worker_gpus(session.config, specgate)
+        except ConfigError:
+            return  # reported at collection, with the file and key
 
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -172,7 +256,7 @@ def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
             pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
                         "in the server's environment")
         server = VLLMServer(build_server_spec(session, mode), progress=session.progress,
-                            before_start=gpu_guard(rig))
+                            before_start=gpu_guard(rig, session.options.worker_gpus))
     with server:
         session.servers[mode.name] = {"base_url": "attached" if session.options.attach_url else server.base_url,
                                       "ready_after_s": server.ready_after_s,
@@ -193,27 +277,68 @@ def build_server_spec(session: SpecgateSession, mode):
         argv.append("--no-enable-prefix-caching")
     if mode.speculative_config is not None:
         argv += ["--speculative-config", json.dumps(mode.speculative_config)]
+    env = dict(rig.env)
+    if session.options.worker_gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = session.options.worker_gpus
     return ServerSpec(label=mode.name, argv=argv, served_model_name=rig.served_model_name,
-                      log_path=session.options.run_dir / f"server-{mode.name}.log", env=rig.env,
+                      log_path=session.options.run_dir / f"server-{mode.name}.log", env=env,
                       host=rig.host, startup_timeout_s=rig.startup_timeout_s)
 
 
-def gpu_guard(rig):
+def gpu_guard(rig, worker_gpus: str | None):
     """Before a gpu-tier start: refuse when GPU memory is still held (by an earlier server)."""
     if rig.tier != "gpu":
         return None
     from specgate.gpu import require_free_gpus
 
-    return lambda: require_free_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), count=rig.gpus_per_server)
+    visible = worker_gpus if worker_gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+    return lambda: require_free_gpus(visible, count=rig.gpus_per_server)
 
 
 @pytest.fixture
-def class_measurement(vllm_server, mode, prompt_class, concurrency, specgate_session: SpecgateSession):
-    """The measurement window of (mode, class, concurrency), taken once and shared by every gate."""
+def class_measurement(request: pytest.FixtureRequest, vllm_server, mode, prompt_class, concurrency,
+                      specgate_session: SpecgateSession):
+    """The measurement window of (mode, class, concurrency), taken once and shared by every gate.
+
+    The test that takes it also records it with pytest-benchmark (one round per pass over the
+    class's prompts), so ``--benchmark-autosave`` / ``--benchmark-compare`` keep a history."""
+    key = (mode.name, prompt_class.name, concurrency)
+    fresh = key not in specgate_session.measurements and key not in specgate_session.failures
+    benchmark = request.getfixturevalue("benchmark") if fresh and _benchmark_usable(request) else None
+    kwargs = {}
+    if benchmark is not None:
+        kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds, iterations=1)
     try:
-        return specgate_session.measure(vllm_server, mode, prompt_class, concurrency)
+        measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency, **kwargs)
     except SpecgateError as exc:
         pytest.fail(str(exc), pytrace=False)
+    if benchmark is not None:
+        benchmark.group = f"{specgate_session.rig.name}/{prompt_class.name}/c{concurrency}"
+        benchmark.extra_info.update(_benchmark_info(measurement))
+    return measurement
+
+
+def _benchmark_usable(request: pytest.FixtureRequest) -> bool:
+    """pytest-benchmark present and enabled (it disables itself under xdist and with
+    --benchmark-disable, and then runs a target once: the plain loop must run the rounds)."""
+    plugin = request.config.pluginmanager.get_plugin("pytest_benchmark")
+    bs = getattr(request.config, "_benchmarksession", None)
+    return plugin is not None and bs is not None and not bs.disabled
+
+
+def _benchmark_info(m) -> dict[str, Any]:
+    import statistics
+
+    rates = m.decode_tokens_per_s
+    info: dict[str, Any] = {"rig": m.rig, "mode": m.mode, "prompt_class": m.prompt_class,
+                            "concurrency": m.concurrency,
+                            "decode_tokens_per_s_median": statistics.median(rates) if rates else None,
+                            "aggregate_tokens_per_s": m.aggregate_tokens_per_s, "requests": len(m.records)}
+    if m.acceptance is not None:
+        info.update(mean_acceptance_length=m.acceptance.mean_acceptance_length,
+                    acceptance_rate=m.acceptance.acceptance_rate,
+                    per_position_rates=list(m.acceptance.per_position_rates))
+    return info
 
 
 @pytest.fixture
@@ -325,13 +450,37 @@ class GateKeeper:
 
 # -- end of the run ----------------------------------------------------------------------------
 def _has_perf_work(session: SpecgateSession) -> bool:
-    return bool(session.measurements or session.failures or session.servers)
+    return bool(session.measurements or session.failures or session.servers or session.worker_reports)
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """--report-only: render a saved report again (summary, Markdown, plots), start nothing."""
+    path = config.getoption("report_only")
+    if path is None:
+        return None
+    from specgate.report import render_all, render_text
+    from specgate.session import load_report
+
+    try:
+        report = load_report(path)
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return int(pytest.ExitCode.USAGE_ERROR)
+    print(render_text(report))
+    written = render_all(report, Path(path).parent)
+    for name, out in written.items():
+        print(f"{name}: {out}")
+    return int(pytest.ExitCode.OK)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     specgate = get_session(session.config)
-    if not _has_perf_work(specgate) or hasattr(session.config, "workerinput"):
+    if hasattr(session.config, "workerinput"):
+        if _has_perf_work(specgate):
+            session.config.workeroutput["specgate"] = json.dumps(specgate.worker_output())
+        return
+    if not _has_perf_work(specgate):
         return
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     if interrupted:

@@ -62,7 +62,7 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
                     row.append(f"{tps:.1f}" if tps else "-")
                 verdict_parts.append(_verdict_text(verdicts.get((mode, prompt_class, level), [])))
             ref_verdict = _verdict_text(verdicts.get((reference, prompt_class, level), []))
-            row.append(" | ".join([f"{reference}: {ref_verdict}", *(
+            row.append("; ".join([f"{reference}: {ref_verdict}", *(
                 f"{mode}: {v}" for mode, v in zip([m for m in modes if m != reference], verdict_parts))]))
             rows.append(row)
         headers = ["class", f"{reference} tok/s", *(f"{m} tok/s (change)" for m in modes if m != reference),

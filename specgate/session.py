@@ -34,6 +34,9 @@ class SessionOptions:
     attach_url: str | None = None
     attach_mode: str | None = None
     api_key: str | None = None
+    # Under xdist: this worker's GPUs (CUDA_VISIBLE_DEVICES for its servers); None elsewhere.
+    worker_gpus: str | None = None
+    worker_id: str | None = None
 
 
 @dataclass
@@ -73,7 +76,8 @@ class SpecgateSession:
             return [self.rig.mode(self.options.attach_mode or self.rig.reference_mode)]
         return list(self.rig.modes)
 
-    def measure(self, server: Any, mode: Mode, prompt_class: PromptClass, concurrency: int) -> ClassMeasurement:
+    def measure(self, server: Any, mode: Mode, prompt_class: PromptClass, concurrency: int,
+                **kwargs: Any) -> ClassMeasurement:
         """Measure once per (mode, class, concurrency) per session; later tests reuse the result,
         and a failure is remembered so the same window is not retried for every gate."""
         key = (mode.name, prompt_class.name, concurrency)
@@ -81,15 +85,58 @@ class SpecgateSession:
             raise self.failures[key]
         if key not in self.measurements:
             try:
-                self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency)
+                self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency, **kwargs)
             except SpecgateError as exc:
                 self.failures[key] = exc
+                self._share(key, {"error": str(exc)})
                 raise
+            self._share(key, self.measurements[key].to_dict())
             self._write_partial_report()
         return self.measurements[key]
 
-    def reference_measurement(self, prompt_class: str, concurrency: int) -> ClassMeasurement | None:
-        return self.measurements.get((self.rig.reference_mode, prompt_class, concurrency))
+    # -- measurements shared between xdist workers through the run directory -----------------
+    def _shared_path(self, key: MeasureKey) -> Path:
+        mode, prompt_class, concurrency = key
+        return self.options.run_dir / "measurements" / f"{mode}__{prompt_class}__c{concurrency}.json"
+
+    def _share(self, key: MeasureKey, data: dict[str, Any]) -> None:
+        if self.options.worker_id is None:
+            return  # one process: memory is enough
+        from specgate.baselines import atomic_write_json
+
+        path = self._shared_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, data)
+
+    def reference_measurement(self, prompt_class: str, concurrency: int, *,
+                              wait_s: float | None = None) -> ClassMeasurement | None:
+        """The no-speculation window of this class. Under xdist another worker may measure it:
+        wait for its file (bounded, with progress), or for its failure."""
+        key = (self.rig.reference_mode, prompt_class, concurrency)
+        if key in self.measurements or self.options.worker_id is None:
+            return self.measurements.get(key)
+        import time
+
+        path = self._shared_path(key)
+        budget = wait_s if wait_s is not None else self.rig.startup_timeout_s + 3600
+        started = last = time.monotonic()
+        while not path.exists():
+            now = time.monotonic()
+            if now - started > budget:
+                self.failures.setdefault(key, SpecgateError(
+                    f"the no-speculation window {key} did not appear in {path.parent} within {budget:.0f}s"))
+                return None
+            if now - last >= 30:
+                self.progress(f"waiting for another worker to measure {self.rig.reference_mode} on "
+                              f"{prompt_class} ({now - started:.0f}s)")
+                last = now
+            time.sleep(1.0)
+        data = json.loads(path.read_text())
+        if "error" in data:
+            self.failures.setdefault(key, SpecgateError(data["error"]))
+            return None
+        self.measurements[key] = ClassMeasurement.from_dict(data)
+        return self.measurements[key]
 
     def record(self, result: GateResult) -> None:
         self.results.append(result)
@@ -106,8 +153,41 @@ class SpecgateSession:
         self.pending_updates.clear()
         return self.options.baselines_path
 
+    # -- xdist: what a worker sends, and the controller's merge ----------------------------------
+    worker_reports: list[dict[str, Any]] = field(default_factory=list)
+
+    def worker_output(self) -> dict[str, Any]:
+        return {"report": self.report_data(complete=True, merge=False),
+                "updates": [[list(k), v.model_dump(mode="json")] for k, v in self.pending_updates.items()]}
+
+    def absorb_worker(self, output: dict[str, Any]) -> None:
+        self.worker_reports.append(output["report"])
+        for key, entry in output.get("updates", []):
+            self.pending_updates[tuple(key)] = BaselineEntry.model_validate(entry)  # type: ignore[index]
+
     # -- the run's JSON report -------------------------------------------------------------
-    def report_data(self, *, complete: bool) -> dict[str, Any]:
+    def report_data(self, *, complete: bool, merge: bool = True) -> dict[str, Any]:
+        own = self._own_report_data(complete=complete)
+        if not merge or not self.worker_reports:
+            return own
+        seen = set()
+        measurements = []
+        for report in [own, *self.worker_reports]:
+            for m in report["measurements"]:
+                key = (m["mode"], m["prompt_class"], m["concurrency"])
+                if key not in seen:  # a worker may hold a copy of another's reference window
+                    seen.add(key)
+                    measurements.append(m)
+            own["fingerprints"].update(report["fingerprints"])
+            own["servers"].update(report["servers"])
+        own["measurements"] = measurements
+        own["gates"] = [g for r in [own, *self.worker_reports] for g in r["gates"]]
+        failures = {(f["mode"], f["prompt_class"], f["concurrency"]): f
+                    for r in [own, *self.worker_reports] for f in r["failures"]}
+        own["failures"] = [f for k, f in failures.items() if k not in seen]
+        return own
+
+    def _own_report_data(self, *, complete: bool) -> dict[str, Any]:
         rig = self.rig
         return {
             "specgate_report": 1,
@@ -120,6 +200,7 @@ class SpecgateSession:
             "fingerprints": {k: v.model_dump(mode="json") for k, v in self.fingerprints.items()},
             "servers": self.servers,
             "measurements": [m.to_dict() for m in self.measurements.values()],
+            "worker": self.options.worker_id,
             "failures": [{"mode": k[0], "prompt_class": k[1], "concurrency": k[2], "error": str(e)}
                          for k, e in self.failures.items()],
             "gates": [r.to_dict() for r in self.results],
@@ -130,7 +211,8 @@ class SpecgateSession:
         return self.options.run_dir / "report.json"
 
     def _write_partial_report(self) -> None:
-        self.write_report(complete=False)
+        if self.options.worker_id is None:  # under xdist the controller writes the report
+            self.write_report(complete=False)
 
     def write_report(self, *, complete: bool) -> Path:
         from specgate.baselines import atomic_write_json

@@ -253,6 +253,16 @@ def test_write_creates_and_replaces(tmp_path: Path) -> None:
     assert path.read_text().endswith("\n")
 
 
+@pytest.mark.xfail(strict=True, reason="atomic_write_json renames a mkstemp file, created 0600, over the "
+                                       "target: a 0644 baselines.json becomes unreadable to other users")
+def test_write_keeps_the_file_mode(tmp_path: Path) -> None:
+    path = tmp_path / "baselines.json"
+    path.write_text("{}")
+    path.chmod(0o644)
+    atomic_write_json(path, {"a": 1})
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
 # The writer: one interpreter (imports are the slow part) forks one child per file. Each child
 # merges a large entry, whose every sample is the iteration number, into its file forever and
 # says "IDX ready" before its first write. A "mid" child stops half-way through its first write

@@ -7,6 +7,7 @@ failure mode can be produced on purpose and quickly.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -259,6 +260,19 @@ def test_stream_without_text_chunks_is_recorded_not_failed() -> None:
     record = generate(streaming(sse(chat_chunk("", role="assistant"), usage_chunk(5), "[DONE]")))
     assert record.completion_tokens == 5 and record.chunk_times == []
     assert record.first_token_at is None and record.ttft_s is None and record.decode_tokens_per_s is None
+
+
+def test_compressed_stream_is_decompressed_although_identity_was_asked() -> None:
+    seen_accept: list[str] = []
+    body = gzip.compress(sse(chat_chunk("zipped"), usage_chunk(2), "[DONE]"))
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        seen_accept.append(request.headers["accept-encoding"])
+        return httpx.Response(200, headers={"content-encoding": "gzip"}, content=paced([body[:9], body[9:]]))
+
+    record = generate(handle)
+    assert seen_accept == ["identity"]
+    assert record.text == "zipped" and record.completion_tokens == 2
 
 
 def test_sse_comments_and_other_fields_are_ignored_over_crlf() -> None:

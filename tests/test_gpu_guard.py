@@ -116,20 +116,16 @@ def test_raises_exactly_when_a_used_gpu_is_held(used: list[float], data: st.Data
         require_free_gpus(None, count=count, read=lambda: readings)
 
 
-# Known defects, kept as strict xfails: each turns into a failure (XPASS) once fixed, as a
-# reminder to drop the mark. See the report that came with these tests.
-
-
-@pytest.mark.xfail(strict=True, reason="CUDA_VISIBLE_DEVICES order is ignored: '3,1' makes GPU 3 the "
-                                       "server's first device, but readings stay in NVML index order")
 def test_visible_order_decides_which_gpus_the_server_uses() -> None:
+    """CUDA_VISIBLE_DEVICES='3,1' makes GPU 3 the server's device 0: with count=1 it is GPU 3
+    that must be free, not the lower-numbered GPU 1."""
     readings = [_free(0), _free(1), _free(2), _held(3)]
     with pytest.raises(ServerStartError, match="GPU 3"):
         require_free_gpus("3,1", count=1, read=lambda: readings)
+    require_free_gpus("1,3", count=1, read=lambda: readings)
 
 
-@pytest.mark.xfail(strict=True, reason="CUDA_VISIBLE_DEVICES='' means no GPU for CUDA, but is treated "
-                                       "as unset (every GPU)")
 def test_empty_visible_devices_means_no_gpu() -> None:
+    """CUDA reads CUDA_VISIBLE_DEVICES='' as "no GPU", not as unset."""
     with pytest.raises(ServerStartError, match="but 0 are visible"):
         require_free_gpus("", count=1, read=lambda: [_free(0)])

@@ -64,20 +64,71 @@ def test_unknown_rig_lists_the_known_ones(perf_project):
     result.stdout.fnmatch_lines(["*no rig named 'nope'*cpu-smollm2*h200-smollm2*"])
 
 
-def test_perf_tiers_refuse_xdist_before_any_fixture_runs():
+def test_perf_tiers_refuse_xdist_before_any_fixture_runs(tmp_path):
     # A real `-n 2` run takes ~10 s to spawn workers; the hook's decision is what matters here.
     from types import SimpleNamespace
 
-    from specgate.plugin import pytest_runtest_setup
+    from specgate.plugin import SESSION_KEY, pytest_runtest_setup
 
-    def item(worker: bool, perf: bool):
-        config = SimpleNamespace(workerinput={"workerid": "gw0"}) if worker else SimpleNamespace()
+    session = _session(tmp_path)
+
+    def item(worker: bool, perf: bool, gpus: str | None = None):
+        session.options.worker_gpus = gpus
+        config = SimpleNamespace(stash={SESSION_KEY: session})
+        if worker:
+            config.workerinput = {"workerid": "gw0"}
         return SimpleNamespace(config=config, get_closest_marker=lambda name: object() if perf else None)
 
     with pytest.raises(pytest.fail.Exception, match="refuse pytest-xdist"):
         pytest_runtest_setup(item(worker=True, perf=True))
     pytest_runtest_setup(item(worker=True, perf=False))  # fast tests run under -n 2
     pytest_runtest_setup(item(worker=False, perf=True))  # perf tests run without -n
+    pytest_runtest_setup(item(worker=True, perf=True, gpus="1"))  # a gpu worker with its own GPU
+
+
+def test_each_worker_gets_its_own_gpus():
+    from specgate.plugin import assign_worker_gpus
+
+    visible = ["0", "1", "2", "3", "4", "5", "6", "7"]
+    one_each = [assign_worker_gpus(visible, i, 8, 1) for i in range(8)]
+    assert one_each == visible  # 8 workers, 8 GPUs: never two servers on one GPU
+    pairs = [assign_worker_gpus(visible, i, 4, 2) for i in range(4)]
+    assert pairs == ["0,1", "2,3", "4,5", "6,7"]  # tensor parallel 2
+    assert assign_worker_gpus(["3", "1"], 1, 2, 1) == "1"  # the visible order is kept
+    with pytest.raises(pytest.UsageError, match="need 4 GPUs, but 2 are available"):
+        assign_worker_gpus(["0", "1"], 0, 2, 2)
+
+
+def test_worker_reports_are_merged_on_the_controller(tmp_path):
+    controller = _session(tmp_path)
+    worker = _session(tmp_path)
+    worker.options.worker_id = "gw1"
+    worker.measurements[("ngram", "coding", 1)] = _measurement("ngram", [40.0] * 3)
+    worker.queue_update(worker.measurements[("ngram", "coding", 1)],
+                        __import__("specgate.gates", fromlist=["baseline_entry"]).baseline_entry(
+                            worker.measurements[("ngram", "coding", 1)],
+                            __import__("specgate.baselines", fromlist=["Fingerprint"]).Fingerprint()))
+    controller.measurements[("baseline", "coding", 1)] = _measurement("baseline", [30.0] * 3)
+
+    controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
+
+    merged = controller.report_data(complete=True)
+    assert {(m["mode"], m["prompt_class"]) for m in merged["measurements"]} == {("baseline", "coding"),
+                                                                               ("ngram", "coding")}
+    assert ("cpu-smollm2", "ngram", "coding", 1) in controller.pending_updates
+
+
+def test_a_worker_reads_the_reference_window_another_worker_measured(tmp_path):
+    measuring = _session(tmp_path)
+    measuring.options.worker_id = "gw0"
+    waiting = _session(tmp_path)
+    waiting.options.worker_id = "gw1"
+    measuring._share(("baseline", "coding", 1), _measurement("baseline", [30.0] * 3).to_dict())
+
+    reference = waiting.reference_measurement("coding", 1, wait_s=5)
+
+    assert reference is not None and reference.decode_tokens_per_s == pytest.approx([30.0] * 3)
+    assert waiting.reference_measurement("math", 1, wait_s=0.1) is None  # bounded wait, then None
 
 
 def test_attach_mode_runs_only_the_named_mode(perf_project):

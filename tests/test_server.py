@@ -26,6 +26,7 @@ from specgate.server import AttachedServer, ServerSpec, VLLMServer, format_elaps
 pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 
 SERVED = "fake-model"
+Reaper = list[psutil.Process]
 
 # A stand-in for `vllm serve`: parses the --host/--port that VLLMServer appends, then behaves as
 # --behaviour says. It records its pid, its engine-core child's pid, argv and env in --state.
@@ -42,6 +43,7 @@ FAKE_SERVER = textwrap.dedent('''
     parser.add_argument("--healthy-after", type=float, default=0.0)
     args, unknown = parser.parse_known_args()
     started = time.monotonic()
+    restarted = os.path.exists(args.state)  # an earlier start of this test wrote it
 
     if args.behaviour == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child below, across exec
@@ -54,7 +56,7 @@ FAKE_SERVER = textwrap.dedent('''
         json.dump(state, handle)
     os.replace(args.state + ".tmp", args.state)
 
-    if args.behaviour == "exit3":
+    if args.behaviour == "exit3" or (args.behaviour == "exit3-when-restarted" and restarted):
         for i in range(5):
             print(f"fake-vllm: loading shard {i}", flush=True)
         print("fake-vllm: RuntimeError: CUDA out of memory (pretend)", flush=True)
@@ -110,13 +112,14 @@ def fake(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def reaper() -> Iterator[list[int]]:
-    """Pids a test learnt about; SIGKILLed at teardown if they are somehow still alive."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+def reaper() -> Iterator[Reaper]:
+    """Processes a test started, SIGKILLed at teardown if a failed test left them alive.
+    psutil.Process.kill() checks the creation time first, so a reused pid is never hit."""
+    procs: Reaper = []
+    yield procs
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 def _spec(fake: Path, tmp_path: Path, *extra: str, label: str = "ngram", served: str = SERVED,
@@ -127,14 +130,16 @@ def _spec(fake: Path, tmp_path: Path, *extra: str, label: str = "ngram", served:
                       env=env or {}, startup_timeout_s=timeout_s, probe_timeout_s=5.0)
 
 
-def _state(tmp_path: Path, reaper: list[int], timeout_s: float = 10.0) -> dict:
+def _state(tmp_path: Path, reaper: Reaper, timeout_s: float = 10.0) -> dict:
     path = tmp_path / "state.json"
     deadline = time.monotonic() + timeout_s
     while not path.exists():
         assert time.monotonic() < deadline, "the fake server never wrote its state"
         time.sleep(0.02)
     state = json.loads(path.read_text())
-    reaper += [state["child"], state["pid"]]
+    for pid in (state["child"], state["pid"]):
+        with contextlib.suppress(psutil.Error):
+            reaper.append(psutil.Process(pid))
     return state
 
 
@@ -157,7 +162,7 @@ def _wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
 # --------------------------------------------------------------------------- (a) lifecycle
 
 
-def test_ready_then_whole_group_torn_down(fake: Path, tmp_path: Path, reaper: list[int]) -> None:
+def test_ready_then_whole_group_torn_down(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
     lines: list[str] = []
     spec = _spec(fake, tmp_path, env={"FAKE_MARK": "from-spec"})
     with VLLMServer(spec, progress=lines.append) as server:
@@ -206,7 +211,7 @@ def test_before_start_hook_runs_first_and_can_refuse(fake: Path, tmp_path: Path)
 # --------------------------------------------------------------------------- (b) early exit
 
 
-def test_exit_before_ready_quotes_code_and_log(fake: Path, tmp_path: Path, reaper: list[int]) -> None:
+def test_exit_before_ready_quotes_code_and_log(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
     started = time.monotonic()
     with pytest.raises(ServerStartError) as info, VLLMServer(_spec(fake, tmp_path, "--behaviour", "exit3")):
         pass
@@ -224,7 +229,7 @@ def test_exit_before_ready_quotes_code_and_log(fake: Path, tmp_path: Path, reape
 # --------------------------------------------------------------------------- (c) deadline
 
 
-def test_startup_deadline(fake: Path, tmp_path: Path, reaper: list[int]) -> None:
+def test_startup_deadline(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
     spec = _spec(fake, tmp_path, "--behaviour", "never-healthy", timeout_s=1)
     started = time.monotonic()
     with pytest.raises(ServerStartError) as info, VLLMServer(spec):
@@ -232,7 +237,7 @@ def test_startup_deadline(fake: Path, tmp_path: Path, reaper: list[int]) -> None
     elapsed = time.monotonic() - started
     assert 1 <= elapsed < 10
     message = str(info.value)
-    assert re.search(r"was not ready after [12]s \(startup deadline 1s; waiting for /health\)", message)
+    assert re.search(r"was not ready after [1-4]s \(startup deadline 1s; waiting for /health\)", message)
     assert "fake-vllm: listening on" in message  # the log's tail
     state = _state(tmp_path, reaper)
     assert group_members(state["pgid"]) == []
@@ -242,7 +247,7 @@ def test_startup_deadline(fake: Path, tmp_path: Path, reaper: list[int]) -> None
 # --------------------------------------------------------------------------- (d) SIGTERM ignored
 
 
-def test_stop_kills_a_server_that_ignores_sigterm(fake: Path, tmp_path: Path, reaper: list[int],
+def test_stop_kills_a_server_that_ignores_sigterm(fake: Path, tmp_path: Path, reaper: Reaper,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server_mod, "TERM_GRACE_S", 1.0)
     lines: list[str] = []
@@ -251,7 +256,7 @@ def test_stop_kills_a_server_that_ignores_sigterm(fake: Path, tmp_path: Path, re
         state = _state(tmp_path, reaper)
         pgid = server.pgid
         os.killpg(pgid, signal.SIGTERM)  # really ignored, by both processes
-        time.sleep(0.2)
+        time.sleep(0.1)
         assert not _gone(state["pid"]) and not _gone(state["child"])
         started = time.monotonic()
     took = time.monotonic() - started
@@ -264,7 +269,7 @@ def test_stop_kills_a_server_that_ignores_sigterm(fake: Path, tmp_path: Path, re
 # --------------------------------------------------------------------------- (e) death after ready
 
 
-def test_death_after_ready_is_reported_with_the_log(fake: Path, tmp_path: Path, reaper: list[int]) -> None:
+def test_death_after_ready_is_reported_with_the_log(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
     with VLLMServer(_spec(fake, tmp_path)) as server:
         state = _state(tmp_path, reaper)
         pgid = server.pgid
@@ -286,7 +291,7 @@ def test_death_after_ready_is_reported_with_the_log(fake: Path, tmp_path: Path, 
 # --------------------------------------------------------------------------- (f) wrong model
 
 
-def test_wrong_served_model_name(fake: Path, tmp_path: Path, reaper: list[int]) -> None:
+def test_wrong_served_model_name(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
     spec = _spec(fake, tmp_path, "--served", "other-model", served="smollm2-135m")
     with pytest.raises(ServerStartError) as info, VLLMServer(spec):
         pass
@@ -300,11 +305,11 @@ def test_wrong_served_model_name(fake: Path, tmp_path: Path, reaper: list[int]) 
 # --------------------------------------------------------------------------- (g) progress
 
 
-def test_progress_reports_elapsed_time(fake: Path, tmp_path: Path, reaper: list[int],
+def test_progress_reports_elapsed_time(fake: Path, tmp_path: Path, reaper: Reaper,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 0.1)
     lines: list[str] = []
-    with VLLMServer(_spec(fake, tmp_path, "--healthy-after", "0.6"), progress=lines.append):
+    with VLLMServer(_spec(fake, tmp_path, "--healthy-after", "0.4"), progress=lines.append):
         _state(tmp_path, reaper)
     waiting = [line for line in lines if "waiting for /health" in line]
     assert len(waiting) >= 2, lines
@@ -320,7 +325,7 @@ def test_format_elapsed(seconds: float, text: str) -> None:
 # --------------------------------------------------------------------------- (h) no shell
 
 
-def test_argv_list_without_shell(fake: Path, tmp_path: Path, reaper: list[int],
+def test_argv_list_without_shell(fake: Path, tmp_path: Path, reaper: Reaper,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[tuple, dict]] = []
     real_popen = subprocess.Popen
@@ -360,7 +365,7 @@ def _held_port() -> Iterator[int]:
         yield int(held.getsockname()[1])
 
 
-def test_port_taken_is_retried_on_another_port(fake: Path, tmp_path: Path, reaper: list[int],
+def test_port_taken_is_retried_on_another_port(fake: Path, tmp_path: Path, reaper: Reaper,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     real_free_port = server_mod.free_port
     with _held_port() as taken:
@@ -386,7 +391,7 @@ def test_port_taken_is_retried_on_another_port(fake: Path, tmp_path: Path, reape
     assert group_members(state["pgid"]) == []
 
 
-def test_port_taken_every_time_gives_up(fake: Path, tmp_path: Path, reaper: list[int],
+def test_port_taken_every_time_gives_up(fake: Path, tmp_path: Path, reaper: Reaper,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     with _held_port() as taken:
         monkeypatch.setattr(server_mod, "free_port", lambda host="127.0.0.1": taken)
@@ -397,6 +402,26 @@ def test_port_taken_every_time_gives_up(fake: Path, tmp_path: Path, reaper: list
     log = (tmp_path / "logs" / "ngram.log").read_text()
     assert f"attempt {server_mod.PORT_RETRIES}" in log
     assert f"attempt {server_mod.PORT_RETRIES + 1}" not in log
+
+
+@pytest.mark.xfail(strict=True, reason="VLLMServer.start looks for 'address already in use' in the whole "
+                                       "log, earlier attempts included, so any later failure is retried")
+def test_only_a_port_clash_of_this_attempt_is_retried(fake: Path, tmp_path: Path, reaper: Reaper,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    real_free_port = server_mod.free_port
+    with _held_port() as taken:
+        handed: list[int] = []
+
+        def free_port(host: str = "127.0.0.1") -> int:
+            handed.append(taken if not handed else real_free_port(host))
+            return handed[-1]
+
+        monkeypatch.setattr(server_mod, "free_port", free_port)
+        with pytest.raises(ServerStartError, match="exited with code 3"), VLLMServer(
+                _spec(fake, tmp_path, "--behaviour", "exit3-when-restarted")):
+            pass
+    _state(tmp_path, reaper)
+    assert len(handed) == 2  # attempt 2 failed for another reason: no third start
 
 
 # --------------------------------------------------------------------------- (j) attached
@@ -422,7 +447,7 @@ def test_attached_server_unreachable_hides_the_api_key() -> None:
     server.stop()  # nothing to stop, never raises
 
 
-def test_attached_server_ready_and_unhealthy(fake: Path, tmp_path: Path, reaper: list[int],
+def test_attached_server_ready_and_unhealthy(fake: Path, tmp_path: Path, reaper: Reaper,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 3600)
     with VLLMServer(_spec(fake, tmp_path)) as owned:
