@@ -71,7 +71,9 @@ async def _stream_completion(reader: asyncio.StreamReader, writer: asyncio.Strea
             # per-event work cannot be what limits the client's measured rate.
             # Every event carries the time of that write.
             sent_at = repr(time.perf_counter())
-            writer.write(b"".join(_content_chunk(sent_at, last=index == events - 1) for index in range(events)))
+            writer.write(
+                b"".join(_content_chunk(sent_at, last=index == events - 1) for index in range(events))
+            )
         usage = {
             "id": "chatcmpl-bench",
             "object": "chat.completion.chunk",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -75,6 +76,12 @@ SCENARIOS = [
 class RoundResult:
     wall_s: float
     streams: list[tuple[list[float], list[float]]]  # per stream: server send times, client receive times
+    cpu_s: float = 0.0  # CPU time the client process used in the round
+
+
+def process_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # A reader runs one round of a scenario against the server and returns what it saw.
@@ -135,7 +142,9 @@ class SpecgateReader:
         records = await run_requests(self.client, requests, concurrency=scenario.streams)
         wall_s = time.perf_counter() - started
         assert all(record.completion_tokens == scenario.events for record in records)
-        return RoundResult(wall_s, [(stamps_from_text(record.text), record.chunk_times) for record in records])
+        return RoundResult(
+            wall_s, [(stamps_from_text(record.text), record.chunk_times) for record in records]
+        )
 
     async def close(self) -> None:
         if self.client is not None:
@@ -225,15 +234,24 @@ READERS: dict[str, Callable[[], Any]] = {
 # drifting load on a shared machine skews their comparison as little as possible.
 @pytest.mark.parametrize(
     ("scenario", "reader_name"),
-    [pytest.param(scenario, name, id=f"{scenario.name}-{name}") for scenario in SCENARIOS for name in READERS],
+    [
+        pytest.param(scenario, name, id=f"{scenario.name}-{name}")
+        for scenario in SCENARIOS
+        for name in READERS
+    ],
 )
-def test_client_stream_capacity_and_skew(benchmark: Any, server_url: str, reader_name: str, scenario: Scenario) -> None:
+def test_client_stream_capacity_and_skew(
+    benchmark: Any, server_url: str, reader_name: str, scenario: Scenario
+) -> None:
     reader = READERS[reader_name]()
     loop = asyncio.new_event_loop()  # one loop for all rounds: connection setup stays out of the timing
     rounds: list[RoundResult] = []
 
     def one_round() -> None:
-        rounds.append(loop.run_until_complete(reader(server_url, scenario)))
+        cpu_before = process_cpu_s()
+        result = loop.run_until_complete(reader(server_url, scenario))
+        result.cpu_s = process_cpu_s() - cpu_before
+        rounds.append(result)
 
     try:
         benchmark.group = scenario.name
@@ -255,6 +273,9 @@ def test_client_stream_capacity_and_skew(benchmark: Any, server_url: str, reader
             # constant skew cancels out here, only its jitter remains.
             itl_error_ms += np.abs(np.diff(skew)).tolist()
     events_per_s = [scenario.total_events / result.wall_s for result in measured]
+    # CPU time per event barely moves when other processes compete for the
+    # cores, unlike wall-clock rates; 1e6 / it is the rate one core could parse.
+    cpu_us_per_event = [result.cpu_s / scenario.total_events * 1e6 for result in measured]
     skews = np.array(skew_ms)
     benchmark.extra_info.update(
         {
@@ -263,6 +284,7 @@ def test_client_stream_capacity_and_skew(benchmark: Any, server_url: str, reader
             "events_per_round": scenario.total_events,
             "events_per_s_median": round(float(np.median(events_per_s))),
             "events_per_s_best": round(max(events_per_s)),
+            "cpu_us_per_event_median": round(float(np.median(cpu_us_per_event)), 2),
             "skew_ms_median": round(float(np.median(skews)), 4),
             "skew_ms_p99": round(float(np.percentile(skews, 99)), 4),
             "skew_ms_min": round(float(skews.min()), 4),

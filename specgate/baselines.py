@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -121,10 +122,20 @@ def atomic_write_json(path: Path, data: Any) -> None:
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600; keep the file's (or umask's) mode
         os.replace(tmp, path)
     except BaseException:
         with_suppressed_unlink(tmp)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def with_suppressed_unlink(path: str) -> None:

@@ -18,6 +18,7 @@ chunks would undercount tokens and overstate per-token latency.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -67,7 +68,7 @@ class SSEDecoder:
     line is always a complete UTF-8 string.
     """
 
-    __slots__ = ("_pending", "_data_lines", "_skip_leading_lf", "_at_stream_start")
+    __slots__ = ("_at_stream_start", "_data_lines", "_pending", "_skip_leading_lf")
 
     def __init__(self) -> None:
         self._pending = b""  # bytes of the line not yet terminated
@@ -155,7 +156,7 @@ class ChunkedDecoder:
     arrives, so a large chunk is not held back.
     """
 
-    __slots__ = ("_pending", "_remaining", "_need_crlf", "_in_trailers", "finished")
+    __slots__ = ("_in_trailers", "_need_crlf", "_pending", "_remaining", "finished")
 
     def __init__(self) -> None:
         self._pending = b""  # an incomplete size line, CRLF or trailer line
@@ -240,7 +241,7 @@ def _parse_chunk_size_with_extensions(line: bytes) -> int:
 class _Connection:
     """One keep-alive TCP connection to the server."""
 
-    __slots__ = ("reader", "writer", "reused")
+    __slots__ = ("reader", "reused", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
@@ -297,7 +298,9 @@ class _ResponseBody(httpx.AsyncByteStream):
             while not decoder.finished:
                 data = await self._read()
                 if not data:
-                    raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+                    raise httpx.RemoteProtocolError(
+                        "peer closed connection without sending complete message body"
+                    )
                 payload = decoder.feed(data)
                 if payload:
                     yield payload
@@ -306,7 +309,9 @@ class _ResponseBody(httpx.AsyncByteStream):
             while left > 0:
                 data = await self._read()
                 if not data:
-                    raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+                    raise httpx.RemoteProtocolError(
+                        "peer closed connection without sending complete message body"
+                    )
                 if len(data) > left:
                     raise httpx.RemoteProtocolError("response body longer than its Content-Length")
                 left -= len(data)
@@ -358,7 +363,9 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme != "http":
-            raise httpx.UnsupportedProtocol(f"FastHTTPTransport serves http:// only, not {request.url.scheme}://")
+            raise httpx.UnsupportedProtocol(
+                f"FastHTTPTransport serves http:// only, not {request.url.scheme}://"
+            )
         timeouts = request.extensions.get("timeout", {})
         key = (request.url.host, request.url.port or 80)
         idle = self._idle.get(key)
@@ -442,7 +449,9 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
             try:
                 framing, length = "length", int(lowered[b"content-length"])
             except ValueError:
-                raise httpx.RemoteProtocolError(f"bad Content-Length {lowered[b'content-length'][:40]!r}") from None
+                raise httpx.RemoteProtocolError(
+                    f"bad Content-Length {lowered[b'content-length'][:40]!r}"
+                ) from None
         else:
             framing, length = "close", 0
         stream = _ResponseBody(self, key, conn, framing, length, keep_alive, read_timeout)
@@ -580,8 +589,7 @@ class RequestRecord:
 
     @property
     def inter_chunk_latencies_s(self) -> list[float]:
-        times = self.chunk_times
-        return [later - earlier for earlier, later in zip(times, times[1:])]
+        return [later - earlier for earlier, later in itertools.pairwise(self.chunk_times)]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of the fields plus the derived values (for readers of the file)."""
@@ -620,7 +628,7 @@ class _StallWatchdog:
     ``MockTransport`` does not do.
     """
 
-    __slots__ = ("_limit_s", "_loop", "_task", "_handle", "clock", "last_data_at", "fired")
+    __slots__ = ("_handle", "_limit_s", "_loop", "_task", "clock", "fired", "last_data_at")
 
     def __init__(self, limit_s: float) -> None:
         self._limit_s = limit_s
@@ -690,12 +698,16 @@ class StreamingClient:
             transport = FastHTTPTransport()
         # Streams get no transport read timeout: generate()'s _StallWatchdog
         # enforces read_timeout more cheaply, and for any transport.
-        self._stream_timeout = httpx.Timeout(connect=connect_timeout, read=None, write=read_timeout, pool=connect_timeout)
+        self._stream_timeout = httpx.Timeout(
+            connect=connect_timeout, read=None, write=read_timeout, pool=connect_timeout
+        )
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
             transport=transport,
-            timeout=httpx.Timeout(connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout),
+            timeout=httpx.Timeout(
+                connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
+            ),
             # run_requests bounds concurrency itself; a pool limit below it would
             # queue requests inside httpx and charge the wait to TTFT.
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
@@ -727,7 +739,9 @@ class StreamingClient:
         except httpx.HTTPError as exc:
             raise self._transport_error(where, exc) from self._safe_cause(exc)
         if response.status_code != 200:
-            raise self._error(f"{where}: HTTP {response.status_code}: {response.text[:_HTTP_BODY_QUOTE_CHARS]}")
+            raise self._error(
+                f"{where}: HTTP {response.status_code}: {response.text[:_HTTP_BODY_QUOTE_CHARS]}"
+            )
         return response.text
 
     async def list_models(self) -> list[str]:
@@ -774,13 +788,9 @@ class StreamingClient:
         finished_at = time.perf_counter()
 
         if not state.saw_done:
-            raise self._error(
-                f"{where}: stream ended without [DONE] after {state.events} events (truncated)"
-            )
+            raise self._error(f"{where}: stream ended without [DONE] after {state.events} events (truncated)")
         if state.usage is None:
-            raise self._error(
-                f"{where}: server did not send usage; stream_options.include_usage is required"
-            )
+            raise self._error(f"{where}: server did not send usage; stream_options.include_usage is required")
         chunk_times = state.chunk_times
         return RequestRecord(
             request_id=req.request_id,
@@ -813,7 +823,9 @@ class StreamingClient:
         chunk_times = state.chunk_times
         text_parts = state.text_parts
         body = req.to_body()
-        async with self._http.stream("POST", req.endpoint, json=body, timeout=self._stream_timeout) as response:
+        async with self._http.stream(
+            "POST", req.endpoint, json=body, timeout=self._stream_timeout
+        ) as response:
             if response.status_code != 200:
                 answer = (await response.aread()).decode("utf-8", "replace")
                 raise self._error(
@@ -857,7 +869,11 @@ class StreamingClient:
                         choice = choices[0]
                         if is_chat:
                             delta = choice.get("delta") or {}
-                            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                            text = (
+                                delta.get("content")
+                                or delta.get("reasoning_content")
+                                or delta.get("reasoning")
+                            )
                         else:
                             text = choice.get("text")
                         if text:
@@ -952,7 +968,9 @@ async def run_requests(
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
             failed = [
-                task for task in tasks if task in done and not task.cancelled() and task.exception() is not None
+                task
+                for task in tasks
+                if task in done and not task.cancelled() and task.exception() is not None
             ]
             if failed:
                 raise failed[0].exception()  # type: ignore[misc]

@@ -82,7 +82,8 @@ def _title(report: dict[str, Any]) -> str:
     rig = report["rig"]
     model = Path(str(rig.get("model", ""))).name
     partial = "" if report.get("complete", True) else "  [partial run]"
-    return f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier{', ' + model if model else ''}){partial}"
+    what = f"{rig.get('tier', '?')} tier" + (f", {model}" if model else "")
+    return f"specgate: rig {rig['name']} ({what}){partial}"
 
 
 # -- throughput -------------------------------------------------------------------------------
@@ -98,7 +99,8 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
     levels = sorted({m["concurrency"] for m in measurements})
     classes = list(dict.fromkeys(m["prompt_class"] for m in measurements))
     failed = _failed(report)
-    colors = {mode: MODE_COLORS[i % len(MODE_COLORS)] for i, mode in enumerate(m for m in modes if m != reference)}
+    speculative = [m for m in modes if m != reference]
+    colors = {mode: MODE_COLORS[i % len(MODE_COLORS)] for i, mode in enumerate(speculative)}
     colors[reference] = REFERENCE_COLOR
 
     import numpy as np
@@ -108,7 +110,7 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
     axes = fig.subplots(len(levels), 1, squeeze=False)[:, 0]
     bar_w = 0.8 / len(modes)
     rng = np.random.default_rng(0)  # fixed jitter: the same report draws the same picture
-    for ax, level in zip(axes, levels):
+    for ax, level in zip(axes, levels, strict=True):
         by = {(m["mode"], m["prompt_class"]): m for m in measurements if m["concurrency"] == level}
         level_classes = [c for c in classes if any((mode, c) in by for mode in modes)]
         top = 0.0
@@ -147,13 +149,12 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
         ax.set_ylim(0, top * 1.18 if top > 0 else 1)
         ax.set_xlabel("prompt class")
         ax.set_ylabel("decode tok/s per request")
-        ax.set_title(f"concurrency {level}: median per request, bar = median, "
-                     f"whiskers = IQR, dots = requests", fontsize=9.5)
+        ax.set_title(f"concurrency {level}", fontsize=10)
         ax.grid(axis="y", alpha=0.3, zorder=0)
         ax.set_axisbelow(True)
-        ax.legend(loc="upper left", fontsize=8.5, frameon=True, framealpha=0.9)
-    levels_text = ", ".join(str(level) for level in levels)
-    fig.suptitle(f"{_title(report)}\ndecode tok/s, concurrency {levels_text}", fontsize=11)
+        ax.legend(loc="best", fontsize=8.5, frameon=True, framealpha=0.9)
+    fig.suptitle(f"{_title(report)}\ndecode tok/s per request: bar = median, whiskers = IQR, "
+                 f"dots = requests, label = median vs {reference}", fontsize=10.5)
     return _save(fig, path)
 
 
@@ -169,12 +170,13 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
     modes = _modes(report, lines)
     classes = list(dict.fromkeys(m["prompt_class"] for m in lines))
     class_color = {c: MODE_COLORS[i % len(MODE_COLORS)] for i, c in enumerate(classes)}
-    mode_style = {mode: (LINESTYLES[i % len(LINESTYLES)], MARKERS[i % len(MARKERS)]) for i, mode in enumerate(modes)}
+    mode_style = {mode: (LINESTYLES[i % len(LINESTYLES)], MARKERS[i % len(MARKERS)])
+                  for i, mode in enumerate(modes)}
     k_max = max(len(m["acceptance"]["per_position_rates"]) for m in lines)
 
-    fig = _figure(max(7.5, 4.5 + 0.5 * k_max), 0.6 + 3.6 * len(levels))
+    fig = _figure(max(9.5, 6.5 + 0.5 * k_max), 0.6 + 3.6 * len(levels))
     axes = fig.subplots(len(levels), 1, squeeze=False)[:, 0]
-    for ax, level in zip(axes, levels):
+    for ax, level in zip(axes, levels, strict=True):
         for m in sorted((m for m in lines if m["concurrency"] == level),
                         key=lambda m: (modes.index(m["mode"]), classes.index(m["prompt_class"]))):
             acc = m["acceptance"]

@@ -1,13 +1,31 @@
-"""Rendering a run: the terminal tables, the Markdown summary. Input is the run's JSON report
-(``SpecgateSession.report_data``), so a saved report renders exactly like a live run."""
+"""Rendering a run: the terminal tables, the Markdown summary, the plots. Input is the run's JSON
+report (``SpecgateSession.report_data``), so a saved report renders exactly like a live run.
+
+- :func:`render_text`: the terminal summary;
+- :func:`render_markdown`: the same as GitHub Markdown (``summary.md``, ``$GITHUB_STEP_SUMMARY``);
+- :func:`render_all`: ``summary.md``, ``throughput.png`` and ``acceptance.png`` into a directory.
+"""
 
 from __future__ import annotations
 
 import statistics
+import warnings
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
+
+# Table formats whose cells are separated by "|": a "|" inside a cell must be escaped there
+# (tabulate does not), or GitHub splits the cell in two.
+PIPE_FORMATS = ("github", "pipe")
+
+
+def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
+    if fmt in PIPE_FORMATS:
+        rows = [[str(cell).replace("|", "\\|") for cell in row] for row in rows]
+        headers = [h.replace("|", "\\|") for h in headers]
+    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
 def _median_tps(measurement: dict[str, Any]) -> float | None:
@@ -50,7 +68,8 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
             ref = by.get((reference, prompt_class))
             ref_tps = _median_tps(ref) if ref else None
             row: list[Any] = [prompt_class, f"{ref_tps:.1f}" if ref_tps else "-"]
-            verdict_parts = []
+            ref_verdict = _verdict_text(verdicts.get((reference, prompt_class, level), []))
+            verdict_parts = [f"{reference}: {ref_verdict}"]  # joined with "; ", never "|" (Markdown)
             for mode in modes:
                 if mode == reference:
                     continue
@@ -60,15 +79,14 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
                     row.append(f"{tps:.1f} ({(tps / ref_tps - 1) * 100:+.0f} %)")
                 else:
                     row.append(f"{tps:.1f}" if tps else "-")
-                verdict_parts.append(_verdict_text(verdicts.get((mode, prompt_class, level), [])))
-            ref_verdict = _verdict_text(verdicts.get((reference, prompt_class, level), []))
-            row.append("; ".join([f"{reference}: {ref_verdict}", *(
-                f"{mode}: {v}" for mode, v in zip([m for m in modes if m != reference], verdict_parts))]))
+                verdict = _verdict_text(verdicts.get((mode, prompt_class, level), []))
+                verdict_parts.append(f"{mode}: {verdict}")
+            row.append("; ".join(verdict_parts))
             rows.append(row)
         headers = ["class", f"{reference} tok/s", *(f"{m} tok/s (change)" for m in modes if m != reference),
                    "verdict"]
         title = f"decode tok/s, median per request, concurrency {level}"
-        tables.append(title + "\n" + tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True))
+        tables.append(title + "\n" + _table(rows, headers, fmt))
     return "\n\n".join(tables)
 
 
@@ -83,9 +101,58 @@ def acceptance_table(report: dict[str, Any], fmt: str = "simple") -> str:
                      f"{acc['acceptance_rate'] * 100:.1f} %", positions])
     if not rows:
         return ""
-    return "acceptance (from vLLM's spec-decode counters, this run's windows)\n" + tabulate(
-        rows, headers=["mode", "class", "conc.", "mean acc. length", "acc. rate", "per-position rate %"],
-        tablefmt=fmt, disable_numparse=True)
+    return "acceptance (from vLLM's spec-decode counters, this run's windows)\n" + _table(
+        rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate", "per-position rate %"], fmt)
+
+
+def _client_decode_rate(measurement: dict[str, Any]) -> float | None:
+    """1 / mean time per output token over the window's requests: the client-side counterpart of
+    the server's figure (vLLM observes one mean TPOT per finished request in
+    ``request_time_per_output_token``; the server rate is count / sum of that histogram). The
+    arithmetic mean of per-request tok/s would overweight fast requests (speculation makes
+    them vary a lot) and differ from the server's figure by tens of % on a correct run."""
+    tpots = [r["tpot_s"] for r in measurement["records"] if r.get("tpot_s")]
+    if not tpots:
+        values = [r["decode_tokens_per_s"] for r in measurement["records"] if r.get("decode_tokens_per_s")]
+        tpots = [1 / v for v in values]
+    mean = statistics.fmean(tpots) if tpots else 0.0
+    return 1 / mean if mean > 0 else None
+
+
+def _median_ttft_ms(measurement: dict[str, Any]) -> float | None:
+    values = [r["ttft_s"] for r in measurement["records"] if r.get("ttft_s") is not None]
+    return statistics.median(values) * 1000 if values else None
+
+
+def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Per measurement window: the median time to first token and, where the server exported its
+    decode rate, client vs server decode tok/s and their difference (client / server - 1)."""
+    measurements = report["measurements"]
+    with_server = any(m.get("server_decode_tokens_per_s") for m in measurements)
+    rows = []
+    for m in measurements:
+        ttft = _median_ttft_ms(m)
+        row: list[Any] = [m["mode"], m["prompt_class"], m["concurrency"],
+                          f"{ttft:.0f}" if ttft is not None else "-"]
+        if with_server:
+            client = _client_decode_rate(m)
+            server = m.get("server_decode_tokens_per_s")
+            row += [f"{client:.1f}" if client else "-", f"{server:.1f}" if server else "-",
+                    f"{round((client / server - 1) * 100, 1) + 0.0:+.1f} %" if client and server else "-"]
+        rows.append(row)
+    if not rows:
+        return ""
+    headers = ["mode", "class", "conc.", "TTFT median ms"]
+    title = "per window: time to first token (median per request)"
+    if with_server:
+        headers += ["client tok/s", "server tok/s", "diff %"]
+        sources = sorted({m["server_metric_source"] for m in measurements if m.get("server_metric_source")})
+        source = (f"vLLM's {', '.join(s.removeprefix('vllm:') for s in sources)} histogram" if sources
+                  else "vLLM's /metrics")
+        title = ("per window: time to first token (median per request), client vs server decode tok/s\n"
+                 f"(client: 1 / mean time per output token of the requests; server: {source} "
+                 "over the same window; diff = client / server - 1)")
+    return title + "\n" + _table(rows, headers, fmt)
 
 
 def failed_gate_lines(report: dict[str, Any]) -> list[str]:
@@ -93,8 +160,8 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
     for gate in report["gates"]:
         if not gate["passed"]:
             tag = "DECLARED" if gate.get("declared") else "FAILED"
-            lines.append(f"{tag} {gate['gate']} [{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}]: "
-                         f"{gate['message'].splitlines()[0]}")
+            where = f"{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}"
+            lines.append(f"{tag} {gate['gate']} [{where}]: {gate['message'].splitlines()[0]}")
     for failure in report.get("failures", []):
         lines.append(f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
                      f"{failure['error'].splitlines()[0]}")
@@ -105,12 +172,16 @@ def render_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
         return "specgate: nothing was measured" + (
             "\n" + "\n".join(failed_gate_lines(report)) if report.get("failures") else "")
-    parts = [f"specgate: rig {report['rig']['name']} ({report['rig']['tier']} tier, model {report['rig']['model']})"
+    rig = report["rig"]
+    parts = [f"specgate: rig {rig['name']} ({rig['tier']} tier, model {rig['model']})"
              + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]"),
              speed_table(report)]
     acceptance = acceptance_table(report)
     if acceptance:
         parts.append(acceptance)
+    windows = window_table(report)
+    if windows:
+        parts.append(windows)
     lines = failed_gate_lines(report)
     if lines:
         parts.append("\n".join(lines))
@@ -123,6 +194,37 @@ def render_markdown(report: dict[str, Any]) -> str:
     acceptance = acceptance_table(report, "github")
     if acceptance:
         parts.append(acceptance)
+    windows = window_table(report, "github")
+    if windows:
+        parts.append(windows)
     lines = failed_gate_lines(report)
     parts.append("\n".join(f"- {line}" for line in lines) if lines else "All gates passed.")
     return "\n\n".join(parts) + "\n"
+
+
+def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Write ``summary.md`` (:func:`render_markdown`), ``throughput.png`` and ``acceptance.png``
+    into ``out_dir``; return what was written: ``{"summary": ..., "throughput": ...,
+    "acceptance": ...}``, a plot left out when there is nothing to draw (no measurement with
+    tok/s; no speculative mode with acceptance figures), and a stale file of that name removed.
+    A plot that cannot be drawn is a warning, not an error: the summary is written first and
+    stays."""
+    from specgate.plots import plot_acceptance, plot_throughput
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = out_dir / "summary.md"
+    summary.write_text(render_markdown(report))
+    written: dict[str, Path] = {"summary": summary}
+    for name, draw in (("throughput", plot_throughput), ("acceptance", plot_acceptance)):
+        target = out_dir / f"{name}.png"
+        try:
+            path = draw(report, target)
+        except Exception as exc:  # a plot must never cost the run its report
+            warnings.warn(f"specgate: could not draw {target}: {type(exc).__name__}: {exc}", stacklevel=2)
+            path = None
+        if path is None:
+            target.unlink(missing_ok=True)
+        else:
+            written[name] = Path(path)
+    return written

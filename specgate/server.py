@@ -99,6 +99,7 @@ class VLLMServer:
         self.pgid: int | None = None
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
+        self._log_start = 0
 
     @property
     def base_url(self) -> str:
@@ -130,13 +131,20 @@ class VLLMServer:
                 self._wait_ready()
                 return
             except ServerStartError:
-                if attempt < PORT_RETRIES and "address already in use" in read_log_tail(self.log_path).lower():
+                if attempt < PORT_RETRIES and "address already in use" in self._this_attempt_log().lower():
                     self.progress(f"mode {self.label}: port {self.port} was taken; retrying on another port")
                     self.stop()
                     continue
                 raise
 
+    def _this_attempt_log(self) -> str:
+        """The log written by the current attempt only (earlier attempts are appended above it)."""
+        with self.log_path.open("r", errors="replace") as handle:
+            handle.seek(self._log_start)
+            return handle.read()
+
     def _launch(self, attempt: int) -> None:
+        self._log_start = self.log_path.stat().st_size if attempt > 1 and self.log_path.exists() else 0
         self.port = free_port(self.spec.host)
         argv = [*self.spec.argv, "--host", self.spec.host, "--port", str(self.port)]
         env = {**os.environ, **self.spec.env}
@@ -249,12 +257,19 @@ class VLLMServer:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=KILL_GRACE_S)
         survivors = _wait_group_gone(pgid, KILL_GRACE_S)
-        survivors += [p for p in strays if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        survivors += [p for p in strays if _alive(p)]
         self.process = None
         self.pgid = None
         if survivors:
             raise ServerError(f"mode {self.label}: processes of server group {pgid} survived SIGKILL: "
                               f"{sorted({p.pid for p in survivors})}")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # exited between the two calls
+        return False
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

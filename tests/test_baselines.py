@@ -253,8 +253,6 @@ def test_write_creates_and_replaces(tmp_path: Path) -> None:
     assert path.read_text().endswith("\n")
 
 
-@pytest.mark.xfail(strict=True, reason="atomic_write_json renames a mkstemp file, created 0600, over the "
-                                       "target: a 0644 baselines.json becomes unreadable to other users")
 def test_write_keeps_the_file_mode(tmp_path: Path) -> None:
     path = tmp_path / "baselines.json"
     path.write_text("{}")

@@ -82,7 +82,10 @@ def chat_chunk(content: str | None = None, finish_reason: str | None = None, **d
 
 
 def text_chunk(text: str, finish_reason: str | None = None) -> dict[str, Any]:
-    return {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}]}
+    return {
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}],
+    }
 
 
 def usage_chunk(completion_tokens: int, prompt_tokens: int = 7) -> dict[str, Any]:
@@ -152,7 +155,14 @@ def test_request_body_for_chat_streams_with_usage_and_merges_extra_body() -> Non
 
 def test_request_body_for_completions_omits_unset_seed_and_eos() -> None:
     req = GenerationRequest(
-        request_id="r", mode="m", prompt_class="c", prompt_id="p", model="x", max_tokens=4, prompt="hi", seed=None
+        request_id="r",
+        mode="m",
+        prompt_class="c",
+        prompt_id="p",
+        model="x",
+        max_tokens=4,
+        prompt="hi",
+        seed=None,
     )
     body = req.to_body()
     assert req.endpoint == "/v1/completions"
@@ -170,7 +180,9 @@ def test_request_body_for_completions_omits_unset_seed_and_eos() -> None:
     ],
 )
 def test_invalid_request_is_rejected_naming_it(kwargs: dict[str, Any]) -> None:
-    base: dict[str, Any] = dict(request_id="bad#1", mode="m", prompt_class="c", prompt_id="p", model="x", max_tokens=4)
+    base: dict[str, Any] = dict(
+        request_id="bad#1", mode="m", prompt_class="c", prompt_id="p", model="x", max_tokens=4
+    )
     base.update(kwargs)
     with pytest.raises(ValueError, match="bad#1"):
         GenerationRequest(**base)
@@ -200,7 +212,10 @@ def test_chat_stream_gives_text_tokens_times_and_finish_reason() -> None:
     assert len(record.chunk_times) == 2  # the role-only chunk carried no text
     assert record.concurrency == 3
     assert (record.request_id, record.mode, record.prompt_class, record.prompt_id) == (
-        "ngram/coding/bst#2", "ngram", "coding", "bst",
+        "ngram/coding/bst#2",
+        "ngram",
+        "coding",
+        "bst",
     )
     assert record.started_at <= record.first_token_at <= record.last_token_at <= record.finished_at  # type: ignore[operator]
     assert seen[0].url.path == "/v1/chat/completions"
@@ -229,7 +244,9 @@ def test_reasoning_content_counts_as_generated_text() -> None:
 
 def test_multi_token_chunks_take_token_count_from_usage_not_chunk_count() -> None:
     # Speculative decoding: 4 chunks carrying 10 tokens between them.
-    body = sse(chat_chunk("a"), chat_chunk("bcd"), chat_chunk("efg"), chat_chunk("hij"), usage_chunk(10), "[DONE]")
+    body = sse(
+        chat_chunk("a"), chat_chunk("bcd"), chat_chunk("efg"), chat_chunk("hij"), usage_chunk(10), "[DONE]"
+    )
     record = generate(streaming(body))
     assert record.completion_tokens == 10
     assert len(record.chunk_times) == 4
@@ -246,7 +263,13 @@ def test_with_continuous_usage_stats_the_final_usage_wins() -> None:
 
 def test_chunk_times_follow_the_server_pacing() -> None:
     pause = 0.05
-    parts: list[bytes | float] = [sse(chat_chunk("a")), pause, sse(chat_chunk("bc")), pause, sse(chat_chunk("d"))]
+    parts: list[bytes | float] = [
+        sse(chat_chunk("a")),
+        pause,
+        sse(chat_chunk("bc")),
+        pause,
+        sse(chat_chunk("d")),
+    ]
     parts.append(sse(usage_chunk(4), "[DONE]"))
     record = generate(streaming(*parts))
     gaps = record.inter_chunk_latencies_s
@@ -535,7 +558,9 @@ def test_run_requests_keeps_input_order_and_bounds_concurrency() -> None:
 
     async def main() -> list[RequestRecord]:
         async with make_client(handle) as client:
-            return await run_requests(client, requests, concurrency=3, on_done=lambda r: done_order.append(r.request_id))
+            return await run_requests(
+                client, requests, concurrency=3, on_done=lambda r: done_order.append(r.request_id)
+            )
 
     records = asyncio.run(main())
     assert [r.request_id for r in records] == [f"r#{i}" for i in range(10)]
@@ -643,7 +668,9 @@ def with_server(handler: ServerHandler, client_main: Callable[[str], Awaitable[A
 
 
 def vllm_like_body(*texts: str, completion_tokens: int) -> bytes:
-    return chunked(*(sse(chat_chunk(text)) for text in texts), sse(usage_chunk(completion_tokens)), sse("[DONE]"))
+    return chunked(
+        *(sse(chat_chunk(text)) for text in texts), sse(usage_chunk(completion_tokens)), sse("[DONE]")
+    )
 
 
 def test_real_socket_stream_split_inside_chunk_framing() -> None:
@@ -653,7 +680,7 @@ def test_real_socket_stream_split_inside_chunk_framing() -> None:
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        for start, stop in zip([0, *cuts], [*cuts, len(response)]):
+        for start, stop in zip([0, *cuts], [*cuts, len(response)], strict=True):
             writer.write(response[start:stop])
             await writer.drain()
             await asyncio.sleep(0.005)
@@ -721,7 +748,9 @@ def test_real_socket_close_mid_body_is_reported_lost() -> None:
         async with StreamingClient(url) as client:
             await client.generate(chat_request())
 
-    with pytest.raises(RequestError, match=r"'ngram/coding/bst#2' \(mode ngram\): connection .* lost.*complete"):
+    with pytest.raises(
+        RequestError, match=r"'ngram/coding/bst#2' \(mode ngram\): connection .* lost.*complete"
+    ):
         with_server(serve, run)
 
 
@@ -737,7 +766,7 @@ def test_real_socket_stall_hits_read_timeout() -> None:
             await client.generate(chat_request())
 
     started = time.perf_counter()
-    with pytest.raises(RequestError, match="no data for 0.05 s"):
+    with pytest.raises(RequestError, match=r"no data for 0\.05 s"):
         with_server(serve, run)
     assert time.perf_counter() - started < 2.0
 
@@ -755,5 +784,5 @@ def test_real_socket_connection_refused() -> None:
         async with StreamingClient(closed_url, connect_timeout=2.0) as client:
             await client.generate(chat_request())
 
-    with pytest.raises(RequestError, match="could not connect to http://127.0.0.1"):
+    with pytest.raises(RequestError, match=r"could not connect to http://127\.0\.0\.1"):
         asyncio.run(main())

@@ -404,8 +404,6 @@ def test_port_taken_every_time_gives_up(fake: Path, tmp_path: Path, reaper: Reap
     assert f"attempt {server_mod.PORT_RETRIES + 1}" not in log
 
 
-@pytest.mark.xfail(strict=True, reason="VLLMServer.start looks for 'address already in use' in the whole "
-                                       "log, earlier attempts included, so any later failure is retried")
 def test_only_a_port_clash_of_this_attempt_is_retried(fake: Path, tmp_path: Path, reaper: Reaper,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     real_free_port = server_mod.free_port

@@ -65,12 +65,14 @@ def sse_streams(draw: st.DrawFn) -> tuple[bytes, list[str], bool]:
 
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({min(cut, len(data)) for cut in cuts})
-    return [data[start:end] for start, end in zip([0, *points], [*points, len(data)])]
+    return [data[start:end] for start, end in zip([0, *points], [*points, len(data)], strict=True)]
 
 
 @settings(max_examples=200, deadline=None)
 @given(stream=sse_streams(), cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
-def test_any_chunking_yields_exactly_the_payloads_in_order(stream: tuple[bytes, list[str], bool], cuts: list[int]) -> None:
+def test_any_chunking_yields_exactly_the_payloads_in_order(
+    stream: tuple[bytes, list[str], bool], cuts: list[int]
+) -> None:
     data, payloads, unterminated = stream
     decoder = SSEDecoder()
     events: list[str] = []
@@ -122,7 +124,9 @@ def chunked_bodies(draw: st.DrawFn) -> tuple[bytes, bytes]:
 
 @settings(max_examples=200, deadline=None)
 @given(body=chunked_bodies(), cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=12))
-def test_chunked_decoder_gives_the_payload_whatever_the_cuts(body: tuple[bytes, bytes], cuts: list[int]) -> None:
+def test_chunked_decoder_gives_the_payload_whatever_the_cuts(
+    body: tuple[bytes, bytes], cuts: list[int]
+) -> None:
     wire, payload = body
     decoder = ChunkedDecoder()
     parts = split_at(wire, cuts)
@@ -153,7 +157,9 @@ def generated_streams(draw: st.DrawFn) -> tuple[bytes, list[str], int]:
     pieces = draw(st.lists(st.text(st.characters(codec="utf-8"), max_size=12), max_size=10))
     completion_tokens = draw(st.integers(min_value=0, max_value=10_000))
     eol = draw(st.sampled_from(["\n", "\r\n"]))
-    events = [{"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]} for piece in pieces]
+    events = [
+        {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]} for piece in pieces
+    ]
     events.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": completion_tokens}})
     # ensure_ascii=False puts raw multibyte UTF-8 on the wire, so cuts can land inside it.
     lines = [f"data: {json.dumps(event, ensure_ascii=False)}{eol}{eol}" for event in events]
@@ -168,7 +174,9 @@ async def replay(chunks: list[bytes]) -> AsyncIterator[bytes]:
 
 @settings(max_examples=100, deadline=None)
 @given(stream=generated_streams(), cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=12))
-def test_client_reads_text_and_usage_whatever_the_chunking(stream: tuple[bytes, list[str], int], cuts: list[int]) -> None:
+def test_client_reads_text_and_usage_whatever_the_chunking(
+    stream: tuple[bytes, list[str], int], cuts: list[int]
+) -> None:
     data, pieces, completion_tokens = stream
     chunks = split_at(data, cuts)
 
@@ -176,7 +184,12 @@ def test_client_reads_text_and_usage_whatever_the_chunking(stream: tuple[bytes, 
         return httpx.Response(200, content=replay(chunks))
 
     request = GenerationRequest(
-        request_id="prop#0", mode="ngram", prompt_class="c", prompt_id="p", model="m", max_tokens=8,
+        request_id="prop#0",
+        mode="ngram",
+        prompt_class="c",
+        prompt_id="p",
+        model="m",
+        max_tokens=8,
         messages=[{"role": "user", "content": "hi"}],
     )
 

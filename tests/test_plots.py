@@ -1,0 +1,161 @@
+"""Tests for specgate.plots and report.render_all, on the two real cpu-tier reports in
+fixtures/recorded/cpu/reports (rig cpu-smollm2, baseline and ngram, 6 classes x 6 requests)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specgate.report import render_all, render_markdown, render_text, window_table
+
+pytestmark = pytest.mark.fast
+
+REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "cpu" / "reports"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((REPORTS / name).read_text())
+
+
+@pytest.fixture(scope="module", params=["run1-update.json", "run2-plain.json"])
+def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    report = _load(request.param)
+    out = tmp_path_factory.mktemp(request.param.removesuffix(".json"))
+    return report, out, render_all(report, out)
+
+
+def _is_png(path: Path) -> bool:
+    return path.read_bytes()[:8] == PNG_MAGIC
+
+
+def _tables(markdown: str) -> list[list[str]]:
+    """The Markdown tables: runs of consecutive lines starting with '|'."""
+    tables, current = [], []
+    for line in [*markdown.splitlines(), ""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+
+
+def test_render_all_writes_summary_and_both_plots(rendered) -> None:
+    report, out, written = rendered
+    assert written == {"summary": out / "summary.md", "throughput": out / "throughput.png",
+                       "acceptance": out / "acceptance.png"}
+    assert written["summary"].read_text() == render_markdown(report)
+    for name in ("throughput", "acceptance"):
+        assert _is_png(written[name]), name
+        assert written[name].stat().st_size > 20_000, name  # a drawn figure, not an empty canvas
+
+
+def test_no_figure_is_left_open(rendered) -> None:
+    from matplotlib._pylab_helpers import Gcf
+
+    assert Gcf.get_num_fig_managers() == 0
+
+
+def test_markdown_tables_are_rectangular(rendered) -> None:
+    _, _, written = rendered
+    tables = _tables(written["summary"].read_text())
+    assert len(tables) == 3  # speed, acceptance, per window
+    for table in tables:
+        width = len(_cells(table[0]))
+        assert all(len(_cells(line)) == width for line in table), table
+        assert re.match(r"^\|[-:| ]+\|$", table[1])
+
+
+def test_client_vs_server_table(rendered) -> None:
+    report, _, written = rendered
+    markdown = written["summary"].read_text()
+    assert "client vs server decode tok/s" in markdown
+    table = next(t for t in _tables(markdown) if "server tok/s" in t[0])
+    header = _cells(table[0])
+    assert header == ["mode", "class", "conc.", "TTFT median ms", "client tok/s", "server tok/s", "diff %"]
+    rows = [dict(zip(header, _cells(line), strict=True)) for line in table[2:]]
+    assert len(rows) == len(report["measurements"]) == 12
+    for row, m in zip(rows, report["measurements"], strict=True):
+        assert (row["mode"], row["class"]) == (m["mode"], m["prompt_class"])
+        assert row["server tok/s"] == f"{m['server_decode_tokens_per_s']:.1f}"
+        # The recorded runs agree to within 2 % (client 1 / mean TPOT vs vLLM's histogram).
+        assert abs(float(row["diff %"].removesuffix(" %"))) < 2.0, row
+        assert 100 < float(row["TTFT median ms"]) < 2000, row
+    assert "client tok/s" in render_text(report)
+
+
+def test_client_vs_server_figures() -> None:
+    def record(tpot: float, ttft: float) -> dict[str, Any]:
+        return {"tpot_s": tpot, "decode_tokens_per_s": 1 / tpot, "ttft_s": ttft}
+
+    report = {"measurements": [
+        {"mode": "ngram", "prompt_class": "coding", "concurrency": 1, "server_decode_tokens_per_s": 40.0,
+         "server_metric_source": "vllm:request_time_per_output_token_seconds",
+         "records": [record(0.01, 0.2), record(0.03, 0.3), record(0.02, 0.5)]},
+        {"mode": "baseline", "prompt_class": "coding", "concurrency": 1, "server_decode_tokens_per_s": None,
+         "records": [record(0.02, 0.1)]}]}
+    table = window_table(report)
+    # client: 1 / mean(0.01, 0.03, 0.02) = 50 tok/s (not the mean of 100, 33.3, 50); +25 % vs 40.
+    assert re.search(r"ngram\s+coding\s+1\s+300\s+50\.0\s+40\.0\s+\+25\.0 %", table), table
+    assert re.search(r"baseline\s+coding\s+1\s+100\s+50\.0\s+-\s+-", table), table
+    assert "request_time_per_output_token_seconds histogram" in table
+
+
+def test_no_server_figures_gives_ttft_only() -> None:
+    report = _load("run2-plain.json")
+    for m in report["measurements"]:
+        m["server_decode_tokens_per_s"] = m["server_metric_source"] = None
+    table = window_table(report)
+    assert "server tok/s" not in table and "TTFT median ms" in table
+
+
+def test_no_speculative_mode_no_acceptance_plot(tmp_path: Path) -> None:
+    report = _load("run2-plain.json")
+    report["measurements"] = [m for m in report["measurements"] if m["mode"] == "baseline"]
+    report["gates"] = [g for g in report["gates"] if g["mode"] == "baseline"]
+    (tmp_path / "acceptance.png").write_bytes(PNG_MAGIC)  # stale, from an earlier render
+    written = render_all(report, tmp_path)
+    assert set(written) == {"summary", "throughput"}
+    assert _is_png(written["throughput"])
+    assert not (tmp_path / "acceptance.png").exists()
+    assert "acceptance (" not in written["summary"].read_text()
+
+
+def test_nothing_measured_draws_nothing(tmp_path: Path) -> None:
+    from specgate.plots import plot_acceptance, plot_throughput
+
+    report = _load("run2-plain.json")
+    report["measurements"], report["gates"] = [], []
+    assert plot_throughput(report, tmp_path / "t.png") is None
+    assert plot_acceptance(report, tmp_path / "a.png") is None
+    assert list(tmp_path.iterdir()) == []
+    assert set(render_all(report, tmp_path / "out")) == {"summary"}
+
+
+def test_two_levels_and_a_failed_gate_with_a_pipe(tmp_path: Path) -> None:
+    report = _load("run1-update.json")
+    second = copy.deepcopy(report["measurements"])
+    for m in second:
+        m["concurrency"] = 4
+    report["measurements"] += second
+    report["gates"].append({"gate": "back|fire", "mode": "ngram", "prompt_class": "coding",
+                            "concurrency": 4, "passed": False, "verdict": "FAIL",
+                            "message": "ngram is 9 % slower", "declared": None})
+    from specgate.plots import plot_throughput
+
+    assert _is_png(plot_throughput(report, tmp_path / "throughput.png"))
+    markdown = render_markdown(report)
+    assert "FAIL back\\|fire" in markdown  # escaped: GitHub keeps it in one cell
+    for table in _tables(markdown):
+        assert len({len(_cells(line)) for line in table}) == 1, table
+    assert "concurrency 4" in markdown
