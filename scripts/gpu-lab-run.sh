@@ -7,7 +7,7 @@ name="$1"; shift
 export PYTHONPATH="/root/site:/root/extra:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 mkdir -p "$OUT/$name"
 start=$(date +%s)
-python3 -m pytest -m gpu --rig h200-smollm2 -p no:cacheprovider --run-dir "/root/runs/$name" \
+python3 -m pytest -p specgate.plugin -m gpu --rig h200-smollm2 -p no:cacheprovider --run-dir "/root/runs/$name" \
   --junitxml "$OUT/$name/junit.xml" "$@" 2>&1 | tee "$OUT/$name/pytest.log" | grep -v "requests, " | tail -120
 rc=${PIPESTATUS[0]}
 echo "pytest exit $rc after $(( $(date +%s) - start ))s"

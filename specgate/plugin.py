@@ -100,6 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_configure_node(node) -> None:
     """xdist controller: every worker writes into the controller's run directory."""
     node.workerinput["specgate_run_dir"] = str(get_session(node.config).options.run_dir)
+    node.workerinput["specgate_dist"] = node.config.getoption("dist", "no")  # workers see "no"
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -142,7 +143,7 @@ def _worker_gpus(config: pytest.Config, session: SpecgateSession) -> str | None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None or session.rig.tier != "gpu":
         return None
-    if config.getoption("dist", "load") != "loadgroup":
+    if workerinput.get("specgate_dist") != "loadgroup":
         raise pytest.UsageError("specgate: under xdist the perf tiers need --dist loadgroup, so that all "
                                 "tests of one mode run on one worker and its server starts once")
     index = int(workerinput["workerid"].removeprefix("gw"))
@@ -183,8 +184,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.fail(f"specgate configuration error: {exc}", pytrace=False)
     tier_marks = (getattr(pytest.mark, rig.tier), pytest.mark.perf)
     if "mode" in metafunc.fixturenames:
-        if metafunc.definition.get_closest_marker("speculative_only"):
-            modes = [m for m in modes if m.is_speculative]
+        # Every test gets the same mode list (same param indices): pytest keys its session-scoped
+        # fixture cache and test reordering on them, so a shorter list for speculative-only tests
+        # would start servers again. Non-speculative items of those tests are deselected later.
         # xdist_group: with --dist loadgroup every test of a mode runs on one worker (one server).
         metafunc.parametrize("mode", [pytest.param(m, id=m.name, marks=(*tier_marks, pytest.mark.xdist_group(m.name)))
                                       for m in modes], scope="session")
@@ -201,11 +203,21 @@ XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the r
                  "an accelerator and measure each other's load. Run them without -n.")
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop speculative-only gates of the no-speculation mode (see pytest_generate_tests)."""
+    keep, drop = [], []
+    for item in items:
+        mode = getattr(item, "callspec", None) and item.callspec.params.get("mode")
+        if item.get_closest_marker("speculative_only") and mode is not None and not mode.is_speculative:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
     session = get_session(config)
-    perf = [item for item in items if item.get_closest_marker("perf")]
-    if perf and config.option.markexpr.strip() == "gpu" and session.rig.tier != "gpu":
+    if keep and config.option.markexpr.strip() == "gpu" and session.rig.tier != "gpu":
         warnings.warn(f"-m gpu selected but rig {session.rig.name!r} is a {session.rig.tier} rig: "
                       "pass --rig NAME of a gpu rig", stacklevel=1)
 
@@ -216,7 +228,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if hasattr(item.config, "workerinput") and item.get_closest_marker("perf"):
         session = get_session(item.config)
         if session.options.worker_gpus is None:
-            pytest.fail(XDIST_REFUSAL, pytrace=False)
+            pytest.fail(session.options.worker_refusal or XDIST_REFUSAL, pytrace=False)
 
 
 @pytest.hookimpl(trylast=True)
@@ -227,6 +239,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             specgate.options.worker_gpus = _worker_gpus(session.config, specgate)
         except ConfigError:
             return  # reported at collection, with the file and key
+        except pytest.UsageError as exc:
+            # Raising here would crash the worker (and xdist would restart it 8 times): fail the
+            # perf tests with the reason instead, before any server starts.
+            specgate.options.worker_refusal = str(exc)
 
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -421,6 +437,13 @@ class GateKeeper:
         if self.session.options.attach_url:
             pytest.skip("attach mode measures one server: the same-session no-speculation reference "
                         "this gate needs is not available")
+        if self.session.options.worker_id is not None and self.session.reference_measurement(
+                m.prompt_class, m.concurrency, wait_s=0) is None:
+            # Waiting here could deadlock: xdist may hand the reference mode to a worker only after
+            # this one finishes. The controller decides this gate once every worker is done.
+            self.session.deferred.append((m.mode, m.prompt_class, m.concurrency))
+            pytest.skip("under xdist this cross-mode gate is decided on the controller after all workers "
+                        "finish (see the specgate summary)")
         reference = self.session.reference_measurement(m.prompt_class, m.concurrency)
         if reference is None:
             key = (self.rig.reference_mode, m.prompt_class, m.concurrency)
@@ -482,6 +505,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _has_perf_work(specgate):
         return
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    if specgate.worker_reports and not interrupted and _decide_deferred_gates(specgate):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if interrupted:
         specgate.pending_updates.clear()  # a cut-short run never touches the baselines
     else:
@@ -498,6 +523,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         with contextlib.suppress(OSError), open(summary_env, "a") as handle:
             handle.write(markdown)
     specgate.progress(f"report: {path}")
+
+
+def _decide_deferred_gates(specgate: SpecgateSession) -> bool:
+    """xdist controller: the backfire and lossless gates workers deferred, on the merged windows.
+    Returns True when one of them failed (the run then exits as failed)."""
+    from specgate.gates import check_backfire, check_lossless
+    from specgate.measure import ClassMeasurement
+
+    merged = specgate.report_data(complete=True)
+    windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in merged["measurements"]}
+    deferred = {tuple(key) for report in specgate.worker_reports for key in report.get("deferred", [])}
+    failed = False
+    for mode, prompt_class, concurrency in sorted(deferred):
+        mine = windows.get((mode, prompt_class, concurrency))
+        ref = windows.get((specgate.rig.reference_mode, prompt_class, concurrency))
+        if mine is None or ref is None:
+            continue  # the missing window is already reported as NOT MEASURED
+        m, r = ClassMeasurement.from_dict(mine), ClassMeasurement.from_dict(ref)
+        for result in (check_backfire(specgate.rig, m, r), check_lossless(specgate.rig, m, r)):
+            specgate.record(result)
+            failed |= not result.passed and not result.declared
+    return failed
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -37,6 +37,7 @@ class SessionOptions:
     # Under xdist: this worker's GPUs (CUDA_VISIBLE_DEVICES for its servers); None elsewhere.
     worker_gpus: str | None = None
     worker_id: str | None = None
+    worker_refusal: str | None = None
 
 
 @dataclass
@@ -49,6 +50,8 @@ class SpecgateSession:
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     pending_updates: dict[tuple[str, str, str, int], BaselineEntry] = field(default_factory=dict)
+    # (mode, class, concurrency) whose cross-mode gates a worker left to the xdist controller
+    deferred: list[MeasureKey] = field(default_factory=list)
     _rig: Rig | None = None
     _store: BaselineFile | None = None
     _measurer: Measurer | None = None
@@ -122,9 +125,10 @@ class SpecgateSession:
         started = last = time.monotonic()
         while not path.exists():
             now = time.monotonic()
-            if now - started > budget:
-                self.failures.setdefault(key, SpecgateError(
-                    f"the no-speculation window {key} did not appear in {path.parent} within {budget:.0f}s"))
+            if now - started >= budget:
+                if wait_s is None:
+                    self.failures.setdefault(key, SpecgateError(
+                        f"the no-speculation window {key} did not appear in {path.parent} within {budget:.0f}s"))
                 return None
             if now - last >= 30:
                 self.progress(f"waiting for another worker to measure {self.rig.reference_mode} on "
@@ -201,6 +205,7 @@ class SpecgateSession:
             "servers": self.servers,
             "measurements": [m.to_dict() for m in self.measurements.values()],
             "worker": self.options.worker_id,
+            "deferred": [list(k) for k in dict.fromkeys(self.deferred)],
             "failures": [{"mode": k[0], "prompt_class": k[1], "concurrency": k[2], "error": str(e)}
                          for k, e in self.failures.items()],
             "gates": [r.to_dict() for r in self.results],
