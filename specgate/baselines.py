@@ -9,6 +9,7 @@ is only ever written by an explicit update, merged and replaced atomically (temp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -139,10 +140,8 @@ def _mode_for(path: Path) -> int:
 
 
 def with_suppressed_unlink(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineEntry]) -> BaselineFile:

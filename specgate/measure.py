@@ -18,7 +18,6 @@ from specgate.config import Mode, PromptClass, Rig
 from specgate.errors import RequestError, ServerDiedError
 from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
 
-
 PROGRESS_EVERY_S = 10.0
 
 

@@ -29,7 +29,7 @@ SESSION_KEY = pytest.StashKey[SpecgateSession]()
 
 # -- options ---------------------------------------------------------------------------------
 def parse_url(value: str) -> str:
-    if not value.startswith(("http://", "https://")) or "://" == value.rstrip("/")[-3:]:
+    if not value.startswith(("http://", "https://")) or value.rstrip("/")[-3:] == "://":
         raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. http://127.0.0.1:8000")
     return value.rstrip("/")
 
@@ -57,7 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--run-dir", type=Path, default=None,
                     help="where server logs and reports go (default: <rootdir>/.specgate/runs/<time>-<rig>)")
     group.addoption("--update-baselines", action="store_true",
-                    help="write the measured values as baselines; those tests still FAIL, so CI never updates silently")
+                    help="write the measured values as baselines; those tests still FAIL, "
+                         "so CI never updates silently")
     group.addoption("--regen-baselines", action="store_true",
                     help="write the measured values as baselines and let those tests pass")
     group.addoption("--strict-fingerprint", action="store_true",
@@ -65,7 +66,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--vllm-url", type=parse_url, default=None,
                     help="attach mode: test an already running server (starts nothing)")
     group.addoption("--vllm-mode", default=None,
-                    help="attach mode: the rig's mode the running server was started with (default: the reference mode)")
+                    help="attach mode: the rig's mode the running server was started with "
+                         "(default: the reference mode)")
     group.addoption("--vllm-api-key", default=None,
                     help="attach mode: API key (or $SPECGATE_API_KEY); never printed or stored")
     group.addoption("--gpus", type=parse_gpu_list, default=None,
@@ -133,8 +135,8 @@ def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int,
     if len(visible) < needed:
         raise pytest.UsageError(
             f"specgate: {worker_count} xdist workers x {per_server} GPU(s) per server need {needed} GPUs, "
-            f"but {len(visible)} are available ({','.join(visible) or 'none'}); use -n {len(visible) // per_server or 1} "
-            "or fewer, or pass --gpus")
+            f"but {len(visible)} are available ({','.join(visible) or 'none'}); "
+            f"use -n {len(visible) // per_server or 1} or fewer, or pass --gpus")
     return ",".join(visible[worker_index * per_server:(worker_index + 1) * per_server])
 
 
@@ -513,11 +515,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         written = specgate.flush_updates()
         if written:
             specgate.progress(f"baselines written to {written}")
-    from specgate.report import render_markdown
+    from specgate.report import render_all
 
     path = specgate.write_report(complete=not interrupted)
-    markdown = render_markdown(specgate.report_data(complete=not interrupted))
-    (specgate.options.run_dir / "summary.md").write_text(markdown)
+    written = render_all(specgate.report_data(complete=not interrupted), specgate.options.run_dir)
+    markdown = written["summary"].read_text()
     summary_env = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_env:
         with contextlib.suppress(OSError), open(summary_env, "a") as handle:

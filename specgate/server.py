@@ -153,9 +153,9 @@ class VLLMServer:
             log.write(f"# specgate: mode {self.label}, attempt {attempt}\n# argv: {argv!r}\n")
             log.flush()
             self.started_at = time.monotonic()
-            self.process = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            self.process = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
+                env=env, start_new_session=True, preexec_fn=_term_when_parent_dies,
             )
         self.pgid = self.process.pid  # start_new_session: the leader's pid is the group id
 
@@ -263,6 +263,19 @@ class VLLMServer:
         if survivors:
             raise ServerError(f"mode {self.label}: processes of server group {pgid} survived SIGKILL: "
                               f"{sorted({p.pid for p in survivors})}")
+
+
+def _term_when_parent_dies() -> None:
+    """In the child, before exec: ask Linux to SIGTERM the server if specgate's process dies
+    without tearing it down (SIGKILL, OOM, a CI timeout), so no server keeps holding the GPU.
+    vLLM shuts its engine-core processes down on SIGTERM."""
+    try:
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux/glibc: teardown still covers every normal exit
+        pass
 
 
 def _alive(proc: psutil.Process) -> bool:

@@ -196,7 +196,7 @@ class SpecgateSession:
         return {
             "specgate_report": 1,
             "complete": complete,
-            "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "written_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "rig": {"name": rig.name, "tier": rig.tier, "model": rig.model,
                     "reference_mode": rig.reference_mode, "protocol": rig.protocol.model_dump(mode="json"),
                     "modes": {m.name: m.speculative_config for m in rig.modes}},

@@ -206,7 +206,7 @@ def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):
 
     GateKeeper(_session(tmp_path)).throughput(_measurement("baseline", [x * 1.01 for x in measured]))
 
-    with pytest.raises(pytest.fail.Exception, match="throughput gate: .*slower"):
+    with pytest.raises(pytest.fail.Exception, match=r"throughput gate: .*slower"):
         GateKeeper(_session(tmp_path)).throughput(_measurement("baseline", [x * 0.7 for x in measured]))
 
 

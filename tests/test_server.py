@@ -456,3 +456,30 @@ def test_attached_server_ready_and_unhealthy(fake: Path, tmp_path: Path, reaper:
         with pytest.raises(ServerDiedError, match="answered /health with HTTP 404") as info:
             bad.check_alive()
         assert "sk-x" not in str(info.value)
+
+
+def test_server_is_terminated_when_specgate_itself_is_killed(tmp_path: Path) -> None:
+    # SIGKILL of the pytest process (a CI timeout, the OOM killer) skips every teardown; the
+    # parent-death signal still stops the server so it cannot keep holding a GPU.
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from specgate.server import ServerSpec, VLLMServer\n"
+        f"spec = ServerSpec(label='fake', argv=[sys.executable, '-c', 'import time; time.sleep(600)'],"
+        f" served_model_name='x', log_path=Path({str(tmp_path / 'server.log')!r}))\n"
+        "server = VLLMServer(spec)\n"
+        "server._launch(1)\n"
+        "print(server.process.pid, flush=True)\n"
+        "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, f"server {child} survived its parent's SIGKILL"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
