@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
                          "(extra arguments go to pytest)")
     run.add_argument("--rig", default="cpu-smollm2")
+    rec = sub.add_parser("record", help="record real vLLM responses (SSE streams, /metrics) for replay tests")
+    rec.add_argument("--rig", default="cpu-smollm2")
+    rec.add_argument("--modes", default=None, help="comma-separated subset of the rig's modes")
+    rec.add_argument("--out", type=Path, default=None, help="default: fixtures/recorded/<tier>")
     args, rest = parser.parse_known_args(argv)
 
     if args.command == "prepare-model":
@@ -28,6 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)
             return 1
+        return 0
+    if args.command == "record":
+        from specgate.config import load_rig
+        from specgate.record import record_rig
+
+        root = Path(__file__).resolve().parent.parent
+        rig = load_rig(args.rig, root / "fixtures")
+        record_rig(rig, args.out or root / "fixtures" / "recorded" / rig.tier,
+                   modes=args.modes.split(",") if args.modes else None)
         return 0
     if args.command == "run":
         import pytest

@@ -286,21 +286,9 @@ def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
 
 
 def build_server_spec(session: SpecgateSession, mode):
-    from specgate.server import ServerSpec
+    from specgate.server import spec_for_mode
 
-    rig = session.rig
-    argv = [*rig.argv_prefix, "--model", rig.model, "--served-model-name", rig.served_model_name,
-            *rig.mode_extra_args.get(mode.name, ())]
-    if not rig.protocol.prefix_caching:
-        argv.append("--no-enable-prefix-caching")
-    if mode.speculative_config is not None:
-        argv += ["--speculative-config", json.dumps(mode.speculative_config)]
-    env = dict(rig.env)
-    if session.options.worker_gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = session.options.worker_gpus
-    return ServerSpec(label=mode.name, argv=argv, served_model_name=rig.served_model_name,
-                      log_path=session.options.run_dir / f"server-{mode.name}.log", env=env,
-                      host=rig.host, startup_timeout_s=rig.startup_timeout_s)
+    return spec_for_mode(session.rig, mode, log_dir=session.options.run_dir, gpus=session.options.worker_gpus)
 
 
 def gpu_guard(rig, worker_gpus: str | None):

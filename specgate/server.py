@@ -12,6 +12,7 @@ generation succeeds; any exit while waiting fails at once, quoting the log's tai
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from specgate.config import Mode, Rig
 from specgate.errors import ServerDiedError, ServerError, ServerStartError
 
 LOG_TAIL_LINES = 50
@@ -82,6 +84,22 @@ class ServerSpec:
     host: str = "127.0.0.1"
     startup_timeout_s: float = 90 * 60
     probe_timeout_s: float = 300.0
+
+
+def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = None) -> ServerSpec:
+    """The argv and environment that start ``rig``'s model in ``mode`` (``vllm serve`` arguments)."""
+    argv = [*rig.argv_prefix, "--model", rig.model, "--served-model-name", rig.served_model_name,
+            *rig.mode_extra_args.get(mode.name, ())]
+    if not rig.protocol.prefix_caching:
+        argv.append("--no-enable-prefix-caching")
+    if mode.speculative_config is not None:
+        argv += ["--speculative-config", json.dumps(mode.speculative_config)]
+    env = dict(rig.env)
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    return ServerSpec(label=mode.name, argv=argv, served_model_name=rig.served_model_name,
+                      log_path=log_dir / f"server-{mode.name}.log", env=env, host=rig.host,
+                      startup_timeout_s=rig.startup_timeout_s)
 
 
 class VLLMServer:
