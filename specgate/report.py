@@ -138,7 +138,7 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
             client = _client_decode_rate(m)
             server = m.get("server_decode_tokens_per_s")
             row += [f"{client:.1f}" if client else "-", f"{server:.1f}" if server else "-",
-                    f"{round((client / server - 1) * 100, 1) + 0.0:+.1f} %" if client and server else "-"]
+                    f"{round((client / server - 1) * 100, 2) + 0.0:+.2f} %" if client and server else "-"]
         rows.append(row)
     if not rows:
         return ""

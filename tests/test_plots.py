@@ -106,7 +106,7 @@ def test_client_vs_server_figures() -> None:
          "records": [record(0.02, 0.1)]}]}
     table = window_table(report)
     # client: 1 / mean(0.01, 0.03, 0.02) = 50 tok/s (not the mean of 100, 33.3, 50); +25 % vs 40.
-    assert re.search(r"ngram\s+coding\s+1\s+300\s+50\.0\s+40\.0\s+\+25\.0 %", table), table
+    assert re.search(r"ngram\s+coding\s+1\s+300\s+50\.0\s+40\.0\s+\+25\.00 %", table), table
     assert re.search(r"baseline\s+coding\s+1\s+100\s+50\.0\s+-\s+-", table), table
     assert "request_time_per_output_token_seconds histogram" in table
 
