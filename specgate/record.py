@@ -23,12 +23,15 @@ PROMPT = "Copy this list exactly, then add two more items in the same style: red
 
 def record_rig(rig: Rig, out_dir: Path, *, modes: list[str] | None = None, max_tokens: int = 48,
                log=print) -> list[Path]:
+    import tempfile
+
     out_dir.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="specgate-record-"))  # server logs stay out of fixtures/
     written: list[Path] = []
     for mode in rig.modes:
         if modes and mode.name not in modes:
             continue
-        spec = spec_for_mode(rig, mode, log_dir=out_dir / ".logs")
+        spec = spec_for_mode(rig, mode, log_dir=logs)
         with VLLMServer(spec, progress=log) as server, httpx.Client(base_url=server.base_url, timeout=300) as http:
             written.append(_save(out_dir / f"{mode.name}-metrics-before.txt", http.get("/metrics").text))
             common = {"model": rig.served_model_name, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0,
@@ -43,7 +46,7 @@ def record_rig(rig: Rig, out_dir: Path, *, modes: list[str] | None = None, max_t
                 written.append(_save(out_dir / f"{mode.name}-{name}-stream.sse", raw))
                 written.append(_save(out_dir / f"{mode.name}-{name}-request.json", json.dumps(body, indent=2) + "\n"))
             written.append(_save(out_dir / f"{mode.name}-metrics-after.txt", http.get("/metrics").text))
-        log(f"recorded mode {mode.name} into {out_dir}")
+        log(f"recorded mode {mode.name} into {out_dir} (server log: {spec.log_path})")
     return written
 
 
