@@ -99,3 +99,96 @@ def test_killed_server_is_detected_and_leaves_nothing(cpu_rig, tmp_path, victim,
         record_property("seconds_to_error", round(time.monotonic() - killed_at, 1))
         assert "during the run" in message and "Last 50 lines of" in message
     _assert_group_gone(pgid)
+
+
+# -- interrupting a whole run -----------------------------------------------------------------------
+def _run_pytest(tmp_path, *args):
+    """A child pytest run of the cpu tier's throughput gate for one class, in its own session
+    (so signals sent to it do not reach this test process)."""
+    import shutil
+    import subprocess
+    import sys
+
+    baselines = tmp_path / "baselines.json"
+    shutil.copy(ROOT / "baselines.json", baselines)
+    argv = [sys.executable, "-m", "pytest", str(ROOT / "perf_tests" / "test_speculative_perf.py"),
+            "-m", "cpu", "-k", "throughput and baseline and coding", "-p", "no:cacheprovider",
+            "--rootdir", str(ROOT), "--baselines", str(baselines), "--run-dir", str(tmp_path / "run"), *args]
+    child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    return child, baselines
+
+
+def _descendants(pid):
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _wait_for_line(child, needle, timeout_s, seen):
+    import selectors
+
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(child.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if sel.select(timeout=1):
+                line = child.stdout.readline()
+                seen.append(line)
+                if needle in line:
+                    return
+    raise AssertionError(f"{needle!r} not seen within {timeout_s}s; output:\n{''.join(seen)}")
+
+
+@pytest.mark.parametrize("moment", ["server-load", "measurement"])
+def test_ctrl_c_tears_down_every_server_and_keeps_baselines(tmp_path, moment, record_property):
+    child, baselines = _run_pytest(tmp_path, "--update-baselines")
+    before = baselines.read_bytes()
+    seen: list[str] = []
+    try:
+        needle = "[specgate] mode baseline, class coding" if moment == "measurement" else "collected"
+        _wait_for_line(child, needle, 180, seen)
+        if moment == "server-load":
+            time.sleep(5)  # the server is loading now
+        servers = [p for p in _descendants(child.pid) if "vllm" in " ".join(p.cmdline())]
+        assert servers, "no server process found to interrupt"
+        interrupted_at = time.monotonic()
+        os.kill(child.pid, signal.SIGINT)
+        out, _ = child.communicate(timeout=90)
+        record_property("seconds_to_exit", round(time.monotonic() - interrupted_at, 1))
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    output = "".join(seen) + out
+    assert child.returncode == pytest.ExitCode.INTERRUPTED, output
+    gone_by = time.monotonic() + 10
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in servers):
+        assert time.monotonic() < gone_by, f"server processes survived Ctrl-C: {servers}"
+        time.sleep(0.2)
+    assert baselines.read_bytes() == before  # an interrupted run never writes baselines
+    report = tmp_path / "run" / "report.json"
+    if moment == "measurement" and report.exists():
+        assert json.loads(report.read_text())["complete"] is False
+
+
+def test_pytest_timeout_fails_the_test_and_still_tears_the_server_down(tmp_path, record_property):
+    # The documented configuration: --timeout-method=signal. The timeout is raised inside the
+    # test (here: inside the server fixture's start, 10 s into a ~30 s load), so the server object
+    # tears its group down as on any error. (The thread method exits the whole process instead;
+    # then the parent-death signal stops the servers.)
+    child, _ = _run_pytest(tmp_path, "--timeout", "10", "--timeout-method", "signal")
+    servers: list[psutil.Process] = []
+    started = time.monotonic()
+    try:
+        while child.poll() is None and time.monotonic() - started < 180:
+            servers += [p for p in _descendants(child.pid) if "vllm" in " ".join(p.cmdline()) and p not in servers]
+            time.sleep(0.5)
+        out = child.communicate(timeout=60)[0]
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    record_property("seconds_to_exit", round(time.monotonic() - started, 1))
+    assert child.returncode == pytest.ExitCode.TESTS_FAILED, out
+    assert "Timeout" in out and servers
+    assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in servers)
