@@ -119,11 +119,27 @@ def _run_pytest(tmp_path, *args):
     return child, baselines
 
 
-def _descendants(pid):
+def _servers_under(pid):
+    """The vLLM processes below ``pid`` now (any may exit while we look)."""
+    found = []
     try:
-        return psutil.Process(pid).children(recursive=True)
+        children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
-        return []
+        return found
+    for proc in children:
+        try:
+            if "vllm" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _alive(proc):
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _wait_for_line(child, needle, timeout_s, seen):
@@ -151,7 +167,7 @@ def test_ctrl_c_tears_down_every_server_and_keeps_baselines(tmp_path, moment, re
         _wait_for_line(child, needle, 180, seen)
         if moment == "server-load":
             time.sleep(5)  # the server is loading now
-        servers = [p for p in _descendants(child.pid) if "vllm" in " ".join(p.cmdline())]
+        servers = _servers_under(child.pid)
         assert servers, "no server process found to interrupt"
         interrupted_at = time.monotonic()
         os.kill(child.pid, signal.SIGINT)
@@ -163,7 +179,7 @@ def test_ctrl_c_tears_down_every_server_and_keeps_baselines(tmp_path, moment, re
     output = "".join(seen) + out
     assert child.returncode == pytest.ExitCode.INTERRUPTED, output
     gone_by = time.monotonic() + 10
-    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in servers):
+    while any(_alive(p) for p in servers):
         assert time.monotonic() < gone_by, f"server processes survived Ctrl-C: {servers}"
         time.sleep(0.2)
     assert baselines.read_bytes() == before  # an interrupted run never writes baselines
@@ -182,7 +198,7 @@ def test_pytest_timeout_fails_the_test_and_still_tears_the_server_down(tmp_path,
     started = time.monotonic()
     try:
         while child.poll() is None and time.monotonic() - started < 180:
-            servers += [p for p in _descendants(child.pid) if "vllm" in " ".join(p.cmdline()) and p not in servers]
+            servers += [p for p in _servers_under(child.pid) if p not in servers]
             time.sleep(0.5)
         out = child.communicate(timeout=60)[0]
     finally:
@@ -191,4 +207,4 @@ def test_pytest_timeout_fails_the_test_and_still_tears_the_server_down(tmp_path,
     record_property("seconds_to_exit", round(time.monotonic() - started, 1))
     assert child.returncode == pytest.ExitCode.TESTS_FAILED, out
     assert "Timeout" in out and servers
-    assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in servers)
+    assert not any(_alive(p) for p in servers), f"server processes survived the timeout: {servers}"

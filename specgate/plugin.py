@@ -313,13 +313,13 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, mode, prompt_
     benchmark = request.getfixturevalue("benchmark") if fresh and _benchmark_usable(request) else None
     kwargs = {}
     if benchmark is not None:
+        benchmark.group = f"{specgate_session.rig.name}/{prompt_class.name}/c{concurrency}"
         kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds, iterations=1)
     try:
         measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency, **kwargs)
     except SpecgateError as exc:
         pytest.fail(str(exc), pytrace=False)
     if benchmark is not None:
-        benchmark.group = f"{specgate_session.rig.name}/{prompt_class.name}/c{concurrency}"
         benchmark.extra_info.update(_benchmark_info(measurement))
     return measurement
 

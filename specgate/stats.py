@@ -120,6 +120,15 @@ def _median_ratio(measured: np.ndarray, reference: np.ndarray, axis: int = -1) -
     return np.median(measured, axis=axis) / np.median(reference, axis=axis)
 
 
+def _bootstrap_ci(data: tuple[np.ndarray, ...], statistic, confidence: float, n_resamples: int,
+                  seed: int) -> tuple[float, float]:
+    """Seeded percentile bootstrap interval (reproducible: the same samples give the same verdict)."""
+    result = scipy_stats.bootstrap(data, statistic, n_resamples=n_resamples, vectorized=True,
+                                   confidence_level=confidence, method="percentile",
+                                   rng=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
 def compare_ratio(
     measured: Sequence[float],
     reference: Sequence[float],
@@ -189,16 +198,7 @@ def compare_ratio(
             method = METHOD_NO_SPREAD
         else:
             method = METHOD_BOOTSTRAP_PAIRED
-            result = scipy_stats.bootstrap(
-                (ratios,),
-                np.median,
-                n_resamples=n_resamples,
-                vectorized=True,
-                confidence_level=confidence,
-                method="percentile",
-                rng=np.random.default_rng(seed),
-            )
-            ci_low, ci_high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+            ci_low, ci_high = _bootstrap_ci((ratios,), np.median, confidence, n_resamples, seed)
     else:
         ratio = float(_median_ratio(m, r))
         if m.size == 1 or r.size == 1:
@@ -211,16 +211,7 @@ def compare_ratio(
             method = METHOD_BOOTSTRAP
             # Two-sample bootstrap: each side is resampled on its own, since
             # unpaired runs share nothing item by item.
-            result = scipy_stats.bootstrap(
-                (m, r),
-                _median_ratio,
-                n_resamples=n_resamples,
-                vectorized=True,
-                confidence_level=confidence,
-                method="percentile",
-                rng=np.random.default_rng(seed),
-            )
-            ci_low, ci_high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+            ci_low, ci_high = _bootstrap_ci((m, r), _median_ratio, confidence, n_resamples, seed)
 
     # Fail only when slower than the threshold AND significantly so; a single sample (no CI) is
     # judged by the threshold alone.
