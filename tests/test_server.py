@@ -365,8 +365,10 @@ def _held_port() -> Iterator[int]:
         yield int(held.getsockname()[1])
 
 
-def test_port_taken_is_retried_on_another_port(fake: Path, tmp_path: Path, reaper: Reaper,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def first_port_taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, list[int]]]:
+    """free_port hands out a port someone holds first, then really free ones; yields that port
+    and the list of ports handed out."""
     real_free_port = server_mod.free_port
     with _held_port() as taken:
         handed: list[int] = []
@@ -376,13 +378,19 @@ def test_port_taken_is_retried_on_another_port(fake: Path, tmp_path: Path, reape
             return handed[-1]
 
         monkeypatch.setattr(server_mod, "free_port", free_port)
-        lines: list[str] = []
-        spec = _spec(fake, tmp_path)
-        with VLLMServer(spec, progress=lines.append) as server:
-            state = _state(tmp_path, reaper)
-            assert server.port == handed[-1] != taken
-            assert state["argv"][-1] == str(server.port)
-            server.check_alive()
+        yield taken, handed
+
+
+def test_port_taken_is_retried_on_another_port(fake: Path, tmp_path: Path, reaper: Reaper,
+                                               first_port_taken: tuple[int, list[int]]) -> None:
+    taken, handed = first_port_taken
+    lines: list[str] = []
+    spec = _spec(fake, tmp_path)
+    with VLLMServer(spec, progress=lines.append) as server:
+        state = _state(tmp_path, reaper)
+        assert server.port == handed[-1] != taken
+        assert state["argv"][-1] == str(server.port)
+        server.check_alive()
     assert len(handed) == 2
     assert any(f"port {taken} was taken; retrying on another port" in line for line in lines)
     log = spec.log_path.read_text()
@@ -405,19 +413,11 @@ def test_port_taken_every_time_gives_up(fake: Path, tmp_path: Path, reaper: Reap
 
 
 def test_only_a_port_clash_of_this_attempt_is_retried(fake: Path, tmp_path: Path, reaper: Reaper,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    real_free_port = server_mod.free_port
-    with _held_port() as taken:
-        handed: list[int] = []
-
-        def free_port(host: str = "127.0.0.1") -> int:
-            handed.append(taken if not handed else real_free_port(host))
-            return handed[-1]
-
-        monkeypatch.setattr(server_mod, "free_port", free_port)
-        with pytest.raises(ServerStartError, match="exited with code 3"), VLLMServer(
-                _spec(fake, tmp_path, "--behaviour", "exit3-when-restarted")):
-            pass
+                                                      first_port_taken: tuple[int, list[int]]) -> None:
+    _taken, handed = first_port_taken
+    with pytest.raises(ServerStartError, match="exited with code 3"), VLLMServer(
+            _spec(fake, tmp_path, "--behaviour", "exit3-when-restarted")):
+        pass
     _state(tmp_path, reaper)
     assert len(handed) == 2  # attempt 2 failed for another reason: no third start
 
