@@ -82,7 +82,8 @@ def test_client_vs_server_table(rendered) -> None:
     assert "client vs server decode tok/s" in markdown
     table = next(t for t in _tables(markdown) if "server tok/s" in t[0])
     header = _cells(table[0])
-    assert header == ["mode", "class", "conc.", "TTFT median ms", "aggregate tok/s", "client tok/s", "server tok/s", "diff %"]
+    assert header == ["mode", "class", "conc.", "TTFT median ms", "aggregate tok/s",
+                      "client tok/s", "server tok/s", "diff %"]
     rows = [dict(zip(header, _cells(line), strict=True)) for line in table[2:]]
     assert len(rows) == len(report["measurements"]) == 12
     for row, m in zip(rows, report["measurements"], strict=True):
