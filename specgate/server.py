@@ -117,6 +117,7 @@ class VLLMServer:
         self.pgid: int | None = None
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
+        self.api_key: str | None = None  # a server specgate starts needs none
         self._log_start = 0
 
     @property
@@ -124,8 +125,6 @@ class VLLMServer:
         if self.port is None:
             raise ServerError(f"server for mode {self.label} has not been started")
         return f"http://{self.spec.host}:{self.port}"
-
-    api_key: str | None = None
 
     def __enter__(self) -> VLLMServer:
         try:
@@ -259,10 +258,9 @@ class VLLMServer:
             return
         pgid, process = self.pgid, self.process
         # Children that called setsid() would escape the group signal: remember them too.
+        strays: list[psutil.Process] = []
         with contextlib.suppress(psutil.Error):
             strays = psutil.Process(process.pid).children(recursive=True)
-        if "strays" not in locals():
-            strays = []
         _signal_group(pgid, signal.SIGTERM)
         try:
             process.wait(timeout=TERM_GRACE_S)

@@ -52,6 +52,8 @@ class SpecgateSession:
     pending_updates: dict[tuple[str, str, str, int], BaselineEntry] = field(default_factory=dict)
     # (mode, class, concurrency) whose cross-mode gates a worker left to the xdist controller
     deferred: list[MeasureKey] = field(default_factory=list)
+    # xdist controller: the finished workers' reports (see absorb_worker)
+    worker_reports: list[dict[str, Any]] = field(default_factory=list)
     _rig: Rig | None = None
     _store: BaselineFile | None = None
     _measurer: Measurer | None = None
@@ -158,7 +160,6 @@ class SpecgateSession:
         return self.options.baselines_path
 
     # -- xdist: what a worker sends, and the controller's merge ----------------------------------
-    worker_reports: list[dict[str, Any]] = field(default_factory=list)
 
     def worker_output(self) -> dict[str, Any]:
         return {"report": self.report_data(complete=True, merge=False),
