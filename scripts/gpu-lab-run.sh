@@ -11,6 +11,7 @@ python3 -m pytest -p specgate.plugin -m gpu --rig h200-smollm2 -p no:cacheprovid
   --junitxml "$OUT/$name/junit.xml" "$@" 2>&1 | tee "$OUT/$name/pytest.log" | grep -v "requests, " | tail -120
 rc=${PIPESTATUS[0]}
 echo "pytest exit $rc after $(( $(date +%s) - start ))s"
+cp baselines.json "$OUT/$name/baselines.json" 2>/dev/null
 cp /root/runs/$name/report.json /root/runs/$name/summary.md /root/runs/$name/*.png "$OUT/$name/" 2>/dev/null
 for f in /root/runs/$name/server-*.log; do tail -c 20000 "$f" > "$OUT/$name/$(basename "$f")"; done
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/$name/gpu-after.csv" 2>&1
