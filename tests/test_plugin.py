@@ -122,18 +122,20 @@ def test_worker_reports_are_merged_on_the_controller(tmp_path):
 def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path):
     from specgate.plugin import _decide_deferred_gates
 
+    # extraction: the cpu rig declares ngram's backfire on the prose/code classes, not on this one
     controller = _session(tmp_path)
-    for worker_id, m in (("gw0", _measurement("ngram", [20.0] * 6)), ("gw1", _measurement("baseline", [30.0] * 6))):
+    for worker_id, m in (("gw0", _measurement("ngram", [20.0] * 6, "extraction")),
+                         ("gw1", _measurement("baseline", [30.0] * 6, "extraction"))):
         worker = _session(tmp_path)
         worker.options.worker_id = worker_id
-        worker.measurements[(m.mode, "coding", 1)] = m
+        worker.measurements[(m.mode, "extraction", 1)] = m
         if m.mode == "ngram":
-            worker.deferred.append(("ngram", "coding", 1))
+            worker.deferred.append(("ngram", "extraction", 1))
         controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
 
     assert _decide_deferred_gates(controller) is True
     backfire = [r for r in controller.results if r.gate == "backfire"]
-    assert len(backfire) == 1 and "ngram is 33 % slower than no speculation on coding" in backfire[0].message
+    assert len(backfire) == 1 and "ngram is 33 % slower than no speculation on extraction" in backfire[0].message
 
 
 def test_h200_rig_starts_each_of_its_four_servers_once(perf_project):
@@ -170,16 +172,16 @@ def test_bad_attach_url_is_rejected_at_parse_time(perf_project):
 
 
 # -- the baseline workflow, on measurements shaped like real ones -------------------------------
-def _measurement(mode: str, tps: list[float]) -> ClassMeasurement:
+def _measurement(mode: str, tps: list[float], prompt_class: str = "coding") -> ClassMeasurement:
     records = []
     for i, rate in enumerate(tps):
         span = 63 / rate  # 64 tokens: (64 - 1) / span == rate
         records.append(RequestRecord(
-            request_id=f"{mode}/coding/p{i}#0", mode=mode, prompt_class="coding", prompt_id=f"p{i}",
+            request_id=f"{mode}/{prompt_class}/p{i}#0", mode=mode, prompt_class=prompt_class, prompt_id=f"p{i}",
             concurrency=1, started_at=0.0, first_token_at=0.1, last_token_at=0.1 + span,
             finished_at=0.1 + span, chunk_times=[0.1, 0.1 + span], prompt_tokens=10, completion_tokens=64,
             text=f"output {i}", finish_reason="length"))
-    return ClassMeasurement(rig="cpu-smollm2", mode=mode, prompt_class="coding", concurrency=1, records=records,
+    return ClassMeasurement(rig="cpu-smollm2", mode=mode, prompt_class=prompt_class, concurrency=1, records=records,
                             acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=1.0)
 
 
