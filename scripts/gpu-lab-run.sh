@@ -1,18 +1,25 @@
 #!/bin/bash
 # Run the gpu tier on the GPU lab machine (see ../shared/gpu-lab/README.md), after staging.
-#   bash scripts/gpu-lab-run.sh NAME [pytest args...]
-# Writes the log, report, summary and plots to $OUT/NAME/ (the device tool brings $OUT back).
+#   [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] bash scripts/gpu-lab-run.sh NAME [pytest args...]
+# pytest gets SIGINT at LAB_TIMEOUT_S (its servers are torn down), so the results still come back:
+# the log, JUnit XML, report, summary, plots, server logs, baselines and any --record-responses
+# folder under /root/runs/NAME are packed into $OUT/NAME.tgz (the device tool returns 8 files at most).
 set -uo pipefail
 name="$1"; shift
+rig="${RIG:-h200-smollm2}"
 export PYTHONPATH="/root/site:/root/extra:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-mkdir -p "$OUT/$name"
+run="/root/runs/$name"
+mkdir -p "$run"
+nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-before.csv" 2>&1
 start=$(date +%s)
-python3 -m pytest -p specgate.plugin -m gpu --rig h200-smollm2 -p no:cacheprovider --run-dir "/root/runs/$name" \
-  --junitxml "$OUT/$name/junit.xml" "$@" 2>&1 | tee "$OUT/$name/pytest.log" | grep -v "requests, " | tail -120
+timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" \
+  python3 -m pytest -p specgate.plugin -m gpu --rig "$rig" -p no:cacheprovider --run-dir "$run" \
+  --junitxml "$run/junit.xml" "$@" 2>&1 | tee "$run/pytest.log" | grep -v "requests, " | tail -150
 rc=${PIPESTATUS[0]}
 echo "pytest exit $rc after $(( $(date +%s) - start ))s"
-cp baselines.json "$OUT/$name/baselines.json" 2>/dev/null
-cp /root/runs/$name/report.json /root/runs/$name/summary.md /root/runs/$name/*.png "$OUT/$name/" 2>/dev/null
-for f in /root/runs/$name/server-*.log; do tail -c 20000 "$f" > "$OUT/$name/$(basename "$f")"; done
-nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/$name/gpu-after.csv" 2>&1
+cp baselines.json "$run/baselines.json"
+nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-after.csv" 2>&1
+cat "$run/gpu-after.csv"
+find "$run" -name 'server-*.log' -size +1M -exec sh -c 'tail -c 1000000 "$1" > "$1.tail" && mv "$1.tail" "$1"' _ {} \;
+tar czf "$OUT/$name.tgz" -C /root/runs "$name"
 exit 0

@@ -73,6 +73,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpus", type=parse_gpu_list, default=None,
                     help="GPU indices specgate may use, e.g. 0,1,2,3 (default: CUDA_VISIBLE_DEVICES, else all "
                          "NVML sees); under xdist each worker gets gpus_per_server of them for its servers")
+    group.addoption("--record-responses", type=Path, default=None, metavar="DIR",
+                    help="also record each started server's raw responses and /metrics into DIR, for the "
+                         "fast tier's replay tests (as `python -m specgate record`, without extra starts)")
     group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")
 
@@ -94,6 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
         repo_root=root, update=update, strict_fingerprint=config.getoption("strict_fingerprint"),
         attach_url=config.getoption("vllm_url"), attach_mode=config.getoption("vllm_mode"),
         api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
+        record_dir=config.getoption("record_responses"),
     )
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=_progress_writer(config))
 
@@ -282,6 +286,13 @@ def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
         session.fingerprints[mode.name] = collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
             vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root)
+        record_dir = session.options.record_dir
+        if record_dir is not None:
+            from specgate.record import record_server
+
+            record_server(server.base_url, rig.served_model_name, mode.name, record_dir, api_key=server.api_key,
+                          timeout_s=rig.protocol.request_timeout_s)
+            session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
         yield server
 
 

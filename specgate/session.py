@@ -34,6 +34,8 @@ class SessionOptions:
     attach_url: str | None = None
     attach_mode: str | None = None
     api_key: str | None = None
+    # --record-responses: each started server's raw responses go here (fast-tier replay data).
+    record_dir: Path | None = None
     # Under xdist: this worker's GPUs (CUDA_VISIBLE_DEVICES for its servers); None elsewhere.
     worker_gpus: str | None = None
     worker_id: str | None = None
