@@ -23,15 +23,20 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def gpu_info() -> tuple[str, int, str | None]:
-    """(model name, count, driver) through NVML; ("unknown", 0, None) where there is none."""
+def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
+    """(model name, count, driver) through NVML; ("unknown", 0, None) where there is none.
+    With ``visible`` (the server's CUDA_VISIBLE_DEVICES) the count is the server's GPUs, not the host's."""
     try:
         import pynvml  # nvidia-ml-py
 
         pynvml.nvmlInit()
         try:
             count = pynvml.nvmlDeviceGetCount()
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)) if count else "none"
+            first = 0
+            if visible is not None:
+                indices = [int(i) for i in visible.split(",") if i.strip().isdigit() and int(i) < count]
+                count, first = len(indices), (indices[0] if indices else 0)
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(first)) if count else "none"
             driver = pynvml.nvmlSystemGetDriverVersion()
             return (name.decode() if isinstance(name, bytes) else name, count,
                     driver.decode() if isinstance(driver, bytes) else driver)
@@ -60,9 +65,9 @@ def server_vllm_version(base_url: str, api_key: str | None = None) -> str | None
 
 
 def collect(*, tier: str, model: str, speculative_config: dict[str, Any] | None,
-            vllm_version: str | None, repo: Path) -> Fingerprint:
+            vllm_version: str | None, repo: Path, gpus: str | None = None) -> Fingerprint:
     if tier == "gpu":
-        accelerator, count, driver = gpu_info()
+        accelerator, count, driver = gpu_info(gpus)
     else:
         import os
 

@@ -285,7 +285,8 @@ def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
                                       "log": str(server.log_path) if server.log_path else None}
         session.fingerprints[mode.name] = collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
-            vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root)
+            vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,
+            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
         record_dir = session.options.record_dir
         if record_dir is not None:
             from specgate.record import record_server
