@@ -13,7 +13,7 @@ mkdir -p "$run"
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-before.csv" 2>&1
 start=$(date +%s)
 timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" \
-  python3 -m pytest -p specgate.plugin -m gpu --rig "$rig" -p no:cacheprovider --run-dir "$run" \
+  python3 -m pytest -p specgate.plugin -c pyproject.toml --rootdir "$PWD" perf_tests -m gpu --rig "$rig" -p no:cacheprovider --run-dir "$run" \
   --junitxml "$run/junit.xml" "$@" 2>&1 | tee "$run/pytest.log" | grep -v "requests, " | tail -150
 rc=${PIPESTATUS[0]}
 echo "pytest exit $rc after $(( $(date +%s) - start ))s"

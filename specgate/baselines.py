@@ -37,13 +37,17 @@ class Fingerprint(_Model):
     vllm_version: str | None = None
     model: str | None = None
     speculative_config: dict[str, Any] | None = None
+    # Servers measuring at once on this host (xdist workers): a tiny model is CPU-bound, so on the
+    # GPU lab two servers side by side cut each other's single-stream tok/s by up to 40 %.
+    concurrent_servers: int = Field(default=1, ge=1)
     date: str | None = None
     commit: str | None = None
     note: str | None = None
 
     def differences(self, other: Fingerprint) -> list[str]:
         """Fields that matter for speed and differ; date, commit and note never count."""
-        keys = ("accelerator", "accelerator_count", "driver", "vllm_version", "model", "speculative_config")
+        keys = ("accelerator", "accelerator_count", "driver", "vllm_version", "model", "speculative_config",
+                "concurrent_servers")
         return [f"{k}: stored {getattr(self, k)!r}, now {getattr(other, k)!r}"
                 for k in keys if getattr(self, k) != getattr(other, k)]
 

@@ -65,7 +65,8 @@ def server_vllm_version(base_url: str, api_key: str | None = None) -> str | None
 
 
 def collect(*, tier: str, model: str, speculative_config: dict[str, Any] | None,
-            vllm_version: str | None, repo: Path, gpus: str | None = None) -> Fingerprint:
+            vllm_version: str | None, repo: Path, gpus: str | None = None,
+            concurrent_servers: int = 1) -> Fingerprint:
     if tier == "gpu":
         accelerator, count, driver = gpu_info(gpus)
     else:
@@ -74,6 +75,6 @@ def collect(*, tier: str, model: str, speculative_config: dict[str, Any] | None,
         accelerator, count, driver = cpu_model(), os.cpu_count() or 0, None
     return Fingerprint(
         accelerator=accelerator, accelerator_count=count, driver=driver, vllm_version=vllm_version,
-        model=Path(model).name, speculative_config=speculative_config,
+        model=Path(model).name, speculative_config=speculative_config, concurrent_servers=concurrent_servers,
         date=dt.date.today().isoformat(), commit=git_commit(repo),
     )

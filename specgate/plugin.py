@@ -94,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         fixtures_dir=config.getoption("specgate_fixtures") or root / "fixtures",
         baselines_path=config.getoption("baselines") or root / "baselines.json",
         run_dir=run_dir, worker_id=workerinput["workerid"] if workerinput else None,
+        worker_count=int(workerinput["workercount"]) if workerinput else 1,
         repo_root=root, update=update, strict_fingerprint=config.getoption("strict_fingerprint"),
         attach_url=config.getoption("vllm_url"), attach_mode=config.getoption("vllm_mode"),
         api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
@@ -286,7 +287,8 @@ def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
         session.fingerprints[mode.name] = collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
             vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,
-            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
+            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"),
+            concurrent_servers=session.options.worker_count)
         record_dir = session.options.record_dir
         if record_dir is not None:
             from specgate.record import record_server

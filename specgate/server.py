@@ -4,7 +4,11 @@
 session, so the API server and every engine-core worker it forks share one process group that
 teardown can signal at once. Output goes to a per-mode log file, never to an undrained pipe.
 Readiness means ``/health`` answers, ``/v1/models`` lists the served name and one real
-generation succeeds; any exit while waiting fails at once, quoting the log's tail.
+generation succeeds; any exit while waiting fails at once, quoting the log's tail. So does a fatal
+engine error in the log: vLLM can keep its API server up with a dead or hung engine (seen on the
+GPU lab: a pipeline-parallel worker crashed and the first generation hung forever), so the wait
+never blocks on one request: the first generation runs beside the loop that reports progress,
+watches the process and the log, and enforces the startup deadline.
 
 ``AttachedServer`` has the same face for a server someone else started (``--vllm-url``).
 """
@@ -17,6 +21,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +40,15 @@ POLL_EVERY_S = 1.0
 TERM_GRACE_S = 30.0
 KILL_GRACE_S = 10.0
 PORT_RETRIES = 3
+# Log lines after which vLLM (0.2x-0.3x) will not serve: a worker or engine-core exception. The API
+# server may stay up and answer /health for a while, so an exited process is not the only sign.
+FATAL_LOG_MARKERS = (
+    "WorkerProc hit an exception",
+    "EngineCore encountered a fatal error",
+    "Engine core initialization failed",
+    "EngineDeadError",
+    "WorkerProc failed to start",
+)
 
 Progress = Callable[[str], None]
 
@@ -119,6 +133,7 @@ class VLLMServer:
         self.ready_after_s: float | None = None
         self.api_key: str | None = None  # a server specgate starts needs none
         self._log_start = 0
+        self._scanned_to = 0  # log offset up to which fatal markers were looked for
 
     @property
     def base_url(self) -> str:
@@ -160,8 +175,24 @@ class VLLMServer:
             handle.seek(self._log_start)
             return handle.read()
 
+    def fatal_log_line(self) -> str | None:
+        """The first line of this attempt's log that carries a fatal engine error, if any
+        (reads only what was appended since the last call)."""
+        try:
+            with self.log_path.open("r", errors="replace") as handle:
+                handle.seek(max(self._scanned_to, self._log_start))
+                chunk = handle.read()
+        except FileNotFoundError:
+            return None
+        # Stop at the last complete line, so a marker split across two reads is still seen.
+        complete = chunk[:chunk.rfind("\n") + 1]
+        self._scanned_to = max(self._scanned_to, self._log_start) + len(complete.encode(errors="replace"))
+        return next((line.strip() for line in complete.splitlines()
+                     if any(marker in line for marker in FATAL_LOG_MARKERS)), None)
+
     def _launch(self, attempt: int) -> None:
         self._log_start = self.log_path.stat().st_size if attempt > 1 and self.log_path.exists() else 0
+        self._scanned_to = self._log_start
         self.port = free_port(self.spec.host)
         argv = [*self.spec.argv, "--host", self.spec.host, "--port", str(self.port)]
         env = {**os.environ, **self.spec.env}
@@ -181,6 +212,7 @@ class VLLMServer:
         deadline = self.started_at + self.spec.startup_timeout_s
         last_progress = self.started_at
         stage = "waiting for /health"
+        generation: _FirstGeneration | None = None
         with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0)) as http:
             while True:
                 now = time.monotonic()
@@ -191,6 +223,13 @@ class VLLMServer:
                         f"vLLM server for mode {self.label} exited with code {code} after "
                         f"{format_elapsed(elapsed)}, before it was ready ({stage}).\n"
                         f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
+                fatal = self.fatal_log_line()
+                if fatal is not None:
+                    raise ServerStartError(
+                        f"vLLM server for mode {self.label} logged a fatal engine error after "
+                        f"{format_elapsed(elapsed)} ({stage}); it will not become ready, stopping it.\n"
+                        f"  {fatal[:300]}\nLast {LOG_TAIL_LINES} lines of {self.log_path}:\n"
+                        f"{read_log_tail(self.log_path)}")
                 if now > deadline:
                     raise ServerStartError(
                         f"vLLM server for mode {self.label} was not ready after {format_elapsed(elapsed)} "
@@ -201,7 +240,17 @@ class VLLMServer:
                     last_line = read_log_tail(self.log_path, 1).strip()[:160]
                     self.progress(f"mode {self.label}: {stage}, {format_elapsed(elapsed)} elapsed; log: {last_line}")
                     last_progress = now
-                stage = self._probe(http, stage)
+                if stage == "waiting for a first generation":
+                    if generation is None:
+                        generation = _FirstGeneration(self.base_url, self.spec)
+                    elif generation.done.is_set():
+                        if generation.refused():
+                            generation = None  # not accepting connections this instant: try again
+                        else:
+                            generation.raise_for_failure(self.label)
+                            stage = "ready"
+                else:
+                    stage = self._probe(http, stage)
                 if stage == "ready":
                     self.ready_after_s = time.monotonic() - self.started_at
                     self.progress(f"mode {self.label}: ready on port {self.port} after "
@@ -210,7 +259,7 @@ class VLLMServer:
                 time.sleep(POLL_EVERY_S)
 
     def _probe(self, http: httpx.Client, stage: str) -> str:
-        """Advance one readiness stage if the server allows it; return the current stage."""
+        """Advance one readiness stage (/health, then /v1/models) if the server allows it."""
         try:
             if stage == "waiting for /health":
                 if http.get("/health").status_code != 200:
@@ -225,14 +274,6 @@ class VLLMServer:
                     raise ServerStartError(f"vLLM server for mode {self.label} serves {names}, not "
                                            f"{self.spec.served_model_name!r} (check the rig's served_model_name)")
                 stage = "waiting for a first generation"
-            if stage == "waiting for a first generation":
-                response = http.post("/v1/chat/completions", timeout=self.spec.probe_timeout_s, json={
-                    "model": self.spec.served_model_name, "max_tokens": 4, "temperature": 0.0,
-                    "messages": [{"role": "user", "content": "Say hello."}]})
-                if response.status_code != 200:
-                    raise ServerStartError(f"vLLM server for mode {self.label}: the first generation "
-                                           f"failed with HTTP {response.status_code}: {response.text[:500]}")
-                return "ready"
         except (httpx.TransportError, ValueError):
             return stage  # not listening yet, or a half-written answer: poll again
         return stage
@@ -246,6 +287,12 @@ class VLLMServer:
         if code is not None:
             raise ServerDiedError(
                 f"vLLM server for mode {self.label} exited with code {code} during the run.\n"
+                f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
+        fatal = self.fatal_log_line()
+        if fatal is not None:
+            raise ServerDiedError(
+                f"vLLM server for mode {self.label} logged a fatal engine error during the run; its "
+                f"requests would hang.\n  {fatal[:300]}\n"
                 f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
@@ -279,6 +326,43 @@ class VLLMServer:
         if survivors:
             raise ServerError(f"mode {self.label}: processes of server group {pgid} survived SIGKILL: "
                               f"{sorted({p.pid for p in survivors})}")
+
+
+class _FirstGeneration:
+    """The readiness probe's one real generation, in a daemon thread: a hung engine must not
+    block the loop that reports progress, watches the log and enforces the deadline. If the
+    server is stopped first, the request fails with the closed connection and the thread ends."""
+
+    def __init__(self, base_url: str, spec: ServerSpec) -> None:
+        self.done = threading.Event()
+        self.response: httpx.Response | None = None
+        self.error: Exception | None = None
+        body = {"model": spec.served_model_name, "max_tokens": 4, "temperature": 0.0,
+                "messages": [{"role": "user", "content": "Say hello."}]}
+        self._thread = threading.Thread(target=self._run, args=(base_url, body, spec.probe_timeout_s),
+                                        name=f"specgate-probe-{spec.label}", daemon=True)
+        self._thread.start()
+
+    def _run(self, base_url: str, body: dict, timeout_s: float) -> None:
+        try:
+            with httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout_s, connect=5.0)) as http:
+                self.response = http.post("/v1/chat/completions", json=body)
+        except Exception as exc:  # reported by raise_for_failure on the waiting thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def refused(self) -> bool:
+        return isinstance(self.error, httpx.ConnectError)
+
+    def raise_for_failure(self, label: str) -> None:
+        if self.error is not None:
+            raise ServerStartError(f"vLLM server for mode {label}: the first generation failed: "
+                                   f"{type(self.error).__name__}: {self.error}")
+        assert self.response is not None
+        if self.response.status_code != 200:
+            raise ServerStartError(f"vLLM server for mode {label}: the first generation failed with "
+                                   f"HTTP {self.response.status_code}: {self.response.text[:500]}")
 
 
 def _term_when_parent_dies() -> None:

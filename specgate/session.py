@@ -39,6 +39,7 @@ class SessionOptions:
     # Under xdist: this worker's GPUs (CUDA_VISIBLE_DEVICES for its servers); None elsewhere.
     worker_gpus: str | None = None
     worker_id: str | None = None
+    worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
     worker_refusal: str | None = None
 
 

@@ -427,3 +427,12 @@ def test_fingerprint_any_speed_field_change_is_reported(field: str, value: str) 
         assert diffs == []
     else:
         assert len(diffs) == 1 and diffs[0].startswith(f"{field}: ")
+
+
+def test_fingerprint_counts_servers_measuring_side_by_side() -> None:
+    # Serial lab baselines vs an xdist run with one server per GPU: reported, and older baseline
+    # files (no such key) read as serial.
+    serial = Fingerprint.model_validate({"accelerator": "NVIDIA H200", "accelerator_count": 1})
+    assert serial.concurrent_servers == 1
+    spread = serial.model_copy(update={"concurrent_servers": 2})
+    assert serial.differences(spread) == ["concurrent_servers: stored 1, now 2"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -129,3 +131,19 @@ def test_empty_visible_devices_means_no_gpu() -> None:
     """CUDA reads CUDA_VISIBLE_DEVICES='' as "no GPU", not as unset."""
     with pytest.raises(ServerStartError, match="but 0 are visible"):
         require_free_gpus("", count=1, read=lambda: [_free(0)])
+
+
+def test_fingerprint_counts_the_servers_gpus_not_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from specgate.fingerprint import gpu_info
+
+    names = ["NVIDIA H200", "NVIDIA H100"]
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: names[h],
+        nvmlSystemGetDriverVersion=lambda: "580.159.04")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert gpu_info() == ("NVIDIA H200", 2, "580.159.04")  # the host
+    assert gpu_info("1") == ("NVIDIA H100", 1, "580.159.04")  # an xdist worker's server on GPU 1
+    assert gpu_info("0,1") == ("NVIDIA H200", 2, "580.159.04")

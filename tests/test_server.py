@@ -86,6 +86,12 @@ FAKE_SERVER = textwrap.dedent('''
         def do_POST(self):
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length))
+            if args.behaviour in ("hang-generation", "engine-error"):
+                if args.behaviour == "engine-error":  # as vLLM 0.26 logged it with pipeline parallel 2
+                    print("(Worker_PP0 pid=8000) ERROR 11-30 11:30:22 [multiproc_executor.py:1007] "
+                          "WorkerProc hit an exception.", flush=True)
+                    print("AttributeError: 'GPUModelRunner' object has no attribute 'drafter'", flush=True)
+                time.sleep(600)  # the engine is hung: the request never completes
             if self.path == "/v1/chat/completions" and body.get("model") == args.served:
                 print(f"fake-vllm: generation for {body['model']}", flush=True)
                 self._json(200, {"choices": [{"message": {"role": "assistant", "content": "Hello"}}]})
@@ -242,6 +248,47 @@ def test_startup_deadline(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
     state = _state(tmp_path, reaper)
     assert group_members(state["pgid"]) == []
     assert _gone(state["child"]) and _gone(state["pid"])
+
+
+def test_fatal_engine_error_in_the_log_fails_fast(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
+    # Seen on the GPU lab: the API server stayed up, the first generation hung, nothing exited.
+    spec = _spec(fake, tmp_path, "--behaviour", "engine-error", timeout_s=60)
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as info, VLLMServer(spec):
+        pass
+    assert time.monotonic() - started < 15  # not the 60 s deadline, nor the 5 s probe timeout x N
+    message = str(info.value)
+    assert "mode ngram logged a fatal engine error" in message
+    assert "(waiting for a first generation)" in message
+    assert "WorkerProc hit an exception" in message and "no attribute 'drafter'" in message
+    state = _state(tmp_path, reaper)
+    assert group_members(state["pgid"]) == []
+
+
+def test_hung_first_generation_keeps_reporting_and_meets_the_deadline(
+        fake: Path, tmp_path: Path, reaper: Reaper, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 0.2)
+    spec = _spec(fake, tmp_path, "--behaviour", "hang-generation", timeout_s=2)
+    spec.probe_timeout_s = 60  # longer than the deadline: the deadline must still hold
+    lines: list[str] = []
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match=r"not ready after \ds \(startup deadline 2s; waiting for a first "
+                                               r"generation\)"), VLLMServer(spec, progress=lines.append):
+        pass
+    assert time.monotonic() - started < 10
+    assert sum("waiting for a first generation" in line for line in lines) >= 3, lines
+    state = _state(tmp_path, reaper)
+    assert group_members(state["pgid"]) == []
+
+
+def test_fatal_engine_error_after_ready_is_a_dead_server(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
+    with VLLMServer(_spec(fake, tmp_path)) as server:
+        server.check_alive()
+        with server.log_path.open("a") as log:  # the engine dies; the API process lives on
+            log.write("(EngineCore_DP0 pid=1) ERROR EngineCore encountered a fatal error.\n")
+        with pytest.raises(ServerDiedError, match="logged a fatal engine error during the run"):
+            server.check_alive()
+        _state(tmp_path, reaper)
 
 
 # --------------------------------------------------------------------------- (d) SIGTERM ignored
