@@ -283,7 +283,9 @@ def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
     with server:
         session.servers[mode.name] = {"base_url": "attached" if session.options.attach_url else server.base_url,
                                       "ready_after_s": server.ready_after_s,
-                                      "log": str(server.log_path) if server.log_path else None}
+                                      "log": str(server.log_path) if server.log_path else None,
+                                      "worker": session.options.worker_id,
+                                      "gpus": session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")}
         session.fingerprints[mode.name] = collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
             vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,

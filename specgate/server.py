@@ -198,7 +198,8 @@ class VLLMServer:
         env = {**os.environ, **self.spec.env}
         mode = "w" if attempt == 1 else "a"
         with self.log_path.open(mode) as log:
-            log.write(f"# specgate: mode {self.label}, attempt {attempt}\n# argv: {argv!r}\n")
+            log.write(f"# specgate: mode {self.label}, attempt {attempt}\n# argv: {argv!r}\n"
+                      f"# CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '(unset)')}\n")
             log.flush()
             self.started_at = time.monotonic()
             self.process = subprocess.Popen(

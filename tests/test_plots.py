@@ -1,5 +1,6 @@
-"""Tests for specgate.plots and report.render_all, on the two real cpu-tier reports in
-fixtures/recorded/cpu/reports (rig cpu-smollm2, baseline and ngram, 6 classes x 6 requests)."""
+"""Tests for specgate.plots and report.render_all, on real reports: the cpu tier's two in
+fixtures/recorded/cpu/reports (rig cpu-smollm2, baseline and ngram, 6 classes x 6 requests) and the
+GPU lab's in fixtures/recorded/gpu/reports (rig h200-smollm2, 4 modes x 2 classes, one run under xdist)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from specgate.report import render_all, render_markdown, render_text, window_tab
 
 pytestmark = pytest.mark.fast
 
-REPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "cpu" / "reports"
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+REPORTS = RECORDED / "cpu" / "reports"
+RENDERED = ["cpu/reports/run1-update.json", "cpu/reports/run2-plain.json", "gpu/reports/run1-update.json",
+            "gpu/reports/run2-plain.json", "gpu/reports/run3-xdist.json"]
+# Time to first token of the recorded runs: ~0.1-1 s on 2 CPU cores, 20-80 ms on the H200.
+TTFT_MS = {"cpu": (100, 2000), "gpu": (10, 500)}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -23,10 +29,10 @@ def _load(name: str) -> dict[str, Any]:
     return json.loads((REPORTS / name).read_text())
 
 
-@pytest.fixture(scope="module", params=["run1-update.json", "run2-plain.json"])
+@pytest.fixture(scope="module", params=RENDERED)
 def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    report = _load(request.param)
-    out = tmp_path_factory.mktemp(request.param.removesuffix(".json"))
+    report = json.loads((RECORDED / request.param).read_text())
+    out = tmp_path_factory.mktemp(request.param.replace("/", "-").removesuffix(".json"))
     return report, out, render_all(report, out)
 
 
@@ -85,13 +91,14 @@ def test_client_vs_server_table(rendered) -> None:
     assert header == ["mode", "class", "conc.", "TTFT median ms", "aggregate tok/s",
                       "client tok/s", "server tok/s", "diff %"]
     rows = [dict(zip(header, _cells(line), strict=True)) for line in table[2:]]
-    assert len(rows) == len(report["measurements"]) == 12
+    assert len(rows) == len(report["measurements"]) == {"cpu": 12, "gpu": 8}[report["rig"]["tier"]]
+    low, high = TTFT_MS[report["rig"]["tier"]]
     for row, m in zip(rows, report["measurements"], strict=True):
         assert (row["mode"], row["class"]) == (m["mode"], m["prompt_class"])
         assert row["server tok/s"] == f"{m['server_decode_tokens_per_s']:.1f}"
         # The recorded runs agree to within 2 % (client 1 / mean TPOT vs vLLM's histogram).
         assert abs(float(row["diff %"].removesuffix(" %"))) < 2.0, row
-        assert 100 < float(row["TTFT median ms"]) < 2000, row
+        assert low < float(row["TTFT median ms"]) < high, row
     assert "client tok/s" in render_text(report)
 
 
