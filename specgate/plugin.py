@@ -448,6 +448,10 @@ class GateKeeper:
             # Waiting here could deadlock: xdist may hand the reference mode to a worker only after
             # this one finishes. The controller decides this gate once every worker is done.
             self.session.deferred.append((m.mode, m.prompt_class, m.concurrency))
+            current = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+            if current:
+                gate = current.split("::")[-1].split("[")[0].removeprefix("test_")
+                self.session.deferred_tests[current] = [gate, m.mode, m.prompt_class, m.concurrency]
             pytest.skip("under xdist this cross-mode gate is decided on the controller after all workers "
                         "finish (see the specgate summary)")
         reference = self.session.reference_measurement(m.prompt_class, m.concurrency)
@@ -511,7 +515,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _has_perf_work(specgate):
         return
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-    if specgate.worker_reports and not interrupted and _decide_deferred_gates(specgate):
+    if specgate.deferred_failed:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if interrupted:
         specgate.pending_updates.clear()  # a cut-short run never touches the baselines
@@ -529,6 +533,48 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         with contextlib.suppress(OSError), open(summary_env, "a") as handle:
             handle.write(markdown)
     specgate.progress(f"report: {path}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    """xdist controller, once every worker is done (not after an interrupt: the yield raises):
+    decide the cross-mode gates workers deferred, and report each as a test result, so the
+    terminal, JUnit XML and the exit code carry it like any other test."""
+    result = yield
+    specgate = get_session(session.config)
+    if not hasattr(session.config, "workerinput") and specgate.worker_reports:
+        _decide_deferred_gates(specgate)
+        for report in deferred_test_reports(specgate):
+            # As xdist relays a worker's report: the terminal, JUnit XML and session.testsfailed see it.
+            session.config.hook.pytest_runtest_logreport(report=report)
+    return result
+
+
+def deferred_test_reports(specgate: SpecgateSession) -> list[pytest.TestReport]:
+    """One call-phase report per test a worker deferred, with the controller's verdict, under the
+    test's node id with "-controller" added to its parameters (the worker reported it as skipped)."""
+    decided = {(r.gate, r.mode, r.prompt_class, r.concurrency): r for r in specgate.results}
+    reports = []
+    for worker in specgate.worker_reports:
+        for nodeid, (gate, mode, prompt_class, concurrency) in worker.get("deferred_tests", {}).items():
+            result = decided.get((gate, mode, prompt_class, concurrency))
+            if result is None:  # a window is missing: already reported as NOT MEASURED
+                continue
+            if result.passed:
+                outcome, longrepr = "passed", None
+            elif result.declared:  # as the worker would have: an expected failure
+                outcome, longrepr = "skipped", None
+            else:
+                outcome, longrepr = "failed", f"{gate} gate (decided on the xdist controller): {result.message}"
+            base = nodeid.split("@")[0]  # without xdist's "@<group>" suffix
+            controller_id = f"{base[:-1]}-controller]" if base.endswith("]") else f"{base}[controller]"
+            path, _, name = controller_id.partition("::")
+            report = pytest.TestReport(nodeid=controller_id, location=(path, None, name), keywords={},
+                                       outcome=outcome, longrepr=longrepr, when="call")
+            if result.declared and not result.passed:
+                report.wasxfail = f"declared backfire: {result.declared}"
+            reports.append(report)
+    return reports
 
 
 def _decide_deferred_gates(specgate: SpecgateSession) -> bool:
@@ -550,6 +596,7 @@ def _decide_deferred_gates(specgate: SpecgateSession) -> bool:
         for result in (check_backfire(specgate.rig, m, r), check_lossless(specgate.rig, m, r)):
             specgate.record(result)
             failed |= not result.passed and not result.declared
+    specgate.deferred_failed = failed
     return failed
 
 

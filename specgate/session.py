@@ -55,8 +55,12 @@ class SpecgateSession:
     pending_updates: dict[tuple[str, str, str, int], BaselineEntry] = field(default_factory=dict)
     # (mode, class, concurrency) whose cross-mode gates a worker left to the xdist controller
     deferred: list[MeasureKey] = field(default_factory=list)
+    # worker: node id of each test that deferred its gate -> [gate, mode, class, concurrency]
+    deferred_tests: dict[str, list[Any]] = field(default_factory=dict)
     # xdist controller: the finished workers' reports (see absorb_worker)
     worker_reports: list[dict[str, Any]] = field(default_factory=list)
+    # xdist controller: a deferred cross-mode gate failed (the run exits as failed)
+    deferred_failed: bool = False
     _rig: Rig | None = None
     _store: BaselineFile | None = None
     _measurer: Measurer | None = None
@@ -210,6 +214,7 @@ class SpecgateSession:
             "measurements": [m.to_dict() for m in self.measurements.values()],
             "worker": self.options.worker_id,
             "deferred": [list(k) for k in dict.fromkeys(self.deferred)],
+            "deferred_tests": self.deferred_tests,
             "failures": [{"mode": k[0], "prompt_class": k[1], "concurrency": k[2], "error": str(e)}
                          for k, e in self.failures.items()],
             "gates": [r.to_dict() for r in self.results],

@@ -120,7 +120,7 @@ def test_worker_reports_are_merged_on_the_controller(tmp_path):
 
 
 def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path):
-    from specgate.plugin import _decide_deferred_gates
+    from specgate.plugin import _decide_deferred_gates, deferred_test_reports
 
     # extraction: the cpu rig declares ngram's backfire on the prose/code classes, not on this one
     controller = _session(tmp_path)
@@ -131,11 +131,22 @@ def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path)
         worker.measurements[(m.mode, "extraction", 1)] = m
         if m.mode == "ngram":
             worker.deferred.append(("ngram", "extraction", 1))
+            for gate in ("backfire", "lossless"):
+                nodeid = f"perf_tests/test_speculative_perf.py::test_{gate}[ngram-extraction-c1]@ngram"
+                worker.deferred_tests[nodeid] = [gate, "ngram", "extraction", 1]
         controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
 
     assert _decide_deferred_gates(controller) is True
     backfire = [r for r in controller.results if r.gate == "backfire"]
     assert len(backfire) == 1 and "ngram is 33 % slower than no speculation on extraction" in backfire[0].message
+
+    # Each deferred test gets the controller's verdict as a test report (terminal, JUnit, exit code).
+    reports = {r.nodeid: r for r in deferred_test_reports(controller)}
+    failed = reports["perf_tests/test_speculative_perf.py::test_backfire[ngram-extraction-c1-controller]"]
+    assert failed.outcome == "failed" and failed.when == "call"
+    assert "decided on the xdist controller" in str(failed.longrepr) and "33 % slower" in str(failed.longrepr)
+    lossless = reports["perf_tests/test_speculative_perf.py::test_lossless[ngram-extraction-c1-controller]"]
+    assert lossless.outcome == "passed"
 
 
 def test_h200_rig_starts_each_of_its_four_servers_once(perf_project):
