@@ -21,6 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--rig", default="cpu-smollm2")
     rec.add_argument("--modes", default=None, help="comma-separated subset of the rig's modes")
     rec.add_argument("--out", type=Path, default=None, help="default: fixtures/recorded/<tier>")
+    adopt = sub.add_parser("adopt-baselines", help="write the windows measured in a saved report.json as "
+                           "baselines (e.g. those an interrupted --update-baselines run finished)")
+    adopt.add_argument("report", type=Path, help="a run's report.json")
+    adopt.add_argument("--baselines", type=Path, default=None, help="default: baselines.json beside fixtures/")
+    adopt.add_argument("--modes", default=None, help="comma-separated subset of the report's modes")
     args, rest = parser.parse_known_args(argv)
 
     if args.command == "prepare-model":
@@ -42,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         record_rig(rig, args.out or root / "fixtures" / "recorded" / rig.tier,
                    modes=args.modes.split(",") if args.modes else None)
         return 0
+    if args.command == "adopt-baselines":
+        return adopt_baselines(args.report, args.baselines or Path(__file__).resolve().parent.parent / "baselines.json",
+                               modes=args.modes.split(",") if args.modes else None)
     if args.command == "run":
         import pytest
 
@@ -55,3 +63,40 @@ def main(argv: list[str] | None = None) -> int:
             prepare_model()
         return int(pytest.main(["-m", tier, "--rig", args.rig, str(root / "perf_tests"), *rest]))
     return 2
+
+
+def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str] | None = None) -> int:
+    import json
+
+    from specgate.baselines import merge_updates
+    from specgate.errors import SpecgateError
+    from specgate.gates import entries_from_report
+
+    try:
+        report = json.loads(report_path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"specgate: cannot read report {report_path}: {exc}", file=sys.stderr)
+        return 1
+    if not isinstance(report, dict) or "specgate_report" not in report:
+        print(f"specgate: {report_path} is not a specgate report.json", file=sys.stderr)
+        return 1
+    try:
+        entries = entries_from_report(report, modes=modes)
+    except (KeyError, TypeError, ValueError) as exc:
+        print(f"specgate: {report_path}: a measurement is malformed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 1
+    if not entries:
+        print(f"specgate: {report_path} holds no measured window" + (f" of modes {modes}" if modes else ""),
+              file=sys.stderr)
+        return 1
+    try:
+        merge_updates(baselines_path, entries)
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 1
+    if not report.get("complete", True):
+        print(f"note: {report_path} is from a run that did not finish; only its finished windows are adopted")
+    for (rig, mode, prompt_class, concurrency), entry in sorted(entries.items()):
+        print(f"{rig} / {mode} / {prompt_class} / c{concurrency}: median {entry.median:.1f} tok/s, n={entry.n}")
+    print(f"{len(entries)} baseline(s) written to {baselines_path}")
+    return 0

@@ -135,3 +135,21 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint) -> BaselineEnt
     keys = [k for k, r in zip(m.sample_keys, m.records) if r.decode_tokens_per_s is not None]
     return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys, median=summary.median,
                          mad=summary.mad, n=summary.n, acceptance=acceptance, fingerprint=fingerprint)
+
+
+def entries_from_report(report: dict[str, Any], *, modes: list[str] | None = None
+                        ) -> dict[tuple[str, str, str, int], BaselineEntry]:
+    """Baseline entries from a saved ``report.json``: every measured window (of ``modes``, if
+    given), with the fingerprint its server had. Lets an interrupted ``--update-baselines`` run
+    keep the windows that finished, or promote a chosen run's figures to baselines."""
+    entries = {}
+    fingerprints = report.get("fingerprints", {})
+    for data in report.get("measurements", []):
+        if modes and data["mode"] not in modes:
+            continue
+        m = ClassMeasurement.from_dict(data)
+        if not m.decode_tokens_per_s:
+            continue  # no request produced a decode rate: nothing to store
+        fingerprint = Fingerprint.model_validate(fingerprints.get(m.mode) or {})
+        entries[(m.rig, m.mode, m.prompt_class, m.concurrency)] = baseline_entry(m, fingerprint)
+    return entries

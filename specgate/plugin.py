@@ -518,7 +518,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if specgate.deferred_failed:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if interrupted:
-        specgate.pending_updates.clear()  # a cut-short run never touches the baselines
+        if specgate.pending_updates:
+            specgate.progress(
+                f"{len(specgate.pending_updates)} baseline update(s) not written: the run was interrupted, and a "
+                "cut-short run never touches the baselines. To keep the windows that finished: "
+                f"python -m specgate adopt-baselines {specgate.report_path}")
+        specgate.pending_updates.clear()
     else:
         written = specgate.flush_updates()
         if written:

@@ -1,0 +1,72 @@
+"""`python -m specgate adopt-baselines REPORT`: keep what an interrupted --update-baselines run
+measured. Exercised on the real report of such a run (GPU lab, pipeline-parallel rig, cut short
+while its third mode hung vLLM)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specgate.baselines import load_baselines, lookup
+from specgate.cli import main
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERRUPTED = ROOT / "fixtures" / "recorded" / "gpu" / "reports" / "pp2-update-interrupted.json"
+
+
+@pytest.fixture
+def baselines(tmp_path: Path) -> Path:
+    path = tmp_path / "baselines.json"
+    shutil.copy(ROOT / "baselines.json", path)
+    return path
+
+
+def test_adopts_the_finished_windows_of_an_interrupted_run(baselines: Path, capsys) -> None:
+    before = load_baselines(baselines)
+    report = json.loads(INTERRUPTED.read_text())
+    assert report["complete"] is False
+
+    assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines)]) == 0
+
+    out = capsys.readouterr().out
+    assert "did not finish" in out and "4 baseline(s) written" in out
+    store = load_baselines(baselines)
+    for m in report["measurements"]:
+        entry = lookup(store, "h200x2-smollm2-pp2", m["mode"], m["prompt_class"], 1)
+        samples = [r["decode_tokens_per_s"] for r in m["records"] if r["decode_tokens_per_s"] is not None]
+        assert entry is not None and sorted(entry.decode_tokens_per_s) == sorted(samples)
+        assert entry.fingerprint.accelerator == "NVIDIA H200"
+    assert store.rigs["h200-smollm2"] == before.rigs["h200-smollm2"]  # other rigs untouched
+
+
+def test_modes_subset(baselines: Path, capsys) -> None:
+    assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines), "--modes", "baseline_pp2"]) == 0
+    assert "2 baseline(s) written" in capsys.readouterr().out
+    store = load_baselines(baselines)
+    assert set(store.rigs["h200x2-smollm2-pp2"]) == {"baseline_pp2"}
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "cannot read report"),
+    ("{not json", "cannot read report"),
+    ('{"rigs": {}}', "is not a specgate report.json"),
+])
+def test_bad_report_is_named_and_baselines_untouched(tmp_path: Path, baselines: Path, capsys, content, message):
+    report = tmp_path / "report.json"
+    if content is not None:
+        report.write_text(content)
+    before = baselines.read_bytes()
+    assert main(["adopt-baselines", str(report), "--baselines", str(baselines)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and str(report) in err
+    assert baselines.read_bytes() == before
+
+
+def test_no_window_of_the_asked_modes(baselines: Path, capsys) -> None:
+    before = baselines.read_bytes()
+    assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines), "--modes", "ngram"]) == 1
+    assert "holds no measured window of modes ['ngram']" in capsys.readouterr().err
+    assert baselines.read_bytes() == before
