@@ -60,7 +60,7 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     comparison = compare_ratio(
         measured, reference, threshold=1 - gates.throughput_tolerance, gate="throughput",
         subject=f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})", reference_label="baseline",
-        paired=paired, confidence=gates.confidence)
+        paired=paired, confidence=gates.confidence, start_noise=gates.start_noise)
     return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, comparison.passed,
                       comparison.message, details=comparison.to_dict())
 
@@ -104,7 +104,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
         measured, reference, threshold=gates.min_speedup, gate="backfire",
         subject=f"{mode} on {prompt_class}", reference_label="no speculation",
         fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}",
-        paired=paired, confidence=gates.confidence)
+        paired=paired, confidence=gates.confidence, start_noise=gates.start_noise)
     declared = rig.declared_backfire_for(mode, prompt_class)
     message = comparison.message
     if declared is not None and not comparison.passed:

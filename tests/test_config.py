@@ -330,3 +330,11 @@ def test_rig_overrides_merge_over_the_library(fx: Path, k: int, lookup: int, nam
     assert rig.mode("ngram").speculative_config == {**NGRAM, "num_speculative_tokens": k}
     assert rig.mode(f"{name}_d").speculative_config == {**NGRAM, "prompt_lookup_max": lookup}
     assert rig.served_model_name == "x"
+
+
+def test_start_noise_is_validated_with_its_key(fx: Path) -> None:
+    rig_file = fx / "rigs" / "cpu-smollm2.toml"
+    _replace(rig_file, "throughput_tolerance = 0.25", "throughput_tolerance = 0.25\nstart_noise = -0.1")
+    err = _load_fails(fx)
+    assert err.key == "gates.start_noise"
+    assert str(rig_file) in str(err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,3 +286,61 @@ def test_compare_outputs_share_and_first_divergence() -> None:
     assert compare_outputs([("p1", "a", "a"), ("p2", "a", "b")], min_identical_share=0.5, subject="s").passed
     with pytest.raises(ValueError, match="no outputs to compare for s"):
         compare_outputs([], min_identical_share=1.0, subject="s")
+
+
+# -- start noise: each side of a gate is one server start -----------------------------------------
+# The GPU lab's real samples (tok/s per prompt, in the same prompt order): draft_l6 on extraction,
+# run 1 (stored as the baseline) and run 2, two starts of the same config; no speculation in run 2.
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lab_run2(mode: str) -> list[float]:
+    report = json.loads((_ROOT / "fixtures/recorded/gpu/reports/run2-plain.json").read_text())
+    m = next(m for m in report["measurements"] if m["mode"] == mode and m["prompt_class"] == "extraction")
+    return [r["decode_tokens_per_s"] for r in m["records"]]
+
+
+LAB_RUN1 = json.loads((_ROOT / "baselines.json").read_text())["rigs"]["h200-smollm2"]["draft_l6"]["extraction"]["1"][
+    "decode_tokens_per_s"]
+LAB_RUN2 = _lab_run2("draft_l6")
+LAB_RUN2_NO_SPEC = _lab_run2("baseline")
+
+
+def test_zero_start_noise_is_the_request_level_gate() -> None:
+    kwargs = dict(threshold=0.9, gate="throughput", subject="s", paired=True)
+    assert compare_ratio(LAB_RUN2, LAB_RUN1, **kwargs) == compare_ratio(LAB_RUN2, LAB_RUN1, start_noise=0.0, **kwargs)
+
+
+def test_start_noise_widens_the_interval_and_says_so() -> None:
+    kwargs = dict(threshold=0.9, gate="throughput", subject="draft_l6 on extraction", paired=True)
+    tight = compare_ratio(LAB_RUN2, LAB_RUN1, **kwargs)
+    wide = compare_ratio(LAB_RUN2, LAB_RUN1, start_noise=0.11, **kwargs)
+    assert not tight.passed and tight.ci_high < 0.9
+    assert wide.ratio == tight.ratio  # the point estimate does not move
+    assert wide.ci_low < tight.ci_low and wide.ci_high > tight.ci_high
+    assert wide.passed  # a 26 % drop is within what two starts at 11 % each can do
+    assert wide.method == f"{METHOD_BOOTSTRAP_PAIRED} + start noise 11 %" and "start noise 11 %" in wide.message
+    assert wide == compare_ratio(LAB_RUN2, LAB_RUN1, start_noise=0.11, **kwargs)  # seeded: reproducible
+
+
+def test_start_noise_still_catches_a_large_drop_and_a_backfire() -> None:
+    halved = [v / 2 for v in LAB_RUN1]
+    drop = compare_ratio(halved, LAB_RUN1, threshold=0.9, gate="throughput", subject="s", paired=True,
+                         start_noise=0.11)
+    assert not drop.passed and drop.ci_high < 0.9
+    # draft_l6 vs no speculation on extraction in run 2 (about half as fast): still a backfire.
+    backfire = compare_ratio(LAB_RUN2, LAB_RUN2_NO_SPEC, threshold=1.0, gate="backfire",
+                             subject="s", paired=True, start_noise=0.11)
+    assert not backfire.passed and backfire.ci_high < 1.0
+
+
+def test_start_noise_gives_a_single_sample_an_interval() -> None:
+    c = compare_ratio([40.0], [47.0], threshold=0.9, gate="throughput", subject="s", start_noise=0.1)
+    assert c.ci_low is not None and c.ci_low < 0.85 < c.ci_high
+    assert c.passed and c.method == "start noise 10 % only (single sample)"
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, float("nan")])
+def test_start_noise_out_of_range_names_the_subject(bad: float) -> None:
+    with pytest.raises(ValueError, match="start_noise for ngram on coding"):
+        compare_ratio([1.0, 2.0], [1.0, 2.0], threshold=0.9, gate="t", subject="ngram on coding", start_noise=bad)
