@@ -48,6 +48,8 @@ from specgate.stats import compare_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_PATH = ROOT / "docs" / "statistics.md"
+# The rig's [gates] start_noise, passed to every compare_ratio call (set by --start-noise).
+START_NOISE = 0.0
 
 GATE_RESAMPLES = 2000  # compare_ratio's default, which the gates use
 SLOWDOWNS = (0.02, 0.05, 0.10, 0.15, 0.20, 0.30)
@@ -232,6 +234,7 @@ def gate(pair: Pair, tolerance: float, slowdown: float, confidence: float, n_res
         paired=pair.paired,
         confidence=confidence,
         n_resamples=n_resamples,
+        start_noise=START_NOISE,
     )
 
 
@@ -581,6 +584,7 @@ def validate(
                 paired=paired,
                 confidence=confidence,
                 n_resamples=n_resamples,
+                start_noise=START_NOISE,
             )
             real_windows.append((key, other.label, base.label, c))
             ratios = np.sort(m / r)
@@ -1088,8 +1092,13 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[str], Any] = print
     parser.add_argument(
         "--note", action="append", default=[], help="a line for the Data section (repeatable)"
     )
-    parser.add_argument("--write-docs", action="store_true", help=f"write the report to {DOCS_PATH}")
+    parser.add_argument("--start-noise", type=float, default=0.0,
+                        help="the rig's [gates] start_noise, as the gate uses it (0)")
+    parser.add_argument("--write-docs", action="store_true", help=f"write the report to --docs ({DOCS_PATH})")
+    parser.add_argument("--docs", type=Path, default=DOCS_PATH, help="where --write-docs writes")
     args = parser.parse_args(argv)
+    global START_NOISE
+    START_NOISE = args.start_noise
     argv = list(sys.argv[1:] if argv is None else argv)
 
     runs = [load_report(p) for p in args.reports]
@@ -1113,9 +1122,9 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[str], Any] = print
     out(text)
     print(f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
     if args.write_docs:
-        DOCS_PATH.parent.mkdir(parents=True, exist_ok=True)
-        DOCS_PATH.write_text(text)
-        print(f"wrote {DOCS_PATH}", file=sys.stderr)
+        args.docs.parent.mkdir(parents=True, exist_ok=True)
+        args.docs.write_text(text)
+        print(f"wrote {args.docs}", file=sys.stderr)
     mismatches = sum(r.mismatches for r in results)
     if mismatches:
         print(f"error: {mismatches} derived decisions disagree with compare_ratio", file=sys.stderr)
