@@ -293,11 +293,17 @@ def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
             concurrent_servers=session.options.worker_count)
         record_dir = session.options.record_dir
         if record_dir is not None:
+            import httpx
+
             from specgate.record import record_server
 
-            record_server(server.base_url, rig.served_model_name, mode.name, record_dir, api_key=server.api_key,
-                          timeout_s=rig.protocol.request_timeout_s)
-            session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
+            try:
+                record_server(server.base_url, rig.served_model_name, mode.name, record_dir, api_key=server.api_key,
+                              timeout_s=rig.protocol.request_timeout_s)
+                session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
+            except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
+                warnings.warn(f"--record-responses: recording mode {mode.name} into {record_dir} failed: "
+                              f"{type(exc).__name__}: {exc}", stacklevel=1)
         yield server
 
 
