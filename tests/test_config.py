@@ -184,11 +184,16 @@ def test_wrong_type_names_the_key(fx: Path) -> None:
     assert "number" in str(err)
 
 
-def test_out_of_range_value_names_the_nested_key(fx: Path) -> None:
+@pytest.mark.parametrize(("replacement", "key"), [
+    ("throughput_tolerance = 1.5", "gates.throughput_tolerance"),
+    ("throughput_tolerance = 0.25\nstart_noise = -0.1", "gates.start_noise"),
+])
+def test_out_of_range_value_names_the_nested_key(fx: Path, replacement: str, key: str) -> None:
     rig_file = fx / "rigs" / "cpu-smollm2.toml"
-    _replace(rig_file, "throughput_tolerance = 0.25", "throughput_tolerance = 1.5")
+    _replace(rig_file, "throughput_tolerance = 0.25", replacement)
     err = _load_fails(fx)
-    assert err.key == "gates.throughput_tolerance"
+    assert err.key == key
+    assert str(rig_file) in str(err)
 
 
 def test_unknown_mode_lists_the_library(fx: Path) -> None:
@@ -330,11 +335,3 @@ def test_rig_overrides_merge_over_the_library(fx: Path, k: int, lookup: int, nam
     assert rig.mode("ngram").speculative_config == {**NGRAM, "num_speculative_tokens": k}
     assert rig.mode(f"{name}_d").speculative_config == {**NGRAM, "prompt_lookup_max": lookup}
     assert rig.served_model_name == "x"
-
-
-def test_start_noise_is_validated_with_its_key(fx: Path) -> None:
-    rig_file = fx / "rigs" / "cpu-smollm2.toml"
-    _replace(rig_file, "throughput_tolerance = 0.25", "throughput_tolerance = 0.25\nstart_noise = -0.1")
-    err = _load_fails(fx)
-    assert err.key == "gates.start_noise"
-    assert str(rig_file) in str(err)
