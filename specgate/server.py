@@ -178,16 +178,17 @@ class VLLMServer:
     def fatal_log_line(self) -> str | None:
         """The first line of this attempt's log that carries a fatal engine error, if any
         (reads only what was appended since the last call)."""
+        start = max(self._scanned_to, self._log_start)
         try:
-            with self.log_path.open("r", errors="replace") as handle:
-                handle.seek(max(self._scanned_to, self._log_start))
+            with self.log_path.open("rb") as handle:  # bytes: offsets stay exact whatever the encoding
+                handle.seek(start)
                 chunk = handle.read()
         except FileNotFoundError:
             return None
         # Stop at the last complete line, so a marker split across two reads is still seen.
-        complete = chunk[:chunk.rfind("\n") + 1]
-        self._scanned_to = max(self._scanned_to, self._log_start) + len(complete.encode(errors="replace"))
-        return next((line.strip() for line in complete.splitlines()
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self._scanned_to = start + len(complete)
+        return next((line.strip() for line in complete.decode(errors="replace").splitlines()
                      if any(marker in line for marker in FATAL_LOG_MARKERS)), None)
 
     def _launch(self, attempt: int) -> None:

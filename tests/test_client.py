@@ -154,16 +154,7 @@ def test_request_body_for_chat_streams_with_usage_and_merges_extra_body() -> Non
 
 
 def test_request_body_for_completions_omits_unset_seed_and_eos() -> None:
-    req = GenerationRequest(
-        request_id="r",
-        mode="m",
-        prompt_class="c",
-        prompt_id="p",
-        model="x",
-        max_tokens=4,
-        prompt="hi",
-        seed=None,
-    )
+    req = chat_request("r", messages=None, prompt="hi", seed=None)
     body = req.to_body()
     assert req.endpoint == "/v1/completions"
     assert body["prompt"] == "hi" and "messages" not in body

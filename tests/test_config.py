@@ -279,20 +279,16 @@ def test_bad_prompt_id_names_the_prompt(fx: Path) -> None:
     assert err.key is not None and err.key.startswith("classes.math.prompts.") and err.key.endswith(".id")
 
 
-def test_speculative_reference_mode_is_refused(fx: Path) -> None:
+@pytest.mark.parametrize(("reference", "message"), [
+    ("ngram", "'ngram' must have no speculative_config"),  # a speculative mode cannot be the reference
+    ("plain", "'plain' is not among the modes"),
+])
+def test_bad_reference_mode_is_refused(fx: Path, reference: str, message: str) -> None:
     rig_file = fx / "rigs" / "cpu-smollm2.toml"
-    _replace(rig_file, 'reference_mode = "baseline"', 'reference_mode = "ngram"')
+    _replace(rig_file, 'reference_mode = "baseline"', f'reference_mode = "{reference}"')
     err = _load_fails(fx)
     assert err.key == "reference_mode"
-    assert "'ngram' must have no speculative_config" in str(err)
-
-
-def test_reference_mode_not_among_modes(fx: Path) -> None:
-    rig_file = fx / "rigs" / "cpu-smollm2.toml"
-    _replace(rig_file, 'reference_mode = "baseline"', 'reference_mode = "plain"')
-    err = _load_fails(fx)
-    assert err.key == "reference_mode"
-    assert "'plain' is not among the modes" in str(err)
+    assert message in str(err)
 
 
 def test_missing_rig_lists_known_rigs(fx: Path) -> None:
