@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats as scipy_stats
 
-from specgate.stats import compare_ratio
+from specgate.stats import compare_ratio, match_by_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_PATH = ROOT / "docs" / "statistics.md"
@@ -246,11 +246,9 @@ def decide(pair: Pair, tolerance: float, slowdown: float, confidence: float, n_r
 def _align(
     measured: Mapping[str, float], reference: Mapping[str, float]
 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """As gates._samples_paired: paired by key when both sides have the same keys."""
-    if set(measured) == set(reference):
-        keys = list(reference)
-        return np.array([measured[k] for k in keys]), np.array([reference[k] for k in keys]), True
-    return np.array(list(measured.values())), np.array(list(reference.values())), False
+    """As the gates pair them (stats.match_by_key)."""
+    matched = match_by_key(measured, reference)
+    return np.array(matched.measured), np.array(matched.reference), matched.paired
 
 
 def real_pairs(runs: Sequence[Run]) -> Iterator[Pair]:

@@ -577,6 +577,17 @@ class RequestRecord:
         return None if span is None else (self.completion_tokens - 1) / span
 
     @property
+    def no_decode_rate_reason(self) -> str | None:
+        """Why :attr:`decode_tokens_per_s` is None (None when there is a rate)."""
+        if self.completion_tokens < 2:
+            return f"{self.completion_tokens} token(s) generated"
+        if self.first_token_at is None or self.last_token_at is None:
+            return f"{self.completion_tokens} tokens but no chunk carried text"
+        if self.last_token_at <= self.first_token_at:
+            return f"all {self.completion_tokens} tokens arrived in one chunk"
+        return None
+
+    @property
     def tpot_s(self) -> float | None:
         """Time per output token after the first."""
         span = self._decode_span_s

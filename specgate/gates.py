@@ -19,7 +19,7 @@ from typing import Any
 from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
 from specgate.config import Rig
 from specgate.measure import ClassMeasurement
-from specgate.stats import compare_acceptance, compare_outputs, compare_ratio, summarize
+from specgate.stats import compare_acceptance, compare_outputs, compare_ratio, match_by_key, summarize
 
 
 @dataclass
@@ -45,24 +45,46 @@ class GateResult:
                 "message": self.message, "declared": self.declared, "details": self.details}
 
 
-def _samples_paired(measured: ClassMeasurement, keys: list[str] | None,
-                    reference: list[float]) -> tuple[list[float], list[float], bool]:
-    """Align measured samples with reference ones by request key when both have the same keys."""
-    mine = dict(zip(measured.sample_keys, [r.decode_tokens_per_s for r in measured.records]))
-    if keys and set(keys) == set(mine) and all(mine[k] is not None for k in keys):
-        return [mine[k] for k in keys], list(reference), True
-    return measured.decode_tokens_per_s, list(reference), False
+@dataclass
+class Samples:
+    """The two samples a throughput or backfire comparison decides on, and how they were matched."""
+    measured: list[float]
+    reference: list[float]
+    paired: bool
+    note: str = ""  # requests left out, said in the gate's message ("" when none)
+
+
+def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: list[float],
+                  ref_untimed: dict[str, str] | None = None, ref_label: str = "baseline") -> Samples:
+    """Measured and reference decode rates, paired request by request where the keys allow
+    (``stats.match_by_key``). A request without a decode rate (one token, or every token in
+    one chunk) drops out of its side; ``note`` names every request left out and why."""
+    if ref_keys is not None and len(ref_keys) == len(ref_values):
+        reference = dict(zip(ref_keys, ref_values))
+    else:  # no keys stored: keep every sample, unpaired
+        reference = {f"#{i}": v for i, v in enumerate(ref_values)}
+    matched = match_by_key(m.timed_samples, reference)
+    untimed = {**{f"{k} ({ref_label})": why for k, why in (ref_untimed or {}).items()}, **m.untimed}
+    parts = [f"without a decode rate: {', '.join(f'{k} ({why})' for k, why in untimed.items())}"] if untimed else []
+    if matched.one_sided:
+        parts.append(f"paired on {len(matched.measured)} requests, left out (timed on one side only): "
+                     f"{', '.join(matched.one_sided)}")
+    return Samples(matched.measured, matched.reference, matched.paired, "; ".join(parts))
+
+
+def _with_note(message: str, note: str) -> str:
+    return f"{message} [{note}]" if note else message
 
 
 def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
     gates = rig.gates.for_class(m.prompt_class)
-    measured, reference, paired = _samples_paired(m, baseline.sample_keys, baseline.decode_tokens_per_s)
+    samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     comparison = compare_ratio(
-        measured, reference, threshold=1 - gates.throughput_tolerance, gate="throughput",
+        samples.measured, samples.reference, threshold=1 - gates.throughput_tolerance, gate="throughput",
         subject=f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})", reference_label="baseline",
-        paired=paired, confidence=gates.confidence, start_noise=gates.start_noise)
+        paired=samples.paired, confidence=gates.confidence, start_noise=gates.start_noise)
     return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, comparison.passed,
-                      comparison.message, details=comparison.to_dict())
+                      _with_note(comparison.message, samples.note), details=comparison.to_dict())
 
 
 def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
@@ -92,12 +114,14 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
 
 
 def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
-    measured, ref_samples, paired = _samples_paired(m, reference.sample_keys, reference.decode_tokens_per_s)
-    return backfire_decision(rig, m.mode, m.prompt_class, m.concurrency, measured, ref_samples, paired=paired)
+    ref = reference.timed_samples
+    samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
+    return backfire_decision(rig, m.mode, m.prompt_class, m.concurrency, samples.measured, samples.reference,
+                             paired=samples.paired, note=samples.note)
 
 
 def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, measured: list[float],
-                      reference: list[float], *, paired: bool = False) -> GateResult:
+                      reference: list[float], *, paired: bool = False, note: str = "") -> GateResult:
     """The backfire gate on bare samples (also used to replay stored figures, like the seed case)."""
     gates = rig.gates.for_class(prompt_class)
     comparison = compare_ratio(
@@ -106,7 +130,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
         fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}",
         paired=paired, confidence=gates.confidence, start_noise=gates.start_noise)
     declared = rig.declared_backfire_for(mode, prompt_class)
-    message = comparison.message
+    message = _with_note(comparison.message, note)
     if declared is not None and not comparison.passed:
         message = f"{message} [declared backfire: {declared.reason}]"
     return GateResult("backfire", mode, prompt_class, concurrency, comparison.passed, message,

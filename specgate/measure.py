@@ -56,6 +56,18 @@ class ClassMeasurement:
         return [r.decode_tokens_per_s for r in self.records if r.decode_tokens_per_s is not None]
 
     @property
+    def timed_samples(self) -> dict[str, float]:
+        """Decode tok/s by request key, for the requests that have one (see :attr:`untimed`)."""
+        return {key: r.decode_tokens_per_s for key, r in zip(self.sample_keys, self.records)
+                if r.decode_tokens_per_s is not None}
+
+    @property
+    def untimed(self) -> dict[str, str]:
+        """Requests without a decode rate, by key, with why (they drop out of the throughput gates)."""
+        return {key: r.no_decode_rate_reason for key, r in zip(self.sample_keys, self.records)
+                if r.decode_tokens_per_s is None}
+
+    @property
     def aggregate_tokens_per_s(self) -> float:
         """All generated tokens over the window's wall time: the figure that matters at concurrency > 1."""
         return sum(r.completion_tokens for r in self.records) / self.wall_s if self.wall_s > 0 else 0.0

@@ -10,7 +10,7 @@ ratio measured / reference below 1.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -129,6 +129,30 @@ def _bootstrap_ci(data: tuple[np.ndarray, ...], statistic, confidence: float, n_
                                    rng=np.random.default_rng(seed))
     return (float(result.confidence_interval.low), float(result.confidence_interval.high),
             np.asarray(result.bootstrap_distribution, dtype=float))
+
+
+@dataclass(frozen=True)
+class Matched:
+    """Two keyed samples lined up for :func:`compare_ratio` (see :func:`match_by_key`)."""
+    measured: list[float]
+    reference: list[float]
+    paired: bool
+    one_sided: list[str]  # keys paired out because only one side has them (empty when unpaired)
+
+
+def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) -> Matched:
+    """Pair two samples item by item on their keys (e.g. "prompt-id#repeat").
+
+    The pair is made on the keys both sides have, as long as that keeps at least two pairs and
+    half of the larger side: a request missing from one side (it had no decode rate) then costs
+    one pair, not the pairing. With fewer shared keys (other prompts, or none stored) the samples
+    are compared unpaired, whole.
+    """
+    common = [k for k in reference if k in measured]
+    if len(common) >= 2 and 2 * len(common) >= max(len(measured), len(reference)):
+        one_sided = sorted((set(measured) | set(reference)) - set(common))
+        return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided)
+    return Matched(list(measured.values()), list(reference.values()), False, [])
 
 
 def compare_ratio(

@@ -1,6 +1,7 @@
 """specgate's pytest wiring: parametrization, one server per mode, config errors at collection,
 xdist refusal, and the baseline update workflow (GateKeeper on recorded-shape measurements)."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from specgate.client import RequestRecord
+from specgate.config import load_rig
+from specgate.gates import check_backfire
 from specgate.measure import ClassMeasurement
 from specgate.plugin import GateKeeper
 from specgate.session import SessionOptions, SpecgateSession
@@ -227,3 +230,36 @@ def test_regen_writes_and_passes(tmp_path):
     session = _session(tmp_path, update="regen")
     GateKeeper(session).throughput(_measurement("baseline", [30.0] * 6))
     assert session.flush_updates() == tmp_path / "baselines.json"
+
+
+# -- requests without a decode rate (the CI failure of stop 10) ---------------------------------
+def _untimed(m: ClassMeasurement, index: int, **changes) -> ClassMeasurement:
+    """Make one request of ``m`` give no decode rate (by default a one-token answer)."""
+    m.records[index] = dataclasses.replace(m.records[index], **(changes or {"completion_tokens": 1}))
+    return m
+
+
+def test_backfire_pairs_on_the_requests_both_modes_timed():
+    # Real CI, stop 10: no speculation on coding had 5 timed requests of 6, ngram 6 of 6;
+    # the backfire gate raised "paired comparison ... needs samples of equal length".
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    reference = _untimed(_measurement("baseline", [33.0, 32.9, 32.8, 33.7, 34.4, 33.1]), 2)
+    ngram = _measurement("ngram", [27.5, 29.5, 29.2, 43.0, 31.9, 31.0])
+    result = check_backfire(rig, ngram, reference)
+    assert result.details["n_measured"] == result.details["n_reference"] == 5
+    assert "paired median ratio" in result.details["method"]
+    assert "p2#0 (no speculation) (1 token(s) generated)" in result.message
+    assert "left out (timed on one side only): p2#0" in result.message
+
+
+def test_throughput_names_the_request_without_a_decode_rate(tmp_path):
+    measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
+    updating = _session(tmp_path, update="update")
+    with pytest.raises(pytest.fail.Exception):
+        GateKeeper(updating).throughput(_measurement("baseline", measured))
+    updating.flush_updates()
+    session = _session(tmp_path)
+    GateKeeper(session).throughput(_untimed(_measurement("baseline", measured), 0, last_token_at=0.1))
+    (result,) = session.results
+    assert result.passed and result.details["n_measured"] == 5
+    assert "p0#0 (all 64 tokens arrived in one chunk)" in result.message

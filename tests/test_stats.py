@@ -19,6 +19,7 @@ from specgate.stats import (
     compare_acceptance,
     compare_outputs,
     compare_ratio,
+    match_by_key,
     summarize,
 )
 
@@ -344,3 +345,35 @@ def test_start_noise_gives_a_single_sample_an_interval() -> None:
 def test_start_noise_out_of_range_names_the_subject(bad: float) -> None:
     with pytest.raises(ValueError, match="start_noise for ngram on coding"):
         compare_ratio([1.0, 2.0], [1.0, 2.0], threshold=0.9, gate="t", subject="ngram on coding", start_noise=bad)
+
+
+# -- pairing by request key ----------------------------------------------------------------------
+keyed = st.dictionaries(st.from_regex(r"p[0-9]{1,2}#[0-3]", fullmatch=True),
+                        st.floats(min_value=1.0, max_value=1000.0), min_size=2, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(reference=keyed, data=st.data())
+def test_pairs_line_up_by_key_and_only_one_sided_keys_are_left_out(reference, data) -> None:
+    keys = list(reference)
+    kept = data.draw(st.lists(st.sampled_from(keys), unique=True, min_size=1), label="measured keys")
+    measured = {k: reference[k] * 1.5 for k in kept}
+    matched = match_by_key(measured, reference)
+    if matched.paired:
+        # every pair is one request measured twice: the ratio is the same for each
+        assert [m / r for m, r in zip(matched.measured, matched.reference)] == pytest.approx([1.5] * len(kept))
+        assert sorted(matched.one_sided) == sorted(set(keys) - set(kept))
+        assert 2 * len(kept) >= len(keys) and len(kept) >= 2
+    else:  # too few shared keys to pair: each side compared whole
+        assert sorted(matched.measured) == sorted(measured.values())
+        assert sorted(matched.reference) == sorted(reference.values())
+        assert len(kept) < 2 or 2 * len(kept) < len(keys)
+
+
+def test_one_request_missing_costs_one_pair_and_disjoint_keys_compare_unpaired() -> None:
+    reference = {f"p{i}#0": 30.0 + i for i in range(6)}
+    measured = {k: v for k, v in reference.items() if k != "p3#0"}
+    matched = match_by_key(measured, reference)
+    assert matched.paired and len(matched.measured) == 5 and matched.one_sided == ["p3#0"]
+    other = match_by_key({f"q{i}#0": 1.0 for i in range(6)}, reference)
+    assert not other.paired and len(other.measured) == len(other.reference) == 6
