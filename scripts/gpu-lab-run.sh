@@ -1,6 +1,8 @@
 #!/bin/bash
 # Run the gpu tier on the GPU lab machine (see ../shared/gpu-lab/README.md), after staging.
-#   [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] bash scripts/gpu-lab-run.sh NAME [pytest args...]
+#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] bash scripts/gpu-lab-run.sh NAME [pytest args...]
+# SPECGATE_COMMIT: the device's copied tree carries a stale .git, so pass the commit from the
+# checkout that sent it (SPECGATE_COMMIT=$(git rev-parse --short HEAD) in the device command).
 # pytest gets SIGINT at LAB_TIMEOUT_S (its servers are torn down), so the results still come back:
 # the log, JUnit XML, report, summary, plots, server logs, baselines and any --record-responses
 # folder under /root/runs/NAME are packed into $OUT/NAME.tgz (the device tool returns 8 files at most).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -47,9 +48,14 @@ def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
 
 
 def git_commit(cwd: Path) -> str | None:
+    """The commit under test: ``SPECGATE_COMMIT`` when set (a copied tree whose ``.git`` is not the
+    code's, as on the GPU lab machine), else ``git describe --always --dirty`` ("651a65d-dirty"
+    when tracked files differ from that commit)."""
+    if os.environ.get("SPECGATE_COMMIT"):
+        return os.environ["SPECGATE_COMMIT"]
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=10, check=False)
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=cwd,
+                             capture_output=True, text=True, timeout=10, check=False)
         return out.stdout.strip() or None
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -436,3 +436,20 @@ def test_fingerprint_counts_servers_measuring_side_by_side() -> None:
     assert serial.concurrent_servers == 1
     spread = serial.model_copy(update={"concurrent_servers": 2})
     assert serial.differences(spread) == ["concurrent_servers: stored 1, now 2"]
+
+
+def test_fingerprint_commit_says_dirty_and_honours_the_override(tmp_path: Path, monkeypatch) -> None:
+    from specgate.fingerprint import git_commit
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "baselines.json").write_text("{}")
+    subprocess.run([*git, "-C", str(tmp_path), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(tmp_path), "commit", "-qm", "x"], check=True)
+    monkeypatch.delenv("SPECGATE_COMMIT", raising=False)
+    clean = git_commit(tmp_path)
+    assert clean and len(clean) >= 7 and not clean.endswith("-dirty")
+    (tmp_path / "baselines.json").write_text('{"changed": 1}')
+    assert git_commit(tmp_path) == f"{clean}-dirty"  # the tree that ran is not that commit
+    monkeypatch.setenv("SPECGATE_COMMIT", "abc1234")  # a copied tree (the GPU lab) names its commit
+    assert git_commit(tmp_path) == "abc1234"
