@@ -113,9 +113,12 @@ def _run_pytest(tmp_path, *args):
     shutil.copy(ROOT / "baselines.json", baselines)
     argv = [sys.executable, "-m", "pytest", str(ROOT / "perf_tests" / "test_speculative_perf.py"),
             "-m", "cpu", "-k", "throughput and baseline and coding", "-p", "no:cacheprovider",
-            "--rootdir", str(ROOT), "--baselines", str(baselines), "--run-dir", str(tmp_path / "run"), *args]
+            f"--baselines={baselines}", f"--run-dir={tmp_path / 'run'}", *args]
+    # SIGINT at its default in the child: a run started in the background (nohup cmd &) inherits
+    # it ignored, and Python then never raises KeyboardInterrupt (the Ctrl-C tests would hang).
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+                             start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return child, baselines
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import sys
@@ -80,7 +81,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")
 
 
+def _check_project_config_loaded(config: pytest.Config) -> None:
+    """Refuse a run that lost the project's pytest configuration.
+
+    pytest looks for its config file from the common ancestor of the command line's path
+    arguments, and before plugins load it cannot tell ``--run-dir /tmp/x`` from a test path: an
+    option value that is an existing path outside the project moves the search to ``/``. The run
+    would then go on without the markers, ``xfail_strict`` and the rootdir (where specgate finds
+    ``fixtures/``), failing later and obscurely; say so now, with the way out.
+    """
+    if config.inipath is not None:
+        return
+    cwd = Path(config.invocation_params.dir)
+    project = cwd / "pyproject.toml"
+    try:
+        import tomllib
+
+        if "ini_options" not in tomllib.loads(project.read_text()).get("tool", {}).get("pytest", {}):
+            return
+    except (OSError, ValueError):
+        return
+    args = list(config.invocation_params.args)
+    culprits = [f"{flag} {value}" for flag, value in itertools.pairwise(args)
+                if flag.startswith("--") and "=" not in flag and not value.startswith("-")
+                and Path(value).exists() and not Path(value).resolve().is_relative_to(cwd.resolve())]
+    raise pytest.UsageError(
+        f"specgate: pytest did not load {project} (rootdir became {config.rootpath}), so the markers, "
+        f"xfail_strict and the fixtures folder would be wrong. "
+        + (f"pytest took the path in {', '.join(repr(c) for c in culprits)} for a test path when looking "
+           "for its config. " if culprits else "")
+        + "Write such options with '=' (--run-dir=/tmp/x), or add -c pyproject.toml.")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _check_project_config_loaded(config)
     root = Path(config.rootpath)
     update = "regen" if config.getoption("regen_baselines") else (
         "update" if config.getoption("update_baselines") else "off")

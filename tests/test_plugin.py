@@ -40,6 +40,22 @@ def test_setup_plan_starts_exactly_one_server_per_mode(perf_project):
     assert sum(1 for line in result.outlines if "test_perf.py::" in line) == 6 * 2 + 6 * 3
 
 
+def test_an_option_path_that_loses_the_project_config_is_refused(pytester, tmp_path_factory):
+    # Seen on the GPU lab and in the fault tests: "--run-dir /existing/dir" made pytest search its
+    # config from "/", so the run went on without markers, xfail_strict or the right rootdir.
+    shutil.copytree(ROOT / "fixtures", pytester.path / "fixtures")
+    pytester.makepyfile(test_perf=PERF_TESTS)
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\n'
+                               'markers = ["perf: p", "cpu: c", "gpu: g", "speculative_only: s"]\n')
+    outside = tmp_path_factory.mktemp("elsewhere")
+    lost = pytester.runpytest("--collect-only", "-q", "-m", "cpu", "--run-dir", str(outside), "-p", "no:cacheprovider")
+    assert lost.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"took the path in '--run-dir {outside}' for a test path" in lost.stderr.str()
+    assert "--run-dir=/tmp/x" in lost.stderr.str()
+    kept = pytester.runpytest("--collect-only", "-q", "-m", "cpu", f"--run-dir={outside}", "-p", "no:cacheprovider")
+    assert kept.ret == pytest.ExitCode.OK, kept.stdout.str()
+
+
 def test_fast_marker_deselects_every_perf_test(perf_project):
     result = perf_project.runpytest("--collect-only", "-q", "-m", "fast", "-p", "no:cacheprovider")
     # 30 perf tests, plus the 18 speculative-only gates of the no-speculation mode (always dropped).
