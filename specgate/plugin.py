@@ -417,7 +417,7 @@ class GateKeeper:
     def _where(self, m) -> str:
         return f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency {m.concurrency}"
 
-    def _update(self, m) -> bool:
+    def _update(self, m, gate: str) -> bool:
         """In update mode, queue the measured values as the new baseline; True when the gate is done."""
         from specgate.gates import baseline_entry
 
@@ -429,20 +429,23 @@ class GateKeeper:
 
         entry = baseline_entry(m, fingerprint or Fingerprint())
         self.session.queue_update(m, entry)
+        message = (f"baseline of {self._where(m)} will be written to {self.session.options.baselines_path} "
+                   f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n})")
+        self.session.record_undecided(gate, m, "baseline update", message)
         if update == "update":
-            pytest.fail(f"baseline of {self._where(m)} will be written to {self.session.options.baselines_path} "
-                        f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n}); this test fails "
-                        "so an update never passes silently: run again without --update-baselines",
-                        pytrace=False)
+            pytest.fail(f"{message}; this test fails so an update never passes silently: run again without "
+                        "--update-baselines", pytrace=False)
         return True
 
-    def _stored(self, m):
+    def _stored(self, m, gate: str):
         from specgate.baselines import lookup
 
         entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
         if entry is None:
-            pytest.fail(f"no baseline for {self._where(m)} in {self.session.options.baselines_path}; create it with: "
-                        f"pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines", pytrace=False)
+            message = (f"no baseline for {self._where(m)} in {self.session.options.baselines_path}; create it "
+                       f"with: pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines")
+            self.session.record_undecided(gate, m, "no baseline", message)
+            pytest.fail(message, pytrace=False)
         return entry
 
     def _finish(self, result) -> None:
@@ -458,15 +461,16 @@ class GateKeeper:
         __tracebackhide__ = True
         from specgate.gates import check_throughput
 
-        if self._update(m):
+        if self._update(m, "throughput"):
             return
-        stored = self._stored(m)
+        stored = self._stored(m, "throughput")
         now = self.session.fingerprints.get(m.mode)
         if now is not None and stored.fingerprint.accelerator != "unknown":
             diffs = stored.fingerprint.differences(now)
             if diffs:
                 note = f"baseline of {self._where(m)} was measured on another setup: {'; '.join(diffs)}"
                 if self.session.options.strict_fingerprint:
+                    self.session.record_undecided("throughput", m, "fingerprint", note)
                     pytest.fail(note + " (--strict-fingerprint)", pytrace=False)
                 warnings.warn(note, stacklevel=1)
         self._finish(check_throughput(self.rig, m, stored))
@@ -475,9 +479,9 @@ class GateKeeper:
         __tracebackhide__ = True
         from specgate.gates import check_acceptance
 
-        if self._update(m):
+        if self._update(m, "acceptance"):
             return
-        self._finish(check_acceptance(self.rig, m, self._stored(m)))
+        self._finish(check_acceptance(self.rig, m, self._stored(m, "acceptance")))
 
     def _reference(self, m):
         if self.session.options.attach_url:

@@ -35,21 +35,21 @@ def _median_tps(measurement: dict[str, Any]) -> float | None:
 
 def _verdicts(report: dict[str, Any]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
     by_key: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
-    for gate in report["gates"]:
+    for gate in [*report["gates"], *report.get("undecided", [])]:
         by_key[(gate["mode"], gate["prompt_class"], gate["concurrency"])].append(gate)
     return by_key
 
 
 def _verdict_text(gates: list[dict[str, Any]]) -> str:
-    if not gates:
-        return "-"
-    failed = [g["gate"] for g in gates if not g["passed"] and not g.get("declared")]
-    declared = [g["gate"] for g in gates if not g["passed"] and g.get("declared")]
-    if failed:
-        return "FAIL " + ",".join(failed)
-    if declared:
-        return "declared backfire"
-    return "pass"
+    """"pass", "FAIL throughput,backfire", "declared backfire", plus the gates that decided
+    nothing ("throughput: no baseline"); "-" when no gate ran."""
+    decided = [g for g in gates if "kind" not in g]
+    failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared")]
+    declared = [g["gate"] for g in decided if not g["passed"] and g.get("declared")]
+    parts = ["FAIL " + ",".join(failed)] if failed else ["declared backfire"] if declared else \
+        ["pass"] if decided else []
+    parts += [f"{g['gate']}: {g['kind']}" for g in gates if "kind" in g]
+    return ", ".join(parts) or "-"
 
 
 def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
@@ -170,6 +170,15 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
     for failure in report.get("failures", []):
         lines.append(f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
                      f"{failure['error'].splitlines()[0]}")
+    undecided = report.get("undecided", [])
+    updates = [u for u in undecided if u["kind"] == "baseline update"]
+    if updates:
+        lines.append(f"BASELINE UPDATE: {len(updates)} gate(s) measured for new baselines, not decided")
+    for u in undecided:
+        if u["kind"] != "baseline update":
+            tag = "NO BASELINE" if u["kind"] == "no baseline" else "FINGERPRINT"
+            lines.append(f"{tag} {u['gate']} [{u['mode']}-{u['prompt_class']}-c{u['concurrency']}]: "
+                         f"{u['message'].splitlines()[0]}")
     return lines
 
 
@@ -203,7 +212,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     if windows:
         parts.append(windows)
     lines = failed_gate_lines(report)
-    parts.append("\n".join(f"- {line}" for line in lines) if lines else "All gates passed.")
+    if lines:
+        parts.append("\n".join(f"- {line}" for line in lines))
+    else:
+        parts.append("All gates passed." if report["gates"] else "No gate ran.")
     return "\n\n".join(parts) + "\n"
 
 

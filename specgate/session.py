@@ -50,6 +50,9 @@ class SpecgateSession:
     measurements: dict[MeasureKey, ClassMeasurement] = field(default_factory=dict)
     failures: dict[MeasureKey, BaseException] = field(default_factory=dict)
     results: list[GateResult] = field(default_factory=list)
+    # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "message"}
+    # kind: "no baseline" | "baseline update" | "fingerprint"
+    undecided: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     pending_updates: dict[tuple[str, str, str, int], BaselineEntry] = field(default_factory=dict)
@@ -154,6 +157,12 @@ class SpecgateSession:
     def record(self, result: GateResult) -> None:
         self.results.append(result)
 
+    def record_undecided(self, gate: str, m: ClassMeasurement, kind: str, message: str) -> None:
+        """A gate that could not decide (no baseline, a baseline update, a refused fingerprint):
+        the report says so instead of counting it as passed."""
+        self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
+                               "concurrency": m.concurrency, "kind": kind, "message": message})
+
     def queue_update(self, m: ClassMeasurement, entry: BaselineEntry) -> None:
         self.pending_updates[(self.rig.name, m.mode, m.prompt_class, m.concurrency)] = entry
 
@@ -194,6 +203,7 @@ class SpecgateSession:
             own["servers"].update(report["servers"])
         own["measurements"] = measurements
         own["gates"] = [g for r in [own, *self.worker_reports] for g in r["gates"]]
+        own["undecided"] = [u for r in [own, *self.worker_reports] for u in r.get("undecided", [])]
         failures = {(f["mode"], f["prompt_class"], f["concurrency"]): f
                     for r in [own, *self.worker_reports] for f in r["failures"]}
         own["failures"] = [f for k, f in failures.items() if k not in seen]
@@ -218,6 +228,7 @@ class SpecgateSession:
             "failures": [{"mode": k[0], "prompt_class": k[1], "concurrency": k[2], "error": str(e)}
                          for k, e in self.failures.items()],
             "gates": [r.to_dict() for r in self.results],
+            "undecided": list(self.undecided),
         }
 
     @property
