@@ -43,10 +43,15 @@ def test_adopts_the_finished_windows_of_an_interrupted_run(baselines: Path, caps
 
 
 def test_modes_subset(baselines: Path, capsys) -> None:
+    before = load_baselines(baselines).rigs.get("h200x2-smollm2-pp2", {})
     assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines), "--modes", "baseline_pp2"]) == 0
     assert "2 baseline(s) written" in capsys.readouterr().out
-    store = load_baselines(baselines)
-    assert set(store.rigs["h200x2-smollm2-pp2"]) == {"baseline_pp2"}
+    after = load_baselines(baselines).rigs["h200x2-smollm2-pp2"]
+    assert after.get("baseline") == before.get("baseline")  # the mode left out is untouched
+    report = json.loads(INTERRUPTED.read_text())
+    adopted = {m["prompt_class"]: sorted(r["decode_tokens_per_s"] for r in m["records"])
+               for m in report["measurements"] if m["mode"] == "baseline_pp2"}
+    assert {c: sorted(after["baseline_pp2"][c]["1"].decode_tokens_per_s) for c in adopted} == adopted
 
 
 @pytest.mark.parametrize(("content", "message"), [
