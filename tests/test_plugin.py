@@ -54,6 +54,11 @@ def test_an_option_path_that_loses_the_project_config_is_refused(pytester, tmp_p
     assert "--run-dir=/tmp/x" in lost.stderr.str()
     kept = pytester.runpytest("--collect-only", "-q", "-m", "cpu", f"--run-dir={outside}", "-p", "no:cacheprovider")
     assert kept.ret == pytest.ExitCode.OK, kept.stdout.str()
+    # Another project (no fixtures/rigs) with specgate installed: none of the plugin's business.
+    shutil.rmtree(pytester.path / "fixtures")
+    pytester.makepyfile(test_perf="def test_other():\n    pass\n")
+    other = pytester.runpytest("-q", "--run-dir", str(outside), "-p", "no:cacheprovider")
+    assert other.ret == pytest.ExitCode.OK, other.stdout.str() + other.stderr.str()
 
 
 def test_fast_marker_deselects_every_perf_test(perf_project):
