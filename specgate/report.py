@@ -46,8 +46,13 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     decided = [g for g in gates if "kind" not in g]
     failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared")]
     declared = [g["gate"] for g in decided if not g["passed"] and g.get("declared")]
-    parts = ["FAIL " + ",".join(failed)] if failed else ["declared backfire"] if declared else \
-        ["pass"] if decided else []
+    parts = []
+    if failed:
+        parts.append("FAIL " + ",".join(failed))
+    elif declared:
+        parts.append("declared backfire")
+    elif decided:
+        parts.append("pass")
     parts += [f"{g['gate']}: {g['kind']}" for g in gates if "kind" in g]
     return ", ".join(parts) or "-"
 
