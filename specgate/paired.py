@@ -1,0 +1,178 @@
+"""The paired-ratio statistic every cross-side comparison decides on.
+
+Two servers measured in a duet give one pair per request key (the same prompt and repeat on
+each side, taken back to back). The per-pair log ratio d = ln(measured / reference) carries the
+comparison; what the servers share at that moment (machine regime, other load) cancels in d.
+
+The estimate is the Hodges-Lehmann estimator of d's centre (the median of the Walsh averages
+(d_i + d_j) / 2, i <= j), with the distribution-free interval that inverts the Wilcoxon
+signed-rank test. Why this statistic (docs/statistics.md has the figures):
+
+- it is robust to hiccup requests: one request that stalls moves the median of Walsh averages
+  and the interval's far end only, not the near end a gate decides on (a mean or a t interval
+  would move as a whole);
+- it is more efficient than the plain median of ratios (95 % of the t test on normal data,
+  against 64 % for the sign test), so a window of 12 pairs gives a usable interval;
+- the interval is exact for any symmetric distribution of d, needs no resampling (so it is
+  deterministic), and exists from 6 pairs (at 6 pairs it is [min d, max d], 96.9 %).
+
+A gate is a non-inferiority test: it FAILS when the upper end of the interval is below its
+threshold (the measured side is slower than the threshold allows, beyond noise). The report
+says what else the interval shows: clearly faster, equal within a small margin, or undecided,
+and the window's resolution: the smallest slowdown it would catch 95 % of the time at the
+spread it saw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+METHOD = "Hodges-Lehmann paired ratio, Wilcoxon interval"
+MIN_PAIRS = 6  # below this the signed-rank interval at 95 % does not exist
+EXACT_UP_TO = 60  # exact null distribution below this many pairs, normal approximation above
+# Resolution: a window catches a true ratio r 95 % of the time when r times the interval's upper
+# spread (as seen) stays below the threshold with the estimate 1.645 of its standard errors low:
+# r < threshold * exp(-(1 + 1.645 / 1.96) * upper_spread).
+POWER_FACTOR = 1.0 + 1.645 / 1.96
+
+Verdict = str  # "slower" | "faster" | "equal" | "not slower" | "undecided" | "too few pairs"
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """One paired comparison. ``ratio`` is exp(HL estimate of the log ratios): the one number
+    shown for it everywhere (message, tables, plots, report.json)."""
+
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float  # the interval's exact two-sided coverage (the signed-rank steps)
+    n: int
+    threshold: float
+    passed: bool
+    verdict: Verdict
+    equal_within: float | None  # x of "equal within ±x" when the interval lies in 1 ± margin
+    detectable: float | None  # the gate catches a true ratio at or below this 95 % of the time
+    method: str = METHOD
+
+    @property
+    def change_pct(self) -> float:
+        return (self.ratio - 1.0) * 100.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "change_pct": self.change_pct}
+
+
+@cache
+def _signed_rank_cdf(n: int) -> np.ndarray:
+    """P(T <= t) for t = 0 .. n(n+1)/2 under the null: counts of subsets of {1..n} by sum."""
+    counts = np.zeros(n * (n + 1) // 2 + 1, dtype=float)
+    counts[0] = 1.0
+    for k in range(1, n + 1):
+        counts[k:] = counts[k:] + counts[:-k].copy()
+    return np.cumsum(counts) / 2.0**n
+
+
+def _interval_rank(n: int, confidence: float) -> tuple[int, float]:
+    """K such that [W_(K), W_(M-K+1)] of the M sorted Walsh averages has coverage >= confidence,
+    and that coverage. K = 0 when no such interval exists (too few pairs)."""
+    alpha_half = (1.0 - confidence) / 2.0
+    if n <= EXACT_UP_TO:
+        cdf = _signed_rank_cdf(n)
+        # largest K with P(T <= K - 1) <= alpha/2
+        k = int(np.searchsorted(cdf, alpha_half, side="right"))
+        return k, (1.0 - 2.0 * float(cdf[k - 1])) if k >= 1 else 0.0
+    m = n * (n + 1) / 2.0
+    sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
+    k = int(math.floor(m / 2.0 - scipy_stats.norm.ppf(1.0 - alpha_half) * sd))
+    return max(k, 1), confidence
+
+
+def walsh_averages(d: np.ndarray) -> np.ndarray:
+    i, j = np.triu_indices(d.size)
+    return np.sort((d[i] + d[j]) / 2.0)
+
+
+def paired_ratio(measured: Sequence[float], reference: Sequence[float], *, threshold: float,
+                 confidence: float = 0.95, equivalence_margin: float = 0.05) -> PairedRatio:
+    """Compare two paired samples of a higher-is-better quantity (tok/s): item i of both sides
+    measured on the same request key. See the module docstring for the decision."""
+    m = np.asarray(measured, dtype=float)
+    r = np.asarray(reference, dtype=float)
+    if m.shape != r.shape or m.ndim != 1:
+        raise ValueError(f"paired samples need equal flat lengths, got {m.shape} and {r.shape}")
+    if m.size == 0:
+        raise ValueError("no pairs to compare")
+    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(r)) and np.all(m > 0) and np.all(r > 0)):
+        raise ValueError(f"paired samples must be finite and positive: {m.tolist()} vs {r.tolist()}")
+    if not (math.isfinite(threshold) and threshold > 0):
+        raise ValueError(f"threshold must be a positive number, got {threshold!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
+    return paired_log_ratio(np.log(m / r), threshold=threshold, confidence=confidence,
+                            equivalence_margin=equivalence_margin)
+
+
+def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.95,
+                     equivalence_margin: float = 0.05) -> PairedRatio:
+    """The decision on per-pair log ratios ``d`` (see :func:`paired_ratio`)."""
+    walsh = walsh_averages(np.asarray(d, dtype=float))
+    estimate = float(np.median(walsh))
+    ratio = math.exp(estimate)
+    k, coverage = _interval_rank(d.size, confidence) if d.size >= MIN_PAIRS else (0, 0.0)
+    if k < 1:
+        # No interval: the threshold alone would turn one noisy pair into a verdict. Say so.
+        return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "too few pairs", None, None)
+    lo, hi = math.exp(walsh[k - 1]), math.exp(walsh[walsh.size - k])
+    upper_spread = max(math.log(hi) - estimate, 0.0)
+    detectable = threshold * math.exp(-POWER_FACTOR * upper_spread)
+    within = max(1.0 - lo, hi - 1.0)
+    if hi < threshold:
+        verdict, passed = "slower", False
+    elif lo > max(threshold, 1.0):
+        verdict, passed = "faster", True
+    elif within <= equivalence_margin:
+        verdict, passed = "equal", True
+    elif lo >= threshold:
+        verdict, passed = "not slower", True
+    else:
+        verdict, passed = "undecided", True
+    return PairedRatio(ratio, lo, hi, coverage, int(d.size), threshold, passed, verdict,
+                       within if verdict == "equal" else None, detectable)
+
+
+def change_text(ratio: float, *, up: str = "faster", down: str = "slower") -> str:
+    """'26 % slower' / '4.2 % faster': whole percent once the change is large."""
+    pct = (ratio - 1.0) * 100.0
+    size = abs(pct)
+    if round(size, 1) == 0:
+        return "no change"
+    amount = f"{size:.0f}" if size >= 10 else f"{size:.1f}"
+    return f"{amount} % {down if pct < 0 else up}"
+
+
+def describe(result: PairedRatio, *, reference_label: str) -> str:
+    """The comparison in one clause, e.g. '0.740x no speculation (26 % slower; 96.9 % CI
+    0.70-0.78; threshold 1.00; 12 pairs; Hodges-Lehmann ...; catches <= 0.93x 95 % of the time)'."""
+    head = f"{result.ratio:.3f}x {reference_label} ({change_text(result.ratio)}"
+    if result.ci_low is None or result.ci_high is None:
+        return (f"{head}; {result.n} pair(s), too few for an interval (at least {MIN_PAIRS}): "
+                f"not decided; {result.method})")
+    resolution = (f"catches a true ratio <= {result.detectable:.3f} 95 % of the time at this spread"
+                  if result.detectable is not None else "resolution unknown")
+    return (f"{head}; {result.confidence * 100:.1f} % CI {result.ci_low:.3f}-{result.ci_high:.3f}; "
+            f"threshold {result.threshold:.2f}; {result.n} pairs; {result.method}; {resolution})")
+
+
+def verdict_text(result: PairedRatio) -> str:
+    """The verdict in words: 'slower', 'faster', 'equal within ±2.1 %', 'undecided'..."""
+    if result.verdict == "equal" and result.equal_within is not None:
+        return f"equal within ±{result.equal_within * 100:.1f} %"
+    return result.verdict
