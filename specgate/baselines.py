@@ -13,7 +13,9 @@ import contextlib
 import json
 import os
 import stat
+import statistics
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class PromptDigest(_Model):
+    """One prompt class's texts: a hash of all of them and one per prompt id, so a difference
+    names the prompt that changed."""
+
+    sha256: str
+    prompts: dict[str, str] = {}  # prompt id -> first 12 hex digits of its text's sha256
+
+
 class Fingerprint(_Model):
     """What the numbers were measured on; a different one makes a comparison suspect."""
 
@@ -40,22 +50,142 @@ class Fingerprint(_Model):
     # Servers measuring at once on this host (xdist workers): a tiny model is CPU-bound, so on the
     # GPU lab two servers side by side cut each other's single-stream tok/s by up to 40 %.
     concurrent_servers: int = Field(default=1, ge=1)
+    # What the window measured and how (None: not recorded, as in entries older than these keys).
+    # prompts: prompt class -> digest of its texts; a per-mode fingerprint holds every class of the
+    # rig, a stored entry only its own (see for_window).
+    prompts: dict[str, PromptDigest] | None = None
+    protocol: dict[str, Any] | None = None  # api, max_tokens, ignore_eos, temperature, warm-up, ...
+    server_args: list[str] | None = None  # the rig's and the mode's extra `vllm serve` arguments
+    env: dict[str, str] | None = None  # the rig's env plus inherited VLLM_*/OMP_* knobs
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    cpu_model: str | None = None
     date: str | None = None
     commit: str | None = None
     note: str | None = None
 
     def differences(self, other: Fingerprint) -> list[str]:
-        """Fields that matter for speed and differ; date, commit and note never count."""
-        keys = ("accelerator", "accelerator_count", "driver", "vllm_version", "model", "speculative_config",
+        """Fields that matter for speed and differ; date, commit and note never count. A field
+        either side did not record (None) is unknown, not different."""
+        return [text for _, text in _field_differences(self, other)]
+
+    def for_window(self, prompt_class: str, concurrency: int) -> Fingerprint:
+        """This fingerprint narrowed to one measurement window: its class's prompts, its level."""
+        update: dict[str, Any] = {}
+        if self.prompts is not None:
+            update["prompts"] = {k: v for k, v in self.prompts.items() if k == prompt_class}
+        if self.protocol is not None:
+            update["protocol"] = {**self.protocol, "concurrency": concurrency}
+        return self.model_copy(update=update)
+
+
+# What a difference means for a comparison with a stored figure (see comparability):
+SAME = "same"
+OTHER_SETUP = "other_setup"  # software or configuration: vLLM, torch, CUDA, driver, args, env, model
+OTHER_MACHINE = "other_machine"  # another CPU model, GPU model or GPU count
+OTHER_MEASUREMENT = "other_measurement"  # other prompt texts or another protocol: not the same quantity
+_RANK = {SAME: 0, OTHER_SETUP: 1, OTHER_MACHINE: 2, OTHER_MEASUREMENT: 3}
+# Fields that existed before the others: compared even where one side is None (as before).
+_LEGACY_KEYS = ("accelerator", "accelerator_count", "driver", "vllm_version", "model", "speculative_config",
                 "concurrent_servers")
-        return [f"{k}: stored {getattr(self, k)!r}, now {getattr(other, k)!r}"
-                for k in keys if getattr(self, k) != getattr(other, k)]
+_KIND_OF = {"accelerator": OTHER_MACHINE, "accelerator_count": OTHER_MACHINE, "cpu_model": OTHER_MACHINE,
+            "prompts": OTHER_MEASUREMENT, "protocol": OTHER_MEASUREMENT}
+_NEW_KEYS = ("cpu_model", "torch_version", "cuda_version", "server_args", "env")
+
+
+def _prompt_differences(stored: dict[str, PromptDigest], now: dict[str, PromptDigest]) -> list[str]:
+    out = []
+    for name in sorted(stored.keys() & now.keys()):
+        a, b = stored[name], now[name]
+        if a.sha256 == b.sha256:
+            continue
+        changed = [i for i in a.prompts if i in b.prompts and a.prompts[i] != b.prompts[i]]
+        parts = ([f"text of {', '.join(changed)} changed"] if changed else []) + (
+            [f"added {', '.join(i for i in b.prompts if i not in a.prompts)}"]
+            if b.prompts.keys() - a.prompts.keys() else []) + (
+            [f"removed {', '.join(i for i in a.prompts if i not in b.prompts)}"]
+            if a.prompts.keys() - b.prompts.keys() else [])
+        out.append(f"prompts of class {name}: {'; '.join(parts) or 'order changed'} "
+                   f"(stored {a.sha256[:12]}, now {b.sha256[:12]})")
+    return out
+
+
+def _field_differences(stored: Fingerprint, now: Fingerprint) -> list[tuple[str, str]]:
+    """(kind, text) for every field that differs, in a stable order."""
+    out: list[tuple[str, str]] = []
+    for key in _LEGACY_KEYS:
+        a, b = getattr(stored, key), getattr(now, key)
+        if a != b:
+            out.append((_KIND_OF.get(key, OTHER_SETUP), f"{key}: stored {a!r}, now {b!r}"))
+    for key in _NEW_KEYS:
+        a, b = getattr(stored, key), getattr(now, key)
+        if a is not None and b is not None and a != b:
+            out.append((_KIND_OF.get(key, OTHER_SETUP), f"{key}: stored {a!r}, now {b!r}"))
+    if stored.protocol is not None and now.protocol is not None:
+        for key in sorted(stored.protocol.keys() & now.protocol.keys()):
+            if stored.protocol[key] != now.protocol[key]:
+                out.append((OTHER_MEASUREMENT, f"protocol {key}: stored {stored.protocol[key]!r}, "
+                                               f"now {now.protocol[key]!r}"))
+    if stored.prompts is not None and now.prompts is not None:
+        out += [(OTHER_MEASUREMENT, text) for text in _prompt_differences(stored.prompts, now.prompts)]
+    return out
+
+
+@dataclass(frozen=True)
+class Comparability:
+    """Whether a stored figure may be compared with this run's, and what differs.
+
+    ``kind``: SAME; OTHER_SETUP (software or configuration); OTHER_MACHINE; OTHER_MEASUREMENT
+    (other prompts or protocol: the stored figure measured something else). The worst one wins;
+    ``differences`` lists them all, each naming the field and both values."""
+
+    kind: str
+    differences: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "differences": list(self.differences)}
+
+    def describe(self) -> str:
+        """"was measured ...: <differences>" ("" when SAME)."""
+        what = {OTHER_MEASUREMENT: "was measured on other prompts or with another protocol, so it is not the "
+                                   "same quantity and is not compared",
+                OTHER_MACHINE: "was measured on another machine",
+                OTHER_SETUP: "was measured with another software or server setup"}.get(self.kind)
+        return f"{what}: {'; '.join(self.differences)}" if what else ""
+
+
+def comparability(stored: Fingerprint, now: Fingerprint | None) -> Comparability:
+    """The one place that decides how a stored fingerprint relates to this run's (narrowed to
+    the same window). A stored entry written before a field existed leaves that field unknown,
+    and an unknown field is never a difference; so is a stored fingerprint with no accelerator
+    (hand-written entries) or no fingerprint for this run (nothing to compare)."""
+    if now is None or stored.accelerator == "unknown":
+        return Comparability(SAME)
+    found = _field_differences(stored, now)
+    kind = max((k for k, _ in found), key=_RANK.__getitem__, default=SAME)
+    return Comparability(kind, tuple(text for _, text in found))
 
 
 class AcceptanceEntry(_Model):
     mean_acceptance_length: float = Field(ge=1)
     acceptance_rate: float = Field(ge=0, le=1)
     per_position_rates: list[float] = []
+    # The counts the rates came from (None in entries written before they were kept): how much
+    # evidence the stored figure rests on.
+    drafts: float | None = Field(default=None, ge=0)
+    draft_tokens: float | None = Field(default=None, ge=0)
+    accepted_per_position: list[float] | None = None
+
+
+LEVEL_HISTORY = 10
+
+
+class RatioEntry(_Model):
+    reference_mode: str
+    ratio: float = Field(gt=0)
+    ci_low: float | None = Field(default=None, gt=0)
+    ci_high: float | None = Field(default=None, gt=0)
+    n: int = Field(ge=1)
 
 
 class BaselineEntry(_Model):
@@ -67,6 +197,12 @@ class BaselineEntry(_Model):
     acceptance: AcceptanceEntry | None = None
     fingerprint: Fingerprint = Fingerprint()
     source: str | None = None  # where the figures came from when not measured by specgate
+    # A duet window's paired ratio against the live reference (Hodges-Lehmann, specgate.paired)
+    # and its interval: what the throughput gate of a speculative mode compares with.
+    ratio_to_reference: RatioEntry | None = None
+    # The window medians of the last LEVEL_HISTORY runs that stored this entry (oldest first),
+    # this one's included: the level trend check takes its tolerance from their spread.
+    level_history: list[float] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:
@@ -153,6 +289,29 @@ def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineE
     keys survive) and replace it atomically. Returns the new content."""
     store = load_baselines(path)
     for (rig, mode, prompt_class, concurrency), entry in updates.items():
-        store.rigs.setdefault(rig, {}).setdefault(mode, {}).setdefault(prompt_class, {})[str(concurrency)] = entry
+        windows = store.rigs.setdefault(rig, {}).setdefault(mode, {}).setdefault(prompt_class, {})
+        previous = windows.get(str(concurrency))
+        history = [*(previous.level_history if previous else []), entry.median][-LEVEL_HISTORY:]
+        windows[str(concurrency)] = entry.model_copy(update={"level_history": history})
     atomic_write_json(path, store.model_dump(mode="json", exclude_none=True))
     return store
+
+
+# A run this much faster than its stored figure means the figure no longer describes the rig
+# (another machine, a faster vLLM): a 30 % regression would still pass against it.
+STALE_RATIO = 1.5
+
+
+def baseline_notes(fit: Comparability, measured: list[float], stored_median: float,
+                   refresh: str) -> dict[str, Any]:
+    """What a throughput result carries about its stored figure, for the summary: how the
+    fingerprints compare and, when this run is more than STALE_RATIO x the stored median, that the
+    figure is stale, with the command that refreshes it."""
+    notes: dict[str, Any] = {"baseline_fingerprint": fit.to_dict()}
+    measured_median = statistics.median(measured) if measured else None
+    if measured_median and stored_median > 0 and measured_median / stored_median > STALE_RATIO:
+        notes["stale_baseline"] = (
+            f"this run's median {measured_median:.1f} tok/s is {measured_median / stored_median:.2f}x the stored "
+            f"{stored_median:.1f} (over {STALE_RATIO:g}x: the stored figure no longer describes this rig, and a "
+            f"regression smaller than the gap would pass); refresh it with: {refresh}")
+    return notes

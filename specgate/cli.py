@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -26,7 +27,21 @@ def main(argv: list[str] | None = None) -> int:
     adopt.add_argument("report", type=Path, help="a run's report.json")
     adopt.add_argument("--baselines", type=Path, default=None, help="default: baselines.json beside fixtures/")
     adopt.add_argument("--modes", default=None, help="comma-separated subset of the report's modes")
+    cal = sub.add_parser("calibrate", help="measure each gate's false alarms and power on real servers: "
+                         "A/A duets and real injected slowdowns (specgate.inject) on a candidate side")
+    cal.add_argument("--rig", default="cpu-smollm2")
+    cal.add_argument("--mode", default=None, help="the mode both sides run (default: the rig's reference mode)")
+    cal.add_argument("--rounds", type=int, default=3, help="rounds; each measures every level on every class")
+    cal.add_argument("--levels", default=",".join(f"{v:g}" for v in (0.0, 0.02, 0.05, 0.10, 0.20)),
+                     help="injected slowdowns, comma-separated fractions (0 is the A/A)")
+    cal.add_argument("--classes", default=None, help="comma-separated subset of the rig's prompt classes")
+    cal.add_argument("--out", type=Path, default=None, help="default: .specgate/calibration/<time>-<rig>")
+    cal.add_argument("--render", type=Path, default=None, metavar="DIR",
+                     help="only render calibration.md and power.png again from DIR/windows.jsonl")
     args, rest = parser.parse_known_args(argv)
+
+    if args.command == "calibrate":
+        return calibrate(args)
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
@@ -99,4 +114,46 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
     for (rig, mode, prompt_class, concurrency), entry in sorted(entries.items()):
         print(f"{rig} / {mode} / {prompt_class} / c{concurrency}: median {entry.median:.1f} tok/s, n={entry.n}")
     print(f"{len(entries)} baseline(s) written to {baselines_path}")
+    return 0
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from specgate import calibrate as cal
+    from specgate.config import load_rig
+    from specgate.errors import SpecgateError
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rig = load_rig(args.rig, root / "fixtures")
+        levels = [float(v) for v in args.levels.split(",") if v.strip()]
+    except (SpecgateError, ValueError) as exc:
+        print(f"specgate calibrate: {exc}", file=sys.stderr)
+        return 2
+    if args.render is not None:
+        windows = args.render / "windows.jsonl"
+        if not windows.exists():
+            print(f"specgate calibrate: {windows} does not exist", file=sys.stderr)
+            return 2
+        meta = json.loads((args.render / "summary.json").read_text())["meta"] if (
+            args.render / "summary.json").exists() else {"started": "?", "finished": "?", "mode": "?",
+                                                          "classes": [], "rounds": "?", "concurrency": "?",
+                                                          "machine": "?"}
+        print(cal.write_outputs(rig, args.render, cal.load_windows(windows), cal.DEFAULT_TOLERANCES, meta))
+        return 0
+    if rig.tier == "cpu":
+        from specgate.model_prep import prepare_model
+
+        prepare_model()
+    out = args.out or root / ".specgate" / "calibration" / f"{dt.datetime.now():%Y%m%d-%H%M%S}-{rig.name}"
+    try:
+        path = cal.run_calibration(rig, out, mode_name=args.mode, rounds=args.rounds, levels=levels,
+                                   classes=args.classes.split(",") if args.classes else None,
+                                   progress=lambda line: print(f"[specgate] {line}", flush=True))
+    except (SpecgateError, ValueError) as exc:
+        print(f"specgate calibrate: {exc} (windows measured so far: {out / 'windows.jsonl'})", file=sys.stderr)
+        return 1
+    print(path.read_text())
+    print(f"written: {path}, {out / 'power.png'}, {out / 'windows.jsonl'}")
     return 0

@@ -39,7 +39,6 @@ class Prompt(_Strict):
 class PromptClass(_Strict):
     name: str = ""
     description: str = ""
-    copy_heavy: bool = False
     prompts: tuple[Prompt, ...] = Field(min_length=1)
 
     def __repr__(self) -> str:
@@ -145,6 +144,8 @@ class Gates(_Strict):
     min_speedup: float = Field(default=1.0, gt=0)
     min_identical_share: float = Field(default=0.5, ge=0, le=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
+    equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
     classes: dict[str, ClassGate] = {}
 
     def for_class(self, prompt_class: str) -> Gates:
@@ -153,6 +154,30 @@ class Gates(_Strict):
             return self
         values = {k: v for k, v in override.model_dump().items() if v is not None}
         return self.model_copy(update=values)
+
+
+class Side(_Strict):
+    """One side of an A/B comparison: the vLLM build or configuration a server runs with.
+    ``python``: the interpreter of that build's environment (default: the rig's); ``extra_args``
+    are added to the rig's `vllm serve` arguments; ``env`` to its environment."""
+
+    python: str | None = None
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+
+    def describe(self) -> str:
+        parts = [f"python {self.python}"] if self.python else []
+        parts += [f"args {' '.join(self.extra_args)}"] if self.extra_args else []
+        parts += [f"env {', '.join(f'{k}={v}' for k, v in self.env.items())}"] if self.env else []
+        return "; ".join(parts) or "the rig as it is"
+
+
+class AB(_Strict):
+    """An A/B comparison (upgrade or config gating): every mode runs on both sides as a duet and
+    the throughput gate decides candidate / reference."""
+
+    reference: Side = Side()
+    candidate: Side = Side()
 
 
 class DeclaredBackfire(_Strict):
@@ -184,6 +209,11 @@ class RigFile(_Strict):
     declared_backfire: tuple[DeclaredBackfire, ...] = ()
     # GPUs one server uses (tensor x pipeline parallel); used for the GPU-memory check.
     gpus_per_server: int = Field(default=1, ge=1)
+    # Two servers fit side by side (memory split explicitly: VLLM_CPU_KVCACHE_SPACE, or
+    # --gpu-memory-utilization per server): the reference stays live and every mode is measured
+    # in a duet with it (requests alternated). False: one server at a time.
+    duet: bool = False
+    ab: AB | None = None
 
 
 class Rig(_Strict):
@@ -196,6 +226,7 @@ class Rig(_Strict):
     model: str
     served_model_name: str
     argv_prefix: tuple[str, ...]
+    extra_args: tuple[str, ...] = ()  # the rig's part of argv_prefix (after server_command)
     env: dict[str, str]
     host: str
     startup_timeout_s: float
@@ -207,6 +238,14 @@ class Rig(_Strict):
     gates: Gates
     declared_backfire: tuple[DeclaredBackfire, ...]
     gpus_per_server: int
+    duet: bool = False
+    ab: AB | None = None
+
+    @property
+    def design(self) -> str:
+        """"ab" (each mode on both sides, alternated), "duet" (each mode alternated with the live
+        reference) or "sequential" (one server at a time)."""
+        return "ab" if self.ab is not None else ("duet" if self.duet else "sequential")
 
     def mode(self, name: str) -> Mode:
         for mode in self.modes:
@@ -308,7 +347,8 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
                  "fixtures": str(fixtures_dir)}
     model = _substitute(rig.model, variables, path, "model")
     argv = tuple(_substitute(arg, variables, path, "server_command") for arg in rig.server_command)
-    argv += tuple(_substitute(arg, variables, path, "extra_args") for arg in rig.extra_args)
+    extra_args = tuple(_substitute(arg, variables, path, "extra_args") for arg in rig.extra_args)
+    argv += extra_args
     env = {k: _substitute(v, variables, path, f"env.{k}") for k, v in rig.env.items()}
 
     modes = tuple(_resolve_mode(mode_name, entry, library, path) for mode_name, entry in rig.modes.items())
@@ -337,11 +377,13 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
     try:
         return Rig(
             name=name, path=path, description=rig.description, tier=rig.tier, model=model,
-            served_model_name=rig.served_model_name or Path(model).name, argv_prefix=argv, env=env,
+            served_model_name=rig.served_model_name or Path(model).name, argv_prefix=argv,
+            extra_args=extra_args, env=env,
             host=rig.host, startup_timeout_s=rig.startup_timeout_s, reference_mode=rig.reference_mode,
             modes=modes, mode_extra_args={n: e.extra_args for n, e in rig.modes.items()},
             prompt_classes=selected, protocol=rig.protocol, gates=rig.gates,
             declared_backfire=rig.declared_backfire, gpus_per_server=rig.gpus_per_server,
+            duet=rig.duet, ab=rig.ab,
         )
     except ValidationError as exc:
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None

@@ -13,13 +13,17 @@ keeps every result for the report.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
+import numpy as np
+
+from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint, RatioEntry
 from specgate.config import Rig
 from specgate.measure import ClassMeasurement
-from specgate.stats import compare_acceptance, compare_outputs, compare_ratio, match_by_key, summarize
+from specgate.paired import change_text, describe, paired_ratio, verdict_text
+from specgate.stats import compare_acceptance, compare_outputs, match_by_key, summarize
 
 
 @dataclass
@@ -76,18 +80,88 @@ def _with_note(message: str, note: str) -> str:
     return f"{message} [{note}]" if note else message
 
 
+def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,
+                 threshold: float, reference_label: str, design: str, confidence: float, margin: float,
+                 note: str = "", shift: float = 1.0, extra_log_spread: float = 0.0,
+                 subject: str | None = None, fail_phrase: str | None = None) -> GateResult:
+    """A gate decided on paired log ratios (specgate.paired): one statistic, one message."""
+    subject = subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
+    if len(measured) != len(reference):
+        message = (f"{subject}: undecided: the two sides share too few request keys to pair "
+                   f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?) [{design}]")
+        return GateResult(gate, m.mode, m.prompt_class, m.concurrency, True, _with_note(message, note),
+                          details={"verdict": "undecided", "undecided": True, "design": design})
+    result = paired_ratio(measured, reference, threshold=threshold, confidence=confidence,
+                          equivalence_margin=margin, shift=shift, extra_log_spread=extra_log_spread)
+    head = fail_phrase.format(change=change_text(result.ratio)) if (fail_phrase and not result.passed) else subject
+    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{design}]"
+    details = {**result.to_dict(), "design": design, "reference_label": reference_label,
+               "undecided": result.verdict == "undecided"}
+    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, result.passed, _with_note(message, note),
+                      details=details)
+
+
+def _history_spread(history: list[float]) -> float | None:
+    """The start-to-start spread of a rig's level (SD of log window medians over its stored runs),
+    or None with fewer than 3 runs."""
+    if len(history) < 3:
+        return None
+    return float(np.std(np.log(history), ddof=1))
+
+
 def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
+    """Decode speed, decided the strongest way the window allows:
+
+    - an A/B duet (the partner is the same mode on the reference side): the paired ratio
+      candidate / reference, against 1 - throughput_tolerance;
+    - a duet with the live no-speculation reference, with a stored ratio: this window's paired
+      ratio against the stored one (the ratio is what a change to the mode moves);
+    - otherwise the level: this window's tok/s against the stored samples, paired by request key,
+      the interval widened by the spread of the rig's own stored history of levels (or by the
+      rig's start_noise while it has fewer than 3 stored runs).
+    """
     gates = rig.gates.for_class(m.prompt_class)
+    common = {"confidence": gates.confidence, "margin": gates.equivalence_margin}
+    threshold = 1 - gates.throughput_tolerance
+    partner = m.partner
+    if partner is not None and partner.side == "reference":
+        samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
+                                partner.untimed, ref_label="reference side")
+        return ratio_result("throughput", m, samples.measured, samples.reference, threshold=threshold,
+                            reference_label="the reference side", design="A/B duet, requests alternated",
+                            note=samples.note, **common)
+    stored_ratio = baseline.ratio_to_reference
+    if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
+        samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
+                                partner.untimed, ref_label=partner.mode)
+        spread = 0.0
+        if stored_ratio.ci_low and stored_ratio.ci_high:
+            spread = (np.log(stored_ratio.ci_high) - np.log(stored_ratio.ci_low)) / 2
+        return ratio_result("throughput", m, samples.measured, samples.reference, threshold=threshold,
+                            reference_label=f"its stored ratio to {partner.mode} ({stored_ratio.ratio:.3f})",
+                            design=f"duet ratio to {partner.mode} vs the stored ratio (its interval added)",
+                            note=samples.note, shift=stored_ratio.ratio, extra_log_spread=spread, **common)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
-    comparison = compare_ratio(
-        samples.measured, samples.reference, threshold=1 - gates.throughput_tolerance, gate="throughput",
-        subject=f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})", reference_label="baseline",
-        paired=samples.paired, confidence=gates.confidence, start_noise=gates.start_noise)
-    return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, comparison.passed,
-                      _with_note(comparison.message, samples.note), details=comparison.to_dict())
+    history = _history_spread(baseline.level_history)
+    if history is not None:
+        spread, source = 1.96 * np.sqrt(2) * history, (
+            f"level vs stored samples; start-to-start spread {history * 100:.1f} % from "
+            f"{len(baseline.level_history)} stored runs")
+    else:
+        spread = 1.96 * np.sqrt(2) * np.log1p(gates.start_noise)
+        source = ("level vs stored samples; start noise "
+                  + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
+                     "unknown (fewer than 3 stored runs, no start_noise): the interval holds this run's noise only"))
+    return ratio_result("throughput", m, samples.measured, samples.reference, threshold=threshold,
+                        reference_label="stored level", design=source, note=samples.note,
+                        extra_log_spread=float(spread), **common)
 
 
 def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
+    """Acceptance against the stored figures, each judged on its evidence: a Wilson interval on
+    accepted / drafted (``stats.compare_acceptance``), per position and overall. A window whose
+    intervals cannot tell a drop of the tolerance from chance is undecided (``details
+    ["undecided"]``), never passed or failed; a decided failure wins over an undecided check."""
     gates = rig.gates.for_class(m.prompt_class)
     subject = f"{m.mode} on {m.prompt_class}"
     if m.acceptance is None:
@@ -96,45 +170,66 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     if baseline.acceptance is None:
         return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, False,
                           f"{subject}: the stored baseline has no acceptance figures; update it")
-    stored = baseline.acceptance
-    checks = [
-        compare_acceptance(m.acceptance.mean_acceptance_length, stored.mean_acceptance_length,
-                           tolerance=gates.acceptance_tolerance, subject=subject, metric="mean acceptance length"),
-        compare_acceptance(m.acceptance.acceptance_rate, stored.acceptance_rate,
-                           tolerance=gates.acceptance_tolerance, subject=subject, metric="acceptance rate"),
-    ]
-    for pos, (now, then) in enumerate(zip(m.acceptance.per_position_rates, stored.per_position_rates)):
+    stored, now = baseline.acceptance, m.acceptance
+    ask = functools.partial(compare_acceptance, tolerance=gates.acceptance_tolerance, subject=subject,
+                            confidence=gates.confidence)
+    stored_drafts = f", baseline from {stored.drafts:.0f} drafts" if stored.drafts else ""
+    # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
+    # interval counts drafts as the trials (wider, never falsely narrow).
+    checks = [ask(now.acceptance_rate, stored.acceptance_rate, counts=(now.acceptance_rate * now.drafts, now.drafts),
+                  trial_label="drafts (as trials)",
+                  metric=f"acceptance rate ({now.accepted_tokens:.0f} of {now.draft_tokens:.0f} draft tokens; mean "
+                         f"acceptance length {now.mean_acceptance_length:.2f} vs {stored.mean_acceptance_length:.2f}"
+                         f"{stored_drafts})")]
+    for pos, (accepted, then) in enumerate(zip(now.accepted_per_position, stored.per_position_rates)):
         if then > 0:
-            checks.append(compare_acceptance(now, then, tolerance=gates.acceptance_tolerance,
-                                             subject=subject, metric=f"position {pos + 1} rate"))
-    failed = [c for c in checks if not c.passed]
-    message = "; ".join(c.message for c in failed) if failed else checks[0].message
-    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, not failed, message,
-                      details={"checks": [c.to_dict() for c in checks]})
+            checks.append(ask(accepted / now.drafts, then, counts=(accepted, now.drafts),
+                              metric=f"position {pos + 1} rate"))
+    failed = [c for c in checks if c.decided and not c.passed]
+    open_checks = [c for c in checks if not c.decided]
+    shown = failed or open_checks or checks[:1]
+    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, not failed and not open_checks,
+                      "; ".join(c.message for c in shown),
+                      details={"checks": [c.to_dict() for c in checks], "undecided": bool(open_checks and not failed)})
 
 
 def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+    """``m`` against the no-speculation window ``reference``: its duet partner when the two were
+    alternated, else a window measured before or after it (the start noise of the rig added)."""
     ref = reference.timed_samples
     samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
+    duet = m.partner is reference
     return backfire_decision(rig, m.mode, m.prompt_class, m.concurrency, samples.measured, samples.reference,
-                             paired=samples.paired, note=samples.note)
+                             note=samples.note, duet=duet, m=m)
 
 
 def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, measured: list[float],
-                      reference: list[float], *, paired: bool = False, note: str = "") -> GateResult:
-    """The backfire gate on bare samples (also used to replay stored figures, like the seed case)."""
+                      reference: list[float], *, note: str = "", duet: bool = False,
+                      m: ClassMeasurement | None = None, paired: bool = True) -> GateResult:
+    """The backfire gate on bare samples (also used to replay stored figures, like the seed case):
+    FAIL when the paired ratio's upper bound is below min_speedup."""
     gates = rig.gates.for_class(prompt_class)
-    comparison = compare_ratio(
-        measured, reference, threshold=gates.min_speedup, gate="backfire",
-        subject=f"{mode} on {prompt_class}", reference_label="no speculation",
-        fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}",
-        paired=paired, confidence=gates.confidence, start_noise=gates.start_noise)
+    if m is None:
+        m = ClassMeasurement(rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
+                             records=[], acceptance=None, server_decode_tokens_per_s=None,
+                             server_metric_source=None, wall_s=0.0)
+    if duet:
+        design, spread = "duet with no speculation, requests alternated", 0.0
+    else:
+        spread = 1.96 * float(np.sqrt(2) * np.log1p(gates.start_noise))
+        design = "windows one after the other" + (
+            f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known")
+    result = ratio_result("backfire", m, measured, reference, threshold=gates.min_speedup,
+                          reference_label="no speculation", design=design, note=note,
+                          confidence=gates.confidence, margin=gates.equivalence_margin, extra_log_spread=spread,
+                          subject=f"{mode} on {prompt_class}",
+                          fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}")
     declared = rig.declared_backfire_for(mode, prompt_class)
-    message = _with_note(comparison.message, note)
-    if declared is not None and not comparison.passed:
-        message = f"{message} [declared backfire: {declared.reason}]"
-    return GateResult("backfire", mode, prompt_class, concurrency, comparison.passed, message,
-                      declared=declared.reason if declared else None, details=comparison.to_dict())
+    if declared is not None:
+        result.declared = declared.reason
+        if not result.passed:
+            result.message = f"{result.message} [declared backfire: {declared.reason}]"
+    return result
 
 
 def check_lossless(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
@@ -155,10 +250,20 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint) -> BaselineEnt
         acceptance = AcceptanceEntry(
             mean_acceptance_length=m.acceptance.mean_acceptance_length,
             acceptance_rate=m.acceptance.acceptance_rate,
-            per_position_rates=list(m.acceptance.per_position_rates))
+            per_position_rates=list(m.acceptance.per_position_rates),
+            drafts=m.acceptance.drafts, draft_tokens=m.acceptance.draft_tokens,
+            accepted_per_position=list(m.acceptance.accepted_per_position))
     keys = [k for k, r in zip(m.sample_keys, m.records) if r.decode_tokens_per_s is not None]
+    ratio = None
+    if m.partner is not None and m.partner.side != "reference":  # a duet with the no-speculation mode
+        samples = match_samples(m, list(m.partner.timed_samples), list(m.partner.timed_samples.values()))
+        if samples.paired and samples.measured:
+            r = paired_ratio(samples.measured, samples.reference, threshold=1.0)
+            ratio = RatioEntry(reference_mode=m.partner.mode, ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high,
+                               n=r.n)
     return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys, median=summary.median,
-                         mad=summary.mad, n=summary.n, acceptance=acceptance, fingerprint=fingerprint)
+                         mad=summary.mad, n=summary.n, acceptance=acceptance, ratio_to_reference=ratio,
+                         fingerprint=fingerprint.for_window(m.prompt_class, m.concurrency))
 
 
 def entries_from_report(report: dict[str, Any], *, modes: list[str] | None = None

@@ -1,20 +1,27 @@
-"""The measurement protocol: one prompt class, on one server, at one concurrency level.
+"""The measurement protocol: one prompt class, at one concurrency level, on one server or on two
+at once (a duet).
 
 A window is: warm-up (once per server), a ``/metrics`` snapshot, every prompt of the class
 ``repeats`` times through the streaming client, a second snapshot. Throughput comes from the
 per-request records; acceptance from the counter deltas of the same window.
+
+A duet window does the same on two live servers (the subject and its partner: the no-speculation
+reference, or the same mode on the reference side of an A/B), alternating requests between them
+in the balanced order of :mod:`specgate.duet`; each side's counters only count its own requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specgate.client import GenerationRequest, RequestRecord, StreamingClient, run_requests
 from specgate.config import Mode, PromptClass, Rig
+from specgate.duet import plan
 from specgate.errors import RequestError, ServerDiedError
 from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
 
@@ -45,6 +52,13 @@ class ClassMeasurement:
     server_metric_source: str | None
     wall_s: float
     extra: dict[str, Any] = field(default_factory=dict)
+    # How the window was taken: "solo" (this server alone) or "duet" (alternated with ``partner``,
+    # the window of the other server taken in the same loop; its own ``partner`` is None).
+    design: str = "solo"
+    side: str = "subject"  # "subject" | "partner" ("reference" side of an A/B: see the session)
+    partner: ClassMeasurement | None = None
+    # Duet: one entry per pair of turns {"group", "first", "started_s"} (seconds from window start).
+    pairs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def sample_keys(self) -> list[str]:
@@ -85,6 +99,9 @@ class ClassMeasurement:
             "server_metric_source": self.server_metric_source,
             "acceptance": self.acceptance.to_dict() if self.acceptance else None,
             "records": [r.to_dict() for r in self.records],
+            "design": self.design, "side": self.side,
+            "partner": self.partner.to_dict() if self.partner is not None else None,
+            "pairs": list(self.pairs),
             **self.extra,
         }
 
@@ -97,6 +114,9 @@ class ClassMeasurement:
             acceptance=AcceptanceStats.from_dict(data["acceptance"]) if data.get("acceptance") else None,
             server_decode_tokens_per_s=data.get("server_decode_tokens_per_s"),
             server_metric_source=data.get("server_metric_source"),
+            design=data.get("design", "solo"), side=data.get("side", "subject"),
+            partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
+            pairs=list(data.get("pairs", [])),
         )
 
 
@@ -140,7 +160,8 @@ class Measurer:
     def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None) -> None:
         self.rig = rig
         self.progress = progress or (lambda line: None)
-        self._warm: set[int] = set()
+        # Servers already warmed up, keyed on the object itself (an id() can be reused).
+        self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
                 *, run_rounds: RoundRunner = loop_rounds) -> ClassMeasurement:
@@ -170,14 +191,19 @@ class Measurer:
         async with self._client(server) as client:
             return await run_requests(client, requests, concurrency=concurrency, on_done=on_done)
 
+    def _warm_up(self, server: Server, mode: Mode, prompt_class: PromptClass, label: str) -> None:
+        protocol = self.rig.protocol
+        if server in self._warm or not protocol.warmup_requests:
+            return
+        warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
+        self.progress(f"{label}: {len(warmup)} warm-up request(s) on {server.label}")
+        asyncio.run(self._run(server, warmup, 1))
+        self._warm.add(server)
+
     def _measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
                  label: str, run_rounds: RoundRunner) -> ClassMeasurement:
         protocol = self.rig.protocol
-        if id(server) not in self._warm and protocol.warmup_requests:
-            warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
-            self.progress(f"{label}: {len(warmup)} warm-up request(s)")
-            asyncio.run(self._run(server, warmup, 1))
-            self._warm.add(id(server))
+        self._warm_up(server, mode, prompt_class, label)
         total = protocol.repeats * len(prompt_class.prompts)
         records: list[RequestRecord] = []
         started = last_line = time.monotonic()
@@ -212,3 +238,85 @@ class Measurer:
             server_decode_tokens_per_s=server_rate.value if server_rate else None,
             server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
         )
+
+    # -- the duet -------------------------------------------------------------------------------
+    def measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
+                     prompt_class: PromptClass, concurrency: int, *, partner_side: str = "partner",
+                     run_rounds: RoundRunner = loop_rounds) -> ClassMeasurement:
+        """One window on two live servers, requests alternated (see :mod:`specgate.duet`). Returns
+        the subject's window with the partner's in ``partner``; request keys match side to side."""
+        label = (f"mode {mode.name} vs {partner_mode.name} ({partner_side}), class {prompt_class.name}, "
+                 f"concurrency {concurrency}")
+        for server in (subject, partner):
+            server.check_alive()
+        try:
+            return self._measure_duet(subject, partner, mode, partner_mode, prompt_class, concurrency,
+                                      partner_side, label, run_rounds)
+        except RequestError as exc:
+            for server in (subject, partner):
+                try:
+                    server.check_alive()
+                except ServerDiedError as died:
+                    raise ServerDiedError(f"{died}\n(while measuring {label}: {exc})") from None
+            raise RequestError(f"{exc}\nLast lines of the server logs:\n{subject.label}:\n{subject.log_tail(10)}\n"
+                               f"{partner.label}:\n{partner.log_tail(10)}") from None
+
+    def _measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
+                      prompt_class: PromptClass, concurrency: int, partner_side: str, label: str,
+                      run_rounds: RoundRunner) -> ClassMeasurement:
+        protocol = self.rig.protocol
+        self._warm_up(subject, mode, prompt_class, label)
+        self._warm_up(partner, partner_mode, prompt_class, label)
+        servers = {"subject": subject, "partner": partner}
+        records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
+        pairs: list[dict[str, Any]] = []
+        total = 2 * protocol.repeats * len(prompt_class.prompts)
+        started = last_line = time.monotonic()
+        done = 0
+
+        def on_done(record: RequestRecord) -> None:
+            nonlocal last_line, done
+            now = time.monotonic()
+            done += 1
+            if now - last_line < PROGRESS_EVERY_S and done < total:
+                return
+            last_line = now
+            tps = record.decode_tokens_per_s
+            self.progress(f"{label}: {done}/{total} requests, {now - started:.0f}s elapsed"
+                          + (f", last {record.mode} {tps:.1f} tok/s" if tps else ""))
+
+        async def window(repeat: int) -> None:
+            turns = plan(build_requests(self.rig, mode, prompt_class, repeat=repeat),
+                         build_requests(self.rig, partner_mode, prompt_class, repeat=repeat),
+                         concurrency=concurrency, seed=(protocol.seed or 0) + repeat)
+            async with self._client(subject) as a, self._client(partner) as b:
+                clients = {"subject": a, "partner": b}
+                for turn in turns:
+                    if turn.side == turns[2 * turn.group].side:  # the first turn of its pair
+                        pairs.append({"group": len(pairs), "first": turn.side,
+                                      "started_s": round(time.monotonic() - started, 3)})
+                    got = await run_requests(clients[turn.side], turn.items, concurrency=concurrency, on_done=on_done)
+                    records[turn.side].extend(got)
+
+        def one_round() -> None:
+            repeat = len(records["subject"]) // len(prompt_class.prompts)
+            asyncio.run(window(repeat))
+
+        before = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
+        started = time.monotonic()
+        run_rounds(one_round, protocol.repeats)
+        wall_s = time.monotonic() - started
+        after = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
+        windows = {}
+        for side, side_mode in (("subject", mode), ("partner", partner_mode)):
+            delta = metrics_delta(before[side], after[side], label=f"{label}, {side} {servers[side].label}")
+            rate = server_decode_tokens_per_s(delta)
+            windows[side] = ClassMeasurement(
+                rig=self.rig.name, mode=side_mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
+                records=records[side], acceptance=AcceptanceStats.from_delta(delta),
+                server_decode_tokens_per_s=rate.value if rate else None,
+                server_metric_source=rate.source if rate else None, wall_s=wall_s, design="duet",
+                side="subject" if side == "subject" else partner_side)
+        result = windows["subject"]
+        result.partner, result.pairs = windows["partner"], pairs
+        return result

@@ -42,7 +42,9 @@ EXACT_UP_TO = 60  # exact null distribution below this many pairs, normal approx
 # r < threshold * exp(-(1 + 1.645 / 1.96) * upper_spread).
 POWER_FACTOR = 1.0 + 1.645 / 1.96
 
-Verdict = str  # "slower" | "faster" | "equal" | "not slower" | "undecided" | "too few pairs"
+# "slower" (fails) | "faster" | "equal" | "not slower" | "undecided", or with fewer than MIN_PAIRS
+# pairs "slower (threshold only)" (fails) | "not slower (threshold only)".
+Verdict = str
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,13 @@ def walsh_averages(d: np.ndarray) -> np.ndarray:
 
 
 def paired_ratio(measured: Sequence[float], reference: Sequence[float], *, threshold: float,
-                 confidence: float = 0.95, equivalence_margin: float = 0.05) -> PairedRatio:
+                 confidence: float = 0.95, equivalence_margin: float = 0.05, shift: float = 1.0,
+                 extra_log_spread: float = 0.0) -> PairedRatio:
     """Compare two paired samples of a higher-is-better quantity (tok/s): item i of both sides
-    measured on the same request key. See the module docstring for the decision."""
+    measured on the same request key. See the module docstring for the decision.
+
+    ``shift`` divides every pair's ratio first: comparing this window's ratio with a stored ratio
+    ``shift`` asks "is the ratio now lower than it was?"."""
     m = np.asarray(measured, dtype=float)
     r = np.asarray(reference, dtype=float)
     if m.shape != r.shape or m.ndim != 1:
@@ -116,21 +122,32 @@ def paired_ratio(measured: Sequence[float], reference: Sequence[float], *, thres
         raise ValueError(f"threshold must be a positive number, got {threshold!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
-    return paired_log_ratio(np.log(m / r), threshold=threshold, confidence=confidence,
-                            equivalence_margin=equivalence_margin)
+    if not (math.isfinite(shift) and shift > 0):
+        raise ValueError(f"shift must be a positive number, got {shift!r}")
+    return paired_log_ratio(np.log(m / r) - math.log(shift), threshold=threshold, confidence=confidence,
+                            equivalence_margin=equivalence_margin, extra_log_spread=extra_log_spread)
 
 
 def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.95,
-                     equivalence_margin: float = 0.05) -> PairedRatio:
-    """The decision on per-pair log ratios ``d`` (see :func:`paired_ratio`)."""
-    walsh = walsh_averages(np.asarray(d, dtype=float))
+                     equivalence_margin: float = 0.05, extra_log_spread: float = 0.0) -> PairedRatio:
+    """The decision on per-pair log ratios ``d`` (see :func:`paired_ratio`).
+
+    ``extra_log_spread`` widens both ends of the interval by that much (in log units) for what the
+    pairs cannot see: the level of a server start when the two sides ran one after the other, or
+    the interval of a stored ratio the pairs are compared with."""
+    d = np.asarray(d, dtype=float)
+    walsh = walsh_averages(d)
     estimate = float(np.median(walsh))
     ratio = math.exp(estimate)
     k, coverage = _interval_rank(d.size, confidence) if d.size >= MIN_PAIRS else (0, 0.0)
     if k < 1:
-        # No interval: the threshold alone would turn one noisy pair into a verdict. Say so.
-        return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "too few pairs", None, None)
-    lo, hi = math.exp(walsh[k - 1]), math.exp(walsh[walsh.size - k])
+        # No interval (fewer than MIN_PAIRS pairs): the point ratio against the threshold is all
+        # there is; the message says the decision has no interval and no known resolution.
+        passed = not ratio < threshold
+        return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, passed,
+                           "not slower (threshold only)" if passed else "slower (threshold only)", None, None)
+    lo = math.exp(walsh[k - 1] - extra_log_spread)
+    hi = math.exp(walsh[walsh.size - k] + extra_log_spread)
     upper_spread = max(math.log(hi) - estimate, 0.0)
     detectable = threshold * math.exp(-POWER_FACTOR * upper_spread)
     within = max(1.0 - lo, hi - 1.0)
@@ -163,8 +180,8 @@ def describe(result: PairedRatio, *, reference_label: str) -> str:
     0.70-0.78; threshold 1.00; 12 pairs; Hodges-Lehmann ...; catches <= 0.93x 95 % of the time)'."""
     head = f"{result.ratio:.3f}x {reference_label} ({change_text(result.ratio)}"
     if result.ci_low is None or result.ci_high is None:
-        return (f"{head}; {result.n} pair(s), too few for an interval (at least {MIN_PAIRS}): "
-                f"not decided; {result.method})")
+        return (f"{head}; threshold {result.threshold:.2f}; {result.n} pair(s), too few for an interval "
+                f"(at least {MIN_PAIRS}): decided by the threshold alone, resolution unknown)")
     resolution = (f"catches a true ratio <= {result.detectable:.3f} 95 % of the time at this spread"
                   if result.detectable is not None else "resolution unknown")
     return (f"{head}; {result.confidence * 100:.1f} % CI {result.ci_low:.3f}-{result.ci_high:.3f}; "

@@ -36,9 +36,12 @@ def parse_url(value: str) -> str:
 
 
 def parse_gpu_list(value: str) -> list[str]:
+    from specgate.gpu import is_gpu_id
+
     items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdigit() for v in items) or len(set(items)) != len(items):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a list of distinct GPU indices like 0,1,2")
+    if not items or not all(is_gpu_id(v) for v in items) or len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a list of distinct GPUs like 0,1,2 "
+                                         f"(indices, GPU-<uuid> or MIG-<uuid>, as CUDA_VISIBLE_DEVICES takes)")
     return items
 
 
@@ -46,6 +49,30 @@ def parse_rig_name(value: str) -> str:
     if not value or "/" in value or value.startswith("."):
         raise argparse.ArgumentTypeError(f"{value!r} is not a rig name (a file stem under fixtures/rigs/)")
     return value
+
+
+def parse_env_assignment(value: str) -> tuple[str, str]:
+    name, sep, val = value.partition("=")
+    if not sep or not name or not name.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE, e.g. SPECGATE_SLOWDOWN=0.10")
+    return name, val
+
+
+AB_SIDES = ("reference", "candidate")
+
+
+def ab_from_options(config: pytest.Config):
+    """An A/B from the --ab-* options, or None when none is given (the rig's [ab], if any, holds)."""
+    import shlex
+
+    from specgate.config import AB, Side
+
+    given = {side: {"python": config.getoption(f"ab_{side}_python"),
+                    "extra_args": tuple(shlex.split(config.getoption(f"ab_{side}_args") or "")),
+                    "env": dict(config.getoption(f"ab_{side}_env") or [])} for side in AB_SIDES}
+    if not any(v for side in given.values() for v in side.values()):
+        return None
+    return AB(**{side: Side(**values) for side, values in given.items()})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -72,11 +99,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--vllm-api-key", default=None,
                     help="attach mode: API key (or $SPECGATE_API_KEY); never printed or stored")
     group.addoption("--gpus", type=parse_gpu_list, default=None,
-                    help="GPU indices specgate may use, e.g. 0,1,2,3 (default: CUDA_VISIBLE_DEVICES, else all "
-                         "NVML sees); under xdist each worker gets gpus_per_server of them for its servers")
+                    help="GPUs specgate may use: indices (0,1,2,3) or GPU-/MIG- UUIDs (default: "
+                         "CUDA_VISIBLE_DEVICES, else all NVML sees); under xdist each worker gets "
+                         "gpus_per_server of them for its servers")
     group.addoption("--record-responses", type=Path, default=None, metavar="DIR",
                     help="also record each started server's raw responses and /metrics into DIR, for the "
                          "fast tier's replay tests (as `python -m specgate record`, without extra starts)")
+    for side in AB_SIDES:
+        group.addoption(f"--ab-{side}-python", default=None, metavar="PYTHON",
+                        help=f"A/B: the {side} side's python (its vLLM build's environment); "
+                             "any --ab-* option makes the run an A/B: every mode on both sides, alternated")
+        group.addoption(f"--ab-{side}-args", default=None, metavar="'ARGS'",
+                        help=f"A/B: extra `vllm serve` arguments of the {side} side (one quoted string)")
+        group.addoption(f"--ab-{side}-env", type=parse_env_assignment, action="append", default=None,
+                        metavar="NAME=VALUE", help=f"A/B: an environment variable of the {side} side's servers "
+                        "(repeatable), e.g. SPECGATE_SLOWDOWN=0.10 for a real injected slowdown")
     group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")
 
@@ -134,7 +171,7 @@ def pytest_configure(config: pytest.Config) -> None:
         repo_root=root, update=update, strict_fingerprint=config.getoption("strict_fingerprint"),
         attach_url=config.getoption("vllm_url"), attach_mode=config.getoption("vllm_mode"),
         api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
-        record_dir=config.getoption("record_responses"),
+        record_dir=config.getoption("record_responses"), ab=ab_from_options(config),
     )
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=_progress_writer(config))
 
@@ -164,7 +201,7 @@ def visible_gpus(config: pytest.Config) -> list[str]:
     try:
         from specgate.gpu import nvml_readings
 
-        return [str(r.index) for r in nvml_readings()]
+        return [str(r.index) for r in nvml_readings() if not r.uuid.startswith("MIG-")]
     except Exception:  # no NVML: no GPU to hand out
         return []
 
@@ -300,13 +337,50 @@ def rig(specgate_session: SpecgateSession):
 
 
 @pytest.fixture(scope="session")
-def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
-    """One server per mode per session: started here, torn down (whole process group) after the
-    mode's last test, or attached to with --vllm-url."""
-    from specgate.fingerprint import collect, server_vllm_version
+def reference_server(specgate_session: SpecgateSession) -> Iterator[Any]:
+    """Duet rigs: the no-speculation server, started before any other and live for the whole
+    session; every mode's windows alternate requests with it. None on other designs."""
+    session = specgate_session
+    if session.rig.design != "duet" or session.options.attach_url:
+        yield None
+        return
+    yield from serve(session, session.rig.mode(session.rig.reference_mode))
+
+
+@pytest.fixture(scope="session")
+def partner_server(mode, specgate_session: SpecgateSession, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The server a mode's windows alternate with: the live reference (duet rigs; none for the
+    reference mode itself), the same mode on the reference side (A/B), or none (one at a time)."""
+    session, rig = specgate_session, specgate_session.rig
+    if session.options.attach_url or rig.design == "sequential":
+        yield None
+    elif rig.design == "duet":
+        yield None if mode.name == rig.reference_mode else request.getfixturevalue("reference_server")
+    else:  # A/B: the reference side starts first
+        yield from serve(session, mode, side="reference")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(mode, partner_server, specgate_session: SpecgateSession,
+                request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One server per mode per session (per side in an A/B): started here, torn down (whole
+    process group) after the mode's last test, or attached to with --vllm-url. A duet rig's
+    reference mode is the live reference server itself."""
+    session, rig = specgate_session, specgate_session.rig
+    if rig.design == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
+        yield request.getfixturevalue("reference_server")
+        return
+    yield from serve(session, mode, side="candidate" if rig.design == "ab" else None)
+
+
+def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterator[Any]:
+    """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record what it runs on,
+    yield it, tear it down."""
+    from specgate.fingerprint import collect, measured_with, server_vllm_version
     from specgate.server import AttachedServer, VLLMServer
 
-    session, rig = specgate_session, specgate_session.rig
+    rig = session.rig
+    label = f"{mode.name}@{side}" if side else mode.name
     if session.options.attach_url:
         server: Any = AttachedServer(session.options.attach_url, label=mode.name, api_key=session.options.api_key)
     else:
@@ -314,39 +388,50 @@ def vllm_server(mode, specgate_session: SpecgateSession) -> Iterator[Any]:
                 and importlib.util.find_spec(mode.optional_dependency) is None:
             pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
                         "in the server's environment")
-        server = VLLMServer(build_server_spec(session, mode), progress=session.progress,
-                            before_start=gpu_guard(rig, session.options.worker_gpus))
+        # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded.
+        guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
+        server = VLLMServer(build_server_spec(session, mode, side), progress=session.progress, before_start=guard)
     with server:
-        session.servers[mode.name] = {"base_url": "attached" if session.options.attach_url else server.base_url,
-                                      "ready_after_s": server.ready_after_s,
-                                      "log": str(server.log_path) if server.log_path else None,
-                                      "worker": session.options.worker_id,
-                                      "gpus": session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")}
-        session.fingerprints[mode.name] = collect(
-            tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
-            vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,
-            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"),
-            concurrent_servers=session.options.worker_count)
-        record_dir = session.options.record_dir
-        if record_dir is not None:
-            import httpx
-
-            from specgate.record import record_server
-
-            try:
-                record_server(server.base_url, rig.served_model_name, mode.name, record_dir, api_key=server.api_key,
-                              timeout_s=rig.protocol.request_timeout_s)
-                session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
-            except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
-                warnings.warn(f"--record-responses: recording mode {mode.name} into {record_dir} failed: "
-                              f"{type(exc).__name__}: {exc}", stacklevel=1)
-        yield server
+        session.live_servers += 1
+        try:
+            session.servers[label] = {
+                "base_url": "attached" if session.options.attach_url else server.base_url,
+                "ready_after_s": server.ready_after_s, "log": str(server.log_path) if server.log_path else None,
+                "worker": session.options.worker_id, "side": side, "live_with": session.live_servers - 1,
+                "gpus": session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")}
+            session.fingerprints[mode.name if side in (None, "candidate") else label] = collect(
+                tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
+                vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,
+                gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"),
+                concurrent_servers=session.options.worker_count, **measured_with(rig, mode))
+            if session.options.record_dir is not None and side != "reference":
+                _record(session, server, mode)
+            yield server
+        finally:
+            session.live_servers -= 1
 
 
-def build_server_spec(session: SpecgateSession, mode):
+def _record(session: SpecgateSession, server, mode) -> None:
+    import httpx
+
+    from specgate.record import record_server
+
+    record_dir = session.options.record_dir
+    try:
+        record_server(server.base_url, session.rig.served_model_name, mode.name, record_dir, api_key=server.api_key,
+                      timeout_s=session.rig.protocol.request_timeout_s)
+        session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
+    except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
+        warnings.warn(f"--record-responses: recording mode {mode.name} into {record_dir} failed: "
+                      f"{type(exc).__name__}: {exc}", stacklevel=1)
+
+
+def build_server_spec(session: SpecgateSession, mode, side: str | None = None):
     from specgate.server import spec_for_mode
 
-    return spec_for_mode(session.rig, mode, log_dir=session.options.run_dir, gpus=session.options.worker_gpus)
+    rig = session.rig
+    return spec_for_mode(rig, mode, log_dir=session.options.run_dir, gpus=session.options.worker_gpus,
+                         side=getattr(rig.ab, side) if (side and rig.ab) else None, side_name=side)
 
 
 def gpu_guard(rig, worker_gpus: str | None):
@@ -360,7 +445,7 @@ def gpu_guard(rig, worker_gpus: str | None):
 
 
 @pytest.fixture
-def class_measurement(request: pytest.FixtureRequest, vllm_server, mode, prompt_class, concurrency,
+def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_server, mode, prompt_class, concurrency,
                       specgate_session: SpecgateSession):
     """The measurement window of (mode, class, concurrency), taken once and shared by every gate.
 
@@ -374,6 +459,15 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, mode, prompt_
         benchmark.group = f"{specgate_session.rig.name}/{prompt_class.name}/c{concurrency}"
         kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds, iterations=1)
     try:
+        rig = specgate_session.rig
+        reused = (specgate_session.reference_from_duets(prompt_class.name, concurrency)
+                  if rig.design == "duet" and mode.name == rig.reference_mode else None)
+        if reused is not None:
+            return reused
+        if partner_server is not None:
+            ab = rig.design == "ab"
+            kwargs.update(partner=partner_server, partner_side="reference" if ab else "partner",
+                          partner_mode=mode if ab else rig.mode(rig.reference_mode))
         measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency, **kwargs)
     except SpecgateError as exc:
         pytest.fail(str(exc), pytrace=False)
@@ -452,6 +546,9 @@ class GateKeeper:
 
     def _finish(self, result) -> None:
         __tracebackhide__ = True
+        if result.details.get("undecided"):  # the interval straddles the threshold: say so, never "passed"
+            self.session.record_undecided(result.gate, result, "inconclusive", result.message)
+            pytest.skip(f"{result.gate} gate undecided: {result.message}")
         self.session.record(result)
         if result.passed:
             return
@@ -461,21 +558,40 @@ class GateKeeper:
 
     def throughput(self, m) -> None:
         __tracebackhide__ = True
+        from specgate.baselines import baseline_notes
         from specgate.gates import check_throughput
 
         if self._update(m, "throughput"):
             return
+        if m.partner is not None and m.partner.side == "reference":  # A/B: the live reference side decides
+            self._finish(check_throughput(self.rig, m, None))
+            return
         stored = self._stored(m, "throughput")
+        fit = self._comparable(m, stored, "throughput")
+        result = check_throughput(self.rig, m, stored)
+        result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median, self._refresh(m)))
+        self._finish(result)
+
+    def _refresh(self, m) -> str:
+        return (f"pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines "
+                f"-k '{m.mode}-{m.prompt_class}-c{m.concurrency}'")
+
+    def _comparable(self, m, stored, gate: str):
+        """Refuse a stored figure measured on other prompts or with another protocol (the gate is
+        undecided, naming what differs); another machine or setup is reported, and refused under
+        --strict-fingerprint. The one decision is baselines.comparability."""
+        from specgate.baselines import OTHER_MEASUREMENT, SAME, comparability
+
         now = self.session.fingerprints.get(m.mode)
-        if now is not None and stored.fingerprint.accelerator != "unknown":
-            diffs = stored.fingerprint.differences(now)
-            if diffs:
-                note = f"baseline of {self._where(m)} was measured on another setup: {'; '.join(diffs)}"
-                if self.session.options.strict_fingerprint:
-                    self.session.record_undecided("throughput", m, "fingerprint", note)
-                    pytest.fail(note + " (--strict-fingerprint)", pytrace=False)
-                warnings.warn(note, stacklevel=1)
-        self._finish(check_throughput(self.rig, m, stored))
+        fit = comparability(stored.fingerprint, now and now.for_window(m.prompt_class, m.concurrency))
+        strict = fit.kind != SAME and gate == "throughput" and self.session.options.strict_fingerprint
+        if fit.kind == OTHER_MEASUREMENT or strict:
+            note = f"baseline of {self._where(m)} {fit.describe()}; refresh it with: {self._refresh(m)}"
+            self.session.record_undecided(gate, m, "fingerprint", note)
+            pytest.fail(note + (" (--strict-fingerprint)" if fit.kind != OTHER_MEASUREMENT else ""), pytrace=False)
+        if fit.kind != SAME and gate == "throughput":
+            warnings.warn(f"baseline of {self._where(m)} {fit.describe()}", stacklevel=1)
+        return fit
 
     def acceptance(self, m) -> None:
         __tracebackhide__ = True
@@ -483,9 +599,23 @@ class GateKeeper:
 
         if self._update(m, "acceptance"):
             return
-        self._finish(check_acceptance(self.rig, m, self._stored(m, "acceptance")))
+        if m.partner is not None and m.partner.side == "reference":  # A/B: against the reference side's window
+            from specgate.baselines import Fingerprint
+            from specgate.gates import baseline_entry
+
+            stored = baseline_entry(m.partner, Fingerprint())
+        else:
+            stored = self._stored(m, "acceptance")
+            self._comparable(m, stored, "acceptance")
+        result = check_acceptance(self.rig, m, stored)
+        if result.details.get("undecided"):  # too few drafts: neither a pass nor a failure
+            self.session.record_undecided("acceptance", m, "too few drafts", result.message)
+            pytest.skip(f"acceptance gate undecided: {result.message}")
+        self._finish(result)
 
     def _reference(self, m):
+        if m.partner is not None and m.partner.side != "reference" and m.partner.mode == self.rig.reference_mode:
+            return m.partner  # a duet window: its alternated no-speculation side
         if self.session.options.attach_url:
             pytest.skip("attach mode measures one server: the same-session no-speculation reference "
                         "this gate needs is not available")

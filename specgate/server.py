@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -31,7 +32,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from specgate.config import Mode, Rig
+from specgate.client import auth_headers
+from specgate.config import Mode, Rig, Side
 from specgate.errors import ServerDiedError, ServerError, ServerStartError
 
 LOG_TAIL_LINES = 50
@@ -100,19 +102,28 @@ class ServerSpec:
     probe_timeout_s: float = 300.0
 
 
-def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = None) -> ServerSpec:
-    """The argv and environment that start ``rig``'s model in ``mode`` (``vllm serve`` arguments)."""
-    argv = [*rig.argv_prefix, "--model", rig.model, "--served-model-name", rig.served_model_name,
-            *rig.mode_extra_args.get(mode.name, ())]
+def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = None,
+                  side: Side | None = None, side_name: str | None = None) -> ServerSpec:
+    """The argv and environment that start ``rig``'s model in ``mode`` (``vllm serve`` arguments),
+    on one side of an A/B when ``side`` is given (its python, extra arguments and environment)."""
+    prefix = list(rig.argv_prefix)
+    if side is not None and side.python:
+        if prefix[0] != sys.executable:
+            raise ServerError(f"rig {rig.name}: an A/B side's python ({side.python}) replaces ${{python}} in "
+                              f"server_command, but it starts with {prefix[0]!r}")
+        prefix[0] = side.python
+    argv = [*prefix, "--model", rig.model, "--served-model-name", rig.served_model_name,
+            *rig.mode_extra_args.get(mode.name, ()), *(side.extra_args if side else ())]
     if not rig.protocol.prefix_caching:
         argv.append("--no-enable-prefix-caching")
     if mode.speculative_config is not None:
         argv += ["--speculative-config", json.dumps(mode.speculative_config)]
-    env = dict(rig.env)
+    env = {**rig.env, **(side.env if side else {})}
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
-    return ServerSpec(label=mode.name, argv=argv, served_model_name=rig.served_model_name,
-                      log_path=log_dir / f"server-{mode.name}.log", env=env, host=rig.host,
+    label = f"{mode.name}@{side_name}" if side_name else mode.name
+    return ServerSpec(label=label, argv=argv, served_model_name=rig.served_model_name,
+                      log_path=log_dir / f"server-{label.replace('@', '-')}.log", env=env, host=rig.host,
                       startup_timeout_s=rig.startup_timeout_s)
 
 
@@ -421,7 +432,7 @@ class AttachedServer:
         return None
 
     def check_alive(self) -> None:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        headers = auth_headers(self.api_key)
         try:
             response = httpx.get(f"{self.base_url}/health", headers=headers, timeout=self.timeout_s)
         except httpx.TransportError as exc:

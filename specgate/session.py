@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint, load_baselines, merge_updates
-from specgate.config import Mode, PromptClass, Rig, load_rig
+from specgate.config import AB, Mode, PromptClass, Rig, load_rig
 from specgate.errors import SpecgateError
 from specgate.gates import GateResult
 from specgate.measure import ClassMeasurement, Measurer
@@ -41,6 +41,7 @@ class SessionOptions:
     worker_id: str | None = None
     worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
     worker_refusal: str | None = None
+    ab: AB | None = None  # from the --ab-* options (overrides the rig's [ab])
 
 
 @dataclass
@@ -55,6 +56,7 @@ class SpecgateSession:
     undecided: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    live_servers: int = 0  # servers of this session up right now (a duet has two)
     pending_updates: dict[tuple[str, str, str, int], BaselineEntry] = field(default_factory=dict)
     # (mode, class, concurrency) whose cross-mode gates a worker left to the xdist controller
     deferred: list[MeasureKey] = field(default_factory=list)
@@ -71,7 +73,10 @@ class SpecgateSession:
     @property
     def rig(self) -> Rig:
         if self._rig is None:
-            self._rig = load_rig(self.options.rig_name, self.options.fixtures_dir)
+            rig = load_rig(self.options.rig_name, self.options.fixtures_dir)
+            if self.options.ab is not None:  # --ab-* options: an A/B of the command line's sides
+                rig = rig.model_copy(update={"ab": self.options.ab})
+            self._rig = rig
         return self._rig
 
     @property
@@ -87,20 +92,47 @@ class SpecgateSession:
         return self._measurer
 
     def modes_to_run(self) -> list[Mode]:
+        """The modes this session measures, whatever the rig's order: the reference first (every
+        other mode's backfire and lossless gates need its windows), except on a duet rig, where
+        its server starts first and its windows are the reference side of the other modes' duets,
+        so its own tests come last and reuse them (see :meth:`reference_from_duets`)."""
         if self.options.attach_url:
             return [self.rig.mode(self.options.attach_mode or self.rig.reference_mode)]
-        return list(self.rig.modes)
+        reference = self.rig.reference_mode
+        last = self.rig.design == "duet"
+        return sorted(self.rig.modes, key=lambda m: (m.name == reference) == last)
 
-    def measure(self, server: Any, mode: Mode, prompt_class: PromptClass, concurrency: int,
+    def reference_from_duets(self, prompt_class: str, concurrency: int) -> ClassMeasurement | None:
+        """Duet rigs: the reference mode's window of a class, taken as the reference side of the
+        first duet that measured it (the reference server's requests in that window); None when no
+        duet measured the class (the reference then gets a window of its own)."""
+        key = (self.rig.reference_mode, prompt_class, concurrency)
+        if key in self.measurements:
+            return self.measurements[key]
+        for (mode, cls, level), m in self.measurements.items():
+            if (cls, level) == (prompt_class, concurrency) and m.partner is not None \
+                    and m.partner.mode == self.rig.reference_mode and m.partner.side != "reference":
+                self.measurements[key] = m.partner
+                return m.partner
+        return None
+
+    def measure(self, server: Any, mode: Mode, prompt_class: PromptClass, concurrency: int, *,
+                partner: Any = None, partner_mode: Mode | None = None, partner_side: str = "partner",
                 **kwargs: Any) -> ClassMeasurement:
         """Measure once per (mode, class, concurrency) per session; later tests reuse the result,
-        and a failure is remembered so the same window is not retried for every gate."""
+        and a failure is remembered so the same window is not retried for every gate. With a
+        ``partner`` server the window is a duet (requests alternated with ``partner_mode`` there)."""
         key = (mode.name, prompt_class.name, concurrency)
         if key in self.failures:
             raise self.failures[key]
         if key not in self.measurements:
             try:
-                self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency, **kwargs)
+                if partner is not None:
+                    self.measurements[key] = self.measurer.measure_duet(
+                        server, partner, mode, partner_mode or mode, prompt_class, concurrency,
+                        partner_side=partner_side, **kwargs)
+                else:
+                    self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency, **kwargs)
             except SpecgateError as exc:
                 self.failures[key] = exc
                 self._share(key, {"error": str(exc)})
@@ -243,7 +275,10 @@ class SpecgateSession:
         from specgate.baselines import atomic_write_json
 
         self.options.run_dir.mkdir(parents=True, exist_ok=True)
+        from specgate.breakeven import from_report
+
         data = self.report_data(complete=complete)
+        data["breakeven"] = from_report(data)  # derived, for readers of report.json; renderers recompute it
         atomic_write_json(self.report_path, data)
         return self.report_path
 

@@ -1,0 +1,247 @@
+"""``python -m specgate calibrate``: each gate's false-alarm rate and detection power, measured on
+real servers with real injected regressions.
+
+Two servers of the same mode run side by side: the reference side as the rig has it, the
+candidate side with specgate's slowdown injector (specgate.inject) following a file, so one
+candidate server serves every slowdown level. Each round measures one duet window per level and
+prompt class (the levels in a seeded, shuffled order, so drift hits every level alike), with the
+rig's own protocol, and decides it with the rig's own gate code:
+
+- duet design: the candidate's window against the reference side of the same window (the A/B
+  throughput gate, ``gates.ratio_result``);
+- sequential design: the candidate's window against the reference server's window of the same
+  class from the next round: another server and another time, as a stored figure would be,
+  with the rig's start noise added as the gate does.
+
+Level 0 is the A/A (nothing changed): its failures are false alarms. Every window is written to
+``windows.jsonl`` as it finishes (an interrupted calibration keeps what it measured); the end
+writes ``calibration.md`` (the table, per design and threshold: false alarms and detection rate
+with exact binomial intervals, and the injector's own measured effect on vLLM's server-side time
+per output token) and ``power.png``. A thresholds' column is exact for any threshold: a window
+fails iff its interval's upper end is below it, and the interval does not depend on it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from specgate.config import Rig, Side
+from specgate.gates import match_samples
+from specgate.inject import ENV_FILE
+from specgate.measure import ClassMeasurement, Measurer
+from specgate.paired import paired_ratio
+
+DEFAULT_LEVELS = (0.0, 0.02, 0.05, 0.10, 0.20)
+DEFAULT_TOLERANCES = (0.02, 0.03, 0.05, 0.10)
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    round: int
+    level: float
+    prompt_class: str
+    design: str  # "duet" | "sequential"
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    server_tpot_ratio: float | None  # candidate / reference server-side time per output token
+    started: str
+
+    def fails(self, tolerance: float) -> bool:
+        return self.ci_high is not None and self.ci_high < 1.0 - tolerance
+
+
+def decide(candidate: ClassMeasurement, reference: ClassMeasurement, *, extra_log_spread: float = 0.0,
+           confidence: float = 0.95) -> tuple[float, float | None, float | None, int]:
+    """The A/B throughput statistic (paired ratio and interval) of one window, as the gate takes it."""
+    samples = match_samples(candidate, list(reference.timed_samples), list(reference.timed_samples.values()))
+    r = paired_ratio(samples.measured, samples.reference, threshold=1.0, confidence=confidence,
+                     extra_log_spread=extra_log_spread)
+    return r.ratio, r.ci_low, r.ci_high, r.n
+
+
+def server_tpot_ratio(candidate: ClassMeasurement, reference: ClassMeasurement) -> float | None:
+    """vLLM's own time per output token, candidate over reference (the injector's effect)."""
+    a, b = candidate.server_decode_tokens_per_s, reference.server_decode_tokens_per_s
+    return b / a if a and b else None
+
+
+def binomial_interval(k: int, n: int) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 1.0)
+    ci = scipy_stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def summarize(results: Sequence[WindowResult], tolerances: Sequence[float]) -> list[dict[str, Any]]:
+    rows = []
+    for design in sorted({r.design for r in results}):
+        for level in sorted({r.level for r in results if r.design == design}):
+            group = [r for r in results if r.design == design and r.level == level]
+            tpot = [r.server_tpot_ratio for r in group if r.server_tpot_ratio]
+            row: dict[str, Any] = {
+                "design": design, "injected slowdown": f"{level * 100:g} %", "windows": len(group),
+                "median ratio": round(statistics.median(r.ratio for r in group), 3),
+                "server TPOT x": (f"{statistics.median(tpot):.3f} ({min(tpot):.3f}-{max(tpot):.3f})" if tpot else "-"),
+                "median CI high": round(statistics.median(r.ci_high for r in group if r.ci_high), 3)
+                if any(r.ci_high for r in group) else "-",
+            }
+            for tol in tolerances:
+                k = sum(r.fails(tol) for r in group)
+                lo, hi = binomial_interval(k, len(group))
+                row[f"fail @ tol {tol * 100:g} %"] = f"{k}/{len(group)} ({lo * 100:.0f}-{hi * 100:.0f} %)"
+            rows.append(row)
+    return rows
+
+
+def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    head = (f"# Calibration of rig {rig.name}\n\n"
+            f"{meta['started']} to {meta['finished']}; mode {meta['mode']}; classes {', '.join(meta['classes'])}; "
+            f"{meta['rounds']} round(s); protocol: {rig.protocol.repeats} repeat(s) x prompts per class, "
+            f"max_tokens {rig.protocol.max_tokens}, concurrency {meta['concurrency']}; machine: {meta['machine']}.\n\n"
+            "Injected slowdown: specgate.inject lengthens every engine step of the candidate server by that "
+            "fraction of the step's own duration. `server TPOT x`: vLLM's own time per output token, candidate "
+            "over reference, median (range) over the windows: what the injection really did. `fail @ tol t`: "
+            "windows whose ratio interval lies wholly below 1 - t (at 0 % these are false alarms, otherwise "
+            "detections), with the exact 95 % binomial interval of the rate.\n\n")
+    return head + tabulate(rows, headers="keys", tablefmt="github") + "\n"
+
+
+def plot_power(results: Sequence[WindowResult], tolerances: Sequence[float], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, design in zip(axes, ("duet", "sequential")):
+        for tol in tolerances:
+            levels = sorted({r.level for r in results if r.design == design})
+            rates, errs = [], [[], []]
+            for level in levels:
+                group = [r for r in results if r.design == design and r.level == level]
+                k = sum(r.fails(tol) for r in group)
+                lo, hi = binomial_interval(k, len(group))
+                rate = k / len(group)
+                rates.append(rate)
+                errs[0].append(rate - lo)
+                errs[1].append(hi - rate)
+            if levels:
+                ax.errorbar([lv * 100 for lv in levels], rates, yerr=errs, marker="o", capsize=3,
+                            label=f"tolerance {tol * 100:g} %")
+        ax.set_title(f"{design} design")
+        ax.set_xlabel("injected slowdown (% of each engine step)")
+        ax.axhline(0.95, color="grey", lw=0.8, ls="--")
+        ax.axhline(0.01, color="grey", lw=0.8, ls=":")
+    axes[0].set_ylabel("share of windows failing the gate")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds: int = 3,
+                    levels: Sequence[float] = DEFAULT_LEVELS, classes: Sequence[str] | None = None,
+                    tolerances: Sequence[float] = DEFAULT_TOLERANCES, concurrency: int | None = None,
+                    seed: int = 0, progress: Callable[[str], None] = print) -> Path:
+    """Start the two servers, measure every window, write the outputs; returns calibration.md."""
+    from specgate.server import VLLMServer, spec_for_mode
+
+    out.mkdir(parents=True, exist_ok=True)
+    mode = rig.mode(mode_name or rig.reference_mode)
+    prompt_classes = [c for c in rig.prompt_classes if classes is None or c.name in classes]
+    if not prompt_classes:
+        raise ValueError(f"none of the classes {list(classes or [])} is in rig {rig.name}")
+    level_file = out / "slowdown"
+    level_file.write_text("0\n")
+    concurrency = concurrency or rig.protocol.concurrency[0]
+    gates = rig.gates
+    sequential_spread = 1.96 * float(np.sqrt(2) * np.log1p(gates.start_noise))
+    measurer = Measurer(rig, progress=progress)
+    results: list[WindowResult] = []
+    windows_path = out / "windows.jsonl"
+    started = dt.datetime.now().isoformat(timespec="seconds")
+    reference_spec = spec_for_mode(rig, mode, log_dir=out, side=Side(), side_name="reference")
+    candidate_spec = spec_for_mode(rig, mode, log_dir=out, side=Side(env={ENV_FILE: str(level_file)}),
+                                   side_name="candidate")
+    last_reference: dict[str, ClassMeasurement] = {}
+    pending_sequential: dict[str, list[tuple[int, float, ClassMeasurement]]] = {}
+    rng = random.Random(seed)
+    with VLLMServer(reference_spec, progress=progress) as reference, \
+            VLLMServer(candidate_spec, progress=progress) as candidate:
+        for round_index in range(rounds):
+            order = list(levels)
+            rng.shuffle(order)
+            for level in order:
+                level_file.write_text(f"{level}\n")
+                for prompt_class in prompt_classes:
+                    progress(f"calibration round {round_index + 1}/{rounds}: slowdown {level * 100:g} % "
+                             f"on {prompt_class.name}")
+                    m = measurer.measure_duet(candidate, reference, mode, mode, prompt_class, concurrency,
+                                              partner_side="reference")
+                    assert m.partner is not None
+                    ratio, lo, hi, n = decide(m, m.partner)
+                    now = dt.datetime.now().isoformat(timespec="seconds")
+                    record = [WindowResult(round_index, level, prompt_class.name, "duet", ratio, lo, hi, n,
+                                           server_tpot_ratio(m, m.partner), now)]
+                    # sequential: earlier candidate windows of this class against this round's reference side
+                    for earlier_round, earlier_level, earlier in pending_sequential.pop(prompt_class.name, []):
+                        s_ratio, s_lo, s_hi, s_n = decide(earlier, m.partner, extra_log_spread=sequential_spread)
+                        record.append(WindowResult(earlier_round, earlier_level, prompt_class.name, "sequential",
+                                                   s_ratio, s_lo, s_hi, s_n, None, now))
+                    pending_sequential.setdefault(prompt_class.name, []).append((round_index, level, m))
+                    last_reference[prompt_class.name] = m.partner
+                    with windows_path.open("a") as handle:
+                        for r in record:
+                            handle.write(json.dumps(r.__dict__) + "\n")
+                    results.extend(record)
+                    progress(f"  ratio {ratio:.3f} (CI {lo if lo is None else round(lo, 3)}-"
+                             f"{hi if hi is None else round(hi, 3)}), server TPOT x {record[0].server_tpot_ratio}")
+        level_file.write_text("0\n")
+    return write_outputs(rig, out, results, tolerances, {
+        "started": started, "finished": dt.datetime.now().isoformat(timespec="seconds"), "mode": mode.name,
+        "classes": [c.name for c in prompt_classes], "rounds": rounds, "concurrency": concurrency,
+        "machine": machine_line()})
+
+
+def machine_line() -> str:
+    import os
+    import platform
+
+    model = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def load_windows(path: Path) -> list[WindowResult]:
+    return [WindowResult(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_outputs(rig: Rig, out: Path, results: Sequence[WindowResult], tolerances: Sequence[float],
+                  meta: dict[str, Any]) -> Path:
+    rows = summarize(results, tolerances)
+    (out / "summary.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    plot_power(results, tolerances, out / "power.png")
+    path = out / "calibration.md"
+    path.write_text(render_markdown(rig, rows, meta))
+    return path

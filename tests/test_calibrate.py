@@ -1,0 +1,45 @@
+"""The calibration's bookkeeping (specgate.calibrate): which windows count as false alarms and
+detections at each tolerance, the exact binomial intervals, and the files it writes. The figures
+themselves come from real runs (docs/statistics.md); these windows are hand-made."""
+
+import json
+
+import pytest
+
+from specgate.calibrate import WindowResult, binomial_interval, load_windows, summarize, write_outputs
+from specgate.config import load_rig
+
+pytestmark = pytest.mark.fast
+
+
+def window(level, ci_high, design="duet", tpot=None):
+    return WindowResult(0, level, "coding", design, ci_high - 0.01, ci_high - 0.02, ci_high, 12, tpot, "t")
+
+
+def test_a_window_fails_iff_its_upper_end_is_below_one_minus_the_tolerance():
+    assert window(0.1, 0.94).fails(0.05)
+    assert not window(0.1, 0.96).fails(0.05)
+    assert not WindowResult(0, 0.1, "c", "duet", 0.9, None, None, 3, None, "t").fails(0.05)
+
+
+def test_rates_per_level_and_tolerance_with_exact_intervals():
+    results = [window(0.0, 1.02), window(0.0, 0.99), window(0.1, 0.93, tpot=1.1), window(0.1, 0.96, tpot=1.12)]
+    rows = {row["injected slowdown"]: row for row in summarize(results, [0.05])}
+    assert rows["0 %"]["fail @ tol 5 %"].startswith("0/2")
+    assert rows["10 %"]["fail @ tol 5 %"].startswith("1/2")
+    assert rows["10 %"]["server TPOT x"].startswith("1.110")
+    lo, hi = binomial_interval(0, 30)
+    assert lo == 0 and hi == pytest.approx(0.116, abs=0.001)  # 0 of 30 shows <= 11.6 %, not <= 1 %
+
+
+def test_outputs_render_again_from_windows_jsonl(tmp_path):
+    rig = load_rig("cpu-smollm2", __import__("pathlib").Path(__file__).resolve().parent.parent / "fixtures")
+    results = [window(0.0, 1.01), window(0.2, 0.85, tpot=1.2), window(0.0, 1.03, design="sequential")]
+    (tmp_path / "windows.jsonl").write_text("".join(json.dumps(r.__dict__) + "\n" for r in results))
+    assert load_windows(tmp_path / "windows.jsonl") == results
+    meta = {"started": "a", "finished": "b", "mode": "baseline", "classes": ["coding"], "rounds": 1,
+            "concurrency": 1, "machine": "m"}
+    path = write_outputs(rig, tmp_path, results, [0.05], meta)
+    text = path.read_text()
+    assert "| duet" in text and "| sequential" in text and "fail @ tol 5 %" in text
+    assert (tmp_path / "power.png").stat().st_size > 1000
