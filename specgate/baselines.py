@@ -289,10 +289,7 @@ def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineE
     keys survive) and replace it atomically. Returns the new content."""
     store = load_baselines(path)
     for (rig, mode, prompt_class, concurrency), entry in updates.items():
-        windows = store.rigs.setdefault(rig, {}).setdefault(mode, {}).setdefault(prompt_class, {})
-        previous = windows.get(str(concurrency))
-        history = [*(previous.level_history if previous else []), entry.median][-LEVEL_HISTORY:]
-        windows[str(concurrency)] = entry.model_copy(update={"level_history": history})
+        store.rigs.setdefault(rig, {}).setdefault(mode, {}).setdefault(prompt_class, {})[str(concurrency)] = entry
     atomic_write_json(path, store.model_dump(mode="json", exclude_none=True))
     return store
 

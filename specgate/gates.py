@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint, RatioEntry
+from specgate.baselines import LEVEL_HISTORY, AcceptanceEntry, BaselineEntry, Fingerprint, RatioEntry
 from specgate.config import Rig
 from specgate.measure import ClassMeasurement
 from specgate.paired import change_text, describe, paired_ratio, verdict_text
@@ -243,7 +243,10 @@ def check_lossless(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -
                                "first_divergence": result.first_divergence})
 
 
-def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint) -> BaselineEntry:
+def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: BaselineEntry | None = None
+                   ) -> BaselineEntry:
+    """The stored form of a window; ``previous`` (the entry it replaces) hands on its history of
+    levels, this window's median appended (the last LEVEL_HISTORY kept)."""
     summary = summarize(m.decode_tokens_per_s)
     acceptance = None
     if m.acceptance is not None:
@@ -263,6 +266,7 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint) -> BaselineEnt
                                n=r.n)
     return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys, median=summary.median,
                          mad=summary.mad, n=summary.n, acceptance=acceptance, ratio_to_reference=ratio,
+                         level_history=[*(previous.level_history if previous else []), summary.median][-LEVEL_HISTORY:],
                          fingerprint=fingerprint.for_window(m.prompt_class, m.concurrency))
 
 

@@ -179,8 +179,10 @@ class Measurer:
 
     def _client(self, server: Server) -> StreamingClient:
         protocol = self.rig.protocol
+        # A stand-in server (the fast tier's) carries its own httpx transport; a real one has none.
         return StreamingClient(server.base_url, api_key=server.api_key, read_timeout=protocol.read_timeout_s,
-                               request_deadline=protocol.request_timeout_s)
+                               request_deadline=protocol.request_timeout_s,
+                               transport=getattr(server, "transport", None))
 
     async def _metrics(self, server: Server):
         async with self._client(server) as client:

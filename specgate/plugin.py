@@ -523,7 +523,10 @@ class GateKeeper:
         fingerprint = self.session.fingerprints.get(m.mode)
         from specgate.baselines import Fingerprint
 
-        entry = baseline_entry(m, fingerprint or Fingerprint())
+        from specgate.baselines import lookup
+
+        previous = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
+        entry = baseline_entry(m, fingerprint or Fingerprint(), previous)
         self.session.queue_update(m, entry)
         message = (f"baseline of {self._where(m)} will be written to {self.session.options.baselines_path} "
                    f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n})")

@@ -1,0 +1,108 @@
+"""A duet window end to end against two stand-in servers that replay real recorded vLLM
+responses (no server, no network): the alternation the servers see, the pairing the gates get,
+each side's own counters, and the backfire gate deciding on the duet's own reference side."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specgate.config import load_rig
+from specgate.gates import baseline_entry, check_backfire, check_throughput
+from specgate.baselines import Fingerprint
+from specgate.measure import ClassMeasurement, Measurer
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "fixtures" / "recorded" / "cpu"
+
+
+class StandInServer:
+    """Answers like the recorded vLLM server of ``mode``: its SSE stream for every generation,
+    its /metrics before and after; logs every request into the shared ``journal``."""
+
+    def __init__(self, mode: str, journal: list):
+        self.label, self.base_url, self.api_key = mode, f"http://{mode}.test", None
+        self.stream = (RECORDED / f"{mode}-chat-stream.sse").read_bytes()
+        self.metrics = [(RECORDED / f"{mode}-metrics-{w}.txt").read_text() for w in ("before", "after")]
+        self.metric_calls = 0
+        self.journal = journal
+        self.transport = httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            text = self.metrics[min(self.metric_calls, 1)]
+            self.metric_calls += 1
+            return httpx.Response(200, text=text)
+        body = json.loads(request.content)
+        self.journal.append(("start", self.label, body["messages"][0]["content"][:20]))
+
+        async def events():
+            for event in self.stream.split(b"\n\n"):
+                if event:
+                    await asyncio.sleep(0)
+                    yield event + b"\n\n"
+            self.journal.append(("end", self.label, None))
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=events())
+
+    def check_alive(self):
+        pass
+
+    def log_tail(self, lines=20):
+        return ""
+
+
+@pytest.fixture(scope="module")
+def rig():
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    return rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0})})
+
+
+@pytest.fixture(scope="module")
+def window(rig):
+    journal = []
+    ngram, baseline = StandInServer("ngram", journal), StandInServer("baseline", journal)
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    m = Measurer(rig).measure_duet(ngram, baseline, rig.mode("ngram"), rig.mode("baseline"), coding, 1)
+    return m, journal
+
+
+def test_requests_alternate_abba_and_never_overlap(window, rig):
+    m, journal = window
+    starts = [label for kind, label, _ in journal if kind == "start"]
+    n_prompts = len(next(c for c in rig.prompt_classes if c.name == "coding").prompts)
+    assert len(starts) == 2 * rig.protocol.repeats * n_prompts
+    pairs = [starts[i:i + 2] for i in range(0, len(starts), 2)]
+    assert all(sorted(p) == ["baseline", "ngram"] for p in pairs)  # each pair: one request per side
+    firsts = [p[0] for p in pairs]
+    assert firsts.count("ngram") == firsts.count("baseline")  # balanced: ABBA
+    # concurrency 1: each request ends before the next one starts
+    kinds = [kind for kind, _, _ in journal]
+    assert kinds == ["start", "end"] * len(starts)
+    assert [p["first"] for p in m.pairs] == ["subject" if f == "ngram" else "partner" for f in firsts]
+
+
+def test_both_sides_are_paired_by_key_with_their_own_counters(window):
+    m, _ = window
+    assert m.design == m.partner.design == "duet" and m.partner.mode == "baseline"
+    assert m.sample_keys == m.partner.sample_keys
+    assert m.acceptance is not None and m.partner.acceptance is None  # ngram's counters, not baseline's
+    again = ClassMeasurement.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert again.partner.sample_keys == m.partner.sample_keys and again.pairs == m.pairs
+
+
+def test_backfire_and_throughput_decide_on_the_duet(window, rig):
+    m, _ = window
+    backfire = check_backfire(rig, m, m.partner)
+    assert backfire.details["design"] == "duet with no speculation, requests alternated"
+    assert backfire.details["n"] == len(m.sample_keys)
+    stored = baseline_entry(m, Fingerprint())
+    assert stored.ratio_to_reference.reference_mode == "baseline"
+    assert stored.ratio_to_reference.ratio == pytest.approx(backfire.details["ratio"])
+    throughput = check_throughput(rig, m, stored)  # the same window against its own stored ratio
+    assert throughput.details["ratio"] == pytest.approx(1.0) and throughput.passed
+    assert "stored ratio" in throughput.details["design"]
