@@ -118,7 +118,7 @@ def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = Non
         argv.append("--no-enable-prefix-caching")
     if mode.speculative_config is not None:
         argv += ["--speculative-config", json.dumps(mode.speculative_config)]
-    env = {**rig.env, **(side.env if side else {})}
+    env = {**rig.env, **rig.mode_env.get(mode.name, {}), **(side.env if side else {})}
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
     label = f"{mode.name}@{side_name}" if side_name else mode.name
