@@ -15,6 +15,11 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--cache", type=Path, default=None, help="model cache (default $SPECGATE_MODEL_CACHE "
                       "or ~/.cache/specgate/models)")
     prep.add_argument("--force", action="store_true", help="convert again even if cached")
+    prep.add_argument("--dummy-llama8b", type=Path, default=None, metavar="OUT",
+                      help="instead: write a Llama-3-8B-shaped folder without weights (for --load-format "
+                           "dummy) into OUT, with the tokenizer of --source")
+    prep.add_argument("--source", type=Path, default=None, help="with --dummy-llama8b: the SmolLM2 folder "
+                      "(default: the converted model in the cache)")
     run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
                          "(extra arguments go to pytest)")
     run.add_argument("--rig", default="cpu-smollm2")
@@ -45,9 +50,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
-        from specgate.model_prep import prepare_model
+        from specgate.model_prep import prepare_model, write_dummy_llama
 
         try:
+            if args.dummy_llama8b is not None:
+                from specgate.config import default_model_cache
+
+                source = args.source or (args.cache or default_model_cache()) / "smollm2-135m"
+                print(f"dummy Llama-8B-shaped model written: {write_dummy_llama(source, args.dummy_llama8b)}")
+                return 0
             prepare_model(args.cache, force=args.force)
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)

@@ -117,6 +117,7 @@ class ClassMeasurement:
             design=data.get("design", "solo"), side=data.get("side", "subject"),
             partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
             pairs=list(data.get("pairs", [])),
+            extra={"telemetry": data["telemetry"]} if data.get("telemetry") else {},
         )
 
 
@@ -157,9 +158,12 @@ class Measurer:
     whole window; throughput from the per-request records.
     """
 
-    def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None,
+                 telemetry: Callable[[], Any] | None = None) -> None:
         self.rig = rig
         self.progress = progress or (lambda line: None)
+        # Makes a specgate.telemetry.Telemetry sampler per window (None: no telemetry recorded).
+        self.telemetry = telemetry
         # Servers already warmed up, keyed on the object itself (an id() can be reused).
         self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -229,17 +233,23 @@ class Measurer:
 
         before = asyncio.run(self._metrics(server))
         started = time.monotonic()
-        run_rounds(one_round, protocol.repeats)
+        with self._telemetry() as sampler:
+            run_rounds(one_round, protocol.repeats)
         wall_s = time.monotonic() - started
         after = asyncio.run(self._metrics(server))
         delta = metrics_delta(before, after, label=label)
         server_rate = server_decode_tokens_per_s(delta)
-        return ClassMeasurement(
+        return _with_telemetry(sampler, ClassMeasurement(
             rig=self.rig.name, mode=mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
             records=records, acceptance=AcceptanceStats.from_delta(delta),
             server_decode_tokens_per_s=server_rate.value if server_rate else None,
             server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
-        )
+        ))
+
+    def _telemetry(self):
+        import contextlib
+
+        return self.telemetry() if self.telemetry is not None else contextlib.nullcontext()
 
     # -- the duet -------------------------------------------------------------------------------
     def measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
@@ -306,7 +316,8 @@ class Measurer:
 
         before = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
         started = time.monotonic()
-        run_rounds(one_round, protocol.repeats)
+        with self._telemetry() as sampler:
+            run_rounds(one_round, protocol.repeats)
         wall_s = time.monotonic() - started
         after = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
         windows = {}
@@ -319,6 +330,17 @@ class Measurer:
                 server_decode_tokens_per_s=rate.value if rate else None,
                 server_metric_source=rate.source if rate else None, wall_s=wall_s, design="duet",
                 side="subject" if side == "subject" else partner_side)
-        result = windows["subject"]
-        result.partner, result.pairs = windows["partner"], pairs
+        result = _with_telemetry(sampler, windows["subject"])
+        result.partner, result.pairs = _with_telemetry(sampler, windows["partner"]), pairs
         return result
+
+
+def _with_telemetry(sampler: Any, m: ClassMeasurement) -> ClassMeasurement:
+    """Attach what the sampler saw during the window and during each of its requests."""
+    if sampler is None or not m.records:
+        return m
+    m.extra["telemetry"] = {
+        "window": sampler.summary(min(r.started_at for r in m.records), max(r.finished_at for r in m.records)),
+        "requests": {key: sampler.summary(r.started_at, r.finished_at) for key, r in zip(m.sample_keys, m.records)},
+    }
+    return m

@@ -74,3 +74,31 @@ def _convert(gguf: Path, out: Path) -> None:
     model.load_state_dict(loaded.state_dict())
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+# Llama-3-8B's shape: big enough that a decode step on an H200 is bound by the GPU (16 GB of bf16
+# weights read per step), not by vLLM's CPU-side overhead as the 135M model's ~2 ms steps are.
+LLAMA8B_SHAPE = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "intermediate_size": 14336, "head_dim": 128}
+
+
+def write_dummy_llama(source: Path, out: Path, shape: dict | None = None) -> Path:
+    """A Llama-shaped model folder with no weights, for ``vllm serve --load-format dummy``: the
+    config of ``source`` (a Llama HF folder, here SmolLM2-135M) with ``shape`` put in, and
+    ``source``'s tokenizer, chat template and vocabulary, so prompts and draft models of the same
+    vocabulary work unchanged. Returns ``out``."""
+    import shutil
+
+    config = json.loads((source / "config.json").read_text())
+    if config.get("model_type") != "llama":
+        raise SpecgateError(f"{source}/config.json: model_type {config.get('model_type')!r}, expected 'llama'")
+    config.update(shape or LLAMA8B_SHAPE)
+    config["tie_word_embeddings"] = False
+    config["_specgate"] = f"dummy weights (vllm --load-format dummy); shape of Llama-3-8B; tokenizer of {source}"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",
+                 "special_tokens_map.json"):
+        if (source / name).exists():
+            shutil.copy2(source / name, out / name)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return out

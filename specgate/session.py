@@ -88,7 +88,11 @@ class SpecgateSession:
     @property
     def measurer(self) -> Measurer:
         if self._measurer is None:
-            self._measurer = Measurer(self.rig, progress=self.progress)
+            from specgate.telemetry import Telemetry
+
+            rig, gpus = self.rig, self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
+            self._measurer = Measurer(rig, progress=self.progress, telemetry=lambda: Telemetry.for_rig(
+                rig.tier, gpus, interval_s=0.1 if rig.tier == "gpu" else 0.5))
         return self._measurer
 
     def modes_to_run(self) -> list[Mode]:

@@ -72,8 +72,8 @@ def test_fast_marker_deselects_every_perf_test(perf_project):
 def test_tier_marker_comes_from_the_rig(perf_project):
     result = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--rig", "h200-smollm2",
                                     "-p", "no:cacheprovider")
-    # The lab rig runs 2 classes: 4 modes x 2 throughput + 3 speculative modes x 3 gates x 2.
-    assert sum("::" in line for line in result.outlines) == 26, result.stdout.str()
+    # The lab rig runs 2 classes: 5 modes x 2 throughput + 3 speculative modes x 3 gates x 2.
+    assert sum("::" in line for line in result.outlines) == 28, result.stdout.str()
 
 
 def test_corrupt_rig_file_is_a_collection_error_naming_file_and_key(perf_project):
@@ -175,11 +175,11 @@ def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path)
     assert lossless.outcome == "passed"
 
 
-def test_h200_rig_starts_each_of_its_four_servers_once(perf_project):
+def test_h200_rig_sets_up_each_of_its_five_mode_servers_once(perf_project):
     # Regression: speculative-only tests once got a shorter mode list, so pytest saw other param
     # indices for the same mode and restarted servers (9 starts for 4 modes on the GPU lab).
     result = perf_project.runpytest("--setup-plan", "-m", "gpu", "--rig", "h200-smollm2", "-p", "no:cacheprovider")
-    assert sum("SETUP    S vllm_server" in line for line in result.outlines) == 4, result.stdout.str()
+    assert sum("SETUP    S vllm_server" in line for line in result.outlines) == 5, result.stdout.str()
 
 
 def test_a_worker_reads_the_reference_window_another_worker_measured(tmp_path):
