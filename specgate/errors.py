@@ -36,7 +36,3 @@ class RequestError(SpecgateError):
 
 class MetricsError(SpecgateError):
     """The server's /metrics text could not be parsed or its counters are inconsistent."""
-
-
-class BaselineError(SpecgateError):
-    """A stored baseline is missing or does not match what was measured."""

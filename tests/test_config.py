@@ -106,7 +106,6 @@ def test_prompt_file_has_six_classes_of_at_least_five_prompts() -> None:
         ids = [p.id for p in prompt_class.prompts]
         assert len(set(ids)) == len(ids)
         assert all(p.text.strip() for p in prompt_class.prompts)
-    assert classes["extraction"].copy_heavy and not classes["coding"].copy_heavy
 
 
 # --------------------------------------------------------------------------- broken copies
