@@ -5,9 +5,11 @@ turn it into a ``RequestRecord`` with the timings and token counts that the
 performance gates compare. Everything about *which* requests to send and what
 to do with the records lives elsewhere.
 
-Reading order: ``SSEDecoder`` (events from bytes), ``FastHTTPTransport`` (the
-bytes from the socket, because httpx's own HTTP/1.1 parsing was the client's
-bottleneck), ``GenerationRequest``/``RequestRecord`` (what goes in and out),
+HTTP is httpx's own (its default transport, httpcore's HTTP/1.1); the events
+are httpx-sse's, whose line splitting follows the SSE spec (only CR, LF and
+CRLF end a line: httpx's ``aiter_lines`` also splits on U+2028 and U+0085,
+which vLLM's JSON carries raw inside generated text). Reading order:
+``GenerationRequest``/``RequestRecord`` (what goes in and out),
 ``StreamingClient`` (one request), ``run_requests`` (many, bounded).
 
 Token counts come from the final ``usage`` chunk only. With speculative
@@ -21,21 +23,20 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import httpx
+from httpx_sse import SSEError, aconnect_sse
 
 from specgate.errors import RequestError
 
 __all__ = [
-    "ChunkedDecoder",
-    "FastHTTPTransport",
     "GenerationRequest",
     "RequestRecord",
-    "SSEDecoder",
     "StreamingClient",
+    "auth_headers",
     "run_requests",
 ]
 
@@ -50,418 +51,9 @@ _HTTP_BODY_QUOTE_CHARS = 500
 _PAYLOAD_QUOTE_CHARS = 200
 
 
-# --------------------------------------------------------------------------- SSE
-
-
-class SSEDecoder:
-    """Incremental Server-Sent-Events decoder that yields ``data`` payloads.
-
-    Follows the parsing rules of the HTML SSE spec for the parts that matter
-    here: lines end in CRLF, LF or CR; a blank line ends an event; several
-    ``data:`` lines of one event are joined with "\\n"; one space after the
-    colon is dropped; comment lines (leading ":") and the other fields
-    (``event``, ``id``, ``retry``) are ignored. Bytes may arrive split
-    anywhere, including inside a UTF-8 character or between "\\r" and "\\n".
-
-    Splitting on the line-end bytes before decoding is safe for UTF-8 because
-    0x0A and 0x0D never occur inside a multibyte sequence, so each complete
-    line is always a complete UTF-8 string.
-    """
-
-    __slots__ = ("_at_stream_start", "_data_lines", "_pending", "_skip_leading_lf")
-
-    def __init__(self) -> None:
-        self._pending = b""  # bytes of the line not yet terminated
-        self._data_lines: list[str] = []  # data lines of the event being built
-        # A chunk that ended in "\r" already ended its line; if the next chunk
-        # starts with "\n" that "\n" is the rest of the same CRLF, not a blank line.
-        self._skip_leading_lf = False
-        self._at_stream_start = True  # a UTF-8 BOM may precede the first line
-
-    def feed(self, data: bytes) -> list[str]:
-        """Consume the next bytes of the stream; return the events they complete."""
-        if self._skip_leading_lf:
-            self._skip_leading_lf = False
-            if data[:1] == b"\n":
-                data = data[1:]
-        buffer = self._pending + data if self._pending else data
-        if b"\r" in buffer:
-            if buffer[-1:] == b"\r":
-                self._skip_leading_lf = True
-            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = buffer.split(b"\n")
-        self._pending = lines.pop()  # the unterminated tail (b"" when none)
-        if not lines:
-            return []
-        if self._at_stream_start:
-            self._at_stream_start = False
-            if lines[0].startswith(b"\xef\xbb\xbf"):
-                lines[0] = lines[0][3:]
-        return self._consume_lines(lines)
-
-    def close(self) -> list[str]:
-        """End of stream: return the last event even if its blank line never came.
-
-        The spec drops an unterminated final event; a benchmark client would
-        rather see it (and let the caller decide whether the stream was
-        complete, e.g. by the absence of ``[DONE]``).
-        """
-        lines = [self._pending] if self._pending else []
-        self._pending = b""
-        self._skip_leading_lf = False
-        events = self._consume_lines(lines) if lines else []
-        if self._data_lines:
-            events.append("\n".join(self._data_lines))
-            self._data_lines = []
-        return events
-
-    def _consume_lines(self, lines: list[bytes]) -> list[str]:
-        events: list[str] = []
-        data_lines = self._data_lines
-        for line in lines:
-            if not line:  # blank line: dispatch, but only if the event had data
-                if data_lines:
-                    events.append("\n".join(data_lines))
-                    data_lines = self._data_lines = []
-            elif line.startswith(b"data"):
-                value = line[4:]
-                if not value:  # "data" without a colon is a data field with empty value
-                    data_lines.append("")
-                elif value[:1] == b":":
-                    if value[1:2] == b" ":
-                        data_lines.append(value[2:].decode("utf-8", "replace"))
-                    else:
-                        data_lines.append(value[1:].decode("utf-8", "replace"))
-                # else: a field merely starting with "data" (e.g. "database:"): ignored
-            # comments (":...") and other fields (event, id, retry): ignored
-        return events
-
-
-# ------------------------------------------------------------------ transport
-
-# Bytes asked of the socket per read: a burst of SSE events arrives in few reads.
-_READ_SIZE = 256 * 1024
-# An HTTP chunk-size line or trailer line longer than this is not from a sane server.
-_MAX_CHUNK_LINE = 4096
-
-
-class ChunkedDecoder:
-    """Incremental decoder of HTTP/1.1 ``Transfer-Encoding: chunked`` bodies.
-
-    vLLM (uvicorn) sends every SSE event as its own HTTP chunk. httpx's default
-    transport parses those with h11, one pure-Python parser event per chunk,
-    which made it the bottleneck of the whole client; this decoder handles all
-    complete chunks of a network read in one tight loop and returns their data
-    joined. Data of a chunk that is split across reads is returned as it
-    arrives, so a large chunk is not held back.
-    """
-
-    __slots__ = ("_in_trailers", "_need_crlf", "_pending", "_remaining", "finished")
-
-    def __init__(self) -> None:
-        self._pending = b""  # an incomplete size line, CRLF or trailer line
-        self._remaining = 0  # data bytes still due in the current chunk
-        self._need_crlf = False  # the CRLF that closes a chunk's data is due
-        self._in_trailers = False  # the last chunk came; trailer lines until a blank one
-        self.finished = False
-
-    def feed(self, data: bytes) -> bytes:
-        """Consume the next bytes of the body; return the payload bytes they carry."""
-        if self.finished:
-            if data:
-                raise httpx.RemoteProtocolError("data after the end of a chunked body")
-            return b""
-        buf = self._pending + data if self._pending else data
-        end = len(buf)
-        pos = 0
-        out: list[bytes] = []
-        remaining = self._remaining
-        need_crlf = self._need_crlf
-        in_trailers = self._in_trailers
-        while pos < end:
-            if remaining:
-                stop = pos + remaining
-                if stop > end:
-                    out.append(buf[pos:])
-                    remaining = stop - end
-                    pos = end
-                    break
-                out.append(buf[pos:stop])
-                remaining = 0
-                pos = stop
-                need_crlf = True
-            if need_crlf:
-                if end - pos < 2:
-                    break
-                if buf[pos : pos + 2] != b"\r\n":
-                    raise httpx.RemoteProtocolError("chunked body: chunk data not followed by CRLF")
-                pos += 2
-                need_crlf = False
-                continue
-            line_end = buf.find(b"\r\n", pos)
-            if line_end < 0:
-                if end - pos > _MAX_CHUNK_LINE:
-                    raise httpx.RemoteProtocolError("chunked body: chunk-size line too long")
-                break
-            line = buf[pos:line_end]
-            pos = line_end + 2
-            if in_trailers:
-                if not line:
-                    self.finished = True
-                    if pos != end:
-                        raise httpx.RemoteProtocolError("data after the end of a chunked body")
-                    break
-                continue  # a trailer field: not needed
-            try:
-                size = int(line, 16)
-            except ValueError:
-                size = _parse_chunk_size_with_extensions(line)
-            if size < 0:
-                raise httpx.RemoteProtocolError(f"chunked body: bad chunk-size line {line[:40]!r}")
-            if size == 0:
-                in_trailers = True
-            remaining = size
-        self._pending = buf[pos:] if pos < end else b""
-        self._remaining = remaining
-        self._need_crlf = need_crlf
-        self._in_trailers = in_trailers
-        if len(out) == 1:
-            return out[0]
-        return b"".join(out)
-
-
-def _parse_chunk_size_with_extensions(line: bytes) -> int:
-    """The rare chunk-size line with ";name=value" extensions (ignored); off the hot path."""
-    try:
-        return int(line.split(b";", 1)[0], 16)
-    except ValueError:
-        raise httpx.RemoteProtocolError(f"chunked body: bad chunk-size line {line[:40]!r}") from None
-
-
-class _Connection:
-    """One keep-alive TCP connection to the server."""
-
-    __slots__ = ("reader", "reused", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.reused = False
-
-    def usable(self) -> bool:
-        # A server that closed an idle connection has fed EOF to the reader.
-        return not (self.writer.is_closing() or self.reader.at_eof())
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-class _ResponseBody(httpx.AsyncByteStream):
-    """The body of one response, read straight off the connection."""
-
-    def __init__(
-        self,
-        transport: FastHTTPTransport,
-        key: tuple[str, int],
-        conn: _Connection,
-        framing: str,
-        length: int,
-        keep_alive: bool,
-        read_timeout: float | None,
-    ) -> None:
-        self._transport = transport
-        self._key = key
-        self._conn: _Connection | None = conn
-        self._framing = framing  # "chunked", "length" or "close"
-        self._length = length
-        self._keep_alive = keep_alive
-        self._read_timeout = read_timeout
-        self._complete = framing == "length" and length == 0
-
-    async def _read(self) -> bytes:
-        assert self._conn is not None
-        try:
-            if self._read_timeout is None:
-                return await self._conn.reader.read(_READ_SIZE)
-            async with asyncio.timeout(self._read_timeout):
-                return await self._conn.reader.read(_READ_SIZE)
-        except TimeoutError:
-            raise httpx.ReadTimeout(f"no data for {self._read_timeout:g} s") from None
-        except OSError as exc:
-            raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._complete:
-            return
-        if self._framing == "chunked":
-            decoder = ChunkedDecoder()
-            while not decoder.finished:
-                data = await self._read()
-                if not data:
-                    raise httpx.RemoteProtocolError(
-                        "peer closed connection without sending complete message body"
-                    )
-                payload = decoder.feed(data)
-                if payload:
-                    yield payload
-        elif self._framing == "length":
-            left = self._length
-            while left > 0:
-                data = await self._read()
-                if not data:
-                    raise httpx.RemoteProtocolError(
-                        "peer closed connection without sending complete message body"
-                    )
-                if len(data) > left:
-                    raise httpx.RemoteProtocolError("response body longer than its Content-Length")
-                left -= len(data)
-                yield data
-        else:  # delimited by the server closing the connection
-            while data := await self._read():
-                yield data
-            self._keep_alive = False
-        self._complete = True
-
-    async def aclose(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        if self._complete and self._keep_alive:
-            self._transport._release(self._key, conn)
-        else:
-            conn.close()  # unread bytes would corrupt the next response on this connection
-
-
-class FastHTTPTransport(httpx.AsyncBaseTransport):
-    """Minimal HTTP/1.1 transport for plain ``http://`` servers, with keep-alive.
-
-    Exists for speed only (see ``ChunkedDecoder``); it does no TLS, proxies,
-    HTTP/2 or Expect: 100-continue, which a vLLM server on the rig never needs.
-    StreamingClient uses httpx's own transport for every other URL.
-    Errors are raised as the httpx exceptions httpx's transport would raise.
-    """
-
-    def __init__(self) -> None:
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
-
-    def _release(self, key: tuple[str, int], conn: _Connection) -> None:
-        if conn.usable():
-            conn.reused = True
-            self._idle.setdefault(key, []).append(conn)
-        else:
-            conn.close()
-
-    async def _connect(self, host: str, port: int, timeout: float | None) -> _Connection:
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(host, port, limit=_READ_SIZE)
-        except TimeoutError:
-            raise httpx.ConnectTimeout(f"no connection to {host}:{port} within {timeout:g} s") from None
-        except OSError as exc:
-            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
-        return _Connection(reader, writer)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme != "http":
-            raise httpx.UnsupportedProtocol(
-                f"FastHTTPTransport serves http:// only, not {request.url.scheme}://"
-            )
-        timeouts = request.extensions.get("timeout", {})
-        key = (request.url.host, request.url.port or 80)
-        idle = self._idle.get(key)
-        while idle:
-            conn = idle.pop()
-            if conn.usable():
-                break
-            conn.close()
-        else:
-            conn = await self._connect(*key, timeouts.get("connect"))
-        try:
-            return await self._exchange(request, key, conn, timeouts.get("read"))
-        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
-            conn.close()
-            if not conn.reused:
-                raise
-        except BaseException:
-            conn.close()
-            raise
-        # A reused keep-alive connection can be closed by the server just as we
-        # send; it then saw nothing of the request, so sending it once more on a
-        # fresh connection is safe (the same rule httpcore and urllib3 follow).
-        conn = await self._connect(*key, timeouts.get("connect"))
-        try:
-            return await self._exchange(request, key, conn, timeouts.get("read"))
-        except BaseException:
-            conn.close()
-            raise
-
-    async def _exchange(
-        self, request: httpx.Request, key: tuple[str, int], conn: _Connection, read_timeout: float | None
-    ) -> httpx.Response:
-        body = await request.aread()
-        if b"chunked" in request.headers.get("transfer-encoding", "").encode():
-            # httpx chose chunked framing for a body of unknown length; we have it whole now.
-            body = (b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)) if body else b"0\r\n\r\n"
-        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
-        for name, value in request.headers.raw:
-            head.append(b"%s: %s\r\n" % (name, value))
-        if body and "content-length" not in request.headers:
-            head.append(b"Content-Length: %d\r\n" % len(body))
-        head.append(b"\r\n")
-        try:
-            conn.writer.write(b"".join(head) + body)
-            await conn.writer.drain()
-        except OSError as exc:
-            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
-
-        while True:  # skip 1xx interim responses
-            try:
-                async with asyncio.timeout(read_timeout):
-                    raw_head = await conn.reader.readuntil(b"\r\n\r\n")
-            except TimeoutError:
-                raise httpx.ReadTimeout(f"no response head within {read_timeout:g} s") from None
-            except asyncio.IncompleteReadError:
-                raise httpx.RemoteProtocolError("server disconnected without sending a response") from None
-            except asyncio.LimitOverrunError:
-                raise httpx.RemoteProtocolError("response head too large") from None
-            except OSError as exc:
-                raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
-            status_line, *header_lines = raw_head[:-4].split(b"\r\n")
-            parts = status_line.split(b" ", 2)
-            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-                raise httpx.RemoteProtocolError(f"bad status line {status_line[:80]!r}")
-            status = int(parts[1])
-            if status >= 200:
-                break
-        headers: list[tuple[bytes, bytes]] = []
-        for line in header_lines:
-            name, colon, value = line.partition(b":")
-            if not colon:
-                raise httpx.RemoteProtocolError(f"bad header line {line[:80]!r}")
-            headers.append((name.strip(), value.strip()))
-        lowered = {name.lower(): value.lower() for name, value in headers}
-        keep_alive = parts[0] == b"HTTP/1.1" and b"close" not in lowered.get(b"connection", b"")
-        if request.method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            framing, length = "length", 0
-        elif b"chunked" in lowered.get(b"transfer-encoding", b""):
-            framing, length = "chunked", 0
-        elif b"content-length" in lowered:
-            try:
-                framing, length = "length", int(lowered[b"content-length"])
-            except ValueError:
-                raise httpx.RemoteProtocolError(
-                    f"bad Content-Length {lowered[b'content-length'][:40]!r}"
-                ) from None
-        else:
-            framing, length = "close", 0
-        stream = _ResponseBody(self, key, conn, framing, length, keep_alive, read_timeout)
-        return httpx.Response(status, headers=headers, stream=stream, extensions={"http_version": parts[0]})
-
-    async def aclose(self) -> None:
-        for connections in self._idle.values():
-            for conn in connections:
-                conn.close()
-        self._idle.clear()
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The headers that authenticate to a vLLM server started with ``--api-key`` (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 # ----------------------------------------------------------------------- request
@@ -682,9 +274,7 @@ class StreamingClient:
     ``read_timeout`` bounds the silence between two chunks of a stream;
     ``request_deadline`` bounds a whole request, however steadily it streams.
     The API key is sent as a bearer token and scrubbed from every message.
-    Without a ``transport``, plain ``http://`` servers are read through
-    ``FastHTTPTransport`` (several times faster on vLLM's one-chunk-per-event
-    streams) and anything else through httpx's own transport.
+    ``transport`` replaces httpx's default transport (tests pass a ``MockTransport``).
     """
 
     def __init__(
@@ -694,6 +284,7 @@ class StreamingClient:
         api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         connect_timeout: float = 10.0,
+        write_timeout: float = 10.0,
         read_timeout: float = 120.0,
         request_deadline: float = 900.0,
     ) -> None:
@@ -701,27 +292,28 @@ class StreamingClient:
         self.read_timeout = read_timeout
         self.request_deadline = request_deadline
         self._api_key = api_key
-        # identity: an uncompressed stream can be read with aiter_raw, one layer less per read.
-        headers = {"Accept-Encoding": "identity"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        if transport is None and self.base_url.startswith("http://"):
-            transport = FastHTTPTransport()
-        # Streams get no transport read timeout: generate()'s _StallWatchdog
-        # enforces read_timeout more cheaply, and for any transport.
-        self._stream_timeout = httpx.Timeout(
-            connect=connect_timeout, read=None, write=read_timeout, pool=connect_timeout
-        )
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(
+                # run_requests bounds concurrency itself; a pool limit below it would
+                # queue requests inside httpx and charge the wait to TTFT.
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+                # retries only ever re-attempts a failed connect; 0 says so. httpcore never
+                # re-sends a request once written, so a POST is never generated twice.
+                retries=0,
+            )
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers=headers,
+            headers={"Accept-Encoding": "identity", **auth_headers(api_key)},
             transport=transport,
             timeout=httpx.Timeout(
-                connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
+                connect=connect_timeout, read=read_timeout, write=write_timeout, pool=connect_timeout
             ),
-            # run_requests bounds concurrency itself; a pool limit below it would
-            # queue requests inside httpx and charge the wait to TTFT.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+        )
+        # Streams get no transport read timeout: generate()'s _StallWatchdog enforces
+        # read_timeout for any transport (MockTransport enforces none), and without a
+        # deadline httpcore arms no timer per socket read (cheaper with many streams).
+        self._stream_timeout = httpx.Timeout(
+            connect=connect_timeout, read=None, write=write_timeout, pool=connect_timeout
         )
 
     def __repr__(self) -> str:
@@ -790,10 +382,8 @@ class StreamingClient:
                 f"{where}: exceeded the whole-request deadline of {self.request_deadline:g} s "
                 f"after {state.events} events"
             ) from None
-        except httpx.TimeoutException as exc:
-            if isinstance(exc, httpx.ReadTimeout):
-                raise self._stalled(where, state) from None
-            raise self._transport_error(where, exc) from self._safe_cause(exc)
+        except httpx.ReadTimeout:
+            raise self._stalled(where, state) from None
         except httpx.HTTPError as exc:
             raise self._transport_error(where, exc) from self._safe_cause(exc)
         finished_at = time.perf_counter()
@@ -823,9 +413,8 @@ class StreamingClient:
     async def _stream(
         self, req: GenerationRequest, where: str, state: _StreamState, watchdog: _StallWatchdog
     ) -> None:
-        """The hot path: read bytes, split events, parse JSON, note text and times."""
+        """The hot path: take each event as it arrives, parse its JSON, note text and time."""
         is_chat = req.messages is not None
-        decoder = SSEDecoder()
         # raw_decode skips json.loads' two wrapper calls and whitespace regex:
         # a third less time per event, and JSON is the largest cost left here.
         raw_decode = _JSON_DECODER.raw_decode
@@ -833,73 +422,66 @@ class StreamingClient:
         clock = watchdog.clock
         chunk_times = state.chunk_times
         text_parts = state.text_parts
-        body = req.to_body()
-        async with self._http.stream(
-            "POST", req.endpoint, json=body, timeout=self._stream_timeout
-        ) as response:
+        async with aconnect_sse(
+            self._http, "POST", req.endpoint, json=req.to_body(), timeout=self._stream_timeout
+        ) as source:
+            response = source.response
             if response.status_code != 200:
                 answer = (await response.aread()).decode("utf-8", "replace")
                 raise self._error(
                     f"{where}: HTTP {response.status_code} from {self.base_url}{req.endpoint}: "
                     f"{answer[:_HTTP_BODY_QUOTE_CHARS]}"
                 )
-            encoded = response.headers.get("content-encoding", "identity") != "identity"
-            async for raw in response.aiter_bytes() if encoded else response.aiter_raw():
-                # One timestamp per network read: every event in it arrived then,
-                # and parsing earlier events of the read must not delay later ones.
+            async for message in source.aiter_sse():
+                # Stamped as the event is handed over: parsing this event's JSON
+                # comes after, so it never delays the event's own time.
                 received_at = perf_counter()
                 watchdog.last_data_at = clock()
-                for payload in decoder.feed(raw):
-                    state.events += 1
-                    if payload == DONE_PAYLOAD:
-                        state.saw_done = True
-                        continue
-                    try:
-                        event, end = raw_decode(payload)
-                        if end != len(payload):
-                            raise ValueError("trailing characters")
-                    except ValueError:
-                        # The fast path takes no surrounding whitespace; json.loads
-                        # decides whether the payload is valid after all.
-                        try:
-                            event = json.loads(payload)
-                        except ValueError:
-                            raise self._error(
-                                f"{where}: malformed JSON in stream event {state.events}: "
-                                f"{payload[:_PAYLOAD_QUOTE_CHARS]!r}"
-                            ) from None
-                    if type(event) is not dict:
-                        raise self._error(
-                            f"{where}: stream event {state.events} is not a JSON object: "
-                            f"{payload[:_PAYLOAD_QUOTE_CHARS]!r}"
-                        )
-                    if "error" in event or event.get("object") == "error":
-                        raise self._error(f"{where}: server sent an error event: {_describe_error(event)}")
-                    choices = event.get("choices")
-                    if choices:
-                        choice = choices[0]
-                        if is_chat:
-                            delta = choice.get("delta") or {}
-                            text = (
-                                delta.get("content")
-                                or delta.get("reasoning_content")
-                                or delta.get("reasoning")
-                            )
-                        else:
-                            text = choice.get("text")
-                        if text:
-                            text_parts.append(text)
-                            chunk_times.append(received_at)
-                        reason = choice.get("finish_reason")
-                        if reason is not None:
-                            state.finish_reason = reason
-                    usage = event.get("usage")
-                    if usage:  # the last usage seen is the final one
-                        state.usage = usage
-            for payload in decoder.close():
+                payload = message.data
+                if not payload:  # an event with no data (only event/id/retry fields)
+                    continue
                 state.events += 1
                 if payload == DONE_PAYLOAD:
                     state.saw_done = True
+                    continue
+                try:
+                    event, end = raw_decode(payload)
+                    if end != len(payload):
+                        raise ValueError("trailing characters")
+                except ValueError:
+                    # The fast path takes no surrounding whitespace; json.loads
+                    # decides whether the payload is valid after all.
+                    try:
+                        event = json.loads(payload)
+                    except ValueError:
+                        raise self._error(
+                            f"{where}: malformed JSON in stream event {state.events}: "
+                            f"{payload[:_PAYLOAD_QUOTE_CHARS]!r}"
+                        ) from None
+                if type(event) is not dict:
+                    raise self._error(
+                        f"{where}: stream event {state.events} is not a JSON object: "
+                        f"{payload[:_PAYLOAD_QUOTE_CHARS]!r}"
+                    )
+                if "error" in event or event.get("object") == "error":
+                    raise self._error(f"{where}: server sent an error event: {_describe_error(event)}")
+                choices = event.get("choices")
+                if choices:
+                    choice = choices[0]
+                    if is_chat:
+                        delta = choice.get("delta") or {}
+                        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                    else:
+                        text = choice.get("text")
+                    if text:
+                        text_parts.append(text)
+                        chunk_times.append(received_at)
+                    reason = choice.get("finish_reason")
+                    if reason is not None:
+                        state.finish_reason = reason
+                usage = event.get("usage")
+                if usage:  # the last usage seen is the final one
+                    state.usage = usage
 
     # -- errors -----------------------------------------------------------------
 
@@ -921,7 +503,9 @@ class StreamingClient:
 
     def _transport_error(self, where: str, exc: httpx.HTTPError) -> RequestError:
         detail = str(exc) or type(exc).__name__
-        if isinstance(exc, httpx.ConnectTimeout):
+        if isinstance(exc, SSEError):  # a 200 answer that is not an event stream
+            what = f"{self.base_url} did not answer with an event stream"
+        elif isinstance(exc, httpx.ConnectTimeout):
             what = f"connect timeout to {self.base_url}"
         elif isinstance(exc, httpx.ConnectError):
             what = f"could not connect to {self.base_url}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from specgate.client import auth_headers
 from specgate.config import Rig
 from specgate.server import VLLMServer, spec_for_mode
 
@@ -47,7 +48,7 @@ def record_server(base_url: str, served_model_name: str, mode_name: str, out_dir
     """Record one running server: /metrics, a streamed chat and a streamed text completion, /metrics.
     Used by ``record_rig`` and by the plugin's ``--record-responses`` (no extra server start)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = auth_headers(api_key)
     written: list[Path] = []
     with httpx.Client(base_url=base_url, timeout=timeout_s, headers=headers, transport=transport) as http:
         written.append(_save(out_dir / f"{mode_name}-metrics-before.txt", http.get("/metrics").text))

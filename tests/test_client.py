@@ -16,13 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specgate.client import (
-    GenerationRequest,
-    RequestRecord,
-    SSEDecoder,
-    StreamingClient,
-    run_requests,
-)
+from specgate.client import GenerationRequest, RequestRecord, StreamingClient, auth_headers, run_requests
 from specgate.errors import RequestError
 
 pytestmark = pytest.mark.fast
@@ -106,6 +100,11 @@ async def paced(parts: Sequence[bytes | float]) -> AsyncIterator[bytes]:
             await asyncio.sleep(part)
         else:
             yield part
+
+
+def event_stream(content: bytes | AsyncIterator[bytes], **headers: str) -> httpx.Response:
+    """A 200 answer as vLLM gives it: ``content-type: text/event-stream``."""
+    return httpx.Response(200, headers={"content-type": "text/event-stream", **headers}, content=content)
 
 
 def streaming(*parts: bytes | float, status: int = 200) -> Handler:
@@ -194,7 +193,7 @@ def test_chat_stream_gives_text_tokens_times_and_finish_reason() -> None:
 
     async def handle(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, content=paced([body]))
+        return event_stream(paced([body]))
 
     record = generate(handle)
     assert record.text == "Hello world"
@@ -220,7 +219,7 @@ def test_completions_stream_reads_choice_text() -> None:
 
     async def handle(request: httpx.Request) -> httpx.Response:
         seen.append(request.url.path)
-        return httpx.Response(200, content=paced([body]))
+        return event_stream(paced([body]))
 
     record = generate(handle, completion_request())
     assert seen == ["/v1/completions"]
@@ -282,11 +281,34 @@ def test_compressed_stream_is_decompressed_although_identity_was_asked() -> None
 
     async def handle(request: httpx.Request) -> httpx.Response:
         seen_accept.append(request.headers["accept-encoding"])
-        return httpx.Response(200, headers={"content-encoding": "gzip"}, content=paced([body[:9], body[9:]]))
+        return event_stream(paced([body[:9], body[9:]]), **{"content-encoding": "gzip"})
 
     record = generate(handle)
     assert seen_accept == ["identity"]
     assert record.text == "zipped" and record.completion_tokens == 2
+
+
+def test_event_split_over_several_data_lines_is_joined() -> None:
+    """The SSE spec joins an event's data lines with LF; a pretty-printed JSON event stays valid."""
+    lines = json.dumps(chat_chunk("joined"), indent=1).split("\n")
+    body = "".join(f"data: {line}\n" for line in lines).encode() + b"\n" + sse(usage_chunk(1), "[DONE]")
+    assert generate(streaming(body)).text == "joined"
+
+
+def test_unicode_line_separators_inside_text_do_not_split_the_event() -> None:
+    """vLLM's JSON carries U+2028, U+2029 and U+0085 raw; only CR, LF and CRLF end an SSE line
+    (a decoder built on str.splitlines, as httpx's aiter_lines is, would cut the JSON there)."""
+    text = "a\u2028b\u2029c\x85d\x1ce"
+    record = generate(streaming(sse(chat_chunk(text), usage_chunk(5), "[DONE]")))
+    assert record.text == text and len(record.chunk_times) == 1
+
+
+def test_ok_answer_that_is_not_an_event_stream_is_reported() -> None:
+    async def html(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/html"}, text="<html>proxy login</html>")
+
+    error = generate_error(html)
+    assert "did not answer with an event stream" in str(error) and "text/html" in str(error)
 
 
 def test_sse_comments_and_other_fields_are_ignored_over_crlf() -> None:
@@ -383,7 +405,7 @@ def test_connection_reset_mid_stream_is_reported_as_lost() -> None:
         raise httpx.ReadError("[Errno 104] Connection reset by peer")
 
     async def handle(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=reset_midway())
+        return event_stream(reset_midway())
 
     error = generate_error(handle)
     assert "connection" in str(error) and "lost" in str(error) and "reset by peer" in str(error)
@@ -492,6 +514,11 @@ def test_api_key_is_sent_but_never_shown() -> None:
     assert API_KEY not in str(info.value) and API_KEY not in repr(info.value)
 
 
+def test_auth_headers_carry_a_bearer_token_only_when_a_key_is_set() -> None:
+    assert auth_headers("k") == {"Authorization": "Bearer k"}
+    assert auth_headers(None) == {} and auth_headers("") == {}
+
+
 def test_api_key_in_a_transport_error_is_not_shown_or_chained() -> None:
     async def refuse_loudly(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError(f"refused {request.headers['authorization']}", request=request)
@@ -543,7 +570,7 @@ def test_run_requests_keeps_input_order_and_bounds_concurrency() -> None:
 
     async def handle(request: httpx.Request) -> httpx.Response:
         index = int(json.loads(request.content)["messages"][0]["content"])
-        return httpx.Response(200, content=body(0.005 * (10 - index)))  # later ones finish sooner
+        return event_stream(body(0.005 * (10 - index)))  # later ones finish sooner
 
     requests = [chat_request(f"r#{i}", messages=[{"role": "user", "content": str(i)}]) for i in range(10)]
 
@@ -577,7 +604,7 @@ def test_run_requests_fails_fast_and_cancels_the_rest() -> None:
         if json.loads(request.content)["messages"][0]["content"] == "2":
             await asyncio.sleep(0.02)
             return httpx.Response(500, text="boom")
-        return httpx.Response(200, content=hang())
+        return event_stream(hang())
 
     requests = [chat_request(f"r#{i}", messages=[{"role": "user", "content": str(i)}]) for i in range(4)]
 
@@ -601,33 +628,7 @@ def test_run_requests_rejects_zero_concurrency() -> None:
         asyncio.run(main())
 
 
-# ------------------------------------------------------------ decoder examples
-
-
-def test_decoder_joins_multiline_data_and_handles_split_crlf_and_utf8() -> None:
-    decoder = SSEDecoder()
-    stream = "data: first\r\ndata: sécond €\r\n\r\ndata:[DONE]\r\n\r\n".encode()
-    cut_in_euro = stream.index("€".encode()) + 1
-    cut_in_crlf = stream.index(b"\r\ndata: s") + 1  # "\r" | "\n": one line end, not two
-    assert cut_in_crlf < cut_in_euro
-    events = decoder.feed(stream[:cut_in_crlf]) + decoder.feed(stream[cut_in_crlf:cut_in_euro])
-    events += decoder.feed(stream[cut_in_euro:]) + decoder.close()
-    assert events == ["first\nsécond €", "[DONE]"]
-
-
-def test_decoder_drops_a_leading_byte_order_mark() -> None:
-    decoder = SSEDecoder()
-    assert decoder.feed(b"\xef\xbb\xbfdata: a\n\n") == ["a"]
-    assert decoder.feed(b"\xef\xbb\xbfdata: b\n\n") == []  # only at the very start; then it's a field name
-
-
-def test_decoder_close_flushes_unterminated_event() -> None:
-    decoder = SSEDecoder()
-    assert decoder.feed(b": hi\ndata: a\ndata") == []
-    assert decoder.close() == ["a\n"]
-
-
-# ------------------------------------------------------------ FastHTTPTransport over loopback
+# ------------------------------------------------------------ httpx's transport over loopback
 # An in-process asyncio server on 127.0.0.1: real sockets, still milliseconds.
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -685,7 +686,7 @@ def test_real_socket_stream_split_inside_chunk_framing() -> None:
     assert record.text == "héllo wörld" and record.completion_tokens == 9 and len(record.chunk_times) == 2
 
 
-def test_real_socket_keep_alive_reuses_one_connection_and_survives_a_stale_one() -> None:
+def test_real_socket_keep_alive_reuses_one_connection() -> None:
     connections = 0
     body = SSE_HEAD + vllm_like_body("x", completion_tokens=1)
 
@@ -693,7 +694,7 @@ def test_real_socket_keep_alive_reuses_one_connection_and_survives_a_stale_one()
         nonlocal connections
         connections += 1
         try:
-            for _ in range(2):  # two requests per connection, then an idle close
+            while True:
                 await read_request(reader)
                 writer.write(body)
                 await writer.drain()
@@ -703,12 +704,54 @@ def test_real_socket_keep_alive_reuses_one_connection_and_survives_a_stale_one()
 
     async def run(url: str) -> list[RequestRecord]:
         async with StreamingClient(url) as client:
-            # The third request finds its pooled connection closed by the server.
             return [await client.generate(chat_request(f"r#{i}")) for i in range(3)]
 
     records = with_server(serve, run)
     assert [r.text for r in records] == ["x", "x", "x"]
-    assert connections == 2
+    assert connections == 1
+
+
+def test_real_socket_connection_closed_while_idle_is_not_used_again() -> None:
+    connections = 0
+    body = SSE_HEAD + vllm_like_body("x", completion_tokens=1)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        writer.write(body)
+        await writer.drain()
+        writer.close()  # one request per connection, like a server's idle timeout
+
+    async def run(url: str) -> list[RequestRecord]:
+        records = []
+        async with StreamingClient(url) as client:
+            for i in range(3):
+                records.append(await client.generate(chat_request(f"r#{i}")))
+                await asyncio.sleep(0.05)  # the server's close reaches the client while idle
+        return records
+
+    records = with_server(serve, run)
+    assert [r.text for r in records] == ["x", "x", "x"]
+    assert connections == 3
+
+
+def test_real_socket_request_dropped_after_it_was_sent_is_not_sent_again() -> None:
+    """A POST the server received may already be generating: sending it again would put a
+    request twice into the measured window, so the client reports the loss instead."""
+    received: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await read_request(reader))
+        writer.close()  # no answer at all
+
+    async def run(url: str) -> None:
+        async with StreamingClient(url) as client:
+            await client.generate(chat_request())
+
+    with pytest.raises(RequestError, match=r"connection .* lost"):
+        with_server(serve, run)
+    assert len(received) == 1
 
 
 def test_real_socket_content_length_and_close_delimited_bodies() -> None:
