@@ -5,8 +5,10 @@ The reading comes from NVML (nvidia-ml-py); tests inject their own reading."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from specgate.errors import ServerStartError
 
@@ -16,39 +18,85 @@ FREE_THRESHOLD_MIB = 1024
 
 @dataclass(frozen=True)
 class GpuReading:
-    index: int
+    index: int  # NVML index; a MIG instance carries its parent GPU's
     name: str
     used_mib: float
     processes: tuple[tuple[int, float], ...]  # (pid, MiB)
+    uuid: str = ""  # "GPU-..." for a whole GPU, "MIG-..." for a MIG instance
 
 
-def nvml_readings() -> list[GpuReading]:
+@contextmanager
+def nvml() -> Iterator[Any]:
+    """The pynvml module (nvidia-ml-py), initialised for the block: specgate's one NVML setup."""
     import pynvml
 
     pynvml.nvmlInit()
     try:
-        readings = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            used = pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
-            procs = tuple((p.pid, (p.usedGpuMemory or 0) / 2**20)
-                          for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
-            readings.append(GpuReading(index, name.decode() if isinstance(name, bytes) else name, used, procs))
-        return readings
+        yield pynvml
     finally:
         pynvml.nvmlShutdown()
+
+
+def is_gpu_id(entry: str) -> bool:
+    """A CUDA_VISIBLE_DEVICES entry: an index, a GPU UUID ("GPU-...") or a MIG instance ("MIG-...")."""
+    return entry.isdigit() or entry.startswith(("GPU-", "MIG-"))
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _reading(pynvml: Any, index: int, handle: Any) -> GpuReading:
+    procs = tuple((p.pid, (p.usedGpuMemory or 0) / 2**20)
+                  for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+    return GpuReading(index, _text(pynvml.nvmlDeviceGetName(handle)),
+                      pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20, procs,
+                      _text(pynvml.nvmlDeviceGetUUID(handle)))
+
+
+def _mig_readings(pynvml: Any, index: int, handle: Any) -> list[GpuReading]:
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except pynvml.NVMLError:  # not a MIG-capable GPU
+        return []
+    if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return []
+    readings = []
+    for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except pynvml.NVMLError:  # an empty slot
+            continue
+        readings.append(_reading(pynvml, index, mig))
+    return readings
+
+
+def nvml_readings() -> list[GpuReading]:
+    """Every GPU, then every MIG instance (each with its own memory and processes)."""
+    with nvml() as pynvml:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        gpus = [_reading(pynvml, i, handle) for i, handle in enumerate(handles)]
+        migs = [r for i, handle in enumerate(handles) for r in _mig_readings(pynvml, i, handle)]
+        return gpus + migs
+
+
+def _selects(entry: str, reading: GpuReading) -> bool:
+    if entry.isdigit():
+        return reading.index == int(entry) and not reading.uuid.startswith("MIG-")
+    return bool(reading.uuid) and reading.uuid.startswith(entry)  # CUDA takes any unique UUID prefix
 
 
 def require_free_gpus(visible: str | None, *, count: int,
                       read: Callable[[], list[GpuReading]] = nvml_readings) -> None:
     """Raise ServerStartError naming each held GPU among the ones the server will use."""
     readings = read()
-    if visible is not None:
+    if visible is None:
+        readings = [r for r in readings if not r.uuid.startswith("MIG-")]
+    else:
         # CUDA's order: "3,1" makes GPU 3 the server's first device; "" means no GPU at all.
-        by_index = {r.index: r for r in readings}
-        wanted = [int(i) for i in visible.split(",") if i.strip().isdigit()]
-        readings = [by_index[i] for i in wanted if i in by_index]
+        wanted = [entry.strip() for entry in visible.split(",") if is_gpu_id(entry.strip())]
+        matches = (next((r for r in readings if _selects(entry, r)), None) for entry in wanted)
+        readings = [r for r in matches if r is not None]
     if len(readings) < count:
         raise ServerStartError(f"the rig needs {count} GPU(s) but {len(readings)} are visible "
                                f"(CUDA_VISIBLE_DEVICES={visible!r})")

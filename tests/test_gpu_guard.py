@@ -147,3 +147,54 @@ def test_fingerprint_counts_the_servers_gpus_not_the_hosts(monkeypatch: pytest.M
     assert gpu_info() == ("NVIDIA H200", 2, "580.159.04")  # the host
     assert gpu_info("1") == ("NVIDIA H100", 1, "580.159.04")  # an xdist worker's server on GPU 1
     assert gpu_info("0,1") == ("NVIDIA H200", 2, "580.159.04")
+
+
+def test_uuid_and_mig_entries_select_their_gpu_or_instance() -> None:
+    """CUDA_VISIBLE_DEVICES also takes GPU UUIDs (any unique prefix) and MIG instances; a MIG
+    instance is judged by its own memory, not by its busy parent GPU's."""
+    readings = [
+        GpuReading(0, "NVIDIA H200", 512.0, (), uuid="GPU-aaaa1111-0000"),
+        GpuReading(1, "NVIDIA H200", 70_000.0, ((4242, 69_000.0),), uuid="GPU-bbbb2222-0000"),
+        GpuReading(1, "NVIDIA H200 MIG 1g.18gb", 10.0, (), uuid="MIG-cccc3333-0000"),
+    ]
+    require_free_gpus("GPU-aaaa1111", count=1, read=lambda: readings)
+    require_free_gpus("MIG-cccc3333-0000", count=1, read=lambda: readings)
+    with pytest.raises(ServerStartError, match=r"GPU 1 \(NVIDIA H200\): 70000 MiB used by pid 4242"):
+        require_free_gpus("GPU-bbbb2222-0000,GPU-aaaa1111", count=1, read=lambda: readings)
+    with pytest.raises(ServerStartError, match="needs 1 GPU"):
+        require_free_gpus("GPU-ffff", count=1, read=lambda: readings)
+    # Unset: the host's whole GPUs, in index order; MIG instances are not extra GPUs.
+    with pytest.raises(ServerStartError, match=r"needs 3 GPU\(s\) but 2 are visible"):
+        require_free_gpus(None, count=3, read=lambda: readings)
+
+
+@pytest.mark.parametrize("value", ["0,1", "GPU-8f2a1b3c-aaaa", "MIG-5d2e7c1a-bbbb,3"])
+def test_gpu_option_takes_indices_and_uuids(value: str) -> None:
+    from specgate.plugin import parse_gpu_list
+
+    assert parse_gpu_list(value) == value.split(",")
+
+
+@pytest.mark.parametrize("value", ["", "0,0", "gpu0", "0,x"])
+def test_gpu_option_refuses_what_cuda_would_not_take(value: str) -> None:
+    import argparse
+
+    from specgate.plugin import parse_gpu_list
+
+    with pytest.raises(argparse.ArgumentTypeError, match="GPU-<uuid>"):
+        parse_gpu_list(value)
+
+
+def test_fingerprint_counts_uuid_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from specgate.fingerprint import gpu_info
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetHandleByUUID=lambda u: {"GPU-b": 1}[u],
+        nvmlDeviceGetName=lambda h: ["NVIDIA H200", "NVIDIA H100"][h],
+        nvmlSystemGetDriverVersion=lambda: "580.159.04")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert gpu_info("GPU-b") == ("NVIDIA H100", 1, "580.159.04")
+    assert gpu_info("GPU-b,0") == ("NVIDIA H100", 2, "580.159.04")
