@@ -1,11 +1,11 @@
 """How fast specgate's StreamingClient reads SSE streams, against plain aiohttp readers.
 
 A measuring client must not be the bottleneck, nor delay the timestamps it
-takes: the project's goal is that specgate's client parses at least as many
-events per second as an aiohttp reader like ``vllm bench serve``'s, with a
-timing skew (receive time minus server send time) under 1 % of a typical
-10-50 ms inter-token interval, i.e. under 0.1-0.5 ms. Results and their
-reading: docs/client-benchmark.md.
+takes. The rule: at the highest rate a real lab server produces (SmolLM2-135M
+on an H200 with CUDA graphs, no speculation: up to ~590 tok/s single stream,
+one token per event, ~1.7 ms apart; docs/lab and ../shared/gpu-lab/README.md),
+the timing error stays under 1 % of the inter-token interval. Results and
+their reading: docs/client-benchmark.md.
 
 The server (benchmarks/sse_server.py) runs in a separate process so that the
 client does not share its event loop or core. Its send stamps and the clients'
@@ -43,7 +43,8 @@ aiohttp = pytest.importorskip("aiohttp")
 pytestmark = pytest.mark.bench
 
 SERVER_SCRIPT = Path(__file__).with_name("sse_server.py")
-TYPICAL_INTER_TOKEN_MS = 10.0  # the fast end of 10-50 ms: the strictest reading of "1 %"
+# The fastest lab server: ~590 tok/s single stream, one token per event (see the module docstring).
+FASTEST_LAB_INTERVAL_S = 0.0017
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ SCENARIOS = [
     Scenario("burst-64x250", streams=64, events=250, interval_s=0.0),
     # Timing skew floor: one stream at 10 ms per token; nothing queues in the client.
     Scenario("paced-1x100@10ms", streams=1, events=100, interval_s=0.010),
+    # The capacity rule: one stream at the fastest lab server's rate.
+    Scenario("paced-1x300@1.7ms", streams=1, events=300, interval_s=FASTEST_LAB_INTERVAL_S),
     # Timing skew under a realistic load: 32 streams at 10 ms per token, 3200
     # events/s, one small read per event. The streams start together and tick
     # together, as a batch does in vLLM (one engine step yields a token for every
@@ -231,6 +234,11 @@ READERS: dict[str, Callable[[], Any]] = {
 # ------------------------------------------------------------------ benchmark
 
 
+def pct_of_interval(ms: float, scenario: Scenario) -> float | None:
+    """``ms`` as a share of the scenario's inter-token interval (None for bursts, which have none)."""
+    return round(ms / (scenario.interval_s * 1e3) * 100, 2) if scenario.interval_s else None
+
+
 # Scenario-major order: the readers of one scenario run back to back, so that
 # drifting load on a shared machine skews their comparison as little as possible.
 @pytest.mark.parametrize(
@@ -292,8 +300,9 @@ def test_client_stream_capacity_and_skew(
             "skew_ms_median": round(float(np.median(skews)), 4),
             "skew_ms_p99": round(float(np.percentile(skews, 99)), 4),
             "skew_ms_min": round(float(skews.min()), 4),
-            "skew_median_pct_of_10ms": round(float(np.median(skews)) / TYPICAL_INTER_TOKEN_MS * 100, 2),
-            "skew_p99_pct_of_10ms": round(float(np.percentile(skews, 99)) / TYPICAL_INTER_TOKEN_MS * 100, 2),
+            "skew_median_pct_of_interval": pct_of_interval(float(np.median(skews)), scenario),
+            "skew_p99_pct_of_interval": pct_of_interval(float(np.percentile(skews, 99)), scenario),
+            "itl_error_median_pct_of_interval": pct_of_interval(float(np.median(itl_error_ms)), scenario),
             "itl_error_ms_median": round(float(np.median(itl_error_ms)), 4),
             "itl_error_ms_p99": round(float(np.percentile(itl_error_ms, 99)), 4),
         }
