@@ -22,6 +22,7 @@ METHOD_BOOTSTRAP_PAIRED = "bootstrap paired median ratio"
 METHOD_SINGLE_SAMPLE = "tolerance only (single sample)"
 METHOD_NO_SPREAD = "tolerance only (identical values)"
 METHOD_ONE_SIDED = "one-sided tolerance"
+METHOD_BINOMIAL = "Wilson binomial interval"
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class Comparison:
     n_reference: int
     method: str
     message: str
+    # False when the evidence cannot tell a pass from a failure (an acceptance window with too
+    # few drafts); ``passed`` is then meaningless and the gate is recorded as undecided.
+    decided: bool = True
 
     @property
     def change_pct(self) -> float:
@@ -303,6 +307,29 @@ def compare_ratio(
     )
 
 
+def wilson_interval(successes: float, trials: float, confidence: float) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (two-sided, at ``confidence``). Works with
+    non-integer counts (Prometheus counters are floats) and stays inside [0, 1] with 0 or all
+    successes, where the normal approximation does not."""
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes!r} of {trials!r}")
+    z = scipy_stats.norm.ppf(0.5 + confidence / 2)
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float:
+    """About how many trials make the interval of a proportion near ``rate`` narrower than a drop
+    of ``tolerance`` (relative): n = z^2 p (1 - p) / (tolerance p)^2."""
+    z = scipy_stats.norm.ppf(0.5 + confidence / 2)
+    if tolerance <= 0 or rate <= 0:
+        return math.inf
+    return z * z * rate * (1 - rate) / (tolerance * rate) ** 2
+
+
 def compare_acceptance(
     measured: float,
     reference: float,
@@ -312,13 +339,20 @@ def compare_acceptance(
     metric: str,
     gate: str = "acceptance",
     reference_label: str = "baseline",
+    counts: tuple[float, float] | None = None,
+    confidence: float = 0.95,
+    trial_label: str = "drafts",
 ) -> Comparison:
-    """One-sided check of an acceptance figure (e.g. mean acceptance length)
-    against its baseline: FAIL iff measured < reference * (1 - tolerance).
+    """One-sided check of an acceptance figure against its baseline; higher acceptance never
+    fails (an improvement, not a regression).
 
-    Higher acceptance never fails: it is an improvement, not a regression.
-    Acceptance counters cover thousands of drafts per window, so a single
-    figure per side is compared without resampling.
+    Without ``counts``: FAIL iff measured < reference * (1 - tolerance).
+
+    With ``counts`` = (accepted, trials), ``measured`` is that proportion and the decision rests
+    on its Wilson interval at ``confidence``: FAIL when the whole interval lies below the fail
+    line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop at all),
+    and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a drop of
+    the tolerance from chance, and the message says about how many would.
     """
     for name, value in (("measured", measured), (reference_label, reference)):
         if not math.isfinite(value) or value < 0:
@@ -333,13 +367,42 @@ def compare_acceptance(
         raise ValueError(f"tolerance for {metric} of {subject} must be in [0, 1), got {tolerance!r}")
     threshold = 1.0 - tolerance
     ratio = measured / reference
-    passed = not measured < reference * threshold
-    message = (
-        f"{subject}: {metric} {measured:.3g} vs {reference:.3g} {reference_label} "
-        f"(ratio {ratio:.3f}, {_change_text(ratio, up='higher', down='lower')}; "
-        f"fails below {reference * threshold:.3g} = {reference_label} - {tolerance * 100:g} %; "
-        f"{METHOD_ONE_SIDED})"
-    )
+    fail_line = reference * threshold
+    change = _change_text(ratio, up="higher", down="lower")
+    ci_low = ci_high = None
+    decided = True
+    if counts is None:
+        passed = not measured < fail_line
+        method = METHOD_ONE_SIDED
+        message = (
+            f"{subject}: {metric} {measured:.3g} vs {reference:.3g} {reference_label} "
+            f"(ratio {ratio:.3f}, {change}; "
+            f"fails below {fail_line:.3g} = {reference_label} - {tolerance * 100:g} %; "
+            f"{METHOD_ONE_SIDED})"
+        )
+    else:
+        successes, trials = counts
+        ci_low, ci_high = wilson_interval(successes, trials, confidence)
+        method = METHOD_BINOMIAL
+        count = f"{successes:.0f}" if float(successes).is_integer() else f"{successes:.3g}"
+        evidence = (f"{count} of {trials:.0f} {trial_label}, {confidence * 100:g} % interval "
+                    f"{ci_low:.3g}-{ci_high:.3g}")
+        rule = (f"fails when the interval lies below {fail_line:.3g} = {reference_label} - "
+                f"{tolerance * 100:g} %; {METHOD_BINOMIAL}")
+        head = f"{subject}: {metric} {measured:.3g} ({evidence}) vs {reference:.3g} {reference_label}"
+        if measured >= reference or ci_low >= fail_line:
+            passed = True
+            message = f"{head} (ratio {ratio:.3f}, {change}; {rule})"
+        elif ci_high < fail_line:
+            passed = False
+            message = f"{head} (ratio {ratio:.3f}, {change}; the whole interval is below the fail line; {rule})"
+        else:
+            passed, decided = False, False
+            needed = trials_to_resolve(reference, tolerance, confidence)
+            message = (f"{head}: too few {trial_label} to gate (ratio {ratio:.3f}, {change}, but the interval spans "
+                       f"the fail line {fail_line:.3g} = {reference_label} - {tolerance * 100:g} %; about "
+                       f"{float(f'{needed:.2g}'):.0f} {trial_label} would resolve a {tolerance * 100:g} % drop; "
+                       f"{METHOD_BINOMIAL})")
     return Comparison(
         gate=gate,
         passed=passed,
@@ -347,12 +410,13 @@ def compare_acceptance(
         reference=float(reference),
         ratio=ratio,
         threshold=threshold,
-        ci_low=None,
-        ci_high=None,
-        n_measured=1,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        n_measured=round(counts[1]) if counts else 1,
         n_reference=1,
-        method=METHOD_ONE_SIDED,
+        method=method,
         message=message,
+        decided=decided,
     )
 
 
