@@ -165,6 +165,44 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
     return title + "\n" + _table(rows, headers, fmt)
 
 
+UNDECIDED_TAGS = {"no baseline": "NO BASELINE", "fingerprint": "FINGERPRINT", "too few drafts": "UNDECIDED"}
+
+
+def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Per speculative window: acceptance length, decode steps/s, the step-cost ratio c and the
+    break-even line (``specgate.breakeven``); "" when no window has what it needs."""
+    from specgate.breakeven import from_report
+
+    rows = []
+    for row in from_report(report):
+        full = row.get("speedup_at_full_acceptance")
+        rows.append([row["mode"], row["prompt_class"], row["concurrency"], f"{row['acceptance_length'][0]:.2f}",
+                     f"{row['spec_steps_per_s'][0]:.1f}", f"{row['step_cost'][1]:.2f}", row["verdict"],
+                     f"{full[0]:.2f}x" if full else "-", row["line"]])
+    if not rows:
+        return ""
+    return ("break-even (step cost c = AL x no-spec tok/s / spec tok/s, in plain decode steps; speculation pays "
+            "iff AL > c; at the same k, AL' would give AL' / c)\n" + _table(
+                rows, ["mode", "class", "conc.", "AL", "steps/s", "step cost c", "verdict", "at AL = k+1",
+                       "diagnosis"], fmt))
+
+
+def notice_lines(report: dict[str, Any]) -> list[str]:
+    """Stored figures a decided gate compared with although they were measured on another
+    machine or setup, or are stale; one line per distinct reason, naming its windows."""
+    by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for gate in report["gates"]:
+        details = gate.get("details") or {}
+        where = f"{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}"
+        fit = details.get("baseline_fingerprint") or {}
+        tag = {"other_machine": "OTHER MACHINE", "other_setup": "OTHER SETUP"}.get(fit.get("kind", ""))
+        if tag:
+            by_reason[(tag, f"the baseline was measured with {'; '.join(fit['differences'])}")].append(where)
+        if details.get("stale_baseline"):
+            by_reason[("STALE BASELINE", details["stale_baseline"])].append(where)
+    return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()]
+
+
 def failed_gate_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for gate in report["gates"]:
@@ -181,7 +219,7 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"BASELINE UPDATE: {len(updates)} gate(s) measured for new baselines, not decided")
     for u in undecided:
         if u["kind"] != "baseline update":
-            tag = "NO BASELINE" if u["kind"] == "no baseline" else "FINGERPRINT"
+            tag = UNDECIDED_TAGS.get(u["kind"], u["kind"].upper())
             lines.append(f"{tag} {u['gate']} [{u['mode']}-{u['prompt_class']}-c{u['concurrency']}]: "
                          f"{u['message'].splitlines()[0]}")
     return lines
@@ -201,7 +239,10 @@ def render_text(report: dict[str, Any]) -> str:
     windows = window_table(report)
     if windows:
         parts.append(windows)
-    lines = failed_gate_lines(report)
+    breakeven = breakeven_table(report)
+    if breakeven:
+        parts.append(breakeven)
+    lines = failed_gate_lines(report) + notice_lines(report)
     if lines:
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
@@ -216,11 +257,17 @@ def render_markdown(report: dict[str, Any]) -> str:
     windows = window_table(report, "github")
     if windows:
         parts.append(windows)
+    breakeven = breakeven_table(report, "github")
+    if breakeven:
+        parts.append(breakeven)
     lines = failed_gate_lines(report)
     if lines:
         parts.append("\n".join(f"- {line}" for line in lines))
     else:
         parts.append("All gates passed." if report["gates"] else "No gate ran.")
+    notices = notice_lines(report)
+    if notices:
+        parts.append("\n".join(f"- {line}" for line in notices))
     return "\n\n".join(parts) + "\n"
 
 

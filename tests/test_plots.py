@@ -75,7 +75,7 @@ def test_no_figure_is_left_open(rendered) -> None:
 def test_markdown_tables_are_rectangular(rendered) -> None:
     _, _, written = rendered
     tables = _tables(written["summary"].read_text())
-    assert len(tables) == 3  # speed, acceptance, per window
+    assert len(tables) == 4  # speed, acceptance, per window, break-even
     for table in tables:
         width = len(_cells(table[0]))
         assert all(len(_cells(line)) == width for line in table), table
