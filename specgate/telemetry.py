@@ -2,19 +2,29 @@
 window explains itself (a lower SM clock, a power cap, a throttle reason, a busy CPU).
 
 A :class:`Telemetry` sampler is a background thread that reads, every ``interval_s``:
-- on GPU rigs (NVML, from nvidia-ml-py): per visible GPU the SM clock (MHz), memory clock,
-  power (W), temperature (C) and the active clock-throttle reasons;
-- on every rig: the CPU frequency (MHz, mean over cores) and CPU busy share (psutil).
+- on GPU rigs, per visible GPU: the SM clock (MHz), memory clock, power (W), temperature (C) and
+  the active clock-throttle reasons. From NVML: nvidia-ml-py's ``pynvml`` where installed, else the
+  copy vLLM ships (``vllm/third_party/pynvml.py``, loaded by path so vLLM and torch are not
+  imported); without either, from a ``nvidia-smi --query-gpu ... -lms`` stream;
+- on every rig: the CPU frequency (MHz: mean and slowest core), CPU busy share (all cores and the
+  busiest one: an overhead-bound server saturates one core) and the 1-minute load (psutil).
 Samples carry ``time.perf_counter()`` stamps, the clock request records use, so
 :meth:`Telemetry.summary` can say what happened during any request or window.
-Reading never fails a run: a signal that cannot be read is left out and named in ``unavailable``.
+Reading never fails a run: a signal that cannot be read is left out; ``sources`` names the readers
+that were found, and a GPU rig with none warns once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import shutil
 import statistics
+import subprocess
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,18 +37,51 @@ THROTTLE_REASONS = {
 }
 
 Reader = Callable[[], dict[str, float]]
+_warned_no_gpu_reader: list[bool] = []
 
 
 def throttle_names(mask: int) -> list[str]:
     return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
 
 
-def nvml_reader(gpu_indices: list[int] | None = None) -> Reader | None:
-    """A reader of the GPUs' clocks, power, temperature and throttle mask; None without NVML."""
+def load_pynvml() -> Any | None:
+    """nvidia-ml-py's module, else vLLM's vendored copy of it (the GPU lab's image may lack the
+    former; its vLLM has the latter); None without either."""
     try:
         import pynvml
+
+        return pynvml
     except ImportError:
+        pass
+    try:
+        vllm_spec = importlib.util.find_spec("vllm")  # finds the package without running it
+    except (ImportError, ValueError):
         return None
+    if vllm_spec is None or not vllm_spec.submodule_search_locations:
+        return None
+    for folder in vllm_spec.submodule_search_locations:
+        spec = importlib.util.spec_from_file_location("specgate_vendored_pynvml", f"{folder}/third_party/pynvml.py")
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # the module looks itself up there while it loads
+        try:
+            spec.loader.exec_module(module)
+        except Exception:
+            del sys.modules[spec.name]
+            continue
+        return module
+    return None
+
+
+def nvml_reader(gpu_indices: list[int] | None = None) -> Reader | None:
+    """A reader of the GPUs' clocks, power, temperature and throttle mask; None without NVML."""
+    pynvml = load_pynvml()
+    if pynvml is None:
+        return None
+    # Renamed "clocks event reasons" in newer NVML; same bits.
+    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
     try:
         pynvml.nvmlInit()
         count = pynvml.nvmlDeviceGetCount()
@@ -49,33 +92,125 @@ def nvml_reader(gpu_indices: list[int] | None = None) -> Reader | None:
     def read() -> dict[str, float]:
         out: dict[str, float] = {}
         for i, h in handles:
-            for key, fn in (("sm_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-                            ("mem_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
-                            ("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
-                            ("temperature_c", lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
-                            ("gpu_util_pct", lambda: pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
-                            ("throttle_mask", lambda: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))):
+            for key, fn, args in (("sm_clock_mhz", pynvml.nvmlDeviceGetClockInfo, (h, pynvml.NVML_CLOCK_SM)),
+                                  ("mem_clock_mhz", pynvml.nvmlDeviceGetClockInfo, (h, pynvml.NVML_CLOCK_MEM)),
+                                  ("power_w", lambda h: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0, (h,)),
+                                  ("temperature_c", pynvml.nvmlDeviceGetTemperature, (h, pynvml.NVML_TEMPERATURE_GPU)),
+                                  ("gpu_util_pct", lambda h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu, (h,)),
+                                  ("throttle_mask", reasons, (h,))):
                 try:
-                    out[f"gpu{i}.{key}"] = float(fn())
+                    out[f"gpu{i}.{key}"] = float(fn(*args))
                 except Exception:
                     continue
         return out
 
+    read.source = "nvml"  # type: ignore[attr-defined]
+    read.close = pynvml.nvmlShutdown  # type: ignore[attr-defined]  # nvmlInit is reference-counted
     return read
+
+
+# nvidia-smi's names for the signals NVML gives; the throttle field was renamed in newer drivers.
+SMI_FIELDS = ("index", "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu")
+SMI_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c")
+SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+_smi_reason_field: list[str] = []  # the one this driver accepts, found once per process
+
+
+def parse_smi_line(line: str) -> dict[str, float]:
+    """One ``nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,power.draw,temperature.gpu,<reasons>
+    --format=csv,noheader,nounits`` line -> ``{"gpu0.sm_clock_mhz": 1980.0, ...}``; "[N/A]" left out."""
+    cells = [c.strip() for c in line.split(",")]
+    if len(cells) != len(SMI_FIELDS) + 1 or not cells[0].isdigit():
+        return {}
+    prefix, out = f"gpu{cells[0]}.", {}
+    for key, cell in zip(SMI_KEYS, cells[1:-1]):
+        try:
+            out[prefix + key] = float(cell)
+        except ValueError:
+            continue
+    with contextlib.suppress(ValueError):
+        out[prefix + "throttle_mask"] = float(int(cells[-1], 16))
+    return out
+
+
+class SmiReader:
+    """The latest values from a ``nvidia-smi -lms`` stream (a drain thread keeps them)."""
+
+    source = "nvidia-smi"
+
+    def __init__(self, command: list[str]) -> None:
+        self._latest: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self._thread = threading.Thread(target=self._drain, name="specgate-nvidia-smi", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            values = parse_smi_line(line)
+            if values:
+                with self._lock:
+                    self._latest.update(values)
+
+    def __call__(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._latest)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._thread.join(timeout=5)
+
+
+def smi_reader(gpu_indices: list[int] | None = None, interval_ms: int = 100) -> SmiReader | None:
+    """The nvidia-smi stream for the GPUs; None without nvidia-smi or a working query."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    select = ["-i", ",".join(map(str, gpu_indices))] if gpu_indices else []
+    if not _smi_reason_field:
+        for field_name in SMI_REASON_FIELDS:
+            query = f"--query-gpu={','.join((*SMI_FIELDS, field_name))}"
+            try:
+                probe = subprocess.run([smi, query, "--format=csv,noheader,nounits", *select],
+                                       capture_output=True, text=True, timeout=20, check=False)
+            except (OSError, subprocess.TimeoutExpired):
+                return None
+            if probe.returncode == 0 and any(parse_smi_line(line) for line in probe.stdout.splitlines()):
+                _smi_reason_field.append(field_name)
+                break
+        else:
+            return None
+    query = f"--query-gpu={','.join((*SMI_FIELDS, _smi_reason_field[0]))}"
+    return SmiReader([smi, query, "--format=csv,noheader,nounits", "-lms", str(interval_ms), *select])
 
 
 def cpu_reader() -> Reader:
     import psutil
 
-    psutil.cpu_percent(None)  # prime: the first call has no interval to measure
+    psutil.cpu_percent(None, percpu=True)  # prime: the first call has no interval to measure
 
     def read() -> dict[str, float]:
-        out = {"cpu_busy_pct": float(psutil.cpu_percent(None))}
-        freq = psutil.cpu_freq()
-        if freq is not None and freq.current:
-            out["cpu_mhz"] = float(freq.current)
+        per_core = psutil.cpu_percent(None, percpu=True)
+        out = {"cpu_busy_pct": float(sum(per_core) / len(per_core)), "cpu_busiest_core_pct": float(max(per_core))}
+        try:
+            freqs = [f.current for f in psutil.cpu_freq(percpu=True) if f.current]
+        except (AttributeError, NotImplementedError, OSError):  # no cpufreq on this machine
+            freqs = []
+        if freqs:
+            out["cpu_mhz"] = float(sum(freqs) / len(freqs))
+            out["cpu_slowest_core_mhz"] = float(min(freqs))
+        with contextlib.suppress(AttributeError, OSError):
+            out["load_1min"] = float(psutil.getloadavg()[0])
         return out
 
+    read.source = "psutil"  # type: ignore[attr-defined]
     return read
 
 
@@ -94,11 +229,23 @@ class Telemetry:
     def for_rig(cls, tier: str, gpus: str | None, interval_s: float = 0.1) -> Telemetry:
         readers: list[Reader] = [cpu_reader()]
         if tier == "gpu":
-            indices = [int(g) for g in gpus.split(",") if g.strip().isdigit()] if gpus else None
-            gpu = nvml_reader(indices)
+            # NVML and nvidia-smi index GPUs in PCI order; CUDA's default order can differ on a
+            # mixed machine, and UUID entries are not mapped: then every GPU is read.
+            entries = [g.strip() for g in gpus.split(",")] if gpus else []
+            indices = [int(g) for g in entries] if entries and all(g.isdigit() for g in entries) else None
+            gpu = nvml_reader(indices) or smi_reader(indices, interval_ms=max(int(interval_s * 1000), 100))
             if gpu is not None:
                 readers.append(gpu)
+            elif not _warned_no_gpu_reader:
+                _warned_no_gpu_reader.append(True)
+                warnings.warn("specgate telemetry: neither NVML (pynvml, or vLLM's copy) nor nvidia-smi "
+                              "could be read; GPU clocks, power and throttle reasons are not recorded",
+                              stacklevel=2)
         return cls(readers, interval_s)
+
+    @property
+    def sources(self) -> list[str]:
+        return [getattr(read, "source", getattr(read, "__name__", "reader")) for read in self.readers]
 
     def sample(self) -> None:
         values: dict[str, float] = {}
@@ -124,6 +271,13 @@ class Telemetry:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.sample()
+        for read in self.readers:
+            close = getattr(read, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    continue
 
     def summary(self, t0: float, t1: float) -> dict[str, Any]:
         """min / median / max of each signal over [t0, t1] (the nearest sample when none falls
