@@ -76,8 +76,9 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-# Llama-3-8B's shape: big enough that a decode step on an H200 is bound by the GPU (16 GB of bf16
-# weights read per step), not by vLLM's CPU-side overhead as the 135M model's ~2 ms steps are.
+# Llama-3-8B's shape: big enough that a decode step on an H200 is bound by the GPU (with SmolLM2's
+# 49152-token vocabulary, 7.38 B parameters: 14.8 GB of bf16 weights read per step), not by vLLM's
+# CPU-side overhead as the 135M model's ~2 ms steps are.
 LLAMA8B_SHAPE = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                  "num_key_value_heads": 8, "intermediate_size": 14336, "head_dim": 128}
 
@@ -89,16 +90,25 @@ def write_dummy_llama(source: Path, out: Path, shape: dict | None = None) -> Pat
     vocabulary work unchanged. Returns ``out``."""
     import shutil
 
-    config = json.loads((source / "config.json").read_text())
+    try:
+        config = json.loads((source / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecgateError(f"{source}/config.json: cannot read the source model's config ({exc})") from None
     if config.get("model_type") != "llama":
         raise SpecgateError(f"{source}/config.json: model_type {config.get('model_type')!r}, expected 'llama'")
     config.update(shape or LLAMA8B_SHAPE)
+    config["architectures"] = ["LlamaForCausalLM"]
     config["tie_word_embeddings"] = False
     config["_specgate"] = f"dummy weights (vllm --load-format dummy); shape of Llama-3-8B; tokenizer of {source}"
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",
-                 "special_tokens_map.json"):
-        if (source / name).exists():
-            shutil.copy2(source / name, out / name)
+    # Whatever transformers version wrote the source: tokenizer.json or vocab/merges, the template
+    # inside tokenizer_config.json or beside it. Never a weight file (the point is to have none).
+    for pattern in ("tokenizer*", "vocab.*", "merges.txt", "special_tokens_map.json", "added_tokens.json",
+                    "chat_template.*", "generation_config.json"):
+        for path in source.glob(pattern):
+            if path.is_file():
+                shutil.copy2(path, out / path.name)
+    if not (out / "tokenizer.json").exists() and not (out / "vocab.json").exists():
+        raise SpecgateError(f"{source}: no tokenizer files (tokenizer.json or vocab.json) to copy")
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return out

@@ -1,0 +1,66 @@
+"""The weightless Llama-8B-shaped model folder for the GPU-bound lab rig (specgate.model_prep):
+its config and files from a stand-in SmolLM2 folder, and the CLI that writes it."""
+
+import json
+
+import pytest
+
+from specgate.cli import main
+from specgate.errors import SpecgateError
+from specgate.model_prep import LLAMA8B_SHAPE, write_dummy_llama
+
+pytestmark = pytest.mark.fast
+
+SMOLLM2_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30,
+    "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536, "head_dim": 64,
+    "vocab_size": 49152, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2, "dtype": "bfloat16",
+    "max_position_embeddings": 8192, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+}
+
+
+@pytest.fixture
+def smollm2(tmp_path):
+    source = tmp_path / "smollm2-135m"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        (source / name).write_text(f"{name} of smollm2\n")
+    (source / "model.safetensors").write_bytes(b"weights")
+    return source
+
+
+def test_dummy_llama_has_the_8b_shape_and_smollm2s_vocabulary_and_tokenizer(smollm2, tmp_path):
+    out = write_dummy_llama(smollm2, tmp_path / "llama8b-dummy")
+    config = json.loads((out / "config.json").read_text())
+    assert {k: config[k] for k in LLAMA8B_SHAPE} == {
+        "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "head_dim": 128}
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["model_type"] == "llama"
+    # The draft (SmolLM2) and the target must share the vocabulary; an 8B model unties its head.
+    assert (config["vocab_size"], config["eos_token_id"], config["tie_word_embeddings"]) == (49152, 2, False)
+    assert config["dtype"] == "bfloat16" and config["max_position_embeddings"] >= 4096
+    assert sorted(p.name for p in out.iterdir()) == ["chat_template.jinja", "config.json", "generation_config.json",
+                                                     "tokenizer.json", "tokenizer_config.json"]
+    assert (out / "tokenizer.json").read_text() == "tokenizer.json of smollm2\n"
+
+
+def test_dummy_llama_refuses_a_source_that_is_not_a_llama_folder(tmp_path, smollm2):
+    with pytest.raises(SpecgateError, match=r"config\.json: cannot read"):
+        write_dummy_llama(tmp_path / "missing", tmp_path / "out")
+    (smollm2 / "config.json").write_text(json.dumps({**SMOLLM2_CONFIG, "model_type": "qwen2"}))
+    with pytest.raises(SpecgateError, match="model_type 'qwen2', expected 'llama'"):
+        write_dummy_llama(smollm2, tmp_path / "out")
+    (smollm2 / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
+    (smollm2 / "tokenizer.json").unlink()
+    with pytest.raises(SpecgateError, match="no tokenizer files"):
+        write_dummy_llama(smollm2, tmp_path / "out")
+
+
+def test_prepare_model_cli_writes_the_dummy_folder(smollm2, tmp_path, capsys):
+    out = tmp_path / "llama8b-dummy"
+    assert main(["prepare-model", "--dummy-llama8b", str(out), "--source", str(smollm2)]) == 0
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 32
+    assert str(out) in capsys.readouterr().out
+    assert main(["prepare-model", "--dummy-llama8b", str(out), "--source", str(tmp_path / "nowhere")]) == 1
+    assert "cannot read the source model's config" in capsys.readouterr().err
