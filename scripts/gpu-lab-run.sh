@@ -11,20 +11,10 @@ name="$1"; shift
 rig="${RIG:-h200-smollm2}"
 export PYTHONPATH="/root/site:/root/extra:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 # vLLM's compile cache survives between the runs of one lab visit (the machine keeps /root while
-# warm): the second start of a config skips torch.compile.
+# warm): the second start of a config skips torch.compile. gpu-lab-prepare.sh makes the folders, the
+# plugin declaration and the GPU-bound rig's model (idempotent, seconds).
 export VLLM_CACHE_ROOT=/root/vllm-cache TORCHINDUCTOR_CACHE_DIR=/root/vllm-cache/inductor
-mkdir -p /root/vllm-cache /root/extra
-# specgate is on PYTHONPATH, not installed: declare its vLLM plugin (the slowdown injector,
-# specgate/inject.py) so vLLM's entry-point scan finds it.
-if [ ! -d /root/extra/specgate_lab-0.dist-info ]; then
-  mkdir -p /root/extra/specgate_lab-0.dist-info
-  printf 'Metadata-Version: 2.1\nName: specgate-lab\nVersion: 0\n' > /root/extra/specgate_lab-0.dist-info/METADATA
-  printf '[vllm.general_plugins]\nspecgate_slowdown = specgate.inject:register\n' \
-    > /root/extra/specgate_lab-0.dist-info/entry_points.txt
-fi
-# The GPU-bound rig's model: Llama-3-8B-shaped, no weights (--load-format dummy).
-[ -f /root/models/llama8b-dummy/config.json ] || python3 -m specgate prepare-model \
-  --dummy-llama8b /root/models/llama8b-dummy --source /root/models/smollm2-135m
+bash "$(dirname "$0")/gpu-lab-prepare.sh" --quiet || exit 1
 run="/root/runs/$name"
 mkdir -p "$run"
 echo "lab run $name: rig $rig, started $(date -u +%FT%TZ)" | tee "$run/started.txt"
@@ -36,6 +26,20 @@ timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" \
 rc=${PIPESTATUS[0]}
 echo "pytest exit $rc after $(( $(date +%s) - start ))s"
 cp baselines.json "$run/baselines.json"
+# Start times per server (ready_after_s from the report) and what each start spent them on: a
+# compile-cache hit logs "Directly load the compiled graph(s)", a miss "Compiling a graph".
+{
+  python3 -c "import json, sys; r = json.load(open(sys.argv[1]))
+for label, s in r.get('servers', {}).items(): print(f'{label}: ready after {s[\"ready_after_s\"] or 0:.1f} s')" \
+    "$run/report.json" 2>/dev/null || echo "(no report.json)"
+  for log in "$run"/server-*.log; do
+    [ -f "$log" ] || continue
+    echo "== $(basename "$log")"
+    grep -o -E "Directly load the compiled graph|Compiling a graph for compile range [^ ]+ takes [0-9.]+ s|torch.compile took [0-9.]+ s in total|Model loading took [0-9.]+ GiB memory and [0-9.]+ seconds|Graph capturing finished in [0-9]+ secs, took [0-9.]+ GiB|init engine \(profile, create kv cache, warmup model\) took [0-9.]+ s|Available KV cache memory: [-0-9.]+ GiB" \
+      "$log" | sort | uniq -c
+  done
+} > "$run/startup.txt" 2>&1
+cat "$run/startup.txt"
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-after.csv" 2>&1
 cat "$run/gpu-after.csv"
 find "$run" -name 'server-*.log' -size +1M -exec sh -c 'tail -c 1000000 "$1" > "$1.tail" && mv "$1.tail" "$1"' _ {} \;

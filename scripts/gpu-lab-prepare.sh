@@ -1,0 +1,51 @@
+#!/bin/bash
+# Prepare the GPU lab machine for specgate, once per visit, right after the kit's device-setup.sh
+# (../shared/gpu-lab/README.md). Idempotent and quick (no model weights are written); gpu-lab-run.sh
+# runs it again before every run, so a run on a machine that was only staged still works.
+#   bash scripts/gpu-lab-prepare.sh            (from the repository root on the lab machine)
+# - /root/vllm-cache: vLLM's compile cache (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR), kept between the
+#   runs of one visit while the machine stays warm;
+# - /root/extra: declares specgate's vLLM plugin (the slowdown injector, specgate/inject.py), since
+#   specgate is on PYTHONPATH, not installed, and vLLM finds plugins through entry points;
+# - /root/models/llama8b-dummy: the GPU-bound rig's Llama-3-8B-shaped model, config and SmolLM2's
+#   tokenizer only (vLLM fills the weights with --load-format dummy);
+# - prints what the lab machine is (versions, GPU clocks and limits, the telemetry readers found) and
+#   keeps it in /root/runs/lab-machine.txt (copied to $OUT when set).
+set -euo pipefail
+export PYTHONPATH="/root/site:/root/extra:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export VLLM_CACHE_ROOT=/root/vllm-cache TORCHINDUCTOR_CACHE_DIR=/root/vllm-cache/inductor
+mkdir -p /root/vllm-cache /root/extra /root/runs
+if [ ! -d /root/extra/specgate_lab-0.dist-info ]; then
+  mkdir -p /root/extra/specgate_lab-0.dist-info
+  printf 'Metadata-Version: 2.1\nName: specgate-lab\nVersion: 0\n' > /root/extra/specgate_lab-0.dist-info/METADATA
+  printf '[vllm.general_plugins]\nspecgate_slowdown = specgate.inject:register\n' \
+    > /root/extra/specgate_lab-0.dist-info/entry_points.txt
+fi
+if [ ! -f /root/models/llama8b-dummy/config.json ]; then
+  [ -f /root/models/smollm2-135m/config.json ] || {
+    echo "gpu-lab-prepare: /root/models/smollm2-135m is missing: stage the kit first (device-setup.sh)" >&2; exit 1; }
+  python3 -m specgate prepare-model --dummy-llama8b /root/models/llama8b-dummy --source /root/models/smollm2-135m
+fi
+if [ "${1:-}" = "--quiet" ]; then exit 0; fi
+{
+  echo "prepared $(date -u +%FT%TZ) on $(hostname), $(nproc) cores"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit,clocks.sm,power.draw,temperature.gpu,persistence_mode,compute_mode --format=csv 2>&1 || true
+  nvidia-smi -q -d PERFORMANCE 2>&1 | grep -v '^$' | head -40 || true
+  python3 - <<'PY'
+import importlib.metadata as md
+for name in ("vllm", "torch", "transformers", "nvidia-ml-py", "psutil"):
+    try:
+        print(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name}: not installed")
+eps = [e.name for e in md.entry_points(group="vllm.general_plugins")]
+print("vllm.general_plugins:", eps)
+from specgate.telemetry import Telemetry
+t = Telemetry.for_rig("gpu", "0")
+with t:
+    pass
+print("telemetry readers:", t.sources, "; one sample:", t.samples[-1][1])
+PY
+  ls -la /root/models/llama8b-dummy
+} 2>&1 | tee /root/runs/lab-machine.txt
+if [ -n "${OUT:-}" ]; then cp /root/runs/lab-machine.txt "$OUT/"; fi
