@@ -113,7 +113,8 @@ def torch_cuda_versions() -> tuple[str | None, str | None]:
 
 def measured_with(rig: Any, mode: Any, environ: dict[str, str] | None = None) -> dict[str, Any]:
     """The fingerprint fields that say what ``rig`` measures in ``mode`` and how: the prompt
-    texts of every class, the protocol, the extra server arguments and the environment."""
+    texts of every class, the protocol, the extra server arguments and the environment (the
+    rig's, the mode's, and inherited vLLM/thread-count variables)."""
     environ = os.environ if environ is None else environ
     inherited = {k: v for k, v in environ.items() if _ENV_PATTERN.match(k)}
     protocol = rig.protocol.model_dump(mode="json")
@@ -121,7 +122,7 @@ def measured_with(rig: Any, mode: Any, environ: dict[str, str] | None = None) ->
         "prompts": {c.name: prompt_digest(c) for c in rig.prompt_classes},
         "protocol": {k: protocol[k] for k in PROTOCOL_KEYS if k in protocol},
         "server_args": [*getattr(rig, "extra_args", ()), *rig.mode_extra_args.get(mode.name, ())],
-        "env": dict(sorted({**inherited, **rig.env}.items())),
+        "env": dict(sorted({**inherited, **rig.env, **getattr(rig, "mode_env", {}).get(mode.name, {})}.items())),
     }
 
 
