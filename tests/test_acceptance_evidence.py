@@ -1,0 +1,148 @@
+"""Issue 14, point 4: the acceptance gate's tolerance comes from the evidence. Each rate is
+accepted / drafted with a Wilson interval; a window whose interval cannot tell a drop of the
+tolerance from chance is undecided (recorded and skipped), never passed or failed."""
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from scipy.stats import binomtest
+
+from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
+from specgate.client import RequestRecord
+from specgate.config import load_rig
+from specgate.gates import baseline_entry, check_acceptance
+from specgate.measure import ClassMeasurement
+from specgate.metrics import AcceptanceStats
+from specgate.stats import METHOD_BINOMIAL, compare_acceptance, wilson_interval
+
+pytestmark = pytest.mark.fast
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 13), (2, 13), (10, 13), (13, 13), (480, 1000)])
+def test_wilson_interval_is_scipys(k, n):
+    expected = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    assert wilson_interval(k, n, 0.95) == pytest.approx((expected.low, expected.high))
+
+
+def test_a_clear_drop_fails_a_small_drop_in_a_small_window_is_undecided_no_drop_passes():
+    common = {"tolerance": 0.05, "subject": "ngram on coding", "metric": "position 1 rate"}
+    failed = compare_acceptance(0.4, 0.5, counts=(400, 1000), **common)
+    assert failed.decided and not failed.passed and failed.method == METHOD_BINOMIAL
+    assert "400 of 1000 drafts, 95 % interval 0.37-0.431" in failed.message
+    # the seed's complaint: 13 drafts, where a rate rests on a couple of accepted tokens
+    open_ = compare_acceptance(2 / 13, 0.231, counts=(2, 13), **common)
+    assert not open_.decided
+    assert "too few drafts to gate" in open_.message and "spans the fail line 0.219" in open_.message
+    assert "about 5100 drafts would resolve a 5 % drop" in open_.message
+    same = compare_acceptance(10 / 13, 10 / 13, counts=(10, 13), **common)
+    assert same.decided and same.passed
+    # without counts (old callers): the fixed tolerance, as before
+    assert compare_acceptance(0.74, 0.769, tolerance=0.05, subject="s", metric="m").decided
+
+
+def _record(i: int) -> RequestRecord:
+    return RequestRecord(request_id=f"ngram/coding/p{i}#0", mode="ngram", prompt_class="coding", prompt_id=f"p{i}",
+                         concurrency=1, started_at=0.0, first_token_at=0.1, last_token_at=2.2, finished_at=2.2,
+                         chunk_times=[0.1, 2.2], prompt_tokens=10, completion_tokens=64, text="x",
+                         finish_reason="length")
+
+
+def _window(acceptance: AcceptanceStats) -> ClassMeasurement:
+    return ClassMeasurement(rig="cpu-smollm2", mode="ngram", prompt_class="coding", concurrency=1,
+                            records=[_record(i) for i in range(3)], acceptance=acceptance,
+                            server_decode_tokens_per_s=None, server_metric_source=None, wall_s=1.0)
+
+
+def _stats(drafts: float, per_position: list[float]) -> AcceptanceStats:
+    return AcceptanceStats(drafts=drafts, draft_tokens=drafts * len(per_position),
+                           accepted_tokens=sum(per_position), accepted_per_position=tuple(per_position))
+
+
+# The committed cpu baseline of ngram on coding: 13 drafts, positions 10, 9, 7, 7, 3 accepted.
+STORED = AcceptanceEntry(mean_acceptance_length=1 + 36 / 13, acceptance_rate=36 / 65,
+                         per_position_rates=[10 / 13, 9 / 13, 7 / 13, 7 / 13, 3 / 13])
+
+
+@pytest.fixture(scope="module")
+def rig():
+    return load_rig("cpu-smollm2", ROOT / "fixtures")
+
+
+def _entry(acceptance: AcceptanceEntry) -> BaselineEntry:
+    return BaselineEntry(decode_tokens_per_s=[30.0], median=30.0, mad=0.0, n=1, acceptance=acceptance)
+
+
+def test_a_thirteen_draft_window_one_token_lower_is_undecided(rig):
+    result = check_acceptance(rig, _window(_stats(13, [10, 9, 7, 7, 2])), _entry(STORED))
+    assert result.details["undecided"] and not result.passed
+    assert "ngram on coding: position 5 rate 0.154 (2 of 13 drafts" in result.message
+    assert "too few drafts to gate" in result.message
+
+
+def test_the_same_rates_pass_and_a_large_window_that_dropped_fails(rig):
+    same = check_acceptance(rig, _window(_stats(13, [10, 9, 7, 7, 3])), _entry(STORED))
+    assert same.passed and not same.details["undecided"]
+    dropped = check_acceptance(rig, _window(_stats(2000, [1200, 1000, 800, 700, 300])), _entry(STORED))
+    assert not dropped.passed and not dropped.details["undecided"]
+    assert "position 1 rate 0.6 (1200 of 2000 drafts" in dropped.message
+    assert "the whole interval is below the fail line" in dropped.message
+
+
+def test_baselines_keep_the_raw_counts_and_old_entries_load():
+    fresh = _window(_stats(13, [10, 9, 7, 7, 3]))
+    entry = baseline_entry(fresh, Fingerprint())
+    assert (entry.acceptance.drafts, entry.acceptance.draft_tokens) == (13, 65)
+    assert entry.acceptance.accepted_per_position == [10, 9, 7, 7, 3]
+    again = BaselineEntry.model_validate(json.loads(entry.model_dump_json()))
+    assert again.acceptance == entry.acceptance
+    old = AcceptanceEntry.model_validate({"mean_acceptance_length": 3.77, "acceptance_rate": 0.55,
+                                          "per_position_rates": [0.77]})
+    assert old.drafts is None and old.accepted_per_position is None
+
+
+GATE_TEST = textwrap.dedent('''
+    from specgate.baselines import Fingerprint, merge_updates
+    from specgate.client import RequestRecord
+    from specgate.gates import baseline_entry
+    from specgate.measure import ClassMeasurement
+    from specgate.metrics import AcceptanceStats
+
+
+    def window(per_position):
+        stats = AcceptanceStats(drafts=13, draft_tokens=65, accepted_tokens=sum(per_position),
+                                accepted_per_position=tuple(per_position))
+        record = RequestRecord(request_id="ngram/coding/p0#0", mode="ngram", prompt_class="coding",
+                               prompt_id="p0", concurrency=1, started_at=0.0, first_token_at=0.1,
+                               last_token_at=2.2, finished_at=2.2, chunk_times=[0.1, 2.2], prompt_tokens=10,
+                               completion_tokens=64, text="x", finish_reason="length")
+        return ClassMeasurement(rig="cpu-smollm2", mode="ngram", prompt_class="coding", concurrency=1,
+                                records=[record], acceptance=stats, server_decode_tokens_per_s=None,
+                                server_metric_source=None, wall_s=1.0)
+
+
+    def test_acceptance(specgate_session, gatekeeper):
+        merge_updates(specgate_session.options.baselines_path, {
+            ("cpu-smollm2", "ngram", "coding", 1): baseline_entry(window([10, 9, 7, 7, 3]), Fingerprint())})
+        m = window([10, 9, 7, 7, 2])
+        specgate_session.measurements[("ngram", "coding", 1)] = m
+        gatekeeper.acceptance(m)
+''')
+
+
+def test_an_undecided_acceptance_gate_is_skipped_and_listed(pytester):
+    shutil.copytree(ROOT / "fixtures", pytester.path / "fixtures")
+    pytester.makepyfile(test_gate=GATE_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-rs")
+    result.assert_outcomes(skipped=1)
+    out = result.stdout.str()
+    assert "acceptance gate undecided:" in out and "position 5 rate 0.154 (2 of 13 drafts" in out
+    assert "UNDECIDED acceptance [ngram-coding-c1]: ngram on coding: acceptance rate" in out
+    report = json.loads(next((pytester.path / ".specgate" / "runs").glob("*/report.json")).read_text())
+    assert [(u["gate"], u["kind"]) for u in report["undecided"]] == [("acceptance", "too few drafts")]
+    assert report["gates"] == []  # neither passed nor failed
