@@ -131,6 +131,7 @@ class Protocol(_Strict):
 
 class ClassGate(_Strict):
     throughput_tolerance: float | None = Field(default=None, ge=0, lt=1)
+    level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     start_noise: float | None = Field(default=None, ge=0, lt=1)
     acceptance_tolerance: float | None = Field(default=None, ge=0, lt=1)
     min_speedup: float | None = Field(default=None, gt=0)
@@ -147,6 +148,9 @@ class Gates(_Strict):
     min_speedup: float = Field(default=1.0, gt=0)
     min_identical_share: float = Field(default=0.5, ge=0, le=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    # The level check (tok/s against stored samples from another server start; the no-speculation
+    # mode, and rigs without a duet) fails below 1 - this; None: throughput_tolerance.
+    level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
     classes: dict[str, ClassGate] = {}

@@ -152,7 +152,8 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
         source = ("level vs stored samples; start noise "
                   + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
                      "unknown (fewer than 3 stored runs, no start_noise): the interval holds this run's noise only"))
-    return ratio_result("throughput", m, samples.measured, samples.reference, threshold=threshold,
+    level_threshold = 1 - (gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance)
+    return ratio_result("throughput", m, samples.measured, samples.reference, threshold=level_threshold,
                         reference_label="stored level", design=source, note=samples.note,
                         extra_log_spread=float(spread), **common)
 
