@@ -100,16 +100,23 @@ def _median_tps(measurement: dict[str, Any]) -> float | None:
 def from_report(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per speculative window of a run's report that has acceptance figures and a
     no-speculation window of the same class and concurrency: the window's key plus
-    :meth:`BreakEven.to_dict`. tok/s are the medians per request the speed table shows."""
+    :meth:`BreakEven.to_dict`. The no-speculation level is the median per request of the window
+    it was compared with (the duet's own partner when there is one); the speculative one is that
+    level times the backfire gate's paired ratio, so c = AL / ratio uses the one number the gate,
+    the tables and the plots show (the plain median per request when no gate decided)."""
     reference = report["rig"]["reference_mode"]
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in report["measurements"]}
+    ratios = {(g["mode"], g["prompt_class"], g["concurrency"]): g["details"].get("ratio")
+              for g in report.get("gates", []) if g.get("gate") == "backfire"}
     rows = []
     for (mode, prompt_class, concurrency), m in windows.items():
         acceptance = m.get("acceptance")
-        ref = windows.get((reference, prompt_class, concurrency))
-        if mode == reference or not acceptance or ref is None:
+        ref = m.get("partner") or windows.get((reference, prompt_class, concurrency))
+        if mode == reference or not acceptance or ref is None or ref.get("mode") != reference:
             continue
-        spec, plain = _median_tps(m), _median_tps(ref)
+        plain = _median_tps(ref)
+        ratio = ratios.get((mode, prompt_class, concurrency))
+        spec = plain * ratio if (plain and ratio) else _median_tps(m)
         if not spec or not plain:
             continue
         result = break_even(mode, acceptance_length=acceptance["mean_acceptance_length"], spec_tokens_per_s=spec,

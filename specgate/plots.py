@@ -132,7 +132,10 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
                 top = max(top, q3, *values)
                 ref = by.get((reference, prompt_class))
                 if mode != reference and ref is not None:
-                    change = (median / _quartiles(_tps(ref))[1] - 1) * 100
+                    from specgate.report import gate_ratio
+
+                    ratio = gate_ratio(report, mode, prompt_class, level)
+                    change = ((ratio or median / _quartiles(_tps(ref))[1]) - 1) * 100
                     bad = (mode, prompt_class, level) in failed
                     ax.annotate(f"{change:+.0f} %" + (" FAIL" if bad else ""),
                                 (x, max(q3, *values)), xytext=(0, 3), textcoords="offset points",
@@ -154,7 +157,7 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
         ax.set_axisbelow(True)
         ax.legend(loc="best", fontsize=8.5, frameon=True, framealpha=0.9)
     fig.suptitle(f"{_title(report)}\ndecode tok/s per request: bar = median, whiskers = IQR, "
-                 f"dots = requests, label = median vs {reference}", fontsize=10.5)
+                 f"dots = requests, label = the backfire gate's paired ratio to {reference}", fontsize=10.5)
     return _save(fig, path)
 
 

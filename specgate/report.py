@@ -57,6 +57,16 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "-"
 
 
+def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
+    """The paired ratio the backfire gate decided on for this window (Hodges-Lehmann, the one
+    number its message shows), or None when no such gate ran: every table and plot shows it."""
+    for g in report.get("gates", []):
+        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
+                ("backfire", mode, prompt_class, level) and g.get("details", {}).get("ratio"):
+            return float(g["details"]["ratio"])
+    return None
+
+
 def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
     """Per prompt class: no-speculation tok/s, each mode's tok/s and change, and the verdict."""
     reference = report["rig"]["reference_mode"]
@@ -80,8 +90,9 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
                     continue
                 m = by.get((mode, prompt_class))
                 tps = _median_tps(m) if m else None
-                if tps and ref_tps:
-                    row.append(f"{tps:.1f} ({(tps / ref_tps - 1) * 100:+.0f} %)")
+                ratio = gate_ratio(report, mode, prompt_class, level)
+                if tps and (ratio or ref_tps):
+                    row.append(f"{tps:.1f} ({((ratio or tps / ref_tps) - 1) * 100:+.0f} %)")
                 else:
                     row.append(f"{tps:.1f}" if tps else "-")
                 verdict = _verdict_text(verdicts.get((mode, prompt_class, level), []))
@@ -90,7 +101,8 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
             rows.append(row)
         headers = ["class", f"{reference} tok/s", *(f"{m} tok/s (change)" for m in modes if m != reference),
                    "verdict"]
-        title = f"decode tok/s, median per request, concurrency {level}"
+        title = (f"decode tok/s, median per request, concurrency {level}; change: the backfire gate's paired "
+                 "ratio (Hodges-Lehmann) where it ran, else the ratio of medians")
         tables.append(title + "\n" + _table(rows, headers, fmt))
     return "\n\n".join(tables)
 
