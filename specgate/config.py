@@ -142,7 +142,7 @@ class Gates(_Strict):
     throughput_tolerance: float = Field(default=0.05, ge=0, lt=1)
     # Relative SD of one server start's tok/s level (same config, started again), measured on the
     # rig. The throughput and backfire gates compare two starts, so their intervals carry it; 0
-    # leaves only the request-to-request noise of this run (see docs/statistics-gpu.md).
+    # leaves only the request-to-request noise of this run (see docs/statistics.md).
     start_noise: float = Field(default=0.0, ge=0, lt=1)
     acceptance_tolerance: float = Field(default=0.05, ge=0, lt=1)
     min_speedup: float = Field(default=1.0, gt=0)

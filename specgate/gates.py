@@ -1,6 +1,7 @@
 """The four gates, each a decision on one measurement with a one-line reason.
 
-- throughput: decode tok/s against the stored baseline (noise-aware, see ``stats.compare_ratio``);
+- throughput: decode tok/s against the stored baseline, decided on the paired ratio (Hodges-Lehmann
+  estimate with its Wilcoxon interval, see specgate/paired.py and docs/statistics.md);
 - acceptance: mean acceptance length, acceptance rate and per-position rates against the stored
   baseline, one-sided (only lower fails);
 - backfire: a speculative mode against the no-speculation mode measured in the same session on

@@ -1,10 +1,11 @@
-"""Gate decisions: is a measured sample slower than its reference, has acceptance
-dropped, are the outputs still identical? Each decision comes back as a record
-whose one-line message carries the whole comparison, so a failing gate can be
-acted on from the test report alone.
+"""Gate decisions other than speed: has acceptance dropped, are the outputs still identical?
+Plus the helpers the speed gates share: robust summaries and pairing two samples by request key.
+Each decision comes back as a record whose one-line message carries the whole comparison, so a
+failing gate can be acted on from the test report alone.
 
-Throughput-like quantities are assumed: higher is better, and "slower" means a
-ratio measured / reference below 1.
+The speed gates (throughput, backfire) decide on the paired ratio: the Hodges-Lehmann estimate of
+the per-request log ratios with its Wilcoxon signed-rank interval (specgate/paired.py,
+docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-METHOD_BOOTSTRAP = "bootstrap median ratio"
-METHOD_BOOTSTRAP_PAIRED = "bootstrap paired median ratio"
-METHOD_SINGLE_SAMPLE = "tolerance only (single sample)"
-METHOD_NO_SPREAD = "tolerance only (identical values)"
 METHOD_ONE_SIDED = "one-sided tolerance"
 METHOD_BINOMIAL = "Wilson binomial interval"
 
@@ -38,8 +35,8 @@ class SampleSummary:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One gate decision. measured and reference are the medians of each side (for a
-    paired comparison the ratio is the median of per-item ratios, not their quotient)."""
+    """One acceptance decision (:func:`compare_acceptance`): the measured figure against its
+    reference, their ratio, and the interval when the decision rests on counts."""
 
     gate: str
     passed: bool
@@ -102,14 +99,6 @@ def summarize(samples: Sequence[float]) -> SampleSummary:
     )
 
 
-def _number(value: float) -> str:
-    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
-
-
-def _threshold_text(threshold: float) -> str:
-    return f"{threshold:.2f}" if round(threshold, 2) == threshold else f"{threshold:g}"
-
-
 def _change_text(ratio: float, *, up: str, down: str) -> str:
     """'26 % slower' / '4.2 % faster': whole percent once the change is large."""
     pct = (ratio - 1.0) * 100.0
@@ -120,24 +109,9 @@ def _change_text(ratio: float, *, up: str, down: str) -> str:
     return f"{amount} % {down if pct < 0 else up}"
 
 
-def _median_ratio(measured: np.ndarray, reference: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(measured, axis=axis) / np.median(reference, axis=axis)
-
-
-def _bootstrap_ci(data: tuple[np.ndarray, ...], statistic, confidence: float, n_resamples: int,
-                  seed: int) -> tuple[float, float, np.ndarray]:
-    """Seeded percentile bootstrap interval (reproducible: the same samples give the same verdict),
-    with the replicates it was taken from."""
-    result = scipy_stats.bootstrap(data, statistic, n_resamples=n_resamples, vectorized=True,
-                                   confidence_level=confidence, method="percentile",
-                                   rng=np.random.default_rng(seed))
-    return (float(result.confidence_interval.low), float(result.confidence_interval.high),
-            np.asarray(result.bootstrap_distribution, dtype=float))
-
-
 @dataclass(frozen=True)
 class Matched:
-    """Two keyed samples lined up for :func:`compare_ratio` (see :func:`match_by_key`)."""
+    """Two keyed samples lined up for the paired ratio (``specgate.paired``; see :func:`match_by_key`)."""
     measured: list[float]
     reference: list[float]
     paired: bool
@@ -157,154 +131,6 @@ def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) 
         one_sided = sorted((set(measured) | set(reference)) - set(common))
         return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided)
     return Matched(list(measured.values()), list(reference.values()), False, [])
-
-
-def compare_ratio(
-    measured: Sequence[float],
-    reference: Sequence[float],
-    *,
-    threshold: float,
-    gate: str,
-    subject: str,
-    reference_label: str = "reference",
-    unit: str = "tok/s",
-    fail_phrase: str | None = None,
-    paired: bool = False,
-    confidence: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-    start_noise: float = 0.0,
-) -> Comparison:
-    """Compare a higher-is-better measurement with its reference by the ratio of medians.
-
-    ratio = median(measured) / median(reference); with paired=True (item i of
-    both samples measured on the same prompt/run) the median of the per-item
-    ratios instead. A seeded percentile bootstrap gives the confidence interval
-    of that statistic.
-
-    Decision: FAIL iff ratio < threshold AND ci_high < max(threshold, 1).
-    A regression gate uses threshold = 1 - tolerance (fail only when
-    significantly slower than the reference and by more than the tolerance);
-    the backfire gate uses threshold = minimum speedup, e.g. 1.0 (fail when
-    significantly slower than no speculation). When a side has one value, or
-    the bootstrap distribution would be a single point, the decision is by the
-    threshold alone and the message says so.
-
-    Message: "<subject>: <m> <unit> vs <r> <reference_label> (ratio ..., CI,
-    threshold, n, method)". fail_phrase, when given, replaces "<subject>" in
-    the message of a FAILED comparison; it is a str.format template with the
-    fields {change} ("26 % slower"), {ratio}, {subject} and {reference_label},
-    e.g. "ngram is {change} than no speculation on coding".
-
-    start_noise: the relative standard deviation of one server start's level (the
-    same config started twice gives different medians: on the GPU lab 16-26 %).
-    Each side comes from one start, so the interval of the ratio also carries
-    two such draws: every bootstrap replicate (or, without resampling, the ratio
-    itself) is multiplied by exp(N(0, 2 * ln(1 + start_noise)**2)) draws, seeded,
-    before the percentiles are taken. 0 (the default) keeps the request-to-request
-    interval alone.
-
-    Measured values must be >= 0 and reference values > 0 (a ratio against
-    zero is undefined); raises ValueError naming the subject otherwise, and for
-    empty or non-finite samples.
-    """
-    m = _finite_array(measured, f"measured sample for {subject}")
-    r = _finite_array(reference, f"{reference_label} sample for {subject}")
-    if np.any(m < 0):
-        raise ValueError(f"measured sample for {subject} has negative values: {m.tolist()}")
-    if np.any(r <= 0):
-        raise ValueError(
-            f"{reference_label} sample for {subject} must be positive to divide by: {r.tolist()}"
-        )
-    if not (math.isfinite(threshold) and threshold > 0):
-        raise ValueError(f"threshold for {subject} must be a positive number, got {threshold!r}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence for {subject} must be between 0 and 1, got {confidence!r}")
-    if not (math.isfinite(start_noise) and 0 <= start_noise < 1):
-        raise ValueError(f"start_noise for {subject} must be in [0, 1), got {start_noise!r}")
-
-    replicates: np.ndarray | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    if paired:
-        if m.size != r.size:
-            raise ValueError(
-                f"paired comparison for {subject} needs samples of equal length, got {m.size} measured "
-                f"and {r.size} {reference_label}"
-            )
-        ratios = m / r
-        ratio = float(np.median(ratios))
-        if ratios.size == 1:
-            method = METHOD_SINGLE_SAMPLE
-        elif np.ptp(ratios) == 0:
-            method = METHOD_NO_SPREAD
-        else:
-            method = METHOD_BOOTSTRAP_PAIRED
-            ci_low, ci_high, replicates = _bootstrap_ci((ratios,), np.median, confidence, n_resamples, seed)
-    else:
-        ratio = float(_median_ratio(m, r))
-        if m.size == 1 or r.size == 1:
-            method = METHOD_SINGLE_SAMPLE
-        elif np.ptp(m) == 0 and np.ptp(r) == 0:
-            # Every resample would give the same ratio: a zero-width interval
-            # would look like certainty that five identical readings do not give.
-            method = METHOD_NO_SPREAD
-        else:
-            method = METHOD_BOOTSTRAP
-            # Two-sample bootstrap: each side is resampled on its own, since
-            # unpaired runs share nothing item by item.
-            ci_low, ci_high, replicates = _bootstrap_ci((m, r), _median_ratio, confidence, n_resamples, seed)
-
-    if start_noise > 0:
-        # Both sides are one server start each: widen the interval by two start-level draws.
-        base = replicates if replicates is not None else np.full(n_resamples, ratio)
-        sd = math.sqrt(2.0) * math.log1p(start_noise)
-        widened = base * np.exp(np.random.default_rng(seed + 1).normal(0.0, sd, size=base.size))
-        tail = (1.0 - confidence) / 2.0 * 100.0
-        ci_low, ci_high = (float(v) for v in np.percentile(widened, [tail, 100.0 - tail]))
-        method = (f"{method} + start noise {start_noise * 100:g} %" if replicates is not None else
-                  f"start noise {start_noise * 100:g} % only ({method.split('(')[-1]}")
-
-    # Fail only when slower than the threshold AND significantly so; a single sample (no CI) is
-    # judged by the threshold alone.
-    significant = True if ci_high is None else ci_high < max(threshold, 1.0)
-    passed = not (ratio < threshold and significant)
-
-    change = _change_text(ratio, up="faster", down="slower")
-    if ci_low is None or ci_high is None:
-        ci_text = (
-            "no CI: single sample, decided by the threshold alone"
-            if method == METHOD_SINGLE_SAMPLE
-            else "no CI: all values identical, decided by the threshold alone"
-        )
-    else:
-        ci_text = f"{confidence * 100:g} % CI {ci_low:.2f}-{ci_high:.2f}"
-    measured_median, reference_median = float(np.median(m)), float(np.median(r))
-    detail = (
-        f"{_number(measured_median)} {unit} vs {_number(reference_median)} {reference_label} "
-        f"(ratio {ratio:.3f}, {change}; {ci_text}; threshold {_threshold_text(threshold)}; "
-        f"n={m.size}/{r.size}; {method})"
-    )
-    if not passed and fail_phrase is not None:
-        head = fail_phrase.format(
-            change=change, ratio=f"{ratio:.3f}", subject=subject, reference_label=reference_label
-        )
-    else:
-        head = subject
-    return Comparison(
-        gate=gate,
-        passed=passed,
-        measured=measured_median,
-        reference=reference_median,
-        ratio=ratio,
-        threshold=threshold,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        n_measured=int(m.size),
-        n_reference=int(r.size),
-        method=method,
-        message=f"{head}: {detail}",
-    )
 
 
 def wilson_interval(successes: float, trials: float, confidence: float) -> tuple[float, float]:
