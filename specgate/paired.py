@@ -93,7 +93,7 @@ def _interval_rank(n: int, confidence: float) -> tuple[int, float]:
         return k, (1.0 - 2.0 * float(cdf[k - 1])) if k >= 1 else 0.0
     m = n * (n + 1) / 2.0
     sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
-    k = int(math.floor(m / 2.0 - scipy_stats.norm.ppf(1.0 - alpha_half) * sd))
+    k = math.floor(m / 2.0 - scipy_stats.norm.ppf(1.0 - alpha_half) * sd)
     return max(k, 1), confidence
 
 

@@ -521,9 +521,7 @@ class GateKeeper:
         if update == "off":
             return False
         fingerprint = self.session.fingerprints.get(m.mode)
-        from specgate.baselines import Fingerprint
-
-        from specgate.baselines import lookup
+        from specgate.baselines import Fingerprint, lookup
 
         previous = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
         entry = baseline_entry(m, fingerprint or Fingerprint(), previous)

@@ -113,7 +113,7 @@ class SpecgateSession:
         key = (self.rig.reference_mode, prompt_class, concurrency)
         if key in self.measurements:
             return self.measurements[key]
-        for (mode, cls, level), m in self.measurements.items():
+        for (_mode, cls, level), m in self.measurements.items():
             if (cls, level) == (prompt_class, concurrency) and m.partner is not None \
                     and m.partner.mode == self.rig.reference_mode and m.partner.side != "reference":
                 self.measurements[key] = m.partner

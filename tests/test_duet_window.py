@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from specgate.baselines import Fingerprint
 from specgate.config import load_rig
 from specgate.gates import baseline_entry, check_backfire, check_throughput
-from specgate.baselines import Fingerprint
 from specgate.measure import ClassMeasurement, Measurer
 
 pytestmark = pytest.mark.fast
