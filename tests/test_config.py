@@ -183,13 +183,13 @@ def test_wrong_type_names_the_key(fx: Path) -> None:
     assert "number" in str(err)
 
 
-@pytest.mark.parametrize(("replacement", "key"), [
-    ("throughput_tolerance = 1.5", "gates.throughput_tolerance"),
-    ("throughput_tolerance = 0.25\nstart_noise = -0.1", "gates.start_noise"),
+@pytest.mark.parametrize(("line", "replacement", "key"), [
+    ("throughput_tolerance = 0.10", "throughput_tolerance = 1.5", "gates.throughput_tolerance"),
+    ("start_noise = 0.10", "start_noise = -0.1", "gates.start_noise"),
 ])
-def test_out_of_range_value_names_the_nested_key(fx: Path, replacement: str, key: str) -> None:
+def test_out_of_range_value_names_the_nested_key(fx: Path, line: str, replacement: str, key: str) -> None:
     rig_file = fx / "rigs" / "cpu-smollm2.toml"
-    _replace(rig_file, "throughput_tolerance = 0.25", replacement)
+    _replace(rig_file, line, replacement)
     err = _load_fails(fx)
     assert err.key == key
     assert str(rig_file) in str(err)
