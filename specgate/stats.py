@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
+from specgate.paired import change_text
+
 METHOD_ONE_SIDED = "one-sided tolerance"
 METHOD_BINOMIAL = "Wilson binomial interval"
 
@@ -97,16 +99,6 @@ def summarize(samples: Sequence[float]) -> SampleSummary:
         n=int(values.size),
         samples=tuple(float(v) for v in values),
     )
-
-
-def _change_text(ratio: float, *, up: str, down: str) -> str:
-    """'26 % slower' / '4.2 % faster': whole percent once the change is large."""
-    pct = (ratio - 1.0) * 100.0
-    size = abs(pct)
-    if round(size, 1) == 0:
-        return "no change"
-    amount = f"{size:.0f}" if size >= 10 else f"{size:.1f}"
-    return f"{amount} % {down if pct < 0 else up}"
 
 
 @dataclass(frozen=True)
@@ -194,7 +186,7 @@ def compare_acceptance(
     threshold = 1.0 - tolerance
     ratio = measured / reference
     fail_line = reference * threshold
-    change = _change_text(ratio, up="higher", down="lower")
+    change = change_text(ratio, up="higher", down="lower")
     ci_low = ci_high = None
     decided = True
     if counts is None:
