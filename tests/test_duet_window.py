@@ -106,3 +106,36 @@ def test_backfire_and_throughput_decide_on_the_duet(window, rig):
     throughput = check_throughput(rig, m, stored)  # the same window against its own stored ratio
     assert throughput.details["ratio"] == pytest.approx(1.0) and throughput.passed
     assert "stored ratio" in throughput.details["design"]
+
+
+def test_tables_and_break_even_show_the_gates_one_number(window, rig):
+    # Issue 14.3: one statistic. The speed table's change, the plot label and the break-even line
+    # use the backfire gate's paired ratio, not a ratio of medians.
+    from specgate.breakeven import from_report
+    from specgate.report import gate_ratio, speed_table
+
+    m, _ = window
+    result = check_backfire(rig, m, m.partner)
+    report = {"rig": {"reference_mode": "baseline", "modes": {"baseline": None, "ngram": {}}},
+              "measurements": [m.to_dict(), m.partner.to_dict()], "gates": [result.to_dict()]}
+    ratio = gate_ratio(report, "ngram", "coding", 1)
+    assert ratio == pytest.approx(result.details["ratio"])
+    assert f"({(ratio - 1) * 100:+.0f} %)" in speed_table(report)
+    (row,) = from_report(report)
+    assert row["step_cost"][0] == pytest.approx(m.acceptance.mean_acceptance_length / ratio)
+
+
+def test_warm_up_is_keyed_on_the_server_object_not_its_id(rig):
+    # Issue 14.6: id() is reused once an object is gone; a new server must get its warm-up.
+    warm_rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 1})})
+    measurer = Measurer(warm_rig)
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    journal = []
+    first = StandInServer("baseline", journal)
+    measurer._warm_up(first, rig.mode("baseline"), coding, "first")
+    measurer._warm_up(first, rig.mode("baseline"), coding, "first again")
+    assert sum(1 for kind, *_ in journal if kind == "start") == 1
+    del first
+    second = StandInServer("baseline", journal)  # may well reuse the first one's id()
+    measurer._warm_up(second, rig.mode("baseline"), coding, "second")
+    assert sum(1 for kind, *_ in journal if kind == "start") == 2
