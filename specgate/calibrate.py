@@ -32,14 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from scipy import stats as scipy_stats
 
 from specgate.config import Rig, Side
 from specgate.gates import match_samples
 from specgate.inject import ENV_FILE
 from specgate.measure import ClassMeasurement, Measurer
-from specgate.paired import paired_ratio
+from specgate.paired import paired_ratio, start_spread
 
 DEFAULT_LEVELS = (0.0, 0.02, 0.05, 0.10, 0.20)
 DEFAULT_TOLERANCES = (0.02, 0.03, 0.05, 0.10)
@@ -170,7 +169,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     level_file.write_text("0\n")
     concurrency = concurrency or rig.protocol.concurrency[0]
     gates = rig.gates
-    sequential_spread = 1.96 * float(np.sqrt(2) * np.log1p(gates.start_noise))
+    sequential_spread = start_spread(gates.start_noise)
     measurer = Measurer(rig, progress=progress)
     results: list[WindowResult] = []
     windows_path = out / "windows.jsonl"

@@ -23,7 +23,7 @@ import numpy as np
 from specgate.baselines import LEVEL_HISTORY, AcceptanceEntry, BaselineEntry, Fingerprint, RatioEntry
 from specgate.config import Rig
 from specgate.measure import ClassMeasurement
-from specgate.paired import change_text, describe, paired_ratio, verdict_text
+from specgate.paired import change_text, describe, paired_ratio, start_spread, verdict_text
 from specgate.stats import compare_acceptance, compare_outputs, match_by_key, summarize
 
 
@@ -145,11 +145,11 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     history = _history_spread(baseline.level_history)
     if history is not None:
-        spread, source = 1.96 * np.sqrt(2) * history, (
+        spread, source = start_spread(float(np.expm1(history))), (
             f"level vs stored samples; start-to-start spread {history * 100:.1f} % from "
             f"{len(baseline.level_history)} stored runs")
     else:
-        spread = 1.96 * np.sqrt(2) * np.log1p(gates.start_noise)
+        spread = start_spread(gates.start_noise)
         source = ("level vs stored samples; start noise "
                   + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
                      "unknown (fewer than 3 stored runs, no start_noise): the interval holds this run's noise only"))
@@ -218,7 +218,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
     if duet:
         design, spread = "duet with no speculation, requests alternated", 0.0
     else:
-        spread = 1.96 * float(np.sqrt(2) * np.log1p(gates.start_noise))
+        spread = start_spread(gates.start_noise)
         design = "windows one after the other" + (
             f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known")
     result = ratio_result("backfire", m, measured, reference, threshold=gates.min_speedup,

@@ -140,6 +140,31 @@ def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, repeat: i
     return requests
 
 
+class WindowProgress:
+    """The per-request progress callback of a window: one line at the window's end, or every
+    PROGRESS_EVERY_S while it runs."""
+
+    def __init__(self, progress: Callable[[str], None], label: str, total: int, *, name_mode: bool = False) -> None:
+        self.progress, self.label, self.total, self.name_mode = progress, label, total, name_mode
+        self.done = 0
+        self.started = self.last_line = time.monotonic()
+
+    def restart(self) -> float:
+        self.started = self.last_line = time.monotonic()
+        return self.started
+
+    def __call__(self, record: RequestRecord) -> None:
+        now = time.monotonic()
+        self.done += 1
+        if now - self.last_line < PROGRESS_EVERY_S and self.done < self.total:
+            return
+        self.last_line = now
+        tps = record.decode_tokens_per_s
+        who = f"{record.mode} " if self.name_mode else ""
+        self.progress(f"{self.label}: {self.done}/{self.total} requests, {now - self.started:.0f}s elapsed"
+                      + (f", last {who}{tps:.1f} tok/s" if tps else ""))
+
+
 # Runs ``round_fn`` ``rounds`` times. The default is a plain loop; the plugin passes
 # pytest-benchmark's pedantic runner so every round is also a benchmark round.
 RoundRunner = Callable[[Callable[[], None], int], None]
@@ -210,21 +235,8 @@ class Measurer:
                  label: str, run_rounds: RoundRunner) -> ClassMeasurement:
         protocol = self.rig.protocol
         self._warm_up(server, mode, prompt_class, label)
-        total = protocol.repeats * len(prompt_class.prompts)
         records: list[RequestRecord] = []
-        started = last_line = time.monotonic()
-        done = 0
-
-        def on_done(record: RequestRecord) -> None:
-            nonlocal last_line, done
-            now = time.monotonic()
-            done += 1
-            if now - last_line < PROGRESS_EVERY_S and done < total:
-                return  # one line per window end, or every PROGRESS_EVERY_S while it runs
-            last_line = now
-            tps = record.decode_tokens_per_s
-            self.progress(f"{label}: {done}/{total} requests, {now - started:.0f}s elapsed"
-                          + (f", last {tps:.1f} tok/s" if tps else ""))
+        on_done = WindowProgress(self.progress, label, protocol.repeats * len(prompt_class.prompts))
 
         def one_round() -> None:
             repeat = len(records) // len(prompt_class.prompts)
@@ -232,7 +244,7 @@ class Measurer:
             records.extend(asyncio.run(self._run(server, requests, concurrency, on_done)))
 
         before = asyncio.run(self._metrics(server))
-        started = time.monotonic()
+        started = on_done.restart()
         with self._telemetry() as sampler:
             run_rounds(one_round, protocol.repeats)
         wall_s = time.monotonic() - started
@@ -282,20 +294,7 @@ class Measurer:
         servers = {"subject": subject, "partner": partner}
         records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
         pairs: list[dict[str, Any]] = []
-        total = 2 * protocol.repeats * len(prompt_class.prompts)
-        started = last_line = time.monotonic()
-        done = 0
-
-        def on_done(record: RequestRecord) -> None:
-            nonlocal last_line, done
-            now = time.monotonic()
-            done += 1
-            if now - last_line < PROGRESS_EVERY_S and done < total:
-                return
-            last_line = now
-            tps = record.decode_tokens_per_s
-            self.progress(f"{label}: {done}/{total} requests, {now - started:.0f}s elapsed"
-                          + (f", last {record.mode} {tps:.1f} tok/s" if tps else ""))
+        on_done = WindowProgress(self.progress, label, 2 * protocol.repeats * len(prompt_class.prompts), name_mode=True)
 
         async def window(repeat: int) -> None:
             turns = plan(build_requests(self.rig, mode, prompt_class, repeat=repeat),
@@ -306,7 +305,7 @@ class Measurer:
                 for turn in turns:
                     if turn.side == turns[2 * turn.group].side:  # the first turn of its pair
                         pairs.append({"group": len(pairs), "first": turn.side,
-                                      "started_s": round(time.monotonic() - started, 3)})
+                                      "started_s": round(time.monotonic() - on_done.started, 3)})
                     got = await run_requests(clients[turn.side], turn.items, concurrency=concurrency, on_done=on_done)
                     records[turn.side].extend(got)
 
@@ -315,7 +314,7 @@ class Measurer:
             asyncio.run(window(repeat))
 
         before = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
-        started = time.monotonic()
+        started = on_done.restart()
         with self._telemetry() as sampler:
             run_rounds(one_round, protocol.repeats)
         wall_s = time.monotonic() - started

@@ -165,6 +165,12 @@ def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.9
                        within if verdict == "equal" else None, detectable)
 
 
+def start_spread(relative_sd: float) -> float:
+    """How far (in log units) to widen a ratio's interval for two server starts, one per side,
+    each with a level of relative standard deviation ``relative_sd``: 1.96 x sqrt(2) x ln(1 + sd)."""
+    return 1.96 * math.sqrt(2.0) * math.log1p(relative_sd)
+
+
 def change_text(ratio: float, *, up: str = "faster", down: str = "slower") -> str:
     """'26 % slower' / '4.2 % faster': whole percent once the change is large."""
     pct = (ratio - 1.0) * 100.0
