@@ -686,7 +686,9 @@ def test_real_socket_stream_split_inside_chunk_framing() -> None:
     assert record.text == "héllo wörld" and record.completion_tokens == 9 and len(record.chunk_times) == 2
 
 
-def test_real_socket_keep_alive_reuses_one_connection() -> None:
+@pytest.mark.parametrize(("keep_alive", "expected_connections"), [(True, 1), (False, 3)],
+                         ids=["keep-alive reuses one connection", "closed while idle is not used again"])
+def test_real_socket_connection_reuse(keep_alive: bool, expected_connections: int) -> None:
     connections = 0
     body = SSE_HEAD + vllm_like_body("x", completion_tokens=1)
 
@@ -698,42 +700,23 @@ def test_real_socket_keep_alive_reuses_one_connection() -> None:
                 await read_request(reader)
                 writer.write(body)
                 await writer.drain()
+                if not keep_alive:
+                    break  # one request per connection, like a server's idle timeout
         except asyncio.IncompleteReadError:
             pass
         writer.close()
-
-    async def run(url: str) -> list[RequestRecord]:
-        async with StreamingClient(url) as client:
-            return [await client.generate(chat_request(f"r#{i}")) for i in range(3)]
-
-    records = with_server(serve, run)
-    assert [r.text for r in records] == ["x", "x", "x"]
-    assert connections == 1
-
-
-def test_real_socket_connection_closed_while_idle_is_not_used_again() -> None:
-    connections = 0
-    body = SSE_HEAD + vllm_like_body("x", completion_tokens=1)
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        await read_request(reader)
-        writer.write(body)
-        await writer.drain()
-        writer.close()  # one request per connection, like a server's idle timeout
 
     async def run(url: str) -> list[RequestRecord]:
         records = []
         async with StreamingClient(url) as client:
             for i in range(3):
                 records.append(await client.generate(chat_request(f"r#{i}")))
-                await asyncio.sleep(0.05)  # the server's close reaches the client while idle
+                await asyncio.sleep(0.05)  # a server's close reaches the client while idle
         return records
 
     records = with_server(serve, run)
     assert [r.text for r in records] == ["x", "x", "x"]
-    assert connections == 3
+    assert connections == expected_connections
 
 
 def test_real_socket_request_dropped_after_it_was_sent_is_not_sent_again() -> None:
