@@ -43,10 +43,33 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("--out", type=Path, default=None, help="default: .specgate/calibration/<time>-<rig>")
     cal.add_argument("--render", type=Path, default=None, metavar="DIR",
                      help="only render calibration.md and power.png again from DIR/windows.jsonl")
+    e3 = sub.add_parser("train-eagle3", help="train an EAGLE-3 draft head for the target on text it generates "
+                        "(specgate.eagle3_train), or write an untrained one (--untrained)")
+    e3.add_argument("--out", type=Path, required=True, help="the head's folder (config.json, model.safetensors)")
+    e3.add_argument("--target", type=Path, default=None, help="the target's Hugging Face folder "
+                    "(default: the converted SmolLM2-135M in the model cache)")
+    e3.add_argument("--work", type=Path, default=None, help="corpus and features, reused when present "
+                    "(default: OUT.work)")
+    e3.add_argument("--prompts", type=int, default=600, help="training prompts expanded from "
+                    "fixtures/eagle3/corpus.toml")
+    e3.add_argument("--max-tokens", type=int, default=256, help="tokens the target generates per prompt")
+    e3.add_argument("--draft-vocab", type=int, default=4096, help="the head's output vocabulary (the most "
+                    "frequent answer tokens)")
+    e3.add_argument("--minutes", type=float, default=15.0, help="training time budget")
+    e3.add_argument("--device", default=None, help="torch device for features and training (default: cuda "
+                    "if available, else cpu)")
+    e3.add_argument("--dtype", default="float32", help="the target's dtype while generating the corpus")
+    e3.add_argument("--lr", type=float, default=1e-3)
+    e3.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per training batch")
+    e3.add_argument("--seed", type=int, default=0)
+    e3.add_argument("--untrained", action="store_true", help="write a head with random weights and a valid "
+                    "config (the backfire fixture) and stop")
     args, rest = parser.parse_known_args(argv)
 
     if args.command == "calibrate":
         return calibrate(args)
+    if args.command == "train-eagle3":
+        return train_eagle3(args)
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
@@ -89,6 +112,33 @@ def main(argv: list[str] | None = None) -> int:
             prepare_model()
         return int(pytest.main(["-m", tier, "--rig", args.rig, str(root / "perf_tests"), *rest]))
     return 2
+
+
+def train_eagle3(args: argparse.Namespace) -> int:
+    from specgate.config import default_model_cache
+    from specgate.errors import SpecgateError
+
+    target = args.target or default_model_cache() / "smollm2-135m"
+    try:
+        if args.untrained:
+            from specgate.eagle3 import write_untrained_head
+
+            print(f"untrained EAGLE-3 head written: {write_untrained_head(target, args.out, draft_vocab=args.draft_vocab, seed=args.seed)}")
+            return 0
+        import torch
+
+        from specgate.eagle3_train import run_recipe
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        summary = run_recipe(target, args.out, args.work or args.out.with_name(args.out.name + ".work"),
+                             prompts=args.prompts, max_tokens=args.max_tokens, draft_vocab=args.draft_vocab,
+                             minutes=args.minutes, device=device, dtype=args.dtype, seed=args.seed, lr=args.lr,
+                             batch_tokens=args.batch_tokens)
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 1
+    print(f"EAGLE-3 head written: {args.out}\n{json.dumps(summary, indent=1)}")
+    return 0
 
 
 def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str] | None = None) -> int:
