@@ -205,7 +205,7 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
 def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
     from specgate.baselines import merge_updates
     from specgate.gates import baseline_entry
-    from specgate.plugin import GateKeeper
+    from specgate.plugin.gatekeeper import GateKeeper
     from specgate.session import SessionOptions, SpecgateSession
 
     m = window("baseline", "math", [30.0] * 6)

@@ -170,7 +170,7 @@ def test_uuid_and_mig_entries_select_their_gpu_or_instance() -> None:
 
 @pytest.mark.parametrize("value", ["0,1", "GPU-8f2a1b3c-aaaa", "MIG-5d2e7c1a-bbbb,3"])
 def test_gpu_option_takes_indices_and_uuids(value: str) -> None:
-    from specgate.plugin import parse_gpu_list
+    from specgate.plugin.options import parse_gpu_list
 
     assert parse_gpu_list(value) == value.split(",")
 
@@ -179,7 +179,7 @@ def test_gpu_option_takes_indices_and_uuids(value: str) -> None:
 def test_gpu_option_refuses_what_cuda_would_not_take(value: str) -> None:
     import argparse
 
-    from specgate.plugin import parse_gpu_list
+    from specgate.plugin.options import parse_gpu_list
 
     with pytest.raises(argparse.ArgumentTypeError, match="GPU-<uuid>"):
         parse_gpu_list(value)

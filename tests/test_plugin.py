@@ -12,7 +12,7 @@ from specgate.client import RequestRecord
 from specgate.config import load_rig
 from specgate.gates import check_backfire
 from specgate.measure import ClassMeasurement
-from specgate.plugin import GateKeeper
+from specgate.plugin.gatekeeper import GateKeeper
 from specgate.session import SessionOptions, SpecgateSession
 
 pytestmark = pytest.mark.fast
@@ -95,7 +95,8 @@ def test_perf_tiers_refuse_xdist_before_any_fixture_runs(tmp_path):
     # A real `-n 2` run takes ~10 s to spawn workers; the hook's decision is what matters here.
     from types import SimpleNamespace
 
-    from specgate.plugin import SESSION_KEY, pytest_runtest_setup
+    from specgate.plugin import pytest_runtest_setup
+    from specgate.plugin.configure import SESSION_KEY
 
     session = _session(tmp_path)
 
@@ -114,7 +115,7 @@ def test_perf_tiers_refuse_xdist_before_any_fixture_runs(tmp_path):
 
 
 def test_each_worker_gets_its_own_gpus():
-    from specgate.plugin import assign_worker_gpus
+    from specgate.plugin.gpu_split import assign_worker_gpus
 
     visible = ["0", "1", "2", "3", "4", "5", "6", "7"]
     one_each = [assign_worker_gpus(visible, i, 8, 1) for i in range(8)]
@@ -146,7 +147,7 @@ def test_worker_reports_are_merged_on_the_controller(tmp_path):
 
 
 def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path):
-    from specgate.plugin import _decide_deferred_gates, deferred_test_reports
+    from specgate.plugin.controller import decide_deferred_gates, deferred_test_reports
 
     # extraction: the cpu rig declares ngram's backfire on the prose/code classes, not on this one
     controller = _session(tmp_path)
@@ -162,7 +163,7 @@ def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path)
                 worker.deferred_tests[nodeid] = [gate, "ngram", "extraction", 1]
         controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
 
-    assert _decide_deferred_gates(controller) is True
+    assert decide_deferred_gates(controller) is True
     backfire = [r for r in controller.results if r.gate == "backfire"]
     assert len(backfire) == 1 and "ngram is 33 % slower than no speculation on extraction" in backfire[0].message
 

@@ -1,0 +1,80 @@
+"""The run's one SpecgateSession: built from the options (and, on an xdist worker, what the
+controller sent) in ``pytest_configure`` and kept on the config's stash.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from specgate.plugin.options import ab_from_options
+from specgate.plugin.output import progress_writer
+from specgate.session import SessionOptions, SpecgateSession, default_run_dir
+
+SESSION_KEY = pytest.StashKey[SpecgateSession]()
+
+
+def get_session(config: pytest.Config) -> SpecgateSession:
+    return config.stash[SESSION_KEY]
+
+
+def check_project_config_loaded(config: pytest.Config) -> None:
+    """Refuse a run that lost the project's pytest configuration.
+
+    pytest looks for its config file from the common ancestor of the command line's path
+    arguments, and before plugins load it cannot tell ``--run-dir /tmp/x`` from a test path: an
+    option value that is an existing path outside the project moves the search to ``/``. The run
+    would then go on without the markers, ``xfail_strict`` and the rootdir (where specgate finds
+    ``fixtures/``), failing later and obscurely; say so now, with the way out.
+    """
+    if config.inipath is not None:
+        return
+    cwd = Path(config.invocation_params.dir)
+    project = cwd / "pyproject.toml"
+    if not (cwd / "fixtures" / "rigs").is_dir():
+        return  # not a specgate project: another project's run is none of this plugin's business
+    try:
+        import tomllib
+
+        if "ini_options" not in tomllib.loads(project.read_text()).get("tool", {}).get("pytest", {}):
+            return
+    except (OSError, ValueError):
+        return
+    args = list(config.invocation_params.args)
+    culprits = [f"{flag} {value}" for flag, value in itertools.pairwise(args)
+                if flag.startswith("--") and "=" not in flag and not value.startswith("-")
+                and Path(value).exists() and not Path(value).resolve().is_relative_to(cwd.resolve())]
+    raise pytest.UsageError(
+        f"specgate: pytest did not load {project} (rootdir became {config.rootpath}), so the markers, "
+        f"xfail_strict and the fixtures folder would be wrong. "
+        + (f"pytest took the path in {', '.join(repr(c) for c in culprits)} for a test path when looking "
+           "for its config. " if culprits else "")
+        + "Write such options with '=' (--run-dir=/tmp/x), or add -c pyproject.toml.")
+
+
+def configure_session(config: pytest.Config) -> None:
+    """Check the project config loaded, then build the session and stash it."""
+    check_project_config_loaded(config)
+    root = Path(config.rootpath)
+    update = "regen" if config.getoption("regen_baselines") else (
+        "update" if config.getoption("update_baselines") else "off")
+    rig_name = config.getoption("rig")
+    workerinput = getattr(config, "workerinput", None)
+    run_dir = config.getoption("run_dir") or (
+        Path(workerinput["specgate_run_dir"]) if workerinput and "specgate_run_dir" in workerinput
+        else default_run_dir(root, rig_name))
+    options = SessionOptions(
+        rig_name=rig_name,
+        fixtures_dir=config.getoption("specgate_fixtures") or root / "fixtures",
+        baselines_path=config.getoption("baselines") or root / "baselines.json",
+        run_dir=run_dir, worker_id=workerinput["workerid"] if workerinput else None,
+        worker_count=int(workerinput["workercount"]) if workerinput else 1,
+        repo_root=root, update=update, strict_fingerprint=config.getoption("strict_fingerprint"),
+        attach_url=config.getoption("vllm_url"), attach_mode=config.getoption("vllm_mode"),
+        api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
+        record_dir=config.getoption("record_responses"), ab=ab_from_options(config),
+    )
+    config.stash[SESSION_KEY] = SpecgateSession(options, progress=progress_writer(config))

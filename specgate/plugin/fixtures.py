@@ -1,0 +1,197 @@
+"""specgate's fixtures: thin wrappers over the run's SpecgateSession. The server fixtures are
+session-scoped and parametrized on the mode (see parametrize.py), so each server starts once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from specgate.errors import SpecgateError
+from specgate.plugin.configure import get_session
+from specgate.plugin.gatekeeper import GateKeeper
+from specgate.session import SpecgateSession
+
+
+@pytest.fixture(scope="session")
+def specgate_session(request: pytest.FixtureRequest) -> SpecgateSession:
+    return get_session(request.config)
+
+
+@pytest.fixture(scope="session")
+def rig(specgate_session: SpecgateSession):
+    return specgate_session.rig
+
+
+@pytest.fixture(scope="session")
+def reference_server(specgate_session: SpecgateSession) -> Iterator[Any]:
+    """Duet rigs: the no-speculation server, started before any other and live for the whole
+    session; every mode's windows alternate requests with it. None on other designs."""
+    session = specgate_session
+    if session.rig.design != "duet" or session.options.attach_url:
+        yield None
+        return
+    yield from serve(session, session.rig.mode(session.rig.reference_mode))
+
+
+@pytest.fixture(scope="session")
+def partner_server(mode, specgate_session: SpecgateSession, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The server a mode's windows alternate with: the live reference (duet rigs; none for the
+    reference mode itself), the same mode on the reference side (A/B), or none (one at a time)."""
+    session, rig = specgate_session, specgate_session.rig
+    if session.options.attach_url or rig.design == "sequential":
+        yield None
+    elif rig.design == "duet":
+        yield None if mode.name == rig.reference_mode else request.getfixturevalue("reference_server")
+    else:  # A/B: the reference side starts first
+        yield from serve(session, mode, side="reference")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(mode, partner_server, specgate_session: SpecgateSession,
+                request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One server per mode per session (per side in an A/B): started here, torn down (whole
+    process group) after the mode's last test, or attached to with --vllm-url. A duet rig's
+    reference mode is the live reference server itself."""
+    session, rig = specgate_session, specgate_session.rig
+    if rig.design == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
+        yield request.getfixturevalue("reference_server")
+        return
+    yield from serve(session, mode, side="candidate" if rig.design == "ab" else None)
+
+
+def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterator[Any]:
+    """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record what it runs on,
+    yield it, tear it down."""
+    from specgate.fingerprint import collect, measured_with, server_vllm_version
+    from specgate.server import AttachedServer, VLLMServer
+
+    rig = session.rig
+    label = f"{mode.name}@{side}" if side else mode.name
+    if session.options.attach_url:
+        server: Any = AttachedServer(session.options.attach_url, label=mode.name, api_key=session.options.api_key)
+    else:
+        if mode.optional_dependency and rig.argv_prefix[0] == sys.executable \
+                and importlib.util.find_spec(mode.optional_dependency) is None:
+            pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
+                        "in the server's environment")
+        # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded.
+        guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
+        server = VLLMServer(build_server_spec(session, mode, side), progress=session.progress, before_start=guard)
+    with server:
+        session.live_servers += 1
+        try:
+            session.servers[label] = {
+                "base_url": "attached" if session.options.attach_url else server.base_url,
+                "ready_after_s": server.ready_after_s, "log": str(server.log_path) if server.log_path else None,
+                "worker": session.options.worker_id, "side": side, "live_with": session.live_servers - 1,
+                "gpus": session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")}
+            session.fingerprints[mode.name if side in (None, "candidate") else label] = collect(
+                tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
+                vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,
+                gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"),
+                concurrent_servers=session.options.worker_count, **measured_with(rig, mode))
+            if session.options.record_dir is not None and side != "reference":
+                _record(session, server, mode)
+            yield server
+        finally:
+            session.live_servers -= 1
+
+
+def _record(session: SpecgateSession, server, mode) -> None:
+    import httpx
+
+    from specgate.record import record_server
+
+    record_dir = session.options.record_dir
+    try:
+        record_server(server.base_url, session.rig.served_model_name, mode.name, record_dir, api_key=server.api_key,
+                      timeout_s=session.rig.protocol.request_timeout_s)
+        session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
+    except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
+        warnings.warn(f"--record-responses: recording mode {mode.name} into {record_dir} failed: "
+                      f"{type(exc).__name__}: {exc}", stacklevel=1)
+
+
+def build_server_spec(session: SpecgateSession, mode, side: str | None = None):
+    from specgate.server import spec_for_mode
+
+    rig = session.rig
+    return spec_for_mode(rig, mode, log_dir=session.options.run_dir, gpus=session.options.worker_gpus,
+                         side=getattr(rig.ab, side) if (side and rig.ab) else None, side_name=side)
+
+
+def gpu_guard(rig, worker_gpus: str | None):
+    """Before a gpu-tier start: refuse when GPU memory is still held (by an earlier server)."""
+    if rig.tier != "gpu":
+        return None
+    from specgate.gpu import require_free_gpus
+
+    visible = worker_gpus if worker_gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+    return lambda: require_free_gpus(visible, count=rig.gpus_per_server)
+
+
+@pytest.fixture
+def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_server, mode, prompt_class, concurrency,
+                      specgate_session: SpecgateSession):
+    """The measurement window of (mode, class, concurrency), taken once and shared by every gate.
+
+    The test that takes it also records it with pytest-benchmark (one round per pass over the
+    class's prompts), so ``--benchmark-autosave`` / ``--benchmark-compare`` keep a history."""
+    key = (mode.name, prompt_class.name, concurrency)
+    rig = specgate_session.rig
+    reused = (specgate_session.reference_from_duets(prompt_class.name, concurrency)
+              if rig.design == "duet" and mode.name == rig.reference_mode else None)
+    if reused is not None:  # the reference side of a duet window: measured (and benchmarked) there
+        return reused
+    fresh = key not in specgate_session.measurements and key not in specgate_session.failures
+    benchmark = request.getfixturevalue("benchmark") if fresh and _benchmark_usable(request) else None
+    kwargs = {}
+    if benchmark is not None:
+        benchmark.group = f"{specgate_session.rig.name}/{prompt_class.name}/c{concurrency}"
+        kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds, iterations=1)
+    try:
+        if partner_server is not None:
+            ab = rig.design == "ab"
+            kwargs.update(partner=partner_server, partner_side="reference" if ab else "partner",
+                          partner_mode=mode if ab else rig.mode(rig.reference_mode))
+        measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency, **kwargs)
+    except SpecgateError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if benchmark is not None:
+        benchmark.extra_info.update(_benchmark_info(measurement))
+    return measurement
+
+
+def _benchmark_usable(request: pytest.FixtureRequest) -> bool:
+    """pytest-benchmark present and enabled (it disables itself under xdist and with
+    --benchmark-disable, and then runs a target once: the plain loop must run the rounds)."""
+    bs = getattr(request.config, "_benchmarksession", None)
+    return bs is not None and not bs.disabled
+
+
+def _benchmark_info(m) -> dict[str, Any]:
+    import statistics
+
+    rates = m.decode_tokens_per_s
+    info: dict[str, Any] = {"rig": m.rig, "mode": m.mode, "prompt_class": m.prompt_class,
+                            "concurrency": m.concurrency,
+                            "decode_tokens_per_s_median": statistics.median(rates) if rates else None,
+                            "aggregate_tokens_per_s": m.aggregate_tokens_per_s, "requests": len(m.records)}
+    if m.acceptance is not None:
+        info.update(mean_acceptance_length=m.acceptance.mean_acceptance_length,
+                    acceptance_rate=m.acceptance.acceptance_rate,
+                    per_position_rates=list(m.acceptance.per_position_rates))
+    return info
+
+
+@pytest.fixture
+def gatekeeper(specgate_session: SpecgateSession) -> GateKeeper:
+    return GateKeeper(specgate_session)
+

@@ -1,0 +1,177 @@
+"""GateKeeper: runs one gate on one measurement, records the result in the session and turns it
+into the test's outcome (pass, fail, xfail for a declared backfire, skip for an undecided gate).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+from specgate.session import SpecgateSession
+
+
+class GateKeeper:
+    """Runs one gate on one measurement, records the result and fails the test with its reason."""
+
+    def __init__(self, session: SpecgateSession) -> None:
+        self.session = session
+        self.rig = session.rig
+
+    def _where(self, m) -> str:
+        return f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency {m.concurrency}"
+
+    def _update(self, m, gate: str) -> bool:
+        """In update mode, queue the measured values as the new baseline; True when the gate is done."""
+        from specgate.gates import baseline_entry
+
+        update = self.session.options.update
+        if update == "off":
+            return False
+        fingerprint = self.session.fingerprints.get(m.mode)
+        from specgate.baselines import Fingerprint, lookup
+
+        previous = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
+        entry = baseline_entry(m, fingerprint or Fingerprint(), previous)
+        self.session.queue_update(m, entry)
+        message = (f"baseline of {self._where(m)} will be written to {self.session.options.baselines_path} "
+                   f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n})")
+        self.session.record_undecided(gate, m, "baseline update", message)
+        if update == "update":
+            pytest.fail(f"{message}; this test fails so an update never passes silently: run again without "
+                        "--update-baselines", pytrace=False)
+        return True
+
+    def _stored(self, m, gate: str):
+        from specgate.baselines import lookup
+
+        entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
+        if entry is None:
+            message = (f"no baseline for {self._where(m)} in {self.session.options.baselines_path}; create it "
+                       f"with: pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines")
+            self.session.record_undecided(gate, m, "no baseline", message)
+            pytest.fail(message, pytrace=False)
+        return entry
+
+    def _finish(self, result) -> None:
+        __tracebackhide__ = True
+        if result.details.get("undecided"):  # the interval straddles the threshold: say so, never "passed"
+            self.session.record_undecided(result.gate, result, "inconclusive", result.message)
+            pytest.skip(f"{result.gate} gate undecided: {result.message}")
+        self.session.record(result)
+        if result.passed:
+            return
+        if result.declared:
+            pytest.xfail(f"declared backfire, reported and not failed: {result.message}")
+        pytest.fail(f"{result.gate} gate: {result.message}", pytrace=False)
+
+    def throughput(self, m) -> None:
+        __tracebackhide__ = True
+        from specgate.baselines import baseline_notes
+        from specgate.gates import check_throughput
+
+        if self._update(m, "throughput"):
+            return
+        if m.partner is not None and m.partner.side == "reference":  # A/B: the live reference side decides
+            self._finish(check_throughput(self.rig, m, None))
+            return
+        stored = self._stored(m, "throughput")
+        fit = self._comparable(m, stored, "throughput")
+        from specgate.baselines import OTHER_MACHINE
+
+        if fit.kind == OTHER_MACHINE:
+            # A level or a speedup ratio from another CPU or GPU says nothing about this one (one dev
+            # machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
+            note = f"baseline of {self._where(m)} {fit.describe()}; not compared; refresh it with: {self._refresh(m)}"
+            self.session.record_undecided("throughput", m, "other machine", note)
+            pytest.skip(f"throughput gate undecided: {note}")
+        result = check_throughput(self.rig, m, stored)
+        result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median, self._refresh(m)))
+        self._finish(result)
+
+    def _refresh(self, m) -> str:
+        return (f"pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines "
+                f"-k '{m.mode}-{m.prompt_class}-c{m.concurrency}'")
+
+    def _comparable(self, m, stored, gate: str):
+        """Refuse a stored figure measured on other prompts or with another protocol (the gate is
+        undecided, naming what differs); another machine or setup is reported, and refused under
+        --strict-fingerprint. The one decision is baselines.comparability."""
+        from specgate.baselines import OTHER_MEASUREMENT, SAME, comparability
+
+        now = self.session.fingerprints.get(m.mode)
+        fit = comparability(stored.fingerprint, now and now.for_window(m.prompt_class, m.concurrency))
+        strict = fit.kind != SAME and gate == "throughput" and self.session.options.strict_fingerprint
+        if fit.kind == OTHER_MEASUREMENT or strict:
+            note = f"baseline of {self._where(m)} {fit.describe()}; refresh it with: {self._refresh(m)}"
+            self.session.record_undecided(gate, m, "fingerprint", note)
+            if fit.kind == OTHER_MEASUREMENT and not strict:  # undecided: reported, never a pass or a failure
+                pytest.skip(f"{gate} gate undecided: {note}")
+            pytest.fail(note + (" (--strict-fingerprint)" if strict else ""), pytrace=False)
+        if fit.kind != SAME and gate == "throughput":
+            warnings.warn(f"baseline of {self._where(m)} {fit.describe()}", stacklevel=1)
+        return fit
+
+    def acceptance(self, m) -> None:
+        __tracebackhide__ = True
+        from specgate.gates import check_acceptance
+
+        if self._update(m, "acceptance"):
+            return
+        if m.partner is not None and m.partner.side == "reference":  # A/B: against the reference side's window
+            from specgate.baselines import Fingerprint
+            from specgate.gates import baseline_entry
+
+            stored = baseline_entry(m.partner, Fingerprint())
+        else:
+            stored = self._stored(m, "acceptance")
+            self._comparable(m, stored, "acceptance")
+        result = check_acceptance(self.rig, m, stored)
+        if result.details.get("undecided"):  # too few drafts: neither a pass nor a failure
+            self.session.record_undecided("acceptance", m, "too few drafts", result.message)
+            pytest.skip(f"acceptance gate undecided: {result.message}")
+        self._finish(result)
+
+    def _reference(self, m):
+        if m.partner is not None and m.partner.side != "reference" and m.partner.mode == self.rig.reference_mode:
+            return m.partner  # a duet window: its alternated no-speculation side
+        if self.session.options.attach_url:
+            pytest.skip("attach mode measures one server: the same-session no-speculation reference "
+                        "this gate needs is not available")
+        if self.session.options.worker_id is not None and self.session.reference_measurement(
+                m.prompt_class, m.concurrency, wait_s=0) is None:
+            # Waiting here could deadlock: xdist may hand the reference mode to a worker only after
+            # this one finishes. The controller decides this gate once every worker is done.
+            self.session.deferred.append((m.mode, m.prompt_class, m.concurrency))
+            current = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+            if current:
+                gate = current.split("::")[-1].split("[")[0].removeprefix("test_")
+                self.session.deferred_tests[current] = [gate, m.mode, m.prompt_class, m.concurrency]
+            pytest.skip("under xdist this cross-mode gate is decided on the controller after all workers "
+                        "finish (see the specgate summary)")
+        reference = self.session.reference_measurement(m.prompt_class, m.concurrency)
+        if reference is None:
+            key = (self.rig.reference_mode, m.prompt_class, m.concurrency)
+            why = self.session.failures.get(key)
+            pytest.fail(f"{m.mode} on {m.prompt_class}: the no-speculation mode {self.rig.reference_mode!r} was not "
+                        "measured in this session" + (f" ({str(why).splitlines()[0]})" if why else
+                                                      " (select it too, e.g. drop -k / --deselect)"), pytrace=False)
+        return reference
+
+    def backfire(self, m) -> None:
+        __tracebackhide__ = True
+        from specgate.gates import check_backfire
+
+        result = check_backfire(self.rig, m, self._reference(m))
+        if result.passed and result.declared and not result.details.get("undecided"):
+            warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "
+                          f"{result.message}", stacklevel=1)
+        self._finish(result)
+
+    def lossless(self, m) -> None:
+        __tracebackhide__ = True
+        from specgate.gates import check_lossless
+
+        self._finish(check_lossless(self.rig, m, self._reference(m)))
+

@@ -1,0 +1,56 @@
+"""The xdist GPU split: each worker gets its own GPUs, so no GPU ever hosts two servers; the perf
+tiers refuse xdist where that cannot hold (a cpu rig, too few GPUs, a --dist other than loadgroup).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from specgate.session import SpecgateSession
+
+XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the rig is a gpu rig and each worker "
+                 "gets its own GPUs (--dist loadgroup, enough GPUs for -n): otherwise two servers would share "
+                 "an accelerator and measure each other's load. Run them without -n.")
+
+
+def visible_gpus(config: pytest.Config) -> list[str]:
+    explicit = config.getoption("gpus")
+    if explicit:
+        return explicit
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [v.strip() for v in env.split(",") if v.strip()]
+    try:
+        from specgate.gpu import nvml_readings
+
+        return [str(r.index) for r in nvml_readings() if not r.uuid.startswith("MIG-")]
+    except Exception:  # no NVML: no GPU to hand out
+        return []
+
+
+def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int, per_server: int) -> str:
+    """Worker i gets GPUs [i*per_server, (i+1)*per_server) of the visible list: disjoint sets, so no
+    GPU ever hosts two servers. Refuse when there are not enough."""
+    needed = worker_count * per_server
+    if len(visible) < needed:
+        raise pytest.UsageError(
+            f"specgate: {worker_count} xdist workers x {per_server} GPU(s) per server need {needed} GPUs, "
+            f"but {len(visible)} are available ({','.join(visible) or 'none'}); "
+            f"use -n {len(visible) // per_server or 1} or fewer, or pass --gpus")
+    return ",".join(visible[worker_index * per_server:(worker_index + 1) * per_server])
+
+
+def worker_gpus(config: pytest.Config, session: SpecgateSession) -> str | None:
+    """This xdist worker's GPUs, or None when perf tests may not run here (see XDIST_REFUSAL)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or session.rig.tier != "gpu":
+        return None
+    if workerinput.get("specgate_dist") != "loadgroup":
+        raise pytest.UsageError("specgate: under xdist the perf tiers need --dist loadgroup, so that all "
+                                "tests of one mode run on one worker and its server starts once")
+    index = int(workerinput["workerid"].removeprefix("gw"))
+    return assign_worker_gpus(visible_gpus(config), index, int(workerinput["workercount"]),
+                              session.rig.gpus_per_server)
+

@@ -1,0 +1,103 @@
+"""specgate's command-line options: one "specgate" group, each value checked by a small ``parse_*``
+function, so bad input dies at parse time with a message that says what was expected.
+
+The plugin loads in every project of the environment (its ``pytest11`` entry point), so every
+option lives in that group and ``--help`` shows it under specgate's heading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+
+
+def parse_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or value.rstrip("/")[-3:] == "://":
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. http://127.0.0.1:8000")
+    return value.rstrip("/")
+
+
+def parse_gpu_list(value: str) -> list[str]:
+    from specgate.gpu import is_gpu_id
+
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(is_gpu_id(v) for v in items) or len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a list of distinct GPUs like 0,1,2 "
+                                         f"(indices, GPU-<uuid> or MIG-<uuid>, as CUDA_VISIBLE_DEVICES takes)")
+    return items
+
+
+def parse_rig_name(value: str) -> str:
+    if not value or "/" in value or value.startswith("."):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a rig name (a file stem under fixtures/rigs/)")
+    return value
+
+
+def parse_env_assignment(value: str) -> tuple[str, str]:
+    name, sep, val = value.partition("=")
+    if not sep or not name or not name.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE, e.g. SPECGATE_SLOWDOWN=0.10")
+    return name, val
+
+
+AB_SIDES = ("reference", "candidate")
+
+
+def ab_from_options(config: pytest.Config):
+    """An A/B from the --ab-* options, or None when none is given (the rig's [ab], if any, holds)."""
+    import shlex
+
+    from specgate.config import AB, Side
+
+    given = {side: {"python": config.getoption(f"ab_{side}_python"),
+                    "extra_args": tuple(shlex.split(config.getoption(f"ab_{side}_args") or "")),
+                    "env": dict(config.getoption(f"ab_{side}_env") or [])} for side in AB_SIDES}
+    if not any(v for side in given.values() for v in side.values()):
+        return None
+    return AB(**{side: Side(**values) for side, values in given.items()})
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specgate", "specgate: vLLM speculative-decoding performance gates")
+    group.addoption("--rig", type=parse_rig_name, default=os.environ.get("SPECGATE_RIG", "cpu-smollm2"),
+                    help="rig to run: fixtures/rigs/NAME.toml (default: cpu-smollm2, or $SPECGATE_RIG)")
+    group.addoption("--specgate-fixtures", type=Path, default=None,
+                    help="folder holding modes.toml, prompts.toml and rigs/ (default: <rootdir>/fixtures)")
+    group.addoption("--baselines", type=Path, default=None, help="baselines file (default: <rootdir>/baselines.json)")
+    group.addoption("--run-dir", type=Path, default=None,
+                    help="where server logs and reports go (default: <rootdir>/.specgate/runs/<time>-<rig>)")
+    group.addoption("--update-baselines", action="store_true",
+                    help="write the measured values as baselines; those tests still FAIL, "
+                         "so CI never updates silently")
+    group.addoption("--regen-baselines", action="store_true",
+                    help="write the measured values as baselines and let those tests pass")
+    group.addoption("--strict-fingerprint", action="store_true",
+                    help="fail a throughput gate when the baseline was measured on another accelerator/vLLM/model")
+    group.addoption("--vllm-url", type=parse_url, default=None,
+                    help="attach mode: test an already running server (starts nothing)")
+    group.addoption("--vllm-mode", default=None,
+                    help="attach mode: the rig's mode the running server was started with "
+                         "(default: the reference mode)")
+    group.addoption("--vllm-api-key", default=None,
+                    help="attach mode: API key (or $SPECGATE_API_KEY); never printed or stored")
+    group.addoption("--gpus", type=parse_gpu_list, default=None,
+                    help="GPUs specgate may use: indices (0,1,2,3) or GPU-/MIG- UUIDs (default: "
+                         "CUDA_VISIBLE_DEVICES, else all NVML sees); under xdist each worker gets "
+                         "gpus_per_server of them for its servers")
+    group.addoption("--record-responses", type=Path, default=None, metavar="DIR",
+                    help="also record each started server's raw responses and /metrics into DIR, for the "
+                         "fast tier's replay tests (as `python -m specgate record`, without extra starts)")
+    for side in AB_SIDES:
+        group.addoption(f"--ab-{side}-python", default=None, metavar="PYTHON",
+                        help=f"A/B: the {side} side's python (its vLLM build's environment); "
+                             "any --ab-* option makes the run an A/B: every mode on both sides, alternated")
+        group.addoption(f"--ab-{side}-args", default=None, metavar="'ARGS'",
+                        help=f"A/B: extra `vllm serve` arguments of the {side} side (one quoted string)")
+        group.addoption(f"--ab-{side}-env", type=parse_env_assignment, action="append", default=None,
+                        metavar="NAME=VALUE", help=f"A/B: an environment variable of the {side} side's servers "
+                        "(repeatable), e.g. SPECGATE_SLOWDOWN=0.10 for a real injected slowdown")
+    group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
+                    help="render the summary, Markdown and plots again from a saved report.json; runs no test")

@@ -1,0 +1,85 @@
+"""What the run prints and writes: progress lines, the end of the run (baseline updates, report.json
+and its renderings, the GitHub step summary), the terminal summary, and ``--report-only``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from specgate.errors import SpecgateError
+from specgate.session import SpecgateSession
+
+
+def progress_writer(config: pytest.Config):
+    def emit(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        text = f"[specgate] {line}"
+        if reporter is None:
+            print(text, file=sys.stderr, flush=True)
+            return
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            reporter.ensure_newline()
+            reporter.write_line(text)
+            reporter.flush()  # stdout to a file or CI log is block-buffered: show it now
+    return emit
+
+
+def has_perf_work(session: SpecgateSession) -> bool:
+    return bool(session.measurements or session.failures or session.servers or session.worker_reports)
+
+
+def render_saved_report(path: Path) -> int:
+    """--report-only: render a saved report again (summary, Markdown, plots); the exit code."""
+    from specgate.report import render_all, render_text
+    from specgate.session import load_report
+
+    try:
+        report = load_report(path)
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return int(pytest.ExitCode.USAGE_ERROR)
+    print(render_text(report))
+    written = render_all(report, Path(path).parent)
+    for name, out in written.items():
+        print(f"{name}: {out}")
+    return int(pytest.ExitCode.OK)
+
+
+def write_run_output(specgate: SpecgateSession, *, interrupted: bool) -> None:
+    """The end of a run on the controller: write the queued baseline updates (none after an
+    interrupt), the report and its renderings, and the GitHub step summary where there is one."""
+    if interrupted:
+        if specgate.pending_updates:
+            specgate.progress(
+                f"{len(specgate.pending_updates)} baseline update(s) not written: the run was interrupted, and a "
+                "cut-short run never touches the baselines. To keep the windows that finished: "
+                f"python -m specgate adopt-baselines {specgate.report_path}")
+        specgate.pending_updates.clear()
+    else:
+        written = specgate.flush_updates()
+        if written:
+            specgate.progress(f"baselines written to {written}")
+    from specgate.report import render_all
+
+    path = specgate.write_report(complete=not interrupted)
+    written = render_all(specgate.report_data(complete=not interrupted), specgate.options.run_dir)
+    markdown = written["summary"].read_text()
+    summary_env = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_env:
+        with contextlib.suppress(OSError), open(summary_env, "a") as handle:
+            handle.write(markdown)
+    specgate.progress(f"report: {path}")
+
+
+def write_summary(terminalreporter, specgate: SpecgateSession, *, interrupted: bool) -> None:
+    from specgate.report import render_text
+
+    terminalreporter.section("specgate summary")
+    terminalreporter.write_line(render_text(specgate.report_data(complete=not interrupted)))
+    terminalreporter.write_line(f"run directory: {specgate.options.run_dir}")

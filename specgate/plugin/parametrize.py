@@ -1,0 +1,51 @@
+"""Parametrization of the perf tests on the rig's modes, prompt classes and concurrencies, and the
+deselection of speculative-only gates on the no-speculation mode.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from specgate.errors import ConfigError
+from specgate.session import SpecgateSession
+
+
+def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -> None:
+    try:
+        rig = session.rig
+        modes = session.modes_to_run()
+    except ConfigError as exc:
+        pytest.fail(f"specgate configuration error: {exc}", pytrace=False)
+    tier_marks = (getattr(pytest.mark, rig.tier), pytest.mark.perf)
+    if "mode" in metafunc.fixturenames:
+        # Every test gets the same mode list (same param indices): pytest keys its session-scoped
+        # fixture cache and test reordering on them, so a shorter list for speculative-only tests
+        # would start servers again. Non-speculative items of those tests are deselected later.
+        # xdist_group: with --dist loadgroup every test of a mode runs on one worker (one server).
+        metafunc.parametrize("mode", [pytest.param(m, id=m.name, marks=(*tier_marks, pytest.mark.xdist_group(m.name)))
+                                      for m in modes], scope="session")
+    if "prompt_class" in metafunc.fixturenames:
+        metafunc.parametrize("prompt_class", [pytest.param(c, id=c.name, marks=tier_marks)
+                                              for c in rig.prompt_classes])
+    if "concurrency" in metafunc.fixturenames:
+        metafunc.parametrize("concurrency", [pytest.param(n, id=f"c{n}", marks=tier_marks)
+                                             for n in rig.protocol.concurrency])
+
+
+def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], session: SpecgateSession) -> None:
+    """Drop speculative-only gates of the no-speculation mode (see parametrize_perf_test)."""
+    keep, drop = [], []
+    for item in items:
+        mode = getattr(item, "callspec", None) and item.callspec.params.get("mode")
+        if item.get_closest_marker("speculative_only") and mode is not None and not mode.is_speculative:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if keep and config.option.markexpr.strip() == "gpu" and session.rig.tier != "gpu":
+        warnings.warn(f"-m gpu selected but rig {session.rig.name!r} is a {session.rig.tier} rig: "
+                      "pass --rig NAME of a gpu rig", stacklevel=1)
