@@ -32,6 +32,11 @@ if [ ! -f /root/models/llama8b-dummy/config.json ]; then
     echo "gpu-lab-prepare: /root/models/smollm2-135m is missing: stage the kit first (device-setup.sh)" >&2; exit 1; }
   python3 -m specgate prepare-model --dummy-llama8b /root/models/llama8b-dummy --source /root/models/smollm2-135m
 fi
+# The EAGLE-3 backfire fixture (random weights, valid config; seconds), for h200-smollm2-eagle3.
+if [ ! -f /root/models/smollm2-135m-eagle3-untrained/config.json ]; then
+  python3 -m specgate train-eagle3 --untrained --target /root/models/smollm2-135m \
+    --out /root/models/smollm2-135m-eagle3-untrained
+fi
 if [ "${1:-}" = "--quiet" ]; then exit 0; fi
 {
   echo "prepared $(date -u +%FT%TZ) on $(hostname), $(nproc) cores"

@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                 source = args.source or (args.cache or default_model_cache()) / "smollm2-135m"
                 print(f"dummy Llama-8B-shaped model written: {write_dummy_llama(source, args.dummy_llama8b)}")
                 return 0
-            prepare_model(args.cache, force=args.force)
+            model = prepare_model(args.cache, force=args.force)
+            _prepare_untrained_head(model)
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)
             return 1
@@ -109,9 +110,25 @@ def main(argv: list[str] | None = None) -> int:
         if tier == "cpu":
             from specgate.model_prep import prepare_model
 
-            prepare_model()
+            _prepare_untrained_head(prepare_model())
         return int(pytest.main(["-m", tier, "--rig", args.rig, str(root / "perf_tests"), *rest]))
     return 2
+
+
+def _prepare_untrained_head(model: Path) -> None:
+    """The EAGLE-3 backfire fixture beside the model (``<model>-eagle3-untrained``): random weights,
+    valid config, seconds to write. Skipped where torch is missing (the fast tier's environment)."""
+    from specgate.eagle3 import HEAD_MARKER, write_untrained_head
+
+    out = model.with_name(model.name + "-eagle3-untrained")
+    if (out / HEAD_MARKER).exists():
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(f"untrained EAGLE-3 head not written (no torch here): {out}")
+        return
+    print(f"untrained EAGLE-3 head written: {write_untrained_head(model, out)}")
 
 
 def train_eagle3(args: argparse.Namespace) -> int:
