@@ -156,12 +156,12 @@ def compare_acceptance(
     subject: str,
     metric: str,
     gate: str = "acceptance",
-    reference_label: str = "baseline",
+    reference_label: str = "stored",
     counts: tuple[float, float] | None = None,
     confidence: float = 0.95,
     trial_label: str = "drafts",
 ) -> Comparison:
-    """One-sided check of an acceptance figure against its baseline; higher acceptance never
+    """One-sided check of an acceptance figure against its stored one; higher acceptance never
     fails (an improvement, not a regression).
 
     Without ``counts``: FAIL iff measured < reference * (1 - tolerance).
@@ -172,6 +172,61 @@ def compare_acceptance(
     and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a drop of
     the tolerance from chance, and the message says about how many would.
     """
+    _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject, metric=metric,
+                             reference_label=reference_label)
+    line = _FailLine(reference, tolerance, reference_label)
+    ratio = measured / reference
+    change = change_text(ratio, up="higher", down="lower")
+    common = {"gate": gate, "measured": float(measured), "reference": float(reference), "ratio": ratio,
+              "threshold": line.threshold, "n_reference": 1}
+    if counts is None:
+        message = (f"{subject}: {metric} {measured:.3g} vs {reference:.3g} {reference_label} "
+                   f"(ratio {ratio:.3f}, {change}; fails below {line}; {METHOD_ONE_SIDED})")
+        return Comparison(**common, passed=not measured < line.value, ci_low=None, ci_high=None, n_measured=1,
+                          method=METHOD_ONE_SIDED, message=message)
+    successes, trials = counts
+    ci_low, ci_high = wilson_interval(successes, trials, confidence)
+    count = f"{successes:.0f}" if float(successes).is_integer() else f"{successes:.3g}"
+    head = (f"{subject}: {metric} {measured:.3g} ({count} of {trials:.0f} {trial_label}, {confidence * 100:g} % "
+            f"interval {ci_low:.3g}-{ci_high:.3g}) vs {reference:.3g} {reference_label}")
+    rule = f"fails when the interval lies below {line}; {METHOD_BINOMIAL}"
+    if measured >= reference or ci_low >= line.value:
+        passed, decided, message = True, True, f"{head} (ratio {ratio:.3f}, {change}; {rule})"
+    elif ci_high < line.value:
+        passed, decided = False, True
+        message = f"{head} (ratio {ratio:.3f}, {change}; the whole interval is below the fail line; {rule})"
+    else:
+        passed, decided = False, False
+        needed = trials_to_resolve(reference, tolerance, confidence)
+        message = (f"{head}: too few {trial_label} to gate (ratio {ratio:.3f}, {change}, but the interval spans "
+                   f"the fail line {line}; about {float(f'{needed:.2g}'):.0f} {trial_label} would resolve a "
+                   f"{tolerance * 100:g} % drop; {METHOD_BINOMIAL})")
+    return Comparison(**common, passed=passed, ci_low=ci_low, ci_high=ci_high, n_measured=round(trials),
+                      method=METHOD_BINOMIAL, message=message, decided=decided)
+
+
+@dataclass(frozen=True)
+class _FailLine:
+    """reference * (1 - tolerance), written as "0.462 = stored - 20 %" in messages."""
+
+    reference: float
+    tolerance: float
+    label: str
+
+    @property
+    def threshold(self) -> float:
+        return 1.0 - self.tolerance
+
+    @property
+    def value(self) -> float:
+        return self.reference * self.threshold
+
+    def __str__(self) -> str:
+        return f"{self.value:.3g} = {self.label} - {self.tolerance * 100:g} %"
+
+
+def _check_acceptance_inputs(measured: float, reference: float, *, tolerance: float, subject: str, metric: str,
+                             reference_label: str) -> None:
     for name, value in (("measured", measured), (reference_label, reference)):
         if not math.isfinite(value) or value < 0:
             raise ValueError(
@@ -183,59 +238,6 @@ def compare_acceptance(
         )
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance for {metric} of {subject} must be in [0, 1), got {tolerance!r}")
-    threshold = 1.0 - tolerance
-    ratio = measured / reference
-    fail_line = reference * threshold
-    change = change_text(ratio, up="higher", down="lower")
-    ci_low = ci_high = None
-    decided = True
-    if counts is None:
-        passed = not measured < fail_line
-        method = METHOD_ONE_SIDED
-        message = (
-            f"{subject}: {metric} {measured:.3g} vs {reference:.3g} {reference_label} "
-            f"(ratio {ratio:.3f}, {change}; "
-            f"fails below {fail_line:.3g} = {reference_label} - {tolerance * 100:g} %; "
-            f"{METHOD_ONE_SIDED})"
-        )
-    else:
-        successes, trials = counts
-        ci_low, ci_high = wilson_interval(successes, trials, confidence)
-        method = METHOD_BINOMIAL
-        count = f"{successes:.0f}" if float(successes).is_integer() else f"{successes:.3g}"
-        evidence = (f"{count} of {trials:.0f} {trial_label}, {confidence * 100:g} % interval "
-                    f"{ci_low:.3g}-{ci_high:.3g}")
-        rule = (f"fails when the interval lies below {fail_line:.3g} = {reference_label} - "
-                f"{tolerance * 100:g} %; {METHOD_BINOMIAL}")
-        head = f"{subject}: {metric} {measured:.3g} ({evidence}) vs {reference:.3g} {reference_label}"
-        if measured >= reference or ci_low >= fail_line:
-            passed = True
-            message = f"{head} (ratio {ratio:.3f}, {change}; {rule})"
-        elif ci_high < fail_line:
-            passed = False
-            message = f"{head} (ratio {ratio:.3f}, {change}; the whole interval is below the fail line; {rule})"
-        else:
-            passed, decided = False, False
-            needed = trials_to_resolve(reference, tolerance, confidence)
-            message = (f"{head}: too few {trial_label} to gate (ratio {ratio:.3f}, {change}, but the interval spans "
-                       f"the fail line {fail_line:.3g} = {reference_label} - {tolerance * 100:g} %; about "
-                       f"{float(f'{needed:.2g}'):.0f} {trial_label} would resolve a {tolerance * 100:g} % drop; "
-                       f"{METHOD_BINOMIAL})")
-    return Comparison(
-        gate=gate,
-        passed=passed,
-        measured=float(measured),
-        reference=float(reference),
-        ratio=ratio,
-        threshold=threshold,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        n_measured=round(counts[1]) if counts else 1,
-        n_reference=1,
-        method=method,
-        message=message,
-        decided=decided,
-    )
 
 
 def _first_divergence(text: str, reference: str) -> int | None:

@@ -38,7 +38,7 @@ def test_acceptance_is_one_sided() -> None:
     )
     assert not lower.passed
     assert lower.message.startswith(
-        "eagle on chat: mean acceptance length 2 vs 2.6 baseline (ratio 0.769, 23 % lower"
+        "eagle on chat: mean acceptance length 2 vs 2.6 stored (ratio 0.769, 23 % lower"
     )
     # Exactly at the tolerance (values exact in binary floating point) passes.
     assert compare_acceptance(1.5, 2.0, tolerance=0.25, subject="s", metric="m").passed
