@@ -171,11 +171,11 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                           f"{subject}: the server exported no spec-decode counters; is speculation on?")
     if baseline.acceptance is None:
         return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, False,
-                          f"{subject}: the stored baseline has no acceptance figures; update it")
+                          f"{subject}: the stored entry has no acceptance figures; update it")
     stored, now = baseline.acceptance, m.acceptance
     ask = functools.partial(compare_acceptance, tolerance=gates.acceptance_tolerance, subject=subject,
                             confidence=gates.confidence)
-    stored_drafts = f", baseline from {stored.drafts:.0f} drafts" if stored.drafts else ""
+    stored_drafts = f", stored from {stored.drafts:.0f} drafts" if stored.drafts else ""
     # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
     # interval counts drafts as the trials (wider, never falsely narrow).
     checks = [ask(now.acceptance_rate, stored.acceptance_rate, counts=(now.acceptance_rate * now.drafts, now.drafts),

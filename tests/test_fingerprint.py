@@ -189,12 +189,12 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
     result.assert_outcomes(passed=1, skipped=2)
     out = result.stdout.str()
     # other prompts: undecided (skipped, never passed or failed), naming the prompt and the refresh
-    assert "FINGERPRINT throughput [baseline-coding-c1]: baseline of rig cpu-smollm2 / mode baseline / class " \
+    assert "FINGERPRINT throughput [baseline-coding-c1]: the stored entry of rig cpu-smollm2 / mode baseline / class " \
            "coding / concurrency 1 was measured on other prompts or with another protocol" in out
     assert "prompts of class coding: text of" in out
     assert "refresh it with: pytest -m cpu --rig cpu-smollm2 --update-baselines -k 'baseline-coding-c1'" in out
     # another machine: undecided (a level from another CPU says nothing here), reported in the summary
-    assert "baseline of rig cpu-smollm2 / mode baseline / class math / concurrency 1 was measured on another " \
+    assert "the stored entry of rig cpu-smollm2 / mode baseline / class math / concurrency 1 was measured on another " \
            "machine: accelerator: stored 'Intel Xeon', now 'AMD EPYC'; cpu_model: stored 'Intel Xeon', " \
            "now 'AMD EPYC'; not compared" in out
     # a run twice as fast as the stored figure: reported with the command that refreshes it

@@ -169,15 +169,15 @@ def test_gates_that_decided_nothing_are_not_called_passed(tmp_path: Path) -> Non
     session.results.clear()
     ngram_math = session.measurements[("ngram", "math", 1)]
     session.record_undecided("throughput", session.measurements[("baseline", "coding", 1)], "no baseline",
-                             "no baseline for rig cpu-smollm2 / mode baseline / class coding / concurrency 1 in "
-                             "b.json; create it with: pytest -m cpu --rig cpu-smollm2 --update-baselines")
-    session.record_undecided("throughput", ngram_math, "baseline update", "baseline of ... will be written")
-    session.record_undecided("acceptance", ngram_math, "baseline update", "baseline of ... will be written")
+                             "no stored figures for rig cpu-smollm2 / mode baseline / class coding / concurrency 1 in "
+                             "b.json; store them with: pytest -m cpu --rig cpu-smollm2 --update-baselines")
+    session.record_undecided("throughput", ngram_math, "baseline update", "this run's figures of ... will be stored")
+    session.record_undecided("acceptance", ngram_math, "baseline update", "this run's figures of ... will be stored")
     session.record(GateResult("backfire", "ngram", "math", 1, True, "backfire: ngram is 25 % faster"))
     report = load_report(session.write_report(complete=True))
     markdown = render_markdown(report)
     assert "All gates passed." not in markdown
-    assert "- NO BASELINE throughput [baseline-coding-c1]: no baseline for rig cpu-smollm2" in markdown
+    assert "- NO BASELINE throughput [baseline-coding-c1]: no stored figures for rig cpu-smollm2" in markdown
     assert "- BASELINE UPDATE: 2 gate(s) measured for new baselines, not decided" in markdown
     assert "baseline: throughput: no baseline" in _row(markdown, "coding")
     assert "ngram: pass, throughput: baseline update, acceptance: baseline update" in _row(markdown, "math")

@@ -22,8 +22,11 @@ class GateKeeper:
     def _where(self, m) -> str:
         return f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency {m.concurrency}"
 
+    def _stored_entry(self, m, fit) -> str:
+        return f"the stored entry of {self._where(m)} {fit.describe()}"
+
     def _update(self, m, gate: str) -> bool:
-        """In update mode, queue the measured values as the new baseline; True when the gate is done."""
+        """In update mode, queue the measured values as the new stored entry; True when the gate is done."""
         from specgate.gates import baseline_entry
 
         update = self.session.options.update
@@ -35,7 +38,7 @@ class GateKeeper:
         previous = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
         entry = baseline_entry(m, fingerprint or Fingerprint(), previous)
         self.session.queue_update(m, entry)
-        message = (f"baseline of {self._where(m)} will be written to {self.session.options.baselines_path} "
+        message = (f"this run's figures of {self._where(m)} will be stored in {self.session.options.baselines_path} "
                    f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n})")
         self.session.record_undecided(gate, m, "baseline update", message)
         if update == "update":
@@ -48,7 +51,7 @@ class GateKeeper:
 
         entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
         if entry is None:
-            message = (f"no baseline for {self._where(m)} in {self.session.options.baselines_path}; create it "
+            message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store them "
                        f"with: pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines")
             self.session.record_undecided(gate, m, "no baseline", message)
             pytest.fail(message, pytrace=False)
@@ -83,7 +86,7 @@ class GateKeeper:
         if fit.kind == OTHER_MACHINE:
             # A level or a speedup ratio from another CPU or GPU says nothing about this one (one dev
             # machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
-            note = f"baseline of {self._where(m)} {fit.describe()}; not compared; refresh it with: {self._refresh(m)}"
+            note = f"{self._stored_entry(m, fit)}; not compared; refresh it with: {self._refresh(m)}"
             self.session.record_undecided("throughput", m, "other machine", note)
             pytest.skip(f"throughput gate undecided: {note}")
         result = check_throughput(self.rig, m, stored)
@@ -104,13 +107,13 @@ class GateKeeper:
         fit = comparability(stored.fingerprint, now and now.for_window(m.prompt_class, m.concurrency))
         strict = fit.kind != SAME and gate == "throughput" and self.session.options.strict_fingerprint
         if fit.kind == OTHER_MEASUREMENT or strict:
-            note = f"baseline of {self._where(m)} {fit.describe()}; refresh it with: {self._refresh(m)}"
+            note = f"{self._stored_entry(m, fit)}; refresh it with: {self._refresh(m)}"
             self.session.record_undecided(gate, m, "fingerprint", note)
             if fit.kind == OTHER_MEASUREMENT and not strict:  # undecided: reported, never a pass or a failure
                 pytest.skip(f"{gate} gate undecided: {note}")
             pytest.fail(note + (" (--strict-fingerprint)" if strict else ""), pytrace=False)
         if fit.kind != SAME and gate == "throughput":
-            warnings.warn(f"baseline of {self._where(m)} {fit.describe()}", stacklevel=1)
+            warnings.warn(self._stored_entry(m, fit), stacklevel=1)
         return fit
 
     def acceptance(self, m) -> None:
