@@ -5,6 +5,8 @@ The reading comes from NVML (nvidia-ml-py); tests inject their own reading."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,11 +27,43 @@ class GpuReading:
     uuid: str = ""  # "GPU-..." for a whole GPU, "MIG-..." for a MIG instance
 
 
+def load_pynvml() -> Any | None:
+    """nvidia-ml-py's module, else vLLM's vendored copy of it (the GPU lab's image may lack the
+    former; its vLLM has the latter); None without either."""
+    try:
+        import pynvml
+
+        return pynvml
+    except ImportError:
+        pass
+    try:
+        vllm_spec = importlib.util.find_spec("vllm")  # finds the package without running it
+    except (ImportError, ValueError):
+        return None
+    if vllm_spec is None or not vllm_spec.submodule_search_locations:
+        return None
+    for folder in vllm_spec.submodule_search_locations:
+        spec = importlib.util.spec_from_file_location("specgate_vendored_pynvml", f"{folder}/third_party/pynvml.py")
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # the module looks itself up there while it loads
+        try:
+            spec.loader.exec_module(module)
+        except Exception:
+            del sys.modules[spec.name]
+            continue
+        return module
+    return None
+
+
 @contextmanager
 def nvml() -> Iterator[Any]:
-    """The pynvml module (nvidia-ml-py), initialised for the block: specgate's one NVML setup."""
-    import pynvml
-
+    """The pynvml module (nvidia-ml-py, else vLLM's copy), initialised for the block: specgate's
+    one NVML setup (nvmlInit is reference-counted, so blocks may nest or overlap)."""
+    pynvml = load_pynvml()
+    if pynvml is None:
+        raise ImportError("no NVML: install nvidia-ml-py (specgate's gpu extra) or a vLLM that ships its copy")
     pynvml.nvmlInit()
     try:
         yield pynvml
@@ -84,6 +118,22 @@ def _selects(entry: str, reading: GpuReading) -> bool:
     if entry.isdigit():
         return reading.index == int(entry) and not reading.uuid.startswith("MIG-")
     return bool(reading.uuid) and reading.uuid.startswith(entry)  # CUDA takes any unique UUID prefix
+
+
+def nvml_indices(entries: list[str], read: Callable[[], list[GpuReading]] = nvml_readings) -> list[int] | None:
+    """The NVML indices of CUDA_VISIBLE_DEVICES entries (an index; a GPU UUID or a unique prefix of
+    it; a MIG instance, as its parent GPU), in their order; None when there are none or one cannot
+    be resolved (no NVML, an unknown UUID)."""
+    if not entries or not all(is_gpu_id(e) for e in entries):
+        return None
+    if all(e.isdigit() for e in entries):
+        return [int(e) for e in entries]
+    try:
+        readings = read()
+    except Exception:  # no NVML: nothing to resolve a UUID against
+        return None
+    found = [next((r.index for r in readings if _selects(e, r)), None) for e in entries]
+    return None if None in found else list(dict.fromkeys(i for i in found if i is not None))
 
 
 def require_free_gpus(visible: str | None, *, count: int,

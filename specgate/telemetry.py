@@ -17,17 +17,17 @@ that were found, and a GPU rig with none warns once.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from specgate.gpu import nvml, nvml_indices
 
 # NVML's clocksThrottleReasons bits (nvml.h) that say why a clock is low
 THROTTLE_REASONS = {
@@ -44,49 +44,19 @@ def throttle_names(mask: int) -> list[str]:
     return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
 
 
-def load_pynvml() -> Any | None:
-    """nvidia-ml-py's module, else vLLM's vendored copy of it (the GPU lab's image may lack the
-    former; its vLLM has the latter); None without either."""
-    try:
-        import pynvml
-
-        return pynvml
-    except ImportError:
-        pass
-    try:
-        vllm_spec = importlib.util.find_spec("vllm")  # finds the package without running it
-    except (ImportError, ValueError):
-        return None
-    if vllm_spec is None or not vllm_spec.submodule_search_locations:
-        return None
-    for folder in vllm_spec.submodule_search_locations:
-        spec = importlib.util.spec_from_file_location("specgate_vendored_pynvml", f"{folder}/third_party/pynvml.py")
-        if spec is None or spec.loader is None:
-            continue
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # the module looks itself up there while it loads
-        try:
-            spec.loader.exec_module(module)
-        except Exception:
-            del sys.modules[spec.name]
-            continue
-        return module
-    return None
-
-
 def nvml_reader(gpu_indices: list[int] | None = None) -> Reader | None:
-    """A reader of the GPUs' clocks, power, temperature and throttle mask; None without NVML."""
-    pynvml = load_pynvml()
-    if pynvml is None:
-        return None
-    # Renamed "clocks event reasons" in newer NVML; same bits.
-    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    """A reader of the GPUs' clocks, power, temperature and throttle mask; None without NVML.
+    NVML stays initialised (specgate.gpu.nvml) until the reader's ``close``."""
+    session = contextlib.ExitStack()
     try:
-        pynvml.nvmlInit()
+        pynvml = session.enter_context(nvml())
+        # Renamed "clocks event reasons" in newer NVML; same bits.
+        reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         count = pynvml.nvmlDeviceGetCount()
         handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in (gpu_indices or range(count)) if i < count]
     except Exception:
+        session.close()
         return None
 
     def read() -> dict[str, float]:
@@ -105,7 +75,7 @@ def nvml_reader(gpu_indices: list[int] | None = None) -> Reader | None:
         return out
 
     read.source = "nvml"  # type: ignore[attr-defined]
-    read.close = pynvml.nvmlShutdown  # type: ignore[attr-defined]  # nvmlInit is reference-counted
+    read.close = session.close  # type: ignore[attr-defined]
     return read
 
 
@@ -230,9 +200,8 @@ class Telemetry:
         readers: list[Reader] = [cpu_reader()]
         if tier == "gpu":
             # NVML and nvidia-smi index GPUs in PCI order; CUDA's default order can differ on a
-            # mixed machine, and UUID entries are not mapped: then every GPU is read.
-            entries = [g.strip() for g in gpus.split(",")] if gpus else []
-            indices = [int(g) for g in entries] if entries and all(g.isdigit() for g in entries) else None
+            # mixed machine. An entry NVML cannot resolve leaves indices None: every GPU is read.
+            indices = nvml_indices([g.strip() for g in gpus.split(",")] if gpus else [])
             gpu = nvml_reader(indices) or smi_reader(indices, interval_ms=max(int(interval_s * 1000), 100))
             if gpu is not None:
                 readers.append(gpu)

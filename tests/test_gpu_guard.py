@@ -168,6 +168,21 @@ def test_uuid_and_mig_entries_select_their_gpu_or_instance() -> None:
         require_free_gpus(None, count=3, read=lambda: readings)
 
 
+def test_telemetry_resolves_uuid_and_mig_entries_to_nvml_indices() -> None:
+    """Telemetry reads clocks per NVML index: a GPU UUID (or a unique prefix) is its GPU, a MIG
+    instance its parent GPU; an entry NVML does not know reads every GPU (None)."""
+    from specgate.gpu import nvml_indices
+
+    readings = [GpuReading(0, "NVIDIA H200", 0.0, (), uuid="GPU-aaaa1111-0000"),
+                GpuReading(1, "NVIDIA H200", 0.0, (), uuid="GPU-bbbb2222-0000"),
+                GpuReading(1, "NVIDIA H200 MIG 1g.18gb", 0.0, (), uuid="MIG-cccc3333-0000")]
+    assert nvml_indices(["GPU-bbbb2222", "0"], read=lambda: readings) == [1, 0]
+    assert nvml_indices(["MIG-cccc3333-0000"], read=lambda: readings) == [1]
+    assert nvml_indices(["3", "1"], read=lambda: readings) == [3, 1]
+    assert nvml_indices(["GPU-ffff"], read=lambda: readings) is None
+    assert nvml_indices([], read=lambda: readings) is None
+
+
 @pytest.mark.parametrize("value", ["0,1", "GPU-8f2a1b3c-aaaa", "MIG-5d2e7c1a-bbbb,3"])
 def test_gpu_option_takes_indices_and_uuids(value: str) -> None:
     from specgate.plugin.options import parse_gpu_list

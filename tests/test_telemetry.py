@@ -7,8 +7,9 @@ import types
 
 import pytest
 
-from specgate import telemetry
-from specgate.telemetry import SmiReader, Telemetry, load_pynvml, parse_smi_line, throttle_names
+from specgate import gpu, telemetry
+from specgate.gpu import load_pynvml
+from specgate.telemetry import SmiReader, Telemetry, parse_smi_line, throttle_names
 
 pytestmark = pytest.mark.fast
 
@@ -134,7 +135,7 @@ def test_without_pynvml_vllms_vendored_copy_is_loaded_without_importing_vllm(mon
 
 
 def test_a_gpu_rig_without_any_gpu_reader_warns_and_keeps_the_cpu_signals(monkeypatch):
-    monkeypatch.setattr(telemetry, "load_pynvml", lambda: None)
+    monkeypatch.setattr(gpu, "load_pynvml", lambda: None)
     monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)
     monkeypatch.setattr(telemetry, "_warned_no_gpu_reader", [])
     with pytest.warns(UserWarning, match="nvidia-smi"):
