@@ -106,7 +106,7 @@ FAKE_SERVER = textwrap.dedent('''
 
 @pytest.fixture(autouse=True)
 def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.05)
+    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.02)
     monkeypatch.setattr(server_mod, "KILL_GRACE_S", 5.0)
 
 
