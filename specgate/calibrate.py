@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scipy import stats as scipy_stats
-
 from specgate.config import Rig, Side
 from specgate.gates import match_samples
 from specgate.inject import ENV_FILE
@@ -79,6 +77,8 @@ def server_tpot_ratio(candidate: ClassMeasurement, reference: ClassMeasurement) 
 def binomial_interval(k: int, n: int) -> tuple[float, float]:
     if n == 0:
         return (0.0, 1.0)
+    from scipy import stats as scipy_stats  # only the calibration report needs it
+
     ci = scipy_stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
     return float(ci.low), float(ci.high)
 

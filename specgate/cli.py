@@ -140,7 +140,8 @@ def train_eagle3(args: argparse.Namespace) -> int:
         if args.untrained:
             from specgate.eagle3 import write_untrained_head
 
-            print(f"untrained EAGLE-3 head written: {write_untrained_head(target, args.out, draft_vocab=args.draft_vocab, seed=args.seed)}")
+            out = write_untrained_head(target, args.out, draft_vocab=args.draft_vocab, seed=args.seed)
+            print(f"untrained EAGLE-3 head written: {out}")
             return 0
         import torch
 

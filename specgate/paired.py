@@ -29,10 +29,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 METHOD = "Hodges-Lehmann paired ratio, Wilcoxon interval"
 MIN_PAIRS = 6  # below this the signed-rank interval at 95 % does not exist
@@ -93,7 +93,7 @@ def _interval_rank(n: int, confidence: float) -> tuple[int, float]:
         return k, (1.0 - 2.0 * float(cdf[k - 1])) if k >= 1 else 0.0
     m = n * (n + 1) / 2.0
     sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
-    k = math.floor(m / 2.0 - scipy_stats.norm.ppf(1.0 - alpha_half) * sd)
+    k = math.floor(m / 2.0 - NormalDist().inv_cdf(1.0 - alpha_half) * sd)
     return max(k, 1), confidence
 
 

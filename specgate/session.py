@@ -182,7 +182,7 @@ class SpecgateSession:
                 self.progress(f"waiting for another worker to measure {self.rig.reference_mode} on "
                               f"{prompt_class} ({now - started:.0f}s)")
                 last = now
-            time.sleep(1.0)
+            time.sleep(min(1.0, max(0.01, budget - (now - started))))
         data = json.loads(path.read_text())
         if "error" in data:
             self.failures.setdefault(key, SpecgateError(data["error"]))

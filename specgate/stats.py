@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from specgate.paired import change_text
 
@@ -94,8 +94,9 @@ def summarize(samples: Sequence[float]) -> SampleSummary:
     values = _finite_array(samples, "sample")
     return SampleSummary(
         median=float(np.median(values)),
-        mad=float(scipy_stats.median_abs_deviation(values, scale="normal")),
-        iqr=float(scipy_stats.iqr(values)),
+        # normal-scaled MAD (a consistent estimate of the standard deviation for normal data)
+        mad=float(np.median(np.abs(values - np.median(values))) / NormalDist().inv_cdf(0.75)),
+        iqr=float(np.subtract(*np.percentile(values, [75, 25]))),
         n=int(values.size),
         samples=tuple(float(v) for v in values),
     )
@@ -131,7 +132,7 @@ def wilson_interval(successes: float, trials: float, confidence: float) -> tuple
     successes, where the normal approximation does not."""
     if trials <= 0 or not 0 <= successes <= trials:
         raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes!r} of {trials!r}")
-    z = scipy_stats.norm.ppf(0.5 + confidence / 2)
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
     p = successes / trials
     denominator = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denominator
@@ -142,7 +143,7 @@ def wilson_interval(successes: float, trials: float, confidence: float) -> tuple
 def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float:
     """About how many trials make the interval of a proportion near ``rate`` narrower than a drop
     of ``tolerance`` (relative): n = z^2 p (1 - p) / (tolerance p)^2."""
-    z = scipy_stats.norm.ppf(0.5 + confidence / 2)
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
     if tolerance <= 0 or rate <= 0:
         return math.inf
     return z * z * rate * (1 - rate) / (tolerance * rate) ** 2
