@@ -33,6 +33,21 @@ def _median_tps(measurement: dict[str, Any]) -> float | None:
     return statistics.median(values) if values else None
 
 
+# The kinds of gate that decided nothing for want of a comparison (report.json's "undecided"
+# entries), named for the stored figures so they never read like the mode named baseline.
+NOT_STORED = "no stored figures"  # nothing in baselines.json to compare this window with
+STORING = "storing figures"  # --update-baselines: this run's figures are stored, nothing compared
+# report.json files written before these names (issue 16) render with them (--report-only)
+OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING}
+UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
+                  "too few drafts": "UNDECIDED"}
+
+
+def undecided_kind(entry: dict[str, Any]) -> str:
+    """An undecided entry's kind, an old report.json's name mapped to today's."""
+    return OLD_KINDS.get(entry["kind"], entry["kind"])
+
+
 def _verdicts(report: dict[str, Any]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
     by_key: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for gate in [*report["gates"], *report.get("undecided", [])]:
@@ -42,7 +57,7 @@ def _verdicts(report: dict[str, Any]) -> dict[tuple[str, str, int], list[dict[st
 
 def _verdict_text(gates: list[dict[str, Any]]) -> str:
     """"pass", "FAIL throughput,backfire", "declared backfire", plus the gates that decided
-    nothing ("throughput: no baseline"); "-" when no gate ran."""
+    nothing ("throughput: no stored figures"); "-" when no gate ran."""
     decided = [g for g in gates if "kind" not in g]
     failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared")]
     declared = [g["gate"] for g in decided if not g["passed"] and g.get("declared")]
@@ -53,7 +68,7 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
         parts.append("declared backfire")
     elif decided:
         parts.append("pass")
-    parts += [f"{g['gate']}: {g['kind']}" for g in gates if "kind" in g]
+    parts += [f"{g['gate']}: {undecided_kind(g)}" for g in gates if "kind" in g]
     return ", ".join(parts) or "-"
 
 
@@ -177,9 +192,6 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
     return title + "\n" + _table(rows, headers, fmt)
 
 
-UNDECIDED_TAGS = {"no baseline": "NO BASELINE", "fingerprint": "FINGERPRINT", "too few drafts": "UNDECIDED"}
-
-
 def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
     """Per speculative window: acceptance length, decode steps/s, the step-cost ratio c and the
     break-even line (``specgate.breakeven``); "" when no window has what it needs."""
@@ -209,9 +221,9 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
         fit = details.get("baseline_fingerprint") or {}
         tag = {"other_machine": "OTHER MACHINE", "other_setup": "OTHER SETUP"}.get(fit.get("kind", ""))
         if tag:
-            by_reason[(tag, f"the baseline was measured with {'; '.join(fit['differences'])}")].append(where)
+            by_reason[(tag, f"the stored figures were measured with {'; '.join(fit['differences'])}")].append(where)
         if details.get("stale_baseline"):
-            by_reason[("STALE BASELINE", details["stale_baseline"])].append(where)
+            by_reason[("STALE FIGURES", details["stale_baseline"])].append(where)
     return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()]
 
 
@@ -226,12 +238,13 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
                      f"{failure['error'].splitlines()[0]}")
     undecided = report.get("undecided", [])
-    updates = [u for u in undecided if u["kind"] == "baseline update"]
+    updates = [u for u in undecided if undecided_kind(u) == STORING]
     if updates:
-        lines.append(f"BASELINE UPDATE: {len(updates)} gate(s) measured for new baselines, not decided")
+        lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(updates)} gate(s) measured to store their figures, not decided")
     for u in undecided:
-        if u["kind"] != "baseline update":
-            tag = UNDECIDED_TAGS.get(u["kind"], u["kind"].upper())
+        kind = undecided_kind(u)
+        if kind != STORING:
+            tag = UNDECIDED_TAGS.get(kind, kind.upper())
             lines.append(f"{tag} {u['gate']} [{u['mode']}-{u['prompt_class']}-c{u['concurrency']}]: "
                          f"{u['message'].splitlines()[0]}")
     return lines

@@ -52,7 +52,8 @@ class SpecgateSession:
     failures: dict[MeasureKey, BaseException] = field(default_factory=dict)
     results: list[GateResult] = field(default_factory=list)
     # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "message"}
-    # kind: "no baseline" | "baseline update" | "fingerprint"
+    # kind: specgate.report's NOT_STORED | STORING, "fingerprint", "other machine", "inconclusive",
+    # "too few drafts"
     undecided: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -194,7 +195,7 @@ class SpecgateSession:
         self.results.append(result)
 
     def record_undecided(self, gate: str, m: ClassMeasurement, kind: str, message: str) -> None:
-        """A gate that could not decide (no baseline, a baseline update, a refused fingerprint):
+        """A gate that could not decide (no stored figures, figures being stored, a refused fingerprint):
         the report says so instead of counting it as passed."""
         self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
                                "concurrency": m.concurrency, "kind": kind, "message": message})

@@ -198,7 +198,7 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
            "machine: accelerator: stored 'Intel Xeon', now 'AMD EPYC'; cpu_model: stored 'Intel Xeon', " \
            "now 'AMD EPYC'; not compared" in out
     # a run twice as fast as the stored figure: reported with the command that refreshes it
-    assert "STALE BASELINE [baseline-extraction-c1]: this run's median 30.0 tok/s is 2.00x the stored 15.0" in out
+    assert "STALE FIGURES [baseline-extraction-c1]: this run's median 30.0 tok/s is 2.00x the stored 15.0" in out
     assert "throughput gate undecided" in out
 
 

@@ -234,7 +234,7 @@ def test_missing_baseline_fails_with_the_command_that_creates_it(tmp_path):
     with pytest.raises(pytest.fail.Exception, match="pytest -m cpu --rig cpu-smollm2 --update-baselines"):
         GateKeeper(session).throughput(_measurement("baseline", [30.0] * 6))
     (undecided,) = session.report_data(complete=True)["undecided"]
-    assert (undecided["gate"], undecided["kind"], undecided["mode"]) == ("throughput", "no baseline", "baseline")
+    assert (undecided["gate"], undecided["kind"], undecided["mode"]) == ("throughput", "no stored figures", "baseline")
 
 
 def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):

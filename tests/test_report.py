@@ -17,7 +17,7 @@ from specgate.errors import RequestError
 from specgate.gates import GateResult
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
-from specgate.report import render_markdown, render_text, speed_table
+from specgate.report import NOT_STORED, STORING, render_markdown, render_text, speed_table
 from specgate.session import SessionOptions, SpecgateSession, load_report
 
 pytestmark = pytest.mark.fast
@@ -162,25 +162,31 @@ def test_all_passed(tmp_path: Path) -> None:
     assert "FAILED" not in text and "FAIL " not in text
 
 
-def test_gates_that_decided_nothing_are_not_called_passed(tmp_path: Path) -> None:
-    # The GPU lab's pp2 run had no baselines: every throughput test failed with "no baseline",
+# report.json files written before the kinds were named for the stored figures (issue 16) said
+# "no baseline" and "baseline update"; they render with today's words.
+@pytest.mark.parametrize(("not_stored", "storing"), [pytest.param(NOT_STORED, STORING, id="current"),
+                                                     pytest.param("no baseline", "baseline update", id="old-report")])
+def test_gates_that_decided_nothing_are_not_called_passed(tmp_path: Path, not_stored: str, storing: str) -> None:
+    # The GPU lab's pp2 run had no stored figures: every throughput test failed for want of them,
     # yet its summary ended "All gates passed." with "-" for every verdict.
     session = _session(tmp_path)
     session.results.clear()
     ngram_math = session.measurements[("ngram", "math", 1)]
-    session.record_undecided("throughput", session.measurements[("baseline", "coding", 1)], "no baseline",
+    session.record_undecided("throughput", session.measurements[("baseline", "coding", 1)], not_stored,
                              "no stored figures for rig cpu-smollm2 / mode baseline / class coding / concurrency 1 in "
                              "b.json; store them with: pytest -m cpu --rig cpu-smollm2 --update-baselines")
-    session.record_undecided("throughput", ngram_math, "baseline update", "this run's figures of ... will be stored")
-    session.record_undecided("acceptance", ngram_math, "baseline update", "this run's figures of ... will be stored")
+    session.record_undecided("throughput", ngram_math, storing, "this run's figures of ... will be stored")
+    session.record_undecided("acceptance", ngram_math, storing, "this run's figures of ... will be stored")
     session.record(GateResult("backfire", "ngram", "math", 1, True, "backfire: ngram is 25 % faster"))
     report = load_report(session.write_report(complete=True))
     markdown = render_markdown(report)
     assert "All gates passed." not in markdown
-    assert "- NO BASELINE throughput [baseline-coding-c1]: no stored figures for rig cpu-smollm2" in markdown
-    assert "- BASELINE UPDATE: 2 gate(s) measured for new baselines, not decided" in markdown
-    assert "baseline: throughput: no baseline" in _row(markdown, "coding")
-    assert "ngram: pass, throughput: baseline update, acceptance: baseline update" in _row(markdown, "math")
+    assert "- NOT STORED throughput [baseline-coding-c1]: no stored figures for rig cpu-smollm2" in markdown
+    assert "- STORING: 2 gate(s) measured to store their figures, not decided" in markdown
+    # the verdict cell: the mode's name, then the gate and why it decided nothing
+    assert "baseline: throughput: no stored figures" in _row(markdown, "coding")
+    assert "ngram: pass, throughput: storing figures, acceptance: storing figures" in _row(markdown, "math")
+    assert "no baseline" not in markdown and "baseline update" not in markdown
     session.undecided.clear()
     session.results.clear()
     assert render_markdown(session.report_data(complete=True)).endswith("No gate ran.\n")

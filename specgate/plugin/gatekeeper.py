@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 
+from specgate.report import NOT_STORED, STORING
 from specgate.session import SpecgateSession
 
 
@@ -40,7 +41,7 @@ class GateKeeper:
         self.session.queue_update(m, entry)
         message = (f"this run's figures of {self._where(m)} will be stored in {self.session.options.baselines_path} "
                    f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n})")
-        self.session.record_undecided(gate, m, "baseline update", message)
+        self.session.record_undecided(gate, m, STORING, message)
         if update == "update":
             pytest.fail(f"{message}; this test fails so an update never passes silently: run again without "
                         "--update-baselines", pytrace=False)
@@ -53,7 +54,7 @@ class GateKeeper:
         if entry is None:
             message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store them "
                        f"with: pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines")
-            self.session.record_undecided(gate, m, "no baseline", message)
+            self.session.record_undecided(gate, m, NOT_STORED, message)
             pytest.fail(message, pytrace=False)
         return entry
 

@@ -75,7 +75,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--regen-baselines", action="store_true",
                     help="write the measured values as baselines and let those tests pass")
     group.addoption("--strict-fingerprint", action="store_true",
-                    help="fail a throughput gate when the baseline was measured on another accelerator/vLLM/model")
+                    help="fail a throughput gate when the stored figures were measured on another "
+                         "accelerator/vLLM/model")
     group.addoption("--vllm-url", type=parse_url, default=None,
                     help="attach mode: test an already running server (starts nothing)")
     group.addoption("--vllm-mode", default=None,

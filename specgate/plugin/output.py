@@ -57,14 +57,14 @@ def write_run_output(specgate: SpecgateSession, *, interrupted: bool) -> None:
     if interrupted:
         if specgate.pending_updates:
             specgate.progress(
-                f"{len(specgate.pending_updates)} baseline update(s) not written: the run was interrupted, and a "
-                "cut-short run never touches the baselines. To keep the windows that finished: "
+                f"{len(specgate.pending_updates)} window(s)' figures not stored: the run was interrupted, and a "
+                "cut-short run never touches the stored figures. To keep the windows that finished: "
                 f"python -m specgate adopt-baselines {specgate.report_path}")
         specgate.pending_updates.clear()
     else:
         written = specgate.flush_updates()
         if written:
-            specgate.progress(f"baselines written to {written}")
+            specgate.progress(f"stored figures written to {written}")
     from specgate.report import render_all
 
     path = specgate.write_report(complete=not interrupted)
