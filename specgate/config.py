@@ -13,6 +13,7 @@ problem becomes a :class:`ConfigError` that names the file and the dotted key.
 
 from __future__ import annotations
 
+import json
 import string
 import sys
 import tomllib
@@ -166,16 +167,21 @@ class Gates(_Strict):
 class Side(_Strict):
     """One side of an A/B comparison: the vLLM build or configuration a server runs with.
     ``python``: the interpreter of that build's environment (default: the rig's); ``extra_args``
-    are added to the rig's `vllm serve` arguments; ``env`` to its environment."""
+    are added to the rig's `vllm serve` arguments; ``env`` to its environment; ``speculative``
+    keys override the speculative modes' configs (e.g. num_speculative_tokens, or a synthetic
+    acceptance length for a regression of known size); modes without speculation ignore them."""
 
     python: str | None = None
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = {}
+    speculative: dict[str, Any] = {}
 
     def describe(self) -> str:
         parts = [f"python {self.python}"] if self.python else []
         parts += [f"args {' '.join(self.extra_args)}"] if self.extra_args else []
         parts += [f"env {', '.join(f'{k}={v}' for k, v in self.env.items())}"] if self.env else []
+        parts += [f"speculative {', '.join(f'{k}={json.dumps(v)}' for k, v in self.speculative.items())}"
+                  ] if self.speculative else []
         return "; ".join(parts) or "the rig as it is"
 
 

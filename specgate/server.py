@@ -117,7 +117,8 @@ def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = Non
     if not rig.protocol.prefix_caching:
         argv.append("--no-enable-prefix-caching")
     if mode.speculative_config is not None:
-        argv += ["--speculative-config", json.dumps(mode.speculative_config)]
+        argv += ["--speculative-config", json.dumps({**mode.speculative_config,
+                                                     **(side.speculative if side else {})})]
     env = {**rig.env, **rig.mode_env.get(mode.name, {}), **(side.env if side else {})}
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus

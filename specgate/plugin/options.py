@@ -8,8 +8,10 @@ option lives in that group and ``--help`` shows it under specgate's heading.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +45,18 @@ def parse_env_assignment(value: str) -> tuple[str, str]:
     return name, val
 
 
+def parse_spec_assignment(value: str) -> tuple[str, Any]:
+    """KEY=VALUE for a speculative-config key; VALUE is read as JSON (numbers, true, lists), else kept
+    as a string."""
+    name, sep, val = value.partition("=")
+    if not sep or not name or not name.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE, e.g. num_speculative_tokens=5")
+    try:
+        return name, json.loads(val)
+    except ValueError:
+        return name, val
+
+
 AB_SIDES = ("reference", "candidate")
 
 
@@ -54,7 +68,8 @@ def ab_from_options(config: pytest.Config):
 
     given = {side: {"python": config.getoption(f"ab_{side}_python"),
                     "extra_args": tuple(shlex.split(config.getoption(f"ab_{side}_args") or "")),
-                    "env": dict(config.getoption(f"ab_{side}_env") or [])} for side in AB_SIDES}
+                    "env": dict(config.getoption(f"ab_{side}_env") or []),
+                    "speculative": dict(config.getoption(f"ab_{side}_spec") or [])} for side in AB_SIDES}
     if not any(v for side in given.values() for v in side.values()):
         return None
     return AB(**{side: Side(**values) for side, values in given.items()})
@@ -100,5 +115,8 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(f"--ab-{side}-env", type=parse_env_assignment, action="append", default=None,
                         metavar="NAME=VALUE", help=f"A/B: an environment variable of the {side} side's servers "
                         "(repeatable), e.g. SPECGATE_SLOWDOWN=0.10 for a real injected slowdown")
+        group.addoption(f"--ab-{side}-spec", type=parse_spec_assignment, action="append", default=None,
+                        metavar="KEY=VALUE", help=f"A/B: a speculative-config key of the {side} side's speculative "
+                        "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
     group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")
