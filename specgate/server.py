@@ -128,6 +128,20 @@ def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = Non
                       startup_timeout_s=rig.startup_timeout_s)
 
 
+def check_local_paths(rig: Rig, mode: Mode) -> None:
+    """Fail before a start (seconds, not a server's minutes) when the rig's model or the mode's
+    draft model names a local folder that is not there."""
+    wanted = {"model": rig.model, f"modes.{mode.name}.speculative_config.model":
+              (mode.speculative_config or {}).get("model")}
+    missing = [f"{key} = {path}" for key, path in wanted.items()
+               if isinstance(path, str) and path.startswith("/") and not Path(path).exists()]
+    if missing:
+        raise ServerStartError(
+            f"rig {rig.name}, mode {mode.name}: no such folder: {'; '.join(missing)}. Write it first "
+            "(python -m specgate prepare-model: the cpu tier's model and the untrained EAGLE-3 head; "
+            "python -m specgate train-eagle3: a trained head; the GPU lab: scripts/gpu-lab-prepare.sh)")
+
+
 class VLLMServer:
     """A vLLM OpenAI-compatible server this process started and owns."""
 

@@ -74,3 +74,4 @@ def test_spec_assignments_read_json_values_else_strings(text, parsed):
 def test_malformed_assignments_are_refused_with_an_example(parse, text):
     with pytest.raises(argparse.ArgumentTypeError, match=rf"{text!r} is not .*=VALUE, e\.g\. "):
         parse(text)
+

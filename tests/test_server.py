@@ -530,3 +530,18 @@ def test_server_is_terminated_when_specgate_itself_is_killed(tmp_path: Path) -> 
             time.sleep(0.05)
     finally:
         parent.kill()
+
+
+def test_a_missing_local_draft_folder_fails_before_the_start_naming_rig_mode_and_key(tmp_path):
+    from specgate.config import load_rig
+    from specgate.errors import ServerStartError
+    from specgate.server import check_local_paths
+
+    rig = load_rig("cpu-smollm2-eagle3", Path(__file__).resolve().parent.parent / "fixtures")
+    mode = rig.mode("eagle3_untrained").model_copy(update={"speculative_config": {
+        **rig.mode("eagle3_untrained").speculative_config, "model": str(tmp_path / "nowhere")}})
+    with pytest.raises(ServerStartError, match=r"rig cpu-smollm2-eagle3, mode eagle3_untrained: no such folder: "
+                                               r"modes\.eagle3_untrained\.speculative_config\.model = .*nowhere\. "
+                                               r"Write it first \(python -m specgate prepare-model"):
+        check_local_paths(rig.model_copy(update={"model": str(tmp_path)}), mode)
+    check_local_paths(rig.model_copy(update={"model": str(tmp_path)}), rig.mode("baseline"))  # nothing to check

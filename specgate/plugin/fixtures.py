@@ -70,7 +70,7 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterato
     """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record what it runs on,
     yield it, tear it down."""
     from specgate.fingerprint import collect, measured_with, server_vllm_version
-    from specgate.server import AttachedServer, VLLMServer
+    from specgate.server import AttachedServer, VLLMServer, check_local_paths
 
     rig = session.rig
     label = f"{mode.name}@{side}" if side else mode.name
@@ -81,6 +81,7 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterato
                 and importlib.util.find_spec(mode.optional_dependency) is None:
             pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
                         "in the server's environment")
+        check_local_paths(rig, mode)
         # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded.
         guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
         server = VLLMServer(build_server_spec(session, mode, side), progress=session.progress, before_start=guard)
