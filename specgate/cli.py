@@ -134,8 +134,9 @@ def _prepare_untrained_head(model: Path) -> None:
 def train_eagle3(args: argparse.Namespace) -> int:
     from specgate.config import default_model_cache
     from specgate.errors import SpecgateError
+    from specgate.model_prep import MODEL_DIR_NAME
 
-    target = args.target or default_model_cache() / "smollm2-135m"
+    target = args.target or default_model_cache() / MODEL_DIR_NAME
     try:
         if args.untrained:
             from specgate.eagle3 import write_untrained_head

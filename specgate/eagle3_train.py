@@ -22,6 +22,7 @@ import json
 import math
 import os
 import random
+import string
 import subprocess
 import sys
 import time
@@ -43,7 +44,6 @@ def expand_prompts(path: Path, count: int, *, seed: int = 0) -> list[dict]:
     templates, slots = data.get("templates") or [], data.get("slots") or {}
     if not templates:
         raise SpecgateError(f"{path}: no [[templates]]")
-    import string
     for i, t in enumerate(templates):
         for _, name, _, _ in string.Formatter().parse(t.get("text", "")):
             if name and name not in slots:
