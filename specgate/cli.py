@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--dummy-llama8b", type=Path, default=None, metavar="OUT",
                       help="instead: write a Llama-3-8B-shaped folder without weights (for --load-format "
                            "dummy) into OUT, with the tokenizer of --source")
-    prep.add_argument("--source", type=Path, default=None, help="with --dummy-llama8b: the SmolLM2 folder "
+    prep.add_argument("--dummy-llama8b-draft", type=Path, default=None, metavar="OUT",
+                      help="instead: the same shape cut to 4 layers (the GPU-bound rig's draft model)")
+    prep.add_argument("--source", type=Path, default=None, help="with --dummy-llama8b*: the SmolLM2 folder "
                       "(default: the converted model in the cache)")
     run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
                          "(extra arguments go to pytest)")
@@ -73,14 +75,19 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
-        from specgate.model_prep import prepare_model, write_dummy_llama
+        from specgate.model_prep import MODEL_DIR_NAME, prepare_model, write_dummy_llama
 
         try:
-            if args.dummy_llama8b is not None:
+            if args.dummy_llama8b is not None or args.dummy_llama8b_draft is not None:
                 from specgate.config import default_model_cache
+                from specgate.model_prep import LLAMA8B_DRAFT_SHAPE, LLAMA8B_SHAPE
 
-                source = args.source or (args.cache or default_model_cache()) / "smollm2-135m"
-                print(f"dummy Llama-8B-shaped model written: {write_dummy_llama(source, args.dummy_llama8b)}")
+                source = args.source or (args.cache or default_model_cache()) / MODEL_DIR_NAME
+                wanted = ((args.dummy_llama8b, LLAMA8B_SHAPE), (args.dummy_llama8b_draft, LLAMA8B_DRAFT_SHAPE))
+                for out, shape in wanted:
+                    if out is not None:
+                        written = write_dummy_llama(source, out, shape)
+                        print(f"dummy Llama-8B-shaped model ({shape['num_hidden_layers']} layers) written: {written}")
                 return 0
             model = prepare_model(args.cache, force=args.force)
             _prepare_untrained_head(model)

@@ -81,6 +81,11 @@ def _convert(gguf: Path, out: Path) -> None:
 # CPU-side overhead as the 135M model's ~2 ms steps are.
 LLAMA8B_SHAPE = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                  "num_key_value_heads": 8, "intermediate_size": 14336, "head_dim": 128}
+# Its draft for the GPU-bound rig: the same shape cut to 4 layers (1.27 B parameters with the
+# vocabulary, 2.5 GB read per draft pass: ~1/6 of a target step, and still the GPU's time, where
+# SmolLM2-135M's 30 thin layers are launch overhead; vLLM 0.26 runs draft_model without the model
+# runner V2, and the 135M draft's ratio moved 30 % between two sessions).
+LLAMA8B_DRAFT_SHAPE = {**LLAMA8B_SHAPE, "num_hidden_layers": 4}
 
 
 def write_dummy_llama(source: Path, out: Path, shape: dict | None = None) -> Path:
@@ -99,7 +104,8 @@ def write_dummy_llama(source: Path, out: Path, shape: dict | None = None) -> Pat
     config.update(shape or LLAMA8B_SHAPE)
     config["architectures"] = ["LlamaForCausalLM"]
     config["tie_word_embeddings"] = False
-    config["_specgate"] = f"dummy weights (vllm --load-format dummy); shape of Llama-3-8B; tokenizer of {source}"
+    config["_specgate"] = (f"dummy weights (vllm --load-format dummy); Llama-3-8B's shape with "
+                           f"{config['num_hidden_layers']} layers; tokenizer of {source}")
     out.mkdir(parents=True, exist_ok=True)
     # Whatever transformers version wrote the source: tokenizer.json or vocab/merges, the template
     # inside tokenizer_config.json or beside it. Never a weight file (the point is to have none).

@@ -64,3 +64,19 @@ def test_prepare_model_cli_writes_the_dummy_folder(smollm2, tmp_path, capsys):
     assert str(out) in capsys.readouterr().out
     assert main(["prepare-model", "--dummy-llama8b", str(out), "--source", str(tmp_path / "nowhere")]) == 1
     assert "cannot read the source model's config" in capsys.readouterr().err
+
+
+def test_prepare_model_writes_the_target_and_its_4_layer_draft_of_one_vocabulary(smollm2, tmp_path, capsys):
+    from specgate.cli import main
+
+    target, draft = tmp_path / "llama8b-dummy", tmp_path / "llama8b-dummy-draft4l"
+    assert main(["prepare-model", "--dummy-llama8b", str(target), "--dummy-llama8b-draft", str(draft),
+                 "--source", str(smollm2)]) == 0
+    target_config = json.loads((target / "config.json").read_text())
+    draft_config = json.loads((draft / "config.json").read_text())
+    assert (target_config["num_hidden_layers"], draft_config["num_hidden_layers"]) == (32, 4)
+    # Everything but the depth is the target's: vLLM's draft_model method needs the same vocabulary.
+    assert {k: v for k, v in draft_config.items() if k not in ("num_hidden_layers", "_specgate")} == {
+        k: v for k, v in target_config.items() if k not in ("num_hidden_layers", "_specgate")}
+    assert not list(draft.glob("*.safetensors"))
+    assert "(4 layers) written" in capsys.readouterr().out
