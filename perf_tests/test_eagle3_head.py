@@ -7,10 +7,17 @@ import math
 
 import pytest
 
-pytestmark = pytest.mark.cpu
-torch = pytest.importorskip("torch")
+from specgate.eagle3 import HeadShape, build_head, draft_steps, rope
 
-from specgate.eagle3 import HeadShape, build_head, draft_steps, rope  # noqa: E402
+pytestmark = pytest.mark.cpu
+torch = None  # set by _import_torch: importing torch at collection cost every `pytest -m fast` 2.4 s
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _import_torch():
+    global torch
+    torch = pytest.importorskip("torch")
+
 
 SHAPE = HeadShape(hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=48, vocab=50, draft_vocab=20,
                   aux_layers=(2, 3, 4), rms_eps=1e-5, rope_theta=10000.0, max_positions=64)
