@@ -3,11 +3,11 @@ accepted / drafted with a Wilson interval; a window whose interval cannot tell a
 tolerance from chance is undecided (recorded and skipped), never passed or failed."""
 
 import json
-import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+from fixture_copy import copy_fixtures
 from scipy.stats import binomtest
 
 from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
@@ -136,7 +136,7 @@ GATE_TEST = textwrap.dedent('''
 
 
 def test_an_undecided_acceptance_gate_is_skipped_and_listed(pytester):
-    shutil.copytree(ROOT / "fixtures", pytester.path / "fixtures")
+    copy_fixtures(pytester.path / "fixtures")
     pytester.makepyfile(test_gate=GATE_TEST)
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-rs")
     result.assert_outcomes(skipped=1)

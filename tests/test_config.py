@@ -4,11 +4,11 @@ the file and the dotted key, without the loader touching the file."""
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from fixture_copy import copy_fixtures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -114,7 +114,7 @@ def test_prompt_file_has_six_classes_of_at_least_five_prompts() -> None:
 @pytest.fixture
 def fx(tmp_path: Path) -> Path:
     """A private copy of fixtures/ to corrupt."""
-    return Path(shutil.copytree(FIXTURES, tmp_path / "fixtures"))
+    return copy_fixtures(tmp_path / "fixtures")
 
 
 def _snapshot(root: Path) -> dict[Path, bytes]:

@@ -5,11 +5,11 @@ software (vLLM, torch, CUDA) and the machine (CPU model, GPU name/count); ``comp
 what a difference means. Old entries without the new fields still load and still gate."""
 
 import inspect
-import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+from fixture_copy import copy_fixtures
 
 from specgate.baselines import (
     OTHER_MACHINE,
@@ -179,7 +179,7 @@ GATE_TESTS = textwrap.dedent('''
 
 @pytest.fixture
 def gate_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    shutil.copytree(ROOT / "fixtures", pytester.path / "fixtures")
+    copy_fixtures(pytester.path / "fixtures")
     pytester.makepyfile(test_gates=GATE_TESTS + "\n\n" + inspect.getsource(window))
     return pytester
 

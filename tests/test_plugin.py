@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fixture_copy import copy_fixtures
 
 from specgate.client import RequestRecord
 from specgate.config import load_rig
@@ -24,7 +25,7 @@ PERF_TESTS = (ROOT / "perf_tests" / "test_speculative_perf.py").read_text()
 
 @pytest.fixture
 def perf_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    shutil.copytree(ROOT / "fixtures", pytester.path / "fixtures")
+    copy_fixtures(pytester.path / "fixtures")
     pytester.makepyfile(test_perf=PERF_TESTS)
     pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n")
     return pytester
@@ -45,7 +46,7 @@ def test_setup_plan_starts_exactly_one_server_per_mode(perf_project):
 def test_an_option_path_that_loses_the_project_config_is_refused(pytester, tmp_path_factory):
     # Seen on the GPU lab and in the fault tests: "--run-dir /existing/dir" made pytest search its
     # config from "/", so the run went on without markers, xfail_strict or the right rootdir.
-    shutil.copytree(ROOT / "fixtures", pytester.path / "fixtures")
+    copy_fixtures(pytester.path / "fixtures")
     pytester.makepyfile(test_perf=PERF_TESTS)
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\n'
                                'markers = ["perf: p", "cpu: c", "gpu: g", "speculative_only: s"]\n')
@@ -301,7 +302,7 @@ def test_throughput_names_the_request_without_a_decode_rate(tmp_path):
 
 def test_a_sequential_rig_measures_the_reference_first_whatever_its_order(tmp_path):
     fixtures = tmp_path / "fixtures"
-    shutil.copytree(ROOT / "fixtures", fixtures)
+    copy_fixtures(fixtures)
     rig = fixtures / "rigs" / "cpu-smollm2.toml"
     text = rig.read_text().replace("duet = true", "duet = false")
     rig.write_text(text.replace("[modes.baseline]\n[modes.ngram]", "[modes.ngram]\n[modes.baseline]"))

@@ -1,0 +1,27 @@
+"""A test's private copy of fixtures/ to edit or corrupt.
+
+Every file is copied except the large read-only data, which is symlinked: the EAGLE-3 head's
+weights (fixtures/heads, 15 MB) and the recorded runs (fixtures/recorded, 2.5 MB). No test edits
+them, and copying all 17 MB per test cost the fast tier several seconds (the copies, then pytest
+deleting old temporary directories). The copy keeps every path the original has.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SHARED = ("heads", "recorded")
+
+
+def copy_fixtures(dest: Path) -> Path:
+    """Copy fixtures/ to ``dest`` (which must not exist), linking SHARED; returns ``dest``."""
+
+    def shared(directory: str, names: list[str]) -> list[str]:
+        return [n for n in names if n in SHARED] if Path(directory) == FIXTURES else []
+
+    shutil.copytree(FIXTURES, dest, ignore=shared)
+    for name in SHARED:
+        (dest / name).symlink_to(FIXTURES / name, target_is_directory=True)
+    return Path(dest)
