@@ -49,7 +49,7 @@ FAKE_SERVER = textwrap.dedent('''
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child below, across exec
 
     print(f"fake-vllm: starting, argv={sys.argv[1:]!r}", flush=True)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    child = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(600)"])
     state = {"pid": os.getpid(), "pgid": os.getpgid(0), "child": child.pid, "argv": sys.argv[1:],
              "unknown": unknown, "env_mark": os.environ.get("FAKE_MARK")}
     with open(args.state + ".tmp", "w") as handle:
@@ -130,7 +130,7 @@ def reaper() -> Iterator[Reaper]:
 
 def _spec(fake: Path, tmp_path: Path, *extra: str, label: str = "ngram", served: str = SERVED,
           timeout_s: float = 20.0, env: dict[str, str] | None = None) -> ServerSpec:
-    return ServerSpec(label=label, argv=[sys.executable, str(fake), "--state", str(tmp_path / "state.json"),
+    return ServerSpec(label=label, argv=[sys.executable, "-S", str(fake), "--state", str(tmp_path / "state.json"),
                                          *extra],
                       served_model_name=served, log_path=tmp_path / "logs" / f"{label}.log",
                       env=env or {}, startup_timeout_s=timeout_s, probe_timeout_s=5.0)
@@ -267,12 +267,12 @@ def test_fatal_engine_error_in_the_log_fails_fast(fake: Path, tmp_path: Path, re
 
 def test_hung_first_generation_keeps_reporting_and_meets_the_deadline(
         fake: Path, tmp_path: Path, reaper: Reaper, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 0.2)
-    spec = _spec(fake, tmp_path, "--behaviour", "hang-generation", timeout_s=2)
+    monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 0.1)
+    spec = _spec(fake, tmp_path, "--behaviour", "hang-generation", timeout_s=1)
     spec.probe_timeout_s = 60  # longer than the deadline: the deadline must still hold
     lines: list[str] = []
     started = time.monotonic()
-    with pytest.raises(ServerStartError, match=r"not ready after \ds \(startup deadline 2s; waiting for a first "
+    with pytest.raises(ServerStartError, match=r"not ready after \ds \(startup deadline 1s; waiting for a first "
                                                r"generation\)"), VLLMServer(spec, progress=lines.append):
         pass
     assert time.monotonic() - started < 10
@@ -354,9 +354,9 @@ def test_wrong_served_model_name(fake: Path, tmp_path: Path, reaper: Reaper) -> 
 
 def test_progress_reports_elapsed_time(fake: Path, tmp_path: Path, reaper: Reaper,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 0.1)
+    monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 0.05)
     lines: list[str] = []
-    with VLLMServer(_spec(fake, tmp_path, "--healthy-after", "0.4"), progress=lines.append):
+    with VLLMServer(_spec(fake, tmp_path, "--healthy-after", "0.2"), progress=lines.append):
         _state(tmp_path, reaper)
     waiting = [line for line in lines if "waiting for /health" in line]
     assert len(waiting) >= 2, lines
@@ -513,7 +513,7 @@ def test_server_is_terminated_when_specgate_itself_is_killed(tmp_path: Path) -> 
         "import sys, time\n"
         "from pathlib import Path\n"
         "from specgate.server import ServerSpec, VLLMServer\n"
-        f"spec = ServerSpec(label='fake', argv=[sys.executable, '-c', 'import time; time.sleep(600)'],"
+        f"spec = ServerSpec(label='fake', argv=[sys.executable, '-S', '-c', 'import time; time.sleep(600)'],"
         f" served_model_name='x', log_path=Path({str(tmp_path / 'server.log')!r}))\n"
         "server = VLLMServer(spec)\n"
         "server._launch(1)\n"
