@@ -5,10 +5,15 @@ turn it into a ``RequestRecord`` with the timings and token counts that the
 performance gates compare. Everything about *which* requests to send and what
 to do with the records lives elsewhere.
 
-HTTP is httpx's own (its default transport, httpcore's HTTP/1.1); the events
-are httpx-sse's, whose line splitting follows the SSE spec (only CR, LF and
-CRLF end a line: httpx's ``aiter_lines`` also splits on U+2028 and U+0085,
-which vLLM's JSON carries raw inside generated text). Reading order:
+The API is httpx's; the bytes travel through aiohttp (httpx-aiohttp's
+``AiohttpTransport``, the transport openai-python's ``DefaultAioHttpClient``
+uses), whose C parser takes vLLM's one-HTTP-chunk-per-event framing at less
+than half the CPU per event of httpx's default transport (httpcore/h11): see
+docs/client-benchmark.md. The events are httpx-sse's, whose line splitting
+follows the SSE spec (only CR, LF and CRLF end a line: httpx's
+``aiter_lines`` also splits on U+2028 and U+0085, which vLLM's JSON carries
+raw inside generated text); httpx-sse splits the decoded text itself, so the
+transport underneath does not change that. Reading order:
 ``GenerationRequest``/``RequestRecord`` (what goes in and out),
 ``StreamingClient`` (one request), ``run_requests`` (many, bounded).
 
@@ -27,7 +32,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import aiohttp
 import httpx
+from httpx_aiohttp import AiohttpTransport
 from httpx_sse import SSEError, aconnect_sse
 
 from specgate.errors import RequestError
@@ -274,7 +281,15 @@ class StreamingClient:
     ``read_timeout`` bounds the silence between two chunks of a stream;
     ``request_deadline`` bounds a whole request, however steadily it streams.
     The API key is sent as a bearer token and scrubbed from every message.
-    ``transport`` replaces httpx's default transport (tests pass a ``MockTransport``).
+    ``transport`` replaces the aiohttp transport (tests pass a ``MockTransport``;
+    ``httpx.AsyncHTTPTransport()`` gives httpx's default one).
+
+    A POST is never sent twice: aiohttp retries a request on a reused
+    connection that the server closed only for idempotent methods, and this
+    client retries nothing, so a request the server may already be generating
+    never lands in a measured window twice. aiohttp has no write timeout; a
+    body that cannot be written is caught by the stall watchdog
+    (``read_timeout``, counted from the start of the request).
     """
 
     def __init__(
@@ -293,14 +308,8 @@ class StreamingClient:
         self.request_deadline = request_deadline
         self._api_key = api_key
         if transport is None:
-            transport = httpx.AsyncHTTPTransport(
-                # run_requests bounds concurrency itself; a pool limit below it would
-                # queue requests inside httpx and charge the wait to TTFT.
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-                # retries only ever re-attempts a failed connect; 0 says so. httpcore never
-                # re-sends a request once written, so a POST is never generated twice.
-                retries=0,
-            )
+            # The session is made on first use, inside the running event loop.
+            transport = AiohttpTransport(client=_aiohttp_session)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"Accept-Encoding": "identity", **auth_headers(api_key)},
@@ -311,7 +320,7 @@ class StreamingClient:
         )
         # Streams get no transport read timeout: generate()'s _StallWatchdog enforces
         # read_timeout for any transport (MockTransport enforces none), and without a
-        # deadline httpcore arms no timer per socket read (cheaper with many streams).
+        # deadline the transport arms no timer per socket read (cheaper with many streams).
         self._stream_timeout = httpx.Timeout(
             connect=connect_timeout, read=None, write=write_timeout, pool=connect_timeout
         )
@@ -339,7 +348,7 @@ class StreamingClient:
                 response = await self._http.get(path)
         except TimeoutError:
             raise self._error(f"{where}: no answer within {self.request_deadline:g} s") from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, aiohttp.ClientError) as exc:
             raise self._transport_error(where, exc) from self._safe_cause(exc)
         if response.status_code != 200:
             raise self._error(
@@ -384,7 +393,7 @@ class StreamingClient:
             ) from None
         except httpx.ReadTimeout:
             raise self._stalled(where, state) from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, aiohttp.ClientError) as exc:
             raise self._transport_error(where, exc) from self._safe_cause(exc)
         finished_at = time.perf_counter()
 
@@ -501,10 +510,21 @@ class StreamingClient:
             f"{where}: read timeout: no data for {self.read_timeout:g} s after {state.events} events"
         )
 
-    def _transport_error(self, where: str, exc: httpx.HTTPError) -> RequestError:
+    def _transport_error(self, where: str, exc: Exception) -> RequestError:
         detail = str(exc) or type(exc).__name__
+        # httpx-aiohttp turns aiohttp's errors into httpx's coarsely (a server closing the
+        # connection becomes ConnectTimeout), keeping aiohttp's as the cause: ask that first.
+        cause = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
         if isinstance(exc, SSEError):  # a 200 answer that is not an event stream
             what = f"{self.base_url} did not answer with an event stream"
+        elif isinstance(cause, aiohttp.ConnectionTimeoutError):
+            what = f"connect timeout to {self.base_url}"
+        elif isinstance(cause, aiohttp.ClientConnectorError):
+            what = f"could not connect to {self.base_url}"
+        elif isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError)):
+            what = f"connection to {self.base_url} lost (reset or closed mid-response)"
+        elif isinstance(cause, aiohttp.ClientResponseError):  # not HTTP, or broken HTTP
+            what = f"unreadable HTTP answer from {self.base_url}"
         elif isinstance(exc, httpx.ConnectTimeout):
             what = f"connect timeout to {self.base_url}"
         elif isinstance(exc, httpx.ConnectError):
@@ -516,6 +536,12 @@ class StreamingClient:
         else:
             what = f"HTTP transport error talking to {self.base_url}"
         return self._error(f"{where}: {what}: {detail}")
+
+
+def _aiohttp_session() -> aiohttp.ClientSession:
+    # limit=0: run_requests bounds concurrency itself; a pool limit below it (aiohttp's
+    # default is 100) would queue requests inside the client and charge the wait to TTFT.
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
 
 def _describe_error(event: dict[str, Any]) -> str:

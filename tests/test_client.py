@@ -1,7 +1,9 @@
-"""Tests of specgate.client against httpx.MockTransport: streams, records, failures.
+"""Tests of specgate.client: streams, records, failures.
 
-No real server: each test scripts the server's bytes (and pauses) so that a
-failure mode can be produced on purpose and quickly.
+Most run against httpx.MockTransport; the last section runs the client's own
+transport (httpx over aiohttp) against an in-process loopback server. Either
+way each test scripts the server's bytes (and pauses) so that a failure mode
+can be produced on purpose and quickly.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -411,6 +414,30 @@ def test_connection_reset_mid_stream_is_reported_as_lost() -> None:
     assert "connection" in str(error) and "lost" in str(error) and "reset by peer" in str(error)
 
 
+@pytest.mark.parametrize(
+    ("as_httpx", "cause", "said"),
+    [
+        (httpx.ConnectTimeout, aiohttp.ServerDisconnectedError(), "connection to http://vllm.test lost"),
+        (httpx.ConnectTimeout, aiohttp.ClientOSError(104, "Connection reset by peer"), "lost"),
+        (httpx.ReadError, aiohttp.ClientPayloadError("Response payload is not completed"), "lost"),
+        (httpx.TimeoutException, aiohttp.ConnectionTimeoutError("Connection timeout"), "connect timeout to"),
+        (httpx.ConnectError, aiohttp.ClientConnectorError(None, OSError(111, "refused")), "could not connect"),
+    ],
+    ids=["server closed", "reset", "payload cut", "connect timeout", "refused"],
+)
+def test_aiohttp_errors_are_named_by_their_cause_not_httpx_aiohttps_mapping(
+    as_httpx: type[httpx.HTTPError], cause: Exception, said: str
+) -> None:
+    """httpx-aiohttp maps aiohttp's errors onto httpx's coarsely (a server closing a connection
+    becomes ConnectTimeout) and chains aiohttp's: the message follows the chained one."""
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        raise as_httpx("mapped") from cause
+
+    error = generate_error(handle)
+    assert said in str(error) and "'ngram/coding/bst#2' (mode ngram)" in str(error)
+
+
 def test_silent_server_fails_after_read_timeout_not_later() -> None:
     started = time.perf_counter()
     error = generate_error(streaming(sse(chat_chunk("a")), 30.0), read_timeout=0.05)
@@ -628,7 +655,7 @@ def test_run_requests_rejects_zero_concurrency() -> None:
         asyncio.run(main())
 
 
-# ------------------------------------------------------------ httpx's transport over loopback
+# ------------------------------------------- the client's transport (httpx over aiohttp) over loopback
 # An in-process asyncio server on 127.0.0.1: real sockets, still milliseconds.
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -735,6 +762,98 @@ def test_real_socket_request_dropped_after_it_was_sent_is_not_sent_again() -> No
     with pytest.raises(RequestError, match=r"connection .* lost"):
         with_server(serve, run)
     assert len(received) == 1
+
+
+def test_real_socket_post_dropped_on_a_reused_connection_is_not_sent_again() -> None:
+    """The case a client retries if it retries anything: the server takes the second request on a
+    kept-alive connection and closes without answering. aiohttp retries that for idempotent methods
+    only; a POST must reach the server once and fail as a lost connection, naming the request."""
+    requests_seen = 0
+    body = SSE_HEAD + vllm_like_body("x", completion_tokens=1)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests_seen
+        try:
+            while True:
+                await read_request(reader)
+                requests_seen += 1
+                if requests_seen > 1:
+                    break  # read, maybe generating, then gone
+                writer.write(body)
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass
+        writer.close()
+
+    async def run(url: str) -> None:
+        async with StreamingClient(url) as client:
+            assert (await client.generate(chat_request("first"))).text == "x"
+            await client.generate(chat_request("second"))
+
+    with pytest.raises(RequestError, match=r"'second' \(mode ngram\): connection to http://127\.0\.0\.1:\d+ lost"):
+        with_server(serve, run)
+    assert requests_seen == 2
+
+
+def test_real_socket_unicode_line_separators_do_not_split_the_event() -> None:
+    """vLLM's JSON carries U+2028, U+2029 and U+0085 raw; only CR and LF end an SSE line."""
+    text = "a\u2028b\u2029c\u0085d"
+    response = SSE_HEAD + vllm_like_body(text, "e", completion_tokens=2)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        middle = response.index("\u2029".encode()) + 1  # a read boundary inside the separator
+        for part in (response[:middle], response[middle:]):
+            writer.write(part)
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        writer.close()
+
+    async def run(url: str) -> RequestRecord:
+        async with StreamingClient(url) as client:
+            return await client.generate(chat_request())
+
+    record = with_server(serve, run)
+    assert record.text == text + "e" and len(record.chunk_times) == 2
+
+
+def test_real_socket_answer_that_is_not_http_is_reported() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def run(url: str) -> None:
+        async with StreamingClient(url) as client:
+            await client.generate(chat_request())
+
+    with pytest.raises(RequestError, match=r"'ngram/coding/bst#2' \(mode ngram\): unreadable HTTP answer from http://"):
+        with_server(serve, run)
+
+
+def test_real_socket_many_streams_are_not_queued_by_a_connection_pool() -> None:
+    """run_requests bounds concurrency; the transport must not queue below it (aiohttp's default
+    pool holds 100 connections): 120 streams that each wait for all the others must all start."""
+    started = 0
+    all_started = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal started
+        await read_request(reader)
+        started += 1
+        if started == 120:
+            all_started.set()
+        await asyncio.wait_for(all_started.wait(), timeout=5)
+        writer.write(SSE_HEAD + vllm_like_body("x", completion_tokens=1))
+        await writer.drain()
+        writer.close()
+
+    async def run(url: str) -> list[RequestRecord]:
+        async with StreamingClient(url) as client:
+            return await run_requests(client, [chat_request(f"r#{i}") for i in range(120)], concurrency=120)
+
+    assert len(with_server(serve, run)) == 120
 
 
 def test_real_socket_content_length_and_close_delimited_bodies() -> None:
