@@ -13,10 +13,17 @@ receive stamps are both ``time.perf_counter()``; comparing them across
 processes assumes Linux, where perf_counter reads CLOCK_MONOTONIC, one clock
 for the whole machine. Skews are only meaningful on such a system.
 
-Readers: ``specgate`` (StreamingClient via run_requests), ``aiohttp`` (a plain
-reader: ``response.content.iter_any()``, split on b"\\n\\n", strip "data: ",
-json.loads; one timestamp per read, like specgate), and ``vllm-bench`` (vLLM's
-own ``async_request_openai_chat_completions``, when vllm is installed).
+Readers: ``specgate`` (StreamingClient via run_requests, on its default
+transport: httpx over aiohttp), ``specgate-httpcore`` (the same client on
+httpx's default transport, httpcore/h11: the client before issue 16's switch),
+``aiohttp`` (a plain reader: ``response.content.iter_any()``, split on
+b"\\n\\n", strip "data: ", json.loads; one timestamp per read, like specgate),
+and ``vllm-bench`` (vLLM's own ``async_request_openai_chat_completions``;
+skipped where vllm is not installed).
+
+Needs only pytest, pytest-benchmark, httpx, httpx-sse, httpx-aiohttp and
+aiohttp besides this checkout (no numpy, no specgate install): the command
+for a bare host is in docs/client-benchmark.md ("Reproduce").
 """
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -33,12 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import aiohttp
+import httpx
 import pytest
 
 from specgate.client import GenerationRequest, StreamingClient, run_requests
-
-aiohttp = pytest.importorskip("aiohttp")
 
 pytestmark = pytest.mark.bench
 
@@ -73,6 +82,11 @@ SCENARIOS = [
     # together, as a batch does in vLLM (one engine step yields a token for every
     # running request), so each tick the client has 32 reads to take in at once.
     Scenario("paced-32x100@10ms", streams=32, events=100, interval_s=0.010),
+    # The upper bound of a lab server: 32 streams, each at the fastest single-stream
+    # rate (18 800 events/s asked; a real engine's step grows with the batch, so a
+    # real server sends less). The Python test server itself delivers ~10 000 events/s
+    # on a 2-vCPU VM; "offered" events/s in the results says what was sent.
+    Scenario("paced-32x300@1.7ms", streams=32, events=300, interval_s=FASTEST_LAB_INTERVAL_S),
 ]
 
 
@@ -123,12 +137,13 @@ def stamps_from_text(text: str) -> list[float]:
 
 
 class SpecgateReader:
-    def __init__(self) -> None:
+    def __init__(self, transport: Callable[[], httpx.AsyncBaseTransport] | None = None) -> None:
         self.client: StreamingClient | None = None
+        self.transport = transport
 
     async def __call__(self, base_url: str, scenario: Scenario) -> RoundResult:
         if self.client is None:
-            self.client = StreamingClient(base_url)
+            self.client = StreamingClient(base_url, transport=self.transport and self.transport())
         requests = [
             GenerationRequest(
                 request_id=f"bench#{index}",
@@ -224,14 +239,31 @@ class VllmBenchReader(AiohttpReader):
         return stamps_from_text(output.generated_text), received
 
 
+def httpcore_transport() -> httpx.AsyncBaseTransport:
+    """httpx's default transport, set up as specgate's client set it up before issue 16's switch."""
+    return httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None), retries=0
+    )
+
+
 READERS: dict[str, Callable[[], Any]] = {
     "specgate": SpecgateReader,
+    "specgate-httpcore": lambda: SpecgateReader(httpcore_transport),
     "aiohttp": AiohttpReader,
     "vllm-bench": VllmBenchReader,
 }
 
 
 # ------------------------------------------------------------------ benchmark
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Linear-interpolated percentile, as numpy.percentile's default computes it."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * pct / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def pct_of_interval(ms: float, scenario: Scenario) -> float | None:
@@ -279,31 +311,41 @@ def test_client_stream_capacity_and_skew(
         assert len(result.streams) == scenario.streams
         for sent, received in result.streams:
             assert len(sent) == len(received) == scenario.events
-            skew = np.subtract(received, sent) * 1e3
-            skew_ms += skew.tolist()
+            skew = [(got - put) * 1e3 for put, got in zip(sent, received, strict=True)]
+            skew_ms += skew
             # How far each measured inter-token interval is off the true one: a
             # constant skew cancels out here, only its jitter remains.
-            itl_error_ms += np.abs(np.diff(skew)).tolist()
+            itl_error_ms += [abs(later - earlier) for earlier, later in itertools.pairwise(skew)]
     events_per_s = [scenario.total_events / result.wall_s for result in measured]
     # CPU time per event barely moves when other processes compete for the
     # cores, unlike wall-clock rates; 1e6 / it is the rate one core could parse.
     cpu_us_per_event = [result.cpu_s / scenario.total_events * 1e6 for result in measured]
-    skews = np.array(skew_ms)
+    skew_median = statistics.median(skew_ms)
+    skew_p99 = percentile(skew_ms, 99)
+    itl_error_median = statistics.median(itl_error_ms)
     benchmark.extra_info.update(
         {
             "reader": reader_name,
             "scenario": scenario.name,
             "events_per_round": scenario.total_events,
-            "events_per_s_median": round(float(np.median(events_per_s))),
+            "events_per_s_median": round(statistics.median(events_per_s)),
             "events_per_s_best": round(max(events_per_s)),
-            "cpu_us_per_event_median": round(float(np.median(cpu_us_per_event)), 2),
-            "skew_ms_median": round(float(np.median(skews)), 4),
-            "skew_ms_p99": round(float(np.percentile(skews, 99)), 4),
-            "skew_ms_min": round(float(skews.min()), 4),
-            "skew_median_pct_of_interval": pct_of_interval(float(np.median(skews)), scenario),
-            "skew_p99_pct_of_interval": pct_of_interval(float(np.percentile(skews, 99)), scenario),
-            "itl_error_median_pct_of_interval": pct_of_interval(float(np.median(itl_error_ms)), scenario),
-            "itl_error_ms_median": round(float(np.median(itl_error_ms)), 4),
-            "itl_error_ms_p99": round(float(np.percentile(itl_error_ms, 99)), 4),
+            "cpu_us_per_event_median": round(statistics.median(cpu_us_per_event), 2),
+            "skew_ms_median": round(skew_median, 4),
+            "skew_ms_p99": round(skew_p99, 4),
+            "skew_ms_min": round(min(skew_ms), 4),
+            "skew_median_pct_of_interval": pct_of_interval(skew_median, scenario),
+            "skew_p99_pct_of_interval": pct_of_interval(skew_p99, scenario),
+            "itl_error_median_pct_of_interval": pct_of_interval(itl_error_median, scenario),
+            "itl_error_ms_median": round(itl_error_median, 4),
+            "itl_error_ms_p99": round(percentile(itl_error_ms, 99), 4),
+            # The machine's state, so that a table can say how loaded it was.
+            "load_average_1m": round(os.getloadavg()[0], 2),
+            "cpu_count": os.cpu_count(),
+            "versions": {
+                "python": platform.python_version(),
+                "httpx": httpx.__version__,
+                "aiohttp": aiohttp.__version__,
+            },
         }
     )
