@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
 from specgate.paired import MIN_PAIRS, _interval_rank, describe, paired_ratio, verdict_text, walsh_averages
 
@@ -19,6 +18,8 @@ def test_interval_rank_matches_the_signed_rank_tables(n, k):
 
 
 def test_the_interval_is_the_inverted_signed_rank_test():
+    from scipy import stats as scipy_stats  # here, not at collection: scipy.stats costs every run 1.1 s
+
     rng = np.random.default_rng(3)
     d = rng.normal(0.02, 0.05, 15)
     result = paired_ratio(np.exp(d), np.ones(15), threshold=1.0)
