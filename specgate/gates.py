@@ -159,8 +159,10 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                         extra_log_spread=float(spread), **common)
 
 
-def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
-    """Acceptance against the stored figures, each judged on its evidence: a Wilson interval on
+def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
+                     reference_label: str = "stored") -> GateResult:
+    """Acceptance against the stored figures (or, in an A/B, the reference side's window, with
+    ``reference_label`` "reference side"), each judged on its evidence: a Wilson interval on
     accepted / drafted (``stats.compare_acceptance``), per position and overall. A window whose
     intervals cannot tell a drop of the tolerance from chance is undecided (``details
     ["undecided"]``), never passed or failed; a decided failure wins over an undecided check."""
@@ -171,11 +173,12 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                           f"{subject}: the server exported no spec-decode counters; is speculation on?")
     if baseline.acceptance is None:
         return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, False,
-                          f"{subject}: the stored entry has no acceptance figures; update it")
+                          f"{subject}: the {reference_label} figures have no acceptance; "
+                          + ("update them" if reference_label == "stored" else "is speculation on there?"))
     stored, now = baseline.acceptance, m.acceptance
     ask = functools.partial(compare_acceptance, tolerance=gates.acceptance_tolerance, subject=subject,
-                            confidence=gates.confidence)
-    stored_drafts = f", stored from {stored.drafts:.0f} drafts" if stored.drafts else ""
+                            confidence=gates.confidence, reference_label=reference_label)
+    stored_drafts = f", {reference_label} from {stored.drafts:.0f} drafts" if stored.drafts else ""
     # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
     # interval counts drafts as the trials (wider, never falsely narrow).
     checks = [ask(now.acceptance_rate, stored.acceptance_rate, counts=(now.acceptance_rate * now.drafts, now.drafts),

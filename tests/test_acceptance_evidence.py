@@ -95,6 +95,16 @@ def test_the_same_rates_pass_and_a_large_window_that_dropped_fails(rig):
     assert "the whole interval is below the fail line" in dropped.message
 
 
+def test_an_ab_window_names_the_reference_side_not_stored_figures(rig):
+    # The lab's A/B: synthetic acceptance 3.0 ([1, 1, 0]) on the reference side, 2.85 on the candidate.
+    reference = baseline_entry(_window(_stats(516, [516, 516, 0])), Fingerprint())
+    result = check_acceptance(rig, _window(_stats(544, [544, 449, 0])), reference, reference_label="reference side")
+    assert not result.passed and not result.details["undecided"]
+    assert "position 2 rate 0.825 (449 of 544 drafts" in result.message
+    assert "vs 1 reference side (ratio 0.825, 17 % lower" in result.message
+    assert "stored" not in result.message
+
+
 def test_baselines_keep_the_raw_counts_and_old_entries_load():
     fresh = _window(_stats(13, [10, 9, 7, 7, 3]))
     entry = baseline_entry(fresh, Fingerprint())

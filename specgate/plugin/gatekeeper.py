@@ -127,11 +127,11 @@ class GateKeeper:
             from specgate.baselines import Fingerprint
             from specgate.gates import baseline_entry
 
-            stored = baseline_entry(m.partner, Fingerprint())
+            stored, label = baseline_entry(m.partner, Fingerprint()), "reference side"
         else:
-            stored = self._stored(m, "acceptance")
+            stored, label = self._stored(m, "acceptance"), "stored"
             self._comparable(m, stored, "acceptance")
-        result = check_acceptance(self.rig, m, stored)
+        result = check_acceptance(self.rig, m, stored, reference_label=label)
         if result.details.get("undecided"):  # too few drafts: neither a pass nor a failure
             self.session.record_undecided("acceptance", m, "too few drafts", result.message)
             pytest.skip(f"acceptance gate undecided: {result.message}")
