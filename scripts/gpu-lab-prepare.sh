@@ -5,7 +5,9 @@
 #   bash scripts/gpu-lab-prepare.sh            (from the repository root on the lab machine)
 # - /root/vllm-cache: vLLM's compile cache (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR), kept between the
 #   runs of one visit while the machine stays warm;
-# - /root/extra: packages from .gpu-lab/extra/pkg when that folder is carried (httpx-sse), and declares
+# - /root/extra: packages from .gpu-lab/extra/pkg when that folder is carried (httpx-sse, httpx-aiohttp:
+#   unpacked wheels, e.g. `pip download --no-deps httpx-sse httpx-aiohttp` then unzip each into
+#   .gpu-lab/extra/pkg; the image has aiohttp), and declares
 #   specgate's vLLM plugin (the slowdown injector, specgate/inject.py), since
 #   specgate is on PYTHONPATH, not installed, and vLLM finds plugins through entry points;
 # - /root/models/llama8b-dummy and llama8b-dummy-draft4l: the GPU-bound rig's Llama-3-8B-shaped model
@@ -17,11 +19,12 @@ set -euo pipefail
 export PYTHONPATH="/root/site:/root/extra:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export VLLM_CACHE_ROOT=/root/vllm-cache TORCHINDUCTOR_CACHE_DIR=/root/vllm-cache/inductor
 mkdir -p /root/vllm-cache /root/extra /root/runs
-# Pure-Python packages specgate needs that the lab image lacks (httpx-sse), when the run carries
+# Pure-Python packages specgate needs that the lab image lacks (httpx-sse, httpx-aiohttp), when the run carries
 # the git-ignored .gpu-lab/extra (unpacked wheels under pkg/).
 if [ -d .gpu-lab/extra/pkg ]; then cp -r .gpu-lab/extra/pkg/. /root/extra/; fi
-python3 -c "import httpx_sse" 2>/dev/null || {
-  echo "gpu-lab-prepare: httpx_sse is missing: carry .gpu-lab/extra once (see the script's header)" >&2; exit 1; }
+python3 -c "import httpx_sse, httpx_aiohttp" 2>/dev/null || {
+  echo "gpu-lab-prepare: httpx_sse or httpx_aiohttp is missing: carry .gpu-lab/extra once (see the script's header)" >&2
+  exit 1; }
 if [ ! -d /root/extra/specgate_lab-0.dist-info ]; then
   mkdir -p /root/extra/specgate_lab-0.dist-info
   printf 'Metadata-Version: 2.1\nName: specgate-lab\nVersion: 0\n' > /root/extra/specgate_lab-0.dist-info/METADATA
@@ -46,7 +49,7 @@ if [ "${1:-}" = "--quiet" ]; then exit 0; fi
   nvidia-smi -q -d PERFORMANCE 2>&1 | grep -v '^$' | head -40 || true
   python3 - <<'PY'
 import importlib.metadata as md
-for name in ("vllm", "torch", "transformers", "nvidia-ml-py", "psutil", "httpx-sse"):
+for name in ("vllm", "torch", "transformers", "nvidia-ml-py", "psutil", "httpx-sse", "httpx-aiohttp", "aiohttp"):
     try:
         print(f"{name} {md.version(name)}")
     except md.PackageNotFoundError:
