@@ -114,7 +114,7 @@ finite = st.floats(min_value=0.01, max_value=1e6, allow_nan=False, allow_infinit
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=12)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(updates=st.dictionaries(
     st.tuples(names, names, names, st.integers(min_value=1, max_value=64)),
     st.lists(finite, min_size=1, max_size=6), min_size=1, max_size=5))
@@ -418,7 +418,6 @@ def test_fingerprint_differences_ignore_date_commit_and_note() -> None:
 
 
 @given(field=st.sampled_from(["accelerator", "driver", "vllm_version", "model"]), value=names)
-@settings(max_examples=30, deadline=None)
 def test_fingerprint_any_speed_field_change_is_reported(field: str, value: str) -> None:
     a = Fingerprint(accelerator="H200", driver="570", vllm_version="0.26.0", model="m")
     b = a.model_copy(update={field: value})

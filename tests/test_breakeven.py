@@ -4,7 +4,7 @@ report's tables and report.json."""
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.breakeven import break_even, from_report
@@ -15,7 +15,6 @@ rates = st.floats(min_value=1.0, max_value=1000.0)
 lengths = st.floats(min_value=1.0, max_value=9.0)
 
 
-@settings(max_examples=60, deadline=None)
 @given(al=lengths, spec=rates, plain=rates)
 def test_speculation_pays_iff_al_exceeds_the_step_cost(al, spec, plain):
     d = break_even("m", acceptance_length=al, spec_tokens_per_s=spec, plain_tokens_per_s=plain)

@@ -316,7 +316,7 @@ def test_several_problems_are_counted(fx: Path) -> None:
 ident = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(k=st.integers(min_value=1, max_value=64), lookup=st.integers(min_value=1, max_value=16), name=ident)
 def test_rig_overrides_merge_over_the_library(fx: Path, k: int, lookup: int, name: str) -> None:
     """A rig's override replaces only the keys it sets; `from` derives a new mode under any name."""

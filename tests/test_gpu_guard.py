@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.errors import ServerStartError
@@ -100,7 +100,6 @@ def test_the_reading_is_taken_once_per_check() -> None:
     assert calls == [1]
 
 
-@settings(max_examples=60, deadline=None)
 @given(used=st.lists(st.floats(min_value=0, max_value=150_000), min_size=1, max_size=8),
        data=st.data())
 def test_raises_exactly_when_a_used_gpu_is_held(used: list[float], data: st.DataObject) -> None:

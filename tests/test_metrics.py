@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.errors import MetricsError
@@ -367,7 +367,6 @@ def test_acceptance_stats_round_trip_through_json() -> None:
 counts = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False)
 
 
-@settings(max_examples=40, deadline=None)
 @given(
     before=st.tuples(counts, counts, counts, st.lists(counts, min_size=1, max_size=5)),
     increments=st.tuples(

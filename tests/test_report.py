@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.client import RequestRecord
@@ -217,7 +217,6 @@ def _tiny_report(ref: list[float], mode: list[float]) -> dict[str, Any]:
 tps = st.floats(min_value=1.0, max_value=5000.0, allow_nan=False)
 
 
-@settings(max_examples=50, deadline=None)
 @given(ref=st.lists(tps, min_size=1, max_size=5), mode=st.lists(tps, min_size=1, max_size=5))
 def test_change_is_the_ratio_of_medians(ref: list[float], mode: list[float]) -> None:
     import statistics

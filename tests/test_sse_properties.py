@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.client import GenerationRequest, StreamingClient
@@ -66,7 +66,6 @@ async def replay(chunks: list[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-@settings(max_examples=100, deadline=None)
 @given(
     stream=generated_streams(),
     cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=12),

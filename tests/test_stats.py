@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.stats import METHOD_ONE_SIDED, compare_acceptance, compare_outputs, match_by_key, summarize
@@ -72,7 +72,6 @@ keyed = st.dictionaries(st.from_regex(r"p[0-9]{1,2}#[0-3]", fullmatch=True),
                         st.floats(min_value=1.0, max_value=1000.0), min_size=2, max_size=12)
 
 
-@settings(max_examples=60, deadline=None)
 @given(reference=keyed, data=st.data())
 def test_pairs_line_up_by_key_and_only_one_sided_keys_are_left_out(reference, data) -> None:
     keys = list(reference)
