@@ -14,8 +14,20 @@ not a finding. A test's own ``@settings`` sets only what differs from the profil
 
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("fast", max_examples=30, deadline=None)
 settings.register_profile("thorough", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("SPECGATE_HYPOTHESIS", "fast"))
+
+
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests of a whole in-process run (pytester) that check its verdicts and report, not its
+    pictures: the run draws no plot (render_all then writes the summary only). Drawing them costs
+    ~0.5 s of matplotlib per run; tests/test_plots.py draws every plot from recorded reports."""
+    import specgate.plots
+
+    monkeypatch.setattr(specgate.plots, "plot_throughput", lambda report, path: None)
+    monkeypatch.setattr(specgate.plots, "plot_acceptance", lambda report, path: None)

@@ -146,6 +146,7 @@ GATE_TEST = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.usefixtures("no_plots")
 def test_an_undecided_acceptance_gate_is_skipped_and_listed(pytester):
     copy_fixtures(pytester.path / "fixtures")
     pytester.makepyfile(test_gate=GATE_TEST)

@@ -184,6 +184,7 @@ def gate_project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.mark.usefixtures("no_plots")
 def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figure(gate_project):
     result = gate_project.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::UserWarning", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
