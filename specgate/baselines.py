@@ -203,6 +203,9 @@ class BaselineEntry(_Model):
     # The window medians of the last LEVEL_HISTORY runs that stored this entry (oldest first),
     # this one's included: the level trend check takes its tolerance from their spread.
     level_history: list[float] = []
+    # Likewise the paired ratios to the reference of the last LEVEL_HISTORY duet windows stored:
+    # from 3 on, their spread is the session-to-session noise the stored-ratio gate allows for.
+    ratio_history: list[float] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:

@@ -170,7 +170,7 @@ def train_eagle3(args: argparse.Namespace) -> int:
 def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str] | None = None) -> int:
     import json
 
-    from specgate.baselines import merge_updates
+    from specgate.baselines import load_baselines, merge_updates
     from specgate.errors import SpecgateError
     from specgate.gates import entries_from_report
 
@@ -183,7 +183,12 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
         print(f"specgate: {report_path} is not a specgate report.json", file=sys.stderr)
         return 1
     try:
-        entries = entries_from_report(report, modes=modes)
+        stored = load_baselines(baselines_path)
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 1
+    try:
+        entries = entries_from_report(report, modes=modes, stored=stored)
     except (KeyError, TypeError, ValueError) as exc:
         print(f"specgate: {report_path}: a measurement is malformed ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 1
