@@ -275,6 +275,30 @@ class _StreamState:
     saw_done: bool = False
 
 
+# What a transport error means, by aiohttp's error (the cause httpx-aiohttp keeps; asked first,
+# since httpx's mapping of it is coarse) or else by httpx's.
+_TRANSPORT_ERRORS: tuple[tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...], str], ...] = (
+    ((aiohttp.ConnectionTimeoutError,), (httpx.ConnectTimeout,), "connect timeout to {url}"),
+    ((aiohttp.ClientConnectorError,), (httpx.ConnectError,), "could not connect to {url}"),
+    ((aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError),
+     (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError),
+     "connection to {url} lost (reset or closed mid-response)"),
+    ((aiohttp.ClientResponseError,), (), "unreadable HTTP answer from {url}"),  # not HTTP, or broken HTTP
+    ((), (httpx.TimeoutException,), "{kind} talking to {url}"),
+)
+
+
+
+def _transport_meaning(exc: BaseException, cause: BaseException) -> str:
+    for aiohttp_kinds, _, text in _TRANSPORT_ERRORS:
+        if isinstance(cause, aiohttp_kinds):
+            return text
+    for _, httpx_kinds, text in _TRANSPORT_ERRORS:
+        if isinstance(exc, httpx_kinds):
+            return text
+    return "HTTP transport error talking to {url}"
+
+
 class StreamingClient:
     """Async client for one vLLM server; use as ``async with StreamingClient(...)``.
 
@@ -517,24 +541,8 @@ class StreamingClient:
         cause = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
         if isinstance(exc, SSEError):  # a 200 answer that is not an event stream
             what = f"{self.base_url} did not answer with an event stream"
-        elif isinstance(cause, aiohttp.ConnectionTimeoutError):
-            what = f"connect timeout to {self.base_url}"
-        elif isinstance(cause, aiohttp.ClientConnectorError):
-            what = f"could not connect to {self.base_url}"
-        elif isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError)):
-            what = f"connection to {self.base_url} lost (reset or closed mid-response)"
-        elif isinstance(cause, aiohttp.ClientResponseError):  # not HTTP, or broken HTTP
-            what = f"unreadable HTTP answer from {self.base_url}"
-        elif isinstance(exc, httpx.ConnectTimeout):
-            what = f"connect timeout to {self.base_url}"
-        elif isinstance(exc, httpx.ConnectError):
-            what = f"could not connect to {self.base_url}"
-        elif isinstance(exc, (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)):
-            what = f"connection to {self.base_url} lost (reset or closed mid-response)"
-        elif isinstance(exc, httpx.TimeoutException):
-            what = f"{type(exc).__name__} talking to {self.base_url}"
         else:
-            what = f"HTTP transport error talking to {self.base_url}"
+            what = _transport_meaning(exc, cause).format(url=self.base_url, kind=type(exc).__name__)
         return self._error(f"{where}: {what}: {detail}")
 
 

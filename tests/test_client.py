@@ -692,10 +692,8 @@ def vllm_like_body(*texts: str, completion_tokens: int) -> bytes:
     )
 
 
-def test_real_socket_stream_split_inside_chunk_framing() -> None:
-    response = SSE_HEAD + vllm_like_body("héllo", " wörld", completion_tokens=9)
-    # Cut inside a size line, between CR and LF, and inside "é".
-    cuts = [len(SSE_HEAD) + 1, response.index(b"\r\n", len(SSE_HEAD)) + 1, response.index("é".encode()) + 1]
+def serve_in_parts(response: bytes, cuts: list[int]) -> ServerHandler:
+    """A server that answers one request with ``response`` in several writes, cut at ``cuts``."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
@@ -705,11 +703,19 @@ def test_real_socket_stream_split_inside_chunk_framing() -> None:
             await asyncio.sleep(0.005)
         writer.close()
 
-    async def run(url: str) -> RequestRecord:
-        async with StreamingClient(url) as client:
-            return await client.generate(chat_request())
+    return serve
 
-    record = with_server(serve, run)
+
+async def one_chat_request(url: str) -> RequestRecord:
+    async with StreamingClient(url) as client:
+        return await client.generate(chat_request())
+
+
+def test_real_socket_stream_split_inside_chunk_framing() -> None:
+    response = SSE_HEAD + vllm_like_body("héllo", " wörld", completion_tokens=9)
+    # Cut inside a size line, between CR and LF, and inside "é".
+    cuts = [len(SSE_HEAD) + 1, response.index(b"\r\n", len(SSE_HEAD)) + 1, response.index("é".encode()) + 1]
+    record = with_server(serve_in_parts(response, cuts), one_chat_request)
     assert record.text == "héllo wörld" and record.completion_tokens == 9 and len(record.chunk_times) == 2
 
 
@@ -800,20 +806,8 @@ def test_real_socket_unicode_line_separators_do_not_split_the_event() -> None:
     text = "a\u2028b\u2029c\u0085d"
     response = SSE_HEAD + vllm_like_body(text, "e", completion_tokens=2)
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        middle = response.index("\u2029".encode()) + 1  # a read boundary inside the separator
-        for part in (response[:middle], response[middle:]):
-            writer.write(part)
-            await writer.drain()
-            await asyncio.sleep(0.005)
-        writer.close()
-
-    async def run(url: str) -> RequestRecord:
-        async with StreamingClient(url) as client:
-            return await client.generate(chat_request())
-
-    record = with_server(serve, run)
+    middle = response.index("\u2029".encode()) + 1  # a read boundary inside the separator
+    record = with_server(serve_in_parts(response, [middle]), one_chat_request)
     assert record.text == text + "e" and len(record.chunk_times) == 2
 
 
