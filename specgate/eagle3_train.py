@@ -284,8 +284,14 @@ def run_recipe(target: Path, out: Path, work: Path, *, prompts: int, max_tokens:
                minutes: float, device: str, dtype: str, seed: int, lr: float, batch_tokens: int) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     shape = HeadShape.from_target(target, draft_vocab)
-    corpus = work / "corpus.jsonl"
-    if not corpus.exists():
+    corpus, made = work / "corpus.jsonl", work / "corpus-made-with.json"
+    wanted = {"prompts": prompts, "max_tokens": max_tokens, "seed": seed}
+    if corpus.exists():  # a resumed run: the head's marker says what the corpus was made with
+        used = json.loads(made.read_text()) if made.exists() else {}
+        if used != wanted:
+            print(f"generate: reusing {corpus} made with {used or 'unknown settings'}, not {wanted}; "
+                  "delete the work folder to generate again", flush=True)
+    else:
         docs = doc_prompts(prompts * 2 // 3, seed=seed)
         plist = docs + expand_prompts(CORPUS_TEMPLATES, prompts - len(docs), seed=seed)
         (work / "prompts.json").write_text(json.dumps(plist, indent=1))
@@ -297,12 +303,15 @@ def run_recipe(target: Path, out: Path, work: Path, *, prompts: int, max_tokens:
                              str(max_tokens), dtype], check=False).returncode
         if rc != 0 or not corpus.exists():
             raise SpecgateError(f"generating the corpus failed (exit {rc}); see the output above")
+        made.write_text(json.dumps(wanted) + "\n")
+        used = wanted
     feats = work / "features.pt"
     if not feats.exists():
         features(target, corpus, feats, shape, device=device)
     cfg = json.loads((target / "config.json").read_text())
-    meta = {"target": target.name, "corpus_prompts": prompts, "max_tokens": max_tokens,
+    meta = {"target": target.name, "corpus_prompts": used.get("prompts"), "max_tokens": used.get("max_tokens"),
             "templates": str(CORPUS_TEMPLATES.relative_to(CORPUS_TEMPLATES.parent.parent.parent)),
-            "seed": seed, "bos": cfg.get("bos_token_id"), "eos": cfg.get("eos_token_id")}
+            "seed": seed, "corpus_seed": used.get("seed"), "bos": cfg.get("bos_token_id"),
+            "eos": cfg.get("eos_token_id")}
     return train(feats, shape, out, minutes=minutes, device=device, lr=lr, batch_tokens=batch_tokens,
                  seed=seed, meta=meta)

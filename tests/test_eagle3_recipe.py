@@ -74,3 +74,23 @@ def test_head_shape_refuses_what_it_cannot_build(tmp_path, change, message):
 def test_a_missing_target_config_names_the_file(tmp_path):
     with pytest.raises(SpecgateError, match=r"config\.json: cannot read the target's config"):
         HeadShape.from_target(tmp_path, 4096)
+
+
+def test_a_resumed_run_records_the_corpus_it_reused_not_the_arguments(tmp_path, monkeypatch, capsys):
+    from specgate import eagle3_train
+
+    target, work = tmp_path / "smollm2", tmp_path / "work"
+    target.mkdir()
+    work.mkdir()
+    (target / "config.json").write_text(json.dumps(SMOLLM2))
+    (work / "corpus.jsonl").write_text("{}\n")
+    (work / "corpus-made-with.json").write_text(json.dumps({"prompts": 2700, "max_tokens": 96, "seed": 0}))
+    monkeypatch.setattr(eagle3_train, "features", lambda *a, **k: (work / "features.pt").write_text(""))
+    monkeypatch.setattr(eagle3_train, "train", lambda *a, meta, **k: meta)
+    monkeypatch.setattr(eagle3_train.subprocess, "run", lambda *a, **k: pytest.fail("regenerated the corpus"))
+
+    meta = eagle3_train.run_recipe(target, tmp_path / "head", work, prompts=600, max_tokens=64, draft_vocab=4096,
+                                   minutes=1, device="cpu", dtype="float32", seed=3, lr=1e-3, batch_tokens=512)
+    assert (meta["corpus_prompts"], meta["max_tokens"], meta["corpus_seed"], meta["seed"]) == (2700, 96, 0, 3)
+    out = capsys.readouterr().out
+    assert "reusing" in out and "'prompts': 2700" in out and "delete the work folder" in out
