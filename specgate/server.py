@@ -349,7 +349,7 @@ class VLLMServer:
         try:
             process.wait(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
-            self.progress(f"mode {self.label}: server ignored SIGTERM for {TERM_GRACE_S:.0f}s; sending SIGKILL")
+            self.progress(f"mode {self.label}: server ignored SIGTERM for {TERM_GRACE_S:g}s; sending SIGKILL")
         _signal_group(pgid, signal.SIGKILL)
         for proc in strays:
             with contextlib.suppress(psutil.Error):
