@@ -75,12 +75,17 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
-        from specgate.model_prep import MODEL_DIR_NAME, prepare_model, write_dummy_llama
+        from specgate.model_prep import (
+            LLAMA8B_DRAFT_SHAPE,
+            LLAMA8B_SHAPE,
+            MODEL_DIR_NAME,
+            prepare_model,
+            write_dummy_llama,
+        )
 
         try:
             if args.dummy_llama8b is not None or args.dummy_llama8b_draft is not None:
                 from specgate.config import default_model_cache
-                from specgate.model_prep import LLAMA8B_DRAFT_SHAPE, LLAMA8B_SHAPE
 
                 source = args.source or (args.cache or default_model_cache()) / MODEL_DIR_NAME
                 wanted = ((args.dummy_llama8b, LLAMA8B_SHAPE), (args.dummy_llama8b_draft, LLAMA8B_DRAFT_SHAPE))

@@ -288,7 +288,6 @@ _TRANSPORT_ERRORS: tuple[tuple[tuple[type[BaseException], ...], tuple[type[BaseE
 )
 
 
-
 def _transport_meaning(exc: BaseException, cause: BaseException) -> str:
     for aiohttp_kinds, _, text in _TRANSPORT_ERRORS:
         if isinstance(cause, aiohttp_kinds):
