@@ -184,10 +184,11 @@ class Measurer:
     """
 
     def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None,
-                 telemetry: Callable[[], Any] | None = None) -> None:
+                 telemetry: Callable[[list[Any]], Any] | None = None) -> None:
         self.rig = rig
         self.progress = progress or (lambda line: None)
-        # Makes a specgate.telemetry.Telemetry sampler per window (None: no telemetry recorded).
+        # Makes a specgate.telemetry.Telemetry sampler per window from the window's servers (None:
+        # no telemetry recorded).
         self.telemetry = telemetry
         # Servers already warmed up, keyed on the object itself (an id() can be reused).
         self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -245,7 +246,7 @@ class Measurer:
 
         before = asyncio.run(self._metrics(server))
         started = on_done.restart()
-        with self._telemetry() as sampler:
+        with self._telemetry([server]) as sampler:
             run_rounds(one_round, protocol.repeats)
         wall_s = time.monotonic() - started
         after = asyncio.run(self._metrics(server))
@@ -258,10 +259,10 @@ class Measurer:
             server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
         ))
 
-    def _telemetry(self):
+    def _telemetry(self, servers: list[Any]):
         import contextlib
 
-        return self.telemetry() if self.telemetry is not None else contextlib.nullcontext()
+        return self.telemetry(servers) if self.telemetry is not None else contextlib.nullcontext()
 
     # -- the duet -------------------------------------------------------------------------------
     def measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
@@ -315,7 +316,7 @@ class Measurer:
 
         before = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
         started = on_done.restart()
-        with self._telemetry() as sampler:
+        with self._telemetry([subject, partner]) as sampler:
             run_rounds(one_round, protocol.repeats)
         wall_s = time.monotonic() - started
         after = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}

@@ -92,8 +92,9 @@ class SpecgateSession:
             from specgate.telemetry import Telemetry
 
             rig, gpus = self.rig, self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
-            self._measurer = Measurer(rig, progress=self.progress, telemetry=lambda: Telemetry.for_rig(
-                rig.tier, gpus, interval_s=0.1 if rig.tier == "gpu" else 0.5))
+            self._measurer = Measurer(rig, progress=self.progress, telemetry=lambda servers: Telemetry.for_rig(
+                rig.tier, gpus, interval_s=0.1 if rig.tier == "gpu" else 0.5, servers=[
+                    (s.label, s.process.pid) for s in servers if getattr(s, "process", None) is not None]))
         return self._measurer
 
     def modes_to_run(self) -> list[Mode]:

@@ -7,7 +7,12 @@ A :class:`Telemetry` sampler is a background thread that reads, every ``interval
   copy vLLM ships (``vllm/third_party/pynvml.py``, loaded by path so vLLM and torch are not
   imported); without either, from a ``nvidia-smi --query-gpu ... -lms`` stream;
 - on every rig: the CPU frequency (MHz: mean and slowest core), CPU busy share (all cores and the
-  busiest one: an overhead-bound server saturates one core) and the 1-minute load (psutil).
+  busiest one: an overhead-bound server saturates one core), the share stolen by the hypervisor
+  and the 1-minute load (psutil);
+- for each server of the window (its process and every child: API server, engine core, workers):
+  the CPU it last ran on, its CPU seconds and its involuntary context switches (psutil; the last
+  two are counters, summarised as their increase over a request: a process preempted in the middle
+  of a request shows it here).
 Samples carry ``time.perf_counter()`` stamps, the clock request records use, so
 :meth:`Telemetry.summary` can say what happened during any request or window.
 Reading never fails a run: a signal that cannot be read is left out; ``sources`` names the readers
@@ -178,9 +183,58 @@ def cpu_reader() -> Reader:
             out["cpu_slowest_core_mhz"] = float(min(freqs))
         with contextlib.suppress(AttributeError, OSError):
             out["load_1min"] = float(psutil.getloadavg()[0])
+        steal = getattr(psutil.cpu_times_percent(None), "steal", None)  # Linux only
+        if steal is not None:
+            out["cpu_steal_pct"] = float(steal)
         return out
 
+    psutil.cpu_times_percent(None)  # prime, as above
     read.source = "psutil"  # type: ignore[attr-defined]
+    return read
+
+
+def process_name(proc: Any, leader_pid: int) -> str:
+    """A short, stable name for one of a server's processes: "api" for the process specgate
+    started, else its title (vLLM titles its engine core "VLLM::EngineCore") with the pid."""
+    if proc.pid == leader_pid:
+        return "api"
+    try:
+        title = proc.name().split("::")[-1] or "proc"
+    except Exception:
+        title = "proc"
+    return f"{title}-{proc.pid}"
+
+
+def process_reader(servers: list[tuple[str, int]]) -> Reader | None:
+    """Per-process signals of each server (``(label, pid)``): the process specgate started and
+    every descendant alive when the reader is made (the servers are up by then). None without any."""
+    import psutil
+
+    procs: list[tuple[str, Any]] = []
+    for label, pid in servers:
+        try:
+            leader = psutil.Process(pid)
+            family = [leader, *leader.children(recursive=True)]
+        except (psutil.Error, OSError):
+            continue
+        procs.extend((f"proc.{label}.{process_name(p, pid)}", p) for p in family)
+    if not procs:
+        return None
+
+    def read() -> dict[str, float]:
+        out: dict[str, float] = {}
+        for prefix, proc in procs:
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    out[f"{prefix}.cpu_s_total"] = float(times.user + times.system)
+                    out[f"{prefix}.invol_ctx_total"] = float(proc.num_ctx_switches().involuntary)
+                    out[f"{prefix}.cpu_num"] = float(proc.cpu_num())
+            except (psutil.Error, OSError, AttributeError):
+                continue
+        return out
+
+    read.source = "psutil-processes"  # type: ignore[attr-defined]
     return read
 
 
@@ -196,8 +250,13 @@ class Telemetry:
     _thread: threading.Thread | None = None
 
     @classmethod
-    def for_rig(cls, tier: str, gpus: str | None, interval_s: float = 0.1) -> Telemetry:
+    def for_rig(cls, tier: str, gpus: str | None, interval_s: float = 0.1,
+                servers: list[tuple[str, int]] | None = None) -> Telemetry:
+        """The readers for a rig's tier; ``servers`` (label, pid) adds their processes' signals."""
         readers: list[Reader] = [cpu_reader()]
+        procs = process_reader(servers) if servers else None
+        if procs is not None:
+            readers.append(procs)
         if tier == "gpu":
             # NVML and nvidia-smi index GPUs in PCI order; CUDA's default order can differ on a
             # mixed machine. An entry NVML cannot resolve leaves indices None: every GPU is read.
@@ -250,8 +309,12 @@ class Telemetry:
 
     def summary(self, t0: float, t1: float) -> dict[str, Any]:
         """min / median / max of each signal over [t0, t1] (the nearest sample when none falls
-        inside), and the throttle reasons seen."""
+        inside), the throttle reasons seen, a counter's (``*_total``) increase from the last sample
+        before t0 to the first after t1, and the CPUs a process ran on (``*.cpu_num``)."""
         inside = [v for t, v in self.samples if t0 <= t <= t1]
+        before = [v for t, v in self.samples if t < t0][-1:]
+        after = [v for t, v in self.samples if t > t1][:1]
+        bracket = before + inside + after
         if not inside and self.samples:
             mid = (t0 + t1) / 2
             inside = [min(self.samples, key=lambda s: abs(s[0] - mid))[1]]
@@ -260,6 +323,13 @@ class Telemetry:
         reasons: set[str] = set()
         for key in keys:
             values = [v[key] for v in inside if key in v]
+            if key.endswith("_total"):
+                seen = [v[key] for v in bracket if key in v]
+                out[key.removesuffix("_total")] = round(max(seen) - min(seen), 3)
+                continue
+            if key.endswith(".cpu_num"):
+                out[key] = sorted({int(x) for x in values})
+                continue
             if key.endswith("throttle_mask"):
                 for mask in values:
                     reasons.update(throttle_names(int(mask)))

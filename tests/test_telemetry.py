@@ -1,6 +1,8 @@
 """Telemetry (specgate.telemetry) with stand-in readers: summaries over a request's interval,
 throttle reasons named, a broken reader left out, and attached to a duet window's requests."""
 
+import os
+import subprocess
 import sys
 import time
 import types
@@ -24,6 +26,32 @@ def test_summary_over_an_interval_and_throttle_reasons():
     assert s["throttle_reasons"] == ["sw_power_cap"]
     assert t.summary(10, 11)["samples"] == 1  # none inside: the nearest sample speaks for it
     assert throttle_names(0x40 | 0x1) == ["gpu_idle", "hw_thermal_slowdown"]
+
+
+def test_counters_summarise_as_their_increase_and_cpus_as_a_set():
+    t = Telemetry(readers=[])
+    t.samples = [(1.0, {"proc.a.api.invol_ctx_total": 10, "proc.a.api.cpu_num": 0}),
+                 (2.0, {"proc.a.api.invol_ctx_total": 14, "proc.a.api.cpu_num": 1}),
+                 (3.0, {"proc.a.api.invol_ctx_total": 30, "proc.a.api.cpu_num": 1}),
+                 (4.0, {"proc.a.api.invol_ctx_total": 31, "proc.a.api.cpu_num": 0})]
+    s = t.summary(1.5, 2.5)  # from the last sample before to the first after: 10 -> 30
+    assert s["proc.a.api.invol_ctx"] == 20 and s["proc.a.api.cpu_num"] == [1]
+    assert t.summary(0.5, 4.5)["proc.a.api.cpu_num"] == [0, 1]
+
+
+def test_a_servers_processes_are_read_with_their_children():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        t = Telemetry.for_rig("cpu", None, servers=[("no_spec", os.getpid())])
+        assert "psutil-processes" in t.sources
+        t.sample()
+        values = t.samples[-1][1]
+        assert values["proc.no_spec.api.cpu_s_total"] > 0
+        assert any(k.startswith("proc.no_spec.") and k.endswith(f"-{child.pid}.cpu_num") for k in values)
+        assert Telemetry.for_rig("cpu", None, servers=[("gone", 2**22 + 7)]).sources == ["psutil"]
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_failing_reader_is_left_out():
