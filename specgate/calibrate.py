@@ -24,7 +24,9 @@ fails iff its interval's upper end is below it, and the interval does not depend
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
+import os
 import random
 import statistics
 from collections.abc import Callable, Sequence
@@ -37,6 +39,7 @@ from specgate.gates import match_samples
 from specgate.inject import ENV_FILE
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.paired import paired_ratio, start_spread
+from specgate.telemetry import window_sampler
 
 DEFAULT_LEVELS = (0.0, 0.02, 0.05, 0.10, 0.20)
 DEFAULT_TOLERANCES = (0.02, 0.03, 0.05, 0.10)
@@ -170,7 +173,8 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     concurrency = concurrency or rig.protocol.concurrency[0]
     gates = rig.gates
     sequential_spread = start_spread(gates.start_noise)
-    measurer = Measurer(rig, progress=progress)
+    measurer = Measurer(rig, progress=progress,
+                        telemetry=window_sampler(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES")))
     results: list[WindowResult] = []
     windows_path = out / "windows.jsonl"
     started = dt.datetime.now().isoformat(timespec="seconds")
@@ -207,6 +211,10 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                     with windows_path.open("a") as handle:
                         for r in record:
                             handle.write(json.dumps(r.__dict__) + "\n")
+                    # Every request of the window, both sides, with its telemetry: what a false
+                    # alarm or a missed slowdown looked like, request by request.
+                    with gzip.open(out / "measurements.jsonl.gz", "at") as handle:
+                        handle.write(json.dumps({"round": round_index, "level": level, **m.to_dict()}) + "\n")
                     results.extend(record)
                     progress(f"  ratio {ratio:.3f} (CI {lo if lo is None else round(lo, 3)}-"
                              f"{hi if hi is None else round(hi, 3)}), server TPOT x {record[0].server_tpot_ratio}")
@@ -218,7 +226,6 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
 
 
 def machine_line() -> str:
-    import os
     import platform
 
     model = platform.processor() or "?"

@@ -89,12 +89,10 @@ class SpecgateSession:
     @property
     def measurer(self) -> Measurer:
         if self._measurer is None:
-            from specgate.telemetry import Telemetry
+            from specgate.telemetry import window_sampler
 
-            rig, gpus = self.rig, self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
-            self._measurer = Measurer(rig, progress=self.progress, telemetry=lambda servers: Telemetry.for_rig(
-                rig.tier, gpus, interval_s=0.1 if rig.tier == "gpu" else 0.5, servers=[
-                    (s.label, s.process.pid) for s in servers if getattr(s, "process", None) is not None]))
+            gpus = self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
+            self._measurer = Measurer(self.rig, progress=self.progress, telemetry=window_sampler(self.rig.tier, gpus))
         return self._measurer
 
     def modes_to_run(self) -> list[Mode]:

@@ -338,3 +338,13 @@ class Telemetry:
         if reasons:
             out["throttle_reasons"] = sorted(reasons)
         return out
+
+
+def window_sampler(tier: str, gpus: str | None) -> Callable[[list[Any]], Telemetry]:
+    """What a :class:`specgate.measure.Measurer` calls per window with the window's servers: a
+    sampler of the rig's signals and those servers' processes (every 0.1 s on GPU rigs, whose
+    requests last a fraction of a second; every 0.5 s on CPU rigs, where the sampler's own reads
+    would take a share of the 2 cores)."""
+    return lambda servers: Telemetry.for_rig(
+        tier, gpus, interval_s=0.1 if tier == "gpu" else 0.5,
+        servers=[(s.label, s.process.pid) for s in servers if getattr(s, "process", None) is not None])
