@@ -307,6 +307,7 @@ def test_client_stream_capacity_and_skew(
     measured = rounds[warmup_rounds:]
     skew_ms: list[float] = []
     itl_error_ms: list[float] = []
+    tpot_error_pct: list[float] = []
     for result in measured:
         assert len(result.streams) == scenario.streams
         for sent, received in result.streams:
@@ -316,6 +317,11 @@ def test_client_stream_capacity_and_skew(
             # How far each measured inter-token interval is off the true one: a
             # constant skew cancels out here, only its jitter remains.
             itl_error_ms += [abs(later - earlier) for earlier, later in itertools.pairwise(skew)]
+            # The inter-token interval the gates use: a stream's time per output token,
+            # (last - first arrival) / (events - 1), as decode tok/s is computed from it
+            # (specgate.client.RequestRecord). Its error, as a share of the true interval.
+            if scenario.interval_s and len(sent) > 1:
+                tpot_error_pct.append(abs((received[-1] - received[0]) / (sent[-1] - sent[0]) - 1) * 100)
     events_per_s = [scenario.total_events / result.wall_s for result in measured]
     # CPU time per event barely moves when other processes compete for the
     # cores, unlike wall-clock rates; 1e6 / it is the rate one core could parse.
@@ -339,6 +345,10 @@ def test_client_stream_capacity_and_skew(
             "itl_error_median_pct_of_interval": pct_of_interval(itl_error_median, scenario),
             "itl_error_ms_median": round(itl_error_median, 4),
             "itl_error_ms_p99": round(percentile(itl_error_ms, 99), 4),
+            # the 1 % rule on the interval the gates measure (paced scenarios only)
+            "tpot_error_pct_median": round(statistics.median(tpot_error_pct), 4) if tpot_error_pct else None,
+            "tpot_error_pct_max": round(max(tpot_error_pct), 4) if tpot_error_pct else None,
+            "streams_measured": len(tpot_error_pct),
             # The machine's state, so that a table can say how loaded it was.
             "load_average_1m": round(os.getloadavg()[0], 2),
             "cpu_count": os.cpu_count(),
