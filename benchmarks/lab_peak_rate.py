@@ -1,8 +1,9 @@
 """The highest event rate a real vLLM server sends specgate's client: the figure the client
 benchmark's rule is set against (docs/client-benchmark.md).
 
-Usage: ``python benchmarks/lab_peak_rate.py URL MODEL [--streams 1,8,32] [--max-tokens 256] [--json OUT]``
-against a live server (e.g. the lab's fastest mode, SmolLM2-135M without speculation). For each
+Usage: ``python benchmarks/lab_peak_rate.py (--rig NAME | --url URL --model NAME) [--streams 1,8,32]
+[--max-tokens 256] [--json OUT]``: with ``--rig``, it starts that rig's reference mode (no
+speculation: the lab's fastest) exactly as the perf tests do, and stops it afterwards. For each
 concurrency it sends that many streams at once, twice, through ``specgate.client`` and prints
 the events per second the client took in (all streams together), each stream's median time
 between events and its time per output token.
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,17 +48,32 @@ async def one_level(url: str, model: str, streams: int, max_tokens: int) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("url")
-    parser.add_argument("model")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--rig", help="start this rig's reference mode (e.g. h200-smollm2)")
+    target.add_argument("--url", help="a live server")
+    parser.add_argument("--model", help="with --url: the served model name")
     parser.add_argument("--streams", default="1,8,32")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    results = []
-    for streams in (int(s) for s in args.streams.split(",")):
-        result = asyncio.run(one_level(args.url, args.model, streams, args.max_tokens))
-        print(json.dumps(result), flush=True)
-        results.append(result)
+    with contextlib.ExitStack() as stack:
+        url, model = args.url, args.model
+        if args.rig:
+            from specgate.config import load_rig
+            from specgate.server import VLLMServer, spec_for_mode
+
+            rig = load_rig(args.rig, Path(__file__).resolve().parent.parent / "fixtures")
+            log_dir = Path(tempfile.mkdtemp(prefix="specgate-peak-"))
+            server = stack.enter_context(VLLMServer(spec_for_mode(rig, rig.mode(rig.reference_mode),
+                                                                  log_dir=log_dir), progress=print))
+            url, model = server.base_url, rig.served_model_name
+        elif not model:
+            parser.error("--url needs --model")
+        results = []
+        for streams in (int(s) for s in args.streams.split(",")):
+            result = asyncio.run(one_level(url, model, streams, args.max_tokens))
+            print(json.dumps(result), flush=True)
+            results.append(result)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
