@@ -3,6 +3,7 @@ detections at each tolerance, the exact binomial intervals, and the files it wri
 themselves come from real runs (docs/statistics.md); these windows are hand-made."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -37,9 +38,39 @@ def test_outputs_render_again_from_windows_jsonl(tmp_path):
     results = [window(0.0, 1.01), window(0.2, 0.85, tpot=1.2), window(0.0, 1.03, design="sequential")]
     (tmp_path / "windows.jsonl").write_text("".join(json.dumps(r.__dict__) + "\n" for r in results))
     assert load_windows(tmp_path / "windows.jsonl") == results
-    meta = {"started": "a", "finished": "b", "mode": "baseline", "classes": ["coding"], "rounds": 1,
+    meta = {"started": "a", "finished": "b", "mode": "no_spec", "classes": ["coding"], "rounds": 1,
             "concurrency": 1, "machine": "m"}
     path = write_outputs(rig, tmp_path, results, [0.05], meta)
     text = path.read_text()
     assert "| duet" in text and "| sequential" in text and "fail @ tol 5 %" in text
     assert (tmp_path / "power.png").stat().st_size > 1000
+
+
+def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatch):
+    """run_calibration end to end on two stand-in servers replaying a real recorded vLLM stream:
+    windows.jsonl, the requests of each window with their telemetry, and calibration.md."""
+    import contextlib
+    import gzip
+
+    from specgate import calibrate, server
+    from tests.test_duet_window import StandInServer
+
+    root = Path(__file__).resolve().parent.parent
+    rig = load_rig("cpu-smollm2", root / "fixtures")
+    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0})})
+    journal: list = []
+
+    @contextlib.contextmanager
+    def stand_in(spec, progress=None):
+        yield StandInServer("ngram", journal)  # same recorded stream on both sides: an A/A
+
+    monkeypatch.setattr(server, "VLLMServer", stand_in)
+    monkeypatch.setattr(calibrate, "plot_power", lambda results, tolerances, path: path)  # drawn elsewhere
+    path = calibrate.run_calibration(rig, tmp_path, rounds=1, levels=[0.0], classes=["coding"], progress=lambda _: None)
+    windows = load_windows(tmp_path / "windows.jsonl")
+    assert path.exists() and [(w.level, w.design, w.n) for w in windows] == [(0.0, "duet", 12)]
+    with gzip.open(tmp_path / "measurements.jsonl.gz", "rt") as handle:
+        saved = [json.loads(line) for line in handle]
+    assert len(saved) == 1 and saved[0]["level"] == 0.0 and len(saved[0]["records"]) == 12
+    assert len(saved[0]["partner"]["records"]) == 12
+    assert saved[0]["telemetry"]["requests"] and "cpu_busy_pct" in saved[0]["telemetry"]["window"]
