@@ -172,10 +172,47 @@ def train_eagle3(args: argparse.Namespace) -> int:
     return 0
 
 
+def _old_mode_name_in(report: dict) -> bool:
+    """A report.json written before the no-speculation mode was renamed: its rig has a mode of the
+    old name without speculation and none of the new name, and this checkout's rig file of that
+    name (if any) does not define a mode of the old name of its own (with ``from``)."""
+    from specgate.config import NO_SPEC, OLD_NO_SPEC, read_toml
+    from specgate.errors import SpecgateError
+
+    rig = report.get("rig")
+    if not isinstance(rig, dict) or not isinstance(rig.get("modes"), dict):
+        return False
+    modes = rig["modes"]
+    if OLD_NO_SPEC not in modes or modes[OLD_NO_SPEC] is not None or NO_SPEC in modes:
+        return False
+    rig_file = Path(__file__).resolve().parent.parent / "fixtures" / "rigs" / f"{rig.get('name')}.toml"
+    try:
+        own = read_toml(rig_file).get("modes", {}).get(OLD_NO_SPEC)
+    except SpecgateError:
+        own = None  # no such rig here: the report alone decides
+    return not (isinstance(own, dict) and "from" in own)
+
+
+def _renamed_in(report: dict) -> dict:
+    """The report with the no-speculation mode under its new name, where adopting reads it."""
+    from specgate.config import NO_SPEC, OLD_NO_SPEC
+
+    def name(mode: object) -> object:
+        return NO_SPEC if mode == OLD_NO_SPEC else mode
+
+    rig = report["rig"]
+    return {**report,
+            "rig": {**rig, "reference_mode": name(rig.get("reference_mode")),
+                    "modes": {name(k): v for k, v in rig["modes"].items()}},
+            "fingerprints": {name(k): v for k, v in (report.get("fingerprints") or {}).items()},
+            "measurements": [{**m, "mode": name(m.get("mode"))} for m in report.get("measurements", [])]}
+
+
 def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str] | None = None) -> int:
     import json
 
     from specgate.baselines import load_baselines, merge_updates
+    from specgate.config import NO_SPEC, OLD_NO_SPEC
     from specgate.errors import SpecgateError
     from specgate.gates import entries_from_report
 
@@ -187,8 +224,14 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
     if not isinstance(report, dict) or "specgate_report" not in report:
         print(f"specgate: {report_path} is not a specgate report.json", file=sys.stderr)
         return 1
+    if _old_mode_name_in(report):
+        report, modes = _renamed_in(report), [NO_SPEC if m == OLD_NO_SPEC else m for m in modes or []] or None
+        print(f"note: {report_path} names the no-speculation mode by its old name {OLD_NO_SPEC!r}; "
+              f"its windows are adopted as {NO_SPEC!r}'s")
+    rig = report.get("rig") if isinstance(report.get("rig"), dict) else {}
+    rig_modes = {rig["name"]: list(rig.get("modes") or {})} if "name" in rig else None
     try:
-        stored = load_baselines(baselines_path)
+        stored = load_baselines(baselines_path, rig_modes=rig_modes)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 1
@@ -202,7 +245,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
               file=sys.stderr)
         return 1
     try:
-        merge_updates(baselines_path, entries)
+        merge_updates(baselines_path, entries, rig_modes=rig_modes)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 1

@@ -26,6 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specgate.errors import ConfigError
 
 DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load with speculation
+# The library's mode without speculation, every rig's default reference. It used to be called
+# "baseline", a word now kept for the stored figures (baselines.json): a rig that still uses the
+# old name gets an error saying so, and stored entries under it are read as NO_SPEC's
+# (specgate.baselines.load_baselines).
+NO_SPEC = "no_spec"
+OLD_NO_SPEC = "baseline"
 
 
 class _Strict(BaseModel):
@@ -214,7 +220,7 @@ class RigFile(_Strict):
     env: dict[str, str] = {}
     host: str = "127.0.0.1"
     startup_timeout_s: float = Field(default=DEFAULT_STARTUP_TIMEOUT_S, gt=0)
-    reference_mode: str = "baseline"
+    reference_mode: str = NO_SPEC
     classes: tuple[str, ...] | None = None
     modes: dict[str, RigMode] = Field(min_length=1)
     protocol: Protocol = Protocol()
@@ -341,9 +347,21 @@ def _substitute(value: str, variables: Mapping[str, str], path: Path, key: str) 
                           f"known: {', '.join('${' + k + '}' for k in sorted(variables))}") from None
 
 
+def _renamed_mode(name: str, entry: RigMode, path: Path) -> ConfigError:
+    """A rig that still names the library's no-speculation mode by its old name."""
+    key, fix = ((f"modes.{name}.from", f'set from = "{NO_SPEC}"') if entry.from_ else
+                (f"modes.{name}", f"rename [modes.{OLD_NO_SPEC}] to [modes.{NO_SPEC}] (and "
+                                  f'reference_mode = "{OLD_NO_SPEC}" to "{NO_SPEC}", if the rig sets it)'))
+    return ConfigError(path, key, f"the library's no-speculation mode is now called {NO_SPEC!r} "
+                       f"(it was {OLD_NO_SPEC!r}): {fix}; stored figures of mode {OLD_NO_SPEC!r} in "
+                       f"baselines.json are read as {NO_SPEC!r}")
+
+
 def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode], path: Path) -> Mode:
     base_name = entry.from_ or name
     base = library.get(base_name)
+    if base is None and base_name == OLD_NO_SPEC and NO_SPEC in library:
+        raise _renamed_mode(name, entry, path)
     if base is None:
         raise ConfigError(path, f"modes.{name}", f"unknown mode {base_name!r}; the mode library has: "
                           f"{', '.join(sorted(library))} (add it to fixtures/modes.toml or set 'from')")
@@ -401,6 +419,14 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         if gate_class not in classes:
             raise ConfigError(path, f"gates.classes.{gate_class}", "unknown prompt class")
     mode_names = [m.name for m in modes]
+    if rig.reference_mode not in mode_names:
+        if rig.reference_mode == OLD_NO_SPEC and NO_SPEC in mode_names:
+            raise ConfigError(path, "reference_mode", f"the library's no-speculation mode is now called "
+                              f'{NO_SPEC!r} (it was {OLD_NO_SPEC!r}): set reference_mode = "{NO_SPEC}"')
+        if "reference_mode" not in rig.model_fields_set:
+            raise ConfigError(path, "reference_mode", f"not set, and the default {NO_SPEC!r} (the library's "
+                              f"no-speculation mode) is not among the modes {mode_names}: add [modes.{NO_SPEC}] "
+                              f"or set reference_mode to the rig's mode without speculation")
     for i, declared in enumerate(rig.declared_backfire):
         if declared.mode not in mode_names:
             raise ConfigError(path, f"declared_backfire[{i}].mode", f"unknown mode {declared.mode!r}")

@@ -34,7 +34,8 @@ def _median_tps(measurement: dict[str, Any]) -> float | None:
 
 
 # The kinds of gate that decided nothing for want of a comparison (report.json's "undecided"
-# entries), named for the stored figures so they never read like the mode named baseline.
+# entries), named for the stored figures (the no-speculation mode is no_spec; it used to be called
+# baseline, so these kinds must not read like a mode).
 NOT_STORED = "no stored figures"  # nothing in baselines.json to compare this window with
 STORING = "storing figures"  # --update-baselines: this run's figures are stored, nothing compared
 # report.json files written before these names (issue 16) render with them (--report-only)

@@ -83,8 +83,12 @@ class SpecgateSession:
     @property
     def store(self) -> BaselineFile:
         if self._store is None:
-            self._store = load_baselines(self.options.baselines_path)
+            self._store = load_baselines(self.options.baselines_path, rig_modes=self._rig_modes())
         return self._store
+
+    def _rig_modes(self) -> dict[str, list[str]]:
+        """This rig's mode names: what baselines.py needs to read old-name entries as no_spec's."""
+        return {self.rig.name: [m.name for m in self.rig.modes]}
 
     @property
     def measurer(self) -> Measurer:
@@ -207,7 +211,7 @@ class SpecgateSession:
         the run is interrupted before)."""
         if not self.pending_updates:
             return None
-        merge_updates(self.options.baselines_path, self.pending_updates)
+        merge_updates(self.options.baselines_path, self.pending_updates, rig_modes=self._rig_modes())
         self.pending_updates.clear()
         return self.options.baselines_path
 
