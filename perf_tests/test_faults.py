@@ -24,7 +24,7 @@ def cpu_rig():
     return load_rig("cpu-smollm2", ROOT / "fixtures")
 
 
-def _spec(rig, tmp_path, *, mode="baseline", speculative_config=None, model=None, timeout_s=None):
+def _spec(rig, tmp_path, *, mode="no_spec", speculative_config=None, model=None, timeout_s=None):
     mode_obj = rig.mode(mode)
     if speculative_config is not None:
         mode_obj = mode_obj.model_copy(update={"speculative_config": speculative_config})
@@ -112,7 +112,7 @@ def _run_pytest(tmp_path, *args):
     baselines = tmp_path / "baselines.json"
     shutil.copy(ROOT / "baselines.json", baselines)
     argv = [sys.executable, "-m", "pytest", str(ROOT / "perf_tests" / "test_speculative_perf.py"),
-            "-m", "cpu", "-k", "throughput and baseline and coding", "-p", "no:cacheprovider",
+            "-m", "cpu", "-k", "throughput and no_spec and coding", "-p", "no:cacheprovider",
             f"--baselines={baselines}", f"--run-dir={tmp_path / 'run'}", *args]
     # SIGINT at its default in the child: a run started in the background (nohup cmd &) inherits
     # it ignored, and Python then never raises KeyboardInterrupt (the Ctrl-C tests would hang).
@@ -166,7 +166,7 @@ def test_ctrl_c_tears_down_every_server_and_keeps_baselines(tmp_path, moment, re
     before = baselines.read_bytes()
     seen: list[str] = []
     try:
-        needle = "[specgate] mode baseline, class coding" if moment == "measurement" else "collected"
+        needle = "[specgate] mode no_spec, class coding" if moment == "measurement" else "collected"
         _wait_for_line(child, needle, 180, seen)
         if moment == "server-load":
             time.sleep(5)  # the server is loading now

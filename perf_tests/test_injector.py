@@ -36,7 +36,7 @@ def test_injected_slowdown_slows_the_real_engine(tmp_path, record_property):
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     level = tmp_path / "slowdown"
     level.write_text("0\n")
-    mode = rig.mode("baseline")
+    mode = rig.mode("no_spec")
     spec = spec_for_mode(rig, mode, log_dir=tmp_path, side=Side(env={ENV_FILE: str(level)}), side_name="injected")
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     requests = build_requests(rig, mode, coding)

@@ -10,13 +10,13 @@ import pytest
 
 
 def test_throughput(class_measurement, gatekeeper):
-    """Decode tok/s against the stored baseline (noise-aware)."""
+    """Decode tok/s against the stored figures (noise-aware)."""
     gatekeeper.throughput(class_measurement)
 
 
 @pytest.mark.speculative_only
 def test_acceptance(class_measurement, gatekeeper):
-    """Mean acceptance length, acceptance rate and per-position rates against the stored baseline."""
+    """Mean acceptance length, acceptance rate and per-position rates against the stored figures."""
     gatekeeper.acceptance(class_measurement)
 
 

@@ -42,7 +42,7 @@ def test_a_candidate_side_changes_python_args_env_and_speculative_keys(rig, tmp_
 
 def test_speculative_keys_leave_the_mode_without_speculation_alone(rig, tmp_path):
     side = Side(speculative={"num_speculative_tokens": 3})
-    spec = spec_for_mode(rig, rig.mode("baseline"), log_dir=tmp_path, side=side, side_name="candidate")
+    spec = spec_for_mode(rig, rig.mode("no_spec"), log_dir=tmp_path, side=side, side_name="candidate")
     assert "--speculative-config" not in spec.argv
 
 

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from old_reports import with_old_mode_name
 
 from specgate.baselines import load_baselines, lookup
 from specgate.cli import main
@@ -44,14 +45,27 @@ def test_adopts_the_finished_windows_of_an_interrupted_run(baselines: Path, caps
 
 def test_modes_subset(baselines: Path, capsys) -> None:
     before = load_baselines(baselines).rigs.get("h200x2-smollm2-pp2", {})
-    assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines), "--modes", "baseline_pp2"]) == 0
+    assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines), "--modes", "no_spec_pp2"]) == 0
     assert "2 baseline(s) written" in capsys.readouterr().out
     after = load_baselines(baselines).rigs["h200x2-smollm2-pp2"]
-    assert after.get("baseline") == before.get("baseline")  # the mode left out is untouched
+    assert after.get("no_spec") == before.get("no_spec")  # the mode left out is untouched
     report = json.loads(INTERRUPTED.read_text())
     adopted = {m["prompt_class"]: sorted(r["decode_tokens_per_s"] for r in m["records"])
-               for m in report["measurements"] if m["mode"] == "baseline_pp2"}
-    assert {c: sorted(after["baseline_pp2"][c]["1"].decode_tokens_per_s) for c in adopted} == adopted
+               for m in report["measurements"] if m["mode"] == "no_spec_pp2"}
+    assert {c: sorted(after["no_spec_pp2"][c]["1"].decode_tokens_per_s) for c in adopted} == adopted
+
+
+def test_a_report_from_before_the_rename_is_adopted_under_no_spec(baselines: Path, tmp_path: Path, capsys) -> None:
+    """A report.json whose no-speculation mode is still called "baseline": its windows are stored
+    as no_spec's (where the rig's tests look them up), with a note; --modes takes the old name."""
+    old = tmp_path / "old-report.json"
+    old.write_text(json.dumps(with_old_mode_name(json.loads(INTERRUPTED.read_text()))))
+    assert '"mode": "baseline"' in old.read_text()
+    assert main(["adopt-baselines", str(old), "--baselines", str(baselines), "--modes", "baseline"]) == 0
+    out = capsys.readouterr().out
+    assert "names the no-speculation mode by its old name 'baseline'; its windows are adopted as 'no_spec'" in out
+    assert "h200x2-smollm2-pp2 / no_spec / coding / c1" in out and "2 baseline(s) written" in out
+    assert "baseline" not in load_baselines(baselines).rigs["h200x2-smollm2-pp2"]
 
 
 @pytest.mark.parametrize(("content", "message"), [

@@ -84,19 +84,19 @@ def test_merge_keeps_other_entries(tmp_path: Path) -> None:
     path = tmp_path / "baselines.json"
     path.write_text(json.dumps(_valid_file()))
     other = _entry([70.0, 75.0])
-    merge_updates(path, {("kimi", "baseline", "math", 1): other,
+    merge_updates(path, {("kimi", "no_spec", "math", 1): other,
                          ("cpu-smollm2", "ngram", "coding", 4): _entry([30.0])})
     store = load_baselines(path)
     kept = lookup(store, "cpu-smollm2", "ngram", "coding", 1)
     assert kept is not None
     assert kept.decode_tokens_per_s == [20.0, 21.0] and kept.sample_keys == ["a#0", "b#0"]
-    assert lookup(store, "kimi", "baseline", "math", 1) == other
+    assert lookup(store, "kimi", "no_spec", "math", 1) == other
     assert lookup(store, "cpu-smollm2", "ngram", "coding", 4) == _entry([30.0])
     # An update to an existing key replaces just that entry.
     merge_updates(path, {("cpu-smollm2", "ngram", "coding", 1): _entry([99.0])})
     store = load_baselines(path)
     assert lookup(store, "cpu-smollm2", "ngram", "coding", 1) == _entry([99.0])
-    assert lookup(store, "kimi", "baseline", "math", 1) == other
+    assert lookup(store, "kimi", "no_spec", "math", 1) == other
 
 
 def test_merge_rereads_the_file_on_disk(tmp_path: Path) -> None:
@@ -313,7 +313,7 @@ INITIAL: dict[Path, str] = {}
 def _seed(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_valid_file()))
-    merge_updates(path, {("kimi", "baseline", "math", 1): _entry([70.0, 75.0])})
+    merge_updates(path, {("kimi", "no_spec", "math", 1): _entry([70.0, 75.0])})
     INITIAL[path] = path.read_text()
 
 
@@ -322,7 +322,7 @@ def _check_old_or_new(path: Path) -> int:
     raw = path.read_text()
     json.loads(raw)  # valid JSON, not a torn write
     store = load_baselines(path)
-    assert lookup(store, "kimi", "baseline", "math", 1) == _entry([70.0, 75.0])  # never lost
+    assert lookup(store, "kimi", "no_spec", "math", 1) == _entry([70.0, 75.0])  # never lost
     entry = lookup(store, "cpu-smollm2", "ngram", "coding", 1)
     assert entry is not None
     if entry.decode_tokens_per_s == [20.0, 21.0]:
@@ -452,3 +452,69 @@ def test_fingerprint_commit_says_dirty_and_honours_the_override(tmp_path: Path, 
     assert git_commit(tmp_path) == f"{clean}-dirty"  # the tree that ran is not that commit
     monkeypatch.setenv("SPECGATE_COMMIT", "abc1234")  # a copied tree (the GPU lab) names its commit
     assert git_commit(tmp_path) == "abc1234"
+
+
+# ------------------------------------------- the no-speculation mode's old name ("baseline")
+
+
+def _old_name_file() -> dict:
+    """A file from before the rename: rig r's no-speculation figures under "baseline" (coding at
+    c1 and c4, math at c1, whose "no_spec" entry also exists), ngram's ratio naming it; rig own's
+    "baseline" is its own speculative mode; rig other's are old figures too."""
+    def entry(tps: float, spec: dict | None = None, ratio_to: str | None = None) -> dict:
+        data = _entry([tps, tps + 1], fingerprint=Fingerprint(accelerator="cpu", speculative_config=spec)).model_dump(
+            mode="json", exclude_none=True)
+        if ratio_to:
+            data["ratio_to_reference"] = {"reference_mode": ratio_to, "ratio": 1.2, "n": 2}
+        return data
+
+    return {"schema_version": SCHEMA_VERSION, "rigs": {
+        "r": {"baseline": {"coding": {"1": entry(30.0), "4": entry(31.0)}, "math": {"1": entry(32.0)}},
+              "ngram": {"coding": {"1": entry(40.0, {"method": "ngram"}, ratio_to="baseline")}},
+              "no_spec": {"math": {"1": entry(50.0)}}},
+        "own": {"baseline": {"coding": {"1": entry(60.0, {"method": "ngram"})}}},
+        "other": {"baseline": {"coding": {"1": entry(70.0)}}}}}
+
+
+def test_old_name_entries_are_read_as_no_spec_with_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "baselines.json"
+    path.write_text(json.dumps(_old_name_file()))
+    with pytest.warns(UserWarning) as caught:
+        store = load_baselines(path)
+    (note,) = [str(w.message) for w in caught]
+    assert note.startswith(f"{path}: the no-speculation mode is now called 'no_spec' (it was 'baseline')")
+    assert "3 stored entries under the old name read as 'no_spec' (rigs.r.baseline.coding.1, " in note
+    assert "left under the old name, since 'no_spec' has its own: rigs.r.baseline.math.1" in note
+    assert lookup(store, "r", "no_spec", "coding", 1).median == 31.0
+    assert lookup(store, "r", "no_spec", "coding", 4).median == 32.0
+    assert lookup(store, "r", "no_spec", "math", 1).median == 51.0  # the newer one wins
+    assert lookup(store, "r", "baseline", "math", 1).median == 33.0  # the older one is kept
+    assert lookup(store, "r", "ngram", "coding", 1).ratio_to_reference.reference_mode == "no_spec"
+    assert list(store.rigs["r"]) == ["no_spec", "baseline", "ngram"]  # where the old name was
+    assert lookup(store, "own", "baseline", "coding", 1) is not None  # a speculative mode of that name stays
+    assert lookup(store, "own", "no_spec", "coding", 1) is None
+    assert lookup(store, "other", "no_spec", "coding", 1) is not None
+    assert json.loads(path.read_text()) == _old_name_file()  # reading never writes
+
+
+def test_the_next_write_stores_old_name_entries_as_no_spec_for_that_rig_only(tmp_path: Path) -> None:
+    path = tmp_path / "baselines.json"
+    path.write_text(json.dumps(_old_name_file()))
+    with pytest.warns(UserWarning):
+        merge_updates(path, {("r", "ngram", "coding", 4): _entry([41.0])})
+    written = json.loads(path.read_text())["rigs"]
+    assert set(written["r"]["no_spec"]["coding"]) == {"1", "4"}
+    assert written["r"]["ngram"]["coding"]["1"]["ratio_to_reference"]["reference_mode"] == "no_spec"
+    assert written["other"] == _old_name_file()["rigs"]["other"]  # a rig not written is left as it is
+    assert written["own"] == _old_name_file()["rigs"]["own"]
+
+
+def test_a_rig_with_its_own_mode_named_baseline_keeps_its_figures(tmp_path: Path) -> None:
+    path = tmp_path / "baselines.json"
+    path.write_text(json.dumps(_old_name_file()))
+    rig_modes = {"other": ["baseline", "ngram"]}  # e.g. [modes.baseline] from = "no_spec", the reference
+    store = load_baselines(path, rig_modes=rig_modes)
+    assert lookup(store, "other", "baseline", "coding", 1) is not None
+    assert lookup(store, "other", "no_spec", "coding", 1) is None
+    merge_updates(path, {("other", "baseline", "math", 1): _entry([71.0])}, rig_modes=rig_modes)
+    assert set(json.loads(path.read_text())["rigs"]["other"]) == {"baseline"}

@@ -42,9 +42,9 @@ def _window(mode, tps, acceptance=None):
 
 
 REPORT = {
-    "rig": {"name": "r", "tier": "cpu", "model": "m", "reference_mode": "baseline", "modes": {}},
+    "rig": {"name": "r", "tier": "cpu", "model": "m", "reference_mode": "no_spec", "modes": {}},
     "measurements": [
-        _window("baseline", [30.0, 31.0, 29.0]),
+        _window("no_spec", [30.0, 31.0, 29.0]),
         _window("ngram", [20.0, 21.0, 19.0], {"mean_acceptance_length": 2.0, "acceptance_rate": 0.2,
                                               "accepted_per_position": [3, 2, 1, 1, 0],
                                               "per_position_rates": [0.6, 0.2, 0.1, 0.1, 0.0]}),
@@ -89,7 +89,7 @@ def test_report_json_carries_the_break_even_rows(tmp_path):
     root = Path(__file__).resolve().parent.parent
     session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=root / "fixtures",
                                              baselines_path=tmp_path / "b.json", run_dir=tmp_path, repo_root=root))
-    session.measurements[("baseline", "coding", 1)] = window("baseline", 30.0)
+    session.measurements[("no_spec", "coding", 1)] = window("no_spec", 30.0)
     session.measurements[("ngram", "coding", 1)] = window("ngram", 45.0, AcceptanceStats(
         drafts=10, draft_tokens=50, accepted_tokens=20, accepted_per_position=(8, 6, 4, 2, 0)))
 

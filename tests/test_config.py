@@ -47,12 +47,12 @@ def test_every_shipped_rig_loads(name: str, tmp_path: Path) -> None:
             assert "${" not in str(value)
 
 
-def test_cpu_rig_has_baseline_and_the_seed_ngram(tmp_path: Path) -> None:
+def test_cpu_rig_has_no_spec_and_the_seed_ngram(tmp_path: Path) -> None:
     rig = load_rig("cpu-smollm2", FIXTURES, model_cache=tmp_path)
     assert rig.tier == "cpu"
-    assert [m.name for m in rig.modes] == ["baseline", "ngram"]
-    assert rig.reference_mode == "baseline"
-    assert rig.mode("baseline").speculative_config is None
+    assert [m.name for m in rig.modes] == ["no_spec", "ngram"]
+    assert rig.reference_mode == "no_spec"
+    assert rig.mode("no_spec").speculative_config is None
     ngram = rig.mode("ngram")
     assert ngram.speculative_config == NGRAM
     assert ngram.is_speculative and ngram.method == "ngram"
@@ -67,7 +67,7 @@ def test_cpu_rig_has_baseline_and_the_seed_ngram(tmp_path: Path) -> None:
 
 def test_cpu_rig_mode_lookup_names_the_known_modes(tmp_path: Path) -> None:
     rig = load_rig("cpu-smollm2", FIXTURES, model_cache=tmp_path)
-    with pytest.raises(ConfigError, match=r"no mode 'eagle3' \(it has: baseline, ngram\)"):
+    with pytest.raises(ConfigError, match=r"no mode 'eagle3' \(it has: no_spec, ngram\)"):
         rig.mode("eagle3")
 
 
@@ -200,7 +200,7 @@ def test_unknown_mode_lists_the_library(fx: Path) -> None:
     err = _load_fails(fx)
     assert err.key == "modes.warp_drive"
     assert "unknown mode 'warp_drive'" in str(err)
-    assert "baseline, draft_model, eagle, eagle3, mtp, ngram, suffix" in str(err)
+    assert "draft_model, eagle, eagle3, mtp, ngram, no_spec, suffix" in str(err)
 
 
 def test_unknown_from_mode(fx: Path) -> None:
@@ -284,10 +284,78 @@ def test_bad_prompt_id_names_the_prompt(fx: Path) -> None:
 ])
 def test_bad_reference_mode_is_refused(fx: Path, reference: str, message: str) -> None:
     rig_file = fx / "rigs" / "cpu-smollm2.toml"
-    _replace(rig_file, 'reference_mode = "baseline"', f'reference_mode = "{reference}"')
+    _replace(rig_file, 'reference_mode = "no_spec"', f'reference_mode = "{reference}"')
     err = _load_fails(fx)
     assert err.key == "reference_mode"
     assert message in str(err)
+
+
+# ------------------------------------------------- the no-speculation mode's old name, "baseline"
+
+
+@pytest.mark.parametrize(("old", "new", "key", "fix"), [
+    # the rig still lists the library mode by its old name (and names it as the reference)
+    ('reference_mode = "no_spec"', 'reference_mode = "baseline"', "modes.baseline",
+     "rename [modes.baseline] to [modes.no_spec]"),
+    # ... or only lists it by its old name, with the reference left at the default
+    ('reference_mode = "no_spec"\n', "", "modes.baseline", "rename [modes.baseline] to [modes.no_spec]"),
+])
+def test_a_rig_naming_the_library_mode_baseline_is_told_its_new_name(fx: Path, old: str, new: str, key: str,
+                                                                     fix: str) -> None:
+    rig_file = fx / "rigs" / "cpu-smollm2.toml"
+    _replace(rig_file, old, new)
+    _replace(rig_file, "[modes.no_spec]", "[modes.baseline]")
+    err = _load_fails(fx)
+    assert (err.path, err.key) == (str(rig_file), key)
+    assert "the library's no-speculation mode is now called 'no_spec' (it was 'baseline')" in str(err)
+    assert fix in str(err)
+
+
+def test_a_mode_derived_from_baseline_is_told_its_new_name(fx: Path) -> None:
+    rig_file = fx / "rigs" / "cpu-smollm2.toml"
+    _append(rig_file, '[modes.aa]\nfrom = "baseline"')
+    err = _load_fails(fx)
+    assert (err.path, err.key) == (str(rig_file), "modes.aa.from")
+    assert "now called 'no_spec'" in str(err) and 'set from = "no_spec"' in str(err)
+
+
+def test_an_old_reference_mode_is_told_its_new_name(fx: Path) -> None:
+    rig_file = fx / "rigs" / "cpu-smollm2.toml"
+    _replace(rig_file, 'reference_mode = "no_spec"', 'reference_mode = "baseline"')
+    err = _load_fails(fx)
+    assert (err.path, err.key) == (str(rig_file), "reference_mode")
+    assert 'now called \'no_spec\' (it was \'baseline\'): set reference_mode = "no_spec"' in str(err)
+
+
+def test_a_rig_without_the_default_reference_says_so(fx: Path) -> None:
+    rig_file = fx / "rigs" / "cpu-smollm2.toml"
+    _replace(rig_file, 'reference_mode = "no_spec"\n', "")
+    _replace(rig_file, "[modes.no_spec]", '[modes.plain]\nfrom = "no_spec"')
+    err = _load_fails(fx)
+    assert err.key == "reference_mode" and "not set, and the default 'no_spec'" in str(err)
+
+
+@pytest.mark.parametrize("entry", ['from = "no_spec"', 'from = "ngram"'])
+def test_a_rig_may_still_define_its_own_mode_named_baseline(fx: Path, entry: str) -> None:
+    """Only the library's mode was renamed: a rig's own, fully defined mode may be called baseline."""
+    rig_file = fx / "rigs" / "cpu-smollm2.toml"
+    _append(rig_file, f"[modes.baseline]\n{entry}")
+    rig = load_rig("cpu-smollm2", fx, model_cache=fx / "cache")
+    assert [m.name for m in rig.modes] == ["no_spec", "ngram", "baseline"]
+    assert rig.mode("baseline").is_speculative == (entry == 'from = "ngram"')
+    if entry == 'from = "no_spec"':  # ... and be the reference
+        _replace(rig_file, 'reference_mode = "no_spec"', 'reference_mode = "baseline"')
+        assert load_rig("cpu-smollm2", fx, model_cache=fx / "cache").reference_mode == "baseline"
+
+
+def test_a_library_that_still_has_baseline_keeps_it(fx: Path) -> None:
+    """A user's own fixtures folder whose modes.toml was not updated: its rigs still load."""
+    _replace(fx / "modes.toml", "[modes.no_spec]", "[modes.baseline]")
+    rig_file = fx / "rigs" / "cpu-smollm2.toml"
+    _replace(rig_file, 'reference_mode = "no_spec"', 'reference_mode = "baseline"')
+    _replace(rig_file, "[modes.no_spec]", "[modes.baseline]")
+    rig = load_rig("cpu-smollm2", fx, model_cache=fx / "cache")
+    assert rig.reference_mode == "baseline" and not rig.mode("baseline").is_speculative
 
 
 def test_missing_rig_lists_known_rigs(fx: Path) -> None:
@@ -323,7 +391,7 @@ def test_rig_overrides_merge_over_the_library(fx: Path, k: int, lookup: int, nam
     rig_file = fx / "rigs" / "prop.toml"
     rig_file.write_text(
         'tier = "cpu"\nmodel = "/m/x"\n'
-        "[modes.baseline]\n"
+        "[modes.no_spec]\n"
         f"[modes.ngram]\nspeculative_config = {{ num_speculative_tokens = {k} }}\n"
         + (f'[modes.{name}_d]\nfrom = "ngram"\nspeculative_config = {{ prompt_lookup_max = {lookup} }}\n'))
     rig = load_rig("prop", fx)

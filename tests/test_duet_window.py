@@ -65,9 +65,9 @@ def rig():
 @pytest.fixture(scope="module")
 def window(rig):
     journal = []
-    ngram, baseline = StandInServer("ngram", journal), StandInServer("baseline", journal)
+    ngram, reference = StandInServer("ngram", journal), StandInServer("no_spec", journal)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
-    m = Measurer(rig).measure_duet(ngram, baseline, rig.mode("ngram"), rig.mode("baseline"), coding, 1)
+    m = Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1)
     return m, journal
 
 
@@ -77,9 +77,9 @@ def test_requests_alternate_abba_and_never_overlap(window, rig):
     n_prompts = len(next(c for c in rig.prompt_classes if c.name == "coding").prompts)
     assert len(starts) == 2 * rig.protocol.repeats * n_prompts
     pairs = [starts[i:i + 2] for i in range(0, len(starts), 2)]
-    assert all(sorted(p) == ["baseline", "ngram"] for p in pairs)  # each pair: one request per side
+    assert all(sorted(p) == ["ngram", "no_spec"] for p in pairs)  # each pair: one request per side
     firsts = [p[0] for p in pairs]
-    assert firsts.count("ngram") == firsts.count("baseline")  # balanced: ABBA
+    assert firsts.count("ngram") == firsts.count("no_spec")  # balanced: ABBA
     # concurrency 1: each request ends before the next one starts
     kinds = [kind for kind, _, _ in journal]
     assert kinds == ["start", "end"] * len(starts)
@@ -88,9 +88,9 @@ def test_requests_alternate_abba_and_never_overlap(window, rig):
 
 def test_both_sides_are_paired_by_key_with_their_own_counters(window):
     m, _ = window
-    assert m.design == m.partner.design == "duet" and m.partner.mode == "baseline"
+    assert m.design == m.partner.design == "duet" and m.partner.mode == "no_spec"
     assert m.sample_keys == m.partner.sample_keys
-    assert m.acceptance is not None and m.partner.acceptance is None  # ngram's counters, not baseline's
+    assert m.acceptance is not None and m.partner.acceptance is None  # ngram's counters, not no_spec's
     again = ClassMeasurement.from_dict(json.loads(json.dumps(m.to_dict())))
     assert again.partner.sample_keys == m.partner.sample_keys and again.pairs == m.pairs
 
@@ -101,7 +101,7 @@ def test_backfire_and_throughput_decide_on_the_duet(window, rig):
     assert backfire.details["design"] == "duet with no speculation, requests alternated"
     assert backfire.details["n"] == len(m.sample_keys)
     stored = baseline_entry(m, Fingerprint())
-    assert stored.ratio_to_reference.reference_mode == "baseline"
+    assert stored.ratio_to_reference.reference_mode == "no_spec"
     assert stored.ratio_to_reference.ratio == pytest.approx(backfire.details["ratio"])
     throughput = check_throughput(rig, m, stored)  # the same window against its own stored ratio
     assert throughput.details["ratio"] == pytest.approx(1.0) and throughput.passed
@@ -116,7 +116,7 @@ def test_tables_and_break_even_show_the_gates_one_number(window, rig):
 
     m, _ = window
     result = check_backfire(rig, m, m.partner)
-    report = {"rig": {"reference_mode": "baseline", "modes": {"baseline": None, "ngram": {}}},
+    report = {"rig": {"reference_mode": "no_spec", "modes": {"no_spec": None, "ngram": {}}},
               "measurements": [m.to_dict(), m.partner.to_dict()], "gates": [result.to_dict()]}
     ratio = gate_ratio(report, "ngram", "coding", 1)
     assert ratio == pytest.approx(result.details["ratio"])
@@ -131,11 +131,11 @@ def test_warm_up_is_keyed_on_the_server_object_not_its_id(rig):
     measurer = Measurer(warm_rig)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     journal = []
-    first = StandInServer("baseline", journal)
-    measurer._warm_up(first, rig.mode("baseline"), coding, "first")
-    measurer._warm_up(first, rig.mode("baseline"), coding, "first again")
+    first = StandInServer("no_spec", journal)
+    measurer._warm_up(first, rig.mode("no_spec"), coding, "first")
+    measurer._warm_up(first, rig.mode("no_spec"), coding, "first again")
     assert sum(1 for kind, *_ in journal if kind == "start") == 1
     del first
-    second = StandInServer("baseline", journal)  # may well reuse the first one's id()
-    measurer._warm_up(second, rig.mode("baseline"), coding, "second")
+    second = StandInServer("no_spec", journal)  # may well reuse the first one's id()
+    measurer._warm_up(second, rig.mode("no_spec"), coding, "second")
     assert sum(1 for kind, *_ in journal if kind == "start") == 2

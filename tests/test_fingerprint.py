@@ -152,7 +152,7 @@ GATE_TESTS = textwrap.dedent('''
 
     def fingerprint(rig, **changes):
         return Fingerprint(accelerator="AMD EPYC", accelerator_count=2, cpu_model="AMD EPYC",
-                           model="smollm2-135m", **{**measured_with(rig, rig.mode("baseline"), environ={}),
+                           model="smollm2-135m", **{**measured_with(rig, rig.mode("no_spec"), environ={}),
                                                     **changes})
 
 
@@ -166,13 +166,13 @@ GATE_TESTS = textwrap.dedent('''
             stored.prompts["coding"].sha256 = "0" * 64
         if case == "machine":
             stored = stored.model_copy(update={"accelerator": "Intel Xeon", "cpu_model": "Intel Xeon"})
-        m = window("baseline", prompt_class, [30.0] * 6)
+        m = window("no_spec", prompt_class, [30.0] * 6)
         merge_updates(specgate_session.options.baselines_path, {
-            ("cpu-smollm2", "baseline", prompt_class, 1):
-                baseline_entry(window("baseline", prompt_class, [15.0 if case == "stale" else 30.0] * 6), stored)})
+            ("cpu-smollm2", "no_spec", prompt_class, 1):
+                baseline_entry(window("no_spec", prompt_class, [15.0 if case == "stale" else 30.0] * 6), stored)})
         specgate_session._store = None  # re-read the file written above
-        specgate_session.fingerprints["baseline"] = fingerprint(rig)
-        specgate_session.measurements[("baseline", prompt_class, 1)] = m
+        specgate_session.fingerprints["no_spec"] = fingerprint(rig)
+        specgate_session.measurements[("no_spec", prompt_class, 1)] = m
         gatekeeper.throughput(m)
 ''')
 
@@ -190,16 +190,16 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
     result.assert_outcomes(passed=1, skipped=2)
     out = result.stdout.str()
     # other prompts: undecided (skipped, never passed or failed), naming the prompt and the refresh
-    assert "FINGERPRINT throughput [baseline-coding-c1]: the stored entry of rig cpu-smollm2 / mode baseline / class " \
+    assert "FINGERPRINT throughput [no_spec-coding-c1]: the stored entry of rig cpu-smollm2 / mode no_spec / class " \
            "coding / concurrency 1 was measured on other prompts or with another protocol" in out
     assert "prompts of class coding: text of" in out
-    assert "refresh it with: pytest -m cpu --rig cpu-smollm2 --update-baselines -k 'baseline-coding-c1'" in out
+    assert "refresh it with: pytest -m cpu --rig cpu-smollm2 --update-baselines -k 'no_spec-coding-c1'" in out
     # another machine: undecided (a level from another CPU says nothing here), reported in the summary
-    assert "the stored entry of rig cpu-smollm2 / mode baseline / class math / concurrency 1 was measured on another " \
+    assert "the stored entry of rig cpu-smollm2 / mode no_spec / class math / concurrency 1 was measured on another " \
            "machine: accelerator: stored 'Intel Xeon', now 'AMD EPYC'; cpu_model: stored 'Intel Xeon', " \
            "now 'AMD EPYC'; not compared" in out
     # a run twice as fast as the stored figure: reported with the command that refreshes it
-    assert "STALE FIGURES [baseline-extraction-c1]: this run's median 30.0 tok/s is 2.00x the stored 15.0" in out
+    assert "STALE FIGURES [no_spec-extraction-c1]: this run's median 30.0 tok/s is 2.00x the stored 15.0" in out
     assert "throughput gate undecided" in out
 
 
@@ -209,14 +209,14 @@ def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
     from specgate.plugin.gatekeeper import GateKeeper
     from specgate.session import SessionOptions, SpecgateSession
 
-    m = window("baseline", "math", [30.0] * 6)
+    m = window("no_spec", "math", [30.0] * 6)
     session = SpecgateSession(SessionOptions(
         rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "baselines.json",
         run_dir=tmp_path / "run", repo_root=ROOT, strict_fingerprint=True))
     now = _now(rig)
-    merge_updates(session.options.baselines_path, {("cpu-smollm2", "baseline", "math", 1): baseline_entry(
+    merge_updates(session.options.baselines_path, {("cpu-smollm2", "no_spec", "math", 1): baseline_entry(
         m, now.model_copy(update={"accelerator": "Intel Xeon", "cpu_model": "Intel Xeon"}))})
-    session.fingerprints["baseline"] = now
+    session.fingerprints["no_spec"] = now
 
     with pytest.raises(pytest.fail.Exception, match=r"another machine: accelerator: stored 'Intel Xeon'.*"
                                                     r"\(--strict-fingerprint\)"):

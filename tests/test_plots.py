@@ -1,5 +1,5 @@
 """Tests for specgate.plots and report.render_all, on real reports: the cpu tier's two in
-fixtures/recorded/cpu/reports (rig cpu-smollm2, baseline and ngram, 6 classes x 6 requests) and the
+fixtures/recorded/cpu/reports (rig cpu-smollm2, no_spec and ngram, 6 classes x 6 requests) and the
 GPU lab's in fixtures/recorded/gpu/reports (rig h200-smollm2, 4 modes x 2 classes, one run under xdist)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from old_reports import with_old_mode_name
 
 from specgate.report import render_all, render_markdown, render_text, window_table
 
@@ -110,12 +111,12 @@ def test_client_vs_server_figures() -> None:
         {"mode": "ngram", "prompt_class": "coding", "concurrency": 1, "server_decode_tokens_per_s": 40.0,
          "server_metric_source": "vllm:request_time_per_output_token_seconds",
          "records": [record(0.01, 0.2), record(0.03, 0.3), record(0.02, 0.5)]},
-        {"mode": "baseline", "prompt_class": "coding", "concurrency": 1, "server_decode_tokens_per_s": None,
+        {"mode": "no_spec", "prompt_class": "coding", "concurrency": 1, "server_decode_tokens_per_s": None,
          "records": [record(0.02, 0.1)]}]}
     table = window_table(report)
     # client: 1 / mean(0.01, 0.03, 0.02) = 50 tok/s (not the mean of 100, 33.3, 50); +25 % vs 40.
     assert re.search(r"ngram\s+coding\s+1\s+300\s+\S+\s+50\.0\s+40\.0\s+\+25\.00 %", table), table
-    assert re.search(r"baseline\s+coding\s+1\s+100\s+\S+\s+50\.0\s+-\s+-", table), table
+    assert re.search(r"no_spec\s+coding\s+1\s+100\s+\S+\s+50\.0\s+-\s+-", table), table
     assert "request_time_per_output_token_seconds histogram" in table
 
 
@@ -129,8 +130,8 @@ def test_no_server_figures_gives_ttft_only() -> None:
 
 def test_no_speculative_mode_no_acceptance_plot(tmp_path: Path) -> None:
     report = _load("run2-plain.json")
-    report["measurements"] = [m for m in report["measurements"] if m["mode"] == "baseline"]
-    report["gates"] = [g for g in report["gates"] if g["mode"] == "baseline"]
+    report["measurements"] = [m for m in report["measurements"] if m["mode"] == "no_spec"]
+    report["gates"] = [g for g in report["gates"] if g["mode"] == "no_spec"]
     (tmp_path / "acceptance.png").write_bytes(PNG_MAGIC)  # stale, from an earlier render
     written = render_all(report, tmp_path)
     assert set(written) == {"summary", "throughput"}
@@ -167,3 +168,20 @@ def test_two_levels_and_a_failed_gate_with_a_pipe(tmp_path: Path) -> None:
     for table in _tables(markdown):
         assert len({len(_cells(line)) for line in table}) == 1, table
     assert "concurrency 4" in markdown
+
+
+@pytest.mark.parametrize("name", RENDERED)
+def test_a_report_from_before_the_rename_renders_the_same(name: str, tmp_path: Path) -> None:
+    """report.json files that name the no-speculation mode "baseline" (written before it became
+    no_spec) render as they did: the same summary with the old name, and every plot."""
+    report = json.loads((RECORDED / name).read_text())
+    old = with_old_mode_name(report)
+    assert "baseline" in json.dumps(old["rig"]) and "no_spec" not in json.dumps(old)
+
+    def words(text: str) -> str:  # column widths (and rules) follow the names' lengths
+        return " ".join(re.sub(r"-{3,}", "---", text.replace("no_spec", "baseline")).split())
+
+    assert words(render_text(old)) == words(render_text(report))
+    assert words(render_markdown(old)) == words(render_markdown(report))
+    if name == RENDERED[-1]:  # the plots too, once (matplotlib costs a second a report)
+        assert set(render_all(old, tmp_path)) == {"summary", "throughput", "acceptance"}

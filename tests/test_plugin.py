@@ -1,5 +1,5 @@
 """specgate's pytest wiring: parametrization, one server per mode, config errors at collection,
-xdist refusal, and the baseline update workflow (GateKeeper on recorded-shape measurements)."""
+xdist refusal, and the update workflow of the stored figures (GateKeeper on recorded-shape measurements)."""
 
 import dataclasses
 import json
@@ -38,7 +38,7 @@ def test_setup_plan_starts_exactly_one_server_per_mode(perf_project):
     assert len(setups) == 2, result.stdout.str()
     # a duet rig: the reference server starts first (with ngram's partner) and its own tests,
     # which reuse the reference side of ngram's windows, come last
-    assert modes == ["Mode('ngram')", "Mode('baseline')"]
+    assert modes == ["Mode('ngram')", "Mode('no_spec')"]
     # 6 classes: throughput for both modes, plus acceptance/backfire/lossless for ngram.
     assert sum(1 for line in result.outlines if "test_perf.py::" in line) == 6 * 2 + 6 * 3
 
@@ -137,12 +137,12 @@ def test_worker_reports_are_merged_on_the_controller(tmp_path):
                         __import__("specgate.gates", fromlist=["baseline_entry"]).baseline_entry(
                             worker.measurements[("ngram", "coding", 1)],
                             __import__("specgate.baselines", fromlist=["Fingerprint"]).Fingerprint()))
-    controller.measurements[("baseline", "coding", 1)] = _measurement("baseline", [30.0] * 3)
+    controller.measurements[("no_spec", "coding", 1)] = _measurement("no_spec", [30.0] * 3)
 
     controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
 
     merged = controller.report_data(complete=True)
-    assert {(m["mode"], m["prompt_class"]) for m in merged["measurements"]} == {("baseline", "coding"),
+    assert {(m["mode"], m["prompt_class"]) for m in merged["measurements"]} == {("no_spec", "coding"),
                                                                                ("ngram", "coding")}
     assert ("cpu-smollm2", "ngram", "coding", 1) in controller.pending_updates
 
@@ -153,7 +153,7 @@ def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path)
     # extraction: the cpu rig declares ngram's backfire on the prose/code classes, not on this one
     controller = _session(tmp_path)
     for worker_id, m in (("gw0", _measurement("ngram", [20.0] * 6, "extraction")),
-                         ("gw1", _measurement("baseline", [30.0] * 6, "extraction"))):
+                         ("gw1", _measurement("no_spec", [30.0] * 6, "extraction"))):
         worker = _session(tmp_path)
         worker.options.worker_id = worker_id
         worker.measurements[(m.mode, "extraction", 1)] = m
@@ -189,7 +189,7 @@ def test_a_worker_reads_the_reference_window_another_worker_measured(tmp_path):
     measuring.options.worker_id = "gw0"
     waiting = _session(tmp_path)
     waiting.options.worker_id = "gw1"
-    measuring._share(("baseline", "coding", 1), _measurement("baseline", [30.0] * 3).to_dict())
+    measuring._share(("no_spec", "coding", 1), _measurement("no_spec", [30.0] * 3).to_dict())
 
     reference = waiting.reference_measurement("coding", 1, wait_s=5)
 
@@ -210,7 +210,7 @@ def test_bad_attach_url_is_rejected_at_parse_time(perf_project):
     assert "not an http(s) URL" in result.stderr.str()
 
 
-# -- the baseline workflow, on measurements shaped like real ones -------------------------------
+# -- the stored-figures workflow, on measurements shaped like real ones -------------------------------
 def _measurement(mode: str, tps: list[float], prompt_class: str = "coding") -> ClassMeasurement:
     records = []
     for i, rate in enumerate(tps):
@@ -233,37 +233,37 @@ def _session(tmp_path: Path, update: str = "off") -> SpecgateSession:
 def test_missing_baseline_fails_with_the_command_that_creates_it(tmp_path):
     session = _session(tmp_path)
     with pytest.raises(pytest.fail.Exception, match="pytest -m cpu --rig cpu-smollm2 --update-baselines"):
-        GateKeeper(session).throughput(_measurement("baseline", [30.0] * 6))
+        GateKeeper(session).throughput(_measurement("no_spec", [30.0] * 6))
     (undecided,) = session.report_data(complete=True)["undecided"]
-    assert (undecided["gate"], undecided["kind"], undecided["mode"]) == ("throughput", "no stored figures", "baseline")
+    assert (undecided["gate"], undecided["kind"], undecided["mode"]) == ("throughput", "no stored figures", "no_spec")
 
 
 def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):
     measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
     updating = _session(tmp_path, update="update")
     with pytest.raises(pytest.fail.Exception, match="never passes silently"):
-        GateKeeper(updating).throughput(_measurement("baseline", measured))
+        GateKeeper(updating).throughput(_measurement("no_spec", measured))
     assert not (tmp_path / "baselines.json").exists()  # written once, at the end of the session
     updating.flush_updates()
     stored = json.loads((tmp_path / "baselines.json").read_text())
-    assert stored["rigs"]["cpu-smollm2"]["baseline"]["coding"]["1"]["n"] == 6
+    assert stored["rigs"]["cpu-smollm2"]["no_spec"]["coding"]["1"]["n"] == 6
 
-    GateKeeper(_session(tmp_path)).throughput(_measurement("baseline", [x * 1.01 for x in measured]))
+    GateKeeper(_session(tmp_path)).throughput(_measurement("no_spec", [x * 1.01 for x in measured]))
 
     # 30 % slower against a level from another start: the rig's 10 % start noise keeps the interval
     # across the 0.75 line, so the gate says undecided (skipped, listed), never "passed"
     session = _session(tmp_path)
     with pytest.raises(pytest.skip.Exception, match="throughput gate undecided"):
-        GateKeeper(session).throughput(_measurement("baseline", [x * 0.7 for x in measured]))
+        GateKeeper(session).throughput(_measurement("no_spec", [x * 0.7 for x in measured]))
     assert [u["kind"] for u in session.undecided] == ["inconclusive"]
 
     with pytest.raises(pytest.fail.Exception, match=r"throughput gate: .*slower"):
-        GateKeeper(_session(tmp_path)).throughput(_measurement("baseline", [x * 0.5 for x in measured]))
+        GateKeeper(_session(tmp_path)).throughput(_measurement("no_spec", [x * 0.5 for x in measured]))
 
 
 def test_regen_writes_and_passes(tmp_path):
     session = _session(tmp_path, update="regen")
-    GateKeeper(session).throughput(_measurement("baseline", [30.0] * 6))
+    GateKeeper(session).throughput(_measurement("no_spec", [30.0] * 6))
     assert session.flush_updates() == tmp_path / "baselines.json"
 
 
@@ -278,7 +278,7 @@ def test_backfire_pairs_on_the_requests_both_modes_timed():
     # Real CI, stop 10: no speculation on coding had 5 timed requests of 6, ngram 6 of 6;
     # the backfire gate raised "paired comparison ... needs samples of equal length".
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
-    reference = _untimed(_measurement("baseline", [33.0, 32.9, 32.8, 33.7, 34.4, 33.1]), 2)
+    reference = _untimed(_measurement("no_spec", [33.0, 32.9, 32.8, 33.7, 34.4, 33.1]), 2)
     ngram = _measurement("ngram", [27.5, 29.5, 29.2, 43.0, 31.9, 31.0])
     result = check_backfire(rig, ngram, reference)
     assert result.details["n"] == 5  # 5 pairs: too few for an interval, and the message says so
@@ -291,10 +291,10 @@ def test_throughput_names_the_request_without_a_decode_rate(tmp_path):
     measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
     updating = _session(tmp_path, update="update")
     with pytest.raises(pytest.fail.Exception):
-        GateKeeper(updating).throughput(_measurement("baseline", measured))
+        GateKeeper(updating).throughput(_measurement("no_spec", measured))
     updating.flush_updates()
     session = _session(tmp_path)
-    GateKeeper(session).throughput(_untimed(_measurement("baseline", measured), 0, last_token_at=0.1))
+    GateKeeper(session).throughput(_untimed(_measurement("no_spec", measured), 0, last_token_at=0.1))
     (result,) = session.results
     assert result.passed and result.details["n"] == 5
     assert "p0#0 (all 64 tokens arrived in one chunk)" in result.message
@@ -305,8 +305,33 @@ def test_a_sequential_rig_measures_the_reference_first_whatever_its_order(tmp_pa
     copy_fixtures(fixtures)
     rig = fixtures / "rigs" / "cpu-smollm2.toml"
     text = rig.read_text().replace("duet = true", "duet = false")
-    rig.write_text(text.replace("[modes.baseline]\n[modes.ngram]", "[modes.ngram]\n[modes.baseline]"))
+    rig.write_text(text.replace("[modes.no_spec]\n[modes.ngram]", "[modes.ngram]\n[modes.no_spec]"))
     session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=fixtures,
                                              baselines_path=tmp_path / "b.json", run_dir=tmp_path, repo_root=tmp_path))
-    assert [m.name for m in session.rig.modes] == ["ngram", "baseline"]
-    assert [m.name for m in session.modes_to_run()] == ["baseline", "ngram"]
+    assert [m.name for m in session.rig.modes] == ["ngram", "no_spec"]
+    assert [m.name for m in session.modes_to_run()] == ["no_spec", "ngram"]
+
+
+def test_figures_stored_under_the_old_mode_name_still_gate_and_are_rewritten(tmp_path):
+    """A baselines.json written before the no-speculation mode was renamed (baseline -> no_spec):
+    its entries gate the no_spec tests, with a note, and the next write stores them as no_spec's."""
+    measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
+    updating = _session(tmp_path, update="regen")
+    GateKeeper(updating).throughput(_measurement("no_spec", measured))
+    updating.flush_updates()
+    path = tmp_path / "baselines.json"
+    old = json.loads(path.read_text())
+    old["rigs"]["cpu-smollm2"] = {"baseline": old["rigs"]["cpu-smollm2"].pop("no_spec")}
+    path.write_text(json.dumps(old))
+
+    with pytest.warns(UserWarning, match=r"read as 'no_spec' \(rigs\.cpu-smollm2\.baseline\.coding\.1\)"):
+        session = _session(tmp_path)
+        with pytest.raises(pytest.fail.Exception, match=r"throughput gate: .*slower"):
+            GateKeeper(session).throughput(_measurement("no_spec", [x * 0.5 for x in measured]))
+    assert not session.undecided  # compared with the old-name figures, not "no stored figures"
+
+    session = _session(tmp_path, update="regen")
+    GateKeeper(session).throughput(_measurement("no_spec", measured, "math"))
+    session.flush_updates()
+    written = json.loads(path.read_text())["rigs"]["cpu-smollm2"]
+    assert list(written) == ["no_spec"] and set(written["no_spec"]) == {"coding", "math"}

@@ -44,4 +44,4 @@ def test_record_server_fails_loudly_on_an_http_error(tmp_path):
         return httpx.Response(400, json={"error": "bad model"})
 
     with pytest.raises(httpx.HTTPStatusError, match="400"):
-        record_server("http://lab.invalid", "smol", "baseline", tmp_path, transport=httpx.MockTransport(handler))
+        record_server("http://lab.invalid", "smol", "no_spec", tmp_path, transport=httpx.MockTransport(handler))

@@ -92,7 +92,7 @@ def test_recorded_metrics_window(before_path):
     streams = sorted(before_path.parent.glob(f"{mode}-*-stream.sse"))
     if streams:  # the window held exactly the recorded requests: the server counted their tokens
         assert delta.generation_tokens == sum(_usage_in(p.read_bytes())["completion_tokens"] for p in streams)
-    if mode == "baseline":
+    if mode == "no_spec":
         assert acceptance is None
     else:
         assert acceptance is not None

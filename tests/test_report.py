@@ -57,12 +57,12 @@ def _session(tmp_path: Path) -> SpecgateSession:
     options = SessionOptions(rig_name="cpu-smollm2", fixtures_dir=FIXTURES,
                              baselines_path=tmp_path / "b.json", run_dir=tmp_path / "run", repo_root=tmp_path)
     session = SpecgateSession(options)
-    for m in (_measurement("baseline", "coding", [100.0, 98.0, 102.0]),
+    for m in (_measurement("no_spec", "coding", [100.0, 98.0, 102.0]),
               _measurement("ngram", "coding", [74.0, 73.0, 75.0], CODING_ACC),
-              _measurement("baseline", "math", [50.0, 52.0, 54.0]),
+              _measurement("no_spec", "math", [50.0, 52.0, 54.0]),
               _measurement("ngram", "math", [65.0, 64.0, 66.0], MATH_ACC)):
         session.measurements[(m.mode, m.prompt_class, m.concurrency)] = m
-    session.record(GateResult("throughput", "baseline", "coding", 1, True, "throughput: within 5 %"))
+    session.record(GateResult("throughput", "no_spec", "coding", 1, True, "throughput: within 5 %"))
     session.record(GateResult("backfire", "ngram", "coding", 1, False, BACKFIRE_MESSAGE))
     session.record(GateResult("lossless", "ngram", "coding", 1, True, "lossless: 3/3 identical"))
     session.record(GateResult("backfire", "ngram", "math", 1, True, "backfire: ngram is 25 % faster"))
@@ -83,8 +83,8 @@ def _row(text: str, prompt_class: str) -> str:
 
 def test_report_has_the_session_shape(report: dict[str, Any]) -> None:
     assert report["specgate_report"] == 1
-    assert report["rig"]["reference_mode"] == "baseline"
-    assert list(report["rig"]["modes"]) == ["baseline", "ngram"]
+    assert report["rig"]["reference_mode"] == "no_spec"
+    assert list(report["rig"]["modes"]) == ["no_spec", "ngram"]
     assert len(report["measurements"]) == 4 and len(report["gates"]) == 5
     ngram = next(m for m in report["measurements"] if m["mode"] == "ngram" and m["prompt_class"] == "coding")
     assert [r["decode_tokens_per_s"] for r in ngram["records"]] == pytest.approx([74.0, 73.0, 75.0])
@@ -97,10 +97,10 @@ def test_render_text(report: dict[str, Any]) -> None:
     assert text.startswith("specgate: rig cpu-smollm2 (cpu tier, model ")
     assert "PARTIAL" not in text
     assert "decode tok/s, median per request, concurrency 1" in text
-    assert "baseline tok/s" in text and "ngram tok/s (change)" in text
+    assert "no_spec tok/s" in text and "ngram tok/s (change)" in text
     coding = _row(text, "coding")
     assert "100.0" in coding and "74.0 (-26 %)" in coding
-    assert "baseline: pass" in coding and "ngram: FAIL backfire" in coding
+    assert "no_spec: pass" in coding and "ngram: FAIL backfire" in coding
     math = _row(text, "math")
     assert "52.0" in math and "65.0 (+25 %)" in math
     assert "ngram: pass" in math
@@ -172,8 +172,8 @@ def test_gates_that_decided_nothing_are_not_called_passed(tmp_path: Path, not_st
     session = _session(tmp_path)
     session.results.clear()
     ngram_math = session.measurements[("ngram", "math", 1)]
-    session.record_undecided("throughput", session.measurements[("baseline", "coding", 1)], not_stored,
-                             "no stored figures for rig cpu-smollm2 / mode baseline / class coding / concurrency 1 in "
+    session.record_undecided("throughput", session.measurements[("no_spec", "coding", 1)], not_stored,
+                             "no stored figures for rig cpu-smollm2 / mode no_spec / class coding / concurrency 1 in "
                              "b.json; store them with: pytest -m cpu --rig cpu-smollm2 --update-baselines")
     session.record_undecided("throughput", ngram_math, storing, "this run's figures of ... will be stored")
     session.record_undecided("acceptance", ngram_math, storing, "this run's figures of ... will be stored")
@@ -181,10 +181,10 @@ def test_gates_that_decided_nothing_are_not_called_passed(tmp_path: Path, not_st
     report = load_report(session.write_report(complete=True))
     markdown = render_markdown(report)
     assert "All gates passed." not in markdown
-    assert "- NOT STORED throughput [baseline-coding-c1]: no stored figures for rig cpu-smollm2" in markdown
+    assert "- NOT STORED throughput [no_spec-coding-c1]: no stored figures for rig cpu-smollm2" in markdown
     assert "- STORING: 2 gate(s) measured to store their figures, not decided" in markdown
     # the verdict cell: the mode's name, then the gate and why it decided nothing
-    assert "baseline: throughput: no stored figures" in _row(markdown, "coding")
+    assert "no_spec: throughput: no stored figures" in _row(markdown, "coding")
     assert "ngram: pass, throughput: storing figures, acceptance: storing figures" in _row(markdown, "math")
     assert "no baseline" not in markdown and "baseline update" not in markdown
     session.undecided.clear()
@@ -197,10 +197,10 @@ def test_nothing_measured(tmp_path: Path) -> None:
     session.measurements.clear()
     session.results.clear()
     assert render_text(session.report_data(complete=True)) == "specgate: nothing was measured"
-    session.failures[("baseline", "coding", 1)] = RequestError("connection refused")
+    session.failures[("no_spec", "coding", 1)] = RequestError("connection refused")
     text = render_text(session.report_data(complete=True))
     assert text.splitlines() == ["specgate: nothing was measured",
-                                 "NOT MEASURED [baseline-coding-c1]: connection refused"]
+                                 "NOT MEASURED [no_spec-coding-c1]: connection refused"]
 
 
 def _tiny_report(ref: list[float], mode: list[float]) -> dict[str, Any]:
@@ -208,9 +208,9 @@ def _tiny_report(ref: list[float], mode: list[float]) -> dict[str, Any]:
         return {"mode": name, "prompt_class": "coding", "concurrency": 1, "acceptance": None,
                 "records": [{"decode_tokens_per_s": v} for v in values]}
 
-    return {"rig": {"name": "r", "tier": "cpu", "model": "m", "reference_mode": "baseline",
-                    "modes": {"baseline": None, "ngram": {"method": "ngram"}}},
-            "measurements": [measurement("baseline", ref), measurement("ngram", mode)],
+    return {"rig": {"name": "r", "tier": "cpu", "model": "m", "reference_mode": "no_spec",
+                    "modes": {"no_spec": None, "ngram": {"method": "ngram"}}},
+            "measurements": [measurement("no_spec", ref), measurement("ngram", mode)],
             "gates": [], "failures": []}
 
 

@@ -31,7 +31,7 @@ def store():
 
 @pytest.mark.parametrize("prompt_class", list(EXPECTED_SLOWDOWN))
 def test_seed_ngram_backfires_on_every_class(kimi, store, prompt_class):
-    no_spec = lookup(store, RIG, "baseline", prompt_class, 1)
+    no_spec = lookup(store, RIG, "no_spec", prompt_class, 1)
     ngram = lookup(store, RIG, "ngram", prompt_class, 1)
     assert no_spec is not None and ngram is not None, f"seed figures for {prompt_class} missing from baselines.json"
 
@@ -58,7 +58,7 @@ def test_a_declared_backfire_is_reported_not_failed(kimi, store):
 
     declared = kimi.model_copy(update={"declared_backfire": (
         DeclaredBackfire(mode="ngram", reason="MoE verification cost; see SEED-FACTS"),)})
-    no_spec = lookup(store, RIG, "baseline", "coding", 1)
+    no_spec = lookup(store, RIG, "no_spec", "coding", 1)
     ngram = lookup(store, RIG, "ngram", "coding", 1)
 
     result = backfire_decision(declared, "ngram", "coding", 1, ngram.decode_tokens_per_s,
@@ -77,7 +77,7 @@ SEED_K = 5
 def test_seed_break_even_line(store, capsys):
     from specgate.breakeven import break_even
 
-    no_spec = lookup(store, RIG, "baseline", "coding", 1)
+    no_spec = lookup(store, RIG, "no_spec", "coding", 1)
     ngram = lookup(store, RIG, "ngram", "coding", 1)
     assert (no_spec.median, ngram.median) == (62.6, 46.4)
 

@@ -481,13 +481,13 @@ def _closed_port() -> int:
 def test_attached_server_unreachable_hides_the_api_key() -> None:
     secret = "sk-very-secret-4242"
     url = f"http://127.0.0.1:{_closed_port()}/"
-    server = AttachedServer(url, label="baseline", api_key=secret, timeout_s=2)
+    server = AttachedServer(url, label="no_spec", api_key=secret, timeout_s=2)
     assert server.base_url == url.rstrip("/")
     with pytest.raises(ServerDiedError) as info, server:
         pass
     message = str(info.value)
     assert secret not in message and secret not in repr(info.value.__cause__ or "")
-    assert "not reachable" in message and "mode baseline" in message and url.rstrip("/") in message
+    assert "not reachable" in message and "mode no_spec" in message and url.rstrip("/") in message
     assert "attached server" in server.log_tail()
     server.stop()  # nothing to stop, never raises
 
@@ -497,9 +497,9 @@ def test_attached_server_ready_and_unhealthy(fake: Path, tmp_path: Path, reaper:
     monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 3600)
     with VLLMServer(_spec(fake, tmp_path)) as owned:
         _state(tmp_path, reaper)
-        with AttachedServer(owned.base_url, label="baseline", api_key="sk-x") as attached:
+        with AttachedServer(owned.base_url, label="no_spec", api_key="sk-x") as attached:
             attached.check_alive()
-        bad = AttachedServer(owned.base_url + "/nothing-here", label="baseline", api_key="sk-x")
+        bad = AttachedServer(owned.base_url + "/nothing-here", label="no_spec", api_key="sk-x")
         with pytest.raises(ServerDiedError, match="answered /health with HTTP 404") as info:
             bad.check_alive()
         assert "sk-x" not in str(info.value)
@@ -544,4 +544,4 @@ def test_a_missing_local_draft_folder_fails_before_the_start_naming_rig_mode_and
                                                r"modes\.eagle3_untrained\.speculative_config\.model = .*nowhere\. "
                                                r"Write it first \(python -m specgate prepare-model"):
         check_local_paths(rig.model_copy(update={"model": str(tmp_path)}), mode)
-    check_local_paths(rig.model_copy(update={"model": str(tmp_path)}), rig.mode("baseline"))  # nothing to check
+    check_local_paths(rig.model_copy(update={"model": str(tmp_path)}), rig.mode("no_spec"))  # nothing to check
