@@ -127,6 +127,12 @@ class Protocol(_Strict):
     prefix_caching: bool = False
     request_timeout_s: float = Field(default=900.0, gt=0)
     read_timeout_s: float = Field(default=120.0, gt=0)
+    # Duets only: seconds to wait before a turn on the other server. After its last message each
+    # of vLLM's engine processes keeps spinning (sched_yield) for 1 s (shm_broadcast.SpinCondition,
+    # busy_loop_s), so on a machine with few cores the server that just answered takes CPU from
+    # the one now generating. Waiting that out costs wall time, not accuracy: a request's own
+    # timings never include it.
+    settle_s: float = Field(default=0.0, ge=0, le=30)
 
     @field_validator("concurrency")
     @classmethod

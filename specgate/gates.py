@@ -68,7 +68,7 @@ class Samples:
 
 
 def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: list[float],
-                  ref_untimed: dict[str, str] | None = None, ref_label: str = "baseline") -> Samples:
+                  ref_untimed: dict[str, str] | None = None, ref_label: str = "stored") -> Samples:
     """Measured and reference decode rates, paired request by request where the keys allow
     (``stats.match_by_key``). A request without a decode rate (one token, or every token in
     one chunk) drops out of its side; ``note`` names every request left out and why."""

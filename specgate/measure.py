@@ -303,7 +303,12 @@ class Measurer:
                          concurrency=concurrency, seed=(protocol.seed or 0) + repeat)
             async with self._client(subject) as a, self._client(partner) as b:
                 clients = {"subject": a, "partner": b}
+                last_side = None
                 for turn in turns:
+                    if protocol.settle_s and last_side not in (None, turn.side):
+                        # let the server that just answered go idle first (Protocol.settle_s)
+                        await asyncio.sleep(protocol.settle_s)
+                    last_side = turn.side
                     if turn.side == turns[2 * turn.group].side:  # the first turn of its pair
                         pairs.append({"group": len(pairs), "first": turn.side,
                                       "started_s": round(time.monotonic() - on_done.started, 3)})

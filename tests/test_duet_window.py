@@ -139,3 +139,27 @@ def test_warm_up_is_keyed_on_the_server_object_not_its_id(rig):
     second = StandInServer("no_spec", journal)  # may well reuse the first one's id()
     measurer._warm_up(second, rig.mode("no_spec"), coding, "second")
     assert sum(1 for kind, *_ in journal if kind == "start") == 2
+
+
+def test_settle_s_waits_before_each_turn_on_the_other_server(rig, monkeypatch):
+    """Protocol.settle_s: a pause before every switch of side (vLLM's engine processes spin for
+    1 s after their last message), none between two requests on the same side."""
+    import specgate.measure as measure
+
+    waits = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds, *args):
+        if seconds:
+            waits.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(measure.asyncio, "sleep", sleep)
+    settled = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"settle_s": 1.2, "repeats": 1})})
+    journal = []
+    coding = next(c for c in settled.prompt_classes if c.name == "coding")
+    Measurer(settled).measure_duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
+                                   settled.mode("ngram"), settled.mode("no_spec"), coding, 1)
+    starts = [label for kind, label, _ in journal if kind == "start"]
+    switches = sum(a != b for a, b in zip(starts, starts[1:]))
+    assert waits == [1.2] * switches and 0 < switches < len(starts) - 1  # ABBA: some turns stay on a side
