@@ -205,7 +205,10 @@ def _renamed_in(report: dict) -> dict:
             "rig": {**rig, "reference_mode": name(rig.get("reference_mode")),
                     "modes": {name(k): v for k, v in rig["modes"].items()}},
             "fingerprints": {name(k): v for k, v in (report.get("fingerprints") or {}).items()},
-            "measurements": [{**m, "mode": name(m.get("mode"))} for m in report.get("measurements", [])]}
+            "measurements": [{**m, "mode": name(m.get("mode")),
+                              **({"partner": {**m["partner"], "mode": name(m["partner"].get("mode"))}}
+                                 if isinstance(m.get("partner"), dict) else {})}
+                             for m in report.get("measurements", [])]}
 
 
 def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str] | None = None) -> int:

@@ -89,3 +89,21 @@ def test_no_window_of_the_asked_modes(baselines: Path, capsys) -> None:
     assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines), "--modes", "ngram"]) == 1
     assert "holds no measured window of modes ['ngram']" in capsys.readouterr().err
     assert baselines.read_bytes() == before
+
+
+def test_an_old_duet_report_continues_the_stored_ratio_history(baselines: Path, tmp_path: Path, capsys) -> None:
+    """A real lab report from before the rename (GPU-bound rig, duet windows against "baseline"):
+    the stored ratio's reference becomes no_spec and its history grows by the window, instead of
+    starting again under the old name (where the rig's gates would never find it)."""
+    import gzip
+
+    report = tmp_path / "s3.json"
+    report.write_bytes(gzip.decompress((ROOT / "docs/lab/2026-12-01-h200-draft4l/s3/report.json.gz").read_bytes()))
+    assert '"mode": "baseline"' in report.read_text()
+    key = ("h200-llama8b-dummy", "draft_al30", "coding", 1)
+    before = lookup(load_baselines(baselines), *key)
+    assert main(["adopt-baselines", str(report), "--baselines", str(baselines), "--modes", "draft_al30"]) == 0
+    after = lookup(load_baselines(baselines), *key)
+    assert after.ratio_to_reference.reference_mode == "no_spec"
+    assert len(after.ratio_history) == min(len(before.ratio_history) + 1, 10)
+    assert after.ratio_history[:-1] == before.ratio_history[-len(after.ratio_history) + 1:]

@@ -3,6 +3,7 @@ responses (no server, no network): the alternation the servers see, the pairing 
 each side's own counters, and the backfire gate deciding on the duet's own reference side."""
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 
@@ -161,5 +162,5 @@ def test_settle_s_waits_before_each_turn_on_the_other_server(rig, monkeypatch):
     Measurer(settled).measure_duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
                                    settled.mode("ngram"), settled.mode("no_spec"), coding, 1)
     starts = [label for kind, label, _ in journal if kind == "start"]
-    switches = sum(a != b for a, b in zip(starts, starts[1:]))
+    switches = sum(a != b for a, b in itertools.pairwise(starts))
     assert waits == [1.2] * switches and 0 < switches < len(starts) - 1  # ABBA: some turns stay on a side
