@@ -8,11 +8,8 @@
 # calibration.md, server logs) come back as $OUT/NAME.tgz.
 set -uo pipefail
 name="$1"
-export PYTHONPATH="/root/site:/root/extra:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-export VLLM_CACHE_ROOT=/root/vllm-cache TORCHINDUCTOR_CACHE_DIR=/root/vllm-cache/inductor
-bash "$(dirname "$0")/gpu-lab-prepare.sh" --quiet || exit 1
-out="/root/runs/$name"
-mkdir -p "$out"
+source "$(dirname "$0")/gpu-lab-env.sh" "$name"
+out="$run"
 echo "regimes $name: rig ${RIG:-h200-smollm2}, commit ${SPECGATE_COMMIT:-?}, started $(date -u +%FT%TZ)" | tee "$out/started.txt"
 # The calibration runs in the foreground of this shell's process group (a background job would
 # ignore the SIGINT that timeout sends); the pinner waits beside it for the calibration's pid.

@@ -9,14 +9,7 @@
 set -uo pipefail
 name="$1"; shift
 rig="${RIG:-h200-smollm2}"
-export PYTHONPATH="/root/site:/root/extra:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-# vLLM's compile cache survives between the runs of one lab visit (the machine keeps /root while
-# warm): the second start of a config skips torch.compile. gpu-lab-prepare.sh makes the folders, the
-# plugin declaration and the GPU-bound rig's model (idempotent, seconds).
-export VLLM_CACHE_ROOT=/root/vllm-cache TORCHINDUCTOR_CACHE_DIR=/root/vllm-cache/inductor
-bash "$(dirname "$0")/gpu-lab-prepare.sh" --quiet || exit 1
-run="/root/runs/$name"
-mkdir -p "$run"
+source "$(dirname "$0")/gpu-lab-env.sh" "$name"
 echo "lab run $name: rig $rig, started $(date -u +%FT%TZ)" | tee "$run/started.txt"
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-before.csv" 2>&1
 start=$(date +%s)
