@@ -57,7 +57,7 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
 
     root = Path(__file__).resolve().parent.parent
     rig = load_rig("cpu-smollm2", root / "fixtures")
-    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0})})
+    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0, "settle_s": 0.0})})
     journal: list = []
 
     @contextlib.contextmanager

@@ -60,7 +60,7 @@ class StandInServer:
 @pytest.fixture(scope="module")
 def rig():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
-    return rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0})})
+    return rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0, "settle_s": 0.0})})
 
 
 @pytest.fixture(scope="module")
