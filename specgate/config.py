@@ -166,10 +166,6 @@ class Gates(_Strict):
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
-    # The backfire gate's statistic: Hodges-Lehmann with the Wilcoxon interval over all pairs, or
-    # "prompt-strata": each prompt a stratum, its repeats' scatter the noise (needs repeats >= 2;
-    # specgate.paired.stratified_log_ratio, docs/statistics.md). The other gates always use the first.
-    backfire_statistic: Literal["hodges-lehmann", "prompt-strata"] = "hodges-lehmann"
     classes: dict[str, ClassGate] = {}
 
     def for_class(self, prompt_class: str) -> Gates:

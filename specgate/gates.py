@@ -65,7 +65,6 @@ class Samples:
     reference: list[float]
     paired: bool
     note: str = ""  # requests left out, said in the gate's message ("" when none)
-    keys: list[str] | None = None  # each pair's request key ("prompt-id#repeat"); None when unpaired
 
 
 def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: list[float],
@@ -83,7 +82,7 @@ def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: l
     if matched.one_sided:
         parts.append(f"paired on {len(matched.measured)} requests, left out (timed on one side only): "
                      f"{', '.join(matched.one_sided)}")
-    return Samples(matched.measured, matched.reference, matched.paired, "; ".join(parts), matched.keys)
+    return Samples(matched.measured, matched.reference, matched.paired, "; ".join(parts))
 
 
 def _with_note(message: str, note: str) -> str:
@@ -93,8 +92,7 @@ def _with_note(message: str, note: str) -> str:
 def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,
                  threshold: float, reference_label: str, design: str, confidence: float, margin: float,
                  note: str = "", shift: float = 1.0, extra_log_spread: float = 0.0,
-                 subject: str | None = None, fail_phrase: str | None = None,
-                 strata: list[str] | None = None) -> GateResult:
+                 subject: str | None = None, fail_phrase: str | None = None) -> GateResult:
     """A gate decided on paired log ratios (specgate.paired): one statistic, one message."""
     subject = subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     if len(measured) != len(reference):
@@ -103,7 +101,7 @@ def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], referenc
         return GateResult(gate, m.mode, m.prompt_class, m.concurrency, True, _with_note(message, note),
                           details={"verdict": "undecided", "undecided": True, "design": design})
     result = paired_ratio(measured, reference, threshold=threshold, confidence=confidence,
-                          equivalence_margin=margin, shift=shift, extra_log_spread=extra_log_spread, strata=strata)
+                          equivalence_margin=margin, shift=shift, extra_log_spread=extra_log_spread)
     head = fail_phrase.format(change=change_text(result.ratio)) if (fail_phrase and not result.passed) else subject
     message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{design}]"
     details = {**result.to_dict(), "design": design, "reference_label": reference_label,
@@ -234,20 +232,15 @@ def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -
     samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
     duet = m.partner is reference
     return backfire_decision(rig, m.mode, m.prompt_class, m.concurrency, samples.measured, samples.reference,
-                             note=samples.note, duet=duet, m=m, keys=samples.keys)
+                             note=samples.note, duet=duet, m=m)
 
 
 def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, measured: list[float],
                       reference: list[float], *, note: str = "", duet: bool = False,
-                      m: ClassMeasurement | None = None, paired: bool = True,
-                      keys: list[str] | None = None) -> GateResult:
+                      m: ClassMeasurement | None = None, paired: bool = True) -> GateResult:
     """The backfire gate on bare samples (also used to replay stored figures, like the seed case):
-    FAIL when the paired ratio's upper bound is below min_speedup. With the rig's
-    ``backfire_statistic = "prompt-strata"`` and the pairs' ``keys`` ("prompt-id#repeat"), each
-    prompt is a stratum (specgate.paired.stratified_log_ratio)."""
+    FAIL when the paired ratio's upper bound is below min_speedup."""
     gates = rig.gates.for_class(prompt_class)
-    strata = ([key.rsplit("#", 1)[0] for key in keys]
-              if keys is not None and gates.backfire_statistic == "prompt-strata" else None)
     if m is None:
         m = ClassMeasurement(rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
                              records=[], acceptance=None, server_decode_tokens_per_s=None,
@@ -261,7 +254,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
     result = ratio_result("backfire", m, measured, reference, threshold=gates.min_speedup,
                           reference_label="no speculation", design=design, note=note,
                           confidence=gates.confidence, margin=gates.equivalence_margin, extra_log_spread=spread,
-                          subject=f"{mode} on {prompt_class}", strata=strata,
+                          subject=f"{mode} on {prompt_class}",
                           fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}")
     declared = rig.declared_backfire_for(mode, prompt_class)
     if declared is not None:

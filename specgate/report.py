@@ -74,8 +74,8 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
 
 
 def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
-    """The paired ratio the backfire gate decided on for this window (the one number its message
-    shows, with the statistic it names), or None when no such gate ran: every table and plot shows it."""
+    """The paired ratio the backfire gate decided on for this window (Hodges-Lehmann, the one
+    number its message shows), or None when no such gate ran: every table and plot shows it."""
     for g in report.get("gates", []):
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
                 ("backfire", mode, prompt_class, level) and g.get("details", {}).get("ratio"):
@@ -118,7 +118,7 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
         headers = ["class", f"{reference} tok/s", *(f"{m} tok/s (change)" for m in modes if m != reference),
                    "verdict"]
         title = (f"decode tok/s, median per request, concurrency {level}; change: the backfire gate's paired "
-                 "ratio where it ran (its message names the statistic), else the ratio of medians")
+                 "ratio (Hodges-Lehmann) where it ran, else the ratio of medians")
         tables.append(title + "\n" + _table(rows, headers, fmt))
     return "\n\n".join(tables)
 

@@ -109,7 +109,6 @@ class Matched:
     reference: list[float]
     paired: bool
     one_sided: list[str]  # keys paired out because only one side has them (empty when unpaired)
-    keys: list[str] | None = None  # the key of each pair (None when unpaired)
 
 
 def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) -> Matched:
@@ -123,7 +122,7 @@ def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) 
     common = [k for k in reference if k in measured]
     if len(common) >= 2 and 2 * len(common) >= max(len(measured), len(reference)):
         one_sided = sorted((set(measured) | set(reference)) - set(common))
-        return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided, common)
+        return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided)
     return Matched(list(measured.values()), list(reference.values()), False, [])
 
 
