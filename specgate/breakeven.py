@@ -103,11 +103,13 @@ def from_report(report: dict[str, Any]) -> list[dict[str, Any]]:
     :meth:`BreakEven.to_dict`. The no-speculation level is the median per request of the window
     it was compared with (the duet's own partner when there is one); the speculative one is that
     level times the backfire gate's paired ratio, so c = AL / ratio uses the one number the gate,
-    the tables and the plots show (the plain median per request when no gate decided)."""
+    the tables and the plots show, decided or undecided (the plain median per request when no
+    backfire gate ran)."""
     reference = report["rig"]["reference_mode"]
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in report["measurements"]}
     ratios = {(g["mode"], g["prompt_class"], g["concurrency"]): g["details"].get("ratio")
-              for g in report.get("gates", []) if g.get("gate") == "backfire"}
+              for g in [*report.get("gates", []), *report.get("undecided", [])]
+              if g.get("gate") == "backfire" and "details" in g}
     rows = []
     for (mode, prompt_class, concurrency), m in windows.items():
         acceptance = m.get("acceptance")

@@ -74,9 +74,10 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
 
 
 def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
-    """The paired ratio the backfire gate decided on for this window (Hodges-Lehmann, the one
-    number its message shows), or None when no such gate ran: every table and plot shows it."""
-    for g in report.get("gates", []):
+    """The paired ratio the backfire gate measured for this window (Hodges-Lehmann, the one
+    number its message shows), decided or undecided, or None when no such gate ran (or a report
+    from before undecided gates kept their ratio): every table and plot shows it."""
+    for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
                 ("backfire", mode, prompt_class, level) and g.get("details", {}).get("ratio"):
             return float(g["details"]["ratio"])

@@ -197,11 +197,15 @@ class SpecgateSession:
     def record(self, result: GateResult) -> None:
         self.results.append(result)
 
-    def record_undecided(self, gate: str, m: ClassMeasurement, kind: str, message: str) -> None:
-        """A gate that could not decide (no stored figures, figures being stored, a refused fingerprint):
-        the report says so instead of counting it as passed."""
+    def record_undecided(self, gate: str, m: ClassMeasurement, kind: str, message: str,
+                         details: dict[str, Any] | None = None) -> None:
+        """A gate that could not decide (no stored figures, figures being stored, a refused fingerprint,
+        an interval across its threshold): the report says so instead of counting it as passed.
+        ``details``: what an undecided paired comparison measured (its ratio and interval), so that
+        tables and plots show the number its message shows."""
         self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
-                               "concurrency": m.concurrency, "kind": kind, "message": message})
+                               "concurrency": m.concurrency, "kind": kind, "message": message,
+                               **({"details": details} if details else {})})
 
     def queue_update(self, m: ClassMeasurement, entry: BaselineEntry) -> None:
         self.pending_updates[(self.rig.name, m.mode, m.prompt_class, m.concurrency)] = entry

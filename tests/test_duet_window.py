@@ -164,3 +164,25 @@ def test_settle_s_waits_before_each_turn_on_the_other_server(rig, monkeypatch):
     starts = [label for kind, label, _ in journal if kind == "start"]
     switches = sum(a != b for a, b in itertools.pairwise(starts))
     assert waits == [1.2] * switches and 0 < switches < len(starts) - 1  # ABBA: some turns stay on a side
+
+
+def test_an_undecided_backfire_gate_still_gives_the_tables_its_number(window, rig):
+    """A skipped (undecided) backfire gate is listed under UNDECIDED with its ratio: the table, the
+    plot label and the break-even line show the number its message shows, not a ratio of medians
+    (a fresh-clone CI run showed 0.982x in the message and "-4 %" in the table)."""
+    from specgate.breakeven import from_report
+    from specgate.report import gate_ratio, speed_table
+    from specgate.session import SpecgateSession
+
+    m, _ = window
+    result = check_backfire(rig, m, m.partner)
+    session = SpecgateSession.__new__(SpecgateSession)
+    session.undecided = []
+    session.record_undecided("backfire", m, "inconclusive", result.message, result.details)
+    report = {"rig": {"reference_mode": "no_spec", "modes": {"no_spec": None, "ngram": {}}},
+              "measurements": [m.to_dict(), m.partner.to_dict()], "gates": [], "undecided": session.undecided}
+    ratio = gate_ratio(report, "ngram", "coding", 1)
+    assert ratio == pytest.approx(result.details["ratio"])
+    assert f"({(ratio - 1) * 100:+.0f} %)" in speed_table(report)
+    (row,) = from_report(report)
+    assert row["step_cost"][0] == pytest.approx(m.acceptance.mean_acceptance_length / ratio)

@@ -61,7 +61,7 @@ class GateKeeper:
     def _finish(self, result) -> None:
         __tracebackhide__ = True
         if result.details.get("undecided"):  # the interval straddles the threshold: say so, never "passed"
-            self.session.record_undecided(result.gate, result, "inconclusive", result.message)
+            self.session.record_undecided(result.gate, result, "inconclusive", result.message, result.details)
             pytest.skip(f"{result.gate} gate undecided: {result.message}")
         self.session.record(result)
         if result.passed:
