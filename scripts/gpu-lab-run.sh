@@ -1,6 +1,7 @@
 #!/bin/bash
 # Run the gpu tier on the GPU lab machine (see ../shared/gpu-lab/README.md), after staging.
-#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] bash scripts/gpu-lab-run.sh NAME [pytest args...]
+#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py] bash scripts/gpu-lab-run.sh NAME [pytest args...]
+# HELPER=core-canary.py: both servers' engine cores on one CPU from the start, canaries timed beside them.
 # SPECGATE_COMMIT: the device's copied tree carries a stale .git, so pass the commit from the
 # checkout that sent it (SPECGATE_COMMIT=$(git rev-parse --short HEAD) in the device command).
 # pytest gets SIGINT at LAB_TIMEOUT_S (its servers are torn down), so the results still come back:
@@ -13,10 +14,15 @@ source "$(dirname "$0")/gpu-lab-env.sh" "$name"
 echo "lab run $name: rig $rig, started $(date -u +%FT%TZ)" | tee "$run/started.txt"
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-before.csv" 2>&1
 start=$(date +%s)
-timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" \
+if [ -n "${HELPER:-}" ]; then
+  ( while [ ! -f "$run/pytest.pid" ]; do sleep 0.2; done
+    python3 "scripts/$HELPER" "$run/windows.jsonl" 0 "$(cat "$run/pytest.pid")" "$run/pin.log" ) &
+fi
+timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" bash -c 'echo $$ > "$1/pytest.pid"; shift; exec "$@"' _ "$run" \
   python3 -m pytest -p specgate.plugin -c pyproject.toml --rootdir "$PWD" perf_tests -m gpu --rig "$rig" -p no:cacheprovider --run-dir "$run" \
   --junitxml "$run/junit.xml" "$@" 2>&1 | tee "$run/pytest.log" | grep -v "requests, " | tail -150
 rc=${PIPESTATUS[0]}
+[ -n "${HELPER:-}" ] && { kill %1 2>/dev/null; cat "$run/pin.log" 2>/dev/null; }
 echo "pytest exit $rc after $(( $(date +%s) - start ))s"
 cp baselines.json "$run/baselines.json"
 # Start times per server (ready_after_s from the report) and what each start spent them on: a

@@ -1,0 +1,147 @@
+"""Lab experiment (issue 12): is the 135M rig's ~400/~600 tok/s regime the CPU core's own speed?
+
+    python3 scripts/core-canary.py WINDOWS_JSONL SHARE_AFTER CALIBRATION_PID LOG
+
+(the arguments of scripts/pin-servers-after.py; run by scripts/gpu-lab-regimes.sh with
+HELPER=core-canary.py).
+Beside a running A/A `specgate calibrate` (two servers of one mode, duet windows), once both
+servers answer /health:
+  - pins the client to CPU 0, each API server to a CPU of its own (1, 2), each engine core's main
+    thread (the one that runs the step loop: tid == pid) to CPU 4 (reference) and CPU 6 (candidate),
+    and every other thread of the engine cores to CPU 5 and 7;
+  - starts canaries: a fixed piece of Python work (~20 us) timed over and over, on CPU 4 and CPU 6
+    at SCHED_IDLE (they run only when the engine core there does not), and on CPU 12 at normal
+    priority (an idle CPU: the machine as a whole). Each records, per 10 ms, how many pieces it ran
+    and the 25th percentile of their durations (ns): a slower core shows as longer pieces;
+  - after SHARE_AFTER windows (lines of WINDOWS_JSONL; 0: at once, e.g. beside a pytest duet), moves the candidate's engine main thread
+    onto CPU 4 too: both servers' steps then run on one core (in a duet at concurrency 1 they never
+    generate at once). If the levels are the core's, the pairs' ratios then tighten.
+Writes LOG and canary-CPU.jsonl files beside it; stops when CALIBRATION_PID exits.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+BIN_NS = 10_000_000
+# CANARY_CPUS=a,b,c,d,e overrides them (a smoke test on a 2-CPU machine: 1,1,0,0,0).
+REFERENCE_MAIN, CANDIDATE_MAIN, REFERENCE_HELPERS, CANDIDATE_HELPERS, CONTROL = (
+    int(cpu) for cpu in os.environ.get("CANARY_CPUS", "4,6,5,7,12").split(","))
+API_CPUS = (1, 2) if os.cpu_count() and os.cpu_count() > 2 else (0, 0)
+
+
+def work() -> int:
+    total = 0
+    for i in range(1000):
+        total += i
+    return total
+
+
+def canary(cpu: int, idle: bool, out: str) -> None:
+    os.sched_setaffinity(0, {cpu})
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    handle = open(out, "a")
+    clock = time.perf_counter_ns
+    bin_start, durations = clock(), []
+    while True:
+        begin = clock()
+        work()
+        end = clock()
+        if end - bin_start >= BIN_NS:
+            if durations:
+                durations.sort()
+                handle.write(json.dumps([bin_start / 1e9, len(durations), durations[len(durations) // 4]]) + "\n")
+                handle.flush()
+            bin_start, durations = end, []
+        durations.append(end - begin)
+
+
+def servers(client_pid: int) -> list[psutil.Process]:
+    """The API-server session leaders the calibration started, in start order."""
+    found = []
+    for proc in psutil.process_iter(["pid", "ppid", "cmdline", "create_time"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if proc.info["ppid"] == client_pid and "vllm" in line and (" serve" in line or "api_server" in line):
+            found.append(proc)
+    return sorted(found, key=lambda p: p.info["create_time"])
+
+
+def port_of(proc: psutil.Process) -> str:
+    args = proc.info["cmdline"]
+    return args[args.index("--port") + 1]
+
+
+def healthy(proc: psutil.Process) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port_of(proc)}/health", timeout=2) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+def engine_core(leader: psutil.Process) -> psutil.Process:
+    return next(p for p in leader.children(recursive=True) if "EngineCore" in " ".join(p.cmdline() + [p.name()]))
+
+
+def pin_threads(proc: psutil.Process, main_cpu: int, helper_cpu: int) -> None:
+    for thread in proc.threads():
+        os.sched_setaffinity(thread.id, {main_cpu} if thread.id == proc.pid else {helper_cpu})
+
+
+def main() -> None:
+    windows, share_after, client_pid, log_path = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+    out = log_path.parent
+    log = log_path.open("a")
+
+    def say(text: str) -> None:
+        log.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+        log.flush()
+
+    while len(leaders := servers(client_pid)) < 2 or not all(map(healthy, leaders)):
+        if not psutil.pid_exists(client_pid):
+            say("calibration ended before both servers were up")
+            return
+        time.sleep(1)
+    reference, candidate = leaders[:2]
+    cores = [engine_core(reference), engine_core(candidate)]
+    os.sched_setaffinity(client_pid, {0})
+    for thread in psutil.Process(client_pid).threads():
+        os.sched_setaffinity(thread.id, {0})
+    for leader, cpu in zip((reference, candidate), API_CPUS):
+        for thread in leader.threads():
+            os.sched_setaffinity(thread.id, {cpu})
+    pin_threads(cores[0], REFERENCE_MAIN, REFERENCE_HELPERS)
+    pin_threads(cores[1], CANDIDATE_MAIN, CANDIDATE_HELPERS)
+    say(f"pinned: client {client_pid} -> 0; API {reference.pid}, {candidate.pid} -> {API_CPUS}; engine cores "
+        f"{cores[0].pid} main -> {REFERENCE_MAIN} (rest {REFERENCE_HELPERS}), {cores[1].pid} main -> "
+        f"{CANDIDATE_MAIN} (rest {CANDIDATE_HELPERS}); perf_counter {time.perf_counter():.3f}")
+    context = multiprocessing.get_context("fork")
+    canaries = [context.Process(target=canary, args=(cpu, idle, str(out / f"canary-{cpu}.jsonl")), daemon=True)
+                for cpu, idle in ((REFERENCE_MAIN, True), (CANDIDATE_MAIN, True), (CONTROL, False))]
+    for proc in canaries:
+        proc.start()
+    say(f"canaries on {REFERENCE_MAIN}, {CANDIDATE_MAIN} (SCHED_IDLE), {CONTROL} (normal)")
+    shared = False
+    while psutil.pid_exists(client_pid) and psutil.Process(client_pid).status() != psutil.STATUS_ZOMBIE:
+        if not shared and (share_after == 0 or windows.exists() and len(windows.read_text().splitlines()) >= share_after):
+            pin_threads(cores[1], REFERENCE_MAIN, CANDIDATE_HELPERS)
+            shared = True
+            say(f"shared: candidate engine core main thread -> {REFERENCE_MAIN} after {share_after} windows; "
+                f"perf_counter {time.perf_counter():.3f}")
+        time.sleep(0.5)
+    for proc in canaries:
+        proc.terminate()
+    say("calibration ended; canaries stopped")
+
+
+if __name__ == "__main__":
+    main()
