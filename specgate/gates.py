@@ -1,7 +1,8 @@
 """The four gates, each a decision on one measurement with a one-line reason.
 
 - throughput: decode tok/s against the stored baseline, decided on the paired ratio (Hodges-Lehmann
-  estimate with its Wilcoxon interval, see specgate/paired.py and docs/statistics.md);
+  estimate with its Wilcoxon interval; a duet ratio between two modes with the prompts as strata;
+  see specgate/paired.py and docs/statistics.md);
 - acceptance: mean acceptance length, acceptance rate and per-position rates against the stored
   baseline, one-sided (only lower fails);
 - backfire: a speculative mode against the no-speculation mode measured in the same session on
@@ -65,6 +66,12 @@ class Samples:
     reference: list[float]
     paired: bool
     note: str = ""  # requests left out, said in the gate's message ("" when none)
+    keys: list[str] | None = None  # each pair's request key ("prompt-id#repeat"), None when unpaired
+
+    @property
+    def prompts(self) -> list[str] | None:
+        """Each pair's prompt (its key without the repeat): the strata of a comparison of two modes."""
+        return [key.rsplit("#", 1)[0] for key in self.keys] if self.keys is not None else None
 
 
 def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: list[float],
@@ -82,7 +89,7 @@ def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: l
     if matched.one_sided:
         parts.append(f"paired on {len(matched.measured)} requests, left out (timed on one side only): "
                      f"{', '.join(matched.one_sided)}")
-    return Samples(matched.measured, matched.reference, matched.paired, "; ".join(parts))
+    return Samples(matched.measured, matched.reference, matched.paired, "; ".join(parts), matched.keys)
 
 
 def _with_note(message: str, note: str) -> str:
@@ -92,22 +99,59 @@ def _with_note(message: str, note: str) -> str:
 def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,
                  threshold: float, reference_label: str, design: str, confidence: float, margin: float,
                  note: str = "", shift: float = 1.0, extra_log_spread: float = 0.0,
-                 subject: str | None = None, fail_phrase: str | None = None) -> GateResult:
-    """A gate decided on paired log ratios (specgate.paired): one statistic, one message."""
+                 subject: str | None = None, fail_phrase: str | None = None,
+                 strata: list[str] | None = None) -> GateResult:
+    """A gate decided on paired log ratios (specgate.paired): one statistic, one message.
+    ``strata`` (each pair's prompt) for comparisons of two different modes: see
+    :func:`specgate.paired.stratified_log_ratio`."""
     subject = subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     if len(measured) != len(reference):
-        message = (f"{subject}: undecided: the two sides share too few request keys to pair "
-                   f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?) [{design}]")
-        return GateResult(gate, m.mode, m.prompt_class, m.concurrency, True, _with_note(message, note),
-                          details={"verdict": "undecided", "undecided": True, "design": design})
+        return undecided_result(gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
+                                f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?)",
+                                design=design, note=note)
     result = paired_ratio(measured, reference, threshold=threshold, confidence=confidence,
-                          equivalence_margin=margin, shift=shift, extra_log_spread=extra_log_spread)
+                          equivalence_margin=margin, shift=shift, extra_log_spread=extra_log_spread, strata=strata)
     head = fail_phrase.format(change=change_text(result.ratio)) if (fail_phrase and not result.passed) else subject
     message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{design}]"
     details = {**result.to_dict(), "design": design, "reference_label": reference_label,
                "undecided": result.verdict == "undecided"}
     return GateResult(gate, m.mode, m.prompt_class, m.concurrency, result.passed, _with_note(message, note),
                       details=details)
+
+
+def undecided_result(gate: str, m: ClassMeasurement, message: str, *, design: str, note: str = "") -> GateResult:
+    """A gate that cannot decide on this window: skipped with ``message``, listed as undecided."""
+    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, True, _with_note(f"{message} [{design}]", note),
+                      details={"verdict": "undecided", "undecided": True, "design": design})
+
+
+def timing_mismatch(m: ClassMeasurement, tolerance: float) -> str | None:
+    """Why window ``m``'s client timings are not measurements, or None when they agree with the
+    server's: the client's decode rate against vLLM's own (its time-per-output-token histogram
+    over the same window). A client starved of CPU reads a stream's chunks late and in bursts, so
+    its rates come out too high (seen: 245,643 tok/s from a server decoding 19); a window where the
+    server exported no such figure is not checked."""
+    client, server = m.client_decode_tokens_per_s, m.server_decode_tokens_per_s
+    if not client or not server or abs(client / server - 1) <= tolerance:
+        return None
+    side = f" ({m.side} side)" if m.side != "subject" else ""
+    return (f"the client timed {m.mode}{side} at {client:.1f} tok/s where vLLM's own time per output token "
+            f"gives {server:.1f} ({client / server:,.2f}x it; the rig allows ±"
+            f"{tolerance * 100:g} %, client_server_tolerance): the client read the streams late (starved of "
+            f"CPU?), so this window's rates are not measurements")
+
+
+def _untimed_window(gate: str, rig: Rig, m: ClassMeasurement, *others: ClassMeasurement | None) -> GateResult | None:
+    """The undecided result of a speed gate whose window (or the one it is compared with) was
+    timed wrongly (:func:`timing_mismatch`), else None."""
+    tolerance = rig.gates.for_class(m.prompt_class).client_server_tolerance
+    if tolerance is None:
+        return None
+    reasons = [why for w in (m, *others) if w is not None and (why := timing_mismatch(w, tolerance))]
+    if not reasons:
+        return None
+    return undecided_result(gate, m, f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency}): undecided: "
+                            + "; ".join(reasons), design="client timings checked against the server's")
 
 
 def _history_spread(history: list[float]) -> float | None:
@@ -118,20 +162,28 @@ def _history_spread(history: list[float]) -> float | None:
     return float(np.std(np.log(history), ddof=1))
 
 
-def _stored_ratio_spread(baseline: BaselineEntry, stored: RatioEntry) -> tuple[float, str]:
+def _stored_ratio_spread(baseline: BaselineEntry, stored: RatioEntry, start_noise: float) -> tuple[float, str]:
     """How far to widen a duet ratio's interval when it is compared with a ratio stored from
-    another session: the stored window's own interval, or, from 3 stored ratios on, their
-    session-to-session spread (two sessions, one per side, as for levels) when that is wider.
-    The spread of stored ratios holds each session's window noise and its server starts' offsets,
-    which one window's pairs cannot see (docs/lab/2026-12-01-h200-draft4l: 0.4-6 % between
-    sessions on the GPU-bound rig, where each window's interval was +-1-3 %)."""
+    another session: the stored window's own interval, or the session-to-session spread when
+    that is wider: from 3 stored ratios on, theirs (two sessions, one per side, as for levels);
+    before, the rig's ``start_noise`` for the four server starts behind the two ratios. The
+    spread of stored ratios holds each session's window noise and its server starts' offsets,
+    which one window's pairs cannot see (docs/lab/2026-12-01-h200-visit6: 1.528-1.630 over seven
+    sessions on the GPU-bound rig, each window's interval about +-1.5 %; on the cpu tier ngram's
+    coding ratio moved 1.145 -> 1.006 between two runs of a busy 2-vCPU VM)."""
     own = 0.0
     if stored.ci_low and stored.ci_high:
         own = float(np.log(stored.ci_high) - np.log(stored.ci_low)) / 2
     history = _history_spread(baseline.ratio_history)
     if history is None:
-        return own, ("its interval added; session-to-session spread unknown (fewer than 3 stored ratios): "
-                     "the interval holds the two windows' noise only")
+        if not start_noise:
+            return own, ("its interval added; session-to-session spread unknown (fewer than 3 stored ratios, "
+                         "no start_noise): the interval holds the two windows' noise only")
+        between = start_spread(start_noise, starts=4)
+        text = (f"session-to-session spread from the rig's start noise ({start_noise * 100:g} % per start, four "
+                f"starts) until 3 ratios are stored" if between > own else
+                "its interval added (wider than the rig's start noise for four starts)")
+        return max(own, between), text
     between = start_spread(float(np.expm1(history)))
     text = (f"session-to-session spread {history * 100:.1f} % from {len(baseline.ratio_history)} stored ratios"
             if between > own else "its interval added (wider than the spread of "
@@ -154,6 +206,8 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     common = {"confidence": gates.confidence, "margin": gates.equivalence_margin}
     threshold = 1 - gates.throughput_tolerance
     partner = m.partner
+    if (untimed := _untimed_window("throughput", rig, m, partner)) is not None:
+        return untimed
     if partner is not None and partner.side == "reference":
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label="reference side")
@@ -164,11 +218,12 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
-        spread, design = _stored_ratio_spread(baseline, stored_ratio)
+        spread, design = _stored_ratio_spread(baseline, stored_ratio, gates.start_noise)
         return ratio_result("throughput", m, samples.measured, samples.reference, threshold=threshold,
                             reference_label=f"its stored ratio to {partner.mode} ({stored_ratio.ratio:.3f})",
                             design=f"duet ratio to {partner.mode} vs the stored ratio; {design}",
-                            note=samples.note, shift=stored_ratio.ratio, extra_log_spread=spread, **common)
+                            note=samples.note, shift=stored_ratio.ratio, extra_log_spread=spread,
+                            strata=samples.prompts, **common)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     history = _history_spread(baseline.level_history)
     if history is not None:
@@ -228,18 +283,22 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
 def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
     """``m`` against the no-speculation window ``reference``: its duet partner when the two were
     alternated, else a window measured before or after it (the start noise of the rig added)."""
+    if (untimed := _untimed_window("backfire", rig, m, reference)) is not None:
+        return untimed
     ref = reference.timed_samples
     samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
     duet = m.partner is reference
     return backfire_decision(rig, m.mode, m.prompt_class, m.concurrency, samples.measured, samples.reference,
-                             note=samples.note, duet=duet, m=m)
+                             note=samples.note, duet=duet, m=m, strata=samples.prompts)
 
 
 def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, measured: list[float],
                       reference: list[float], *, note: str = "", duet: bool = False,
-                      m: ClassMeasurement | None = None, paired: bool = True) -> GateResult:
+                      m: ClassMeasurement | None = None, paired: bool = True,
+                      strata: list[str] | None = None) -> GateResult:
     """The backfire gate on bare samples (also used to replay stored figures, like the seed case):
-    FAIL when the paired ratio's upper bound is below min_speedup."""
+    FAIL when the paired ratio's upper bound is below min_speedup. ``strata``: each pair's prompt
+    (two modes compared: the prompts as strata, :func:`specgate.paired.stratified_log_ratio`)."""
     gates = rig.gates.for_class(prompt_class)
     if m is None:
         m = ClassMeasurement(rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
@@ -254,7 +313,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
     result = ratio_result("backfire", m, measured, reference, threshold=gates.min_speedup,
                           reference_label="no speculation", design=design, note=note,
                           confidence=gates.confidence, margin=gates.equivalence_margin, extra_log_spread=spread,
-                          subject=f"{mode} on {prompt_class}",
+                          subject=f"{mode} on {prompt_class}", strata=strata,
                           fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}")
     declared = rig.declared_backfire_for(mode, prompt_class)
     if declared is not None:
@@ -292,8 +351,8 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: Base
     ratio = None
     if m.partner is not None and m.partner.side != "reference":  # a duet with the no-speculation mode
         samples = match_samples(m, list(m.partner.timed_samples), list(m.partner.timed_samples.values()))
-        if samples.paired and samples.measured:
-            r = paired_ratio(samples.measured, samples.reference, threshold=1.0)
+        if samples.paired and samples.measured:  # the ratio the gates show for this window (two modes: strata)
+            r = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts)
             ratio = RatioEntry(reference_mode=m.partner.mode, ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high,
                                n=r.n)
     ratios = []

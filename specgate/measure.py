@@ -13,6 +13,7 @@ in the balanced order of :mod:`specgate.duet`; each side's counters only count i
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 import weakref
 from collections.abc import Callable
@@ -82,6 +83,12 @@ class ClassMeasurement:
                 if r.decode_tokens_per_s is None}
 
     @property
+    def client_decode_tokens_per_s(self) -> float | None:
+        """1 / mean time per output token over the window's requests: the client-side counterpart
+        of ``server_decode_tokens_per_s`` (:func:`client_decode_rate`)."""
+        return client_decode_rate([r.to_dict() for r in self.records])
+
+    @property
     def aggregate_tokens_per_s(self) -> float:
         """All generated tokens over the window's wall time: the figure that matters at concurrency > 1."""
         return sum(r.completion_tokens for r in self.records) / self.wall_s if self.wall_s > 0 else 0.0
@@ -119,6 +126,20 @@ class ClassMeasurement:
             pairs=list(data.get("pairs", [])),
             extra={"telemetry": data["telemetry"]} if data.get("telemetry") else {},
         )
+
+
+def client_decode_rate(records: list[dict[str, Any]]) -> float | None:
+    """1 / mean time per output token over a window's request records (dicts, as in report.json):
+    the client-side counterpart of the server's figure (vLLM observes one mean TPOT per finished
+    request in ``request_time_per_output_token``; the server rate is count / sum of that
+    histogram). The arithmetic mean of per-request tok/s would overweight fast requests
+    (speculation makes them vary a lot) and differ from the server's figure by tens of % on a
+    correct run."""
+    tpots = [r["tpot_s"] for r in records if r.get("tpot_s")]
+    if not tpots:
+        tpots = [1 / r["decode_tokens_per_s"] for r in records if r.get("decode_tokens_per_s")]
+    mean = statistics.fmean(tpots) if tpots else 0.0
+    return 1 / mean if mean > 0 else None
 
 
 def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, repeat: int = 0,

@@ -16,6 +16,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from specgate.measure import client_decode_rate
+
 # Table formats whose cells are separated by "|": a "|" inside a cell must be escaped there
 # (tabulate does not), or GitHub splits the cell in two.
 PIPE_FORMATS = ("github", "pipe")
@@ -74,9 +76,10 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
 
 
 def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
-    """The paired ratio the backfire gate measured for this window (Hodges-Lehmann, the one
-    number its message shows), decided or undecided, or None when no such gate ran (or a report
-    from before undecided gates kept their ratio): every table and plot shows it."""
+    """The paired ratio the backfire gate measured for this window (the prompts as strata, or
+    Hodges-Lehmann without repeats: the one number its message shows), decided or undecided, or
+    None when no such gate ran (or a report from before undecided gates kept their ratio): every
+    table and plot shows it."""
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
                 ("backfire", mode, prompt_class, level) and g.get("details", {}).get("ratio"):
@@ -119,7 +122,7 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
         headers = ["class", f"{reference} tok/s", *(f"{m} tok/s (change)" for m in modes if m != reference),
                    "verdict"]
         title = (f"decode tok/s, median per request, concurrency {level}; change: the backfire gate's paired "
-                 "ratio (Hodges-Lehmann) where it ran, else the ratio of medians")
+                 "ratio where it ran (its message names the statistic), else the ratio of medians")
         tables.append(title + "\n" + _table(rows, headers, fmt))
     return "\n\n".join(tables)
 
@@ -137,20 +140,6 @@ def acceptance_table(report: dict[str, Any], fmt: str = "simple") -> str:
         return ""
     return "acceptance (from vLLM's spec-decode counters, this run's windows)\n" + _table(
         rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate", "per-position rate %"], fmt)
-
-
-def _client_decode_rate(measurement: dict[str, Any]) -> float | None:
-    """1 / mean time per output token over the window's requests: the client-side counterpart of
-    the server's figure (vLLM observes one mean TPOT per finished request in
-    ``request_time_per_output_token``; the server rate is count / sum of that histogram). The
-    arithmetic mean of per-request tok/s would overweight fast requests (speculation makes
-    them vary a lot) and differ from the server's figure by tens of % on a correct run."""
-    tpots = [r["tpot_s"] for r in measurement["records"] if r.get("tpot_s")]
-    if not tpots:
-        values = [r["decode_tokens_per_s"] for r in measurement["records"] if r.get("decode_tokens_per_s")]
-        tpots = [1 / v for v in values]
-    mean = statistics.fmean(tpots) if tpots else 0.0
-    return 1 / mean if mean > 0 else None
 
 
 def _median_ttft_ms(measurement: dict[str, Any]) -> float | None:
@@ -171,7 +160,7 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
                           f"{ttft:.0f}" if ttft is not None else "-",
                           f"{aggregate:.1f}" if aggregate else "-"]
         if with_server:
-            client = _client_decode_rate(m)
+            client = client_decode_rate(m["records"])
             server = m.get("server_decode_tokens_per_s")
             row += [f"{client:.1f}" if client else "-", f"{server:.1f}" if server else "-",
                     f"{round((client / server - 1) * 100, 2) + 0.0:+.2f} %" if client and server else "-"]

@@ -4,8 +4,8 @@ Each decision comes back as a record whose one-line message carries the whole co
 failing gate can be acted on from the test report alone.
 
 The speed gates (throughput, backfire) decide on the paired ratio: the Hodges-Lehmann estimate of
-the per-request log ratios with its Wilcoxon signed-rank interval (specgate/paired.py,
-docs/statistics.md).
+the per-request log ratios with its Wilcoxon signed-rank interval, or, between two modes, the mean
+over prompts with a t interval from the repeats (specgate/paired.py, docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ class Matched:
     reference: list[float]
     paired: bool
     one_sided: list[str]  # keys paired out because only one side has them (empty when unpaired)
+    keys: list[str] | None = None  # the key of each pair (None when unpaired)
 
 
 def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) -> Matched:
@@ -122,7 +123,7 @@ def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) 
     common = [k for k in reference if k in measured]
     if len(common) >= 2 and 2 * len(common) >= max(len(measured), len(reference)):
         one_sided = sorted((set(measured) | set(reference)) - set(common))
-        return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided)
+        return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided, common)
     return Matched(list(measured.values()), list(reference.values()), False, [])
 
 

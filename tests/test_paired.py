@@ -95,3 +95,61 @@ def test_shift_and_extra_spread():
 def test_bad_samples_are_refused(bad):
     with pytest.raises(ValueError):
         paired_ratio(*bad, threshold=1.0)
+
+
+# -- prompts as fixed strata (comparisons of two modes) ------------------------------------------
+PROMPTS = [p for p in ("a", "b", "c", "d", "e", "f") for _ in range(2)]  # 6 prompts x 2 repeats
+
+
+def test_strata_estimate_and_interval_are_the_stratified_mean_and_t():
+    from scipy import stats as scipy_stats
+
+    from specgate.paired import stratified_log_ratio
+
+    d = np.array([0.10, 0.12, 0.40, 0.36, -0.05, -0.01, 0.20, 0.22, 0.0, 0.06, 0.31, 0.29])
+    result = stratified_log_ratio(d, PROMPTS, threshold=1.0)
+    means = d.reshape(6, 2).mean(axis=1)
+    scatter = math.sqrt(((d.reshape(6, 2) - means[:, None]) ** 2).sum() / 6)
+    half = scipy_stats.t.ppf(0.975, 6) * scatter * math.sqrt(6 / 2) / 6
+    centre = means.mean()
+    assert result.ratio == pytest.approx(math.exp(centre))
+    assert (result.ci_low, result.ci_high) == pytest.approx((math.exp(centre - half), math.exp(centre + half)))
+    assert result.confidence == 0.95 and "6 prompts, 6 df" in result.method
+
+
+def test_prompts_that_differ_do_not_widen_it_the_way_they_widen_hodges_lehmann():
+    """ngram on coding: 0.95x on some prompts, 1.5x on others, each prompt's repeats within 2 %
+    (the shape of the cpu tier's windows): undecided over 12 exchangeable pairs, decided by prompt."""
+    from specgate.paired import stratified_log_ratio
+
+    per_prompt = np.log([0.95, 1.50, 1.02, 1.35, 0.97, 1.45])
+    d = np.repeat(per_prompt, 2) + np.tile([-0.01, 0.01], 6)
+    hl = paired_ratio(np.exp(d), np.ones(12), threshold=1.0)
+    strata = stratified_log_ratio(d, PROMPTS, threshold=1.0)
+    assert hl.verdict == "undecided" and hl.ci_low < 1.0
+    assert strata.verdict == "faster" and strata.ci_low > 1.1
+    assert strata.ratio == pytest.approx(math.exp(per_prompt.mean()))
+    via_samples = paired_ratio(np.exp(d), np.ones(12), threshold=1.0, strata=PROMPTS)
+    assert (via_samples.ratio, via_samples.ci_low, via_samples.ci_high) == pytest.approx(
+        (strata.ratio, strata.ci_low, strata.ci_high)) and via_samples.method == strata.method
+
+
+def test_a_hiccup_request_widens_the_strata_interval_and_never_fails_a_faster_mode():
+    from specgate.paired import stratified_log_ratio
+
+    d = np.repeat(np.log([1.10, 1.20, 1.15, 1.12, 1.18, 1.14]), 2) + np.tile([-0.01, 0.01], 6)
+    clean = stratified_log_ratio(d, PROMPTS, threshold=1.0)
+    d[3] = math.log(0.6)  # one request of the speculative side stalled
+    hiccup = stratified_log_ratio(d, PROMPTS, threshold=1.0)
+    assert hiccup.ci_high - hiccup.ci_low > 3 * (clean.ci_high - clean.ci_low)
+    assert hiccup.passed and clean.verdict == "faster"
+
+
+def test_without_repeats_the_strata_statistic_falls_back_to_hodges_lehmann():
+    from specgate.paired import METHOD, stratified_log_ratio
+
+    d = np.log([1.1, 0.9, 1.2, 1.0, 1.05, 0.95, 1.15])
+    assert stratified_log_ratio(d, list("abcdefg"), threshold=1.0) == paired_ratio(np.exp(d), np.ones(7), threshold=1.0)
+    assert stratified_log_ratio(d, list("abcdefg"), threshold=1.0).method == METHOD
+    with pytest.raises(ValueError, match="one stratum per pair"):
+        stratified_log_ratio(d, ["a"], threshold=1.0)

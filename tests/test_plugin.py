@@ -335,3 +335,40 @@ def test_figures_stored_under_the_old_mode_name_still_gate_and_are_rewritten(tmp
     session.flush_updates()
     written = json.loads(path.read_text())["rigs"]["cpu-smollm2"]
     assert list(written) == ["no_spec"] and set(written["no_spec"]) == {"coding", "math"}
+
+
+# -- a window whose client timings disagree with the server's own -------------------------------------
+def _with_server_rate(m: ClassMeasurement, factor: float) -> ClassMeasurement:
+    """Give ``m`` the server-side decode rate that its requests' timings would give times ``factor``."""
+    m.server_decode_tokens_per_s = m.client_decode_tokens_per_s * factor
+    return m
+
+
+def test_backfire_is_undecided_when_the_client_timed_a_window_wrongly():
+    # Seen for real (this session, a local cpu calibration with a busy loop on the client's CPU): the
+    # client read the streams in bursts and timed a server decoding ~19 tok/s at 245,643 tok/s.
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    reference = _with_server_rate(_measurement("no_spec", [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]), 1.0005)
+    starved = _with_server_rate(_measurement("ngram", [245_643.0, 19.1, 262_931.6, 19.0, 18.5, 19.2]), 0.001)
+    result = check_backfire(rig, starved, reference)
+    assert result.passed and result.details["undecided"]
+    assert "undecided: the client timed ngram at" in result.message
+    assert "client_server_tolerance" in result.message and "not measurements" in result.message
+    # the same windows, timed right (client within 0.05 % of the server): decided on the pairs as before
+    honest = _with_server_rate(_measurement("ngram", [20.0, 21.0, 19.5, 20.5, 20.2, 19.8]), 0.9995)
+    decided = check_backfire(rig, honest, reference)
+    assert not decided.passed and decided.details["method"].startswith("Hodges-Lehmann")
+
+
+def test_throughput_is_undecided_when_the_partner_window_was_timed_wrongly(tmp_path):
+    measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
+    updating = _session(tmp_path, update="update")
+    with pytest.raises(pytest.fail.Exception):
+        GateKeeper(updating).throughput(_measurement("no_spec", measured))
+    updating.flush_updates()
+    session = _session(tmp_path)
+    # 8 % apart: over the rig's default 5 % (a correct run: <= 0.1 % on cpu, <= 0.33 % in the lab)
+    with pytest.raises(pytest.skip.Exception, match="throughput gate undecided") as skipped:
+        GateKeeper(session).throughput(_with_server_rate(_measurement("no_spec", measured), 1.08))
+    assert "(0.93x it; the rig allows ±5 %" in str(skipped.value)
+    assert [u["kind"] for u in session.undecided] == ["inconclusive"]
