@@ -16,7 +16,7 @@ import asyncio
 import statistics
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,7 +86,7 @@ class ClassMeasurement:
     def client_decode_tokens_per_s(self) -> float | None:
         """1 / mean time per output token over the window's requests: the client-side counterpart
         of ``server_decode_tokens_per_s`` (:func:`client_decode_rate`)."""
-        return client_decode_rate([r.to_dict() for r in self.records])
+        return client_decode_rate(r.tpot_s for r in self.records)
 
     @property
     def aggregate_tokens_per_s(self) -> float:
@@ -128,18 +128,15 @@ class ClassMeasurement:
         )
 
 
-def client_decode_rate(records: list[dict[str, Any]]) -> float | None:
-    """1 / mean time per output token over a window's request records (dicts, as in report.json):
+def client_decode_rate(tpots: Iterable[float | None]) -> float | None:
+    """1 / mean time per output token over a window's requests (None where a request has none):
     the client-side counterpart of the server's figure (vLLM observes one mean TPOT per finished
     request in ``request_time_per_output_token``; the server rate is count / sum of that
     histogram). The arithmetic mean of per-request tok/s would overweight fast requests
     (speculation makes them vary a lot) and differ from the server's figure by tens of % on a
     correct run."""
-    tpots = [r["tpot_s"] for r in records if r.get("tpot_s")]
-    if not tpots:
-        tpots = [1 / r["decode_tokens_per_s"] for r in records if r.get("decode_tokens_per_s")]
-    mean = statistics.fmean(tpots) if tpots else 0.0
-    return 1 / mean if mean > 0 else None
+    known = [t for t in tpots if t]
+    return 1 / statistics.fmean(known) if known else None
 
 
 def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, repeat: int = 0,

@@ -160,7 +160,9 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
                           f"{ttft:.0f}" if ttft is not None else "-",
                           f"{aggregate:.1f}" if aggregate else "-"]
         if with_server:
-            client = client_decode_rate(m["records"])
+            # a report from before records kept tpot_s: 1 / decode tok/s is the same interval
+            client = client_decode_rate(r.get("tpot_s") or (1 / r["decode_tokens_per_s"] if r.get("decode_tokens_per_s")
+                                                            else None) for r in m["records"])
             server = m.get("server_decode_tokens_per_s")
             row += [f"{client:.1f}" if client else "-", f"{server:.1f}" if server else "-",
                     f"{round((client / server - 1) * 100, 2) + 0.0:+.2f} %" if client and server else "-"]
