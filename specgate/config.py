@@ -133,6 +133,11 @@ class Protocol(_Strict):
     # the one now generating. Waiting that out costs wall time, not accuracy: a request's own
     # timings never include it.
     settle_s: float = Field(default=0.0, ge=0, le=30)
+    # Duets only: rounds added to a window whose first look leaves a gate deciding on its pairs
+    # (backfire; an A/B's throughput) undecided. Every gate on such a window then uses repeated
+    # intervals over the two looks (specgate.paired.repeated_coverage), so looking twice does not
+    # raise the false-alarm rate; 0: one look.
+    follow_up_repeats: int = Field(default=0, ge=0, le=20)
 
     @field_validator("concurrency")
     @classmethod

@@ -32,7 +32,7 @@ from specgate.baselines import (
 )
 from specgate.config import Rig
 from specgate.measure import ClassMeasurement
-from specgate.paired import change_text, describe, paired_ratio, start_spread, verdict_text
+from specgate.paired import change_text, describe, paired_ratio, repeated_coverage, start_spread, verdict_text
 from specgate.stats import compare_acceptance, compare_outputs, match_by_key, summarize
 
 
@@ -96,6 +96,41 @@ def _with_note(message: str, note: str) -> str:
     return f"{message} [{note}]" if note else message
 
 
+def window_confidence(confidence: float, m: ClassMeasurement) -> float:
+    """The coverage of the gates' intervals on window ``m``: ``confidence``, or on a window that may
+    be looked at twice (``first_look_share``) the repeated intervals' per-look coverage."""
+    share = m.first_look_share
+    return repeated_coverage(confidence, share) if share else confidence
+
+
+def _looks_text(m: ClassMeasurement) -> str:
+    if not m.first_look_share:
+        return ""
+    if m.follow_up:
+        return "; second look, after follow-up rounds (repeated intervals over two looks)"
+    return "; first look of two (repeated intervals)"
+
+
+def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
+    """Why a duet window's first look should get its follow-up rounds: the gate that decides on
+    its pairs (backfire against the live no-speculation partner; an A/B's throughput) is
+    undecided. None: it decided, or it cannot decide for another reason (timings wrong)."""
+    partner = m.partner
+    if partner is None:
+        return None
+    if partner.side == "reference":
+        result = ab_throughput(rig, m)
+    elif partner.mode == rig.reference_mode and rig.mode(m.mode).is_speculative:
+        result = check_backfire(rig, m, partner)
+    else:
+        return None
+    d = result.details
+    if d.get("verdict") != "undecided" or d.get("ci_low") is None:
+        return None
+    return (f"the {result.gate} gate is undecided after {d['n']} pairs: {d['ratio']:.3f}x "
+            f"({d['confidence'] * 100:.1f} % CI {d['ci_low']:.3f}-{d['ci_high']:.3f}, threshold {d['threshold']:.2f})")
+
+
 def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,
                  threshold: float, reference_label: str, design: str, confidence: float, margin: float,
                  note: str = "", shift: float = 1.0, extra_log_spread: float = 0.0,
@@ -109,9 +144,10 @@ def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], referenc
         return undecided_result(gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
                                 f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?)",
                                 design=design, note=note)
-    result = paired_ratio(measured, reference, threshold=threshold, confidence=confidence,
+    result = paired_ratio(measured, reference, threshold=threshold, confidence=window_confidence(confidence, m),
                           equivalence_margin=margin, shift=shift, extra_log_spread=extra_log_spread, strata=strata)
     head = fail_phrase.format(change=change_text(result.ratio)) if (fail_phrase and not result.passed) else subject
+    design = f"{design}{_looks_text(m)}"
     message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{design}]"
     details = {**result.to_dict(), "design": design, "reference_label": reference_label,
                "undecided": result.verdict == "undecided"}
@@ -206,14 +242,10 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     common = {"confidence": gates.confidence, "margin": gates.equivalence_margin}
     threshold = 1 - gates.throughput_tolerance
     partner = m.partner
+    if partner is not None and partner.side == "reference":
+        return ab_throughput(rig, m)
     if (untimed := _untimed_window("throughput", rig, m, partner)) is not None:
         return untimed
-    if partner is not None and partner.side == "reference":
-        samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
-                                partner.untimed, ref_label="reference side")
-        return ratio_result("throughput", m, samples.measured, samples.reference, threshold=threshold,
-                            reference_label="the reference side", design="A/B duet, requests alternated",
-                            note=samples.note, **common)
     stored_ratio = baseline.ratio_to_reference
     if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
@@ -241,6 +273,21 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                         extra_log_spread=float(spread), **common)
 
 
+def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
+    """An A/B duet's throughput gate: the candidate's paired ratio to the same mode on the
+    reference side (``m.partner``), against 1 - throughput_tolerance."""
+    gates = rig.gates.for_class(m.prompt_class)
+    partner = m.partner
+    assert partner is not None and partner.side == "reference", "an A/B window has the reference side as partner"
+    if (untimed := _untimed_window("throughput", rig, m, partner)) is not None:
+        return untimed
+    samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
+                            partner.untimed, ref_label="reference side")
+    return ratio_result("throughput", m, samples.measured, samples.reference, threshold=1 - gates.throughput_tolerance,
+                        reference_label="the reference side", design="A/B duet, requests alternated",
+                        note=samples.note, confidence=gates.confidence, margin=gates.equivalence_margin)
+
+
 def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
                      reference_label: str = "stored") -> GateResult:
     """Acceptance against the stored figures (or, in an A/B, the reference side's window, with
@@ -259,7 +306,7 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
                           + ("update them" if reference_label == "stored" else "is speculation on there?"))
     stored, now = baseline.acceptance, m.acceptance
     ask = functools.partial(compare_acceptance, tolerance=gates.acceptance_tolerance, subject=subject,
-                            confidence=gates.confidence, reference_label=reference_label)
+                            confidence=window_confidence(gates.confidence, m), reference_label=reference_label)
     stored_drafts = f", {reference_label} from {stored.drafts:.0f} drafts" if stored.drafts else ""
     # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
     # interval counts drafts as the trials (wider, never falsely narrow).
@@ -352,7 +399,8 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: Base
     if m.partner is not None and m.partner.side != "reference":  # a duet with the no-speculation mode
         samples = match_samples(m, list(m.partner.timed_samples), list(m.partner.timed_samples.values()))
         if samples.paired and samples.measured:  # the ratio the gates show for this window (two modes: strata)
-            r = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts)
+            r = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
+                             confidence=window_confidence(0.95, m))
             ratio = RatioEntry(reference_mode=m.partner.mode, ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high,
                                n=r.n)
     ratios = []

@@ -60,6 +60,11 @@ class ClassMeasurement:
     partner: ClassMeasurement | None = None
     # Duet: one entry per pair of turns {"group", "first", "started_s"} (seconds from window start).
     pairs: list[dict[str, Any]] = field(default_factory=list)
+    # A duet window that may get follow-up rounds (Protocol.follow_up_repeats) is looked at twice:
+    # the share of its final pairs the first look sees (the gates then use repeated intervals,
+    # specgate.paired.repeated_coverage); None: one look. ``follow_up``: why it got them, or None.
+    first_look_share: float | None = None
+    follow_up: str | None = None
 
     @property
     def sample_keys(self) -> list[str]:
@@ -109,6 +114,7 @@ class ClassMeasurement:
             "design": self.design, "side": self.side,
             "partner": self.partner.to_dict() if self.partner is not None else None,
             "pairs": list(self.pairs),
+            "first_look_share": self.first_look_share, "follow_up": self.follow_up,
             **self.extra,
         }
 
@@ -124,6 +130,7 @@ class ClassMeasurement:
             design=data.get("design", "solo"), side=data.get("side", "subject"),
             partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
             pairs=list(data.get("pairs", [])),
+            first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
             extra={"telemetry": data["telemetry"]} if data.get("telemetry") else {},
         )
 
@@ -202,9 +209,13 @@ class Measurer:
     """
 
     def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None,
-                 telemetry: Callable[[list[Any]], Any] | None = None) -> None:
+                 telemetry: Callable[[list[Any]], Any] | None = None,
+                 follow_up: Callable[[ClassMeasurement], str | None] | None = None) -> None:
         self.rig = rig
         self.progress = progress or (lambda line: None)
+        # Duets with Protocol.follow_up_repeats: asked after the planned rounds (with the window so
+        # far) whether a gate is left undecided; its reason, or None to stop there.
+        self.follow_up = follow_up
         # Makes a specgate.telemetry.Telemetry sampler per window from the window's servers (None:
         # no telemetry recorded).
         self.telemetry = telemetry
@@ -337,24 +348,40 @@ class Measurer:
             repeat = len(records["subject"]) // len(prompt_class.prompts)
             asyncio.run(window(repeat))
 
+        def assemble(after: dict[str, Any], wall_s: float, sampler: Any) -> ClassMeasurement:
+            windows = {}
+            for side, side_mode in (("subject", mode), ("partner", partner_mode)):
+                delta = metrics_delta(before[side], after[side], label=f"{label}, {side} {servers[side].label}")
+                rate = server_decode_tokens_per_s(delta)
+                windows[side] = ClassMeasurement(
+                    rig=self.rig.name, mode=side_mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
+                    records=list(records[side]), acceptance=AcceptanceStats.from_delta(delta),
+                    server_decode_tokens_per_s=rate.value if rate else None,
+                    server_metric_source=rate.source if rate else None, wall_s=wall_s,
+                    design="duet", side="subject" if side == "subject" else partner_side, first_look_share=share)
+            result = _with_telemetry(sampler, windows["subject"])
+            result.partner, result.pairs = _with_telemetry(sampler, windows["partner"]), list(pairs)
+            return result
+
+        extra = protocol.follow_up_repeats if self.follow_up is not None else 0
+        share = protocol.repeats / (protocol.repeats + extra) if extra else None
         before = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
         started = on_done.restart()
+        reason = None
         with self._telemetry([subject, partner]) as sampler:
             run_rounds(one_round, protocol.repeats)
+            if extra and self.follow_up is not None:
+                wall_s = time.monotonic() - started
+                first_look = assemble({side: asyncio.run(self._metrics(server)) for side, server in servers.items()},
+                                      wall_s, None)
+                if (reason := self.follow_up(first_look)) is not None:
+                    on_done.total += 2 * extra * len(prompt_class.prompts)
+                    self.progress(f"{label}: {extra} follow-up round(s): {reason}")
+                    loop_rounds(one_round, extra)  # pytest-benchmark's rounds are the planned ones
         wall_s = time.monotonic() - started
         after = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
-        windows = {}
-        for side, side_mode in (("subject", mode), ("partner", partner_mode)):
-            delta = metrics_delta(before[side], after[side], label=f"{label}, {side} {servers[side].label}")
-            rate = server_decode_tokens_per_s(delta)
-            windows[side] = ClassMeasurement(
-                rig=self.rig.name, mode=side_mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
-                records=records[side], acceptance=AcceptanceStats.from_delta(delta),
-                server_decode_tokens_per_s=rate.value if rate else None,
-                server_metric_source=rate.source if rate else None, wall_s=wall_s, design="duet",
-                side="subject" if side == "subject" else partner_side)
-        result = _with_telemetry(sampler, windows["subject"])
-        result.partner, result.pairs = _with_telemetry(sampler, windows["partner"]), pairs
+        result = assemble(after, wall_s, sampler)
+        result.follow_up = result.partner.follow_up = reason
         return result
 
 

@@ -96,7 +96,11 @@ class SpecgateSession:
             from specgate.telemetry import window_sampler
 
             gpus = self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
-            self._measurer = Measurer(self.rig, progress=self.progress, telemetry=window_sampler(self.rig.tier, gpus))
+            from specgate.gates import follow_up_reason
+
+            rig = self.rig
+            self._measurer = Measurer(rig, progress=self.progress, telemetry=window_sampler(rig.tier, gpus),
+                                      follow_up=lambda m: follow_up_reason(rig, m))
         return self._measurer
 
     def modes_to_run(self) -> list[Mode]:

@@ -1,0 +1,118 @@
+"""Follow-up rounds for a duet window whose first look leaves its backfire gate undecided, and the
+repeated intervals every gate on such a window uses (specgate.paired.repeated_coverage)."""
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from specgate.config import load_rig
+from specgate.gates import check_backfire, follow_up_reason
+from specgate.measure import ClassMeasurement, Measurer
+from specgate.paired import paired_log_ratio, repeated_coverage
+from tests.test_duet_window import StandInServer
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "docs" / "calibration" / "cpu-2026-12-01b"
+
+
+def real_windows(run: str) -> dict[str, ClassMeasurement]:
+    """ngram's duet windows of a real fresh-clone cpu-tier run (12 pairs each, one look)."""
+    data = json.loads(gzip.decompress((RUNS / f"run-{run}-report.json.gz").read_bytes()))
+    return {m["prompt_class"]: ClassMeasurement.from_dict(m) for m in data["measurements"] if m["mode"] == "ngram"}
+
+
+def as_first_look(m: ClassMeasurement, share: float = 0.5) -> ClassMeasurement:
+    """The same window as the first look of a two-look design."""
+    return dataclasses.replace(m, first_look_share=share,
+                               partner=dataclasses.replace(m.partner, first_look_share=share))
+
+
+def test_pocock_constant_for_two_equal_looks():
+    # Jennison & Turnbull (2000), table 2.1: Pocock's C_P(2, 0.05) = 2.178.
+    assert repeated_coverage(0.95, 0.5) == pytest.approx(0.97061, abs=1e-4)
+    # a first look seeing almost everything is one look; a small first share costs less than Bonferroni
+    assert repeated_coverage(0.95, 0.999) == pytest.approx(0.95, abs=0.002)
+    assert 0.9706 < repeated_coverage(0.95, 1 / 3) < 0.975
+    with pytest.raises(ValueError, match="first_share"):
+        repeated_coverage(0.95, 1.0)
+
+
+def test_an_interval_inside_the_margin_is_equal_even_when_it_excludes_one():
+    # Run E's explanatory (cpu tier, quiet VM): 1.024 (1.010-1.037) was called "faster" where runs A
+    # and B, at 0.997 and 1.001, were "equal": equivalence comes first, so a mode at break-even gets
+    # the same verdict in every session.
+    import numpy as np
+
+    d = np.log([1.010, 1.024, 1.037, 1.020, 1.028, 1.016, 1.031, 1.022])
+    result = paired_log_ratio(d, threshold=1.0)
+    assert result.ci_low > 1.0 and result.ci_high < 1.05
+    assert result.verdict == "equal"
+
+
+def test_run_cs_undecided_explanatory_asks_for_a_follow_up_and_a_decided_class_does_not():
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    run_c = real_windows("c")
+    reason = follow_up_reason(rig, as_first_look(run_c["explanatory"]))
+    assert reason is not None and "backfire gate is undecided after 12 pairs" in reason
+    assert "97.1 % CI" in reason  # the first look's repeated interval, not the one-look 95 %
+    assert follow_up_reason(rig, as_first_look(run_c["coding"])) is None
+    # one look (no follow-up planned): the gate keeps its 95 % and says nothing about looks
+    plain = check_backfire(rig, run_c["coding"], run_c["coding"].partner)
+    assert plain.details["confidence"] == pytest.approx(0.95) and "look" not in plain.message
+
+
+def test_every_gate_on_a_two_look_window_uses_the_repeated_interval():
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    m = as_first_look(real_windows("b")["coding"])
+    result = check_backfire(rig, m, m.partner)
+    assert result.details["confidence"] == pytest.approx(repeated_coverage(0.95, 0.5))
+    assert "first look of two (repeated intervals)" in result.message
+    followed = dataclasses.replace(m, follow_up="the backfire gate is undecided")
+    assert "second look, after follow-up rounds" in check_backfire(rig, followed, m.partner).message
+
+
+@pytest.fixture()
+def stand_in_rig():
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    return rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0, "settle_s": 0.0}),
+                                  "gates": rig.gates.model_copy(update={"client_server_tolerance": None})})
+
+
+@pytest.mark.parametrize("undecided", [True, False])
+def test_a_window_gets_its_follow_up_rounds_only_when_a_gate_asks(stand_in_rig, undecided):
+    rig = stand_in_rig
+    seen = []
+
+    def follow_up(first_look: ClassMeasurement) -> str | None:
+        seen.append((len(first_look.records), len(first_look.partner.records), first_look.first_look_share))
+        return "backfire undecided (test)" if undecided else None
+
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    journal: list = []
+    m = Measurer(rig, follow_up=follow_up).measure_duet(
+        StandInServer("ngram", journal), StandInServer("no_spec", journal), rig.mode("ngram"),
+        rig.mode("no_spec"), coding, 1)
+    prompts, planned, extra = len(coding.prompts), rig.protocol.repeats, rig.protocol.follow_up_repeats
+    assert seen == [(planned * prompts, planned * prompts, planned / (planned + extra))]
+    rounds = planned + extra if undecided else planned
+    assert len(m.records) == len(m.partner.records) == rounds * prompts
+    assert sorted(m.sample_keys) == sorted(m.partner.sample_keys)  # the follow-up is paired key by key
+    assert {k.rsplit("#", 1)[1] for k in m.sample_keys} == {str(r) for r in range(rounds)}
+    assert m.follow_up == m.partner.follow_up == ("backfire undecided (test)" if undecided else None)
+    assert m.first_look_share == m.partner.first_look_share == planned / (planned + extra)
+    again = ClassMeasurement.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert (again.first_look_share, again.follow_up) == (m.first_look_share, m.follow_up)
+
+
+def test_without_a_follow_up_rule_a_window_has_one_look(stand_in_rig):
+    rig = stand_in_rig
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    journal: list = []
+    m = Measurer(rig).measure_duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
+                                   rig.mode("ngram"), rig.mode("no_spec"), coding, 1)
+    assert m.first_look_share is None and len(m.records) == rig.protocol.repeats * len(coding.prompts)
