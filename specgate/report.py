@@ -157,6 +157,7 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
         ttft = _median_ttft_ms(m)
         aggregate = m.get("aggregate_tokens_per_s")
         row: list[Any] = [m["mode"], m["prompt_class"], m["concurrency"],
+                          f"{len(m['records'])}" + (" (follow-up)" if m.get("follow_up") else ""),
                           f"{ttft:.0f}" if ttft is not None else "-",
                           f"{aggregate:.1f}" if aggregate else "-"]
         if with_server:
@@ -171,14 +172,16 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
         return ""
     # aggregate: every generated token of the window over its wall time, the figure that matters
     # at concurrency > 1 (per-request decode tok/s is in the speed table).
-    headers = ["mode", "class", "conc.", "TTFT median ms", "aggregate tok/s"]
-    title = "per window: time to first token (median per request), aggregate tok/s"
+    headers = ["mode", "class", "conc.", "requests", "TTFT median ms", "aggregate tok/s"]
+    title = ("per window: requests (with follow-up rounds where a gate was undecided at the first look), "
+             "time to first token (median per request), aggregate tok/s")
     if with_server:
         headers += ["client tok/s", "server tok/s", "diff %"]
         sources = sorted({m["server_metric_source"] for m in measurements if m.get("server_metric_source")})
         source = (f"vLLM's {', '.join(s.removeprefix('vllm:') for s in sources)} histogram" if sources
                   else "vLLM's /metrics")
-        title = ("per window: time to first token (median per request), aggregate tok/s (all tokens / wall "
+        title = ("per window: requests (with follow-up rounds where a gate was undecided at the first look), "
+                 "time to first token (median per request), aggregate tok/s (all tokens / wall "
                  "time), client vs server decode tok/s\n"
                  f"(client: 1 / mean time per output token of the requests; server: {source} "
                  "over the same window; diff = client / server - 1)")

@@ -89,13 +89,14 @@ def test_client_vs_server_table(rendered) -> None:
     assert "client vs server decode tok/s" in markdown
     table = next(t for t in _tables(markdown) if "server tok/s" in t[0])
     header = _cells(table[0])
-    assert header == ["mode", "class", "conc.", "TTFT median ms", "aggregate tok/s",
+    assert header == ["mode", "class", "conc.", "requests", "TTFT median ms", "aggregate tok/s",
                       "client tok/s", "server tok/s", "diff %"]
     rows = [dict(zip(header, _cells(line), strict=True)) for line in table[2:]]
     assert len(rows) == len(report["measurements"]) == {"cpu": 12, "gpu": 8}[report["rig"]["tier"]]
     low, high = TTFT_MS[report["rig"]["tier"]]
     for row, m in zip(rows, report["measurements"], strict=True):
         assert (row["mode"], row["class"]) == (m["mode"], m["prompt_class"])
+        assert row["requests"] == str(len(m["records"]))  # no follow-up rounds in these recordings
         assert row["server tok/s"] == f"{m['server_decode_tokens_per_s']:.1f}"
         # The recorded runs agree to within 2 % (client 1 / mean TPOT vs vLLM's histogram).
         assert abs(float(row["diff %"].removesuffix(" %"))) < 2.0, row
@@ -113,10 +114,11 @@ def test_client_vs_server_figures() -> None:
          "records": [record(0.01, 0.2), record(0.03, 0.3), record(0.02, 0.5)]},
         {"mode": "no_spec", "prompt_class": "coding", "concurrency": 1, "server_decode_tokens_per_s": None,
          "records": [record(0.02, 0.1)]}]}
+    report["measurements"][0]["follow_up"] = "the backfire gate is undecided after 2 pairs"
     table = window_table(report)
     # client: 1 / mean(0.01, 0.03, 0.02) = 50 tok/s (not the mean of 100, 33.3, 50); +25 % vs 40.
-    assert re.search(r"ngram\s+coding\s+1\s+300\s+\S+\s+50\.0\s+40\.0\s+\+25\.00 %", table), table
-    assert re.search(r"no_spec\s+coding\s+1\s+100\s+\S+\s+50\.0\s+-\s+-", table), table
+    assert re.search(r"ngram\s+coding\s+1\s+3 \(follow-up\)\s+300\s+\S+\s+50\.0\s+40\.0\s+\+25\.00 %", table), table
+    assert re.search(r"no_spec\s+coding\s+1\s+1\s+100\s+\S+\s+50\.0\s+-\s+-", table), table
     assert "request_time_per_output_token_seconds histogram" in table
 
 
