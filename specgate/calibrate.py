@@ -8,7 +8,10 @@ prompt class (the levels in a seeded, shuffled order, so drift hits every level 
 rig's own protocol, and decides it with the rig's own gate code:
 
 - duet design: the candidate's window against the reference side of the same window (the A/B
-  throughput gate, ``gates.ratio_result``);
+  throughput gate, ``gates.ratio_result``). On a rig with ``follow_up_repeats`` a window is
+  looked at twice as the gate does: its first look decides a threshold unless the gate would call
+  it undecided there, and a window undecided at any of the table's thresholds gets the follow-up
+  rounds, so every column is still the gate's own rule at that threshold (repeated intervals);
 - sequential design: the candidate's window against the reference server's window of the same
   class from the next round: another server and another time, as a stored figure would be,
   with the rig's start noise added as the gate does.
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.config import Rig, Side
-from specgate.gates import match_samples
+from specgate.gates import match_samples, window_confidence
 from specgate.inject import ENV_FILE
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.paired import paired_ratio, start_spread
@@ -57,16 +60,32 @@ class WindowResult:
     n: int
     server_tpot_ratio: float | None  # candidate / reference server-side time per output token
     started: str
+    # two looks (the rig's follow_up_repeats): the first look's interval; ci_low/ci_high are the
+    # last look's (the same when no follow-up ran)
+    first_ci_low: float | None = None
+    first_ci_high: float | None = None
 
-    def fails(self, tolerance: float) -> bool:
-        return self.ci_high is not None and self.ci_high < 1.0 - tolerance
+    def fails(self, tolerance: float, margin: float = 0.05) -> bool:
+        """The gate fails at ``1 - tolerance``: at the first look when its interval lies below, or,
+        when the first look was undecided there, at the last."""
+        threshold = 1.0 - tolerance
+        if self.first_ci_high is not None and self.first_ci_low is not None and \
+                not first_look_undecided(self.first_ci_low, self.first_ci_high, threshold, margin):
+            return self.first_ci_high < threshold
+        return self.ci_high is not None and self.ci_high < threshold
+
+
+def first_look_undecided(lo: float, hi: float, threshold: float, margin: float) -> bool:
+    """The gate's "undecided" (specgate.paired._decide) for a same-mode comparison at ``threshold``."""
+    return lo < threshold <= hi and max(1.0 - lo, hi - 1.0) > margin
 
 
 def decide(candidate: ClassMeasurement, reference: ClassMeasurement, *, extra_log_spread: float = 0.0,
            confidence: float = 0.95) -> tuple[float, float | None, float | None, int]:
-    """The A/B throughput statistic (paired ratio and interval) of one window, as the gate takes it."""
+    """The A/B throughput statistic (paired ratio and interval) of one window, as the gate takes it
+    (on a window that may be looked at twice, with the repeated intervals' coverage)."""
     samples = match_samples(candidate, list(reference.timed_samples), list(reference.timed_samples.values()))
-    r = paired_ratio(samples.measured, samples.reference, threshold=1.0, confidence=confidence,
+    r = paired_ratio(samples.measured, samples.reference, threshold=1.0, confidence=window_confidence(confidence, candidate),
                      extra_log_spread=extra_log_spread)
     return r.ratio, r.ci_low, r.ci_high, r.n
 
@@ -86,7 +105,8 @@ def binomial_interval(k: int, n: int) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
-def summarize(results: Sequence[WindowResult], tolerances: Sequence[float]) -> list[dict[str, Any]]:
+def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], margin: float = 0.05
+              ) -> list[dict[str, Any]]:
     rows = []
     for design in sorted({r.design for r in results}):
         for level in sorted({r.level for r in results if r.design == design}):
@@ -99,8 +119,11 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float]) -> l
                 "median CI high": round(statistics.median(r.ci_high for r in group if r.ci_high), 3)
                 if any(r.ci_high for r in group) else "-",
             }
+            if any(r.first_ci_high is not None for r in group):
+                row["follow-ups"] = sum(r.first_ci_high is not None and (r.first_ci_low, r.first_ci_high) != (
+                    r.ci_low, r.ci_high) for r in group)
             for tol in tolerances:
-                k = sum(r.fails(tol) for r in group)
+                k = sum(r.fails(tol, margin) for r in group)
                 lo, hi = binomial_interval(k, len(group))
                 row[f"fail @ tol {tol * 100:g} %"] = f"{k}/{len(group)} ({lo * 100:.0f}-{hi * 100:.0f} %)"
             rows.append(row)
@@ -173,8 +196,21 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     concurrency = concurrency or rig.protocol.concurrency[0]
     gates = rig.gates
     sequential_spread = start_spread(gates.start_noise)
+    margin = gates.equivalence_margin
+    first_look: list[tuple[float | None, float | None]] = []  # the window being measured (one at a time)
+
+    def follow_up(first: ClassMeasurement) -> str | None:
+        """The follow-up rounds whenever the gate would want them at any of the table's thresholds."""
+        _, lo, hi, n = decide(first, first.partner, confidence=gates.confidence)
+        first_look[:] = [(lo, hi)]
+        open_at = [t for t in tolerances if lo is not None and hi is not None
+                   and first_look_undecided(lo, hi, 1.0 - t, margin)]
+        return (f"undecided at the first look ({n} pairs, {lo:.3f}-{hi:.3f}) at tolerance "
+                f"{', '.join(f'{t * 100:g} %' for t in open_at)}") if open_at else None
+
     measurer = Measurer(rig, progress=progress,
-                        telemetry=window_sampler(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES")))
+                        telemetry=window_sampler(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES")),
+                        follow_up=follow_up if rig.protocol.follow_up_repeats else None)
     results: list[WindowResult] = []
     windows_path = out / "windows.jsonl"
     started = dt.datetime.now().isoformat(timespec="seconds")
@@ -197,10 +233,11 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                     m = measurer.measure_duet(candidate, reference, mode, mode, prompt_class, concurrency,
                                               partner_side="reference")
                     assert m.partner is not None
-                    ratio, lo, hi, n = decide(m, m.partner)
+                    ratio, lo, hi, n = decide(m, m.partner, confidence=gates.confidence)
                     now = dt.datetime.now().isoformat(timespec="seconds")
+                    first_lo, first_hi = first_look.pop() if first_look else (None, None)
                     record = [WindowResult(round_index, level, prompt_class.name, "duet", ratio, lo, hi, n,
-                                           server_tpot_ratio(m, m.partner), now)]
+                                           server_tpot_ratio(m, m.partner), now, first_lo, first_hi)]
                     # sequential: earlier candidate windows of this class against this round's reference side
                     for earlier_round, earlier_level, earlier in pending_sequential.pop(prompt_class.name, []):
                         s_ratio, s_lo, s_hi, s_n = decide(earlier, m.partner, extra_log_spread=sequential_spread)
@@ -245,7 +282,7 @@ def load_windows(path: Path) -> list[WindowResult]:
 
 def write_outputs(rig: Rig, out: Path, results: Sequence[WindowResult], tolerances: Sequence[float],
                   meta: dict[str, Any]) -> Path:
-    rows = summarize(results, tolerances)
+    rows = summarize(results, tolerances, rig.gates.equivalence_margin)
     (out / "summary.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     plot_power(results, tolerances, out / "power.png")
     path = out / "calibration.md"

@@ -74,3 +74,20 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
     assert len(saved) == 1 and saved[0]["level"] == 0.0 and len(saved[0]["records"]) == 12
     assert len(saved[0]["partner"]["records"]) == 12
     assert saved[0]["telemetry"]["requests"] and "cpu_busy_pct" in saved[0]["telemetry"]["window"]
+
+
+
+def test_two_looks_follow_the_gates_rule_at_every_tolerance():
+    # First look 0.90-0.965, last look 0.925-0.945 (repeated intervals). At tolerance 2 % (0.98) the
+    # first look is decided (0.965 < 0.98: fails there); at 5 % (0.95) it is undecided (0.90 < 0.95
+    # <= 0.965, wider than the 5 % margin), so the last look decides: fails; at 10 % (0.90) the
+    # first look's lower end is at the threshold, "not slower": decided, passes, whatever came later.
+    r = WindowResult(0, 0.1, "coding", "duet", 0.935, 0.925, 0.945, 24, None, "t", first_ci_low=0.90,
+                     first_ci_high=0.965)
+    assert r.fails(0.02) and r.fails(0.05) and not r.fails(0.10)
+    # a first look that fails decides, even if the last look would not have
+    early = WindowResult(0, 0.1, "coding", "duet", 0.97, 0.95, 0.99, 24, None, "t", first_ci_low=0.92,
+                         first_ci_high=0.94)
+    assert early.fails(0.05)
+    (row,) = summarize([r, early], [0.05])
+    assert row["follow-ups"] == 2 and row["fail @ tol 5 %"].startswith("2/2")
