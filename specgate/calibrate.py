@@ -85,8 +85,8 @@ def decide(candidate: ClassMeasurement, reference: ClassMeasurement, *, extra_lo
     """The A/B throughput statistic (paired ratio and interval) of one window, as the gate takes it
     (on a window that may be looked at twice, with the repeated intervals' coverage)."""
     samples = match_samples(candidate, list(reference.timed_samples), list(reference.timed_samples.values()))
-    r = paired_ratio(samples.measured, samples.reference, threshold=1.0, confidence=window_confidence(confidence, candidate),
-                     extra_log_spread=extra_log_spread)
+    r = paired_ratio(samples.measured, samples.reference, threshold=1.0,
+                     confidence=window_confidence(confidence, candidate), extra_log_spread=extra_log_spread)
     return r.ratio, r.ci_low, r.ci_high, r.n
 
 
