@@ -116,3 +116,16 @@ def test_without_a_follow_up_rule_a_window_has_one_look(stand_in_rig):
     m = Measurer(rig).measure_duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
                                    rig.mode("ngram"), rig.mode("no_spec"), coding, 1)
     assert m.first_look_share is None and len(m.records) == rig.protocol.repeats * len(coding.prompts)
+
+
+def test_an_ab_window_follows_up_on_its_throughput_gate():
+    # An A/B window's partner is the same mode on the reference side; its gate is the throughput
+    # ratio against 1 - throughput_tolerance. Run C's explanatory pairs read as such a window (the
+    # two sides' pairs are real; which build they came from does not matter to the rule).
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    m = as_first_look(real_windows("c")["explanatory"])
+    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
+    strict = rig.model_copy(update={"gates": rig.gates.model_copy(update={"throughput_tolerance": 0.0})})
+    reason = follow_up_reason(strict, m)
+    assert reason is not None and reason.startswith("the throughput gate is undecided after 12 pairs")
+    assert follow_up_reason(rig, m) is None  # at the rig's 10 % it is decided at the first look
