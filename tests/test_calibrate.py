@@ -46,9 +46,12 @@ def test_outputs_render_again_from_windows_jsonl(tmp_path):
     assert (tmp_path / "power.png").stat().st_size > 1000
 
 
-def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatch):
+@pytest.mark.parametrize("follow_up", [False, True])
+def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatch, follow_up):
     """run_calibration end to end on two stand-in servers replaying a real recorded vLLM stream:
-    windows.jsonl, the requests of each window with their telemetry, and calibration.md."""
+    windows.jsonl, the requests of each window with their telemetry, and calibration.md. The
+    stand-ins' timings are whatever the event loop gives, so whether a first look is undecided is
+    set here: never (one look), or always (the follow-up rounds run and both looks are kept)."""
     import contextlib
     import gzip
 
@@ -57,8 +60,17 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
 
     root = Path(__file__).resolve().parent.parent
     rig = load_rig("cpu-smollm2", root / "fixtures")
-    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0, "settle_s": 0.0})})
+    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
+        "warmup_requests": 0, "settle_s": 0.0, "follow_up_repeats": 2 if follow_up else 0})})
     journal: list = []
+    real_decide = calibrate.decide
+
+    def decide(candidate, reference, **kwargs):  # the first look (12 pairs) always undecided at 5 %
+        ratio, lo, hi, n = real_decide(candidate, reference, **kwargs)
+        return (1.0, 0.90, 0.99, n) if n == 12 else (ratio, lo, hi, n)
+
+    if follow_up:
+        monkeypatch.setattr(calibrate, "decide", decide)
 
     @contextlib.contextmanager
     def stand_in(spec, progress=None):
@@ -68,11 +80,14 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
     monkeypatch.setattr(calibrate, "plot_power", lambda results, tolerances, path: path)  # drawn elsewhere
     path = calibrate.run_calibration(rig, tmp_path, rounds=1, levels=[0.0], classes=["coding"], progress=lambda _: None)
     windows = load_windows(tmp_path / "windows.jsonl")
-    assert path.exists() and [(w.level, w.design, w.n) for w in windows] == [(0.0, "duet", 12)]
+    pairs = 24 if follow_up else 12
+    assert path.exists() and [(w.level, w.design, w.n) for w in windows] == [(0.0, "duet", pairs)]
+    assert (windows[0].first_ci_low, windows[0].first_ci_high) == ((0.90, 0.99) if follow_up else (None, None))
     with gzip.open(tmp_path / "measurements.jsonl.gz", "rt") as handle:
         saved = [json.loads(line) for line in handle]
-    assert len(saved) == 1 and saved[0]["level"] == 0.0 and len(saved[0]["records"]) == 12
-    assert len(saved[0]["partner"]["records"]) == 12
+    assert len(saved) == 1 and saved[0]["level"] == 0.0 and len(saved[0]["records"]) == pairs
+    assert len(saved[0]["partner"]["records"]) == pairs
+    assert bool(saved[0]["follow_up"]) is follow_up
     assert saved[0]["telemetry"]["requests"] and "cpu_busy_pct" in saved[0]["telemetry"]["window"]
 
 
