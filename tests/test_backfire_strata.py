@@ -62,3 +62,23 @@ def test_the_message_names_the_statistic_and_its_degrees_of_freedom():
     assert "prompts as strata: mean of per-prompt log ratios, t interval from the repeats (6 prompts, 6 df)" \
         in result.message
     assert result.message.startswith("ngram on coding: faster: 1.206x no speculation")
+
+
+@pytest.mark.parametrize("run", ["f", "g"])
+def test_fresh_clone_runs_with_two_looks_decide_every_class_alike(run):
+    # Fresh-clone .ci/run runs of this stop's code on the quiet VM (docs/calibration/cpu-2026-12-01c):
+    # every window a first look of two (97.06 % intervals); none needed its follow-up. Replayed
+    # through the shipped gate, each gives the verdicts its run reported: five classes faster,
+    # explanatory equal within +-3.5 %.
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    path = ROOT / "docs" / "calibration" / "cpu-2026-12-01c" / f"run-{run}-report.json.gz"
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    reported = {g["prompt_class"]: g["details"] for g in data["gates"] if g["gate"] == "backfire"}
+    for m in (ClassMeasurement.from_dict(d) for d in data["measurements"] if d["mode"] == "ngram"):
+        assert m.first_look_share == 0.5 and m.follow_up is None
+        details = check_backfire(rig, m, m.partner).details
+        assert details["verdict"] == reported[m.prompt_class]["verdict"]
+        assert details["ratio"] == pytest.approx(reported[m.prompt_class]["ratio"])
+        assert details["confidence"] == pytest.approx(0.9706, abs=1e-4)
+        expected = "equal" if m.prompt_class == "explanatory" else "faster"
+        assert details["verdict"] == expected and (expected == "faster" or details["equal_within"] < 0.036)
