@@ -187,6 +187,11 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     from specgate.server import VLLMServer, spec_for_mode
 
     out.mkdir(parents=True, exist_ok=True)
+    for kept in ("windows.jsonl", "measurements.jsonl.gz"):
+        if (out / kept).exists() and (out / kept).stat().st_size:
+            # appending would mix two calibrations' windows in one file (the tables are per run)
+            raise ValueError(f"{out / kept} already holds another calibration's windows: give a new --out "
+                             "(or render that one again with --render)")
     mode = rig.mode(mode_name or rig.reference_mode)
     prompt_classes = [c for c in rig.prompt_classes if classes is None or c.name in classes]
     if not prompt_classes:

@@ -106,3 +106,13 @@ def test_two_looks_follow_the_gates_rule_at_every_tolerance():
     assert early.fails(0.05)
     (row,) = summarize([r, early], [0.05])
     assert row["follow-ups"] == 2 and row["fail @ tol 5 %"].startswith("2/2")
+
+
+def test_a_calibration_never_appends_to_another_ones_windows(tmp_path):
+    from specgate import calibrate
+
+    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parent.parent / "fixtures")
+    (tmp_path / "windows.jsonl").write_text(json.dumps(window(0.0, 1.01).__dict__) + "\n")
+    with pytest.raises(ValueError, match=r"windows\.jsonl already holds another calibration's windows: give a new --out"):
+        calibrate.run_calibration(rig, tmp_path, rounds=1, levels=[0.0], progress=lambda _: None)
+    assert len((tmp_path / "windows.jsonl").read_text().splitlines()) == 1  # untouched
