@@ -113,6 +113,6 @@ def test_a_calibration_never_appends_to_another_ones_windows(tmp_path):
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parent.parent / "fixtures")
     (tmp_path / "windows.jsonl").write_text(json.dumps(window(0.0, 1.01).__dict__) + "\n")
-    with pytest.raises(ValueError, match=r"windows\.jsonl already holds another calibration's windows: give a new --out"):
+    with pytest.raises(ValueError, match=r"windows\.jsonl already holds another calibration's windows"):
         calibrate.run_calibration(rig, tmp_path, rounds=1, levels=[0.0], progress=lambda _: None)
     assert len((tmp_path / "windows.jsonl").read_text().splitlines()) == 1  # untouched
