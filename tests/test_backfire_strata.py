@@ -82,3 +82,20 @@ def test_fresh_clone_runs_with_two_looks_decide_every_class_alike(run):
         assert details["confidence"] == pytest.approx(0.9706, abs=1e-4)
         expected = "equal" if m.prompt_class == "explanatory" else "faster"
         assert details["verdict"] == expected and (expected == "faster" or details["equal_within"] <= 0.05)
+
+
+def test_the_fourth_run_followed_up_on_explanatory_and_called_it_faster():
+    # Run I (c19f400): explanatory's first look 1.044 (0.997-1.093) was undecided, the follow-up ran
+    # (24 pairs), and the second look said faster, 1.036 (1.010-1.062): 6.2 % from 1, outside the
+    # 5 % margin. At break-even the verdict still follows the session (F-H: equal).
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    path = ROOT / "docs" / "calibration" / "cpu-2026-12-01c" / "run-i-report.json.gz"
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    windows = {d["prompt_class"]: ClassMeasurement.from_dict(d) for d in data["measurements"] if d["mode"] == "ngram"}
+    followed = {c for c, m in windows.items() if m.follow_up}
+    assert followed == {"explanatory"} and "undecided after 12 pairs: 1.044x" in windows["explanatory"].follow_up
+    verdicts = {c: check_backfire(rig, m, m.partner).details for c, m in windows.items()}
+    assert {c: d["verdict"] for c, d in verdicts.items()} == dict.fromkeys(windows, "faster")
+    explanatory = verdicts["explanatory"]
+    assert explanatory["n"] == 24 and round(explanatory["ratio"], 3) == 1.036
+    assert "second look, after follow-up rounds" in explanatory["design"]
