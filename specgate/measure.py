@@ -363,24 +363,25 @@ class Measurer:
             result.partner, result.pairs = _with_telemetry(sampler, windows["partner"]), list(pairs)
             return result
 
+        def snapshot() -> dict[str, Any]:
+            return {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
+
         extra = protocol.follow_up_repeats if self.follow_up is not None else 0
         share = protocol.repeats / (protocol.repeats + extra) if extra else None
-        before = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
+        before = snapshot()
         started = on_done.restart()
         reason = None
         with self._telemetry([subject, partner]) as sampler:
             run_rounds(one_round, protocol.repeats)
             if extra and self.follow_up is not None:
                 wall_s = time.monotonic() - started
-                first_look = assemble({side: asyncio.run(self._metrics(server)) for side, server in servers.items()},
-                                      wall_s, None)
+                first_look = assemble(snapshot(), wall_s, None)
                 if (reason := self.follow_up(first_look)) is not None:
                     on_done.total += 2 * extra * len(prompt_class.prompts)
                     self.progress(f"{label}: {extra} follow-up round(s): {reason}")
                     loop_rounds(one_round, extra)  # pytest-benchmark's rounds are the planned ones
         wall_s = time.monotonic() - started
-        after = {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
-        result = assemble(after, wall_s, sampler)
+        result = assemble(snapshot(), wall_s, sampler)
         result.follow_up = result.partner.follow_up = reason
         return result
 
