@@ -26,9 +26,11 @@ fails iff its interval's upper end is below it, and the interval does not depend
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gzip
 import json
+import math
 import os
 import random
 import statistics
@@ -64,15 +66,20 @@ class WindowResult:
     # last look's (the same when no follow-up ran)
     first_ci_low: float | None = None
     first_ci_high: float | None = None
+    start: int = 0  # which start of the two servers measured it (--fresh-servers: one per round)
+
+    def deciding_high(self, tolerance: float, margin: float = 0.05) -> float | None:
+        """The upper end of the interval that decides the gate at ``1 - tolerance``: the first
+        look's unless the gate called that undecided there, then the last look's."""
+        if self.first_ci_high is not None and self.first_ci_low is not None and \
+                not first_look_undecided(self.first_ci_low, self.first_ci_high, 1.0 - tolerance, margin):
+            return self.first_ci_high
+        return self.ci_high
 
     def fails(self, tolerance: float, margin: float = 0.05) -> bool:
-        """The gate fails at ``1 - tolerance``: at the first look when its interval lies below, or,
-        when the first look was undecided there, at the last."""
-        threshold = 1.0 - tolerance
-        if self.first_ci_high is not None and self.first_ci_low is not None and \
-                not first_look_undecided(self.first_ci_low, self.first_ci_high, threshold, margin):
-            return self.first_ci_high < threshold
-        return self.ci_high is not None and self.ci_high < threshold
+        """The gate fails at ``1 - tolerance`` when the deciding interval lies wholly below it."""
+        high = self.deciding_high(tolerance, margin)
+        return high is not None and high < 1.0 - tolerance
 
 
 def first_look_undecided(lo: float, hi: float, threshold: float, margin: float) -> bool:
@@ -105,8 +112,33 @@ def binomial_interval(k: int, n: int) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
-def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], margin: float = 0.05
-              ) -> list[dict[str, Any]]:
+def normal_model_rate(group: Sequence[WindowResult], tolerance: float, margin: float = 0.05,
+                      confidence: float = 0.95) -> tuple[float, float] | None:
+    """The gate's failure rate at ``1 - tolerance`` under a normal model of the deciding upper end
+    (log scale) across windows: (estimate, conservative bound). Zero failures in n windows can only
+    show a rate below ~3/n; the model extrapolates from how far the windows' upper ends sat from the
+    threshold and how much they spread. The bound takes the mean at its one-sided t bound towards
+    the threshold and the SD at its one-sided chi-square upper bound (each at ``confidence``), so
+    for an A/A it is an upper bound on false alarms, for a real slowdown a lower bound on the
+    detection rate. It holds only as far as the windows are independent (one server start each:
+    --fresh-servers) and their tails normal; a hiccup-heavy window is the risk it does not see."""
+    from scipy import stats as scipy_stats
+
+    highs = [math.log(h) for r in group if (h := r.deciding_high(tolerance, margin))]
+    if len(highs) < 5:
+        return None
+    n, threshold = len(highs), math.log(1.0 - tolerance)
+    mean, sd = statistics.fmean(highs), statistics.stdev(highs)
+    sd_high = sd * math.sqrt((n - 1) / scipy_stats.chi2.ppf(1 - confidence, n - 1))
+    step = scipy_stats.t.ppf(confidence, n - 1) * sd / math.sqrt(n)
+    mean_bound = mean - step if mean > threshold else mean + step  # towards the threshold: worse either way
+    estimate = float(scipy_stats.norm.cdf((threshold - mean) / sd)) if sd > 0 else float(mean < threshold)
+    bound = float(scipy_stats.norm.cdf((threshold - mean_bound) / sd_high)) if sd > 0 else estimate
+    return estimate, bound
+
+
+def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], margin: float = 0.05,
+              shipped: float | None = None) -> list[dict[str, Any]]:
     rows = []
     for design in sorted({r.design for r in results}):
         for level in sorted({r.level for r in results if r.design == design}):
@@ -118,6 +150,7 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], marg
                 "server TPOT x": (f"{statistics.median(tpot):.3f} ({min(tpot):.3f}-{max(tpot):.3f})" if tpot else "-"),
                 "median CI high": round(statistics.median(r.ci_high for r in group if r.ci_high), 3)
                 if any(r.ci_high for r in group) else "-",
+                "server starts": len({r.start for r in group}) if design == "duet" else "-",
             }
             if any(r.first_ci_high is not None for r in group):
                 row["follow-ups"] = sum(r.first_ci_high is not None and (r.first_ci_low, r.first_ci_high) != (
@@ -126,6 +159,11 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], marg
                 k = sum(r.fails(tol, margin) for r in group)
                 lo, hi = binomial_interval(k, len(group))
                 row[f"fail @ tol {tol * 100:g} %"] = f"{k}/{len(group)} ({lo * 100:.0f}-{hi * 100:.0f} %)"
+            if shipped is not None and design == "duet":
+                model = normal_model_rate(group, shipped, margin)
+                row[f"normal model @ {shipped * 100:g} %"] = "-" if model is None else (
+                    f"{model[0] * 100:.2g} % (<= {model[1] * 100:.2g} %)" if level == 0
+                    else f"{model[0] * 100:.3g} % (>= {model[1] * 100:.3g} %)")
             rows.append(row)
     return rows
 
@@ -136,12 +174,18 @@ def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) 
     head = (f"# Calibration of rig {rig.name}\n\n"
             f"{meta['started']} to {meta['finished']}; mode {meta['mode']}; classes {', '.join(meta['classes'])}; "
             f"{meta['rounds']} round(s); protocol: {rig.protocol.repeats} repeat(s) x prompts per class, "
-            f"max_tokens {rig.protocol.max_tokens}, concurrency {meta['concurrency']}; machine: {meta['machine']}.\n\n"
+            f"max_tokens {rig.protocol.max_tokens}, concurrency {meta['concurrency']}; machine: {meta['machine']}; "
+            + ("both servers started again for every round" if meta.get("fresh_servers")
+               else "one start of both servers") + ".\n\n"
             "Injected slowdown: specgate.inject lengthens every engine step of the candidate server by that "
             "fraction of the step's own duration. `server TPOT x`: vLLM's own time per output token, candidate "
             "over reference, median (range) over the windows: what the injection really did. `fail @ tol t`: "
             "windows whose ratio interval lies wholly below 1 - t (at 0 % these are false alarms, otherwise "
-            "detections), with the exact 95 % binomial interval of the rate.\n\n")
+            "detections), with the exact 95 % binomial interval of the rate. `normal model @ t`: at the rig's "
+            "shipped tolerance, the rate a normal model of the windows' deciding upper ends (log scale) gives, "
+            "with its conservative bound (mean and SD each at their one-sided 95 % bounds; an upper bound on "
+            "false alarms, a lower bound on detection; specgate.calibrate.normal_model_rate): an extrapolation "
+            "that is only as good as the windows are independent (`server starts`) and their tails normal.\n\n")
     return head + tabulate(rows, headers="keys", tablefmt="github") + "\n"
 
 
@@ -182,8 +226,10 @@ def plot_power(results: Sequence[WindowResult], tolerances: Sequence[float], pat
 def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds: int = 3,
                     levels: Sequence[float] = DEFAULT_LEVELS, classes: Sequence[str] | None = None,
                     tolerances: Sequence[float] = DEFAULT_TOLERANCES, concurrency: int | None = None,
-                    seed: int = 0, progress: Callable[[str], None] = print) -> Path:
-    """Start the two servers, measure every window, write the outputs; returns calibration.md."""
+                    seed: int = 0, fresh_servers: bool = False, progress: Callable[[str], None] = print) -> Path:
+    """Start the two servers, measure every window, write the outputs; returns calibration.md.
+    ``fresh_servers``: start both servers again for every round, so each round's windows sample a
+    new start offset, as separate CI runs would (without it every window shares one start)."""
     from specgate.server import VLLMServer, spec_for_mode
 
     out.mkdir(parents=True, exist_ok=True)
@@ -225,9 +271,17 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     last_reference: dict[str, ClassMeasurement] = {}
     pending_sequential: dict[str, list[tuple[int, float, ClassMeasurement]]] = {}
     rng = random.Random(seed)
-    with VLLMServer(reference_spec, progress=progress) as reference, \
-            VLLMServer(candidate_spec, progress=progress) as candidate:
+    with contextlib.ExitStack() as servers:
+        start = -1
         for round_index in range(rounds):
+            if start < 0 or fresh_servers:
+                servers.close()  # one after the other: the previous pair stops before the next starts
+                start += 1
+                if start:
+                    progress(f"calibration round {round_index + 1}/{rounds}: starting both servers again "
+                             f"(start {start + 1})")
+                reference = servers.enter_context(VLLMServer(reference_spec, progress=progress))
+                candidate = servers.enter_context(VLLMServer(candidate_spec, progress=progress))
             order = list(levels)
             rng.shuffle(order)
             for level in order:
@@ -242,12 +296,12 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                     now = dt.datetime.now().isoformat(timespec="seconds")
                     first_lo, first_hi = first_look.pop() if first_look else (None, None)
                     record = [WindowResult(round_index, level, prompt_class.name, "duet", ratio, lo, hi, n,
-                                           server_tpot_ratio(m, m.partner), now, first_lo, first_hi)]
+                                           server_tpot_ratio(m, m.partner), now, first_lo, first_hi, start)]
                     # sequential: earlier candidate windows of this class against this round's reference side
                     for earlier_round, earlier_level, earlier in pending_sequential.pop(prompt_class.name, []):
                         s_ratio, s_lo, s_hi, s_n = decide(earlier, m.partner, extra_log_spread=sequential_spread)
                         record.append(WindowResult(earlier_round, earlier_level, prompt_class.name, "sequential",
-                                                   s_ratio, s_lo, s_hi, s_n, None, now))
+                                                   s_ratio, s_lo, s_hi, s_n, None, now, start=start))
                     pending_sequential.setdefault(prompt_class.name, []).append((round_index, level, m))
                     last_reference[prompt_class.name] = m.partner
                     with windows_path.open("a") as handle:
@@ -264,7 +318,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     return write_outputs(rig, out, results, tolerances, {
         "started": started, "finished": dt.datetime.now().isoformat(timespec="seconds"), "mode": mode.name,
         "classes": [c.name for c in prompt_classes], "rounds": rounds, "concurrency": concurrency,
-        "machine": machine_line()})
+        "machine": machine_line(), "fresh_servers": fresh_servers})
 
 
 def machine_line() -> str:
@@ -287,7 +341,7 @@ def load_windows(path: Path) -> list[WindowResult]:
 
 def write_outputs(rig: Rig, out: Path, results: Sequence[WindowResult], tolerances: Sequence[float],
                   meta: dict[str, Any]) -> Path:
-    rows = summarize(results, tolerances, rig.gates.equivalence_margin)
+    rows = summarize(results, tolerances, rig.gates.equivalence_margin, shipped=rig.gates.throughput_tolerance)
     (out / "summary.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     plot_power(results, tolerances, out / "power.png")
     path = out / "calibration.md"

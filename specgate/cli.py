@@ -43,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
                      help="injected slowdowns, comma-separated fractions (0 is the A/A)")
     cal.add_argument("--classes", default=None, help="comma-separated subset of the rig's prompt classes")
     cal.add_argument("--out", type=Path, default=None, help="default: .specgate/calibration/<time>-<rig>")
+    cal.add_argument("--fresh-servers", action="store_true",
+                     help="start both servers again for every round, so windows sample start offsets as "
+                          "separate runs do (without it every window shares one start)")
+    cal.add_argument("--tolerances", default=None,
+                     help="comma-separated tolerances for the table (default 0.02,0.03,0.05,0.10); a window "
+                          "undecided at any of them gets the rig's follow-up rounds")
     cal.add_argument("--render", type=Path, default=None, metavar="DIR",
                      help="only render calibration.md and power.png again from DIR/windows.jsonl")
     e3 = sub.add_parser("train-eagle3", help="train an EAGLE-3 draft head for the target on text it generates "
@@ -271,6 +277,10 @@ def calibrate(args: argparse.Namespace) -> int:
     try:
         rig = load_rig(args.rig, root / "fixtures")
         levels = [float(v) for v in args.levels.split(",") if v.strip()]
+        tolerances = [float(v) for v in args.tolerances.split(",") if v.strip()] if args.tolerances \
+            else list(cal.DEFAULT_TOLERANCES)
+        if not tolerances or any(not 0 < t < 1 for t in tolerances):
+            raise ValueError(f"--tolerances {args.tolerances!r}: give fractions between 0 and 1, e.g. 0.05")
     except (SpecgateError, ValueError) as exc:
         print(f"specgate calibrate: {exc}", file=sys.stderr)
         return 2
@@ -283,7 +293,7 @@ def calibrate(args: argparse.Namespace) -> int:
             args.render / "summary.json").exists() else {"started": "?", "finished": "?", "mode": "?",
                                                           "classes": [], "rounds": "?", "concurrency": "?",
                                                           "machine": "?"}
-        print(cal.write_outputs(rig, args.render, cal.load_windows(windows), cal.DEFAULT_TOLERANCES, meta))
+        print(cal.write_outputs(rig, args.render, cal.load_windows(windows), tolerances, meta))
         return 0
     if rig.tier == "cpu":
         from specgate.model_prep import prepare_model
@@ -293,6 +303,7 @@ def calibrate(args: argparse.Namespace) -> int:
     try:
         path = cal.run_calibration(rig, out, mode_name=args.mode, rounds=args.rounds, levels=levels,
                                    classes=args.classes.split(",") if args.classes else None,
+                                   tolerances=tolerances, fresh_servers=args.fresh_servers,
                                    progress=lambda line: print(f"[specgate] {line}", flush=True))
     except (SpecgateError, ValueError) as exc:
         print(f"specgate calibrate: {exc} (windows measured so far: {out / 'windows.jsonl'})", file=sys.stderr)
