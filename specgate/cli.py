@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="instead: write a Llama-3-8B-shaped folder without weights (for --load-format "
                            "dummy) into OUT, with the tokenizer of --source")
     prep.add_argument("--dummy-llama8b-draft", type=Path, default=None, metavar="OUT",
-                      help="instead: the same shape cut to 4 layers (the GPU-bound rig's draft model)")
+                      help="instead: the same shape cut to --draft-layers layers (the GPU-bound rig's draft model)")
+    prep.add_argument("--draft-layers", type=int, default=4, metavar="N",
+                      help="with --dummy-llama8b-draft: the draft's layers, 1-32 (default 4)")
     prep.add_argument("--source", type=Path, default=None, help="with --dummy-llama8b*: the SmolLM2 folder "
                       "(default: the converted model in the cache)")
     run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
@@ -93,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.dummy_llama8b is not None or args.dummy_llama8b_draft is not None:
                 from specgate.config import default_model_cache
 
+                if not 1 <= args.draft_layers <= LLAMA8B_SHAPE["num_hidden_layers"]:
+                    raise SpecgateError(f"--draft-layers {args.draft_layers}: a draft of the 8B shape has 1 to "
+                                        f"{LLAMA8B_SHAPE['num_hidden_layers']} layers")
                 source = args.source or (args.cache or default_model_cache()) / MODEL_DIR_NAME
-                wanted = ((args.dummy_llama8b, LLAMA8B_SHAPE), (args.dummy_llama8b_draft, LLAMA8B_DRAFT_SHAPE))
+                draft_shape = {**LLAMA8B_DRAFT_SHAPE, "num_hidden_layers": args.draft_layers}
+                wanted = ((args.dummy_llama8b, LLAMA8B_SHAPE), (args.dummy_llama8b_draft, draft_shape))
                 for out, shape in wanted:
                     if out is not None:
                         written = write_dummy_llama(source, out, shape)

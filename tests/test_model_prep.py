@@ -80,3 +80,17 @@ def test_prepare_model_writes_the_target_and_its_4_layer_draft_of_one_vocabulary
         k: v for k, v in target_config.items() if k not in ("num_hidden_layers", "_specgate")}
     assert not list(draft.glob("*.safetensors"))
     assert "(4 layers) written" in capsys.readouterr().out
+
+
+def test_prepare_model_writes_a_deeper_draft_and_refuses_an_impossible_depth(smollm2, tmp_path, capsys):
+    from specgate.cli import main
+
+    draft = tmp_path / "llama8b-dummy-draft16l"
+    assert main(["prepare-model", "--dummy-llama8b-draft", str(draft), "--draft-layers", "16",
+                 "--source", str(smollm2)]) == 0
+    config = json.loads((draft / "config.json").read_text())
+    assert config["num_hidden_layers"] == 16 and config["hidden_size"] == LLAMA8B_SHAPE["hidden_size"]
+    assert "(16 layers) written" in capsys.readouterr().out
+    assert main(["prepare-model", "--dummy-llama8b-draft", str(tmp_path / "x"), "--draft-layers", "33",
+                 "--source", str(smollm2)]) == 1
+    assert "--draft-layers 33" in capsys.readouterr().err and not (tmp_path / "x").exists()
