@@ -10,8 +10,8 @@
 #   .gpu-lab/extra/pkg; the image has aiohttp), and declares
 #   specgate's vLLM plugin (the slowdown injector, specgate/inject.py), since
 #   specgate is on PYTHONPATH, not installed, and vLLM finds plugins through entry points;
-# - /root/models/llama8b-dummy, llama8b-dummy-draft4l and -draft16l: the GPU-bound rig's Llama-3-8B-shaped
-#   model and its 4- and 16-layer drafts, config and SmolLM2's tokenizer only (vLLM fills the weights with
+# - /root/models/llama8b-dummy and llama8b-dummy-draft4l: the GPU-bound rig's Llama-3-8B-shaped model
+#   and its 4-layer draft, config and SmolLM2's tokenizer only (vLLM fills the weights with
 #   --load-format dummy);
 # - prints what the lab machine is (versions, GPU clocks and limits, the telemetry readers found) and
 #   keeps it in /root/runs/lab-machine.txt (copied to $OUT when set).
@@ -36,10 +36,6 @@ if [ ! -f /root/models/llama8b-dummy/config.json ] || [ ! -f /root/models/llama8
     echo "gpu-lab-prepare: /root/models/smollm2-135m is missing: stage the kit first (device-setup.sh)" >&2; exit 1; }
   python3 -m specgate prepare-model --dummy-llama8b /root/models/llama8b-dummy \
     --dummy-llama8b-draft /root/models/llama8b-dummy-draft4l --source /root/models/smollm2-135m
-fi
-if [ ! -f /root/models/llama8b-dummy-draft16l/config.json ]; then
-  python3 -m specgate prepare-model --dummy-llama8b-draft /root/models/llama8b-dummy-draft16l --draft-layers 16 \
-    --source /root/models/smollm2-135m
 fi
 # The EAGLE-3 backfire fixture (random weights, valid config; seconds), for h200-smollm2-eagle3.
 if [ ! -f /root/models/smollm2-135m-eagle3-untrained/config.json ]; then
@@ -66,6 +62,6 @@ with t:
     pass
 print("telemetry readers:", t.sources, "; one sample:", t.samples[-1][1])
 PY
-  ls -la /root/models/llama8b-dummy /root/models/llama8b-dummy-draft4l /root/models/llama8b-dummy-draft16l
+  ls -la /root/models/llama8b-dummy /root/models/llama8b-dummy-draft4l
 } 2>&1 | tee /root/runs/lab-machine.txt
 if [ -n "${OUT:-}" ]; then cp /root/runs/lab-machine.txt "$OUT/"; fi
