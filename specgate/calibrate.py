@@ -137,6 +137,11 @@ def normal_model_rate(group: Sequence[WindowResult], tolerance: float, margin: f
     return estimate, bound
 
 
+def _rate(p: float) -> str:
+    percent = p * 100
+    return "< 0.001 %" if percent < 0.001 else "> 99.999 %" if percent > 99.999 else f"{percent:.4g} %"
+
+
 def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], margin: float = 0.05,
               shipped: float | None = None) -> list[dict[str, Any]]:
     rows = []
@@ -162,8 +167,8 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], marg
             if shipped is not None and design == "duet":
                 model = normal_model_rate(group, shipped, margin)
                 row[f"normal model @ {shipped * 100:g} %"] = "-" if model is None else (
-                    f"{model[0] * 100:.2g} % (<= {model[1] * 100:.2g} %)" if level == 0
-                    else f"{model[0] * 100:.3g} % (>= {model[1] * 100:.3g} %)")
+                    f"{_rate(model[0])} (<= {_rate(model[1])})" if level == 0
+                    else f"{_rate(model[0])} (>= {_rate(model[1])})")
             rows.append(row)
     return rows
 

@@ -72,9 +72,13 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
     if follow_up:
         monkeypatch.setattr(calibrate, "decide", decide)
 
+    starts: list[str] = []
+
     @contextlib.contextmanager
     def stand_in(spec, progress=None):
+        starts.append(spec.label)
         yield StandInServer("ngram", journal)  # same recorded stream on both sides: an A/A
+        starts.append(f"stop {spec.label}")
 
     monkeypatch.setattr(server, "VLLMServer", stand_in)
     monkeypatch.setattr(calibrate, "plot_power", lambda results, tolerances, path: path)  # drawn elsewhere
@@ -82,6 +86,7 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
     windows = load_windows(tmp_path / "windows.jsonl")
     pairs = 24 if follow_up else 12
     assert path.exists() and [(w.level, w.design, w.n) for w in windows] == [(0.0, "duet", pairs)]
+    assert len(starts) == 4  # one start of each server for the whole calibration
     assert (windows[0].first_ci_low, windows[0].first_ci_high) == ((0.90, 0.99) if follow_up else (None, None))
     with gzip.open(tmp_path / "measurements.jsonl.gz", "rt") as handle:
         saved = [json.loads(line) for line in handle]
@@ -116,3 +121,83 @@ def test_a_calibration_never_appends_to_another_ones_windows(tmp_path):
     with pytest.raises(ValueError, match=r"windows\.jsonl already holds another calibration's windows"):
         calibrate.run_calibration(rig, tmp_path, rounds=1, levels=[0.0], progress=lambda _: None)
     assert len((tmp_path / "windows.jsonl").read_text().splitlines()) == 1  # untouched
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkeypatch, fresh):
+    """--fresh-servers: each round's windows come from their own start of both servers (the
+    previous pair stopped first, one server after the other), and say which start measured them."""
+    import contextlib
+
+    from specgate import calibrate, server
+    from tests.test_duet_window import StandInServer
+
+    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parent.parent / "fixtures")
+    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
+        "warmup_requests": 0, "settle_s": 0.0, "follow_up_repeats": 0})})
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def stand_in(spec, progress=None):
+        events.append(f"start {spec.label}")
+        yield StandInServer("no_spec", [])  # a recorded no-speculation server: the mode both sides run
+        events.append(f"stop {spec.label}")
+
+    monkeypatch.setattr(server, "VLLMServer", stand_in)
+    monkeypatch.setattr(calibrate, "plot_power", lambda results, tolerances, path: path)
+    calibrate.run_calibration(rig, tmp_path, rounds=2, levels=[0.0], classes=["coding"], fresh_servers=fresh,
+                              progress=lambda _: None)
+    duets = [w for w in load_windows(tmp_path / "windows.jsonl") if w.design == "duet"]
+    pair = ["start no_spec@reference", "start no_spec@candidate", "stop no_spec@candidate", "stop no_spec@reference"]
+    if fresh:
+        assert events == pair + pair and [w.start for w in duets] == [0, 1]
+    else:
+        assert events == pair and [w.start for w in duets] == [0, 0]
+    meta = json.loads((tmp_path / "summary.json").read_text())
+    assert meta["meta"]["fresh_servers"] is fresh
+    (row,) = [r for r in meta["rows"] if r["design"] == "duet"]
+    assert row["server starts"] == (2 if fresh else 1)
+
+
+def test_the_normal_model_extrapolates_from_how_far_the_upper_ends_sit_from_the_threshold():
+    from specgate.calibrate import normal_model_rate
+
+    def windows(highs, level=0.0):
+        return [WindowResult(i, level, "coding", "duet", h - 0.02, h - 0.04, h, 12, None, "t", start=i)
+                for i, h in enumerate(highs)]
+
+    # A/A: upper ends 1.00-1.04, far above 0.95 against their spread: a tiny rate, bounded above.
+    aa = windows([1.00, 1.01, 1.02, 1.03, 1.04, 1.02, 1.01, 1.03])
+    estimate, bound = normal_model_rate(aa, 0.05)
+    assert 0 <= estimate < bound < 0.01
+    # More windows with the same spread tighten the bound (mean and SD known better).
+    _, bound16 = normal_model_rate(windows([1.00, 1.01, 1.02, 1.03, 1.04, 1.02, 1.01, 1.03] * 2), 0.05)
+    assert bound16 < bound
+    # A real 10 % slowdown: upper ends ~0.91-0.93, below 0.95: detection near certain, bounded below.
+    slow = windows([0.91, 0.92, 0.93, 0.915, 0.925, 0.92], level=0.1)
+    estimate, bound = normal_model_rate(slow, 0.05)
+    assert 0.9 < bound < estimate <= 1.0
+    # Upper ends straddling the threshold: about half fail, and the model says so.
+    half = windows([0.94, 0.96, 0.945, 0.955, 0.95, 0.94, 0.96])
+    assert 0.3 < normal_model_rate(half, 0.05)[0] < 0.7
+    assert normal_model_rate(aa[:4], 0.05) is None  # too few windows to fit a spread
+    # It uses the interval that decides: a first look decided at 0.95 keeps its own upper end.
+    decided = [WindowResult(i, 0.0, "coding", "duet", 1.0, 0.97, 1.01, 24, None, "t", first_ci_low=0.96,
+                            first_ci_high=1.02 + i / 100, start=i) for i in range(6)]
+    assert [w.deciding_high(0.05) for w in decided] == [1.02 + i / 100 for i in range(6)]
+
+
+def test_the_table_shows_server_starts_and_the_normal_model_at_the_shipped_tolerance():
+    results = [WindowResult(i, 0.0, "coding", "duet", 1.0, 0.97, 1.02 + i / 200, 12, 1.0, "t", start=i)
+               for i in range(6)] + [window(0.0, 1.2, design="sequential")]
+    rows = {row["design"]: row for row in summarize(results, [0.05], shipped=0.05)}
+    assert rows["duet"]["server starts"] == 6
+    assert rows["duet"]["normal model @ 5 %"].startswith(("0", "<")) and "(<= " in rows["duet"]["normal model @ 5 %"]
+    assert rows["sequential"]["server starts"] == "-" and "normal model @ 5 %" not in rows["sequential"]
+
+
+def test_calibrate_refuses_tolerances_that_are_not_fractions(capsys):
+    from specgate.cli import main
+
+    assert main(["calibrate", "--tolerances", "5"]) == 2
+    assert "--tolerances '5'" in capsys.readouterr().err
