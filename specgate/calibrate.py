@@ -270,9 +270,6 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     results: list[WindowResult] = []
     windows_path = out / "windows.jsonl"
     started = dt.datetime.now().isoformat(timespec="seconds")
-    reference_spec = spec_for_mode(rig, mode, log_dir=out, side=Side(), side_name="reference")
-    candidate_spec = spec_for_mode(rig, mode, log_dir=out, side=Side(env={ENV_FILE: str(level_file)}),
-                                   side_name="candidate")
     last_reference: dict[str, ClassMeasurement] = {}
     pending_sequential: dict[str, list[tuple[int, float, ClassMeasurement]]] = {}
     rng = random.Random(seed)
@@ -285,6 +282,11 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                 if start:
                     progress(f"calibration round {round_index + 1}/{rounds}: starting both servers again "
                              f"(start {start + 1})")
+                # each start's server logs kept (servers-2/, ...): what a slow start looked like
+                log_dir = out / f"servers-{start + 1}" if start else out
+                reference_spec = spec_for_mode(rig, mode, log_dir=log_dir, side=Side(), side_name="reference")
+                candidate_spec = spec_for_mode(rig, mode, log_dir=log_dir, side=Side(env={ENV_FILE: str(level_file)}),
+                                               side_name="candidate")
                 reference = servers.enter_context(VLLMServer(reference_spec, progress=progress))
                 candidate = servers.enter_context(VLLMServer(candidate_spec, progress=progress))
             order = list(levels)

@@ -136,10 +136,12 @@ def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkey
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
         "warmup_requests": 0, "settle_s": 0.0, "follow_up_repeats": 0})})
     events: list[str] = []
+    logs: list[str] = []
 
     @contextlib.contextmanager
     def stand_in(spec, progress=None):
         events.append(f"start {spec.label}")
+        logs.append(spec.log_path.relative_to(tmp_path).as_posix())
         yield StandInServer("no_spec", [])  # a recorded no-speculation server: the mode both sides run
         events.append(f"stop {spec.label}")
 
@@ -151,6 +153,8 @@ def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkey
     pair = ["start no_spec@reference", "start no_spec@candidate", "stop no_spec@candidate", "stop no_spec@reference"]
     if fresh:
         assert events == pair + pair and [w.start for w in duets] == [0, 1]
+        assert logs == ["server-no_spec-reference.log", "server-no_spec-candidate.log",
+                        "servers-2/server-no_spec-reference.log", "servers-2/server-no_spec-candidate.log"]
     else:
         assert events == pair and [w.start for w in duets] == [0, 0]
     meta = json.loads((tmp_path / "summary.json").read_text())
