@@ -20,8 +20,14 @@ Level 0 is the A/A (nothing changed): its failures are false alarms. Every windo
 ``windows.jsonl`` as it finishes (an interrupted calibration keeps what it measured); the end
 writes ``calibration.md`` (the table, per design and threshold: false alarms and detection rate
 with exact binomial intervals, and the injector's own measured effect on vLLM's server-side time
-per output token) and ``power.png``. A thresholds' column is exact for any threshold: a window
-fails iff its interval's upper end is below it, and the interval does not depend on it.
+per output token, and at the rig's shipped tolerance a normal model's rate with its conservative
+bound) and ``power.png``. A thresholds' column is exact for any threshold: a window fails iff its
+deciding interval's upper end is below it, and the interval does not depend on it.
+
+By default both servers start once and every window shares that start; ``fresh_servers`` starts
+them again for every round, so the windows sample start offsets as separate runs do (what a
+false-alarm rate across runs needs). Interrupted (Ctrl-C, or SIGTERM through the CLI), it stops the
+servers and still writes the tables from the windows measured (``CalibrationStopped``).
 """
 
 from __future__ import annotations
@@ -273,59 +279,81 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     last_reference: dict[str, ClassMeasurement] = {}
     pending_sequential: dict[str, list[tuple[int, float, ClassMeasurement]]] = {}
     rng = random.Random(seed)
-    with contextlib.ExitStack() as servers:
-        start = -1
-        for round_index in range(rounds):
-            if start < 0 or fresh_servers:
-                servers.close()  # one after the other: the previous pair stops before the next starts
-                start += 1
-                if start:
-                    progress(f"calibration round {round_index + 1}/{rounds}: starting both servers again "
-                             f"(start {start + 1})")
-                # each start's server logs kept (servers-2/, ...): what a slow start looked like
-                log_dir = out / f"servers-{start + 1}" if start else out
-                reference_spec = spec_for_mode(rig, mode, log_dir=log_dir, side=Side(), side_name="reference")
-                candidate_spec = spec_for_mode(rig, mode, log_dir=log_dir, side=Side(env={ENV_FILE: str(level_file)}),
-                                               side_name="candidate")
-                reference = servers.enter_context(VLLMServer(reference_spec, progress=progress))
-                candidate = servers.enter_context(VLLMServer(candidate_spec, progress=progress))
-            order = list(levels)
-            rng.shuffle(order)
-            for level in order:
-                level_file.write_text(f"{level}\n")
-                for prompt_class in prompt_classes:
-                    progress(f"calibration round {round_index + 1}/{rounds}: slowdown {level * 100:g} % "
-                             f"on {prompt_class.name}")
-                    m = measurer.measure_duet(candidate, reference, mode, mode, prompt_class, concurrency,
-                                              partner_side="reference")
-                    assert m.partner is not None
-                    ratio, lo, hi, n = decide(m, m.partner, confidence=gates.confidence)
-                    now = dt.datetime.now().isoformat(timespec="seconds")
-                    first_lo, first_hi = first_look.pop() if first_look else (None, None)
-                    record = [WindowResult(round_index, level, prompt_class.name, "duet", ratio, lo, hi, n,
-                                           server_tpot_ratio(m, m.partner), now, first_lo, first_hi, start)]
-                    # sequential: earlier candidate windows of this class against this round's reference side
-                    for earlier_round, earlier_level, earlier in pending_sequential.pop(prompt_class.name, []):
-                        s_ratio, s_lo, s_hi, s_n = decide(earlier, m.partner, extra_log_spread=sequential_spread)
-                        record.append(WindowResult(earlier_round, earlier_level, prompt_class.name, "sequential",
-                                                   s_ratio, s_lo, s_hi, s_n, None, now, start=start))
-                    pending_sequential.setdefault(prompt_class.name, []).append((round_index, level, m))
-                    last_reference[prompt_class.name] = m.partner
-                    with windows_path.open("a") as handle:
-                        for r in record:
-                            handle.write(json.dumps(r.__dict__) + "\n")
-                    # Every request of the window, both sides, with its telemetry: what a false
-                    # alarm or a missed slowdown looked like, request by request.
-                    with gzip.open(out / "measurements.jsonl.gz", "at") as handle:
-                        handle.write(json.dumps({"round": round_index, "level": level, **m.to_dict()}) + "\n")
-                    results.extend(record)
-                    progress(f"  ratio {ratio:.3f} (CI {lo if lo is None else round(lo, 3)}-"
-                             f"{hi if hi is None else round(hi, 3)}), server TPOT x {record[0].server_tpot_ratio}")
-        level_file.write_text("0\n")
-    return write_outputs(rig, out, results, tolerances, {
-        "started": started, "finished": dt.datetime.now().isoformat(timespec="seconds"), "mode": mode.name,
-        "classes": [c.name for c in prompt_classes], "rounds": rounds, "concurrency": concurrency,
-        "machine": machine_line(), "fresh_servers": fresh_servers})
+    round_index, stopped = 0, None
+    try:
+        with contextlib.ExitStack() as servers:
+            start = -1
+            for round_index in range(rounds):
+                if start < 0 or fresh_servers:
+                    servers.close()  # one after the other: the previous pair stops before the next starts
+                    start += 1
+                    if start:
+                        progress(f"calibration round {round_index + 1}/{rounds}: starting both servers again "
+                                 f"(start {start + 1})")
+                    # each start's server logs kept (servers-2/, ...): what a slow start looked like
+                    log_dir = out / f"servers-{start + 1}" if start else out
+                    reference_spec = spec_for_mode(rig, mode, log_dir=log_dir, side=Side(), side_name="reference")
+                    candidate_spec = spec_for_mode(rig, mode, log_dir=log_dir,
+                                                   side=Side(env={ENV_FILE: str(level_file)}), side_name="candidate")
+                    reference = servers.enter_context(VLLMServer(reference_spec, progress=progress))
+                    candidate = servers.enter_context(VLLMServer(candidate_spec, progress=progress))
+                order = list(levels)
+                rng.shuffle(order)
+                for level in order:
+                    level_file.write_text(f"{level}\n")
+                    for prompt_class in prompt_classes:
+                        progress(f"calibration round {round_index + 1}/{rounds}: slowdown {level * 100:g} % "
+                                 f"on {prompt_class.name}")
+                        m = measurer.measure_duet(candidate, reference, mode, mode, prompt_class, concurrency,
+                                                  partner_side="reference")
+                        assert m.partner is not None
+                        ratio, lo, hi, n = decide(m, m.partner, confidence=gates.confidence)
+                        now = dt.datetime.now().isoformat(timespec="seconds")
+                        first_lo, first_hi = first_look.pop() if first_look else (None, None)
+                        record = [WindowResult(round_index, level, prompt_class.name, "duet", ratio, lo, hi, n,
+                                               server_tpot_ratio(m, m.partner), now, first_lo, first_hi, start)]
+                        # sequential: earlier candidate windows of this class against this round's reference side
+                        for earlier_round, earlier_level, earlier in pending_sequential.pop(prompt_class.name, []):
+                            s_ratio, s_lo, s_hi, s_n = decide(earlier, m.partner, extra_log_spread=sequential_spread)
+                            record.append(WindowResult(earlier_round, earlier_level, prompt_class.name, "sequential",
+                                                       s_ratio, s_lo, s_hi, s_n, None, now, start=start))
+                        pending_sequential.setdefault(prompt_class.name, []).append((round_index, level, m))
+                        last_reference[prompt_class.name] = m.partner
+                        with windows_path.open("a") as handle:
+                            for r in record:
+                                handle.write(json.dumps(r.__dict__) + "\n")
+                        # Every request of the window, both sides, with its telemetry: what a false
+                        # alarm or a missed slowdown looked like, request by request.
+                        with gzip.open(out / "measurements.jsonl.gz", "at") as handle:
+                            handle.write(json.dumps({"round": round_index, "level": level, **m.to_dict()}) + "\n")
+                        results.extend(record)
+                        progress(f"  ratio {ratio:.3f} (CI {lo if lo is None else round(lo, 3)}-"
+                                 f"{hi if hi is None else round(hi, 3)}), server TPOT x {record[0].server_tpot_ratio}")
+            level_file.write_text("0\n")
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI: keep the tables of what was measured
+        stopped = f"stopped during round {round_index + 1} of {rounds}"
+        if not results:
+            raise
+    per_round = len(levels) * len(prompt_classes)
+    complete = sum(sum(r.round == i and r.design == "duet" for r in results) == per_round for i in range(rounds))
+    finished = dt.datetime.now().isoformat(timespec="seconds")
+    if stopped:
+        finished += f" ({stopped}; {complete} complete round(s))"
+    path = write_outputs(rig, out, results, tolerances, {
+        "started": started, "finished": finished,
+        "mode": mode.name, "classes": [c.name for c in prompt_classes], "rounds": complete,
+        "concurrency": concurrency, "machine": machine_line(), "fresh_servers": fresh_servers})
+    if stopped:
+        raise CalibrationStopped(path)
+    return path
+
+
+class CalibrationStopped(KeyboardInterrupt):
+    """The calibration was interrupted; ``path`` is the calibration.md written from the windows measured."""
+
+    def __init__(self, path: Path):
+        super().__init__(str(path))
+        self.path = path
 
 
 def machine_line() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -306,6 +307,10 @@ def calibrate(args: argparse.Namespace) -> int:
 
         prepare_model()
     out = args.out or root / ".specgate" / "calibration" / f"{dt.datetime.now():%Y%m%d-%H%M%S}-{rig.name}"
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM as Ctrl-C: the servers stop and the tables are written
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         path = cal.run_calibration(rig, out, mode_name=args.mode, rounds=args.rounds, levels=levels,
                                    classes=args.classes.split(",") if args.classes else None,
@@ -314,6 +319,16 @@ def calibrate(args: argparse.Namespace) -> int:
     except (SpecgateError, ValueError) as exc:
         print(f"specgate calibrate: {exc} (windows measured so far: {out / 'windows.jsonl'})", file=sys.stderr)
         return 1
+    except cal.CalibrationStopped as stopped:
+        print(stopped.path.read_text())
+        print(f"specgate calibrate: stopped; the windows measured are in {out / 'windows.jsonl'}, their tables "
+              f"in {stopped.path}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("specgate calibrate: stopped before any window was measured", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(path.read_text())
     print(f"written: {path}, {out / 'power.png'}, {out / 'windows.jsonl'}")
     return 0

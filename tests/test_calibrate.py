@@ -205,3 +205,61 @@ def test_calibrate_refuses_tolerances_that_are_not_fractions(capsys):
 
     assert main(["calibrate", "--tolerances", "5"]) == 2
     assert "--tolerances '5'" in capsys.readouterr().err
+
+
+def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_what_it_measured(tmp_path, monkeypatch):
+    import contextlib
+
+    from specgate import calibrate, server
+    from specgate.measure import Measurer
+    from tests.test_duet_window import StandInServer
+
+    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parent.parent / "fixtures")
+    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
+        "warmup_requests": 0, "settle_s": 0.0, "follow_up_repeats": 0})})
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def stand_in(spec, progress=None):
+        events.append(f"start {spec.label}")
+        try:
+            yield StandInServer("no_spec", [])
+        finally:
+            events.append(f"stop {spec.label}")
+
+    real = Measurer.measure_duet
+    calls = []
+
+    def measure_duet(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C (or SIGTERM through the CLI) during round 2's window
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(server, "VLLMServer", stand_in)
+    monkeypatch.setattr(Measurer, "measure_duet", measure_duet)
+    monkeypatch.setattr(calibrate, "plot_power", lambda results, tolerances, path: path)
+    with pytest.raises(calibrate.CalibrationStopped) as stopped:
+        calibrate.run_calibration(rig, tmp_path, rounds=3, levels=[0.0], classes=["coding"], progress=lambda _: None)
+    assert stopped.value.path == tmp_path / "calibration.md"
+    assert "stopped during round 2 of 3; 1 complete round(s)" in stopped.value.path.read_text()
+    assert json.loads((tmp_path / "summary.json").read_text())["meta"]["rounds"] == 1
+    assert [w.round for w in load_windows(tmp_path / "windows.jsonl")] == [0]
+    assert events[-2:] == ["stop no_spec@candidate", "stop no_spec@reference"]
+
+
+def test_the_cli_says_where_a_stopped_calibrations_windows_and_tables_are(tmp_path, monkeypatch, capsys):
+    from specgate import calibrate, model_prep
+    from specgate.cli import main
+
+    (tmp_path / "calibration.md").write_text("# Calibration of rig cpu-smollm2\n")
+
+    def stopped(*args, **kwargs):
+        raise calibrate.CalibrationStopped(tmp_path / "calibration.md")
+
+    monkeypatch.setattr(model_prep, "prepare_model", lambda *a, **k: None)
+    monkeypatch.setattr(calibrate, "run_calibration", stopped)
+    assert main(["calibrate", f"--out={tmp_path}"]) == 130
+    captured = capsys.readouterr()
+    assert "# Calibration of rig cpu-smollm2" in captured.out
+    assert f"stopped; the windows measured are in {tmp_path / 'windows.jsonl'}" in captured.err
