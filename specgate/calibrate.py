@@ -276,27 +276,27 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     results: list[WindowResult] = []
     windows_path = out / "windows.jsonl"
     started = dt.datetime.now().isoformat(timespec="seconds")
-    last_reference: dict[str, ClassMeasurement] = {}
     pending_sequential: dict[str, list[tuple[int, float, ClassMeasurement]]] = {}
     rng = random.Random(seed)
+
+    def start_pair(servers: contextlib.ExitStack, start: int) -> tuple[Any, Any]:
+        """Both servers, one after the other; each start's logs kept (servers-2/, ...)."""
+        log_dir = out / f"servers-{start + 1}" if start else out
+        specs = [spec_for_mode(rig, mode, log_dir=log_dir, side=side, side_name=name) for name, side in
+                 (("reference", Side()), ("candidate", Side(env={ENV_FILE: str(level_file)})))]
+        return tuple(servers.enter_context(VLLMServer(spec, progress=progress)) for spec in specs)
+
     round_index, stopped = 0, None
     try:
         with contextlib.ExitStack() as servers:
-            start = -1
             for round_index in range(rounds):
-                if start < 0 or fresh_servers:
-                    servers.close()  # one after the other: the previous pair stops before the next starts
-                    start += 1
+                start = round_index if fresh_servers else 0
+                if round_index == 0 or fresh_servers:
+                    servers.close()  # the previous pair stops before the next starts
                     if start:
                         progress(f"calibration round {round_index + 1}/{rounds}: starting both servers again "
                                  f"(start {start + 1})")
-                    # each start's server logs kept (servers-2/, ...): what a slow start looked like
-                    log_dir = out / f"servers-{start + 1}" if start else out
-                    reference_spec = spec_for_mode(rig, mode, log_dir=log_dir, side=Side(), side_name="reference")
-                    candidate_spec = spec_for_mode(rig, mode, log_dir=log_dir,
-                                                   side=Side(env={ENV_FILE: str(level_file)}), side_name="candidate")
-                    reference = servers.enter_context(VLLMServer(reference_spec, progress=progress))
-                    candidate = servers.enter_context(VLLMServer(candidate_spec, progress=progress))
+                    reference, candidate = start_pair(servers, start)
                 order = list(levels)
                 rng.shuffle(order)
                 for level in order:
@@ -318,7 +318,6 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                             record.append(WindowResult(earlier_round, earlier_level, prompt_class.name, "sequential",
                                                        s_ratio, s_lo, s_hi, s_n, None, now, start=start))
                         pending_sequential.setdefault(prompt_class.name, []).append((round_index, level, m))
-                        last_reference[prompt_class.name] = m.partner
                         with windows_path.open("a") as handle:
                             for r in record:
                                 handle.write(json.dumps(r.__dict__) + "\n")

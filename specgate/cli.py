@@ -307,6 +307,7 @@ def calibrate(args: argparse.Namespace) -> int:
 
         prepare_model()
     out = args.out or root / ".specgate" / "calibration" / f"{dt.datetime.now():%Y%m%d-%H%M%S}-{rig.name}"
+
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # SIGTERM as Ctrl-C: the servers stop and the tables are written
 
