@@ -138,6 +138,17 @@ class Protocol(_Strict):
     # intervals over the two looks (specgate.paired.repeated_coverage), so looking twice does not
     # raise the false-alarm rate; 0: one look.
     follow_up_repeats: int = Field(default=0, ge=0, le=20)
+    # Duets only: the follow-up rounds of a backfire window instead (a speculative mode against the
+    # live no-speculation partner); None: follow_up_repeats. Such a window also follows up when its
+    # first look's interval reaches across the edge of the equivalence margin, so a mode at
+    # break-even is measured until it reads "equal within ±x %" (see gates.follow_up_reason).
+    backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
+
+    def follow_up_rounds(self, *, backfire: bool) -> int:
+        """The follow-up rounds a duet window may get: a backfire window's, or an A/B window's."""
+        if backfire and self.backfire_follow_up_repeats is not None:
+            return self.backfire_follow_up_repeats
+        return self.follow_up_repeats
 
     @field_validator("concurrency")
     @classmethod

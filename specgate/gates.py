@@ -112,23 +112,35 @@ def _looks_text(m: ClassMeasurement) -> str:
 
 
 def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
-    """Why a duet window's first look should get its follow-up rounds: the gate that decides on
-    its pairs (backfire against the live no-speculation partner; an A/B's throughput) is
-    undecided. None: it decided, or it cannot decide for another reason (timings wrong)."""
+    """Why a duet window's first look should get its follow-up rounds, or None: the gate that
+    decides on its pairs (an A/B's throughput; backfire against the live no-speculation partner)
+    is undecided, or, for backfire, "faster" with an interval reaching into the equivalence margin:
+    narrower, that interval may read "equal within ±x %", and a mode at break-even would otherwise
+    be "faster" in one session and "equal" in the next as the server starts move its ratio by a
+    percent or two (cpu explanatory, runs F-K). An interval outside the margin, or "equal", or
+    "slower", is settled: more pairs would not change the verdict's words."""
     partner = m.partner
     if partner is None:
         return None
-    if partner.side == "reference":
+    backfire = partner.side != "reference"
+    if not backfire:
         result = ab_throughput(rig, m)
     elif partner.mode == rig.reference_mode and rig.mode(m.mode).is_speculative:
         result = check_backfire(rig, m, partner)
     else:
         return None
     d = result.details
-    if d.get("verdict") != "undecided" or d.get("ci_low") is None:
+    if d.get("ci_low") is None:
         return None
-    return (f"the {result.gate} gate is undecided after {d['n']} pairs: {d['ratio']:.3f}x "
-            f"({d['confidence'] * 100:.1f} % CI {d['ci_low']:.3f}-{d['ci_high']:.3f}, threshold {d['threshold']:.2f})")
+    interval = (f"{d['ratio']:.3f}x ({d['confidence'] * 100:.1f} % CI {d['ci_low']:.3f}-{d['ci_high']:.3f}, "
+                f"threshold {d['threshold']:.2f})")
+    if d.get("verdict") == "undecided" or (backfire and d.get("verdict") == "not slower"):
+        return f"the {result.gate} gate is {d['verdict']} after {d['n']} pairs: {interval}"
+    margin = rig.gates.for_class(m.prompt_class).equivalence_margin
+    if backfire and d.get("verdict") == "faster" and d["ci_low"] < 1.0 + margin:
+        return (f"the {result.gate} gate's 'faster' after {d['n']} pairs reaches into the equivalence margin "
+                f"(±{margin * 100:g} %): {interval}")
+    return None
 
 
 def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,

@@ -97,7 +97,8 @@ def test_a_window_gets_its_follow_up_rounds_only_when_a_gate_asks(stand_in_rig, 
     m = Measurer(rig, follow_up=follow_up).measure_duet(
         StandInServer("ngram", journal), StandInServer("no_spec", journal), rig.mode("ngram"),
         rig.mode("no_spec"), coding, 1)
-    prompts, planned, extra = len(coding.prompts), rig.protocol.repeats, rig.protocol.follow_up_repeats
+    prompts, planned, extra = len(coding.prompts), rig.protocol.repeats, rig.protocol.backfire_follow_up_repeats
+    assert extra == 8  # a backfire window's follow-up (the rig's A/B windows get follow_up_repeats)
     assert seen == [(planned * prompts, planned * prompts, planned / (planned + extra))]
     rounds = planned + extra if undecided else planned
     assert len(m.records) == len(m.partner.records) == rounds * prompts
@@ -129,3 +130,61 @@ def test_an_ab_window_follows_up_on_its_throughput_gate():
     reason = follow_up_reason(strict, m)
     assert reason is not None and reason.startswith("the throughput gate is undecided after 12 pairs")
     assert follow_up_reason(rig, m) is None  # at the rig's 10 % it is decided at the first look
+
+
+def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
+    # The A/B windows keep follow_up_repeats (2), the design the rig's tolerance was calibrated with.
+    rig = stand_in_rig
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    journal: list = []
+    m = Measurer(rig, follow_up=lambda first: "undecided (test)").measure_duet(
+        StandInServer("ngram", journal), StandInServer("ngram", journal), rig.mode("ngram"), rig.mode("ngram"),
+        coding, 1, partner_side="reference")
+    planned, extra = rig.protocol.repeats, rig.protocol.follow_up_repeats
+    assert extra == 2 and m.first_look_share == planned / (planned + extra)
+    assert len(m.records) == (planned + extra) * len(coding.prompts)
+
+
+RUNS_D = ROOT / "docs" / "calibration" / "cpu-2026-12-01d"
+
+
+def run_k_window(prompt_class: str, share: float) -> ClassMeasurement:
+    data = json.loads(gzip.decompress((RUNS_D / "run-k-report.json.gz").read_bytes()))
+    m = next(ClassMeasurement.from_dict(d) for d in data["measurements"]
+             if d["mode"] == "ngram" and d["prompt_class"] == prompt_class)
+    return dataclasses.replace(as_first_look(m, share), follow_up=None,
+                               partner=dataclasses.replace(as_first_look(m, share).partner, follow_up=None))
+
+
+def test_a_faster_first_look_reaching_into_the_margin_is_followed_up():
+    # Run K (fresh clone, the shipped rig then): explanatory's 24 pairs said "faster", 1.028
+    # (1.006-1.051), where runs F, G, H and J said "equal". Read as the first look of the rig's
+    # backfire design now (share 2/10, 97.3 % intervals), those pairs are "faster" with a lower end
+    # inside the ±5 % margin: not settled, so they get their follow-up rounds.
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    share = rig.protocol.repeats / (rig.protocol.repeats + rig.protocol.backfire_follow_up_repeats)
+    explanatory = run_k_window("explanatory", share)
+    details = check_backfire(rig, explanatory, explanatory.partner).details
+    assert details["verdict"] == "faster" and 1.0 < details["ci_low"] < 1.05
+    assert details["confidence"] == pytest.approx(repeated_coverage(0.95, 0.2))
+    reason = follow_up_reason(rig, explanatory)
+    assert reason is not None and "reaches into the equivalence margin (±5 %)" in reason
+    assert reason.endswith("after 24 pairs reaches into the equivalence margin (±5 %): "
+                           "1.028x (97.3 % CI 1.005-1.051, threshold 1.00)")
+    # coding, 1.200 (1.16-1.24): faster beyond the margin, settled
+    coding = run_k_window("coding", share)
+    assert check_backfire(rig, coding, coding.partner).details["ci_low"] > 1.05
+    assert follow_up_reason(rig, coding) is None
+
+
+def test_an_ab_window_follows_up_only_when_undecided():
+    # The A/B rule is the one the calibration measured: only "undecided" follows up. Run K's
+    # explanatory pairs read as an A/B window (Hodges-Lehmann, threshold 0.96) are "not slower",
+    # which a backfire window would follow up and an A/B window does not.
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    m = run_k_window("explanatory", 0.5)
+    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
+    from specgate.gates import ab_throughput
+
+    assert ab_throughput(rig, m).details["verdict"] == "not slower"
+    assert follow_up_reason(rig, m) is None
