@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="instead: the same shape cut to --draft-layers layers (the GPU-bound rig's draft model)")
     prep.add_argument("--draft-layers", type=int, default=4, metavar="N",
                       help="with --dummy-llama8b-draft: the draft's layers, 1-32 (default 4)")
+    prep.add_argument("--dummy-llama8b-eagle3", type=Path, default=None, metavar="OUT",
+                      help="instead: an EAGLE-3 head's config for the 8B shape, no weights (needs --dummy-llama8b)")
     prep.add_argument("--source", type=Path, default=None, help="with --dummy-llama8b*: the SmolLM2 folder "
                       "(default: the converted model in the cache)")
     run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
@@ -93,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         try:
+            if args.dummy_llama8b_eagle3 is not None and args.dummy_llama8b is None:
+                raise SpecgateError("--dummy-llama8b-eagle3 needs --dummy-llama8b (the target the head is shaped for)")
             if args.dummy_llama8b is not None or args.dummy_llama8b_draft is not None:
                 from specgate.config import default_model_cache
 
@@ -106,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
                     if out is not None:
                         written = write_dummy_llama(source, out, shape)
                         print(f"dummy Llama-8B-shaped model ({shape['num_hidden_layers']} layers) written: {written}")
+                if args.dummy_llama8b_eagle3 is not None:
+                    from specgate.eagle3 import write_dummy_head
+
+                    written = write_dummy_head(args.dummy_llama8b, args.dummy_llama8b_eagle3)
+                    print(f"dummy EAGLE-3 head for {args.dummy_llama8b} written: {written}")
                 return 0
             model = prepare_model(args.cache, force=args.force)
             _prepare_untrained_head(model)

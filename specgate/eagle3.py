@@ -48,6 +48,11 @@ class HeadShape:
             cfg = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise SpecgateError(f"{path}: cannot read the target's config ({exc})") from exc
+        return cls.from_config(cfg, draft_vocab, path=path)
+
+    @classmethod
+    def from_config(cls, cfg: dict, draft_vocab: int, *, path: Path) -> HeadShape:
+        """The head's shape for a target of Hugging Face config ``cfg`` (read from ``path``)."""
         if cfg.get("model_type") != "llama":
             raise SpecgateError(f"{path}: model_type {cfg.get('model_type')!r}; the EAGLE-3 recipe "
                                 "handles Llama-shaped targets only")
@@ -244,6 +249,24 @@ def save_head(head, out_dir: Path, *, meta: dict, bos: int | None = None, eos: i
     tmp.replace(out_dir / "model.safetensors")
     (out_dir / "config.json").write_text(json.dumps(head.shape.hf_config(bos=bos, eos=eos), indent=2) + "\n")
     (out_dir / HEAD_MARKER).write_text(json.dumps({**meta, "shape": asdict(head.shape)}, indent=2) + "\n")
+    return out_dir
+
+
+def write_dummy_head(target_dir: Path, out_dir: Path, *, draft_vocab: int = 32000) -> Path:
+    """An EAGLE-3 head's config for ``target_dir`` and no weights, for ``vllm serve --load-format
+    dummy`` (the draft takes the target's load format): the GPU-bound lab rig's head for its
+    Llama-3-8B-shaped dummy target, the shape of the published Llama-3.1-8B EAGLE-3 heads (one
+    layer at the target's width, a 32,000-token draft vocabulary). Acceptance then comes from
+    vLLM's synthetic rejection sampling, never from the weights."""
+    shape = HeadShape.from_target(target_dir, draft_vocab)
+    cfg = json.loads((Path(target_dir) / "config.json").read_text())
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(
+        json.dumps(shape.hf_config(bos=cfg.get("bos_token_id"), eos=cfg.get("eos_token_id")), indent=2) + "\n")
+    (out_dir / HEAD_MARKER).write_text(json.dumps(
+        {"kind": "dummy (vllm --load-format dummy)", "target": str(target_dir), "shape": asdict(shape)},
+        indent=2) + "\n")
     return out_dir
 
 

@@ -94,3 +94,23 @@ def test_prepare_model_writes_a_deeper_draft_and_refuses_an_impossible_depth(smo
     assert main(["prepare-model", "--dummy-llama8b-draft", str(tmp_path / "x"), "--draft-layers", "33",
                  "--source", str(smollm2)]) == 1
     assert "--draft-layers 33" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_prepare_model_writes_an_8b_shaped_eagle3_head_without_weights(smollm2, tmp_path, capsys):
+    from specgate.cli import main
+
+    target, head = tmp_path / "llama8b-dummy", tmp_path / "llama8b-dummy-eagle3"
+    assert main(["prepare-model", "--dummy-llama8b", str(target), "--dummy-llama8b-eagle3", str(head),
+                 "--source", str(smollm2)]) == 0
+    config = json.loads((head / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
+    assert (config["hidden_size"], config["target_hidden_size"]) == (4096, 4096)
+    assert (config["vocab_size"], config["draft_vocab_size"]) == (49152, 32000)
+    # vLLM's default auxiliary layers for a 32-layer Llama: after layers 2, 16 and 29
+    assert config["eagle_aux_hidden_state_layer_ids"] == [2, 16, 29]
+    assert not list(head.glob("*.safetensors"))
+    assert "dummy EAGLE-3 head" in capsys.readouterr().out
+    # a head needs its target
+    assert main(["prepare-model", "--dummy-llama8b-eagle3", str(tmp_path / "h2"), "--source", str(smollm2)]) == 1
+    assert "--dummy-llama8b-eagle3 needs --dummy-llama8b" in capsys.readouterr().err
+    assert not (tmp_path / "h2").exists()
