@@ -114,11 +114,11 @@ def _looks_text(m: ClassMeasurement) -> str:
 def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
     """Why a duet window's first look should get its follow-up rounds, or None: the gate that
     decides on its pairs (an A/B's throughput; backfire against the live no-speculation partner)
-    is undecided, or, for backfire, "faster" with an interval reaching into the equivalence margin:
-    narrower, that interval may read "equal within ±x %", and a mode at break-even would otherwise
-    be "faster" in one session and "equal" in the next as the server starts move its ratio by a
-    percent or two (cpu explanatory, runs F-K). An interval outside the margin, or "equal", or
-    "slower", is settled: more pairs would not change the verdict's words."""
+    is undecided, or, for backfire, "faster" with an interval and estimate inside the equivalence
+    margin (:func:`reaches_into_margin`): narrower, that interval may read "equal within ±x %", and
+    a mode at break-even would otherwise be "faster" in one session and "equal" in the next as the
+    server starts move its ratio by a percent or two (cpu explanatory, runs F-K). "Equal",
+    "slower", or "faster" beyond the margin are settled: more pairs would not change the words."""
     partner = m.partner
     if partner is None:
         return None
@@ -137,10 +137,18 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
     if d.get("verdict") == "undecided" or (backfire and d.get("verdict") == "not slower"):
         return f"the {result.gate} gate is {d['verdict']} after {d['n']} pairs: {interval}"
     margin = rig.gates.for_class(m.prompt_class).equivalence_margin
-    if backfire and d.get("verdict") == "faster" and d["ci_low"] < 1.0 + margin:
+    if backfire and reaches_into_margin(d, margin):
         return (f"the {result.gate} gate's 'faster' after {d['n']} pairs reaches into the equivalence margin "
                 f"(±{margin * 100:g} %): {interval}")
     return None
+
+
+def reaches_into_margin(details: dict, margin: float) -> bool:
+    """A 'faster' whose interval and estimate both lie below 1 + ``margin``: with more pairs it
+    may read "equal within ±x %". One whose estimate is above the margin (math on the cpu tier,
+    ~1.08-1.15x) would stay "faster", so it is settled however low its interval reaches."""
+    return (details.get("verdict") == "faster" and details["ci_low"] < 1.0 + margin
+            and details["ratio"] < 1.0 + margin)
 
 
 def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,

@@ -116,12 +116,13 @@ def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) 
     """Pair two samples item by item on their keys (e.g. "prompt-id#repeat").
 
     The pair is made on the keys both sides have, as long as that keeps at least two pairs and
-    half of the larger side: a request missing from one side (it had no decode rate) then costs
-    one pair, not the pairing. With fewer shared keys (other prompts, or none stored) the samples
-    are compared unpaired, whole.
+    half of the smaller side: a request missing from one side (it had no decode rate) then costs
+    one pair, not the pairing, and a window with more rounds than the stored one (follow-up
+    rounds: 60 requests against 12 stored) pairs on the stored keys. With fewer shared keys (other
+    prompts, or none stored) the samples are compared unpaired, whole.
     """
     common = [k for k in reference if k in measured]
-    if len(common) >= 2 and 2 * len(common) >= max(len(measured), len(reference)):
+    if len(common) >= 2 and 2 * len(common) >= min(len(measured), len(reference)):
         one_sided = sorted((set(measured) | set(reference)) - set(common))
         return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided, common)
     return Matched(list(measured.values()), list(reference.values()), False, [])

@@ -188,3 +188,15 @@ def test_an_ab_window_follows_up_only_when_undecided():
 
     assert ab_throughput(rig, m).details["verdict"] == "not slower"
     assert follow_up_reason(rig, m) is None
+
+
+@pytest.mark.parametrize(("ratio", "low", "unsettled"), [
+    (1.028, 1.005, True),   # run K's explanatory: narrower, it may read "equal within ±x %"
+    (1.072, 1.030, False),  # an estimate above the margin stays "faster" with more pairs
+    (1.200, 1.160, False),  # clearly faster
+])
+def test_only_a_faster_inside_the_margin_reaches_into_it(ratio, low, unsettled):
+    from specgate.gates import reaches_into_margin
+
+    assert reaches_into_margin({"verdict": "faster", "ratio": ratio, "ci_low": low}, 0.05) is unsettled
+    assert not reaches_into_margin({"verdict": "equal", "ratio": 1.01, "ci_low": 0.99}, 0.05)
