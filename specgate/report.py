@@ -173,14 +173,14 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
     # aggregate: every generated token of the window over its wall time, the figure that matters
     # at concurrency > 1 (per-request decode tok/s is in the speed table).
     headers = ["mode", "class", "conc.", "requests", "TTFT median ms", "aggregate tok/s"]
-    title = ("per window: requests (with follow-up rounds where a gate was undecided at the first look), "
+    title = ("per window: requests (with follow-up rounds where the first look left a gate unsettled), "
              "time to first token (median per request), aggregate tok/s")
     if with_server:
         headers += ["client tok/s", "server tok/s", "diff %"]
         sources = sorted({m["server_metric_source"] for m in measurements if m.get("server_metric_source")})
         source = (f"vLLM's {', '.join(s.removeprefix('vllm:') for s in sources)} histogram" if sources
                   else "vLLM's /metrics")
-        title = ("per window: requests (with follow-up rounds where a gate was undecided at the first look), "
+        title = ("per window: requests (with follow-up rounds where the first look left a gate unsettled), "
                  "time to first token (median per request), aggregate tok/s (all tokens / wall "
                  "time), client vs server decode tok/s\n"
                  f"(client: 1 / mean time per output token of the requests; server: {source} "
