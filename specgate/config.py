@@ -140,8 +140,8 @@ class Protocol(_Strict):
     follow_up_repeats: int = Field(default=0, ge=0, le=20)
     # Duets only: the follow-up rounds of a backfire window instead (a speculative mode against the
     # live no-speculation partner); None: follow_up_repeats. Such a window also follows up when its
-    # first look's interval reaches across the edge of the equivalence margin, so a mode at
-    # break-even is measured until it reads "equal within ±x %" (see gates.follow_up_reason).
+    # first look is "faster" with its estimate and lower end inside the equivalence margin, so a
+    # mode at break-even is measured until it reads "equal within ±x %" (gates.follow_up_reason).
     backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
 
     def follow_up_rounds(self, *, backfire: bool) -> int:
