@@ -258,8 +258,12 @@ def write_dummy_head(target_dir: Path, out_dir: Path, *, draft_vocab: int = 3200
     Llama-3-8B-shaped dummy target, the shape of the published Llama-3.1-8B EAGLE-3 heads (one
     layer at the target's width, a 32,000-token draft vocabulary). Acceptance then comes from
     vLLM's synthetic rejection sampling, never from the weights."""
-    shape = HeadShape.from_target(target_dir, draft_vocab)
-    cfg = json.loads((Path(target_dir) / "config.json").read_text())
+    path = Path(target_dir) / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecgateError(f"{path}: cannot read the target's config ({exc})") from exc
+    shape = HeadShape.from_config(cfg, draft_vocab, path=path)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(
