@@ -32,7 +32,16 @@ from specgate.baselines import (
 )
 from specgate.config import Rig
 from specgate.measure import ClassMeasurement
-from specgate.paired import change_text, describe, paired_ratio, repeated_coverage, start_spread, verdict_text
+from specgate.paired import (
+    STRONGEST_PAIR_SHOWN,
+    change_text,
+    describe,
+    paired_ratio,
+    repeated_coverage,
+    start_spread,
+    strongest_pair,
+    verdict_text,
+)
 from specgate.stats import compare_acceptance, compare_outputs, match_by_key, summarize
 
 
@@ -155,10 +164,11 @@ def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], referenc
                  threshold: float, reference_label: str, design: str, confidence: float, margin: float,
                  note: str = "", shift: float = 1.0, extra_log_spread: float = 0.0,
                  subject: str | None = None, fail_phrase: str | None = None,
-                 strata: list[str] | None = None) -> GateResult:
+                 strata: list[str] | None = None, keys: list[str] | None = None) -> GateResult:
     """A gate decided on paired log ratios (specgate.paired): one statistic, one message.
     ``strata`` (each pair's prompt) for comparisons of two different modes: see
-    :func:`specgate.paired.stratified_log_ratio`."""
+    :func:`specgate.paired.stratified_log_ratio`; with ``keys`` (each pair's request key) the
+    message also names a pair that alone moves that estimate by 1 % or more."""
     subject = subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     if len(measured) != len(reference):
         return undecided_result(gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
@@ -171,8 +181,35 @@ def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], referenc
     message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{design}]"
     details = {**result.to_dict(), "design": design, "reference_label": reference_label,
                "undecided": result.verdict == "undecided"}
+    if strata is not None and keys is not None and len(keys) == len(measured):
+        strongest = _strongest_pair_text(measured, reference, strata, keys, shift=shift)
+        if strongest is not None:
+            details["strongest_pair"], text = strongest
+            note = f"{note}; {text}" if note else text
     return GateResult(gate, m.mode, m.prompt_class, m.concurrency, result.passed, _with_note(message, note),
                       details=details)
+
+
+def _strongest_pair_text(measured: list[float], reference: list[float], strata: list[str], keys: list[str], *,
+                         shift: float) -> tuple[dict[str, Any], str] | None:
+    """The outlying pair that alone moves a strata estimate by STRONGEST_PAIR_SHOWN or more
+    (:func:`specgate.paired.strongest_pair`), for the report and the message: its key, both sides'
+    tok/s, its prompt's other pairs (medians) and the ratio without it. None when there is none."""
+    found = strongest_pair(measured, reference, strata, shift=shift)
+    if found is None or abs(found.shift) < STRONGEST_PAIR_SHOWN:
+        return None
+    i = found.index
+    others = [j for j, s in enumerate(strata) if s == strata[i] and j != i]
+    other_m = float(np.median([measured[j] for j in others]))
+    other_r = float(np.median([reference[j] for j in others]))
+    text = (f"one pair stands out ({found.outlier_factor:.0f}x the window's median residual) and "
+            f"{'lowers' if found.shift < 0 else 'raises'} the ratio {abs(found.shift) * 100:.1f} %: {keys[i]} at "
+            f"{measured[i]:.1f} vs {reference[i]:.1f} tok/s (its prompt's other pairs: {other_m:.1f} vs "
+            f"{other_r:.1f}); {found.ratio_without:.3f}x without it")
+    info = {"key": keys[i], "measured": measured[i], "reference": reference[i], "prompt_others_measured": other_m,
+            "prompt_others_reference": other_r, "ratio_without": found.ratio_without, "shift_pct": found.shift * 100,
+            "outlier_factor": found.outlier_factor, "text": text}
+    return info, text
 
 
 def undecided_result(gate: str, m: ClassMeasurement, message: str, *, design: str, note: str = "") -> GateResult:
@@ -275,7 +312,7 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                             reference_label=f"its stored ratio to {partner.mode} ({stored_ratio.ratio:.3f})",
                             design=f"duet ratio to {partner.mode} vs the stored ratio; {design}",
                             note=samples.note, shift=stored_ratio.ratio, extra_log_spread=spread,
-                            strata=samples.prompts, **common)
+                            strata=samples.prompts, keys=samples.keys, **common)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     history = _history_spread(baseline.level_history)
     if history is not None:
@@ -356,13 +393,13 @@ def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -
     samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
     duet = m.partner is reference
     return backfire_decision(rig, m.mode, m.prompt_class, m.concurrency, samples.measured, samples.reference,
-                             note=samples.note, duet=duet, m=m, strata=samples.prompts)
+                             note=samples.note, duet=duet, m=m, strata=samples.prompts, keys=samples.keys)
 
 
 def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, measured: list[float],
                       reference: list[float], *, note: str = "", duet: bool = False,
                       m: ClassMeasurement | None = None, paired: bool = True,
-                      strata: list[str] | None = None) -> GateResult:
+                      strata: list[str] | None = None, keys: list[str] | None = None) -> GateResult:
     """The backfire gate on bare samples (also used to replay stored figures, like the seed case):
     FAIL when the paired ratio's upper bound is below min_speedup. ``strata``: each pair's prompt
     (two modes compared: the prompts as strata, :func:`specgate.paired.stratified_log_ratio`)."""
@@ -380,7 +417,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
     result = ratio_result("backfire", m, measured, reference, threshold=gates.min_speedup,
                           reference_label="no speculation", design=design, note=note,
                           confidence=gates.confidence, margin=gates.equivalence_margin, extra_log_spread=spread,
-                          subject=f"{mode} on {prompt_class}", strata=strata,
+                          subject=f"{mode} on {prompt_class}", strata=strata, keys=keys,
                           fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}")
     declared = rig.declared_backfire_for(mode, prompt_class)
     if declared is not None:

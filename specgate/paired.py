@@ -201,6 +201,69 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
                    method=f"{STRATA_METHOD} ({len(groups)} prompts, {dof} df)")
 
 
+@dataclass(frozen=True)
+class StrongestPair:
+    """A pair that stands out of a stratified window and how far it moves the estimate: shown
+    beside the verdict (never deciding it), so a window one hiccup request pulled says which
+    request it was."""
+
+    index: int  # into the pairs as given
+    ratio_without: float  # the estimate without that pair, in the units of the one shown
+    shift: float  # the estimate with the pair / without it - 1
+    outlier_factor: float  # its residual over the window's median residual
+
+
+STRONGEST_PAIR_SHOWN = 0.01  # named in the message when it moves the ratio by 1 % or more ...
+STRONGEST_PAIR_OUTLIER = 6.0  # ... and its residual is this many times the window's median one
+
+
+def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata: Sequence[str], *,
+                   shift: float = 1.0) -> StrongestPair | None:
+    """The outlying pair that moves :func:`stratified_log_ratio`'s estimate most, or None where
+    no pair stands out (residual above STRONGEST_PAIR_OUTLIER times the window's median one) or
+    the strata statistic does not decide (too few repeats: Hodges-Lehmann, robust to one pair,
+    does).
+
+    A pair's residual is its log ratio minus the mean of its prompt's other pairs. At two repeats
+    a prompt's two pairs have the same residual, so the one named is the pair holding the request
+    slowest against its own side's other repeats of that prompt: a hiccup slows a request, it
+    does not speed one up. Removing a pair changes only its own prompt's mean, so the estimate
+    without it is the estimate plus that mean's change over the number of prompts: at 6 prompts x
+    2 repeats one request decoding 19 % slow moves the estimate by ~1.8 % (visit 9's E2,
+    docs/lab/2026-12-01-h200-visit9)."""
+    m = np.log(np.asarray(measured, dtype=float))
+    r = np.log(np.asarray(reference, dtype=float))
+    d = m - r - math.log(shift)
+    groups: dict[str, list[int]] = {}
+    for i, stratum in enumerate(strata):
+        groups.setdefault(stratum, []).append(i)
+    if sum(len(v) - 1 for v in groups.values()) < MIN_STRATA_DOF:
+        return None
+    means = {name: float(np.mean(d[idx])) for name, idx in groups.items()}
+    estimate = float(np.mean(list(means.values())))
+
+    def others(values: np.ndarray, i: int, idx: list[int]) -> float:
+        return (float(values[idx].sum()) - values[i]) / (len(idx) - 1)
+
+    residual = {i: d[i] - others(d, i, idx) for idx in groups.values() if len(idx) > 1 for i in idx}
+    typical = float(np.median(np.abs(list(residual.values()))))
+    best: StrongestPair | None = None
+    for name, idx in groups.items():
+        if len(idx) < 2:
+            continue
+        stands_out = [i for i in idx if abs(residual[i]) > STRONGEST_PAIR_OUTLIER * typical]
+        if not stands_out:
+            continue
+        # the pair holding the request slowest against its own side's other repeats
+        i = max(stands_out, key=lambda j: max(others(m, j, idx) - m[j], others(r, j, idx) - r[j]))
+        without = estimate + (others(d, i, idx) - means[name]) / len(groups)
+        moved = math.exp(estimate - without) - 1.0
+        if best is None or abs(moved) > abs(best.shift):
+            factor = abs(residual[i]) / typical if typical > 0 else math.inf
+            best = StrongestPair(i, math.exp(without), moved, factor)
+    return best
+
+
 def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: float, threshold: float,
             equivalence_margin: float, method: str) -> PairedRatio:
     """The verdict from an estimate and its interval in log units (the same rules for every method)."""

@@ -209,7 +209,8 @@ def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
 
 def notice_lines(report: dict[str, Any]) -> list[str]:
     """Stored figures a decided gate compared with although they were measured on another
-    machine or setup, or are stale; one line per distinct reason, naming its windows."""
+    machine or setup, or are stale, and a pair standing out of a window's ratio (one hiccup
+    request); one line per distinct reason, naming its windows."""
     by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
     for gate in report["gates"]:
         details = gate.get("details") or {}
@@ -220,6 +221,8 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
             by_reason[(tag, f"the stored figures were measured with {'; '.join(fit['differences'])}")].append(where)
         if details.get("stale_baseline"):
             by_reason[("STALE FIGURES", details["stale_baseline"])].append(where)
+        if (pair := details.get("strongest_pair")) and pair.get("text"):
+            by_reason[(f"PAIR STANDS OUT in {gate['gate']}", pair["text"])].append(where)
     return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()]
 
 
