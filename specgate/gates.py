@@ -126,8 +126,11 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
     is undecided, or, for backfire, "faster" with an interval and estimate inside the equivalence
     margin (:func:`reaches_into_margin`): narrower, that interval may read "equal within ±x %", and
     a mode at break-even would otherwise be "faster" in one session and "equal" in the next as the
-    server starts move its ratio by a percent or two (cpu explanatory, runs F-K). "Equal",
-    "slower", or "faster" beyond the margin are settled: more pairs would not change the words."""
+    server starts move its ratio by a percent or two (cpu explanatory, runs F-K). A backfire window
+    with a pair standing out (one hiccup request moving the ratio by 1 % or more,
+    :func:`specgate.paired.strongest_pair`) follows up too, so its ratio is not one request's.
+    "Equal", "slower", or "faster" beyond the margin are otherwise settled: more pairs would not
+    change the words."""
     partner = m.partner
     if partner is None:
         return None
@@ -149,6 +152,10 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
     if backfire and reaches_into_margin(d, margin):
         return (f"the {result.gate} gate's 'faster' after {d['n']} pairs reaches into the equivalence margin "
                 f"(±{margin * 100:g} %): {interval}")
+    if backfire and (pair := d.get("strongest_pair")):
+        # The strata estimate weighs each request by 1 / (prompts x its prompt's repeats): more
+        # repeats of every prompt dilute the pair that stands out (visit 9's E2: 1.7 % at 12 pairs).
+        return f"{interval} after {d['n']} pairs: {pair['text']}"
     return None
 
 
