@@ -16,6 +16,7 @@ keeps every result for the report.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,7 +210,9 @@ def _strongest_pair_text(measured: list[float], reference: list[float], strata: 
     others = [j for j, s in enumerate(strata) if s == strata[i] and j != i]
     other_m = float(np.median([measured[j] for j in others]))
     other_r = float(np.median([reference[j] for j in others]))
-    text = (f"one pair stands out ({found.outlier_factor:.0f}x the window's median residual) and "
+    apart = (f"{found.outlier_factor:.0f}x the window's median residual" if math.isfinite(found.outlier_factor)
+             else "the window's other residuals are 0")
+    text = (f"one pair stands out ({apart}) and "
             f"{'lowers' if found.shift < 0 else 'raises'} the ratio {abs(found.shift) * 100:.1f} %: {keys[i]} at "
             f"{measured[i]:.1f} vs {reference[i]:.1f} tok/s (its prompt's other pairs: {other_m:.1f} vs "
             f"{other_r:.1f}); {found.ratio_without:.3f}x without it")

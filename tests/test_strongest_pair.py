@@ -105,3 +105,13 @@ def test_a_backfire_window_with_a_pair_standing_out_gets_its_follow_up_rounds():
     # eagle3_al15 and draft_al30 of the same session: faster beyond the margin, nothing stands out
     assert follow_up_reason(rig, windows["eagle3_al15"]) is None
     assert follow_up_reason(rig, windows["draft_al30"]) is None
+
+
+def test_a_pair_off_a_window_of_identical_pairs_is_named_without_a_factor():
+    from specgate.gates import _strongest_pair_text
+
+    measured, reference = [100.0] * 12, [50.0] * 12
+    measured[3] = 80.0
+    info, text = _strongest_pair_text(measured, reference, PROMPTS, [f"{p}#{i % 2}" for i, p in enumerate(PROMPTS)],
+                                      shift=1.0)
+    assert info["key"] == "b#1" and "(the window's other residuals are 0)" in text and "lowers the ratio" in text
