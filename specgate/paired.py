@@ -167,6 +167,14 @@ STRATA_METHOD = "prompts as strata: mean of per-prompt log ratios, t interval fr
 MIN_STRATA_DOF = 3  # fewer degrees of freedom (repeats beyond each prompt's first): Hodges-Lehmann instead
 
 
+def _group_indices(strata: Sequence[str]) -> dict[str, list[int]]:
+    """Each stratum's pair indices, in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, stratum in enumerate(strata):
+        groups.setdefault(stratum, []).append(i)
+    return groups
+
+
 def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold: float,
                          confidence: float = 0.95, equivalence_margin: float = 0.05,
                          extra_log_spread: float = 0.0) -> PairedRatio:
@@ -184,9 +192,7 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
     d = np.asarray(d, dtype=float)
     if len(strata) != d.size:
         raise ValueError(f"one stratum per pair: {d.size} pairs, {len(strata)} strata")
-    groups: dict[str, list[float]] = {}
-    for value, stratum in zip(d, strata, strict=True):
-        groups.setdefault(stratum, []).append(float(value))
+    groups = {name: [float(d[i]) for i in idx] for name, idx in _group_indices(strata).items()}
     dof = sum(len(v) - 1 for v in groups.values())
     if dof < MIN_STRATA_DOF:
         return paired_log_ratio(d, threshold=threshold, confidence=confidence,
@@ -234,9 +240,7 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
     m = np.log(np.asarray(measured, dtype=float))
     r = np.log(np.asarray(reference, dtype=float))
     d = m - r - math.log(shift)
-    groups: dict[str, list[int]] = {}
-    for i, stratum in enumerate(strata):
-        groups.setdefault(stratum, []).append(i)
+    groups = _group_indices(strata)
     if sum(len(v) - 1 for v in groups.values()) < MIN_STRATA_DOF:
         return None
     means = {name: float(np.mean(d[idx])) for name, idx in groups.items()}
