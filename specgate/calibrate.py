@@ -375,7 +375,7 @@ def load_windows(path: Path) -> list[WindowResult]:
 
 def write_outputs(rig: Rig, out: Path, results: Sequence[WindowResult], tolerances: Sequence[float],
                   meta: dict[str, Any]) -> Path:
-    rows = summarize(results, tolerances, rig.gates.equivalence_margin, shipped=rig.gates.throughput_tolerance)
+    rows = summarize(results, tolerances, rig.gates.equivalence_margin, shipped=rig.gates.ab_gate_tolerance)
     (out / "summary.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     plot_power(results, tolerances, out / "power.png")
     path = out / "calibration.md"

@@ -160,6 +160,7 @@ class Protocol(_Strict):
 
 class ClassGate(_Strict):
     throughput_tolerance: float | None = Field(default=None, ge=0, lt=1)
+    ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     start_noise: float | None = Field(default=None, ge=0, lt=1)
     acceptance_tolerance: float | None = Field(default=None, ge=0, lt=1)
@@ -180,6 +181,10 @@ class Gates(_Strict):
     # The level check (tok/s against stored samples from another server start; the no-speculation
     # mode, and rigs without a duet) fails below 1 - this; None: throughput_tolerance.
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
+    # The A/B throughput gate (a mode on the candidate side against the same mode on the reference
+    # side, live at once) fails below 1 - this; None: throughput_tolerance. Its own key because its
+    # statistic is the one a calibration measures directly (`specgate calibrate`).
+    ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
     # The client's decode rate (1 / mean time per output token of a window's requests) and vLLM's
@@ -189,6 +194,11 @@ class Gates(_Strict):
     # not checked.
     client_server_tolerance: float | None = Field(default=0.05, gt=0, lt=1)
     classes: dict[str, ClassGate] = {}
+
+    @property
+    def ab_gate_tolerance(self) -> float:
+        """The A/B throughput gate's tolerance: ab_tolerance, else throughput_tolerance."""
+        return self.ab_tolerance if self.ab_tolerance is not None else self.throughput_tolerance
 
     def for_class(self, prompt_class: str) -> Gates:
         override = self.classes.get(prompt_class)

@@ -298,7 +298,7 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     """Decode speed, decided the strongest way the window allows:
 
     - an A/B duet (the partner is the same mode on the reference side): the paired ratio
-      candidate / reference, against 1 - throughput_tolerance;
+      candidate / reference, against 1 - ab_tolerance (default throughput_tolerance);
     - a duet with the live no-speculation reference, with a stored ratio: this window's paired
       ratio against the stored one (the ratio is what a change to the mode moves);
     - otherwise the level: this window's tok/s against the stored samples, paired by request key,
@@ -342,7 +342,7 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
 
 def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
     """An A/B duet's throughput gate: the candidate's paired ratio to the same mode on the
-    reference side (``m.partner``), against 1 - throughput_tolerance."""
+    reference side (``m.partner``), against 1 - ``Gates.ab_gate_tolerance``."""
     gates = rig.gates.for_class(m.prompt_class)
     partner = m.partner
     assert partner is not None and partner.side == "reference", "an A/B window has the reference side as partner"
@@ -350,7 +350,7 @@ def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
         return untimed
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
-    return ratio_result("throughput", m, samples.measured, samples.reference, threshold=1 - gates.throughput_tolerance,
+    return ratio_result("throughput", m, samples.measured, samples.reference, threshold=1 - gates.ab_gate_tolerance,
                         reference_label="the reference side", design="A/B duet, requests alternated",
                         note=samples.note, confidence=gates.confidence, margin=gates.equivalence_margin)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.config import load_rig
+from specgate.config import ClassGate, load_rig
 from specgate.gates import check_backfire, follow_up_reason
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.paired import paired_log_ratio, repeated_coverage
@@ -121,19 +121,19 @@ def test_without_a_follow_up_rule_a_window_has_one_look(stand_in_rig):
 
 def test_an_ab_window_follows_up_on_its_throughput_gate():
     # An A/B window's partner is the same mode on the reference side; its gate is the throughput
-    # ratio against 1 - throughput_tolerance. Run C's explanatory pairs read as such a window (the
+    # ratio against 1 - ab_tolerance. Run C's explanatory pairs read as such a window (the
     # two sides' pairs are real; which build they came from does not matter to the rule).
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = as_first_look(real_windows("c")["explanatory"])
     m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
-    strict = rig.model_copy(update={"gates": rig.gates.model_copy(update={"throughput_tolerance": 0.0})})
+    strict = rig.model_copy(update={"gates": rig.gates.model_copy(update={"ab_tolerance": 0.0})})
     reason = follow_up_reason(strict, m)
     assert reason is not None and reason.startswith("the throughput gate is undecided after 12 pairs")
-    assert follow_up_reason(rig, m) is None  # at the rig's 10 % it is decided at the first look
+    assert follow_up_reason(rig, m) is None  # at the rig's 3 % it is decided at the first look
 
 
 def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
-    # The A/B windows keep follow_up_repeats (2), the design the rig's tolerance was calibrated with.
+    # The A/B windows get follow_up_repeats (8), not the backfire windows' own setting.
     rig = stand_in_rig
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     journal: list = []
@@ -141,7 +141,7 @@ def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
         StandInServer("ngram", journal), StandInServer("ngram", journal), rig.mode("ngram"), rig.mode("ngram"),
         coding, 1, partner_side="reference")
     planned, extra = rig.protocol.repeats, rig.protocol.follow_up_repeats
-    assert extra == 2 and m.first_look_share == planned / (planned + extra)
+    assert extra == 8 and m.first_look_share == planned / (planned + extra)
     assert len(m.records) == (planned + extra) * len(coding.prompts)
 
 
@@ -179,7 +179,7 @@ def test_a_faster_first_look_reaching_into_the_margin_is_followed_up():
 
 def test_an_ab_window_follows_up_only_when_undecided():
     # The A/B rule is the one the calibration measured: only "undecided" follows up. Run K's
-    # explanatory pairs read as an A/B window (Hodges-Lehmann, threshold 0.96) are "not slower",
+    # explanatory pairs read as an A/B window (threshold 0.97) are "not slower",
     # which a backfire window would follow up and an A/B window does not.
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = run_k_window("explanatory", 0.5)
@@ -200,3 +200,20 @@ def test_only_a_faster_inside_the_margin_reaches_into_it(ratio, low, unsettled):
 
     assert reaches_into_margin({"verdict": "faster", "ratio": ratio, "ci_low": low}, 0.05) is unsettled
     assert not reaches_into_margin({"verdict": "equal", "ratio": 1.01, "ci_low": 0.99}, 0.05)
+
+
+def test_the_ab_gate_decides_at_its_own_tolerance():
+    # ab_tolerance sets the A/B gate's threshold (0.97 on the cpu rig); the stored-ratio and level
+    # gates keep throughput_tolerance (0.96); without ab_tolerance the A/B gate uses that too.
+    from specgate.gates import ab_throughput
+
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    m = run_k_window("explanatory", 0.5)
+    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
+    assert (rig.gates.ab_tolerance, rig.gates.throughput_tolerance) == (0.03, 0.04)
+    assert ab_throughput(rig, m).details["threshold"] == pytest.approx(0.97)
+    unset = rig.model_copy(update={"gates": rig.gates.model_copy(update={"ab_tolerance": None})})
+    assert ab_throughput(unset, m).details["threshold"] == pytest.approx(0.96)
+    per_class = rig.model_copy(update={"gates": rig.gates.model_copy(update={
+        "classes": {"explanatory": ClassGate(ab_tolerance=0.10)}})})
+    assert ab_throughput(per_class, m).details["threshold"] == pytest.approx(0.90)
