@@ -10,8 +10,8 @@
 #   .gpu-lab/extra/pkg; the image has aiohttp), and declares
 #   specgate's vLLM plugin (the slowdown injector, specgate/inject.py), since
 #   specgate is on PYTHONPATH, not installed, and vLLM finds plugins through entry points;
-# - /root/models/llama8b-dummy, llama8b-dummy-draft4l and llama8b-dummy-eagle3: the GPU-bound rig's
-#   Llama-3-8B-shaped model, its 4-layer draft and an EAGLE-3 head of its shape, config and SmolLM2's tokenizer only (vLLM fills the weights with
+# - /root/models/llama8b-dummy, llama8b-dummy-draft4l, -draft1l and llama8b-dummy-eagle3: the GPU-bound rig's
+#   Llama-3-8B-shaped model, its 4-layer and 1-layer drafts and an EAGLE-3 head of its shape, config and SmolLM2's tokenizer only (vLLM fills the weights with
 #   --load-format dummy);
 # - prints what the lab machine is (versions, GPU clocks and limits, the telemetry readers found) and
 #   keeps it in /root/runs/lab-machine.txt (copied to $OUT when set).
@@ -39,6 +39,11 @@ if [ ! -f /root/models/llama8b-dummy/config.json ] || [ ! -f /root/models/llama8
     --dummy-llama8b-draft /root/models/llama8b-dummy-draft4l \
     --dummy-llama8b-eagle3 /root/models/llama8b-dummy-eagle3 --source /root/models/smollm2-135m
 fi
+# The 1-layer draft of the 8B shape (modes draft1l_*): the draft path with the least host work per pass.
+if [ ! -f /root/models/llama8b-dummy-draft1l/config.json ]; then
+  python3 -m specgate prepare-model --dummy-llama8b-draft /root/models/llama8b-dummy-draft1l --draft-layers 1 \
+    --source /root/models/smollm2-135m
+fi
 # The EAGLE-3 backfire fixture (random weights, valid config; seconds), for h200-smollm2-eagle3.
 if [ ! -f /root/models/smollm2-135m-eagle3-untrained/config.json ]; then
   python3 -m specgate train-eagle3 --untrained --target /root/models/smollm2-135m \
@@ -64,6 +69,6 @@ with t:
     pass
 print("telemetry readers:", t.sources, "; one sample:", t.samples[-1][1])
 PY
-  ls -la /root/models/llama8b-dummy /root/models/llama8b-dummy-draft4l /root/models/llama8b-dummy-eagle3
+  ls -la /root/models/llama8b-dummy /root/models/llama8b-dummy-draft4l /root/models/llama8b-dummy-draft1l /root/models/llama8b-dummy-eagle3
 } 2>&1 | tee /root/runs/lab-machine.txt
 if [ -n "${OUT:-}" ]; then cp /root/runs/lab-machine.txt "$OUT/"; fi

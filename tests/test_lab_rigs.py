@@ -41,7 +41,7 @@ def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> N
     for name, spec in synthetic.items():
         k = spec["num_speculative_tokens"]
         # draft_model and EAGLE-3 draft k tokens every step, so the acceptance is the synthetic one alone.
-        # Drafts prepare-model writes (the 8B shape cut to 4 layers; the lab's prepare script
+        # Drafts prepare-model writes (the 8B shape cut to 4 or 1 layers; the lab's prepare script
         # writes each folder a mode names) or the kit's SmolLM2 (same vocabulary).
         # An EAGLE-3 mode's head is prepare-model's dummy head of the target's shape.
         prepare = (FIXTURES.parent / "scripts" / "gpu-lab-prepare.sh").read_text()
@@ -50,7 +50,8 @@ def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> N
             assert f"--dummy-llama8b-eagle3 {spec['model']}" in prepare
         else:
             assert spec["method"] == "draft_model", name
-            assert spec["model"] in ("/root/models/llama8b-dummy-draft4l", "/root/models/smollm2-135m"), name
+            assert spec["model"] in ("/root/models/llama8b-dummy-draft4l", "/root/models/llama8b-dummy-draft1l",
+                                     "/root/models/smollm2-135m"), name
             assert (spec["model"].startswith("/root/models/smollm2")
                     or f"--dummy-llama8b-draft {spec['model']}" in prepare)
         assert ("synthetic_acceptance_length" in spec) != ("synthetic_acceptance_rates" in spec), name
