@@ -170,6 +170,13 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], marg
                 k = sum(r.fails(tol, margin) for r in group)
                 lo, hi = binomial_interval(k, len(group))
                 row[f"fail @ tol {tol * 100:g} %"] = f"{k}/{len(group)} ({lo * 100:.0f}-{hi * 100:.0f} %)"
+            if shipped is not None and design == "duet" and level > 0:
+                # The injector's effect on one start of the candidate is the level times that start's
+                # offset from the reference's (A/A TPOT ratios 0.974-1.040 on the cpu rig): the
+                # windows vLLM's own TPOT says were really slowed by the level or more.
+                real = [r for r in group if r.server_tpot_ratio and r.server_tpot_ratio >= 1 + level]
+                row[f"caught @ {shipped * 100:g} %, TPOT x >= {1 + level:g}"] = (
+                    f"{sum(r.fails(shipped, margin) for r in real)}/{len(real)}")
             if shipped is not None and design == "duet":
                 model = normal_model_rate(group, shipped, margin)
                 row[f"normal model @ {shipped * 100:g} %"] = "-" if model is None else (

@@ -263,3 +263,17 @@ def test_the_cli_says_where_a_stopped_calibrations_windows_and_tables_are(tmp_pa
     captured = capsys.readouterr()
     assert "# Calibration of rig cpu-smollm2" in captured.out
     assert f"stopped; the windows measured are in {tmp_path / 'windows.jsonl'}" in captured.err
+
+
+def test_the_table_counts_detection_among_windows_really_slowed_by_the_level():
+    # A start of the candidate that came up faster than the reference's makes an injected 10 % a real
+    # 6.5 % (vLLM's TPOT x 1.065, stop 26's round 24): the extra column counts only the windows whose
+    # TPOT ratio reached 1 + level.
+    def slowed(i: int, tpot: float, high: float) -> WindowResult:
+        return WindowResult(i, 0.1, "coding", "duet", high - 0.03, high - 0.06, high, 24, tpot, "t", start=i)
+
+    results = [slowed(0, 1.065, 0.983), slowed(1, 1.12, 0.93), slowed(2, 1.10, 0.95), slowed(3, 1.13, 0.975),
+               slowed(4, 1.11, 0.94)]
+    (row,) = summarize(results, [0.04], shipped=0.04)
+    assert row["fail @ tol 4 %"].startswith("3/5")
+    assert row["caught @ 4 %, TPOT x >= 1.1"] == "3/4"
