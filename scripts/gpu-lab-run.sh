@@ -34,7 +34,7 @@ for label, s in r.get('servers', {}).items(): print(f'{label}: ready after {s[\"
   for log in "$run"/server-*.log; do
     [ -f "$log" ] || continue
     echo "== $(basename "$log")"
-    grep -o -E "Directly load the compiled graph|Compiling a graph for compile range [^ ]+ takes [0-9.]+ s|torch.compile took [0-9.]+ s in total|Model loading took [0-9.]+ GiB memory and [0-9.]+ seconds|Graph capturing finished in [0-9]+ secs, took [0-9.]+ GiB|init engine \(profile, create kv cache, warmup model\) took [0-9.]+ s|Available KV cache memory: [-0-9.]+ GiB" \
+    grep -o -E "Directly load the compiled graph|Compiling a graph for compile range [^ ]+ takes [0-9.]+ s|torch.compile took [0-9.]+ s in total|Model loading took [0-9.]+ GiB memory and [0-9.]+ seconds|Graph capturing finished in [0-9]+ secs, took [0-9.]+ GiB|init engine \(profile, create kv cache, warmup model\) took [0-9.]+ s|Available KV cache memory: [-0-9.]+ GiB|Asynchronous scheduling is [a-z]+|Async scheduling not supported with [a-z_]+" \
       "$log" | sort | uniq -c
   done
 } > "$run/startup.txt" 2>&1

@@ -133,15 +133,18 @@ def test_an_ab_window_follows_up_on_its_throughput_gate():
 
 
 def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
-    # The A/B windows get follow_up_repeats (8), not the backfire windows' own setting.
-    rig = stand_in_rig
+    # The A/B windows get follow_up_repeats, not the backfire windows' own setting: the stand-in
+    # rig's two settings are made to differ (the cpu rig ships 8 for both) so the test tells them apart.
+    rig = stand_in_rig.model_copy(update={"protocol": stand_in_rig.protocol.model_copy(
+        update={"follow_up_repeats": 3, "backfire_follow_up_repeats": 5})})
+    assert rig.protocol.follow_up_rounds(backfire=False) == 3 and rig.protocol.follow_up_rounds(backfire=True) == 5
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     journal: list = []
     m = Measurer(rig, follow_up=lambda first: "undecided (test)").measure_duet(
         StandInServer("ngram", journal), StandInServer("ngram", journal), rig.mode("ngram"), rig.mode("ngram"),
         coding, 1, partner_side="reference")
     planned, extra = rig.protocol.repeats, rig.protocol.follow_up_repeats
-    assert extra == 8 and m.first_look_share == planned / (planned + extra)
+    assert extra == 3 and m.first_look_share == planned / (planned + extra)
     assert len(m.records) == (planned + extra) * len(coding.prompts)
 
 
