@@ -12,6 +12,8 @@ from specgate.config import load_rig
 
 pytestmark = pytest.mark.fast
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def window(level, ci_high, design="duet", tpot=None):
     return WindowResult(0, level, "coding", design, ci_high - 0.01, ci_high - 0.02, ci_high, 12, tpot, "t")
@@ -189,6 +191,44 @@ def test_the_normal_model_extrapolates_from_how_far_the_upper_ends_sit_from_the_
     decided = [WindowResult(i, 0.0, "coding", "duet", 1.0, 0.97, 1.01, 24, None, "t", first_ci_low=0.96,
                             first_ci_high=1.02 + i / 100, start=i) for i in range(6)]
     assert [w.deciding_high(0.05) for w in decided] == [1.02 + i / 100 for i in range(6)]
+
+
+def test_the_normal_model_bound_is_exact_at_its_confidence():
+    # The bound is the exact one-sided 95 % bound on a normal tail probability (noncentral t): over
+    # many simulated calibrations it covers the true rate 95 % of the time, no more and no less, for
+    # false alarms (an upper bound) and for detection (a lower bound). Seeded: the same every run.
+    import math
+    import random
+
+    from scipy import stats
+
+    from specgate.calibrate import normal_model_rate
+
+    rng = random.Random(7)
+    threshold = math.log(0.97)
+    for level, mean, sd, n in ((0.0, 0.0287, 0.0202, 10), (0.1, -0.0666, 0.0146, 20)):
+        fail_rate = float(stats.norm.cdf((threshold - mean) / sd))
+        covered = 0
+        for _ in range(300):
+            highs = [math.exp(rng.gauss(mean, sd)) for _ in range(n)]
+            group = [WindowResult(i, level, "coding", "duet", h, h - 0.03, h, 12, None, "t", start=i)
+                     for i, h in enumerate(highs)]
+            _, bound = normal_model_rate(group, 0.03)
+            covered += bound >= fail_rate if level == 0 else bound <= fail_rate
+        assert 0.92 <= covered / 300 <= 0.98, (level, covered)
+
+
+def test_the_normal_model_on_stop_27s_real_windows():
+    # docs/calibration/cpu-2026-12-02: ten fresh-start rounds of the shipped A/B rule. The earlier
+    # bound (mean and SD each at its own 95 % bound) read 7.6 % and 87.6 %; the exact one 4.86 % and 91.35 %.
+    from specgate.calibrate import normal_model_rate
+
+    windows = load_windows(ROOT / "docs" / "calibration" / "cpu-2026-12-02" / "calibration" / "windows.jsonl")
+    duet = [w for w in windows if w.design == "duet"]
+    aa = normal_model_rate([w for w in duet if w.level == 0], 0.03)
+    slow = normal_model_rate([w for w in duet if w.level == 0.1], 0.03)
+    assert aa == pytest.approx((0.001683, 0.04861), abs=5e-6)
+    assert slow == pytest.approx((0.99338, 0.91346), abs=5e-5)
 
 
 def test_the_table_shows_server_starts_and_the_normal_model_at_the_shipped_tolerance():
