@@ -217,7 +217,8 @@ def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) 
             "shipped tolerance, the rate a normal model of the windows' deciding upper ends (log scale) gives, "
             "with its exact one-sided 95 % bound (noncentral t on the upper ends' distance from the line in SDs; "
             "an upper bound on false alarms, a lower bound on detection; specgate.calibrate.normal_model_rate): "
-            "an extrapolation that is only as good as the windows are independent (`server starts`) and their tails normal.\n\n")
+            "an extrapolation that is only as good as the windows are independent (`server starts`) and their "
+            "tails normal.\n\n")
     return head + tabulate(rows, headers="keys", tablefmt="github") + "\n"
 
 
