@@ -33,6 +33,7 @@ servers and still writes the tables from the windows measured (``CalibrationStop
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import gzip
 import json
@@ -393,6 +394,56 @@ def machine_line() -> str:
 
 def load_windows(path: Path) -> list[WindowResult]:
     return [WindowResult(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def save_windows(path: Path, results: Sequence[WindowResult]) -> None:
+    """windows.jsonl as run_calibration writes it, one window a line (load_windows reads it)."""
+    path.write_text("".join(json.dumps(r.__dict__) + "\n" for r in results))
+
+
+UNKNOWN_META = {"started": "?", "finished": "?", "mode": "?", "classes": [], "rounds": "?", "concurrency": "?",
+                "machine": "?"}
+
+
+def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]:
+    """The windows of one or more calibration runs (each a folder with windows.jsonl and, when it
+    finished or was stopped, summary.json), as one set: each later run's rounds and server starts
+    are renumbered after the earlier ones', so every start stays its own. The meta says which runs
+    and machines they came from; runs of different modes or classes are refused by name, since
+    their windows do not measure the same thing."""
+    results: list[WindowResult] = []
+    metas: list[dict[str, Any]] = []
+    for folder in dirs:
+        windows = folder / "windows.jsonl"
+        if not windows.exists():
+            raise FileNotFoundError(f"{windows} does not exist")
+        summary = folder / "summary.json"
+        meta = json.loads(summary.read_text())["meta"] if summary.exists() else dict(UNKNOWN_META)
+        own = load_windows(windows)
+        if results and own:
+            first_round = max(r.round for r in results) + 1
+            first_start = max(r.start for r in results) + 1
+            own = [dataclasses.replace(r, round=r.round + first_round, start=r.start + first_start) for r in own]
+        for earlier, other in zip(metas, dirs):
+            for key in ("mode", "classes"):
+                if "?" not in (earlier[key], meta[key]) and earlier[key] != meta[key]:
+                    raise ValueError(f"{folder} measured {key} {meta[key]!r}, {other} {earlier[key]!r}: "
+                                     f"render them apart")
+        results += own
+        metas.append(meta)
+    if len(metas) == 1:
+        return results, metas[0]
+    known = [m for m in metas if m["started"] != "?"]
+    machines = sorted({str(m["machine"]) for m in metas})
+    return results, {
+        "started": min((m["started"] for m in known), default="?"),
+        "finished": max((m["finished"] for m in known), default="?"),
+        "mode": metas[0]["mode"], "classes": metas[0]["classes"],
+        "rounds": len({r.round for r in results}), "concurrency": metas[0]["concurrency"],
+        "machine": "; ".join(machines) if len(machines) > 1 else machines[0],
+        "fresh_servers": all(m.get("fresh_servers") for m in metas),
+        "runs": [str(d) for d in dirs],
+    }
 
 
 def write_outputs(rig: Rig, out: Path, results: Sequence[WindowResult], tolerances: Sequence[float],

@@ -54,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("--tolerances", default=None,
                      help="comma-separated tolerances for the table (default 0.02,0.03,0.05,0.10); a window "
                           "undecided at any of them gets the rig's follow-up rounds")
-    cal.add_argument("--render", type=Path, default=None, metavar="DIR",
-                     help="only render calibration.md and power.png again from DIR/windows.jsonl")
+    cal.add_argument("--render", type=Path, nargs="+", default=None, metavar="DIR",
+                     help="only render calibration.md and power.png again from DIR/windows.jsonl; several "
+                          "runs' DIRs render as one set (their rounds and starts renumbered) into --out")
     e3 = sub.add_parser("train-eagle3", help="train an EAGLE-3 draft head for the target on text it generates "
                         "(specgate.eagle3_train), or write an untrained one (--untrained)")
     e3.add_argument("--out", type=Path, required=True, help="the head's folder (config.json, model.safetensors)")
@@ -301,15 +302,20 @@ def calibrate(args: argparse.Namespace) -> int:
         print(f"specgate calibrate: {exc}", file=sys.stderr)
         return 2
     if args.render is not None:
-        windows = args.render / "windows.jsonl"
-        if not windows.exists():
-            print(f"specgate calibrate: {windows} does not exist", file=sys.stderr)
+        if len(args.render) > 1 and args.out is None:
+            print("specgate calibrate: --render with several runs writes one combined set: give it --out DIR",
+                  file=sys.stderr)
             return 2
-        meta = json.loads((args.render / "summary.json").read_text())["meta"] if (
-            args.render / "summary.json").exists() else {"started": "?", "finished": "?", "mode": "?",
-                                                          "classes": [], "rounds": "?", "concurrency": "?",
-                                                          "machine": "?"}
-        print(cal.write_outputs(rig, args.render, cal.load_windows(windows), tolerances, meta))
+        try:
+            results, meta = cal.load_runs(args.render)
+        except (OSError, ValueError) as exc:
+            print(f"specgate calibrate: {exc}", file=sys.stderr)
+            return 2
+        out = args.out or args.render[0]
+        out.mkdir(parents=True, exist_ok=True)
+        if len(args.render) > 1:
+            cal.save_windows(out / "windows.jsonl", results)
+        print(cal.write_outputs(rig, out, results, tolerances, meta))
         return 0
     if rig.tier == "cpu":
         from specgate.model_prep import prepare_model

@@ -48,6 +48,33 @@ def test_outputs_render_again_from_windows_jsonl(tmp_path):
     assert (tmp_path / "power.png").stat().st_size > 1000
 
 
+def test_several_runs_render_as_one_set_with_every_start_its_own(tmp_path):
+    from specgate.calibrate import load_runs, save_windows
+
+    def run(folder, starts, mode="no_spec", machine="m1", started="2026-12-02T00:00:00"):
+        folder.mkdir()
+        save_windows(folder / "windows.jsonl", [
+            WindowResult(i, 0.1, "coding", "duet", 0.9, 0.88, 0.92, 12, 1.1, "t", start=i) for i in range(starts)])
+        meta = {"started": started, "finished": started, "mode": mode, "classes": ["coding"], "rounds": starts,
+                "concurrency": 1, "machine": machine, "fresh_servers": True}
+        (folder / "summary.json").write_text(json.dumps({"meta": meta, "rows": []}))
+        return folder
+
+    a, b = run(tmp_path / "a", 3), run(tmp_path / "b", 2, machine="m2", started="2026-12-02T05:00:00")
+    results, meta = load_runs([a, b])
+    assert [(r.round, r.start) for r in results] == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
+    assert meta["rounds"] == 5 and meta["machine"] == "m1; m2" and meta["runs"] == [str(a), str(b)]
+    assert (meta["started"], meta["finished"]) == ("2026-12-02T00:00:00", "2026-12-02T05:00:00")
+    rows = summarize(results, [0.03], shipped=0.03)
+    assert rows[0]["server starts"] == 5
+    # runs of another mode measure something else: refused, naming both folders
+    c = run(tmp_path / "c", 1, mode="ngram")
+    with pytest.raises(ValueError, match=r"c measured mode 'ngram', .*a 'no_spec'"):
+        load_runs([a, c])
+    with pytest.raises(FileNotFoundError, match="windows.jsonl"):
+        load_runs([a, tmp_path / "missing"])
+
+
 @pytest.mark.parametrize("follow_up", [False, True])
 def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatch, follow_up):
     """run_calibration end to end on two stand-in servers replaying a real recorded vLLM stream:
