@@ -426,7 +426,7 @@ def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]
             own = [dataclasses.replace(r, round=r.round + first_round, start=r.start + first_start) for r in own]
         for earlier, other in zip(metas, dirs):
             for key in ("mode", "classes"):
-                if "?" not in (earlier[key], meta[key]) and earlier[key] != meta[key]:
+                if UNKNOWN_META[key] not in (earlier[key], meta[key]) and earlier[key] != meta[key]:
                     raise ValueError(f"{folder} measured {key} {meta[key]!r}, {other} {earlier[key]!r}: "
                                      f"render them apart")
         results += own

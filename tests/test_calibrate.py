@@ -71,6 +71,10 @@ def test_several_runs_render_as_one_set_with_every_start_its_own(tmp_path):
     c = run(tmp_path / "c", 1, mode="ngram")
     with pytest.raises(ValueError, match=r"c measured mode 'ngram', .*a 'no_spec'"):
         load_runs([a, c])
+    # a run still going (no summary.json yet) joins any: its mode and classes are not known to differ
+    unfinished = run(tmp_path / "d", 1, mode="ngram")
+    (unfinished / "summary.json").unlink()
+    assert len(load_runs([a, unfinished])[0]) == 4
     with pytest.raises(FileNotFoundError, match="windows.jsonl"):
         load_runs([a, tmp_path / "missing"])
 
