@@ -75,7 +75,7 @@ def test_several_runs_render_as_one_set_with_every_start_its_own(tmp_path):
     unfinished = run(tmp_path / "d", 1, mode="ngram")
     (unfinished / "summary.json").unlink()
     assert len(load_runs([a, unfinished])[0]) == 4
-    with pytest.raises(FileNotFoundError, match="windows.jsonl"):
+    with pytest.raises(FileNotFoundError, match=r"windows\.jsonl"):
         load_runs([a, tmp_path / "missing"])
 
 
