@@ -146,7 +146,7 @@ def normal_model_rate(group: Sequence[WindowResult], tolerance: float, margin: f
         rate = float(mean < threshold)
         return rate, rate
     estimate = float(scipy_stats.norm.cdf((threshold - mean) / sd))
-    # Signed distance in SDs, positive on the side the windows sit: above the line (A/A) or below it.
+    # The distance from the line in SDs, on whichever side the windows sit: above it (an A/A) or below.
     above = mean > threshold
     observed = math.sqrt(n) * abs(mean - threshold) / sd
 
@@ -343,7 +343,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                         pending_sequential.setdefault(prompt_class.name, []).append((round_index, level, m))
                         with windows_path.open("a") as handle:
                             for r in record:
-                                handle.write(json.dumps(r.__dict__) + "\n")
+                                handle.write(window_line(r))
                         # Every request of the window, both sides, with its telemetry: what a false
                         # alarm or a missed slowdown looked like, request by request.
                         with gzip.open(out / "measurements.jsonl.gz", "at") as handle:
@@ -396,9 +396,14 @@ def load_windows(path: Path) -> list[WindowResult]:
     return [WindowResult(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
 
 
+def window_line(r: WindowResult) -> str:
+    """One window as a line of windows.jsonl (load_windows reads it back)."""
+    return json.dumps(r.__dict__) + "\n"
+
+
 def save_windows(path: Path, results: Sequence[WindowResult]) -> None:
-    """windows.jsonl as run_calibration writes it, one window a line (load_windows reads it)."""
-    path.write_text("".join(json.dumps(r.__dict__) + "\n" for r in results))
+    """windows.jsonl as run_calibration writes it, one window a line."""
+    path.write_text("".join(map(window_line, results)))
 
 
 UNKNOWN_META = {"started": "?", "finished": "?", "mode": "?", "classes": [], "rounds": "?", "concurrency": "?",
@@ -433,7 +438,7 @@ def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]
         metas.append(meta)
     if len(metas) == 1:
         return results, metas[0]
-    known = [m for m in metas if m["started"] != "?"]
+    known = [m for m in metas if m["started"] != UNKNOWN_META["started"]]
     machines = sorted({str(m["machine"]) for m in metas})
     return results, {
         "started": min((m["started"] for m in known), default="?"),

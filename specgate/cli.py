@@ -313,8 +313,8 @@ def calibrate(args: argparse.Namespace) -> int:
             return 2
         out = args.out or args.render[0]
         out.mkdir(parents=True, exist_ok=True)
-        if len(args.render) > 1:
-            cal.save_windows(out / "windows.jsonl", results)
+        if out.resolve() != args.render[0].resolve() or len(args.render) > 1:
+            cal.save_windows(out / "windows.jsonl", results)  # OUT renders again on its own
         print(cal.write_outputs(rig, out, results, tolerances, meta))
         return 0
     if rig.tier == "cpu":
