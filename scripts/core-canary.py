@@ -16,6 +16,11 @@ servers answer /health:
   - after SHARE_AFTER windows (lines of WINDOWS_JSONL; 0: at once, e.g. beside a pytest duet), moves the candidate's engine main thread
     onto CPU 4 too: both servers' steps then run on one core (in a duet at concurrency 1 they never
     generate at once). If the levels are the core's, the pairs' ratios then tighten.
+With PYSPY=1 in the environment, also profiles the candidate's engine core in 1-s py-spy bursts back
+to back (/root/extra/bin/py-spy, at 250 Hz, non-blocking, pinned to CPU 14), each a collapsed-stack
+file pyspy/<n>.txt beside LOG, and pyspy.jsonl a line per burst: its perf_counter start and end (the
+clock of specgate's request records) and the CPU seconds each engine-core thread used during it, so
+a fast request's stacks can be set beside a slow one's.
 Writes LOG and canary-CPU.jsonl files beside it; stops when CALIBRATION_PID exits.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 import time
 import urllib.request
@@ -35,6 +41,8 @@ BIN_NS = 10_000_000
 # CANARY_CPUS=a,b,c,d,e overrides them (a smoke test on a 2-CPU machine: 1,1,0,0,0).
 REFERENCE_MAIN, CANDIDATE_MAIN, REFERENCE_HELPERS, CANDIDATE_HELPERS, CONTROL = (
     int(cpu) for cpu in os.environ.get("CANARY_CPUS", "4,6,5,7,12").split(","))
+PROFILER_CPU = 14 if (os.cpu_count() or 1) > 14 else 0
+PYSPY = "/root/extra/bin/py-spy"
 API_CPUS = (1, 2) if os.cpu_count() and os.cpu_count() > 2 else (0, 0)
 
 
@@ -63,6 +71,29 @@ def canary(cpu: int, idle: bool, out: str) -> None:
                 handle.flush()
             bin_start, durations = end, []
         durations.append(end - begin)
+
+
+def profile_bursts(pid: int, out: Path) -> None:
+    """py-spy bursts of 1 s on PID back to back until it exits (see the module's header)."""
+    os.sched_setaffinity(0, {PROFILER_CPU})
+    (out / "pyspy").mkdir(exist_ok=True)
+    proc = psutil.Process(pid)
+
+    def thread_times() -> dict[int, float]:
+        return {t.id: t.user_time + t.system_time for t in proc.threads()}
+
+    with open(out / "pyspy.jsonl", "a") as index:
+        n = 0
+        while proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+            before, t0 = thread_times(), time.perf_counter()
+            subprocess.run([PYSPY, "record", "--pid", str(pid), "--rate", "250", "--duration", "1", "--nonblocking",
+                            "--threads", "--format", "raw", "--output", str(out / "pyspy" / f"{n}.txt")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            t1, after = time.perf_counter(), thread_times()
+            used = {str(tid): round(after[tid] - before.get(tid, 0.0), 3) for tid in after}
+            index.write(json.dumps({"n": n, "t0": t0, "t1": t1, "thread_cpu_s": used}) + "\n")
+            index.flush()
+            n += 1
 
 
 def servers(client_pid: int) -> list[psutil.Process]:
@@ -127,6 +158,8 @@ def main() -> None:
     context = multiprocessing.get_context("fork")
     canaries = [context.Process(target=canary, args=(cpu, idle, str(out / f"canary-{cpu}.jsonl")), daemon=True)
                 for cpu, idle in ((REFERENCE_MAIN, True), (CANDIDATE_MAIN, True), (CONTROL, False))]
+    if os.environ.get("PYSPY") == "1":
+        canaries.append(context.Process(target=profile_bursts, args=(cores[1].pid, out), daemon=True))
     for proc in canaries:
         proc.start()
     say(f"canaries on {REFERENCE_MAIN}, {CANDIDATE_MAIN} (SCHED_IDLE), {CONTROL} (normal)")

@@ -22,6 +22,9 @@ mkdir -p /root/vllm-cache /root/extra /root/runs
 # Pure-Python packages specgate needs that the lab image lacks (httpx-sse, httpx-aiohttp), when the run carries
 # the git-ignored .gpu-lab/extra (unpacked wheels under pkg/).
 if [ -d .gpu-lab/extra/pkg ]; then cp -r .gpu-lab/extra/pkg/. /root/extra/; fi
+# py-spy (the binary from PyPI's py_spy wheel, under .gpu-lab/extra/bin) for scripts/core-canary.py's
+# profile bursts (PYSPY=1 in gpu-lab-run.sh).
+if [ -d .gpu-lab/extra/bin ]; then mkdir -p /root/extra/bin && cp .gpu-lab/extra/bin/* /root/extra/bin/; fi
 python3 -c "import httpx_sse, httpx_aiohttp" 2>/dev/null || {
   echo "gpu-lab-prepare: httpx_sse or httpx_aiohttp is missing: carry .gpu-lab/extra once (see the script's header)" >&2
   exit 1; }

@@ -1,7 +1,9 @@
 #!/bin/bash
 # Run the gpu tier on the GPU lab machine (see ../shared/gpu-lab/README.md), after staging.
-#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py] bash scripts/gpu-lab-run.sh NAME [pytest args...]
-# HELPER=core-canary.py: both servers' engine cores on one CPU from the start, canaries timed beside them.
+#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py [SHARE_AFTER=0] [PYSPY=1]] bash scripts/gpu-lab-run.sh NAME [pytest args...]
+# HELPER=core-canary.py: the servers pinned, canaries timed beside them; both engine cores on one CPU
+# after SHARE_AFTER windows (0, the default: from the start; a number above the windows run: never);
+# PYSPY=1: 1-s py-spy profiles of the candidate's engine core back to back (/root/extra/bin/py-spy).
 # SPECGATE_COMMIT: the device's copied tree carries a stale .git, so pass the commit from the
 # checkout that sent it (SPECGATE_COMMIT=$(git rev-parse --short HEAD) in the device command).
 # pytest gets SIGINT at LAB_TIMEOUT_S (its servers are torn down), so the results still come back:
@@ -16,7 +18,7 @@ nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-before.cs
 start=$(date +%s)
 if [ -n "${HELPER:-}" ]; then
   ( while [ ! -f "$run/pytest.pid" ]; do sleep 0.2; done
-    python3 "scripts/$HELPER" "$run/windows.jsonl" 0 "$(cat "$run/pytest.pid")" "$run/pin.log" ) &
+    python3 "scripts/$HELPER" "$run/windows.jsonl" "${SHARE_AFTER:-0}" "$(cat "$run/pytest.pid")" "$run/pin.log" ) &
 fi
 timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" bash -c 'echo $$ > "$1/pytest.pid"; shift; exec "$@"' _ "$run" \
   python3 -m pytest -p specgate.plugin -c pyproject.toml --rootdir "$PWD" perf_tests -m gpu --rig "$rig" -p no:cacheprovider --run-dir "$run" \
