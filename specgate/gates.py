@@ -118,6 +118,8 @@ def _looks_text(m: ClassMeasurement) -> str:
         return ""
     if m.follow_up:
         return "; second look, after follow-up rounds (repeated intervals over two looks)"
+    if m.follow_up_skipped:
+        return f"; first look of two (repeated intervals); its follow-up was skipped: {m.follow_up_skipped}"
     return "; first look of two (repeated intervals)"
 
 

@@ -25,6 +25,7 @@ from specgate.config import Mode, PromptClass, Rig
 from specgate.duet import plan
 from specgate.errors import RequestError, ServerDiedError
 from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
+from specgate.server import format_elapsed
 
 PROGRESS_EVERY_S = 10.0
 
@@ -62,9 +63,11 @@ class ClassMeasurement:
     pairs: list[dict[str, Any]] = field(default_factory=list)
     # A duet window that may get follow-up rounds (Protocol.follow_up_repeats) is looked at twice:
     # the share of its final pairs the first look sees (the gates then use repeated intervals,
-    # specgate.paired.repeated_coverage); None: one look. ``follow_up``: why it got them, or None.
+    # specgate.paired.repeated_coverage); None: one look. ``follow_up``: why it got them, or None;
+    # ``follow_up_skipped``: why a window that wanted them did not get them (the session's time budget).
     first_look_share: float | None = None
     follow_up: str | None = None
+    follow_up_skipped: str | None = None
 
     @property
     def sample_keys(self) -> list[str]:
@@ -115,6 +118,7 @@ class ClassMeasurement:
             "partner": self.partner.to_dict() if self.partner is not None else None,
             "pairs": list(self.pairs),
             "first_look_share": self.first_look_share, "follow_up": self.follow_up,
+            **({"follow_up_skipped": self.follow_up_skipped} if self.follow_up_skipped else {}),
             **self.extra,
         }
 
@@ -131,6 +135,7 @@ class ClassMeasurement:
             partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
             pairs=list(data.get("pairs", [])),
             first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
+            follow_up_skipped=data.get("follow_up_skipped"),
             extra={"telemetry": data["telemetry"]} if data.get("telemetry") else {},
         )
 
@@ -210,12 +215,16 @@ class Measurer:
 
     def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None,
                  telemetry: Callable[[list[Any]], Any] | None = None,
-                 follow_up: Callable[[ClassMeasurement], str | None] | None = None) -> None:
+                 follow_up: Callable[[ClassMeasurement], str | None] | None = None,
+                 deadline: float | None = None) -> None:
         self.rig = rig
         self.progress = progress or (lambda line: None)
         # Duets with Protocol.follow_up_repeats: asked after the planned rounds (with the window so
         # far) whether a gate is left undecided; its reason, or None to stop there.
         self.follow_up = follow_up
+        # time.monotonic() by which follow-up rounds must end (--time-budget); None: no bound. A
+        # follow-up is expected to take its rounds at the first look's pace.
+        self.deadline = deadline
         # Makes a specgate.telemetry.Telemetry sampler per window from the window's servers (None:
         # no telemetry recorded).
         self.telemetry = telemetry
@@ -370,20 +379,36 @@ class Measurer:
         share = protocol.repeats / (protocol.repeats + extra) if extra else None
         before = snapshot()
         started = on_done.restart()
-        reason = None
+        reason = skipped = None
         with self._telemetry([subject, partner]) as sampler:
             run_rounds(one_round, protocol.repeats)
             if extra and self.follow_up is not None:
                 wall_s = time.monotonic() - started
                 first_look = assemble(snapshot(), wall_s, None)
                 if (reason := self.follow_up(first_look)) is not None:
-                    on_done.total += 2 * extra * len(prompt_class.prompts)
-                    self.progress(f"{label}: {extra} follow-up round(s): {reason}")
-                    loop_rounds(one_round, extra)  # pytest-benchmark's rounds are the planned ones
+                    if (skipped := self._over_budget(extra * wall_s / protocol.repeats, extra)) is not None:
+                        self.progress(f"{label}: follow-up skipped: {skipped} (it was for: {reason})")
+                        reason = None
+                    else:
+                        on_done.total += 2 * extra * len(prompt_class.prompts)
+                        self.progress(f"{label}: {extra} follow-up round(s): {reason}")
+                        loop_rounds(one_round, extra)  # pytest-benchmark's rounds are the planned ones
         wall_s = time.monotonic() - started
         result = assemble(snapshot(), wall_s, sampler)
         result.follow_up = result.partner.follow_up = reason
+        result.follow_up_skipped = result.partner.follow_up_skipped = skipped
         return result
+
+    def _over_budget(self, expected_s: float, rounds: int) -> str | None:
+        """Why a follow-up of ``rounds`` rounds, expected to take ``expected_s``, does not fit before
+        the deadline (--time-budget), or None when it fits or nothing bounds it."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if expected_s <= left:
+            return None
+        return (f"its {rounds} round(s) would take ~{format_elapsed(expected_s)} at this window's pace and "
+                f"the session's time budget (--time-budget) has {format_elapsed(max(0.0, left))} left")
 
 
 def _with_telemetry(sampler: Any, m: ClassMeasurement) -> ClassMeasurement:

@@ -157,7 +157,8 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
         ttft = _median_ttft_ms(m)
         aggregate = m.get("aggregate_tokens_per_s")
         row: list[Any] = [m["mode"], m["prompt_class"], m["concurrency"],
-                          f"{len(m['records'])}" + (" (follow-up)" if m.get("follow_up") else ""),
+                          f"{len(m['records'])}" + (" (follow-up)" if m.get("follow_up") else
+                                                    " (follow-up skipped)" if m.get("follow_up_skipped") else ""),
                           f"{ttft:.0f}" if ttft is not None else "-",
                           f"{aggregate:.1f}" if aggregate else "-"]
         if with_server:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,10 @@ class SessionOptions:
     worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
     worker_refusal: str | None = None
     ab: AB | None = None  # from the --ab-* options (overrides the rig's [ab])
+    # --time-budget: seconds from the session's start within which optional work (follow-up rounds)
+    # must fit; None: unbounded. ``started_at``: time.monotonic() when the options were made.
+    time_budget_s: float | None = None
+    started_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -99,8 +104,10 @@ class SpecgateSession:
             from specgate.gates import follow_up_reason
 
             rig = self.rig
+            budget = self.options.time_budget_s
             self._measurer = Measurer(rig, progress=self.progress, telemetry=window_sampler(rig.tier, gpus),
-                                      follow_up=lambda m: follow_up_reason(rig, m))
+                                      follow_up=lambda m: follow_up_reason(rig, m),
+                                      deadline=None if budget is None else self.options.started_at + budget)
         return self._measurer
 
     def modes_to_run(self) -> list[Mode]:

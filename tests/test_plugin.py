@@ -374,3 +374,13 @@ def test_throughput_is_undecided_when_its_window_was_timed_wrongly(tmp_path):
         GateKeeper(session).throughput(_with_server_rate(_measurement("no_spec", measured), 1.08))
     assert "(0.93x it; the rig allows ±5 %" in str(skipped.value)
     assert [u["kind"] for u in session.undecided] == ["inconclusive"]
+
+
+def test_the_time_budget_becomes_the_measurers_deadline(tmp_path):
+    # --time-budget=MINUTES -> SessionOptions.time_budget_s -> the Measurer's deadline, counted from the
+    # session's start; without it, nothing bounds the follow-ups.
+    session = _session(tmp_path)
+    assert session.measurer.deadline is None
+    bounded = _session(tmp_path)
+    bounded.options.time_budget_s = 1800.0
+    assert bounded.measurer.deadline == bounded.options.started_at + 1800.0

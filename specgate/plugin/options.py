@@ -38,6 +38,16 @@ def parse_rig_name(value: str) -> str:
     return value
 
 
+def parse_minutes(value: str) -> float:
+    try:
+        minutes = float(value)
+    except ValueError:
+        minutes = float("nan")
+    if not minutes > 0 or minutes == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of minutes above 0, e.g. 40")
+    return minutes
+
+
 def parse_env_assignment(value: str) -> tuple[str, str]:
     name, sep, val = value.partition("=")
     if not sep or not name or not name.replace("_", "").isalnum():
@@ -118,5 +128,9 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(f"--ab-{side}-spec", type=parse_spec_assignment, action="append", default=None,
                         metavar="KEY=VALUE", help=f"A/B: a speculative-config key of the {side} side's speculative "
                         "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
+    group.addoption("--time-budget", type=parse_minutes, default=os.environ.get("SPECGATE_TIME_BUDGET_MIN"),
+                    metavar="MINUTES", help="bound the session's optional work: a window's follow-up rounds run only "
+                    "if they should end within MINUTES of the session's start, else its verdict says the "
+                    "follow-up was skipped and why (default: no bound, or $SPECGATE_TIME_BUDGET_MIN)")
     group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")
