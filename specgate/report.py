@@ -208,6 +208,69 @@ def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
                        "diagnosis"], fmt))
 
 
+# An engine core using this much CPU per second of its server's requests keeps a CPU busy: its
+# speed is the host's as much as the accelerator's (GPU lab visits 11-13: vLLM's draft_model path
+# 1.03-1.05, EAGLE-3 0.81-0.88, and only the former followed the host's speed).
+HOST_BOUND_CPU_S_PER_S = 0.95
+
+
+def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
+    """The window's engine-core CPU seconds (vLLM titles the process "EngineCore") per second of its
+    own requests, from the window's telemetry; None without it."""
+    window = (m.get("telemetry") or {}).get("window") or {}
+    prefix = f"proc.{m['mode']}."
+    cpu_s = sum(v for k, v in window.items() if k.startswith(prefix) and "EngineCore" in k and k.endswith(".cpu_s"))
+    busy_s = sum(r["finished_at"] - r["started_at"] for r in m["records"])
+    return cpu_s / busy_s if cpu_s and busy_s > 0 else None
+
+
+def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Per window, what the machine did meanwhile (the window's telemetry, specgate.telemetry): the
+    CPU canary (the host's pace: median and slowest, us), CPU busy and stolen shares, the engine
+    core's CPU seconds per second of its requests, and on GPU rigs the SM clock range, the power and
+    any throttle reason. "" when no window has telemetry."""
+    rows = []
+    for m in report["measurements"]:
+        w = (m.get("telemetry") or {}).get("window")
+        if not w:
+            continue
+        canary = f"{w['cpu_canary_us'][1]:.1f} ({w['cpu_canary_us'][2]:.1f})" if "cpu_canary_us" in w else "-"
+        steal = f"{w['cpu_steal_pct'][2]:.1f}" if "cpu_steal_pct" in w else "-"
+        engine = engine_cpu_per_s(m)
+        sm = [w[k] for k in sorted(w) if k.endswith(".sm_clock_mhz")]
+        power = [w[k][1] for k in sorted(w) if k.endswith(".power_w")]
+        rows.append([m["mode"], m["prompt_class"], m["concurrency"], canary,
+                     f"{w['cpu_busy_pct'][1]:.0f}" if "cpu_busy_pct" in w else "-", steal,
+                     f"{engine:.2f}" if engine is not None else "-",
+                     ", ".join(f"{lo:.0f}-{hi:.0f}" for lo, _, hi in sm) or "-",
+                     ", ".join(f"{x:.0f}" for x in power) or "-", ", ".join(w.get("throttle_reasons", [])) or "-"])
+    if not rows:
+        return ""
+    return ("environment per window (telemetry): CPU canary us, median (slowest): a fixed piece of Python work, "
+            "slower when the host is; CPU busy % (median) and stolen % (most); engine core CPU-s per s of "
+            f"its requests (>= {HOST_BOUND_CPU_S_PER_S:g}: host-bound); GPU SM clock MHz, power W, throttle reasons\n"
+            + _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %", "engine CPU-s/s",
+                            "SM MHz", "power W", "throttle"], fmt))
+
+
+def host_bound_lines(report: dict[str, Any]) -> list[str]:
+    """GPU windows whose engine core kept a CPU busy: their speed, and a ratio built on it, moves
+    with the host's CPU, so a ratio stored in another session compares hosts too."""
+    if (report.get("rig") or {}).get("tier") != "gpu":
+        return []  # on a CPU rig every engine is host-bound by design
+    lines = []
+    for m in report["measurements"]:
+        engine = engine_cpu_per_s(m)
+        if engine is None or engine < HOST_BOUND_CPU_S_PER_S:
+            continue
+        canary = ((m.get("telemetry") or {}).get("window") or {}).get("cpu_canary_us")
+        lines.append(f"HOST-BOUND [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: its engine core used "
+                     f"{engine:.2f} CPU-s per s of its requests, so its speed follows the host CPU's"
+                     + (f" (canary median {canary[1]:.1f} us this window)" if canary else ""))
+    return [f"{line}; a ratio from another session compares the two hosts' speed too (compare the canary "
+            "column of both sessions' environment tables)" for line in lines]
+
+
 def notice_lines(report: dict[str, Any]) -> list[str]:
     """Stored figures a decided gate compared with although they were measured on another
     machine or setup, or are stale, and a pair standing out of a window's ratio (one hiccup
@@ -224,7 +287,8 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
             by_reason[("STALE FIGURES", details["stale_baseline"])].append(where)
         if (pair := details.get("strongest_pair")) and pair.get("text"):
             by_reason[(f"PAIR STANDS OUT in {gate['gate']}", pair["text"])].append(where)
-    return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()]
+    return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()] + \
+        host_bound_lines(report)
 
 
 def failed_gate_lines(report: dict[str, Any]) -> list[str]:
@@ -264,6 +328,9 @@ def render_text(report: dict[str, Any]) -> str:
     windows = window_table(report)
     if windows:
         parts.append(windows)
+    environment = environment_table(report)
+    if environment:
+        parts.append(environment)
     breakeven = breakeven_table(report)
     if breakeven:
         parts.append(breakeven)
@@ -282,6 +349,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     windows = window_table(report, "github")
     if windows:
         parts.append(windows)
+    environment = environment_table(report, "github")
+    if environment:
+        parts.append(environment)
     breakeven = breakeven_table(report, "github")
     if breakeven:
         parts.append(breakeven)

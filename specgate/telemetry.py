@@ -9,6 +9,10 @@ A :class:`Telemetry` sampler is a background thread that reads, every ``interval
 - on every rig: the CPU frequency (MHz: mean and slowest core), CPU busy share (all cores and the
   busiest one: an overhead-bound server saturates one core), the share stolen by the hypervisor
   and the 1-minute load (psutil);
+- on every rig, a canary: the time this process takes for a fixed piece of Python work (the
+  fastest of a few tries, microseconds). A host that runs CPU work slower for a while (a shared or
+  oversubscribed VM: visit 13 of the GPU lab saw every vCPU 1.8x slower for minutes) shows here,
+  and a host-bound server (an engine core whose step loop keeps a CPU busy) slows with it;
 - for each server of the window (its process and every child: API server, engine core, workers):
   the CPU it last ran on, its CPU seconds and its involuntary context switches (psutil; the last
   two are counters, summarised as their increase over a request: a process preempted in the middle
@@ -193,6 +197,31 @@ def cpu_reader() -> Reader:
     return read
 
 
+def canary_work() -> int:
+    """The canary's fixed piece of work: ~25 us of interpreted Python on a 2-3 GHz core."""
+    total = 0
+    for i in range(1000):
+        total += i
+    return total
+
+
+def canary_reader(tries: int = 3, clock: Callable[[], int] = time.perf_counter_ns) -> Reader:
+    """``cpu_canary_us``: the fastest of ``tries`` timings of :func:`canary_work` (the fastest, so a
+    try cut by a thread switch or a preemption does not count; what remains is the CPU's pace)."""
+
+    def read() -> dict[str, float]:
+        best = None
+        for _ in range(tries):
+            begin = clock()
+            canary_work()
+            took = clock() - begin
+            best = took if best is None else min(best, took)
+        return {"cpu_canary_us": best / 1000.0}
+
+    read.source = "canary"  # type: ignore[attr-defined]
+    return read
+
+
 def process_name(proc: Any, leader_pid: int) -> str:
     """A short, stable name for one of a server's processes: "api" for the process specgate
     started, else its title (vLLM titles its engine core "VLLM::EngineCore") with the pid."""
@@ -253,7 +282,7 @@ class Telemetry:
     def for_rig(cls, tier: str, gpus: str | None, interval_s: float = 0.1,
                 servers: list[tuple[str, int]] | None = None) -> Telemetry:
         """The readers for a rig's tier; ``servers`` (label, pid) adds their processes' signals."""
-        readers: list[Reader] = [cpu_reader()]
+        readers: list[Reader] = [cpu_reader(), canary_reader()]
         procs = process_reader(servers) if servers else None
         if procs is not None:
             readers.append(procs)

@@ -232,3 +232,27 @@ def test_markdown_rows_have_as_many_cells_as_the_header(report: dict[str, Any]) 
     table = [line for line in speed_table(report, "github").splitlines() if line.startswith("|")]
     cells = [len(re.split(r"(?<!\\)\|", line)) for line in table]
     assert len(set(cells)) == 1, table
+
+
+LAB13 = Path(__file__).resolve().parent.parent / "docs" / "lab" / "2026-12-02-h200-visit13"
+
+
+def test_the_environment_table_and_the_host_bound_notice_on_a_real_lab_session():
+    # GPU lab visit 13, session J3 (H200, CUDA graphs): the draft path's engine core kept a CPU busy
+    # (and its rate followed that CPU's speed); EAGLE-3's and no_spec's had slack.
+    import gzip
+
+    from specgate.report import engine_cpu_per_s, environment_table, notice_lines
+
+    report = json.loads(gzip.decompress((LAB13 / "J3" / "report.json.gz").read_bytes()))
+    by_mode = {m["mode"]: m for m in report["measurements"]}
+    assert round(engine_cpu_per_s(by_mode["draft1l_al30_async"]), 2) == 1.01
+    assert round(engine_cpu_per_s(by_mode["eagle3_al30"]), 2) == 0.67
+    table = environment_table(report)
+    assert "engine CPU-s/s" in table and "1980-1980" in table
+    host_bound = [line for line in notice_lines(report) if line.startswith("HOST-BOUND")]
+    assert len(host_bound) == 1 and host_bound[0].startswith(
+        "HOST-BOUND [draft1l_al30_async-coding-c1]: its engine core used 1.01 CPU-s per s of its requests")
+    # on a CPU rig every engine core is host-bound by design: no notice
+    report["rig"]["tier"] = "cpu"
+    assert not [line for line in notice_lines(report) if line.startswith("HOST-BOUND")]

@@ -11,7 +11,7 @@ import pytest
 
 from specgate import gpu, telemetry
 from specgate.gpu import load_pynvml
-from specgate.telemetry import SmiReader, Telemetry, parse_smi_line, throttle_names
+from specgate.telemetry import SmiReader, Telemetry, canary_reader, parse_smi_line, throttle_names
 
 pytestmark = pytest.mark.fast
 
@@ -48,7 +48,7 @@ def test_a_servers_processes_are_read_with_their_children():
         values = t.samples[-1][1]
         assert values["proc.no_spec.api.cpu_s_total"] > 0
         assert any(k.startswith("proc.no_spec.") and k.endswith(f"-{child.pid}.cpu_num") for k in values)
-        assert Telemetry.for_rig("cpu", None, servers=[("gone", 2**22 + 7)]).sources == ["psutil"]
+        assert Telemetry.for_rig("cpu", None, servers=[("gone", 2**22 + 7)]).sources == ["psutil", "canary"]
     finally:
         child.kill()
         child.wait()
@@ -68,6 +68,14 @@ def test_cpu_rig_reads_cpu_signals():
     t = Telemetry.for_rig("cpu", None)
     t.sample()
     assert "cpu_busy_pct" in t.samples[-1][1]
+    assert t.samples[-1][1]["cpu_canary_us"] > 0
+
+
+def test_the_canary_keeps_its_fastest_try():
+    # A try cut by a preemption (the 900 us one) does not count: the CPU's pace is the fastest try.
+    ticks = iter([0, 30_000, 100_000, 1_000_000, 2_000_000, 2_026_000])
+    read = canary_reader(tries=3, clock=lambda: next(ticks))
+    assert read() == {"cpu_canary_us": 26.0}
 
 
 def test_nvidia_smi_lines_parse_and_skip_what_is_not_available():
@@ -139,7 +147,7 @@ def test_nvml_reader_reads_the_selected_gpus_and_shuts_nvml_down(monkeypatch):
     fake = _FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     t = Telemetry.for_rig("gpu", "1")
-    assert t.sources == ["psutil", "nvml"]
+    assert t.sources == ["psutil", "canary", "nvml"]
     t.sample()
     gpu = {k: v for k, v in t.samples[-1][1].items() if k.startswith("gpu")}
     assert gpu == {"gpu1.sm_clock_mhz": 1980.0, "gpu1.mem_clock_mhz": 3201.0, "gpu1.power_w": 250.0,
@@ -168,6 +176,6 @@ def test_a_gpu_rig_without_any_gpu_reader_warns_and_keeps_the_cpu_signals(monkey
     monkeypatch.setattr(telemetry, "_warned_no_gpu_reader", [])
     with pytest.warns(UserWarning, match="nvidia-smi"):
         t = Telemetry.for_rig("gpu", "0")
-    assert t.sources == ["psutil"]
+    assert t.sources == ["psutil", "canary"]
     t.sample()
     assert {"cpu_busy_pct", "cpu_busiest_core_pct"} <= set(t.samples[-1][1])
