@@ -216,10 +216,22 @@ HOST_BOUND_CPU_S_PER_S = 0.95
 
 def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
     """The window's engine-core CPU seconds (vLLM titles the process "EngineCore") per second of its
-    own requests, from the window's telemetry; None without it."""
-    window = (m.get("telemetry") or {}).get("window") or {}
-    prefix = f"proc.{m['mode']}."
-    cpu_s = sum(v for k, v in window.items() if k.startswith(prefix) and "EngineCore" in k and k.endswith(".cpu_s"))
+    own requests, from the window's telemetry; None without it. The window's telemetry holds both
+    servers of a duet (keys ``proc.<server label>.EngineCore-<pid>.cpu_s``); this window's server is
+    the one of its mode (an A/B's two sides, ``mode@side``, share it) that worked during its requests."""
+    telemetry = m.get("telemetry") or {}
+    window = telemetry.get("window") or {}
+    engines: dict[str, list[str]] = defaultdict(list)
+    for key in window:
+        parts = key.split(".")
+        if len(parts) == 4 and parts[0] == "proc" and parts[2].startswith("EngineCore") and parts[3] == "cpu_s" \
+                and parts[1].split("@")[0] == m["mode"]:
+            engines[parts[1]].append(key)
+    if not engines:
+        return None
+    requests = list((telemetry.get("requests") or {}).values())
+    own = max(engines, key=lambda label: sum(r.get(k, 0.0) for r in requests for k in engines[label]))
+    cpu_s = sum(window[k] for k in engines[own])
     busy_s = sum(r["finished_at"] - r["started_at"] for r in m["records"])
     return cpu_s / busy_s if cpu_s and busy_s > 0 else None
 

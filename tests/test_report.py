@@ -256,3 +256,21 @@ def test_the_environment_table_and_the_host_bound_notice_on_a_real_lab_session()
     # on a CPU rig every engine core is host-bound by design: no notice
     report["rig"]["tier"] = "cpu"
     assert not [line for line in notice_lines(report) if line.startswith("HOST-BOUND")]
+
+
+def test_an_ab_windows_engine_is_the_side_that_worked_during_its_requests():
+    # An A/B window's two servers run one mode (labels ngram@reference, ngram@candidate): the
+    # window's own engine core is the one that used the CPU during its requests.
+    from specgate.report import engine_cpu_per_s
+
+    records = [{"started_at": 0.0, "finished_at": 2.0}, {"started_at": 4.0, "finished_at": 6.0}]
+    telemetry = {"window": {"proc.ngram@reference.EngineCore-11.cpu_s": 1.2,
+                            "proc.ngram@candidate.EngineCore-22.cpu_s": 3.6, "proc.ngram@candidate.api.cpu_s": 0.4},
+                 "requests": {"p#0": {"proc.ngram@reference.EngineCore-11.cpu_s": 0.1,
+                                      "proc.ngram@candidate.EngineCore-22.cpu_s": 1.8},
+                              "p#1": {"proc.ngram@reference.EngineCore-11.cpu_s": 0.0,
+                                      "proc.ngram@candidate.EngineCore-22.cpu_s": 1.8}}}
+    window = {"mode": "ngram", "records": records, "telemetry": telemetry}
+    assert engine_cpu_per_s(window) == pytest.approx(3.6 / 4.0)
+    assert engine_cpu_per_s({"mode": "eagle3", "records": records, "telemetry": telemetry}) is None
+    assert engine_cpu_per_s({"mode": "ngram", "records": records}) is None
