@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
 
 from specgate.config import NO_SPEC, OLD_NO_SPEC
 from specgate.errors import ConfigError
@@ -209,6 +209,10 @@ class BaselineEntry(_Model):
     # Likewise the paired ratios to the reference of the last LEVEL_HISTORY duet windows stored:
     # from 3 on, their spread is the session-to-session noise the stored-ratio gate allows for.
     ratio_history: list[float] = []
+    # The host's pace behind the last LEVEL_HISTORY windows stored, this one's included: specgate's
+    # CPU canary, the window's fastest reading in microseconds (specgate.telemetry.canary_reader).
+    # Empty in entries written before it was kept, and where no canary ran.
+    host_canary_us: list[PositiveFloat] = Field(default=[], max_length=LEVEL_HISTORY)
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:

@@ -320,11 +320,12 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
         spread, design = _stored_ratio_spread(baseline, stored_ratio, gates.start_noise)
-        return ratio_result("throughput", m, samples.measured, samples.reference, threshold=threshold,
-                            reference_label=f"its stored ratio to {partner.mode} ({stored_ratio.ratio:.3f})",
-                            design=f"duet ratio to {partner.mode} vs the stored ratio; {design}",
-                            note=samples.note, shift=stored_ratio.ratio, extra_log_spread=spread,
-                            strata=samples.prompts, keys=samples.keys, **common)
+        return _at_stored_host_pace(ratio_result(
+            "throughput", m, samples.measured, samples.reference, threshold=threshold,
+            reference_label=f"its stored ratio to {partner.mode} ({stored_ratio.ratio:.3f})",
+            design=f"duet ratio to {partner.mode} vs the stored ratio; {design}", note=samples.note,
+            shift=stored_ratio.ratio, extra_log_spread=spread, strata=samples.prompts, keys=samples.keys,
+            **common), m, baseline, gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     history = _history_spread(baseline.level_history)
     if history is not None:
@@ -337,9 +338,45 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                   + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
                      "unknown (fewer than 3 stored runs, no start_noise): the interval holds this run's noise only"))
     level_threshold = 1 - (gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance)
-    return ratio_result("throughput", m, samples.measured, samples.reference, threshold=level_threshold,
-                        reference_label="stored level", design=source, note=samples.note,
-                        extra_log_spread=float(spread), **common)
+    return _at_stored_host_pace(ratio_result(
+        "throughput", m, samples.measured, samples.reference, threshold=level_threshold,
+        reference_label="stored level", design=source, note=samples.note, extra_log_spread=float(spread),
+        **common), m, baseline, gates.host_pace_tolerance)
+
+
+def host_canary_us(m: ClassMeasurement) -> float | None:
+    """The host's pace during window ``m``: the fastest reading of specgate's CPU canary there
+    (microseconds; specgate.telemetry.canary_reader), or None where no canary ran. The fastest, not
+    the median: on the 2-vCPU cpu tier the servers' own work delays the canary by 37-52 us (median)
+    from window to window of one run, while its fastest reading stays at 31.8-32.8 us (CI run T)."""
+    window = (m.extra.get("telemetry") or {}).get("window") or {}
+    values = window.get("cpu_canary_us")
+    return float(values[0]) if values else None
+
+
+def _at_stored_host_pace(result: GateResult, m: ClassMeasurement, baseline: BaselineEntry,
+                         tolerance: float | None) -> GateResult:
+    """``result`` (a comparison with stored figures) as it stands when this window's host ran at the
+    stored windows' pace (their canary's median, within ± ``tolerance``); otherwise undecided, saying
+    what the comparison gave: it would measure the two hosts as well as the build."""
+    now = host_canary_us(m)
+    if tolerance is None or now is None or not baseline.host_canary_us:
+        return result
+    stored = float(np.median(baseline.host_canary_us))
+    factor = now / stored
+    result.details["host_pace"] = {"canary_us": now, "stored_canary_us": stored, "factor": factor,
+                                   "stored_windows": len(baseline.host_canary_us), "tolerance": tolerance}
+    if abs(factor - 1) <= tolerance:
+        return result
+    pace = f"{factor:.2f}x as long: a slower host" if factor > 1 else f"{1 / factor:.2f}x as fast: a faster host"
+    message = (f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency}): undecided: this window's host took "
+               f"{now:.1f} us for specgate's CPU canary against {stored:.1f} us behind the stored figures "
+               f"({pace}; the rig allows ±{tolerance * 100:g} %, host_pace_tolerance), so the comparison would "
+               f"measure the hosts as well as the build. It gave: {result.message}")
+    details = {**result.details, "verdict": "undecided", "undecided": True,
+               "decided_as": result.details.get("verdict")}
+    return GateResult(result.gate, result.mode, result.prompt_class, result.concurrency, True, message,
+                      details=details)
 
 
 def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
@@ -472,6 +509,8 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: Base
                              confidence=window_confidence(0.95, m))
             ratio = RatioEntry(reference_mode=m.partner.mode, ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high,
                                n=r.n)
+    canary = host_canary_us(m)
+    canaries = [*(previous.host_canary_us if previous else []), *([canary] if canary else [])][-LEVEL_HISTORY:]
     ratios = []
     if ratio is not None:
         same_reference = previous is not None and previous.ratio_to_reference is not None and (
@@ -480,7 +519,8 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: Base
     return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys, median=summary.median,
                          mad=summary.mad, n=summary.n, acceptance=acceptance, ratio_to_reference=ratio,
                          level_history=[*(previous.level_history if previous else []), summary.median][-LEVEL_HISTORY:],
-                         ratio_history=ratios, fingerprint=fingerprint.for_window(m.prompt_class, m.concurrency))
+                         ratio_history=ratios, host_canary_us=canaries,
+                         fingerprint=fingerprint.for_window(m.prompt_class, m.concurrency))
 
 
 def entries_from_report(report: dict[str, Any], *, modes: list[str] | None = None,

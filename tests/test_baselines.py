@@ -160,6 +160,8 @@ def _corrupt(data: dict, how: str) -> dict:
         entry["decode_tokens_per_s"] = "fast"
     elif how == "keys":
         entry["sample_keys"] = ["only-one"]
+    elif how == "canary":
+        entry["host_canary_us"] = [25.4, -1.0]
     return data
 
 
@@ -171,6 +173,7 @@ def _corrupt(data: dict, how: str) -> dict:
     ("rate", "rigs.cpu-smollm2.ngram.coding.1.acceptance.acceptance_rate", "less than or equal to 1"),
     ("type", "rigs.cpu-smollm2.ngram.coding.1.decode_tokens_per_s", "list"),
     ("keys", "rigs.cpu-smollm2.ngram.coding.1", "one key per sample"),
+    ("canary", "rigs.cpu-smollm2.ngram.coding.1.host_canary_us.1", "greater than 0"),
 ])
 def test_schema_errors_name_the_dotted_key(tmp_path: Path, how: str, key: str | None, words: str) -> None:
     path = tmp_path / "baselines.json"

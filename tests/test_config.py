@@ -187,6 +187,7 @@ def test_wrong_type_names_the_key(fx: Path) -> None:
     ("throughput_tolerance = 0.04", "throughput_tolerance = 1.5", "gates.throughput_tolerance"),
     ("start_noise = 0.10", "start_noise = -0.1", "gates.start_noise"),
     ("ab_tolerance = 0.03", "ab_tolerance = 1.0", "gates.ab_tolerance"),
+    ("ab_tolerance = 0.03", "ab_tolerance = 0.03\nhost_pace_tolerance = 0", "gates.host_pace_tolerance"),
     ("backfire_follow_up_repeats = 8", "backfire_follow_up_repeats = -1", "protocol.backfire_follow_up_repeats"),
 ])
 def test_out_of_range_value_names_the_nested_key(fx: Path, line: str, replacement: str, key: str) -> None:
