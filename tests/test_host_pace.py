@@ -48,6 +48,8 @@ def stored_j2():
 
 
 def test_the_stored_entry_keeps_the_hosts_pace(stored_j2) -> None:
+    assert host_canary_us(_window("J1", 47.5)) == 47.5  # the window's fastest reading
+    assert host_canary_us(_window("J1", None)) is None
     assert stored_j2.host_canary_us == [25.4]
     assert round(stored_j2.ratio_to_reference.ratio, 3) == 2.312
     again = baseline_entry(_window("J3", 24.7), Fingerprint(), stored_j2)
