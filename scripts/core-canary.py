@@ -128,6 +128,33 @@ def pin_threads(proc: psutil.Process, main_cpu: int, helper_cpu: int) -> None:
         os.sched_setaffinity(thread.id, {main_cpu} if thread.id == proc.pid else {helper_cpu})
 
 
+def pin_later_servers(client_pid: int, pinned: set[int], say) -> None:
+    """A server the session starts after the first two (the third mode of a session, once the
+    candidate's server is gone) inherits the client's CPU 0, so without this its API server and engine
+    core would share the client's CPU (lab visits 13-14: eagle3_al30's whole server ran on CPU 0). Once
+    it answers /health, it gets the candidate's CPUs: API on API_CPUS[1], engine main thread on
+    CANDIDATE_MAIN, its other threads on CANDIDATE_HELPERS; any other process it started, every CPU but
+    the client's."""
+    for leader in servers(client_pid):
+        if leader.pid in pinned or not healthy(leader):
+            continue
+        pinned.add(leader.pid)
+        try:
+            others = set(range(os.cpu_count() or 1)) - {0} or {0}
+            for proc in leader.children(recursive=True):
+                for thread in proc.threads():
+                    os.sched_setaffinity(thread.id, others)
+            for thread in leader.threads():
+                os.sched_setaffinity(thread.id, {API_CPUS[1]})
+            core = engine_core(leader)
+            pin_threads(core, CANDIDATE_MAIN, CANDIDATE_HELPERS)
+        except (psutil.Error, OSError, StopIteration) as err:
+            say(f"could not pin the later server {leader.pid}: {err!r}")
+            continue
+        say(f"pinned a later server: API {leader.pid} -> {API_CPUS[1]}; engine core {core.pid} main -> "
+            f"{CANDIDATE_MAIN} (rest {CANDIDATE_HELPERS}); perf_counter {time.perf_counter():.3f}")
+
+
 def main() -> None:
     windows, share_after, client_pid, log_path = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
     out = log_path.parent
@@ -164,7 +191,9 @@ def main() -> None:
         proc.start()
     say(f"canaries on {REFERENCE_MAIN}, {CANDIDATE_MAIN} (SCHED_IDLE), {CONTROL} (normal)")
     shared = False
+    pinned = {reference.pid, candidate.pid}
     while psutil.pid_exists(client_pid) and psutil.Process(client_pid).status() != psutil.STATUS_ZOMBIE:
+        pin_later_servers(client_pid, pinned, say)
         if not shared and (share_after == 0 or windows.exists() and len(windows.read_text().splitlines()) >= share_after):
             pin_threads(cores[1], REFERENCE_MAIN, CANDIDATE_HELPERS)
             shared = True
