@@ -238,7 +238,8 @@ def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
 
 def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
     """Per window, what the machine did meanwhile (the window's telemetry, specgate.telemetry): the
-    CPU canary (the host's pace: median and slowest, us), CPU busy and stolen shares, the engine
+    CPU canary (the host's pace: the fastest reading, which the host-pace check of stored figures
+    compares, and the median, us), CPU busy and stolen shares, the engine
     core's CPU seconds per second of its requests, and on GPU rigs the SM clock range, the power and
     any throttle reason. "" when no window has telemetry."""
     rows = []
@@ -246,7 +247,7 @@ def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
         w = (m.get("telemetry") or {}).get("window")
         if not w:
             continue
-        canary = f"{w['cpu_canary_us'][1]:.1f} ({w['cpu_canary_us'][2]:.1f})" if "cpu_canary_us" in w else "-"
+        canary = f"{w['cpu_canary_us'][0]:.1f} ({w['cpu_canary_us'][1]:.1f})" if "cpu_canary_us" in w else "-"
         steal = f"{w['cpu_steal_pct'][2]:.1f}" if "cpu_steal_pct" in w else "-"
         engine = engine_cpu_per_s(m)
         sm = [w[k] for k in sorted(w) if k.endswith(".sm_clock_mhz")]
@@ -258,8 +259,8 @@ def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
                      ", ".join(f"{x:.0f}" for x in power) or "-", ", ".join(w.get("throttle_reasons", [])) or "-"])
     if not rows:
         return ""
-    return ("environment per window (telemetry): CPU canary us, median (slowest): a fixed piece of Python work, "
-            "slower when the host is; CPU busy % (median) and stolen % (most); engine core CPU-s per s of "
+    return ("environment per window (telemetry): CPU canary us, fastest (median): a fixed piece of Python work, "
+            "slower when the host is (the fastest is the host's pace the stored figures' check compares); CPU busy % (median) and stolen % (most); engine core CPU-s per s of "
             f"its requests (>= {HOST_BOUND_CPU_S_PER_S:g}: host-bound); GPU SM clock MHz, power W, throttle reasons\n"
             + _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %", "engine CPU-s/s",
                             "SM MHz", "power W", "throttle"], fmt))
@@ -278,7 +279,7 @@ def host_bound_lines(report: dict[str, Any]) -> list[str]:
         canary = ((m.get("telemetry") or {}).get("window") or {}).get("cpu_canary_us")
         lines.append(f"HOST-BOUND [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: its engine core used "
                      f"{engine:.2f} CPU-s per s of its requests, so its speed follows the host CPU's"
-                     + (f" (canary median {canary[1]:.1f} us this window)" if canary else ""))
+                     + (f" (canary fastest {canary[0]:.1f} us this window)" if canary else ""))
     return [f"{line}; a ratio from another session compares the two hosts' speed too (compare the canary "
             "column of both sessions' environment tables)" for line in lines]
 

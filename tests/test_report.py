@@ -258,6 +258,20 @@ def test_the_environment_table_and_the_host_bound_notice_on_a_real_lab_session()
     assert not [line for line in notice_lines(report) if line.startswith("HOST-BOUND")]
 
 
+def test_the_canary_column_shows_the_fastest_reading_the_host_pace_check_compares():
+    # GPU lab visit 14, session K1: the first lab session with specgate's own canary. The client's
+    # CPU ran it at 25.0 us at best (37.8 median, the client's own work delaying it).
+    import gzip
+
+    from specgate.report import environment_table, notice_lines
+
+    report = json.loads(gzip.decompress((LAB13.parent / "2026-12-02-h200-visit14" / "K1" / "report.json.gz"
+                                         ).read_bytes()))
+    assert "25.0 (37.8)" in environment_table(report)
+    host_bound = [line for line in notice_lines(report) if line.startswith("HOST-BOUND")]
+    assert len(host_bound) == 1 and "(canary fastest 25.0 us this window)" in host_bound[0]
+
+
 def test_an_ab_windows_engine_is_the_side_that_worked_during_its_requests():
     # An A/B window's two servers run one mode (labels ngram@reference, ngram@candidate): the
     # window's own engine core is the one that used the CPU during its requests.
