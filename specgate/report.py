@@ -8,6 +8,7 @@ report (``SpecgateSession.report_data``), so a saved report renders exactly like
 
 from __future__ import annotations
 
+import math
 import statistics
 import warnings
 from collections import defaultdict
@@ -17,6 +18,7 @@ from typing import Any
 from tabulate import tabulate
 
 from specgate.measure import client_decode_rate
+from specgate.spells import slow_spell, span_mean_residual
 
 # Table formats whose cells are separated by "|": a "|" inside a cell must be escaped there
 # (tabulate does not), or GitHub splits the cell in two.
@@ -212,6 +214,11 @@ def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
 # speed is the host's as much as the accelerator's (GPU lab visits 11-13: vLLM's draft_model path
 # 1.03-1.05, EAGLE-3 0.81-0.88, and only the former followed the host's speed).
 HOST_BOUND_CPU_S_PER_S = 0.95
+# A SLOW SPELL notice needs a run this unlikely from the order alone and this much slower than the
+# partner's requests in the same span (log units): over the 64 reports kept in docs/ (357 windows: lab
+# visits, cpu runs, calibrations) these flag visit 13's J1 and J3 and visit 14's K1 draft windows only.
+SPELL_P = 0.01
+SPELL_SIZE = 0.03
 
 
 def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
@@ -260,7 +267,8 @@ def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
     if not rows:
         return ""
     return ("environment per window (telemetry): CPU canary us, fastest (median): a fixed piece of Python work, "
-            "slower when the host is (the fastest is the host's pace the stored figures' check compares); CPU busy % (median) and stolen % (most); engine core CPU-s per s of "
+            "slower when the host is (the fastest is the host's pace the stored figures' check compares); "
+            "CPU busy % (median) and stolen % (most); engine core CPU-s per s of "
             f"its requests (>= {HOST_BOUND_CPU_S_PER_S:g}: host-bound); GPU SM clock MHz, power W, throttle reasons\n"
             + _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %", "engine CPU-s/s",
                             "SM MHz", "power W", "throttle"], fmt))
@@ -301,7 +309,45 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
         if (pair := details.get("strongest_pair")) and pair.get("text"):
             by_reason[(f"PAIR STANDS OUT in {gate['gate']}", pair["text"])].append(where)
     return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()] + \
-        host_bound_lines(report)
+        host_bound_lines(report) + spell_lines(report)
+
+
+def _series(window: dict[str, Any]) -> tuple[list[float], list[float], list[str]]:
+    timed = [r for r in window.get("records") or [] if r.get("decode_tokens_per_s")]
+    return ([r["started_at"] for r in timed], [r["decode_tokens_per_s"] for r in timed],
+            [r["prompt_id"] for r in timed])
+
+
+def spell_lines(report: dict[str, Any]) -> list[str]:
+    """Duet windows where one side's requests ran slow for a stretch of time and its partner's did
+    not (specgate.spells): the pairs do not cancel such a spell, so the window's ratio holds it."""
+    lines = []
+    for m in report.get("measurements", []):
+        partner = m.get("partner")
+        if m.get("side") == "partner" or not isinstance(partner, dict) or not partner.get("records"):
+            continue
+        labels = (m["mode"] + ("@candidate" if partner.get("side") == "reference" else ""),
+                  partner["mode"] + ("@reference" if partner.get("side") == "reference" else ""))
+        for (label, other_label), side, other in (((labels[0], labels[1]), m, partner),
+                                                  ((labels[1], labels[0]), partner, m)):
+            times, rates, prompts = _series(side)
+            spell = slow_spell(times, rates, prompts)
+            if spell is None or spell.p_value > SPELL_P:
+                continue
+            first = min(times)
+            t0, t1 = first + spell.started_s[0], first + spell.started_s[1]
+            then = round(span_mean_residual(*_series(other), t0, t1) or 0.0, 4) + 0.0  # no "-0.0 %"
+            if spell.mean_residual - then > -SPELL_SIZE:
+                continue
+            lines.append(
+                f"SLOW SPELL [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: {spell.requests} of {label}'s "
+                f"{spell.of} requests, {spell.started_s[0]:.0f}-{spell.started_s[1]:.0f} s into the window, ran "
+                f"{-math.expm1(spell.mean_residual) * 100:.1f} % under their prompts' other requests ({other_label}'s "
+                f"then: {math.expm1(then) * 100:+.1f} %; a run this slow from the order alone: p = "
+                f"{spell.p_value:.3f}). The pairs do not cancel a spell on one side, so this window's ratio holds "
+                f"it: on the GPU lab's VM such spells were one vCPU running 1.5x slower for ~20 s under a "
+                f"host-bound engine core (docs/lab/2026-12-02-h200-visit14)")
+    return lines
 
 
 def failed_gate_lines(report: dict[str, Any]) -> list[str]:

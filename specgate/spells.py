@@ -1,0 +1,107 @@
+"""A slow spell inside one window: a stretch of time in which one server's requests ran slower than
+the same prompts' other requests of the window, while its duet partner's did not.
+
+On the GPU lab's VM a vCPU runs CPU-bound work 1.5-1.8x slower for tens of seconds at a time. A
+host-bound engine core (vLLM's draft-model path) slows with its vCPU; its partner, on another vCPU,
+does not, so the pairs do not cancel it (docs/lab/2026-12-02-h200-visit14: 24 of K1's 48 draft
+requests, 16-38 s into the window, ran 11.8 % slower while the draft engine's own vCPU ran a canary
+1.5x slower). The window's ratio then holds the spell, and a ratio from another session is not
+comparable with it. This module finds such a stretch and says how unlikely it is by chance.
+
+The statistic: each request's log decode rate minus the median of its prompt's requests in the
+window (the residual), in start order; the contiguous run of requests with the largest sum of
+negative residuals (the maximum-subarray sum). Its p-value comes from permutations that shuffle
+each prompt's requests among that prompt's own places in time: under no time effect the
+assignment of a prompt's repeats to its slots is exchangeable, and prompts keep their own levels.
+With two requests per prompt at most 2**prompts orders exist, too few to say anything at 1 %, so a
+window needs at least three requests of every prompt (MIN_PER_PROMPT).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_PER_PROMPT = 3
+PERMUTATIONS = 999
+
+
+@dataclass(frozen=True)
+class Spell:
+    start: int  # index of the first request of the run (in start order)
+    stop: int  # one past its last
+    of: int  # requests in the window
+    mean_residual: float  # mean log residual of the run's requests (negative: slower)
+    p_value: float  # permutation p-value of a run this slow (one-sided)
+    started_s: tuple[float, float]  # first and last start of the run, seconds from the window's first request
+
+    @property
+    def requests(self) -> int:
+        return self.stop - self.start
+
+
+def residuals(started_at: Sequence[float], rates: Sequence[float], prompts: Sequence[str]
+              ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Start times, log residuals (log rate minus the median log rate of the request's prompt) and
+    prompts, in start order."""
+    logs = [math.log(r) for r in rates]
+    by_prompt: dict[str, list[float]] = defaultdict(list)
+    for prompt, value in zip(prompts, logs):
+        by_prompt[prompt].append(value)
+    medians = {prompt: statistics.median(values) for prompt, values in by_prompt.items()}
+    order = sorted(range(len(logs)), key=lambda i: started_at[i])
+    return (np.array([started_at[i] for i in order], dtype=float),
+            np.array([logs[i] - medians[prompts[i]] for i in order], dtype=float),
+            [prompts[i] for i in order])
+
+
+def _slowest_runs(x: np.ndarray) -> np.ndarray:
+    """Per row of ``x`` (residuals), the largest sum of negated residuals over a contiguous run."""
+    prefix = np.concatenate([np.zeros((x.shape[0], 1)), np.cumsum(-x, axis=1)], axis=1)
+    return (prefix - np.minimum.accumulate(prefix, axis=1)).max(axis=1)
+
+
+def slow_spell(started_at: Sequence[float], rates: Sequence[float], prompts: Sequence[str], *,
+               seed: int = 0, permutations: int = PERMUTATIONS) -> Spell | None:
+    """The slowest contiguous run of a window's requests and its permutation p-value, or None when
+    the window has fewer than MIN_PER_PROMPT requests of some prompt or no request below its
+    prompt's median. Seeded: the same window gives the same p-value."""
+    counts: dict[str, int] = defaultdict(int)
+    for prompt in prompts:
+        counts[prompt] += 1
+    if not counts or min(counts.values()) < MIN_PER_PROMPT:
+        return None
+    times, x, ordered = residuals(started_at, rates, prompts)
+    prefix = np.concatenate([[0.0], np.cumsum(-x)])
+    lows = np.minimum.accumulate(prefix)
+    stop = int(np.argmax(prefix - lows))
+    observed = float(prefix[stop] - lows[stop])
+    if observed <= 0:
+        return None
+    start = int(np.flatnonzero(prefix[: stop + 1] == lows[stop])[-1])
+    rng = np.random.default_rng(seed)
+    shuffled = np.tile(x, (permutations, 1))
+    slots: dict[str, list[int]] = defaultdict(list)
+    for i, prompt in enumerate(ordered):
+        slots[prompt].append(i)
+    for places in slots.values():
+        idx = np.array(places)
+        picks = np.argsort(rng.random((permutations, len(idx))), axis=1)
+        shuffled[:, idx] = x[idx][picks]
+    as_slow = int(np.count_nonzero(_slowest_runs(shuffled) >= observed - 1e-12))
+    return Spell(start=start, stop=stop, of=len(x), mean_residual=float(np.mean(x[start:stop])),
+                 p_value=(1 + as_slow) / (1 + permutations),
+                 started_s=(float(times[start] - times[0]), float(times[stop - 1] - times[0])))
+
+
+def span_mean_residual(started_at: Sequence[float], rates: Sequence[float], prompts: Sequence[str],
+                       t0: float, t1: float) -> float | None:
+    """The mean log residual of the requests that started within [t0, t1] (absolute times), or None."""
+    times, x, _ = residuals(started_at, rates, prompts)
+    inside = x[(times >= t0) & (times <= t1)]
+    return float(np.mean(inside)) if inside.size else None
