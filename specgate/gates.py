@@ -344,6 +344,9 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
         **common), m, baseline, gates.host_pace_tolerance)
 
 
+HOST_PACE = "other host pace"  # the undecided kind of a comparison held back by the host's pace
+
+
 def host_canary_us(m: ClassMeasurement) -> float | None:
     """The host's pace during window ``m``: the fastest reading of specgate's CPU canary there
     (microseconds; specgate.telemetry.canary_reader), or None where no canary ran. The fastest, not
@@ -373,7 +376,7 @@ def _at_stored_host_pace(result: GateResult, m: ClassMeasurement, baseline: Base
                f"{now:.1f} us for specgate's CPU canary against {stored:.1f} us behind the stored figures "
                f"({pace}; the rig allows ±{tolerance * 100:g} %, host_pace_tolerance), so the comparison would "
                f"measure the hosts as well as the build. It gave: {result.message}")
-    details = {**result.details, "verdict": "undecided", "undecided": True,
+    details = {**result.details, "verdict": "undecided", "undecided": True, "undecided_kind": HOST_PACE,
                "decided_as": result.details.get("verdict")}
     return GateResult(result.gate, result.mode, result.prompt_class, result.concurrency, True, message,
                       details=details)

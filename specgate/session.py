@@ -58,7 +58,7 @@ class SpecgateSession:
     results: list[GateResult] = field(default_factory=list)
     # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "message"}
     # kind: specgate.report's NOT_STORED | STORING, "fingerprint", "other machine", "inconclusive",
-    # "too few drafts"
+    # "too few drafts", specgate.gates.HOST_PACE
     undecided: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -84,3 +84,21 @@ def test_a_faster_host_is_undecided_too_and_none_turns_the_check_off(rig, stored
     unchecked = rig.model_copy(update={"gates": rig.gates.model_copy(update={"host_pace_tolerance": None})})
     decided = check_throughput(unchecked, _window("J3", 15.0), stored_j2)
     assert decided.details["verdict"] != "undecided" and "host_pace" not in decided.details
+
+
+def test_the_run_lists_it_as_other_host_pace_not_as_inconclusive(rig, stored_j2) -> None:
+    from types import SimpleNamespace
+
+    from specgate.gates import HOST_PACE
+    from specgate.plugin.gatekeeper import GateKeeper
+    from specgate.report import failed_gate_lines
+
+    recorded = []
+    session = SimpleNamespace(rig=rig, record_undecided=lambda gate, m, kind, message, details=None: recorded.append(
+        {"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class, "concurrency": m.concurrency, "kind": kind,
+         "message": message, "details": details}))
+    with pytest.raises(pytest.skip.Exception, match="throughput gate undecided: draft1l_al30_async on coding"):
+        GateKeeper(session)._finish(check_throughput(rig, _window("J1", 47.5), stored_j2))
+    assert [u["kind"] for u in recorded] == [HOST_PACE]
+    line, = failed_gate_lines({"gates": [], "undecided": recorded})
+    assert line.startswith("OTHER HOST PACE throughput [draft1l_al30_async-coding-c1]: draft1l_al30_async on coding")

@@ -60,8 +60,9 @@ class GateKeeper:
 
     def _finish(self, result) -> None:
         __tracebackhide__ = True
-        if result.details.get("undecided"):  # the interval straddles the threshold: say so, never "passed"
-            self.session.record_undecided(result.gate, result, "inconclusive", result.message, result.details)
+        if result.details.get("undecided"):  # the interval straddles the threshold (or another reason): never "passed"
+            kind = result.details.get("undecided_kind", "inconclusive")
+            self.session.record_undecided(result.gate, result, kind, result.message, result.details)
             pytest.skip(f"{result.gate} gate undecided: {result.message}")
         self.session.record(result)
         if result.passed:
