@@ -126,14 +126,15 @@ def _looks_text(m: ClassMeasurement) -> str:
 def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
     """Why a duet window's first look should get its follow-up rounds, or None: the gate that
     decides on its pairs (an A/B's throughput; backfire against the live no-speculation partner)
-    is undecided, or, for backfire, "faster" with an interval and estimate inside the equivalence
-    margin (:func:`reaches_into_margin`): narrower, that interval may read "equal within ±x %", and
-    a mode at break-even would otherwise be "faster" in one session and "equal" in the next as the
-    server starts move its ratio by a percent or two (cpu explanatory, runs F-K). A backfire window
-    with a pair standing out (one hiccup request moving the ratio by 1 % or more,
-    :func:`specgate.paired.strongest_pair`) follows up too, so its ratio is not one request's.
-    "Equal", "slower", or "faster" beyond the margin are otherwise settled: more pairs would not
-    change the words."""
+    is undecided, or, for backfire, "faster" or "slower" with an interval and estimate inside the
+    equivalence margin (:func:`reaches_into_margin`): narrower, that interval may read "equal within
+    ±x %" (or, from "slower", "not slower"), and a mode at break-even would otherwise be "faster" or
+    "slower" in one session and "equal" in the next as the server starts move its ratio by a percent
+    or two (cpu explanatory: "faster" in runs F-K; 0.975 (0.956-0.995) "slower" in run U, on another
+    VM, after "equal" in runs L-S). A backfire window with a pair standing out (one hiccup request
+    moving the ratio by 1 % or more, :func:`specgate.paired.strongest_pair`) follows up too, so its
+    ratio is not one request's. "Equal", or "slower" and "faster" beyond the margin, are otherwise
+    settled: more pairs would not change the words."""
     partner = m.partner
     if partner is None:
         return None
@@ -153,8 +154,8 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
         return f"the {result.gate} gate is {d['verdict']} after {d['n']} pairs: {interval}"
     margin = rig.gates.for_class(m.prompt_class).equivalence_margin
     if backfire and reaches_into_margin(d, margin):
-        return (f"the {result.gate} gate's 'faster' after {d['n']} pairs reaches into the equivalence margin "
-                f"(±{margin * 100:g} %): {interval}")
+        return (f"the {result.gate} gate's '{d['verdict']}' after {d['n']} pairs reaches into the equivalence "
+                f"margin (±{margin * 100:g} %): {interval}")
     if backfire and (pair := d.get("strongest_pair")):
         # The strata estimate weighs each request by 1 / (prompts x its prompt's repeats): more
         # repeats of every prompt dilute the pair that stands out (visit 9's E2: 1.7 % at 12 pairs).
@@ -163,11 +164,15 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
 
 
 def reaches_into_margin(details: dict, margin: float) -> bool:
-    """A 'faster' whose interval and estimate both lie below 1 + ``margin``: with more pairs it
-    may read "equal within ±x %". One whose estimate is above the margin (math on the cpu tier,
-    ~1.08-1.15x) would stay "faster", so it is settled however low its interval reaches."""
-    return (details.get("verdict") == "faster" and details["ci_low"] < 1.0 + margin
-            and details["ratio"] < 1.0 + margin)
+    """A 'faster' whose interval and estimate both lie below 1 + ``margin``, or a 'slower' whose
+    interval and estimate both lie above 1 - ``margin``: with more pairs it may read "equal within
+    ±x %". One whose estimate is beyond the margin (math on the cpu tier, ~1.08-1.15x; a real 10 %
+    backfire) would keep its word, so it is settled however far its interval reaches."""
+    if details.get("verdict") == "faster":
+        return details["ci_low"] < 1.0 + margin and details["ratio"] < 1.0 + margin
+    if details.get("verdict") == "slower":
+        return details["ci_high"] > 1.0 - margin and details["ratio"] > 1.0 - margin
+    return False
 
 
 def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,

@@ -210,6 +210,23 @@ def test_a_faster_first_look_reaching_into_the_margin_is_followed_up():
     assert follow_up_reason(rig, coding) is None
 
 
+def test_a_slower_first_look_inside_the_margin_is_followed_up_too():
+    # Run U (fresh-clone .ci/run on an Intel Xeon 2-vCPU VM, stop 30): explanatory's 12 pairs said
+    # "slower", 0.975 (0.956-0.995), where runs L-S (another VM) said "equal". Estimate and upper end
+    # inside the ±5 % margin: a break-even, not settled, as a "faster" there would not be.
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    data = json.loads(gzip.decompress((ROOT / "docs" / "calibration" / "cpu-2026-12-02d" / "run-u-report.json.gz"
+                                       ).read_bytes()))
+    window = next(ClassMeasurement.from_dict(d) for d in data["measurements"]
+                  if d["mode"] == "ngram" and d["prompt_class"] == "explanatory")
+    assert window.first_look_share == pytest.approx(0.2) and window.follow_up is None
+    details = check_backfire(rig, window, window.partner).details
+    assert details["verdict"] == "slower" and 0.95 < details["ci_high"] < 1.0
+    reason = follow_up_reason(rig, window)
+    assert reason == ("the backfire gate's 'slower' after 12 pairs reaches into the equivalence margin (±5 %): "
+                      "0.975x (97.3 % CI 0.956-0.995, threshold 1.00)")
+
+
 def test_an_ab_window_follows_up_only_when_undecided():
     # The A/B rule is the one the calibration measured: only "undecided" follows up. Run K's
     # explanatory pairs read as an A/B window (threshold 0.97) are "not slower",
@@ -223,16 +240,20 @@ def test_an_ab_window_follows_up_only_when_undecided():
     assert follow_up_reason(rig, m) is None
 
 
-@pytest.mark.parametrize(("ratio", "low", "unsettled"), [
-    (1.028, 1.005, True),   # run K's explanatory: narrower, it may read "equal within ±x %"
-    (1.072, 1.030, False),  # an estimate above the margin stays "faster" with more pairs
-    (1.200, 1.160, False),  # clearly faster
+@pytest.mark.parametrize(("verdict", "ratio", "low", "high", "unsettled"), [
+    ("faster", 1.028, 1.005, 1.051, True),   # run K's explanatory: narrower, it may read "equal within ±x %"
+    ("faster", 1.072, 1.030, 1.110, False),  # an estimate above the margin stays "faster" with more pairs
+    ("faster", 1.200, 1.160, 1.240, False),  # clearly faster
+    ("slower", 0.975, 0.956, 0.995, True),   # run U's explanatory
+    ("slower", 0.940, 0.920, 0.960, False),  # an estimate below the margin stays "slower"
+    ("slower", 0.960, 0.930, 0.949, False),  # the whole interval below it
+    ("equal", 1.010, 0.990, 1.030, False),
 ])
-def test_only_a_faster_inside_the_margin_reaches_into_it(ratio, low, unsettled):
+def test_only_a_faster_or_slower_inside_the_margin_reaches_into_it(verdict, ratio, low, high, unsettled):
     from specgate.gates import reaches_into_margin
 
-    assert reaches_into_margin({"verdict": "faster", "ratio": ratio, "ci_low": low}, 0.05) is unsettled
-    assert not reaches_into_margin({"verdict": "equal", "ratio": 1.01, "ci_low": 0.99}, 0.05)
+    details = {"verdict": verdict, "ratio": ratio, "ci_low": low, "ci_high": high}
+    assert reaches_into_margin(details, 0.05) is unsettled
 
 
 def test_the_ab_gate_decides_at_its_own_tolerance():
