@@ -326,10 +326,10 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
         partner = m.get("partner")
         if m.get("side") == "partner" or not isinstance(partner, dict) or not partner.get("records"):
             continue
-        labels = (m["mode"] + ("@candidate" if partner.get("side") == "reference" else ""),
-                  partner["mode"] + ("@reference" if partner.get("side") == "reference" else ""))
-        for (label, other_label), side, other in (((labels[0], labels[1]), m, partner),
-                                                  ((labels[1], labels[0]), partner, m)):
+        ab = partner.get("side") == "reference"
+        subject = (m["mode"] + ("@candidate" if ab else ""), m)
+        reference = (partner["mode"] + ("@reference" if ab else ""), partner)
+        for (label, side), (other_label, other) in ((subject, reference), (reference, subject)):
             times, rates, prompts = _series(side)
             spell = slow_spell(times, rates, prompts)
             if spell is None or spell.p_value > SPELL_P:
