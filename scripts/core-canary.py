@@ -17,7 +17,7 @@ servers answer /health:
     onto CPU 4 too: both servers' steps then run on one core (in a duet at concurrency 1 they never
     generate at once). If the levels are the core's, the pairs' ratios then tighten.
 With PYSPY=1 in the environment, also profiles the candidate's engine core in 1-s py-spy bursts back
-to back (/root/extra/bin/py-spy, at 250 Hz, non-blocking, pinned to CPU 14), each a collapsed-stack
+to back (/root/extra/bin/py-spy, at 250 Hz, non-blocking, idle samples kept, pinned to CPU 14), each a collapsed-stack
 file pyspy/<n>.txt beside LOG, and pyspy.jsonl a line per burst: its perf_counter start and end (the
 clock of specgate's request records) and the CPU seconds each engine-core thread used during it, so
 a fast request's stacks can be set beside a slow one's.
@@ -38,9 +38,12 @@ from pathlib import Path
 import psutil
 
 BIN_NS = 10_000_000
-# CANARY_CPUS=a,b,c,d,e overrides them (a smoke test on a 2-CPU machine: 1,1,0,0,0).
+# CANARY_CPUS=a,b,c,d,e overrides them (a smoke test on a 2-CPU machine: 1,1,0,0,0). Each of the first
+# four may be a set written a+b: CANARY_CPUS=4,6+8,5,7+9,12 gives the candidate's engine core a second
+# vCPU for its main thread (6 or 8) and for its other threads (7 or 9); a canary runs on each main CPU.
 REFERENCE_MAIN, CANDIDATE_MAIN, REFERENCE_HELPERS, CANDIDATE_HELPERS, CONTROL = (
-    int(cpu) for cpu in os.environ.get("CANARY_CPUS", "4,6,5,7,12").split(","))
+    frozenset(int(cpu) for cpu in entry.split("+")) for entry in os.environ.get("CANARY_CPUS", "4,6,5,7,12").split(","))
+CONTROL = min(CONTROL)
 PROFILER_CPU = 14 if (os.cpu_count() or 1) > 14 else 0
 PYSPY = "/root/extra/bin/py-spy"
 API_CPUS = (1, 2) if os.cpu_count() and os.cpu_count() > 2 else (0, 0)
@@ -87,7 +90,7 @@ def profile_bursts(pid: int, out: Path) -> None:
         while proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
             before, t0 = thread_times(), time.perf_counter()
             subprocess.run([PYSPY, "record", "--pid", str(pid), "--rate", "250", "--duration", "1", "--nonblocking",
-                            "--threads", "--format", "raw", "--output", str(out / "pyspy" / f"{n}.txt")],
+                            "--threads", "--idle", "--format", "raw", "--output", str(out / "pyspy" / f"{n}.txt")],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
             t1, after = time.perf_counter(), thread_times()
             used = {str(tid): round(after[tid] - before.get(tid, 0.0), 3) for tid in after}
@@ -123,9 +126,9 @@ def engine_core(leader: psutil.Process) -> psutil.Process:
     return next(p for p in leader.children(recursive=True) if "EngineCore" in " ".join(p.cmdline() + [p.name()]))
 
 
-def pin_threads(proc: psutil.Process, main_cpu: int, helper_cpu: int) -> None:
+def pin_threads(proc: psutil.Process, main_cpus: frozenset[int], helper_cpus: frozenset[int]) -> None:
     for thread in proc.threads():
-        os.sched_setaffinity(thread.id, {main_cpu} if thread.id == proc.pid else {helper_cpu})
+        os.sched_setaffinity(thread.id, main_cpus if thread.id == proc.pid else helper_cpus)
 
 
 def pin_later_servers(client_pid: int, pinned: set[int], say) -> None:
@@ -184,12 +187,12 @@ def main() -> None:
         f"{CANDIDATE_MAIN} (rest {CANDIDATE_HELPERS}); perf_counter {time.perf_counter():.3f}")
     context = multiprocessing.get_context("fork")
     canaries = [context.Process(target=canary, args=(cpu, idle, str(out / f"canary-{cpu}.jsonl")), daemon=True)
-                for cpu, idle in ((REFERENCE_MAIN, True), (CANDIDATE_MAIN, True), (CONTROL, False))]
+                for cpu, idle in [*((cpu, True) for cpu in sorted(REFERENCE_MAIN | CANDIDATE_MAIN)), (CONTROL, False)]]
     if os.environ.get("PYSPY") == "1":
         canaries.append(context.Process(target=profile_bursts, args=(cores[1].pid, out), daemon=True))
     for proc in canaries:
         proc.start()
-    say(f"canaries on {REFERENCE_MAIN}, {CANDIDATE_MAIN} (SCHED_IDLE), {CONTROL} (normal)")
+    say(f"canaries on {sorted(REFERENCE_MAIN | CANDIDATE_MAIN)} (SCHED_IDLE), {CONTROL} (normal)")
     shared = False
     pinned = {reference.pid, candidate.pid}
     while psutil.pid_exists(client_pid) and psutil.Process(client_pid).status() != psutil.STATUS_ZOMBIE:
