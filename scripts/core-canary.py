@@ -21,6 +21,8 @@ to back (/root/extra/bin/py-spy, at 250 Hz, non-blocking, idle samples kept, pin
 file pyspy/<n>.txt beside LOG, and pyspy.jsonl a line per burst: its perf_counter start and end (the
 clock of specgate's request records) and the CPU seconds each engine-core thread used during it, so
 a fast request's stacks can be set beside a slow one's.
+With MEMCANARY=1, also a memory canary (1-MiB copies out of a 64-MiB buffer, memcanary-CPU.jsonl in the
+same format) on the candidate's engine CPU (SCHED_IDLE) and on the control CPU (normal).
 Writes LOG and canary-CPU.jsonl files beside it; stops when CALIBRATION_PID exits.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import random
 import subprocess
 import sys
 import time
@@ -66,6 +69,31 @@ def canary(cpu: int, idle: bool, out: str) -> None:
     while True:
         begin = clock()
         work()
+        end = clock()
+        if end - bin_start >= BIN_NS:
+            if durations:
+                durations.sort()
+                handle.write(json.dumps([bin_start / 1e9, len(durations), durations[len(durations) // 4]]) + "\n")
+                handle.flush()
+            bin_start, durations = end, []
+        durations.append(end - begin)
+
+
+def memory_canary(cpu: int, idle: bool, out: str) -> None:
+    """As canary(), but each piece copies 1 MiB from a random place in a 64 MiB buffer: it times the
+    memory and last-level cache the vCPU gets, which the L1-sized canary cannot feel."""
+    os.sched_setaffinity(0, {cpu})
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    buffer, piece, rng = bytearray(os.urandom(64 << 20)), 1 << 20, random.Random(cpu)
+    view = memoryview(buffer)
+    handle = open(out, "a")
+    clock = time.perf_counter_ns
+    bin_start, durations = clock(), []
+    while True:
+        offset = rng.randrange(0, len(buffer) - piece)
+        begin = clock()
+        bytes(view[offset:offset + piece])
         end = clock()
         if end - bin_start >= BIN_NS:
             if durations:
@@ -188,6 +216,10 @@ def main() -> None:
     context = multiprocessing.get_context("fork")
     canaries = [context.Process(target=canary, args=(cpu, idle, str(out / f"canary-{cpu}.jsonl")), daemon=True)
                 for cpu, idle in [*((cpu, True) for cpu in sorted(REFERENCE_MAIN | CANDIDATE_MAIN)), (CONTROL, False)]]
+    if os.environ.get("MEMCANARY") == "1":
+        canaries += [context.Process(target=memory_canary, args=(cpu, idle, str(out / f"memcanary-{cpu}.jsonl")),
+                                     daemon=True)
+                     for cpu, idle in ((min(CANDIDATE_MAIN), True), (CONTROL, False))]
     if os.environ.get("PYSPY") == "1":
         canaries.append(context.Process(target=profile_bursts, args=(cores[1].pid, out), daemon=True))
     for proc in canaries:

@@ -1,9 +1,10 @@
 #!/bin/bash
 # Run the gpu tier on the GPU lab machine (see ../shared/gpu-lab/README.md), after staging.
-#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py [SHARE_AFTER=0] [PYSPY=1]] bash scripts/gpu-lab-run.sh NAME [pytest args...]
+#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py [SHARE_AFTER=0] [PYSPY=1] [MEMCANARY=1]] bash scripts/gpu-lab-run.sh NAME [pytest args...]
 # HELPER=core-canary.py: the servers pinned, canaries timed beside them; both engine cores on one CPU
 # after SHARE_AFTER windows (0, the default: from the start; a number above the windows run: never);
 # PYSPY=1: 1-s py-spy profiles of the candidate's engine core back to back (/root/extra/bin/py-spy).
+# MEMCANARY=1: memory canaries (1-MiB copies) on the candidate engine's CPU and the control CPU.
 # SPECGATE_COMMIT: the device's copied tree carries a stale .git, so pass the commit from the
 # checkout that sent it (SPECGATE_COMMIT=$(git rev-parse --short HEAD) in the device command).
 # pytest gets SIGINT at LAB_TIMEOUT_S (its servers are torn down), so the results still come back:
