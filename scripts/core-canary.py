@@ -28,6 +28,7 @@ Writes LOG and canary-CPU.jsonl files beside it; stops when CALIBRATION_PID exit
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -59,41 +60,32 @@ def work() -> int:
     return total
 
 
-def canary(cpu: int, idle: bool, out: str) -> None:
+def memory_piece(seed: int):
+    """A piece of the memory canary: copy 1 MiB from a random place in a 64 MiB buffer. It times the
+    memory and last-level cache the vCPU gets, which work()'s L1-sized loop cannot feel."""
+    buffer, size = memoryview(bytearray(os.urandom(64 << 20))), 1 << 20
+    rng = random.Random(seed)
+    offsets = itertools.cycle([rng.randrange(0, len(buffer) - size) for _ in range(4096)])
+
+    def piece() -> None:
+        offset = next(offsets)
+        bytes(buffer[offset:offset + size])
+
+    return piece
+
+
+def canary(cpu: int, idle: bool, out: str, memory: bool = False) -> None:
+    """Time work() (or, with memory, memory_piece()'s copies) over and over on CPU, a line per bin."""
     os.sched_setaffinity(0, {cpu})
     if idle:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    piece = memory_piece(cpu) if memory else work
     handle = open(out, "a")
     clock = time.perf_counter_ns
     bin_start, durations = clock(), []
     while True:
         begin = clock()
-        work()
-        end = clock()
-        if end - bin_start >= BIN_NS:
-            if durations:
-                durations.sort()
-                handle.write(json.dumps([bin_start / 1e9, len(durations), durations[len(durations) // 4]]) + "\n")
-                handle.flush()
-            bin_start, durations = end, []
-        durations.append(end - begin)
-
-
-def memory_canary(cpu: int, idle: bool, out: str) -> None:
-    """As canary(), but each piece copies 1 MiB from a random place in a 64 MiB buffer: it times the
-    memory and last-level cache the vCPU gets, which the L1-sized canary cannot feel."""
-    os.sched_setaffinity(0, {cpu})
-    if idle:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    buffer, piece, rng = bytearray(os.urandom(64 << 20)), 1 << 20, random.Random(cpu)
-    view = memoryview(buffer)
-    handle = open(out, "a")
-    clock = time.perf_counter_ns
-    bin_start, durations = clock(), []
-    while True:
-        offset = rng.randrange(0, len(buffer) - piece)
-        begin = clock()
-        bytes(view[offset:offset + piece])
+        piece()
         end = clock()
         if end - bin_start >= BIN_NS:
             if durations:
@@ -217,7 +209,7 @@ def main() -> None:
     canaries = [context.Process(target=canary, args=(cpu, idle, str(out / f"canary-{cpu}.jsonl")), daemon=True)
                 for cpu, idle in [*((cpu, True) for cpu in sorted(REFERENCE_MAIN | CANDIDATE_MAIN)), (CONTROL, False)]]
     if os.environ.get("MEMCANARY") == "1":
-        canaries += [context.Process(target=memory_canary, args=(cpu, idle, str(out / f"memcanary-{cpu}.jsonl")),
+        canaries += [context.Process(target=canary, args=(cpu, idle, str(out / f"memcanary-{cpu}.jsonl"), True),
                                      daemon=True)
                      for cpu, idle in ((min(CANDIDATE_MAIN), True), (CONTROL, False))]
     if os.environ.get("PYSPY") == "1":
