@@ -122,7 +122,7 @@ def main() -> None:
         group["samples"] += samples
         group["idle"] += idle
         group["frames"].update(frames)
-        group["cpu"].update({tid: seconds for tid, seconds in burst["thread_cpu_s"].items()})
+        group["cpu"].update(burst["thread_cpu_s"])
     slow_n = sum(r["slow"] for r in requests)
     print(f"{args.run} {mode}: {len(requests)} requests, {slow_n} slow (< {SLOW_SHARE:.0%} of the median rate); "
           f"{len(bursts)} bursts in the window; main thread {main_tid}")
@@ -142,10 +142,10 @@ def main() -> None:
                        slow["frames"][name] * SAMPLE_MS / slow["steps"])
                 for name in fast["frames"].keys() | slow["frames"].keys()}
     print(f"\n  {'ms per step: fast':>22} {'slow':>7} {'slow-fast':>9}  frame (by slow-fast)")
-    for name, (f, s) in sorted(per_step.items(), key=lambda item: item[1][0] - item[1][1])[:args.top]:
+    for name, (f, s) in sorted(per_step.items(), key=lambda item: (item[1][0] - item[1][1], item[0]))[:args.top]:
         print(f"  {f:22.3f} {s:7.3f} {s - f:9.3f}  {name}")
     print(f"\n  {'ms per step: fast':>22} {'slow':>7} {'slow/fast':>9}  frame (the busiest in fast bursts)")
-    for name, (f, s) in sorted(per_step.items(), key=lambda item: -item[1][0])[:args.top]:
+    for name, (f, s) in sorted(per_step.items(), key=lambda item: (-item[1][0], item[0]))[:args.top]:
         print(f"  {f:22.3f} {s:7.3f} {s / f if f else float('nan'):9.2f}  {name}")
 
 

@@ -17,8 +17,8 @@ servers answer /health:
     onto CPU 4 too: both servers' steps then run on one core (in a duet at concurrency 1 they never
     generate at once). If the levels are the core's, the pairs' ratios then tighten.
 With PYSPY=1 in the environment, also profiles the candidate's engine core in 1-s py-spy bursts back
-to back (/root/extra/bin/py-spy, at 250 Hz, non-blocking, idle samples kept, pinned to CPU 14), each a collapsed-stack
-file pyspy/<n>.txt beside LOG, and pyspy.jsonl a line per burst: its perf_counter start and end (the
+to back (/root/extra/bin/py-spy, at 250 Hz, non-blocking, idle samples kept, pinned to CPU 14), each a
+collapsed-stack file pyspy/<n>.txt beside LOG, and pyspy.jsonl a line per burst: its perf_counter start and end (the
 clock of specgate's request records) and the CPU seconds each engine-core thread used during it, so
 a fast request's stacks can be set beside a slow one's.
 With MEMCANARY=1, also a memory canary (1-MiB copies out of a 64-MiB buffer, memcanary-CPU.jsonl in the
@@ -48,6 +48,12 @@ BIN_NS = 10_000_000
 REFERENCE_MAIN, CANDIDATE_MAIN, REFERENCE_HELPERS, CANDIDATE_HELPERS, CONTROL = (
     frozenset(int(cpu) for cpu in entry.split("+")) for entry in os.environ.get("CANARY_CPUS", "4,6,5,7,12").split(","))
 CONTROL = min(CONTROL)
+
+
+def cpus(cpu_set: frozenset[int]) -> str:
+    """A CPU set as CANARY_CPUS writes it (6+8), for the log."""
+    return "+".join(map(str, sorted(cpu_set)))
+
 PROFILER_CPU = 14 if (os.cpu_count() or 1) > 14 else 0
 PYSPY = "/root/extra/bin/py-spy"
 API_CPUS = (1, 2) if os.cpu_count() and os.cpu_count() > 2 else (0, 0)
@@ -175,7 +181,7 @@ def pin_later_servers(client_pid: int, pinned: set[int], say) -> None:
             say(f"could not pin the later server {leader.pid}: {err!r}")
             continue
         say(f"pinned a later server: API {leader.pid} -> {API_CPUS[1]}; engine core {core.pid} main -> "
-            f"{CANDIDATE_MAIN} (rest {CANDIDATE_HELPERS}); perf_counter {time.perf_counter():.3f}")
+            f"{cpus(CANDIDATE_MAIN)} (rest {cpus(CANDIDATE_HELPERS)}); perf_counter {time.perf_counter():.3f}")
 
 
 def main() -> None:
@@ -203,8 +209,8 @@ def main() -> None:
     pin_threads(cores[0], REFERENCE_MAIN, REFERENCE_HELPERS)
     pin_threads(cores[1], CANDIDATE_MAIN, CANDIDATE_HELPERS)
     say(f"pinned: client {client_pid} -> 0; API {reference.pid}, {candidate.pid} -> {API_CPUS}; engine cores "
-        f"{cores[0].pid} main -> {REFERENCE_MAIN} (rest {REFERENCE_HELPERS}), {cores[1].pid} main -> "
-        f"{CANDIDATE_MAIN} (rest {CANDIDATE_HELPERS}); perf_counter {time.perf_counter():.3f}")
+        f"{cores[0].pid} main -> {cpus(REFERENCE_MAIN)} (rest {cpus(REFERENCE_HELPERS)}), {cores[1].pid} main -> "
+        f"{cpus(CANDIDATE_MAIN)} (rest {cpus(CANDIDATE_HELPERS)}); perf_counter {time.perf_counter():.3f}")
     context = multiprocessing.get_context("fork")
     canaries = [context.Process(target=canary, args=(cpu, idle, str(out / f"canary-{cpu}.jsonl")), daemon=True)
                 for cpu, idle in [*((cpu, True) for cpu in sorted(REFERENCE_MAIN | CANDIDATE_MAIN)), (CONTROL, False)]]
@@ -224,7 +230,7 @@ def main() -> None:
         if not shared and (share_after == 0 or windows.exists() and len(windows.read_text().splitlines()) >= share_after):
             pin_threads(cores[1], REFERENCE_MAIN, CANDIDATE_HELPERS)
             shared = True
-            say(f"shared: candidate engine core main thread -> {REFERENCE_MAIN} after {share_after} windows; "
+            say(f"shared: candidate engine core main thread -> {cpus(REFERENCE_MAIN)} after {share_after} windows; "
                 f"perf_counter {time.perf_counter():.3f}")
         time.sleep(0.5)
     for proc in canaries:
