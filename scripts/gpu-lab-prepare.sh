@@ -47,6 +47,12 @@ if [ ! -f /root/models/llama8b-dummy-draft1l/config.json ]; then
   python3 -m specgate prepare-model --dummy-llama8b-draft /root/models/llama8b-dummy-draft1l --draft-layers 1 \
     --source /root/models/smollm2-135m
 fi
+# The wide15b shape (width 6144, 15.5 B parameters, ~2x the 8B's GPU time per step for the same host
+# work) and its 1-layer draft: the rig h200-wide15b-dummy, where the draft path's step is the GPU's.
+if [ ! -f /root/models/wide15b-dummy/config.json ] || [ ! -f /root/models/wide15b-dummy-draft1l/config.json ]; then
+  python3 -m specgate prepare-model --shape wide15b --dummy-llama8b /root/models/wide15b-dummy \
+    --dummy-llama8b-draft /root/models/wide15b-dummy-draft1l --draft-layers 1 --source /root/models/smollm2-135m
+fi
 # The EAGLE-3 backfire fixture (random weights, valid config; seconds), for h200-smollm2-eagle3.
 if [ ! -f /root/models/smollm2-135m-eagle3-untrained/config.json ]; then
   python3 -m specgate train-eagle3 --untrained --target /root/models/smollm2-135m \

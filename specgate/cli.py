@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="instead: the same shape cut to --draft-layers layers (the GPU-bound rig's draft model)")
     prep.add_argument("--draft-layers", type=int, default=4, metavar="N",
                       help="with --dummy-llama8b-draft: the draft's layers, 1-32 (default 4)")
+    prep.add_argument("--shape", choices=("llama8b", "wide15b"), default="llama8b",
+                      help="with --dummy-llama8b and --dummy-llama8b-draft: the shape written (default llama8b, "
+                           "Llama-3-8B's; wide15b: width 6144, 15.5 B parameters, twice the GPU time per step)")
     prep.add_argument("--dummy-llama8b-eagle3", type=Path, default=None, metavar="OUT",
                       help="instead: an EAGLE-3 head's config for the 8B shape, no weights (needs --dummy-llama8b)")
     prep.add_argument("--source", type=Path, default=None, help="with --dummy-llama8b*: the SmolLM2 folder "
@@ -87,13 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
-        from specgate.model_prep import (
-            LLAMA8B_DRAFT_SHAPE,
-            LLAMA8B_SHAPE,
-            MODEL_DIR_NAME,
-            prepare_model,
-            write_dummy_llama,
-        )
+        from specgate.model_prep import MODEL_DIR_NAME, SHAPES, prepare_model, write_dummy_llama
 
         try:
             if args.dummy_llama8b_eagle3 is not None and args.dummy_llama8b is None:
@@ -101,16 +98,17 @@ def main(argv: list[str] | None = None) -> int:
             if args.dummy_llama8b is not None or args.dummy_llama8b_draft is not None:
                 from specgate.config import default_model_cache
 
-                if not 1 <= args.draft_layers <= LLAMA8B_SHAPE["num_hidden_layers"]:
-                    raise SpecgateError(f"--draft-layers {args.draft_layers}: a draft of the 8B shape has 1 to "
-                                        f"{LLAMA8B_SHAPE['num_hidden_layers']} layers")
+                shape = SHAPES[args.shape]
+                if not 1 <= args.draft_layers <= shape["num_hidden_layers"]:
+                    raise SpecgateError(f"--draft-layers {args.draft_layers}: a draft of the {args.shape} shape has "
+                                        f"1 to {shape['num_hidden_layers']} layers")
                 source = args.source or (args.cache or default_model_cache()) / MODEL_DIR_NAME
-                draft_shape = {**LLAMA8B_DRAFT_SHAPE, "num_hidden_layers": args.draft_layers}
-                wanted = ((args.dummy_llama8b, LLAMA8B_SHAPE), (args.dummy_llama8b_draft, draft_shape))
-                for out, shape in wanted:
+                draft_shape = {**shape, "num_hidden_layers": args.draft_layers}
+                for out, wanted in ((args.dummy_llama8b, shape), (args.dummy_llama8b_draft, draft_shape)):
                     if out is not None:
-                        written = write_dummy_llama(source, out, shape)
-                        print(f"dummy Llama-8B-shaped model ({shape['num_hidden_layers']} layers) written: {written}")
+                        written = write_dummy_llama(source, out, wanted, args.shape)
+                        print(f"dummy {args.shape}-shaped model ({wanted['num_hidden_layers']} layers) written: "
+                              f"{written}")
                 if args.dummy_llama8b_eagle3 is not None:
                     from specgate.eagle3 import write_dummy_head
 

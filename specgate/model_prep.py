@@ -81,14 +81,20 @@ def _convert(gguf: Path, out: Path) -> None:
 # CPU-side overhead as the 135M model's ~2 ms steps are.
 LLAMA8B_SHAPE = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                  "num_key_value_heads": 8, "intermediate_size": 14336, "head_dim": 128}
-# Its draft for the GPU-bound rig: the same shape cut to 4 layers (1.27 B parameters with the
-# vocabulary, 2.5 GB read per draft pass: ~1/6 of a target step, and still the GPU's time, where
+# Its draft for the GPU-bound rig: the same shape cut to 4 layers (prepare-model --draft-layers;
+# 1.27 B parameters with the vocabulary, 2.5 GB read per draft pass: ~1/6 of a target step, and still the GPU's time, where
 # SmolLM2-135M's 30 thin layers are launch overhead; vLLM 0.26 runs draft_model without the model
 # runner V2, and the 135M draft's ratio moved 30 % between two sessions).
-LLAMA8B_DRAFT_SHAPE = {**LLAMA8B_SHAPE, "num_hidden_layers": 4}
+# A wider model of the same depth (48 heads of 128 at width 6144, an MLP 3.33 times as wide): 15.5 B
+# parameters with SmolLM2's vocabulary, 31 GB read per step, about twice the 8B's GPU time per step
+# for the same host work (vLLM's host work per step grows with the layers it launches, not their
+# width). Two fit side by side on one H200 at 0.4 of its memory each. For the draft path, whose host
+# work per step on the 8B shape is close to the GPU's and so moves with the host's speed.
+WIDE15B_SHAPE = {**LLAMA8B_SHAPE, "hidden_size": 6144, "num_attention_heads": 48, "intermediate_size": 20480}
+SHAPES = {"llama8b": LLAMA8B_SHAPE, "wide15b": WIDE15B_SHAPE}
 
 
-def write_dummy_llama(source: Path, out: Path, shape: dict | None = None) -> Path:
+def write_dummy_llama(source: Path, out: Path, shape: dict | None = None, shape_name: str = "llama8b") -> Path:
     """A Llama-shaped model folder with no weights, for ``vllm serve --load-format dummy``: the
     config of ``source`` (a Llama HF folder, here SmolLM2-135M) with ``shape`` put in, and
     ``source``'s tokenizer, chat template and vocabulary, so prompts and draft models of the same
@@ -104,7 +110,7 @@ def write_dummy_llama(source: Path, out: Path, shape: dict | None = None) -> Pat
     config.update(shape or LLAMA8B_SHAPE)
     config["architectures"] = ["LlamaForCausalLM"]
     config["tie_word_embeddings"] = False
-    config["_specgate"] = (f"dummy weights (vllm --load-format dummy); Llama-3-8B's shape with "
+    config["_specgate"] = (f"dummy weights (vllm --load-format dummy); shape {shape_name} with "
                            f"{config['num_hidden_layers']} layers; tokenizer of {source}")
     out.mkdir(parents=True, exist_ok=True)
     # Whatever transformers version wrote the source: tokenizer.json or vocab/merges, the template

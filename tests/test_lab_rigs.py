@@ -14,7 +14,7 @@ from specgate.config import load_rig
 pytestmark = pytest.mark.fast
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-LAB_RIGS = ("h200-smollm2", "h200-llama8b-dummy")
+LAB_RIGS = ("h200-smollm2", "h200-llama8b-dummy", "h200-wide15b-dummy")
 
 
 def _arg(rig, flag: str) -> str:

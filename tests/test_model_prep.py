@@ -114,3 +114,22 @@ def test_prepare_model_writes_an_8b_shaped_eagle3_head_without_weights(smollm2, 
     assert main(["prepare-model", "--dummy-llama8b-eagle3", str(tmp_path / "h2"), "--source", str(smollm2)]) == 1
     assert "--dummy-llama8b-eagle3 needs --dummy-llama8b" in capsys.readouterr().err
     assert not (tmp_path / "h2").exists()
+
+
+def test_prepare_model_writes_the_wide_shape_and_its_1_layer_draft(smollm2, tmp_path, capsys):
+    target, draft = tmp_path / "wide15b-dummy", tmp_path / "wide15b-dummy-draft1l"
+    assert main(["prepare-model", "--shape", "wide15b", "--dummy-llama8b", str(target), "--dummy-llama8b-draft",
+                 str(draft), "--draft-layers", "1", "--source", str(smollm2)]) == 0
+    target_config = json.loads((target / "config.json").read_text())
+    draft_config = json.loads((draft / "config.json").read_text())
+    assert {k: target_config[k] for k in LLAMA8B_SHAPE} == {
+        "hidden_size": 6144, "num_hidden_layers": 32, "num_attention_heads": 48, "num_key_value_heads": 8,
+        "intermediate_size": 20480, "head_dim": 128}
+    # heads x head_dim is the width, as Llama's attention needs
+    assert target_config["num_attention_heads"] * target_config["head_dim"] == target_config["hidden_size"]
+    assert (draft_config["num_hidden_layers"], draft_config["hidden_size"]) == (1, 6144)
+    assert "shape wide15b with 32 layers" in target_config["_specgate"]
+    assert "dummy wide15b-shaped model (1 layers) written" in capsys.readouterr().out
+    assert main(["prepare-model", "--shape", "wide15b", "--dummy-llama8b-draft", str(tmp_path / "x"),
+                 "--draft-layers", "40", "--source", str(smollm2)]) == 1
+    assert "a draft of the wide15b shape has 1 to 32 layers" in capsys.readouterr().err
