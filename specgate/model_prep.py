@@ -82,9 +82,10 @@ def _convert(gguf: Path, out: Path) -> None:
 LLAMA8B_SHAPE = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                  "num_key_value_heads": 8, "intermediate_size": 14336, "head_dim": 128}
 # Its draft for the GPU-bound rig: the same shape cut to 4 layers (prepare-model --draft-layers;
-# 1.27 B parameters with the vocabulary, 2.5 GB read per draft pass: ~1/6 of a target step, and still the GPU's time, where
-# SmolLM2-135M's 30 thin layers are launch overhead; vLLM 0.26 runs draft_model without the model
-# runner V2, and the 135M draft's ratio moved 30 % between two sessions).
+# 1.27 B parameters with the vocabulary, 2.5 GB read per draft pass: ~1/6 of a target step, and
+# still the GPU's time, where SmolLM2-135M's 30 thin layers are launch overhead; vLLM 0.26 runs
+# draft_model without the model runner V2, and the 135M draft's ratio moved 30 % between two
+# sessions).
 # A wider model of the same depth (48 heads of 128 at width 6144, an MLP 3.33 times as wide): 15.5 B
 # parameters with SmolLM2's vocabulary, 31 GB read per step, about twice the 8B's GPU time per step
 # for the same host work (vLLM's host work per step grows with the layers it launches, not their
