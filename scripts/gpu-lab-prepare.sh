@@ -12,7 +12,7 @@
 #   specgate is on PYTHONPATH, not installed, and vLLM finds plugins through entry points;
 # - /root/models/llama8b-dummy, llama8b-dummy-draft4l, -draft1l and llama8b-dummy-eagle3: the GPU-bound rig's
 #   Llama-3-8B-shaped model, its 4-layer and 1-layer drafts and an EAGLE-3 head of its shape, config and SmolLM2's tokenizer only (vLLM fills the weights with
-#   --load-format dummy);
+#   --load-format dummy); /root/models/wide15b-dummy and -draft1l: the same at width 6144 (--shape wide15b);
 # - prints what the lab machine is (versions, GPU clocks and limits, the telemetry readers found) and
 #   keeps it in /root/runs/lab-machine.txt (copied to $OUT when set).
 set -euo pipefail
@@ -47,8 +47,8 @@ if [ ! -f /root/models/llama8b-dummy-draft1l/config.json ]; then
   python3 -m specgate prepare-model --dummy-llama8b-draft /root/models/llama8b-dummy-draft1l --draft-layers 1 \
     --source /root/models/smollm2-135m
 fi
-# The wide15b shape (width 6144, 15.5 B parameters, ~2x the 8B's GPU time per step for the same host
-# work) and its 1-layer draft: the rig h200-wide15b-dummy, where the draft path's step is the GPU's.
+# The wide15b shape (width 6144, 15.5 B parameters, ~1.8x the 8B's GPU time per step for the same
+# kernel launches) and its 1-layer draft: the rig h200-wide15b-dummy, where the draft path's step is the GPU's.
 if [ ! -f /root/models/wide15b-dummy/config.json ] || [ ! -f /root/models/wide15b-dummy-draft1l/config.json ]; then
   python3 -m specgate prepare-model --shape wide15b --dummy-llama8b /root/models/wide15b-dummy \
     --dummy-llama8b-draft /root/models/wide15b-dummy-draft1l --draft-layers 1 --source /root/models/smollm2-135m
@@ -78,6 +78,7 @@ with t:
     pass
 print("telemetry readers:", t.sources, "; one sample:", t.samples[-1][1])
 PY
-  ls -la /root/models/llama8b-dummy /root/models/llama8b-dummy-draft4l /root/models/llama8b-dummy-draft1l /root/models/llama8b-dummy-eagle3
+  ls -la /root/models/llama8b-dummy /root/models/llama8b-dummy-draft4l /root/models/llama8b-dummy-draft1l /root/models/llama8b-dummy-eagle3 \
+    /root/models/wide15b-dummy /root/models/wide15b-dummy-draft1l
 } 2>&1 | tee /root/runs/lab-machine.txt
 if [ -n "${OUT:-}" ]; then cp /root/runs/lab-machine.txt "$OUT/"; fi

@@ -10,6 +10,8 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specgate.model_prep import SHAPES
+
     parser = argparse.ArgumentParser(prog="specgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare-model", help="fetch and convert SmolLM2-135M-Instruct for the cpu tier")
@@ -17,17 +19,18 @@ def main(argv: list[str] | None = None) -> int:
                       "or ~/.cache/specgate/models)")
     prep.add_argument("--force", action="store_true", help="convert again even if cached")
     prep.add_argument("--dummy-llama8b", type=Path, default=None, metavar="OUT",
-                      help="instead: write a Llama-3-8B-shaped folder without weights (for --load-format "
-                           "dummy) into OUT, with the tokenizer of --source")
+                      help="instead: write a folder of --shape's shape (default Llama-3-8B's) without weights "
+                           "(for --load-format dummy) into OUT, with the tokenizer of --source")
     prep.add_argument("--dummy-llama8b-draft", type=Path, default=None, metavar="OUT",
                       help="instead: the same shape cut to --draft-layers layers (the GPU-bound rig's draft model)")
     prep.add_argument("--draft-layers", type=int, default=4, metavar="N",
                       help="with --dummy-llama8b-draft: the draft's layers, 1-32 (default 4)")
-    prep.add_argument("--shape", choices=("llama8b", "wide15b"), default="llama8b",
+    prep.add_argument("--shape", choices=tuple(SHAPES), default=None,
                       help="with --dummy-llama8b and --dummy-llama8b-draft: the shape written (default llama8b, "
-                           "Llama-3-8B's; wide15b: width 6144, 15.5 B parameters, twice the GPU time per step)")
+                           "Llama-3-8B's; wide15b: width 6144, 15.5 B parameters, ~1.8x the 8B's GPU time per step)")
     prep.add_argument("--dummy-llama8b-eagle3", type=Path, default=None, metavar="OUT",
-                      help="instead: an EAGLE-3 head's config for the 8B shape, no weights (needs --dummy-llama8b)")
+                      help="instead: an EAGLE-3 head's config for the target written by --dummy-llama8b "
+                           "(of its shape), no weights")
     prep.add_argument("--source", type=Path, default=None, help="with --dummy-llama8b*: the SmolLM2 folder "
                       "(default: the converted model in the cache)")
     run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
@@ -90,25 +93,25 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
-        from specgate.model_prep import MODEL_DIR_NAME, SHAPES, prepare_model, write_dummy_llama
+        from specgate.model_prep import MODEL_DIR_NAME, prepare_model, write_dummy_llama
 
         try:
             if args.dummy_llama8b_eagle3 is not None and args.dummy_llama8b is None:
                 raise SpecgateError("--dummy-llama8b-eagle3 needs --dummy-llama8b (the target the head is shaped for)")
+            if args.shape is not None and args.dummy_llama8b is None and args.dummy_llama8b_draft is None:
+                raise SpecgateError(f"--shape {args.shape} needs --dummy-llama8b or --dummy-llama8b-draft "
+                                    "(the folders it shapes)")
             if args.dummy_llama8b is not None or args.dummy_llama8b_draft is not None:
                 from specgate.config import default_model_cache
 
-                shape = SHAPES[args.shape]
-                if not 1 <= args.draft_layers <= shape["num_hidden_layers"]:
-                    raise SpecgateError(f"--draft-layers {args.draft_layers}: a draft of the {args.shape} shape has "
-                                        f"1 to {shape['num_hidden_layers']} layers")
+                shape = args.shape or "llama8b"
                 source = args.source or (args.cache or default_model_cache()) / MODEL_DIR_NAME
-                draft_shape = {**shape, "num_hidden_layers": args.draft_layers}
-                for out, wanted in ((args.dummy_llama8b, shape), (args.dummy_llama8b_draft, draft_shape)):
+                # the draft first: a depth its shape cannot have is refused before anything is written
+                for out, layers in ((args.dummy_llama8b_draft, args.draft_layers), (args.dummy_llama8b, None)):
                     if out is not None:
-                        written = write_dummy_llama(source, out, wanted, args.shape)
-                        print(f"dummy {args.shape}-shaped model ({wanted['num_hidden_layers']} layers) written: "
-                              f"{written}")
+                        written = write_dummy_llama(source, out, shape, layers)
+                        depth = layers or SHAPES[shape]["num_hidden_layers"]
+                        print(f"dummy {shape}-shaped model ({depth} layers) written: {written}")
                 if args.dummy_llama8b_eagle3 is not None:
                     from specgate.eagle3 import write_dummy_head
 

@@ -71,3 +71,16 @@ def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> N
     for mode in rig.modes:
         if mode.speculative_config and mode.name not in synthetic:
             pytest.fail(f"mode {mode.name}: on random weights only synthetic acceptance is known")
+
+
+def test_the_wide_rig_runs_the_draft_path_on_folders_the_lab_prepare_script_writes() -> None:
+    rig = load_rig("h200-wide15b-dummy", FIXTURES)
+    prepare = (FIXTURES.parent / "scripts" / "gpu-lab-prepare.sh").read_text()
+    assert _arg(rig, "--load-format") == "dummy" and "--shape wide15b" in prepare
+    assert f"--dummy-llama8b {rig.model}" in prepare
+    drafts = {m.name: m.speculative_config for m in rig.modes if m.speculative_config}
+    assert drafts, "the rig exists for its draft-model modes"
+    for name, spec in drafts.items():
+        assert spec["method"] == "draft_model" and spec["rejection_sample_method"] == "synthetic", name
+        assert f"--dummy-llama8b-draft {spec['model']}" in prepare, name
+        assert 1.0 <= spec["synthetic_acceptance_length"] <= spec["num_speculative_tokens"] + 1, name

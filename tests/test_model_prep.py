@@ -125,11 +125,40 @@ def test_prepare_model_writes_the_wide_shape_and_its_1_layer_draft(smollm2, tmp_
     assert {k: target_config[k] for k in LLAMA8B_SHAPE} == {
         "hidden_size": 6144, "num_hidden_layers": 32, "num_attention_heads": 48, "num_key_value_heads": 8,
         "intermediate_size": 20480, "head_dim": 128}
-    # heads x head_dim is the width, as Llama's attention needs
+    # a valid Llama attention: heads x head_dim is the width, the KV heads divide the heads
     assert target_config["num_attention_heads"] * target_config["head_dim"] == target_config["hidden_size"]
-    assert (draft_config["num_hidden_layers"], draft_config["hidden_size"]) == (1, 6144)
+    assert target_config["num_attention_heads"] % target_config["num_key_value_heads"] == 0
+    # the draft is the target cut to one layer, nothing else changed
+    assert draft_config["num_hidden_layers"] == 1
+    assert {k: v for k, v in draft_config.items() if k not in ("num_hidden_layers", "_specgate")} == {
+        k: v for k, v in target_config.items() if k not in ("num_hidden_layers", "_specgate")}
     assert "shape wide15b with 32 layers" in target_config["_specgate"]
-    assert "dummy wide15b-shaped model (1 layers) written" in capsys.readouterr().out
-    assert main(["prepare-model", "--shape", "wide15b", "--dummy-llama8b-draft", str(tmp_path / "x"),
-                 "--draft-layers", "40", "--source", str(smollm2)]) == 1
+    out = capsys.readouterr().out
+    assert "dummy wide15b-shaped model (1 layers) written" in out and "(32 layers) written" in out
+
+
+def test_the_wide_shape_is_15_5_b_parameters_about_twice_the_8b():
+    # The rig's notes and the lab visit's memory figures rest on these counts (SmolLM2's vocabulary,
+    # untied head): 28.9 GiB of bf16 weights, 30.87 GiB with its 1-layer draft ("Model loading took
+    # 30.87 GiB" in lab visit 17's draft server).
+    from specgate.model_prep import SHAPES
+
+    def params(shape: dict, vocab: int = 49152) -> int:
+        h, kv = shape["hidden_size"], shape["num_key_value_heads"] * shape["head_dim"]
+        layer = 2 * h * h + 2 * h * kv + 3 * h * shape["intermediate_size"] + 2 * h
+        return 2 * vocab * h + shape["num_hidden_layers"] * layer + h
+
+    wide, llama8b = SHAPES["wide15b"], SHAPES["llama8b"]
+    assert round(params(wide) / 1e9, 1) == 15.5 and round(params(llama8b) / 1e9, 2) == 7.38
+    assert round(params(wide) * 2 / 2**30, 1) == 28.9
+    assert round((params(wide) + params({**wide, "num_hidden_layers": 1})) * 2 / 2**30, 2) == 30.87
+
+
+def test_prepare_model_refuses_a_depth_or_a_shape_flag_it_cannot_use(smollm2, tmp_path, capsys):
+    target = tmp_path / "wide15b-dummy"
+    assert main(["prepare-model", "--shape", "wide15b", "--dummy-llama8b", str(target), "--dummy-llama8b-draft",
+                 str(tmp_path / "x"), "--draft-layers", "40", "--source", str(smollm2)]) == 1
     assert "a draft of the wide15b shape has 1 to 32 layers" in capsys.readouterr().err
+    assert not target.exists() and not (tmp_path / "x").exists()  # nothing written
+    assert main(["prepare-model", "--shape", "wide15b"]) == 1
+    assert "--shape wide15b needs --dummy-llama8b or --dummy-llama8b-draft" in capsys.readouterr().err
