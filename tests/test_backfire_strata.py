@@ -22,7 +22,7 @@ REPORTS = {"avx2-run1": "cpu-2026-12-01/ci-run1-report.json.gz", "avx2-run2": "c
 
 
 def windows(name: str) -> dict[str, ClassMeasurement]:
-    data = json.loads(gzip.decompress((ROOT / "docs" / "calibration" / REPORTS[name]).read_bytes()))
+    data = json.loads(gzip.decompress((ROOT / "tests" / "data" / "calibration" / REPORTS[name]).read_bytes()))
     return {m["prompt_class"]: ClassMeasurement.from_dict(m) for m in data["measurements"] if m["mode"] == "ngram"}
 
 
@@ -71,7 +71,7 @@ def test_fresh_clone_runs_with_two_looks_decide_every_class_alike(run):
     # through the shipped gate, each gives the verdicts its run reported: five classes faster,
     # explanatory equal within +-3.5 %, +-3.4 % and +-4.7 % (0.979 (0.953-1.006) in run H).
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
-    path = ROOT / "docs" / "calibration" / "cpu-2026-12-01c" / f"run-{run}-report.json.gz"
+    path = ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-01c" / f"run-{run}-report.json.gz"
     data = json.loads(gzip.decompress(path.read_bytes()))
     reported = {g["prompt_class"]: g["details"] for g in data["gates"] if g["gate"] == "backfire"}
     for m in (ClassMeasurement.from_dict(d) for d in data["measurements"] if d["mode"] == "ngram"):
@@ -89,7 +89,7 @@ def test_the_fourth_run_followed_up_on_explanatory_and_called_it_faster():
     # (24 pairs), and the second look said faster, 1.036 (1.010-1.062): 6.2 % from 1, outside the
     # 5 % margin. At break-even the verdict still follows the session (F-H: equal).
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
-    path = ROOT / "docs" / "calibration" / "cpu-2026-12-01c" / "run-i-report.json.gz"
+    path = ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-01c" / "run-i-report.json.gz"
     data = json.loads(gzip.decompress(path.read_bytes()))
     windows = {d["prompt_class"]: ClassMeasurement.from_dict(d) for d in data["measurements"] if d["mode"] == "ngram"}
     followed = {c for c, m in windows.items() if m.follow_up}

@@ -257,7 +257,7 @@ def test_the_normal_model_on_stop_27s_real_windows():
     # bound (mean and SD each at its own 95 % bound) read 7.6 % and 87.6 %; the exact one 4.86 % and 91.35 %.
     from specgate.calibrate import normal_model_rate
 
-    windows = load_windows(ROOT / "docs" / "calibration" / "cpu-2026-12-02" / "calibration" / "windows.jsonl")
+    windows = load_windows(ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-02" / "calibration" / "windows.jsonl")
     duet = [w for w in windows if w.design == "duet"]
     aa = normal_model_rate([w for w in duet if w.level == 0], 0.03)
     slow = normal_model_rate([w for w in duet if w.level == 0.1], 0.03)

@@ -21,7 +21,7 @@ from specgate.measure import ClassMeasurement
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB = ROOT / "docs" / "lab" / "2026-12-02-h200-visit13"
+LAB = ROOT / "tests" / "data" / "lab" / "2026-12-02-h200-visit13"
 MODE = "draft1l_al30_async"
 
 

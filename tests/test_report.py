@@ -234,7 +234,7 @@ def test_markdown_rows_have_as_many_cells_as_the_header(report: dict[str, Any]) 
     assert len(set(cells)) == 1, table
 
 
-LAB13 = Path(__file__).resolve().parent.parent / "docs" / "lab" / "2026-12-02-h200-visit13"
+LAB13 = Path(__file__).resolve().parent / "data" / "lab" / "2026-12-02-h200-visit13"
 
 
 def test_the_environment_table_and_the_host_bound_notice_on_a_real_lab_session():

@@ -18,7 +18,7 @@ from specgate.measure import ClassMeasurement
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB = ROOT / "docs" / "lab" / "2026-12-01-h200-draft4l"
+LAB = ROOT / "tests" / "data" / "lab" / "2026-12-01-h200-draft4l"
 RIG = "h200-llama8b-dummy"
 
 

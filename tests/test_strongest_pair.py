@@ -19,7 +19,7 @@ from specgate.report import notice_lines
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-VISIT9 = ROOT / "docs" / "lab" / "2026-12-01-h200-visit9"
+VISIT9 = ROOT / "tests" / "data" / "lab" / "2026-12-01-h200-visit9"
 PROMPTS = [p for p in ("a", "b", "c", "d", "e", "f") for _ in range(2)]  # 6 prompts x 2 repeats
 
 
