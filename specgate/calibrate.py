@@ -129,9 +129,10 @@ def normal_model_rate(group: Sequence[WindowResult], tolerance: float, margin: f
     sqrt(n) k follows a noncentral t with n - 1 degrees of freedom and noncentrality sqrt(n) z, so
     the z whose upper tail leaves sqrt(n) k with probability 1 - ``confidence`` is the bound on the
     true distance, and Phi(-z) the bound on the rate: for an A/A an upper bound on false alarms, for
-    a real slowdown a lower bound on detection. (Before stop 28 the bound took the mean and the SD
+    a real slowdown a lower bound on detection. (An earlier bound took the mean and the SD
     each at its own one-sided bound, more conservative than its stated confidence: 7.6 % where this
-    gives 4.9 % for stop 27's ten A/A windows.) It holds only as far as the windows are independent
+    gives 4.9 % for ten fresh-start A/A windows; docs/journal/calibration/cpu-2026-12-02b.md) It
+    holds only as far as the windows are independent
     (one server start each: --fresh-servers) and their tails normal; a hiccup-heavy window is the
     risk it does not see."""
     from scipy import optimize

@@ -211,12 +211,12 @@ def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
 
 
 # An engine core using this much CPU per second of its server's requests keeps a CPU busy: its
-# speed is the host's as much as the accelerator's (GPU lab visits 11-13: vLLM's draft_model path
+# speed is the host's as much as the accelerator's (GPU lab, docs/journal/lab/: vLLM's draft_model path
 # 1.03-1.05, EAGLE-3 0.81-0.88, and only the former followed the host's speed).
 HOST_BOUND_CPU_S_PER_S = 0.95
 # A SLOW SPELL notice needs a run this unlikely from the order alone and this much slower than the
-# partner's requests in the same span (log units): over the 64 reports kept in docs/ (357 windows: lab
-# visits, cpu runs, calibrations) these flag visit 13's J1 and J3 and visit 14's K1 draft windows only.
+# partner's requests in the same span (log units): over the 64 reports of docs/journal/ (357 windows: lab
+# visits, cpu runs, calibrations) these flag three draft windows only, two from one slow host.
 SPELL_P = 0.01
 SPELL_SIZE = 0.03
 
@@ -346,7 +346,7 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
                 f"then: {math.expm1(then) * 100:+.1f} %; a run this slow from the order alone: p = "
                 f"{spell.p_value:.3f}). The pairs do not cancel a spell on one side, so this window's ratio holds "
                 f"it: on the GPU lab's VM such spells were one vCPU running 1.5x slower for ~20 s under a "
-                f"host-bound engine core (docs/lab/2026-12-02-h200-visit14)")
+                f"host-bound engine core (docs/journal/lab/2026-12-02-h200-visit14.md)")
     return lines
 
 

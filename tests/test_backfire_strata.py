@@ -2,7 +2,7 @@
 SmolLM2-135M, ngram against the live no-speculation server, 6 prompts x 2 repeats per class,
 settle_s 1.2): two fresh-clone CI runs of 2026-12-01 on a 2-vCPU AVX2 VM (the second on a busy
 machine: within-prompt scatter 8-20 %) and one on a quiet 2-vCPU AVX-512 VM
-(docs/calibration/cpu-2026-12-01b)."""
+(docs/journal/calibration/cpu-2026-12-01b.md)."""
 
 import gzip
 import json
@@ -66,7 +66,7 @@ def test_the_message_names_the_statistic_and_its_degrees_of_freedom():
 
 @pytest.mark.parametrize("run", ["f", "g", "h"])
 def test_fresh_clone_runs_with_two_looks_decide_every_class_alike(run):
-    # Fresh-clone .ci/run runs of this stop's code on the quiet VM (docs/calibration/cpu-2026-12-01c):
+    # Fresh-clone .ci/run runs of this stop's code on the quiet VM (docs/journal/calibration/cpu-2026-12-01c.md):
     # every window a first look of two (97.06 % intervals); none needed its follow-up. Replayed
     # through the shipped gate, each gives the verdicts its run reported: five classes faster,
     # explanatory equal within +-3.5 %, +-3.4 % and +-4.7 % (0.979 (0.953-1.006) in run H).

@@ -215,7 +215,7 @@ def test_a_slower_first_look_inside_the_margin_is_followed_up_too():
     # "slower", 0.975 (0.956-0.995), where runs L-S (another VM) said "equal". Estimate and upper end
     # inside the ±5 % margin: a break-even, not settled, as a "faster" there would not be.
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
-    data = json.loads(gzip.decompress((ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-02d" / "run-u-report.json.gz"
+    data = json.loads(gzip.decompress((ROOT / "tests/data/calibration/cpu-2026-12-02d/run-u-report.json.gz"
                                        ).read_bytes()))
     window = next(ClassMeasurement.from_dict(d) for d in data["measurements"]
                   if d["mode"] == "ngram" and d["prompt_class"] == "explanatory")

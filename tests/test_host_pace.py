@@ -1,6 +1,6 @@
 """A stored figure is compared only on a host of the stored pace (``gates.host_pace_tolerance``).
 
-Real windows from lab visit 13 (docs/lab/2026-12-02-h200-visit13; the GPU-bound rig, CUDA graphs,
+Real windows from lab visit 13 (docs/journal/lab/2026-12-02-h200-visit13.md; the GPU-bound rig, CUDA graphs,
 48 pairs each): the 1-layer async draft against the live no-speculation server gave 2.312 in J2,
 on a host at its usual pace, and 1.846 in J1, while every CPU of that host ran a fixed piece of
 Python work ~1.8x slower (the lab helper's canary on the otherwise idle CPU 12: median 25.4 us in

@@ -1,5 +1,5 @@
 """The stored-ratio throughput gate across sessions, on the GPU lab's real reports
-(docs/lab/2026-12-01-h200-draft4l): draft_al30 against the live no-speculation server measured
+(docs/journal/lab/2026-12-01-h200-draft4l.md): draft_al30 against the live no-speculation server measured
 1.538 (s1b), 1.624 (s2) and 1.630 (s3) in three fresh sessions (Hodges-Lehmann; with the prompts as strata,
 as they are stored now, 1.534, 1.617 and 1.628), nothing changed in between."""
 
