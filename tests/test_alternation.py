@@ -21,6 +21,7 @@ from specgate.server import ServerSpec, spec_for_mode
 from specgate.sleep import SleepController, SleepError, choose_level, weights_gib_from_log, with_sleep_mode
 
 pytestmark = pytest.mark.fast
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "fixtures" / "recorded" / "cpu"
@@ -286,3 +287,21 @@ def test_a_side_that_fails_to_wake_fails_the_window_with_its_log(rig):
         Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1, turns=turns)
     assert "no_spec: the last line of its log" in str(failed.value)
     assert reference.stopped and ngram.stopped
+
+
+# -- the plugin ------------------------------------------------------------------------------------
+
+
+def test_an_alternation_rig_sets_up_each_server_once_with_its_turns(pytester):
+    from fixture_copy import copy_fixtures
+
+    copy_fixtures(pytester.path / "fixtures")
+    pytester.makepyfile(test_perf=(ROOT / "perf_tests" / "test_speculative_perf.py").read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n")
+    result = pytester.runpytest("--setup-plan", "-m", "gpu", "--rig", "h200-wide15b-alternate",
+                                "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert sum("SETUP    S vllm_server" in line for line in result.outlines) == 5, out
+    assert sum("SETUP    S server_turns" in line for line in result.outlines) == 1, out
+    modes = [line.split("[")[1].split("]")[0] for line in result.outlines if "SETUP    S mode[" in line]
+    assert modes[-1] == "Mode('no_spec')"  # the reference starts first (partner_server) and its tests come last
