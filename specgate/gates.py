@@ -32,6 +32,7 @@ from specgate.baselines import (
     lookup,
 )
 from specgate.config import Rig
+from specgate.design import window_design
 from specgate.measure import ClassMeasurement
 from specgate.paired import (
     STRONGEST_PAIR_SHOWN,
@@ -330,7 +331,8 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
         return _at_stored_host_pace(ratio_result(
             "throughput", m, samples.measured, samples.reference, threshold=threshold,
             reference_label=f"its stored ratio to {partner.mode} ({stored_ratio.ratio:.3f})",
-            design=f"duet ratio to {partner.mode} vs the stored ratio; {design}", note=samples.note,
+            design=f"{window_design(rig, m, 'duet')} ratio to {partner.mode} vs the stored ratio; {design}",
+            note=samples.note,
             shift=stored_ratio.ratio, extra_log_spread=spread, strata=samples.prompts, keys=samples.keys,
             **common), m, baseline, gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
@@ -401,7 +403,8 @@ def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
     return ratio_result("throughput", m, samples.measured, samples.reference, threshold=1 - gates.ab_gate_tolerance,
-                        reference_label="the reference side", design="A/B duet, requests alternated",
+                        reference_label="the reference side",
+                        design=window_design(rig, m, "A/B duet, requests alternated"),
                         note=samples.note, confidence=gates.confidence, margin=gates.equivalence_margin)
 
 
@@ -469,7 +472,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
                              records=[], acceptance=None, server_decode_tokens_per_s=None,
                              server_metric_source=None, wall_s=0.0)
     if duet:
-        design, spread = "duet with no speculation, requests alternated", 0.0
+        design, spread = window_design(rig, m, "duet with no speculation, requests alternated"), 0.0
     else:
         spread = start_spread(gates.start_noise)
         design = "windows one after the other" + (
