@@ -95,6 +95,13 @@ class SpecgateSession:
             self._store = load_baselines(self.options.baselines_path, rig_modes=self._rig_modes())
         return self._store
 
+    def validate_inputs(self) -> None:
+        """Read and validate every file the session needs (the rig, the mode library, the prompts,
+        baselines.json) before any server starts: a bad one is one ConfigError naming the file and
+        the key, not a traceback in every test after the servers spent minutes (or, on a large
+        rig, an hour) starting. Reading never writes: a file that fails stays as it was."""
+        _ = self.rig, self.store
+
     def _rig_modes(self) -> dict[str, list[str]]:
         """This rig's mode names: what baselines.py needs to read old-name entries as no_spec's."""
         return {self.rig.name: [m.name for m in self.rig.modes]}
