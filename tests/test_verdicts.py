@@ -297,3 +297,18 @@ def test_overall_and_per_position_checks_are_one_decision_at_a_stated_family_wis
     position_2 = result.details["checks"][2]
     assert position_2["ci_low"] < 0.95 <= position_2["ci_high"] and not position_2["decided"]
     assert result.outcome is Outcome.UNDECIDED
+
+
+# -- 6: stored-figure gates say when they catch nothing useful -------------------------------------
+def test_a_stored_figure_gate_that_catches_nothing_useful_says_so(rig):
+    from specgate.baselines import Fingerprint
+    from specgate.gates import baseline_entry, check_throughput
+
+    wobble = [1.02, 0.98, 1.01, 0.99, 1.03, 0.97]
+    stored = baseline_entry(_window("no_spec", "coding", [30.0 * w for w in wobble]), Fingerprint())
+    # the cpu rig's level: 25 % tolerance, 10 % start noise per server start (two starts)
+    result = check_throughput(rig, _window("no_spec", "coding", [30.0 * w for w in reversed(wobble)]), stored)
+    assert result.details["catches_nothing_useful"] and result.details["detectable"] < 0.5
+    assert f"catches only a true ratio <= {result.details['detectable']:.3f}" in result.message
+    assert "no speed gate on its own" in result.message
+    assert result.outcome is Outcome.UNDECIDED  # and it cannot pass: its interval holds the threshold
