@@ -367,7 +367,7 @@ def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
     """A comparison with stored figures says so in its verdict when it catches nothing useful: 95 % of
     the time it would catch only a true ratio below 1 - 2 x its tolerance (the cpu tier's stored ratio:
     "catches a true ratio <= 0.422" at a 4 % tolerance). Such a gate cannot stand as a speed gate; the
-    live comparisons (an A/B, the backfire duet) do (docs/statistics.md, "What each gate catches")."""
+    live comparisons (an A/B, the backfire duet) do (docs/statistics.md, "What each gate can catch")."""
     detectable = result.details.get("detectable")
     if detectable is None or detectable >= 1 - 2 * tolerance:
         return result
