@@ -90,8 +90,10 @@ class WindowResult:
 
 
 def first_look_undecided(lo: float, hi: float, threshold: float, margin: float) -> bool:
-    """The gate's "undecided" (specgate.paired._decide) for a same-mode comparison at ``threshold``."""
-    return lo < threshold <= hi and max(1.0 - lo, hi - 1.0) > margin
+    """The gate's "undecided" (specgate.paired._decide) for a same-mode comparison at ``threshold``: the
+    interval holds the threshold, whatever the equivalence margin says (issue 36; ``margin`` is kept
+    for the callers, it no longer decides)."""
+    return lo < threshold <= hi
 
 
 def decide(candidate: ClassMeasurement, reference: ClassMeasurement, *, extra_log_spread: float = 0.0,

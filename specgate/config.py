@@ -177,6 +177,19 @@ class ClassGate(_Strict):
     min_identical_share: float | None = Field(default=None, ge=0, le=1)
 
 
+class OutcomePolicy(_Strict):
+    """What a gate that decided nothing does to the run (specgate.outcome): ``skip`` (reported, the
+    run still exits 0) or ``fail`` (the test fails: pre-merge gating, where a gate that could not
+    decide must not let the run go green)."""
+
+    undecided: Literal["skip", "fail"] = "skip"
+    # A window with nothing stored fails by default: a baseline is created on purpose
+    # (--update-baselines), as pytest-regressions fails a missing one.
+    not_stored: Literal["skip", "fail"] = "fail"
+    other_machine: Literal["skip", "fail"] = "skip"
+    not_run: Literal["skip", "fail"] = "skip"
+
+
 class Gates(_Strict):
     throughput_tolerance: float = Field(default=0.05, ge=0, lt=1)
     # Relative SD of one server start's tok/s level (same config, started again), measured on the
@@ -211,6 +224,17 @@ class Gates(_Strict):
     # Outside it the gate is undecided and says what the comparison gave. None: not checked.
     host_pace_tolerance: float | None = Field(default=0.25, gt=0, lt=10)
     classes: dict[str, ClassGate] = {}
+    # What an undecided, not-stored, other-machine or not-run gate does to the exit code: "skip" or
+    # "fail" (every one of them), or a table per outcome ({not_stored = "skip", undecided = "fail"}).
+    # Default: OutcomePolicy's (not stored fails, the others skip). --specgate-undecided overrides it.
+    undecided: Literal["skip", "fail"] | OutcomePolicy = OutcomePolicy()
+
+    @property
+    def outcome_policy(self) -> dict[str, str]:
+        """The policy per outcome key (specgate.outcome.Outcome.policy_key): "skip" or "fail"."""
+        if isinstance(self.undecided, str):
+            return dict.fromkeys(OutcomePolicy.model_fields, self.undecided)
+        return self.undecided.model_dump()
 
     @property
     def ab_gate_tolerance(self) -> float:

@@ -45,7 +45,7 @@ STORING = "storing figures"  # --update-baselines: this run's figures are stored
 # report.json files written before these names (issue 16) render with them (--report-only)
 OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING}
 UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
-                  "too few drafts": "UNDECIDED"}
+                  "too few drafts": "UNDECIDED", "inconclusive": "UNDECIDED", "not run": "NOT RUN"}
 
 
 def undecided_kind(entry: dict[str, Any]) -> str:
@@ -361,6 +361,7 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
                      f"{failure['error'].splitlines()[0]}")
     undecided = report.get("undecided", [])
+    lines += _decided_nothing_lines(report)
     updates = [u for u in undecided if undecided_kind(u) == STORING]
     if updates:
         lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(updates)} gate(s) measured to store their figures, not decided")
@@ -371,6 +372,24 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"{tag} {u['gate']} [{u['mode']}-{u['prompt_class']}-c{u['concurrency']}]: "
                          f"{u['message'].splitlines()[0]}")
     return lines
+
+
+def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
+    """One line counting the gates that decided nothing, by outcome, and what the run's policy
+    made of each (specgate.outcome): listed always, whether they were skipped or failed the run."""
+    from specgate.outcome import Outcome, outcome_of_kind
+
+    entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
+    if not entries:
+        return []
+    counts: dict[Outcome, int] = defaultdict(int)
+    for u in entries:
+        counts[Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u))] += 1
+    policy = report.get("outcome_policy") or {}
+    parts = [f"{n} {outcome.value} ({'FAILED' if policy.get(outcome.policy_key) == 'fail' else 'skipped'})"
+             for outcome, n in counts.items()]
+    return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)}; what each does to the exit code: "
+            "[gates] undecided in the rig, or --specgate-undecided"]
 
 
 def render_text(report: dict[str, Any]) -> str:

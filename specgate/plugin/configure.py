@@ -77,5 +77,6 @@ def configure_session(config: pytest.Config) -> None:
         api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
         record_dir=config.getoption("record_responses"), ab=ab_from_options(config),
         time_budget_s=60 * budget if (budget := config.getoption("time_budget")) else None,
+        undecided_policy=config.getoption("specgate_undecided"),
     )
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=progress_writer(config))

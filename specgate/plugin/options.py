@@ -48,6 +48,15 @@ def parse_minutes(value: str) -> float:
     return minutes
 
 
+def parse_outcome_policy(value: str) -> dict[str, str]:
+    from specgate.outcome import parse_policy
+
+    try:
+        return parse_policy(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_env_assignment(value: str) -> tuple[str, str]:
     name, sep, val = value.partition("=")
     if not sep or not name or not name.replace("_", "").isalnum():
@@ -132,5 +141,10 @@ def add_options(parser: pytest.Parser) -> None:
                     metavar="MINUTES", help="bound the session's optional work: a window's follow-up rounds run only "
                     "if they should end within MINUTES of the session's start, else its verdict says the "
                     "follow-up was skipped and why (default: no bound, or $SPECGATE_TIME_BUDGET_MIN)")
+    group.addoption("--specgate-undecided", type=parse_outcome_policy, default=None, metavar="skip|fail",
+                    help="what a gate that decided nothing (undecided, not stored, other machine, not run) does "
+                         "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge gating), or per "
+                         "outcome, e.g. not_stored=skip,undecided=fail (default: the rig's [gates] undecided, "
+                         "else skip)")
     group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")
