@@ -62,7 +62,7 @@ class WindowResult:
     round: int
     level: float
     prompt_class: str
-    design: str  # "duet" | "sequential"
+    design: str  # "duet" | "alternation" (two live servers in one window) | "sequential"
     ratio: float
     ci_low: float | None
     ci_high: float | None
@@ -179,7 +179,7 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], marg
                 "server TPOT x": (f"{statistics.median(tpot):.3f} ({min(tpot):.3f}-{max(tpot):.3f})" if tpot else "-"),
                 "median CI high": round(statistics.median(r.ci_high for r in group if r.ci_high), 3)
                 if any(r.ci_high for r in group) else "-",
-                "server starts": len({r.start for r in group}) if design == "duet" else "-",
+                "server starts": len({r.start for r in group}) if design != "sequential" else "-",
             }
             if any(r.first_ci_high is not None for r in group):
                 row["follow-ups"] = sum(r.first_ci_high is not None and (r.first_ci_low, r.first_ci_high) != (
@@ -188,14 +188,14 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], marg
                 k = sum(r.fails(tol, margin) for r in group)
                 lo, hi = binomial_interval(k, len(group))
                 row[f"fail @ tol {tol * 100:g} %"] = f"{k}/{len(group)} ({lo * 100:.0f}-{hi * 100:.0f} %)"
-            if shipped is not None and design == "duet" and level > 0:
+            if shipped is not None and design != "sequential" and level > 0:
                 # The injector's effect on one start of the candidate is the level times that start's
                 # offset from the reference's (A/A TPOT ratios 0.974-1.040 on the cpu rig): the
                 # windows vLLM's own TPOT says were really slowed by the level or more.
                 real = [r for r in group if r.server_tpot_ratio and r.server_tpot_ratio >= 1 + level]
                 row[f"caught @ {shipped * 100:g} %, TPOT x >= {1 + level:g}"] = (
                     f"{sum(r.fails(shipped, margin) for r in real)}/{len(real)}")
-            if shipped is not None and design == "duet":
+            if shipped is not None and design != "sequential":
                 model = normal_model_rate(group, shipped, margin)
                 row[f"normal model @ {shipped * 100:g} %"] = "-" if model is None else (
                     f"{_rate(model[0])} (<= {_rate(model[1])})" if level == 0
@@ -233,7 +233,8 @@ def plot_power(results: Sequence[WindowResult], tolerances: Sequence[float], pat
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, design in zip(axes, ("duet", "sequential")):
+    paired = "alternation" if any(r.design == "alternation" for r in results) else "duet"
+    for ax, design in zip(axes, (paired, "sequential")):
         for tol in tolerances:
             levels = sorted({r.level for r in results if r.design == design})
             rates, errs = [], [[], []]
@@ -277,6 +278,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     if injector not in ("cpu", "gpu"):
         raise ValueError(f"injector must be 'cpu' or 'gpu', got {injector!r}")
     alternate = rig.arrangement.name == "alternate"
+    paired_design = "alternation" if alternate else "duet"
 
     out.mkdir(parents=True, exist_ok=True)
     for kept in ("windows.jsonl", "measurements.jsonl.gz"):
@@ -358,7 +360,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                         ratio, lo, hi, n = decide(m, m.partner, confidence=gates.confidence)
                         now = dt.datetime.now().isoformat(timespec="seconds")
                         first_lo, first_hi = first_look.pop() if first_look else (None, None)
-                        record = [WindowResult(round_index, level, prompt_class.name, "duet", ratio, lo, hi, n,
+                        record = [WindowResult(round_index, level, prompt_class.name, paired_design, ratio, lo, hi, n,
                                                server_tpot_ratio(m, m.partner), now, first_lo, first_hi, start)]
                         # sequential: earlier candidate windows of this class against this round's reference side
                         for earlier_round, earlier_level, earlier in pending_sequential.pop(prompt_class.name, []):
@@ -382,7 +384,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
         if not results:
             raise
     per_round = len(levels) * len(prompt_classes)
-    complete = sum(sum(r.round == i and r.design == "duet" for r in results) == per_round for i in range(rounds))
+    complete = sum(sum(r.round == i and r.design == paired_design for r in results) == per_round for i in range(rounds))
     finished = dt.datetime.now().isoformat(timespec="seconds")
     if stopped:
         finished += f" ({stopped}; {complete} complete round(s))"
