@@ -100,7 +100,7 @@ class SpecgateSession:
         if self._store is None:
             from specgate.baselines import load_baselines
 
-            self._store = load_baselines(self.options.baselines_path, rig_modes=self._rig_modes())
+            self._store = load_baselines(self.options.baselines_path)
         return self._store
 
     def validate_inputs(self) -> None:
@@ -109,10 +109,6 @@ class SpecgateSession:
         the key, not a traceback in every test after the servers spent minutes (or, on a large
         rig, an hour) starting. Reading never writes: a file that fails stays as it was."""
         _ = self.rig, self.store
-
-    def _rig_modes(self) -> dict[str, list[str]]:
-        """This rig's mode names: what baselines.py needs to read old-name entries as no_spec's."""
-        return {self.rig.name: [m.name for m in self.rig.modes]}
 
     @property
     def measurer(self) -> Measurer:
@@ -267,7 +263,7 @@ class SpecgateSession:
             return None
         from specgate.baselines import merge_updates
 
-        merge_updates(self.options.baselines_path, self.pending_updates, rig_modes=self._rig_modes())
+        merge_updates(self.options.baselines_path, self.pending_updates)
         self.pending_updates.clear()
         return self.options.baselines_path
 
