@@ -15,15 +15,12 @@ import os
 import stat
 import statistics
 import tempfile
-import warnings
-from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
 
-from specgate.config import NO_SPEC, OLD_NO_SPEC
 from specgate.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -239,12 +236,8 @@ def _key_of(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc)
 
 
-def load_baselines(path: Path, *, rig_modes: Mapping[str, Collection[str]] | None = None) -> BaselineFile:
-    """Read and validate; a missing file is an empty store (the first update creates it).
-
-    Entries stored under the no-speculation mode's old name are read as its new name's (see
-    _read_old_mode_name): in every rig, or, with ``rig_modes`` (rig -> the names of its modes),
-    only in those rigs, and not in one that has a mode of that old name itself."""
+def load_baselines(path: Path) -> BaselineFile:
+    """Read and validate; a missing file is an empty store (the first update creates it)."""
     if not path.exists():
         return BaselineFile(schema_version=SCHEMA_VERSION)
     try:
@@ -260,77 +253,7 @@ def load_baselines(path: Path, *, rig_modes: Mapping[str, Collection[str]] | Non
         first = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
         raise ConfigError(path, _key_of(first["loc"]) or None, f"{first['msg']}{more}") from None
-    moved, kept = _read_old_mode_name(store, rig_modes)
-    if (moved or kept) and str(path) not in _NOTED:
-        _NOTED.add(str(path))
-        warnings.warn(_old_mode_note(path, moved, kept), stacklevel=2)
     return store
-
-
-# Files whose old-name entries were already reported in this process (once per file, not per load).
-_NOTED: set[str] = set()
-
-
-def _read_old_mode_name(store: BaselineFile, rig_modes: Mapping[str, Collection[str]] | None
-                        ) -> tuple[list[str], list[str]]:
-    """Entries stored under the no-speculation mode's old name (OLD_NO_SPEC, "baseline") are read
-    as NO_SPEC's, in place, so they still gate instead of turning into "not stored"; the next write
-    of the file (it is re-read through here) stores them under the new name. Only entries measured
-    without speculation move (a rig's own speculative mode of that name keeps its figures), never
-    over an entry NO_SPEC already has (that one is newer; the old one is left as it is), and never
-    in a rig of ``rig_modes`` that has a mode of the old name itself (a rig may define its own).
-    Stored ratios to the reference that name the old mode then name NO_SPEC. Returns the keys moved
-    and the keys left, as dotted paths."""
-    moved: list[str] = []
-    kept: list[str] = []
-    for rig, modes in store.rigs.items():
-        old = modes.get(OLD_NO_SPEC)
-        if old is None or (rig_modes is not None and (rig not in rig_modes or OLD_NO_SPEC in rig_modes[rig])):
-            continue
-        if all(e.fingerprint.speculative_config is not None for levels in old.values() for e in levels.values()):
-            continue  # only a speculative mode of that name: a rig's own, not the library's
-        merged = {cls: dict(levels) for cls, levels in modes.get(NO_SPEC, {}).items()}
-        left: dict[str, dict[str, BaselineEntry]] = {}
-        for cls, levels in old.items():
-            for level, entry in levels.items():
-                key = f"rigs.{rig}.{OLD_NO_SPEC}.{cls}.{level}"
-                if entry.fingerprint.speculative_config is None and level not in merged.get(cls, {}):
-                    merged.setdefault(cls, {})[level] = entry
-                    moved.append(key)
-                else:
-                    left.setdefault(cls, {})[level] = entry
-                    if entry.fingerprint.speculative_config is None:
-                        kept.append(key)
-        renamed: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
-        for name, classes in modes.items():  # keep the file's order: NO_SPEC where the old name was
-            if name in (OLD_NO_SPEC, NO_SPEC):
-                renamed.setdefault(NO_SPEC, merged)
-                if name == OLD_NO_SPEC and left:
-                    renamed[OLD_NO_SPEC] = left
-            else:
-                renamed[name] = classes
-        store.rigs[rig] = renamed
-        for classes in renamed.values():  # the rig's reference was the library mode: now NO_SPEC
-            for levels in classes.values():
-                for entry in levels.values():
-                    ratio = entry.ratio_to_reference
-                    if ratio is not None and ratio.reference_mode == OLD_NO_SPEC:
-                        ratio.reference_mode = NO_SPEC
-    return moved, kept
-
-
-def _old_mode_note(path: Path, moved: list[str], kept: list[str]) -> str:
-    def listed(keys: list[str]) -> str:
-        return ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
-
-    parts = [f"{path}: the no-speculation mode is now called {NO_SPEC!r} (it was {OLD_NO_SPEC!r})"]
-    if moved:
-        parts.append(f"{len(moved)} stored entr{'y' if len(moved) == 1 else 'ies'} under the old name read as "
-                     f"{NO_SPEC!r} ({listed(moved)}); the next write of the rig's figures (--update-baselines, "
-                     f"adopt-baselines) stores them under {NO_SPEC!r}")
-    if kept:
-        parts.append(f"left under the old name, since {NO_SPEC!r} has its own: {listed(kept)}")
-    return "; ".join(parts)
 
 
 def lookup(store: BaselineFile, rig: str, mode: str, prompt_class: str, concurrency: int) -> BaselineEntry | None:
@@ -369,17 +292,10 @@ def with_suppressed_unlink(path: str) -> None:
         os.unlink(path)
 
 
-def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineEntry], *,
-                  rig_modes: Mapping[str, Collection[str]] | None = None) -> BaselineFile:
+def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineEntry]) -> BaselineFile:
     """Merge ``updates`` into the file as it is on disk now (re-read, so concurrent edits to other
-    keys survive) and replace it atomically. Returns the new content. Entries of the updated rigs
-    under the no-speculation mode's old name are written under its new one (``rig_modes``: each
-    rig's mode names; by default the modes the updates name)."""
-    if rig_modes is None:
-        rig_modes = {}
-        for rig, mode, _, _ in updates:
-            rig_modes.setdefault(rig, set()).add(mode)  # type: ignore[union-attr]
-    store = load_baselines(path, rig_modes=rig_modes)
+    keys survive) and replace it atomically. Returns the new content."""
+    store = load_baselines(path)
     for (rig, mode, prompt_class, concurrency), entry in updates.items():
         store.rigs.setdefault(rig, {}).setdefault(mode, {}).setdefault(prompt_class, {})[str(concurrency)] = entry
     atomic_write_json(path, store.model_dump(mode="json", exclude_none=True))

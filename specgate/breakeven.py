@@ -16,9 +16,10 @@ ranges over every combination.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from specgate.report_figures import gate_ratio, median_rate
 
 Range = tuple[float, float]
 
@@ -92,11 +93,6 @@ def break_even(mode: str, *, acceptance_length: float | Range, spec_tokens_per_s
                      num_speculative_tokens)
 
 
-def _median_tps(measurement: dict[str, Any]) -> float | None:
-    values = [r["decode_tokens_per_s"] for r in measurement["records"] if r.get("decode_tokens_per_s")]
-    return statistics.median(values) if values else None
-
-
 def from_report(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per speculative window of a run's report that has acceptance figures and a
     no-speculation window of the same class and concurrency: the window's key plus
@@ -107,18 +103,15 @@ def from_report(report: dict[str, Any]) -> list[dict[str, Any]]:
     backfire gate ran)."""
     reference = report["rig"]["reference_mode"]
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in report["measurements"]}
-    ratios = {(g["mode"], g["prompt_class"], g["concurrency"]): g["details"].get("ratio")
-              for g in [*report.get("gates", []), *report.get("undecided", [])]
-              if g.get("gate") == "backfire" and "details" in g}
     rows = []
     for (mode, prompt_class, concurrency), m in windows.items():
         acceptance = m.get("acceptance")
         ref = m.get("partner") or windows.get((reference, prompt_class, concurrency))
         if mode == reference or not acceptance or ref is None or ref.get("mode") != reference:
             continue
-        plain = _median_tps(ref)
-        ratio = ratios.get((mode, prompt_class, concurrency))
-        spec = plain * ratio if (plain and ratio) else _median_tps(m)
+        plain = median_rate(ref)
+        ratio = gate_ratio(report, mode, prompt_class, concurrency)
+        spec = plain * ratio if (plain and ratio) else median_rate(m)
         if not spec or not plain:
             continue
         result = break_even(mode, acceptance_length=acceptance["mean_acceptance_length"], spec_tokens_per_s=spec,

@@ -259,10 +259,8 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
         report, modes = _renamed_in(report), [NO_SPEC if m == OLD_NO_SPEC else m for m in modes or []] or None
         print(f"note: {report_path} names the no-speculation mode by its old name {OLD_NO_SPEC!r}; "
               f"its windows are adopted as {NO_SPEC!r}'s")
-    rig = report.get("rig") if isinstance(report.get("rig"), dict) else {}
-    rig_modes = {rig["name"]: list(rig.get("modes") or {})} if "name" in rig else None
     try:
-        stored = load_baselines(baselines_path, rig_modes=rig_modes)
+        stored = load_baselines(baselines_path)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 1
@@ -276,7 +274,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
               file=sys.stderr)
         return 1
     try:
-        merge_updates(baselines_path, entries, rig_modes=rig_modes)
+        merge_updates(baselines_path, entries)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 1

@@ -28,8 +28,7 @@ from specgate.errors import ConfigError
 DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load with speculation
 # The library's mode without speculation, every rig's default reference. It used to be called
 # "baseline", a word now kept for the stored figures (baselines.json): a rig that still uses the
-# old name gets an error saying so, and stored entries under it are read as NO_SPEC's
-# (specgate.baselines.load_baselines).
+# old name gets an error saying so.
 NO_SPEC = "no_spec"
 OLD_NO_SPEC = "baseline"
 
@@ -461,8 +460,7 @@ def _renamed_mode(name: str, entry: RigMode, path: Path) -> ConfigError:
                 (f"modes.{name}", f"rename [modes.{OLD_NO_SPEC}] to [modes.{NO_SPEC}] (and "
                                   f'reference_mode = "{OLD_NO_SPEC}" to "{NO_SPEC}", if the rig sets it)'))
     return ConfigError(path, key, f"the library's no-speculation mode is now called {NO_SPEC!r} "
-                       f"(it was {OLD_NO_SPEC!r}): {fix}; stored figures of mode {OLD_NO_SPEC!r} in "
-                       f"baselines.json are read as {NO_SPEC!r}")
+                       f"(it was {OLD_NO_SPEC!r}): {fix}")
 
 
 def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode], path: Path) -> Mode:

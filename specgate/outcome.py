@@ -45,13 +45,19 @@ class Outcome(enum.Enum):
 
 NOT_DECIDED = tuple(o for o in Outcome if not o.decided)
 
+# The kinds of gate that decided nothing for want of a comparison (report.json's "undecided"
+# entries), named for the stored figures (the no-speculation mode is no_spec; it used to be called
+# baseline, so these kinds must not read like a mode).
+NOT_STORED = "no stored figures"  # nothing in baselines.json to compare this window with
+STORING = "storing figures"  # --update-baselines: this run's figures are stored, nothing compared
+
 # The kinds of session.undecided entries (report.json's "undecided" list) and their outcome. A kind
 # not listed here (an old report's, or one another module adds without an entry) counts as UNDECIDED.
 KIND_OUTCOMES: dict[str, Outcome] = {
     "inconclusive": Outcome.UNDECIDED,  # an interval across the threshold
     "too few drafts": Outcome.UNDECIDED,  # acceptance counts too few to tell
-    "no stored figures": Outcome.NOT_STORED,  # specgate.report.NOT_STORED
-    "storing figures": Outcome.NOT_STORED,  # specgate.report.STORING: --update-baselines, nothing compared
+    NOT_STORED: Outcome.NOT_STORED,
+    STORING: Outcome.NOT_STORED,  # --update-baselines, nothing compared
     # the stored figures measured other prompts or another protocol: not comparable, so undecided
     # (skipped by default, as before issue 36; a missing entry fails by default instead)
     "fingerprint": Outcome.UNDECIDED,
@@ -62,7 +68,7 @@ KIND_OUTCOMES: dict[str, Outcome] = {
     "baseline update": Outcome.NOT_STORED,
 }
 # The kind an undecided entry gets when only its outcome is known.
-OUTCOME_KINDS = {Outcome.UNDECIDED: "inconclusive", Outcome.NOT_STORED: "no stored figures",
+OUTCOME_KINDS = {Outcome.UNDECIDED: "inconclusive", Outcome.NOT_STORED: NOT_STORED,
                  Outcome.OTHER_MACHINE: "other machine", Outcome.NOT_RUN: "not run"}
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specgate.report_figures import change_percent, median_rate, request_rates
+
 REFERENCE_COLOR = "#8c8c8c"
 MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 FAIL_COLOR = "#c00000"
@@ -27,10 +29,6 @@ DPI = 110
 
 
 # -- data -----------------------------------------------------------------------------------
-def _tps(measurement: dict[str, Any]) -> list[float]:
-    return [r["decode_tokens_per_s"] for r in measurement.get("records", []) if r.get("decode_tokens_per_s")]
-
-
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
     import numpy as np
 
@@ -91,7 +89,7 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
     """Grouped bars per prompt class (one per mode, reference first): median decode tok/s per
     request, IQR as error bars, each request as a dot, the change against the reference above
     the speculative bars (red where a gate failed). One panel per concurrency level."""
-    measurements = [m for m in report.get("measurements", []) if _tps(m)]
+    measurements = [m for m in report.get("measurements", []) if request_rates(m)]
     if not measurements:
         return None
     reference = report["rig"]["reference_mode"]
@@ -120,7 +118,7 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
                 m = by.get((mode, prompt_class))
                 if m is None:
                     continue
-                values = _tps(m)
+                values = request_rates(m)
                 q1, median, q3 = _quartiles(values)
                 x = j - 0.4 + bar_w * (i + 0.5)
                 xs.append(x)
@@ -132,10 +130,7 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
                 top = max(top, q3, *values)
                 ref = by.get((reference, prompt_class))
                 if mode != reference and ref is not None:
-                    from specgate.report import gate_ratio
-
-                    ratio = gate_ratio(report, mode, prompt_class, level)
-                    change = ((ratio or median / _quartiles(_tps(ref))[1]) - 1) * 100
+                    change = change_percent(report, mode, prompt_class, level, median, median_rate(ref))
                     bad = (mode, prompt_class, level) in failed
                     ax.annotate(f"{change:+.0f} %" + (" FAIL" if bad else ""),
                                 (x, max(q3, *values)), xytext=(0, 3), textcoords="offset points",

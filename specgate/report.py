@@ -18,6 +18,8 @@ from typing import Any
 from tabulate import tabulate
 
 from specgate.measure import client_decode_rate
+from specgate.outcome import NOT_STORED, STORING
+from specgate.report_figures import change_percent, median_rate
 from specgate.spells import slow_spell, span_mean_residual
 
 # Table formats whose cells are separated by "|": a "|" inside a cell must be escaped there
@@ -32,16 +34,6 @@ def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
     return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
-def _median_tps(measurement: dict[str, Any]) -> float | None:
-    values = [r["decode_tokens_per_s"] for r in measurement["records"] if r.get("decode_tokens_per_s")]
-    return statistics.median(values) if values else None
-
-
-# The kinds of gate that decided nothing for want of a comparison (report.json's "undecided"
-# entries), named for the stored figures (the no-speculation mode is no_spec; it used to be called
-# baseline, so these kinds must not read like a mode).
-NOT_STORED = "no stored figures"  # nothing in baselines.json to compare this window with
-STORING = "storing figures"  # --update-baselines: this run's figures are stored, nothing compared
 # report.json files written before these names (issue 16) render with them (--report-only)
 OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING}
 UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
@@ -77,18 +69,6 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "-"
 
 
-def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
-    """The paired ratio the backfire gate measured for this window (the prompts as strata, or
-    Hodges-Lehmann without repeats: the one number its message shows), decided or undecided, or
-    None when no such gate ran (or a report from before undecided gates kept their ratio): every
-    table and plot shows it."""
-    for g in [*report.get("gates", []), *report.get("undecided", [])]:
-        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
-                ("backfire", mode, prompt_class, level) and g.get("details", {}).get("ratio"):
-            return float(g["details"]["ratio"])
-    return None
-
-
 def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
     """Per prompt class: no-speculation tok/s, each mode's tok/s and change, and the verdict."""
     reference = report["rig"]["reference_mode"]
@@ -103,7 +83,7 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
         rows = []
         for prompt_class in classes:
             ref = by.get((reference, prompt_class))
-            ref_tps = _median_tps(ref) if ref else None
+            ref_tps = median_rate(ref) if ref else None
             row: list[Any] = [prompt_class, f"{ref_tps:.1f}" if ref_tps else "-"]
             ref_verdict = _verdict_text(verdicts.get((reference, prompt_class, level), []))
             verdict_parts = [f"{reference}: {ref_verdict}"]  # joined with "; ", never "|" (Markdown)
@@ -111,10 +91,10 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
                 if mode == reference:
                     continue
                 m = by.get((mode, prompt_class))
-                tps = _median_tps(m) if m else None
-                ratio = gate_ratio(report, mode, prompt_class, level)
-                if tps and (ratio or ref_tps):
-                    row.append(f"{tps:.1f} ({((ratio or tps / ref_tps) - 1) * 100:+.0f} %)")
+                tps = median_rate(m) if m else None
+                change = change_percent(report, mode, prompt_class, level, tps, ref_tps) if tps else None
+                if change is not None:
+                    row.append(f"{tps:.1f} ({change:+.0f} %)")
                 else:
                     row.append(f"{tps:.1f}" if tps else "-")
                 verdict = _verdict_text(verdicts.get((mode, prompt_class, level), []))

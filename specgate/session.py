@@ -11,14 +11,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint, load_baselines, merge_updates
-from specgate.config import AB, Mode, PromptClass, Rig, load_rig
 from specgate.errors import SpecgateError
-from specgate.gates import GateResult
-from specgate.measure import ClassMeasurement, Measurer
 from specgate.outcome import Outcome
+
+# The plugin builds a session in every pytest run of the environment, perf tests or not: the
+# modules that bring pydantic, numpy and the HTTP clients load when the session first needs them.
+if TYPE_CHECKING:
+    from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint
+    from specgate.config import AB, Mode, PromptClass, Rig
+    from specgate.gates import GateResult
+    from specgate.measure import ClassMeasurement, Measurer
 
 UpdateMode = Literal["off", "update", "regen"]
 MeasureKey = tuple[str, str, int]  # mode, prompt class, concurrency
@@ -60,7 +64,7 @@ class SpecgateSession:
     failures: dict[MeasureKey, BaseException] = field(default_factory=dict)
     results: list[GateResult] = field(default_factory=list)
     # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "outcome",
-    # "message"}; kind: specgate.report's NOT_STORED | STORING, "fingerprint", "other machine",
+    # "message"}; kind: specgate.outcome's NOT_STORED | STORING, "fingerprint", "other machine",
     # "inconclusive", "too few drafts", specgate.gates.HOST_PACE, "not run"; outcome: its
     # specgate.outcome.Outcome's value (specgate.outcome.KIND_OUTCOMES)
     undecided: list[dict[str, Any]] = field(default_factory=list)
@@ -83,6 +87,8 @@ class SpecgateSession:
     @property
     def rig(self) -> Rig:
         if self._rig is None:
+            from specgate.config import load_rig
+
             rig = load_rig(self.options.rig_name, self.options.fixtures_dir)
             if self.options.ab is not None:  # --ab-* options: an A/B of the command line's sides
                 rig = rig.model_copy(update={"ab": self.options.ab})
@@ -92,7 +98,9 @@ class SpecgateSession:
     @property
     def store(self) -> BaselineFile:
         if self._store is None:
-            self._store = load_baselines(self.options.baselines_path, rig_modes=self._rig_modes())
+            from specgate.baselines import load_baselines
+
+            self._store = load_baselines(self.options.baselines_path)
         return self._store
 
     def validate_inputs(self) -> None:
@@ -102,13 +110,10 @@ class SpecgateSession:
         rig, an hour) starting. Reading never writes: a file that fails stays as it was."""
         _ = self.rig, self.store
 
-    def _rig_modes(self) -> dict[str, list[str]]:
-        """This rig's mode names: what baselines.py needs to read old-name entries as no_spec's."""
-        return {self.rig.name: [m.name for m in self.rig.modes]}
-
     @property
     def measurer(self) -> Measurer:
         if self._measurer is None:
+            from specgate.measure import Measurer
             from specgate.telemetry import window_sampler
 
             gpus = self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -209,6 +214,8 @@ class SpecgateSession:
                               f"{prompt_class} ({now - started:.0f}s)")
                 last = now
             time.sleep(min(1.0, max(0.01, budget - (now - started))))
+        from specgate.measure import ClassMeasurement
+
         data = json.loads(path.read_text())
         if "error" in data:
             self.failures.setdefault(key, SpecgateError(data["error"]))
@@ -254,7 +261,9 @@ class SpecgateSession:
         the run is interrupted before)."""
         if not self.pending_updates:
             return None
-        merge_updates(self.options.baselines_path, self.pending_updates, rig_modes=self._rig_modes())
+        from specgate.baselines import merge_updates
+
+        merge_updates(self.options.baselines_path, self.pending_updates)
         self.pending_updates.clear()
         return self.options.baselines_path
 
@@ -265,6 +274,8 @@ class SpecgateSession:
                 "updates": [[list(k), v.model_dump(mode="json")] for k, v in self.pending_updates.items()]}
 
     def absorb_worker(self, output: dict[str, Any]) -> None:
+        from specgate.baselines import BaselineEntry
+
         self.worker_reports.append(output["report"])
         for key, entry in output.get("updates", []):
             self.pending_updates[tuple(key)] = BaselineEntry.model_validate(entry)  # type: ignore[index]

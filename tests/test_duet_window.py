@@ -120,7 +120,8 @@ def test_tables_and_break_even_show_the_gates_one_number(window, rig):
     # Issue 14.3: one statistic. The speed table's change, the plot label and the break-even line
     # use the backfire gate's paired ratio, not a ratio of medians.
     from specgate.breakeven import from_report
-    from specgate.report import gate_ratio, speed_table
+    from specgate.report import speed_table
+    from specgate.report_figures import gate_ratio
 
     m, _ = window
     result = check_backfire(rig, m, m.partner)
@@ -178,7 +179,8 @@ def test_an_undecided_backfire_gate_still_gives_the_tables_its_number(window, ri
     plot label and the break-even line show the number its message shows, not a ratio of medians
     (a fresh-clone CI run showed 0.982x in the message and "-4 %" in the table)."""
     from specgate.breakeven import from_report
-    from specgate.report import gate_ratio, speed_table
+    from specgate.report import speed_table
+    from specgate.report_figures import gate_ratio
     from specgate.session import SpecgateSession
 
     m, _ = window

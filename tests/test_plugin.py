@@ -319,31 +319,6 @@ def test_a_sequential_rig_measures_the_reference_first_whatever_its_order(tmp_pa
     assert [m.name for m in session.modes_to_run()] == ["no_spec", "ngram"]
 
 
-def test_figures_stored_under_the_old_mode_name_still_gate_and_are_rewritten(tmp_path):
-    """A baselines.json written before the no-speculation mode was renamed (baseline -> no_spec):
-    its entries gate the no_spec tests, with a note, and the next write stores them as no_spec's."""
-    measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
-    updating = _session(tmp_path, update="regen")
-    GateKeeper(updating).throughput(_measurement("no_spec", measured))
-    updating.flush_updates()
-    path = tmp_path / "baselines.json"
-    old = json.loads(path.read_text())
-    old["rigs"]["cpu-smollm2"] = {"baseline": old["rigs"]["cpu-smollm2"].pop("no_spec")}
-    path.write_text(json.dumps(old))
-
-    with pytest.warns(UserWarning, match=r"read as 'no_spec' \(rigs\.cpu-smollm2\.baseline\.coding\.1\)"):
-        session = _session(tmp_path)
-        with pytest.raises(pytest.fail.Exception, match=r"throughput gate: .*slower"):
-            GateKeeper(session).throughput(_measurement("no_spec", [x * 0.5 for x in measured]))
-    assert not session.undecided  # compared with the old-name figures, not "no stored figures"
-
-    session = _session(tmp_path, update="regen")
-    GateKeeper(session).throughput(_measurement("no_spec", measured, "math"))
-    session.flush_updates()
-    written = json.loads(path.read_text())["rigs"]["cpu-smollm2"]
-    assert list(written) == ["no_spec"] and set(written["no_spec"]) == {"coding", "math"}
-
-
 # -- a window whose client timings disagree with the server's own -------------------------------------
 def _with_server_rate(m: ClassMeasurement, factor: float) -> ClassMeasurement:
     """Give ``m`` the server-side decode rate that its requests' timings would give times ``factor``."""

@@ -17,8 +17,8 @@ from specgate.errors import RequestError
 from specgate.gates import GateResult
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
-from specgate.outcome import Outcome
-from specgate.report import NOT_STORED, STORING, render_markdown, render_text, speed_table
+from specgate.outcome import NOT_STORED, STORING, Outcome
+from specgate.report import render_markdown, render_text, speed_table
 from specgate.session import SessionOptions, SpecgateSession, load_report
 
 pytestmark = pytest.mark.fast

@@ -10,8 +10,7 @@ import warnings
 
 import pytest
 
-from specgate.outcome import Outcome, outcome_text, pytest_action
-from specgate.report import NOT_STORED, STORING
+from specgate.outcome import NOT_STORED, STORING, Outcome, outcome_text, pytest_action
 from specgate.session import SpecgateSession
 
 

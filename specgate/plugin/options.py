@@ -83,14 +83,14 @@ def ab_from_options(config: pytest.Config):
     """An A/B from the --ab-* options, or None when none is given (the rig's [ab], if any, holds)."""
     import shlex
 
-    from specgate.config import AB, Side
-
     given = {side: {"python": config.getoption(f"ab_{side}_python"),
                     "extra_args": tuple(shlex.split(config.getoption(f"ab_{side}_args") or "")),
                     "env": dict(config.getoption(f"ab_{side}_env") or []),
                     "speculative": dict(config.getoption(f"ab_{side}_spec") or [])} for side in AB_SIDES}
     if not any(v for side in given.values() for v in side.values()):
         return None
+    from specgate.config import AB, Side  # pydantic: only for a run that gives --ab-* options
+
     return AB(**{side: Side(**values) for side, values in given.items()})
 
 

@@ -1,0 +1,40 @@
+"""The figures a run's JSON report holds per window (mode, prompt class, concurrency), computed in
+one place for the tables (:mod:`specgate.report`) and the plots (:mod:`specgate.plots`), so a table
+and a plot of the same report never show two numbers for one window.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+
+def request_rates(measurement: dict[str, Any]) -> list[float]:
+    """The window's decode tok/s, one per request that produced tokens."""
+    return [r["decode_tokens_per_s"] for r in measurement.get("records", []) if r.get("decode_tokens_per_s")]
+
+
+def median_rate(measurement: dict[str, Any]) -> float | None:
+    values = request_rates(measurement)
+    return statistics.median(values) if values else None
+
+
+def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
+    """The paired ratio the backfire gate measured for this window (the prompts as strata, or
+    Hodges-Lehmann without repeats: the one number its message shows), decided or undecided, or
+    None when no such gate ran (or a report from before undecided gates kept their ratio): every
+    table and plot shows it."""
+    for g in [*report.get("gates", []), *report.get("undecided", [])]:
+        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
+                ("backfire", mode, prompt_class, level) and g.get("details", {}).get("ratio"):
+            return float(g["details"]["ratio"])
+    return None
+
+
+def change_percent(report: dict[str, Any], mode: str, prompt_class: str, level: int,
+                   median: float, reference_median: float | None) -> float | None:
+    """A mode's change against the no-speculation mode on one window, in percent: the backfire
+    gate's paired ratio where it ran, else the ratio of the two medians; None when neither is known."""
+    ratio = gate_ratio(report, mode, prompt_class, level) or (
+        median / reference_median if reference_median else None)
+    return None if ratio is None else (ratio - 1) * 100
