@@ -11,6 +11,7 @@ time; a request is its tokens at that rate plus the rig's time to a first token.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -102,8 +103,9 @@ class SessionPlan:
         lines = [f"specgate plan: rig {self.rig} ({self.design}): {len(self.servers)} server(s), "
                  f"{len(self.windows)} window(s)"]
         if self.servers:
-            lines.append("  " + "  ".join(f"{s.label} {'reused (loaded)' if s.reused else 'start ~' + format_elapsed(s.startup_s)}"
-                                          for s in self.servers))
+            lines.append("  servers: " + ", ".join(
+                f"{s.label} ({'kept, reused' if s.reused else 'start ~' + format_elapsed(s.startup_s)})"
+                for s in self.servers))
         width = max([len(w.name) for w in self.windows] + [6])
         if self.windows:
             lines.append(f"  {'window':<{width}}  {'design':<6}  {'requests':>8}  {'tokens':>7}  "
@@ -116,8 +118,9 @@ class SessionPlan:
                          f"{rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
         total = self.total_s
         starts = len([s for s in self.servers if not s.reused])
-        summary = (f"  total: {starts} server start(s) ~{format_elapsed(self.startup_s)}, {len(self.windows)} window(s), "
-                   f"{self.requests} requests (+{self.warmup_requests} warm-up), {self.tokens:,} tokens: ")
+        summary = (f"  total: {starts} server start(s) ~{format_elapsed(self.startup_s)}, "
+                   f"{len(self.windows)} window(s), {self.requests} requests (+{self.warmup_requests} warm-up), "
+                   f"{self.tokens:,} tokens: ")
         if total is None:
             summary += "duration unknown (no stored figures and no [estimate] tokens_per_s in the rig)"
         else:
@@ -156,7 +159,7 @@ def _request_s(rig: Rig, rate: float | None) -> float | None:
 def _switches(requests: int, concurrency: int, seed: int) -> int:
     """Server switches in a duet round (each costs the protocol's settle_s), from duet.plan itself."""
     turns = duet_plan(range(requests), range(requests), concurrency=concurrency, seed=seed)
-    return sum(1 for a, b in zip(turns, turns[1:]) if a.side != b.side)
+    return sum(1 for a, b in itertools.pairwise(turns) if a.side != b.side)
 
 
 def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float], *,

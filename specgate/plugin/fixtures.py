@@ -84,7 +84,11 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterato
         check_local_paths(rig, mode)
         # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded.
         guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
-        server = VLLMServer(build_server_spec(session, mode, side), progress=session.progress, before_start=guard)
+        spec = build_server_spec(session, mode, side)
+        if session.options.keep_servers:
+            server = _kept_or_started(session, mode, side, spec, guard)
+        else:
+            server = VLLMServer(spec, progress=session.progress, before_start=guard)
     with server:
         session.live_servers += 1
         try:
@@ -103,6 +107,20 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterato
             yield server
         finally:
             session.live_servers -= 1
+
+
+def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard):
+    """--specgate-keep-servers: a kept server of the same fingerprint, else a new one kept after
+    the session. On a one-server-at-a-time GPU rig the rig's other kept servers hold the GPUs this
+    one needs: they are stopped first."""
+    from specgate.registry import kept_or_started
+
+    rig = session.rig
+    label = f"{mode.name}@{side}" if side else mode.name
+    others = [m.name for m in rig.modes if m.name != mode.name] if rig.tier == "gpu" and rig.design == "sequential" \
+        else []
+    return kept_or_started(spec, rig=rig, mode_label=label, python=spec.argv[0], progress=session.progress,
+                           before_start=guard, stop_others=others)
 
 
 def _record(session: SpecgateSession, server, mode) -> None:

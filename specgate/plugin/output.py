@@ -31,7 +31,9 @@ def progress_writer(config: pytest.Config):
 
 
 def has_perf_work(session: SpecgateSession) -> bool:
-    return bool(session.measurements or session.failures or session.servers or session.worker_reports)
+    # undecided: a session whose every gate was NOT RUN (its time budget) still reports them
+    return bool(session.measurements or session.failures or session.servers or session.worker_reports
+                or session.undecided)
 
 
 def render_saved_report(path: Path) -> int:
