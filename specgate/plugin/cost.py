@@ -34,7 +34,17 @@ COST_KEY = pytest.StashKey["SessionCost"]()
 class SessionCost:
     plan: SessionPlan
     progress: SessionProgress
+    rates: dict[WindowKey, float] = field(default_factory=dict)
     not_run: list[str] = field(default_factory=list)  # node ids
+
+    def window(self, specgate: SpecgateSession, key: WindowKey):
+        """The plan's window, or, for one the plan counted as the reference side of a duet that did
+        not run, the window it now takes alone."""
+        window = self.plan.window(key)
+        if window is None:
+            alone = plan_session(specgate.rig, [key], self.rates)
+            window = alone.window(key)
+        return window
 
 
 def gate_of(item: pytest.Item) -> str:
@@ -69,14 +79,18 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
         start = end
 
 
-def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = ()) -> SessionPlan:
+def rates_of(specgate: SpecgateSession) -> dict[WindowKey, float]:
     from specgate.errors import SpecgateError
 
-    windows, other = windows_of(items)
     try:
-        rates = stored_rates(specgate.store, specgate.rig.name)
+        return stored_rates(specgate.store, specgate.rig.name)
     except SpecgateError:
-        rates = {}  # a bad baselines file is reported by the gates that read it
+        return {}  # a bad baselines file is reported by the gates that read it
+
+
+def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = ()) -> SessionPlan:
+    windows, other = windows_of(items)
+    rates = rates_of(specgate)
     return plan_session(specgate.rig, windows, rates, attached=specgate.options.attach_url is not None,
                         reused=reused, other_tests=other)
 
@@ -101,7 +115,7 @@ def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.I
     except SpecgateError:
         return  # a configuration error: collection reports it
     progress = SessionProgress(plan, session_state(specgate), started_at=specgate.options.started_at)
-    config.stash[COST_KEY] = SessionCost(plan, progress)
+    config.stash[COST_KEY] = SessionCost(plan, progress, rates_of(specgate))
     if config.option.collectonly or config.getoption("setupplan", False) or hasattr(config, "workerinput"):
         return
     text = plan.render()
@@ -145,7 +159,7 @@ def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.mon
     if budget is None or cost is None or key is None or _measured(specgate, key):
         return
     left = specgate.options.started_at + budget - clock()
-    window = cost.plan.window(key)
+    window = cost.window(specgate, key)
     pace = cost.progress.pace()
     needed = (window.seconds or 0.0) * pace if window is not None else 0.0
     _, servers = cost.progress.state()
@@ -197,3 +211,11 @@ class PlanCapture:
 
             reused = reusable_labels(specgate)
         self.plan = build_plan(specgate, session.items, reused=reused)
+
+
+def write_not_run(terminalreporter, specgate: SpecgateSession) -> None:
+    """One line naming the gates the session's budget left out (report.json holds each reason)."""
+    not_run = [u for u in specgate.undecided if u.get("kind") == NOT_RUN]
+    if not_run:
+        names = ", ".join(f"{u['gate']} {u['mode']}/{u['prompt_class']}/c{u['concurrency']}" for u in not_run)
+        terminalreporter.write_line(f"NOT RUN ({len(not_run)} gate(s), the session's time budget): {names}")
