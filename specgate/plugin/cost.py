@@ -111,7 +111,12 @@ def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.I
     from specgate.errors import SpecgateError
 
     try:
-        plan = build_plan(specgate, items)
+        reused: tuple[str, ...] = ()
+        if specgate.options.keep_servers and specgate.options.attach_url is None:
+            from specgate.registry import reusable_labels
+
+            reused = reusable_labels(specgate)
+        plan = build_plan(specgate, items, reused=reused)
     except SpecgateError:
         return  # a configuration error: collection reports it
     progress = SessionProgress(plan, session_state(specgate), started_at=specgate.options.started_at)
