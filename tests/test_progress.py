@@ -87,9 +87,8 @@ def test_time_left_follows_the_measured_pace():
 
 def test_an_unknown_rate_says_the_time_left_is_unknown():
     world = World()
-    progress = SessionProgress(_plan(100.0).__class__(
-        rig="r", design="solo", servers=(), warmup_requests=0, warmup_s=0.0,
-        windows=(WindowPlan(key=("a", "b", 1), design="solo", partner=None, requests=1, tokens=1, rates=(None,),
-                            rate_source="no rate", seconds=None),)), world.state, started_at=world.now,
-        clock=world.clock)
+    unknown = WindowPlan(key=("a", "b", 1), design="solo", partner=None, requests=1, tokens=1, rates=(None,),
+                         rate_source="no rate", seconds=None)
+    plan = SessionPlan(rig="r", design="sequential", servers=(), windows=(unknown,), warmup_requests=0, warmup_s=None)
+    progress = SessionProgress(plan, world.state, started_at=world.now, clock=world.clock)
     assert progress.remaining_s() is None and "time left unknown" in progress.status_line()
