@@ -53,9 +53,10 @@ class SessionProgress:
                 estimated += window.seconds
         return measured / estimated if estimated > 0 else 1.0
 
-    def remaining_s(self, *, exclude: Collection[WindowKey] = ()) -> float | None:
+    def remaining_s(self, *, exclude: Collection[WindowKey] = (), starting: Collection[str] = ()) -> float | None:
         """The plan's time for the windows not done yet (and the servers not started), at the pace
-        measured so far; None when a window's rate is unknown."""
+        measured so far; None when a window's rate is unknown. ``exclude``: windows, ``starting``:
+        server labels, left out (the window about to run and the servers it starts)."""
         done = self.done()
         _, servers = self.state()
         pace = self.pace()
@@ -66,7 +67,8 @@ class SessionProgress:
             if w.seconds is None:
                 return None
             left += w.seconds * pace
-        left += sum(s.startup_s for s in self.plan.servers if not s.reused and s.label not in servers)
+        left += sum(s.startup_s for s in self.plan.servers
+                    if not s.reused and s.label not in servers and s.label not in starting)
         return left
 
     def status_line(self) -> str:

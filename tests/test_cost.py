@@ -89,3 +89,60 @@ def test_a_session_budget_that_is_not_a_duration_is_refused(text):
 
     with pytest.raises(argparse.ArgumentTypeError, match="duration"):
         parse_duration(text)
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _item(session, gate: str, mode: str, prompt_class: str, stash: dict):
+    from types import SimpleNamespace
+
+    params = {"mode": session.rig.mode(mode), "prompt_class": next(c for c in session.rig.prompt_classes
+                                                                   if c.name == prompt_class), "concurrency": 1}
+    return SimpleNamespace(callspec=SimpleNamespace(params=params), fixturenames=("vllm_server", "class_measurement"),
+                           originalname=f"test_{gate}", name=f"test_{gate}[{mode}-{prompt_class}-c1]",
+                           nodeid=f"perf::test_{gate}[{mode}-{prompt_class}-c1]", config=SimpleNamespace(stash=stash))
+
+
+def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_what_later_windows_leave(tmp_path):
+    from types import SimpleNamespace
+
+    from specgate.baselines import load_baselines
+    from specgate.plan import plan_session, stored_rates
+    from specgate.plugin.cost import COST_KEY, SessionCost, check_budget, session_state
+    from specgate.progress import SessionProgress
+    from specgate.session import SessionOptions, SpecgateSession
+
+    clock = Clock(1000.0)
+    session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures",
+                                             baselines_path=ROOT / "baselines.json", run_dir=tmp_path,
+                                             repo_root=ROOT, time_budget_s=900.0, started_at=clock.now))
+    rates = stored_rates(load_baselines(ROOT / "baselines.json"), "cpu-smollm2")
+    windows = [("ngram", "coding", 1), ("ngram", "extraction", 1)]
+    plan = plan_session(session.rig, windows, rates)
+    coding, extraction = (plan.window(k).seconds for k in windows)
+    progress = SessionProgress(plan, session_state(session), started_at=clock.now, clock=clock)
+    stash = {COST_KEY: SessionCost(plan, progress, rates)}
+
+    check_budget(_item(session, "backfire", "ngram", "coding", stash), session, clock=clock)  # fits: runs
+    starts = 2 * session.rig.estimate.startup_s
+    spare = 900 - (coding + starts) - extraction  # what the later window's first look leaves
+    assert session.measurer.deadline == pytest.approx(clock.now + coding + spare)
+
+    # the window took twice the plan: the next one is expected to as well, and does not fit
+    session.measurements[windows[0]] = SimpleNamespace(wall_s=2 * coding)
+    session.servers.update({"no_spec": {}, "ngram": {}})
+    clock.now += starts + 2 * coding
+    left = 900 - (starts + 2 * coding)
+    assert left < 2 * extraction
+    with pytest.raises(pytest.skip.Exception, match=r"backfire gate of ngram on extraction .* NOT RUN"):
+        check_budget(_item(session, "backfire", "ngram", "extraction", stash), session, clock=clock)
+    assert [(u["gate"], u["prompt_class"], u["kind"]) for u in session.undecided] == [
+        ("backfire", "extraction", "not run")]
+    # a gate of a window already measured always runs: it costs nothing
+    check_budget(_item(session, "lossless", "ngram", "coding", stash), session, clock=clock)

@@ -172,7 +172,7 @@ def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.mon
               and not s.reused and s.label not in servers]
     needed += sum(s.startup_s for s in starts)
     if needed <= left and left > 0:
-        _bound_follow_ups(specgate, cost, key, left - needed, clock)
+        _bound_follow_ups(specgate, cost, key, [s.label for s in starts], left - needed, clock)
         return
     mode, prompt_class, concurrency = key
     why = (f"{gate_of(item)} gate of {mode} on {prompt_class} (concurrency {concurrency}) NOT RUN: the session's "
@@ -186,11 +186,13 @@ def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.mon
     pytest.skip(why)
 
 
-def _bound_follow_ups(specgate: SpecgateSession, cost: SessionCost, key: WindowKey, spare_s: float, clock) -> None:
-    """Follow-up rounds of this window may use only what the later windows' first looks leave."""
-    if hasattr(specgate.options, "worker_id") and specgate.options.worker_id is not None:
+def _bound_follow_ups(specgate: SpecgateSession, cost: SessionCost, key: WindowKey, starting: list[str],
+                      spare_s: float, clock) -> None:
+    """Follow-up rounds of this window may use only what the later windows' first looks leave
+    (``spare_s``: the budget left after this window's first look and the starts it needs)."""
+    if specgate.options.worker_id is not None:
         return  # a worker does not know which windows the others run
-    later = cost.progress.remaining_s(exclude=(key,)) or 0.0
+    later = cost.progress.remaining_s(exclude=(key,), starting=starting) or 0.0
     window = cost.plan.window(key)
     own = (window.seconds or 0.0) * cost.progress.pace() if window is not None else 0.0
     specgate.measurer.deadline = clock() + own + max(0.0, spare_s - later)
