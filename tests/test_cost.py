@@ -121,7 +121,7 @@ def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_wh
     clock = Clock(1000.0)
     session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures",
                                              baselines_path=ROOT / "baselines.json", run_dir=tmp_path,
-                                             repo_root=ROOT, time_budget_s=900.0, started_at=clock.now))
+                                             repo_root=ROOT, time_budget_s=800.0, started_at=clock.now))
     rates = stored_rates(load_baselines(ROOT / "baselines.json"), "cpu-smollm2")
     windows = [("ngram", "coding", 1), ("ngram", "extraction", 1)]
     plan = plan_session(session.rig, windows, rates)
@@ -131,14 +131,14 @@ def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_wh
 
     check_budget(_item(session, "backfire", "ngram", "coding", stash), session, clock=clock)  # fits: runs
     starts = 2 * session.rig.estimate.startup_s
-    spare = 900 - (coding + starts) - extraction  # what the later window's first look leaves
+    spare = 800 - (coding + starts) - extraction  # what the later window's first look leaves
     assert session.measurer.deadline == pytest.approx(clock.now + coding + spare)
 
     # the window took twice the plan: the next one is expected to as well, and does not fit
     session.measurements[windows[0]] = SimpleNamespace(wall_s=2 * coding)
     session.servers.update({"no_spec": {}, "ngram": {}})
     clock.now += starts + 2 * coding
-    left = 900 - (starts + 2 * coding)
+    left = 800 - (starts + 2 * coding)
     assert left < 2 * extraction
     with pytest.raises(pytest.skip.Exception, match=r"backfire gate of ngram on extraction .* NOT RUN"):
         check_budget(_item(session, "backfire", "ngram", "extraction", stash), session, clock=clock)
