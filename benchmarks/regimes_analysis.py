@@ -1,5 +1,5 @@
 """What the per-request regimes of an A/A calibration look like: the figures of
-docs/lab/2026-12-01-h200-visit5/README.md, from the calibration's measurements.jsonl.gz.
+docs/journal/lab/2026-12-01-h200-visit5.md, from the calibration's measurements.jsonl.gz.
 
 Usage: ``python benchmarks/regimes_analysis.py measurements.jsonl.gz [--pinned-from N]``
 (standard library only). Prints, per window, the per-pair log-ratio spread (before / after window N

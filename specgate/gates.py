@@ -9,13 +9,12 @@
   the same prompts; a rig may declare a known backfire, which is then reported, not failed;
 - lossless: greedy outputs of a speculative mode against the no-speculation mode.
 
-Each check returns a :class:`GateResult`; the plugin turns a failed one into a test failure and
-keeps every result for the report.
+Each check returns a :class:`GateResult` with one :class:`specgate.outcome.Outcome`; the plugin
+maps it to the test's outcome (specgate.outcome.pytest_action) and keeps every result for the report.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,13 +31,16 @@ from specgate.baselines import (
     lookup,
 )
 from specgate.config import Rig
+from specgate.design import window_design
 from specgate.measure import ClassMeasurement
+from specgate.outcome import Outcome
 from specgate.paired import (
     STRONGEST_PAIR_SHOWN,
     change_text,
     describe,
     paired_ratio,
     repeated_coverage,
+    spread_quantile,
     start_spread,
     strongest_pair,
     verdict_text,
@@ -52,21 +54,25 @@ class GateResult:
     mode: str
     prompt_class: str
     concurrency: int
-    passed: bool
+    outcome: Outcome
     message: str
     declared: str | None = None  # reason of a declared (accepted) backfire
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def passed(self) -> bool:
+        """Derived: the outcome is PASS (an undecided gate has not passed)."""
+        return self.outcome is Outcome.PASS
+
+    @property
     def verdict(self) -> str:
-        if self.declared and not self.passed:
-            return "declared backfire"
-        return "pass" if self.passed else "FAIL"
+        return "FAIL" if self.outcome is Outcome.FAIL else self.outcome.value
 
     def to_dict(self) -> dict[str, Any]:
         return {"gate": self.gate, "mode": self.mode, "prompt_class": self.prompt_class,
-                "concurrency": self.concurrency, "passed": self.passed, "verdict": self.verdict,
-                "message": self.message, "declared": self.declared, "details": self.details}
+                "concurrency": self.concurrency, "outcome": self.outcome.value, "passed": self.passed,
+                "verdict": self.verdict, "message": self.message, "declared": self.declared,
+                "details": self.details}
 
 
 @dataclass
@@ -130,8 +136,9 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
     equivalence margin (:func:`reaches_into_margin`): narrower, that interval may read "equal within
     ±x %" (or, from "slower", "not slower"), and a mode at break-even would otherwise be "faster" or
     "slower" in one session and "equal" in the next as the server starts move its ratio by a percent
-    or two (cpu explanatory: "faster" in runs F-K; 0.975 (0.956-0.995) "slower" in run U, on another
-    VM, after "equal" in runs L-S). A backfire window with a pair standing out (one hiccup request
+    or two (cpu explanatory: "faster" in some fresh-clone runs, 0.975 (0.956-0.995) "slower" in one
+    on another VM, "equal" in others; docs/journal/calibration/cpu-2026-12-01d.md, cpu-2026-12-02d.md).
+    A backfire window with a pair standing out (one hiccup request
     moving the ratio by 1 % or more, :func:`specgate.paired.strongest_pair`) follows up too, so its
     ratio is not one request's. "Equal", or "slower" and "faster" beyond the margin, are otherwise
     settled: more pairs would not change the words."""
@@ -158,7 +165,8 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
                 f"margin (±{margin * 100:g} %): {interval}")
     if backfire and (pair := d.get("strongest_pair")):
         # The strata estimate weighs each request by 1 / (prompts x its prompt's repeats): more
-        # repeats of every prompt dilute the pair that stands out (visit 9's E2: 1.7 % at 12 pairs).
+        # repeats of every prompt dilute the pair that stands out (one hiccup request on the GPU-bound
+        # rig: 1.7 % at 12 pairs).
         return f"{interval} after {d['n']} pairs: {pair['text']}"
     return None
 
@@ -201,7 +209,9 @@ def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], referenc
         if strongest is not None:
             details["strongest_pair"], text = strongest
             note = f"{note}; {text}" if note else text
-    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, result.passed, _with_note(message, note),
+    outcome = Outcome.UNDECIDED if result.verdict == "undecided" else (
+        Outcome.PASS if result.passed else Outcome.FAIL)
+    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, outcome, _with_note(message, note),
                       details=details)
 
 
@@ -230,8 +240,9 @@ def _strongest_pair_text(measured: list[float], reference: list[float], strata: 
 
 
 def undecided_result(gate: str, m: ClassMeasurement, message: str, *, design: str, note: str = "") -> GateResult:
-    """A gate that cannot decide on this window: skipped with ``message``, listed as undecided."""
-    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, True, _with_note(f"{message} [{design}]", note),
+    """A gate that cannot decide on this window: UNDECIDED with ``message``."""
+    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.UNDECIDED,
+                      _with_note(f"{message} [{design}]", note),
                       details={"verdict": "undecided", "undecided": True, "design": design})
 
 
@@ -272,13 +283,14 @@ def _history_spread(history: list[float]) -> float | None:
     return float(np.std(np.log(history), ddof=1))
 
 
-def _stored_ratio_spread(baseline: BaselineEntry, stored: RatioEntry, start_noise: float) -> tuple[float, str]:
+def _stored_ratio_spread(baseline: BaselineEntry, stored: RatioEntry, start_noise: float,
+                         confidence: float) -> tuple[float, str]:
     """How far to widen a duet ratio's interval when it is compared with a ratio stored from
     another session: the stored window's own interval, or the session-to-session spread when
     that is wider: from 3 stored ratios on, theirs (two sessions, one per side, as for levels);
     before, the rig's ``start_noise`` for the four server starts behind the two ratios. The
     spread of stored ratios holds each session's window noise and its server starts' offsets,
-    which one window's pairs cannot see (docs/lab/2026-12-01-h200-visit6: 1.528-1.630 over seven
+    which one window's pairs cannot see (docs/journal/lab/2026-12-01-h200-visit6.md: 1.528-1.630 over seven
     sessions on the GPU-bound rig, each window's interval about +-1.5 %; on the cpu tier ngram's
     coding ratio moved 1.145 -> 1.006 between two runs of a busy 2-vCPU VM)."""
     own = 0.0
@@ -289,13 +301,15 @@ def _stored_ratio_spread(baseline: BaselineEntry, stored: RatioEntry, start_nois
         if not start_noise:
             return own, ("its interval added; session-to-session spread unknown (fewer than 3 stored ratios, "
                          "no start_noise): the interval holds the two windows' noise only")
-        between = start_spread(start_noise, starts=4)
+        between = start_spread(start_noise, starts=4, confidence=confidence)
         text = (f"session-to-session spread from the rig's start noise ({start_noise * 100:g} % per start, four "
-                f"starts) until 3 ratios are stored" if between > own else
+                f"starts, z = {spread_quantile(confidence):.2f}) until 3 ratios are stored" if between > own else
                 "its interval added (wider than the rig's start noise for four starts)")
         return max(own, between), text
-    between = start_spread(float(np.expm1(history)))
-    text = (f"session-to-session spread {history * 100:.1f} % from {len(baseline.ratio_history)} stored ratios"
+    dof = len(baseline.ratio_history) - 1
+    between = start_spread(float(np.expm1(history)), confidence=confidence, dof=dof)
+    text = (f"session-to-session spread {history * 100:.1f} % from {len(baseline.ratio_history)} stored ratios "
+            f"(t, {dof} df = {spread_quantile(confidence, dof):.2f})"
             if between > own else "its interval added (wider than the spread of "
             f"{len(baseline.ratio_history)} stored ratios, {history * 100:.1f} %)")
     return max(own, between), text
@@ -324,29 +338,49 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
-        spread, design = _stored_ratio_spread(baseline, stored_ratio, gates.start_noise)
-        return _at_stored_host_pace(ratio_result(
+        spread, design = _stored_ratio_spread(baseline, stored_ratio, gates.start_noise,
+                                              window_confidence(gates.confidence, m))
+        return _at_stored_host_pace(_stored_resolution(ratio_result(
             "throughput", m, samples.measured, samples.reference, threshold=threshold,
             reference_label=f"its stored ratio to {partner.mode} ({stored_ratio.ratio:.3f})",
-            design=f"duet ratio to {partner.mode} vs the stored ratio; {design}", note=samples.note,
+            design=f"{window_design(rig, m, 'duet')} ratio to {partner.mode} vs the stored ratio; {design}",
+            note=samples.note,
             shift=stored_ratio.ratio, extra_log_spread=spread, strata=samples.prompts, keys=samples.keys,
-            **common), m, baseline, gates.host_pace_tolerance)
+            **common), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     history = _history_spread(baseline.level_history)
+    confidence = window_confidence(gates.confidence, m)
     if history is not None:
-        spread, source = start_spread(float(np.expm1(history))), (
+        dof = len(baseline.level_history) - 1
+        spread, source = start_spread(float(np.expm1(history)), confidence=confidence, dof=dof), (
             f"level vs stored samples; start-to-start spread {history * 100:.1f} % from "
-            f"{len(baseline.level_history)} stored runs")
+            f"{len(baseline.level_history)} stored runs (t, {dof} df = {spread_quantile(confidence, dof):.2f})")
     else:
-        spread = start_spread(gates.start_noise)
+        spread = start_spread(gates.start_noise, confidence=confidence)
         source = ("level vs stored samples; start noise "
                   + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
                      "unknown (fewer than 3 stored runs, no start_noise): the interval holds this run's noise only"))
     level_threshold = 1 - (gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance)
-    return _at_stored_host_pace(ratio_result(
+    return _at_stored_host_pace(_stored_resolution(ratio_result(
         "throughput", m, samples.measured, samples.reference, threshold=level_threshold,
         reference_label="stored level", design=source, note=samples.note, extra_log_spread=float(spread),
-        **common), m, baseline, gates.host_pace_tolerance)
+        **common), 1 - level_threshold), m, baseline, gates.host_pace_tolerance)
+
+
+def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
+    """A comparison with stored figures says so in its verdict when it catches nothing useful: 95 % of
+    the time it would catch only a true ratio below 1 - 2 x its tolerance (the cpu tier's stored ratio:
+    "catches a true ratio <= 0.422" at a 4 % tolerance). Such a gate cannot stand as a speed gate; the
+    live comparisons (an A/B, the backfire duet) do (docs/statistics.md, "What each gate can catch")."""
+    detectable = result.details.get("detectable")
+    if detectable is None or detectable >= 1 - 2 * tolerance:
+        return result
+    result.details["catches_nothing_useful"] = True
+    result.message = (f"{result.message} [this stored-figure comparison catches only a true ratio <= "
+                      f"{detectable:.3f} (95 % of the time), not a slowdown of twice its {tolerance * 100:g} % "
+                      "tolerance: no speed gate on its own; gate speed on a live comparison (A/B, or the "
+                      "backfire duet)]")
+    return result
 
 
 HOST_PACE = "other host pace"  # the undecided kind of a comparison held back by the host's pace
@@ -356,7 +390,8 @@ def host_canary_us(m: ClassMeasurement) -> float | None:
     """The host's pace during window ``m``: the fastest reading of specgate's CPU canary there
     (microseconds; specgate.telemetry.canary_reader), or None where no canary ran. The fastest, not
     the median: on the 2-vCPU cpu tier the servers' own work delays the canary by 37-52 us (median)
-    from window to window of one run, while its fastest reading stays at 31.8-32.8 us (CI run T)."""
+    from window to window of one run, while its fastest reading stays at 31.8-32.8 us
+    (docs/journal/calibration/cpu-2026-12-02c.md)."""
     window = (m.extra.get("telemetry") or {}).get("window") or {}
     values = window.get("cpu_canary_us")
     return float(values[0]) if values else None
@@ -383,8 +418,8 @@ def _at_stored_host_pace(result: GateResult, m: ClassMeasurement, baseline: Base
                f"measure the hosts as well as the build. It gave: {result.message}")
     details = {**result.details, "verdict": "undecided", "undecided": True, "undecided_kind": HOST_PACE,
                "decided_as": result.details.get("verdict")}
-    return GateResult(result.gate, result.mode, result.prompt_class, result.concurrency, True, message,
-                      details=details)
+    return GateResult(result.gate, result.mode, result.prompt_class, result.concurrency, Outcome.OTHER_MACHINE,
+                      message, details=details)
 
 
 def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
@@ -398,47 +433,61 @@ def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
     return ratio_result("throughput", m, samples.measured, samples.reference, threshold=1 - gates.ab_gate_tolerance,
-                        reference_label="the reference side", design="A/B duet, requests alternated",
+                        reference_label="the reference side",
+                        design=window_design(rig, m, "A/B duet, requests alternated"),
                         note=samples.note, confidence=gates.confidence, margin=gates.equivalence_margin)
 
 
 def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
                      reference_label: str = "stored") -> GateResult:
     """Acceptance against the stored figures (or, in an A/B, the reference side's window, with
-    ``reference_label`` "reference side"), each judged on its evidence: a Wilson interval on
-    accepted / drafted (``stats.compare_acceptance``), per position and overall. A window whose
-    intervals cannot tell a drop of the tolerance from chance is undecided (``details
-    ["undecided"]``), never passed or failed; a decided failure wins over an undecided check."""
+    ``reference_label`` "reference side") as one decision over the overall rate and every position's
+    rate. Each check compares two samples of accepted / drafted (``stats.compare_acceptance``: the
+    interval of the ratio of the two proportions; one sample, a Wilson interval, where the stored
+    entry predates its counts), at the family's confidence split over the checks (Bonferroni), so
+    the whole gate fails falsely at most (1 - confidence) / 2 of the time however many positions it
+    checks. FAIL when any check's interval lies below 1 - tolerance; PASS when none reaches it;
+    otherwise UNDECIDED (the counts cannot tell a drop of the tolerance from chance)."""
     gates = rig.gates.for_class(m.prompt_class)
     subject = f"{m.mode} on {m.prompt_class}"
     if m.acceptance is None:
-        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, False,
+        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
                           f"{subject}: the server exported no spec-decode counters; is speculation on?")
     if baseline.acceptance is None:
-        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, False,
+        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
                           f"{subject}: the {reference_label} figures have no acceptance; "
                           + ("update them" if reference_label == "stored" else "is speculation on there?"))
     stored, now = baseline.acceptance, m.acceptance
-    ask = functools.partial(compare_acceptance, tolerance=gates.acceptance_tolerance, subject=subject,
-                            confidence=window_confidence(gates.confidence, m), reference_label=reference_label)
-    stored_drafts = f", {reference_label} from {stored.drafts:.0f} drafts" if stored.drafts else ""
+    stored_counts = bool(stored.drafts)
     # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
-    # interval counts drafts as the trials (wider, never falsely narrow).
-    checks = [ask(now.acceptance_rate, stored.acceptance_rate, counts=(now.acceptance_rate * now.drafts, now.drafts),
-                  trial_label="drafts (as trials)",
-                  metric=f"acceptance rate ({now.accepted_tokens:.0f} of {now.draft_tokens:.0f} draft tokens; mean "
-                         f"acceptance length {now.mean_acceptance_length:.2f} vs {stored.mean_acceptance_length:.2f}"
-                         f"{stored_drafts})")]
+    # interval counts drafts as the trials (wider, never falsely narrow), on both sides.
+    specs = [dict(measured=now.acceptance_rate, reference=stored.acceptance_rate,
+                  counts=(now.acceptance_rate * now.drafts, now.drafts), trial_label="drafts (as trials)",
+                  reference_counts=(stored.acceptance_rate * stored.drafts, stored.drafts) if stored_counts else None,
+                  metric=f"acceptance rate (mean acceptance length {now.mean_acceptance_length:.2f} vs "
+                         f"{stored.mean_acceptance_length:.2f})")]
+    stored_accepted = stored.accepted_per_position or []
     for pos, (accepted, then) in enumerate(zip(now.accepted_per_position, stored.per_position_rates)):
         if then > 0:
-            checks.append(ask(accepted / now.drafts, then, counts=(accepted, now.drafts),
+            then_accepted = stored_accepted[pos] if pos < len(stored_accepted) else then * (stored.drafts or 0)
+            specs.append(dict(measured=accepted / now.drafts, reference=then, counts=(accepted, now.drafts),
+                              reference_counts=(then_accepted, stored.drafts) if stored_counts else None,
                               metric=f"position {pos + 1} rate"))
+    family = window_confidence(gates.confidence, m)
+    each = 1.0 - (1.0 - family) / len(specs)
+    checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=subject, confidence=each,
+                                 reference_label=reference_label) for spec in specs]
     failed = [c for c in checks if c.decided and not c.passed]
     open_checks = [c for c in checks if not c.decided]
+    outcome = Outcome.FAIL if failed else Outcome.UNDECIDED if open_checks else Outcome.PASS
     shown = failed or open_checks or checks[:1]
-    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, not failed and not open_checks,
-                      "; ".join(c.message for c in shown),
-                      details={"checks": [c.to_dict() for c in checks], "undecided": bool(open_checks and not failed)})
+    family_text = (f"one decision over {len(checks)} checks (overall and per position), each at {each * 100:.4g} % "
+                   f"(Bonferroni): a false FAIL at most {(1 - family) / 2 * 100:.3g} % of the time"
+                   + ("" if stored_counts else f"; the {reference_label} figures have no counts, taken as exact"))
+    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
+                      "; ".join(c.message for c in shown) + f" [{family_text}]",
+                      details={"checks": [c.to_dict() for c in checks], "family_confidence": family,
+                               "check_confidence": each, "undecided": outcome is Outcome.UNDECIDED})
 
 
 def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
@@ -466,9 +515,9 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
                              records=[], acceptance=None, server_decode_tokens_per_s=None,
                              server_metric_source=None, wall_s=0.0)
     if duet:
-        design, spread = "duet with no speculation, requests alternated", 0.0
+        design, spread = window_design(rig, m, "duet with no speculation, requests alternated"), 0.0
     else:
-        spread = start_spread(gates.start_noise)
+        spread = start_spread(gates.start_noise, confidence=window_confidence(gates.confidence, m))
         design = "windows one after the other" + (
             f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known")
     result = ratio_result("backfire", m, measured, reference, threshold=gates.min_speedup,
@@ -479,7 +528,8 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
     declared = rig.declared_backfire_for(mode, prompt_class)
     if declared is not None:
         result.declared = declared.reason
-        if not result.passed:
+        if result.outcome is Outcome.FAIL:
+            result.outcome = Outcome.DECLARED_BACKFIRE
             result.message = f"{result.message} [declared backfire: {declared.reason}]"
     return result
 
@@ -490,7 +540,8 @@ def check_lossless(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -
     pairs = [(key, text, ref_outputs[key]) for key, text in m.outputs.items() if key in ref_outputs]
     result = compare_outputs(pairs, min_identical_share=gates.min_identical_share,
                              subject=f"{m.mode} on {m.prompt_class}")
-    return GateResult("lossless", m.mode, m.prompt_class, m.concurrency, result.passed, result.message,
+    return GateResult("lossless", m.mode, m.prompt_class, m.concurrency,
+                      Outcome.PASS if result.passed else Outcome.FAIL, result.message,
                       details={"identical_share": result.identical_share,
                                "first_divergence": result.first_divergence})
 

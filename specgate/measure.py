@@ -8,6 +8,8 @@ per-request records; acceptance from the counter deltas of the same window.
 A duet window does the same on two live servers (the subject and its partner: the no-speculation
 reference, or the same mode on the reference side of an A/B), alternating requests between them
 in the balanced order of :mod:`specgate.duet`; each side's counters only count its own requests.
+An alternation window is a duet window whose two servers take turns on the same GPUs (vLLM sleep
+mode, :mod:`specgate.sleep`): the turns are blocks of requests and the servers swap between turns.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from typing import Any, Protocol
 
 from specgate.client import GenerationRequest, RequestRecord, StreamingClient, run_requests
 from specgate.config import Mode, PromptClass, Rig
-from specgate.duet import plan
-from specgate.errors import RequestError, ServerDiedError
+from specgate.duet import alternation_block, plan
+from specgate.errors import RequestError, ServerDiedError, SpecgateError
 from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
 from specgate.server import format_elapsed
 
@@ -54,8 +56,9 @@ class ClassMeasurement:
     server_metric_source: str | None
     wall_s: float
     extra: dict[str, Any] = field(default_factory=dict)
-    # How the window was taken: "solo" (this server alone) or "duet" (alternated with ``partner``,
-    # the window of the other server taken in the same loop; its own ``partner`` is None).
+    # How the window was taken: "solo" (this server alone), "duet" (alternated with ``partner``,
+    # the window of the other server taken in the same loop; its own ``partner`` is None) or
+    # "alternation" (a duet whose servers took turns on the same GPUs: extra["alternation"]).
     design: str = "solo"
     side: str = "subject"  # "subject" | "partner" ("reference" side of an A/B: see the session)
     partner: ClassMeasurement | None = None
@@ -136,7 +139,7 @@ class ClassMeasurement:
             pairs=list(data.get("pairs", [])),
             first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
             follow_up_skipped=data.get("follow_up_skipped"),
-            extra={"telemetry": data["telemetry"]} if data.get("telemetry") else {},
+            extra={key: data[key] for key in ("telemetry", "alternation") if data.get(key)},
         )
 
 
@@ -230,6 +233,8 @@ class Measurer:
         self.telemetry = telemetry
         # Servers already warmed up, keyed on the object itself (an id() can be reused).
         self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Median seconds per request seen on each server (warm-ups, windows).
+        self._request_s: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     def measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
                 *, run_rounds: RoundRunner = loop_rounds) -> ClassMeasurement:
@@ -267,8 +272,31 @@ class Measurer:
             return
         warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
         self.progress(f"{label}: {len(warmup)} warm-up request(s) on {server.label}")
-        asyncio.run(self._run(server, warmup, 1))
+        got = asyncio.run(self._run(server, warmup, 1))
+        self._note_request_time(server, got)
         self._warm.add(server)
+
+    def _note_request_time(self, server: Server, records: list[RequestRecord]) -> None:
+        """Remember how long a request takes on ``server`` (an alternation's block is sized from it)."""
+        times = [r.finished_at - r.started_at for r in records if r.finished_at and r.started_at]
+        if times:
+            self._request_s[server] = statistics.median(times)
+
+    def _alternation_block(self, servers: Iterable[Server], turns: Any, concurrency: int, keys: int) -> int:
+        """The block of an alternation window: the protocol's, else the smallest that keeps swaps
+        within duet.MAX_SWAP_SHARE of the window at the request time seen so far."""
+        protocol = self.rig.protocol
+        if protocol.alternation_block is not None:
+            block = protocol.alternation_block
+            if block % concurrency:
+                raise SpecgateError(f"protocol.alternation_block = {block} is not a multiple of concurrency "
+                                    f"{concurrency} (a turn runs whole rounds)")
+            return block
+        known = [self._request_s[s] for s in servers if s in self._request_s]
+        # Unknown (no warm-up): a request at 100 tok/s, a guess the next windows replace.
+        request_s = max(known) if known else protocol.max_tokens / 100
+        return alternation_block(request_s=request_s, swap_s=turns.typical_swap_s(), concurrency=concurrency,
+                                 keys=keys)
 
     def _measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
                  label: str, run_rounds: RoundRunner) -> ClassMeasurement:
@@ -305,16 +333,20 @@ class Measurer:
     # -- the duet -------------------------------------------------------------------------------
     def measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
                      prompt_class: PromptClass, concurrency: int, *, partner_side: str = "partner",
-                     run_rounds: RoundRunner = loop_rounds) -> ClassMeasurement:
+                     run_rounds: RoundRunner = loop_rounds, turns: Any = None) -> ClassMeasurement:
         """One window on two live servers, requests alternated (see :mod:`specgate.duet`). Returns
-        the subject's window with the partner's in ``partner``; request keys match side to side."""
+        the subject's window with the partner's in ``partner``; request keys match side to side.
+        ``turns``: a specgate.sleep.SleepController when the two take turns on the same GPUs (an
+        alternation): turns of several requests, a swap before each turn on the other side."""
         label = (f"mode {mode.name} vs {partner_mode.name} ({partner_side}), class {prompt_class.name}, "
                  f"concurrency {concurrency}")
+        if turns is not None:
+            turns.check()
         for server in (subject, partner):
             server.check_alive()
         try:
             return self._measure_duet(subject, partner, mode, partner_mode, prompt_class, concurrency,
-                                      partner_side, label, run_rounds)
+                                      partner_side, label, run_rounds, turns)
         except RequestError as exc:
             for server in (subject, partner):
                 try:
@@ -326,19 +358,40 @@ class Measurer:
 
     def _measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
                       prompt_class: PromptClass, concurrency: int, partner_side: str, label: str,
-                      run_rounds: RoundRunner) -> ClassMeasurement:
+                      run_rounds: RoundRunner, sleeper: Any) -> ClassMeasurement:
         protocol = self.rig.protocol
-        self._warm_up(subject, mode, prompt_class, label)
-        self._warm_up(partner, partner_mode, prompt_class, label)
+        for server, server_mode in ((subject, mode), (partner, partner_mode)):
+            if sleeper is not None:
+                asyncio.run(sleeper.activate(server))
+            self._warm_up(server, server_mode, prompt_class, label)
         servers = {"subject": subject, "partner": partner}
         records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
         pairs: list[dict[str, Any]] = []
+        swaps: list[dict[str, Any]] = []
         on_done = WindowProgress(self.progress, label, 2 * protocol.repeats * len(prompt_class.prompts), name_mode=True)
+        block = (self._alternation_block(servers.values(), sleeper, concurrency, len(prompt_class.prompts))
+                 if sleeper is not None else None)
+        if block is not None:
+            self.progress(f"{label}: alternation in turns of {block} request(s) per side "
+                          f"(a swap ~{sleeper.typical_swap_s():.1f}s)")
+        n_wake = protocol.wake_warmup_requests
+        wake_warmups = (build_requests(self.rig, mode, prompt_class, tag="wake-")[:n_wake],
+                        build_requests(self.rig, partner_mode, prompt_class, tag="wake-")[:n_wake])
+
+        async def swap_to(side: str, client: StreamingClient) -> None:
+            """An alternation's swap before a turn, outside every request's timing."""
+            swap = await sleeper.activate(servers[side])
+            if swap is None:
+                return
+            swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - on_done.started, 3)})
+            warmups = wake_warmups[0 if side == "subject" else 1]
+            if warmups:
+                await run_requests(client, warmups, concurrency=1)
 
         async def window(repeat: int) -> None:
             turns = plan(build_requests(self.rig, mode, prompt_class, repeat=repeat),
                          build_requests(self.rig, partner_mode, prompt_class, repeat=repeat),
-                         concurrency=concurrency, seed=(protocol.seed or 0) + repeat)
+                         concurrency=concurrency, seed=(protocol.seed or 0) + repeat, block=block)
             async with self._client(subject) as a, self._client(partner) as b:
                 clients = {"subject": a, "partner": b}
                 last_side = None
@@ -346,6 +399,8 @@ class Measurer:
                     if protocol.settle_s and last_side not in (None, turn.side):
                         # let the server that just answered go idle first (Protocol.settle_s)
                         await asyncio.sleep(protocol.settle_s)
+                    if sleeper is not None:
+                        await swap_to(turn.side, clients[turn.side])
                     last_side = turn.side
                     if turn.side == turns[2 * turn.group].side:  # the first turn of its pair
                         pairs.append({"group": len(pairs), "first": turn.side,
@@ -367,9 +422,16 @@ class Measurer:
                     records=list(records[side]), acceptance=AcceptanceStats.from_delta(delta),
                     server_decode_tokens_per_s=rate.value if rate else None,
                     server_metric_source=rate.source if rate else None, wall_s=wall_s,
-                    design="duet", side="subject" if side == "subject" else partner_side, first_look_share=share)
+                    design="duet" if sleeper is None else "alternation",
+                    side="subject" if side == "subject" else partner_side, first_look_share=share)
             result = _with_telemetry(sampler, windows["subject"])
             result.partner, result.pairs = _with_telemetry(sampler, windows["partner"]), list(pairs)
+            if sleeper is not None:
+                swap_s = sum(s["sleep_s"] + s["wake_s"] for s in swaps)
+                result.extra["alternation"] = result.partner.extra["alternation"] = {
+                    "block": block, "swaps": list(swaps), "swap_s": round(swap_s, 3),
+                    "swap_share": round(swap_s / wall_s, 4) if wall_s > 0 else None,
+                    "levels": {t.server.label: t.level for t in sleeper.turns if t.server in servers.values()}}
             return result
 
         def snapshot() -> dict[str, Any]:
@@ -395,6 +457,8 @@ class Measurer:
                         loop_rounds(one_round, extra)  # pytest-benchmark's rounds are the planned ones
         wall_s = time.monotonic() - started
         result = assemble(snapshot(), wall_s, sampler)
+        for side in ("subject", "partner"):
+            self._note_request_time(servers[side], records[side])
         result.follow_up = result.partner.follow_up = reason
         result.follow_up_skipped = result.partner.follow_up_skipped = skipped
         return result

@@ -88,7 +88,8 @@ LLAMA8B_SHAPE = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_he
 # sessions).
 # A wider model of the same depth (width 6144, 1.5x the 8B's: 48 heads of 128, MLP 20480): 15.5 B
 # parameters with SmolLM2's vocabulary, 31 GB (28.9 GiB) read per step, 2.1x the 8B's weights and
-# ~1.8x its GPU time per plain step on an H200 (122 against 217 tok/s, lab visit 17) for the same
+# ~1.8x its GPU time per plain step on an H200 (122 against 217 tok/s,
+# docs/journal/lab/2026-12-03-h200-visit17.md) for the same
 # layers, so the same kernel launches: vLLM's host work per step grows with the layers it launches,
 # not their width. Two fit side by side on one H200 at 0.4 of its memory each. For the draft path,
 # whose host work per step on the 8B shape is close to the GPU's and so moves with the host's speed.

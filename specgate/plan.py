@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specgate.config import Rig
+from specgate.duet import MAX_SWAP_SHARE
 from specgate.duet import plan as duet_plan
 from specgate.server import format_elapsed
 
@@ -177,6 +178,8 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     modes = {m.name: m for m in rig.modes}
     prompts = {c.name: len(c.prompts) for c in rig.prompt_classes}
     reused = set(reused)
+    # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.design): swaps, no settle pauses
+    alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternate"
 
     servers: dict[str, ServerPlan] = {}
 
@@ -211,10 +214,13 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
         rounds = math.ceil(per_side / concurrency)
         seconds = None
         if all(t is not None for t in times):
-            seconds = sum(rounds * t for t in times) + WINDOW_OVERHEAD_S  # type: ignore[operator]
-            if len(sides) == 2:
+            seconds = sum(rounds * t for t in times)  # type: ignore[operator]
+            if len(sides) == 2 and alternating:
+                seconds /= 1 - MAX_SWAP_SHARE  # the block keeps sleep-mode swaps within that share
+            elif len(sides) == 2:
                 seconds += protocol.settle_s * protocol.repeats * _switches(
                     prompts[prompt_class], concurrency, protocol.seed or 0)
+            seconds += WINDOW_OVERHEAD_S
         follow = None
         if len(sides) == 2 and seconds is not None and not attached:
             extra = protocol.follow_up_rounds(backfire=design == "duet")
@@ -233,7 +239,11 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     notes = []
     if attached:
         notes.append("attached to a running server (--vllm-url): nothing starts")
-    return SessionPlan(rig=rig.name, design=design, servers=tuple(servers.values()), windows=tuple(plans),
+    if alternating and not attached:
+        notes.append("the servers take turns (vLLM sleep mode): each window allows up to "
+                     f"{MAX_SWAP_SHARE:.0%} for swaps")
+    return SessionPlan(rig=rig.name, design=rig.arrangement.name if alternating else design,
+                       servers=tuple(servers.values()), windows=tuple(plans),
                        warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,
                        other_tests=other_tests, notes=tuple(notes))
 

@@ -274,16 +274,33 @@ class ReusedServer:
         return None
 
 
+def awake_or_why(kept: KeptServer, timeout_s: float = 5.0) -> str | None:
+    """Why a kept server of an alternation (vLLM sleep mode) may not be reused: it sleeps, at a
+    level this session does not know (level 2 dropped its weights: waking it as level 1 would serve
+    garbage), or it cannot say. None when it is awake."""
+    try:
+        with httpx.Client(base_url=kept.base_url, timeout=timeout_s) as http:
+            sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        return f"it did not say whether it sleeps ({type(exc).__name__})"
+    return "it sleeps, at a level this session does not know" if sleeping else None
+
+
 def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, python: str, progress: Callable[[str], None],
                     before_start: Callable[[], None] | None, stop_others: Iterable[str] = (),
-                    folder: Path | None = None):
+                    refuse: Callable[[KeptServer], str | None] | None = None, folder: Path | None = None):
     """The server of ``spec`` for a --specgate-keep-servers session: a kept one of the same
     fingerprint (reused), else a new one that will be kept. Kept servers of this slot with another
     fingerprint are stopped first, and so are those labelled in ``stop_others`` (servers of the rig
-    that cannot share the GPUs with this one)."""
+    that cannot share the GPUs with this one), and a match ``refuse`` gives a reason not to reuse."""
     folder = folder or state_dir()
     digest, parts = fingerprint(spec, rig=rig.name, label=mode_label, model=rig.model, build=vllm_build(python))
     found = find(digest, folder)
+    why = refuse(found) if found is not None and refuse is not None else None
+    if found is not None and why is not None:
+        progress(f"mode {mode_label}: not reusing the kept server {found.name} (pid {found.pid}): {why}; stopping it")
+        stop_kept(found, folder)
+        found = None
     if found is not None:
         progress(f"mode {mode_label}: reusing the kept server at {found.base_url} (pid {found.pid}, "
                  f"fingerprint {digest[:12]}); nothing starts")

@@ -45,7 +45,7 @@ STORING = "storing figures"  # --update-baselines: this run's figures are stored
 # report.json files written before these names (issue 16) render with them (--report-only)
 OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING}
 UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
-                  "too few drafts": "UNDECIDED"}
+                  "too few drafts": "UNDECIDED", "inconclusive": "UNDECIDED", "not run": "NOT RUN"}
 
 
 def undecided_kind(entry: dict[str, Any]) -> str:
@@ -211,12 +211,12 @@ def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
 
 
 # An engine core using this much CPU per second of its server's requests keeps a CPU busy: its
-# speed is the host's as much as the accelerator's (GPU lab visits 11-13: vLLM's draft_model path
+# speed is the host's as much as the accelerator's (GPU lab, docs/journal/lab/: vLLM's draft_model path
 # 1.03-1.05, EAGLE-3 0.81-0.88, and only the former followed the host's speed).
 HOST_BOUND_CPU_S_PER_S = 0.95
 # A SLOW SPELL notice needs a run this unlikely from the order alone and this much slower than the
-# partner's requests in the same span (log units): over the 64 reports kept in docs/ (357 windows: lab
-# visits, cpu runs, calibrations) these flag visit 13's J1 and J3 and visit 14's K1 draft windows only.
+# partner's requests in the same span (log units): over the 64 reports of docs/journal/ (357 windows: lab
+# visits, cpu runs, calibrations) these flag three draft windows only, two from one slow host.
 SPELL_P = 0.01
 SPELL_SIZE = 0.03
 
@@ -346,7 +346,7 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
                 f"then: {math.expm1(then) * 100:+.1f} %; a run this slow from the order alone: p = "
                 f"{spell.p_value:.3f}). The pairs do not cancel a spell on one side, so this window's ratio holds "
                 f"it: on the GPU lab's VM such spells were one vCPU running 1.5x slower for ~20 s under a "
-                f"host-bound engine core (docs/lab/2026-12-02-h200-visit14)")
+                f"host-bound engine core (docs/journal/lab/2026-12-02-h200-visit14.md)")
     return lines
 
 
@@ -361,6 +361,7 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
                      f"{failure['error'].splitlines()[0]}")
     undecided = report.get("undecided", [])
+    lines += _decided_nothing_lines(report)
     updates = [u for u in undecided if undecided_kind(u) == STORING]
     if updates:
         lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(updates)} gate(s) measured to store their figures, not decided")
@@ -371,6 +372,24 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"{tag} {u['gate']} [{u['mode']}-{u['prompt_class']}-c{u['concurrency']}]: "
                          f"{u['message'].splitlines()[0]}")
     return lines
+
+
+def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
+    """One line counting the gates that decided nothing, by outcome, and what the run's policy
+    made of each (specgate.outcome): listed always, whether they were skipped or failed the run."""
+    from specgate.outcome import Outcome, outcome_of_kind
+
+    entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
+    if not entries:
+        return []
+    counts: dict[Outcome, int] = defaultdict(int)
+    for u in entries:
+        counts[Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u))] += 1
+    policy = report.get("outcome_policy") or {}
+    parts = [f"{n} {outcome.value} ({'FAILED' if policy.get(outcome.policy_key) == 'fail' else 'skipped'})"
+             for outcome, n in counts.items()]
+    return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)}; what each does to the exit code: "
+            "[gates] undecided in the rig, or --specgate-undecided"]
 
 
 def render_text(report: dict[str, Any]) -> str:

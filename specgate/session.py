@@ -18,6 +18,7 @@ from specgate.config import AB, Mode, PromptClass, Rig, load_rig
 from specgate.errors import SpecgateError
 from specgate.gates import GateResult
 from specgate.measure import ClassMeasurement, Measurer
+from specgate.outcome import Outcome
 
 UpdateMode = Literal["off", "update", "regen"]
 MeasureKey = tuple[str, str, int]  # mode, prompt class, concurrency
@@ -51,6 +52,8 @@ class SessionOptions:
     # fingerprint matches is reused (specgate.registry).
     keep_servers: bool = False
     started_at: float = field(default_factory=time.monotonic)
+    # --specgate-undecided: outcome key -> "skip" | "fail" (overrides the rig's [gates] undecided)
+    undecided_policy: dict[str, str] | None = None
 
 
 @dataclass
@@ -60,9 +63,10 @@ class SpecgateSession:
     measurements: dict[MeasureKey, ClassMeasurement] = field(default_factory=dict)
     failures: dict[MeasureKey, BaseException] = field(default_factory=dict)
     results: list[GateResult] = field(default_factory=list)
-    # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "message"}
-    # kind: specgate.report's NOT_STORED | STORING, "fingerprint", "other machine", "inconclusive",
-    # "too few drafts", specgate.gates.HOST_PACE
+    # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "outcome",
+    # "message"}; kind: specgate.report's NOT_STORED | STORING, "fingerprint", "other machine",
+    # "inconclusive", "too few drafts", specgate.gates.HOST_PACE, "not run"; outcome: its
+    # specgate.outcome.Outcome's value (specgate.outcome.KIND_OUTCOMES)
     undecided: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -94,6 +98,13 @@ class SpecgateSession:
         if self._store is None:
             self._store = load_baselines(self.options.baselines_path, rig_modes=self._rig_modes())
         return self._store
+
+    def validate_inputs(self) -> None:
+        """Read and validate every file the session needs (the rig, the mode library, the prompts,
+        baselines.json) before any server starts: a bad one is one ConfigError naming the file and
+        the key, not a traceback in every test after the servers spent minutes (or, on a large
+        rig, an hour) starting. Reading never writes: a file that fails stays as it was."""
+        _ = self.rig, self.store
 
     def _rig_modes(self) -> dict[str, list[str]]:
         """This rig's mode names: what baselines.py needs to read old-name entries as no_spec's."""
@@ -209,18 +220,35 @@ class SpecgateSession:
         self.measurements[key] = ClassMeasurement.from_dict(data)
         return self.measurements[key]
 
-    def record(self, result: GateResult) -> None:
-        self.results.append(result)
+    @property
+    def outcome_policy(self) -> dict[str, str]:
+        """What each outcome that decides nothing does to the run: the rig's, or the option's."""
+        return {**self.rig.gates.outcome_policy, **(self.options.undecided_policy or {})}
 
-    def record_undecided(self, gate: str, m: ClassMeasurement, kind: str, message: str,
+    def record(self, result: GateResult) -> None:
+        """Keep a gate's result: a decided one in ``results``, one that decided nothing in
+        ``undecided`` (with its kind), so no report counts it as passed."""
+        if result.outcome.decided:
+            self.results.append(result)
+            return
+        from specgate.outcome import OUTCOME_KINDS
+
+        kind = result.details.get("undecided_kind") or (
+            "too few drafts" if result.gate == "acceptance" and result.outcome is Outcome.UNDECIDED
+            else OUTCOME_KINDS[result.outcome])
+        self.record_undecided(result.gate, result, kind, result.message, result.details)
+
+    def record_undecided(self, gate: str, m: ClassMeasurement | GateResult, kind: str, message: str,
                          details: dict[str, Any] | None = None) -> None:
         """A gate that could not decide (no stored figures, figures being stored, a refused fingerprint,
         an interval across its threshold): the report says so instead of counting it as passed.
         ``details``: what an undecided paired comparison measured (its ratio and interval), so that
         tables and plots show the number its message shows."""
+        from specgate.outcome import outcome_of_kind
+
         self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
-                               "concurrency": m.concurrency, "kind": kind, "message": message,
-                               **({"details": details} if details else {})})
+                               "concurrency": m.concurrency, "kind": kind, "outcome": outcome_of_kind(kind).value,
+                               "message": message, **({"details": details} if details else {})})
 
     def queue_update(self, m: ClassMeasurement, entry: BaselineEntry) -> None:
         self.pending_updates[(self.rig.name, m.mode, m.prompt_class, m.concurrency)] = entry
@@ -288,6 +316,7 @@ class SpecgateSession:
                          for k, e in self.failures.items()],
             "gates": [r.to_dict() for r in self.results],
             "undecided": list(self.undecided),
+            "outcome_policy": self.outcome_policy,
         }
 
     @property

@@ -22,6 +22,7 @@ from specgate.paired import change_text
 
 METHOD_ONE_SIDED = "one-sided tolerance"
 METHOD_BINOMIAL = "Wilson binomial interval"
+METHOD_TWO_SAMPLE = "two samples: ratio of proportions, Katz log interval"
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,27 @@ def wilson_interval(successes: float, trials: float, confidence: float) -> tuple
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def proportion_ratio_interval(successes: float, trials: float, ref_successes: float, ref_trials: float,
+                              confidence: float) -> tuple[float, float, float]:
+    """The ratio of two binomial proportions (measured over reference), with its two-sided Katz
+    log interval at ``confidence``: ln(p1 / p2) +- z sqrt(1/x1 - 1/n1 + 1/x2 - 1/n2). Both sides
+    carry their own sampling noise (a stored figure from 100 drafts is no exact line). A side with
+    0 or all successes gets half a success added or taken (the usual correction), so the interval
+    stays finite; non-integer counts (Prometheus counters) are taken as they are."""
+    for x, n in ((successes, trials), (ref_successes, ref_trials)):
+        if n <= 0 or not 0 <= x <= n:
+            raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {x!r} of {n!r}")
+
+    def corrected(x: float, n: float) -> tuple[float, float]:
+        return (x + 0.5, n + 1.0) if x < 0.5 or x > n - 0.5 else (x, n)
+
+    (x1, n1), (x2, n2) = corrected(successes, trials), corrected(ref_successes, ref_trials)
+    ratio = (successes / trials) / (ref_successes / ref_trials) if ref_successes > 0 else math.inf
+    centre = math.log((x1 / n1) / (x2 / n2))
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 / x1 - 1 / n1 + 1 / x2 - 1 / n2)
+    return ratio, math.exp(centre - half), math.exp(centre + half)
+
+
 def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float:
     """About how many trials make the interval of a proportion near ``rate`` narrower than a drop
     of ``tolerance`` (relative): n = z^2 p (1 - p) / (tolerance p)^2."""
@@ -163,6 +185,7 @@ def compare_acceptance(
     counts: tuple[float, float] | None = None,
     confidence: float = 0.95,
     trial_label: str = "drafts",
+    reference_counts: tuple[float, float] | None = None,
 ) -> Comparison:
     """One-sided check of an acceptance figure against its stored one; higher acceptance never
     fails (an improvement, not a regression).
@@ -174,6 +197,10 @@ def compare_acceptance(
     line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop at all),
     and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a drop of
     the tolerance from chance, and the message says about how many would.
+
+    With ``reference_counts`` too, the reference is a sample of its own (stored figures, or an A/B's
+    reference side): the decision rests on the interval of the ratio of the two proportions
+    (:func:`proportion_ratio_interval`) against 1 - tolerance, by the same three rules.
     """
     _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject, metric=metric,
                              reference_label=reference_label)
@@ -188,6 +215,9 @@ def compare_acceptance(
         return Comparison(**common, passed=not measured < line.value, ci_low=None, ci_high=None, n_measured=1,
                           method=METHOD_ONE_SIDED, message=message)
     successes, trials = counts
+    if reference_counts is not None and reference_counts[1] > 0 and reference_counts[0] > 0:
+        return _compare_two_samples(measured, reference, counts, reference_counts, line=line, common=common,
+                                    subject=subject, metric=metric, confidence=confidence, trial_label=trial_label)
     ci_low, ci_high = wilson_interval(successes, trials, confidence)
     count = f"{successes:.0f}" if float(successes).is_integer() else f"{successes:.3g}"
     head = (f"{subject}: {metric} {measured:.3g} ({count} of {trials:.0f} {trial_label}, {confidence * 100:g} % "
@@ -206,6 +236,33 @@ def compare_acceptance(
                    f"{tolerance * 100:g} % drop; {METHOD_BINOMIAL})")
     return Comparison(**common, passed=passed, ci_low=ci_low, ci_high=ci_high, n_measured=round(trials),
                       method=METHOD_BINOMIAL, message=message, decided=decided)
+
+
+def _count_text(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
+
+
+def _compare_two_samples(measured: float, reference: float, counts: tuple[float, float],
+                         reference_counts: tuple[float, float], *, line: _FailLine, common: dict[str, Any],
+                         subject: str, metric: str, confidence: float, trial_label: str) -> Comparison:
+    """compare_acceptance's decision on two samples: the ratio's interval against 1 - tolerance."""
+    (x1, n1), (x2, n2) = counts, reference_counts
+    ratio, ci_low, ci_high = proportion_ratio_interval(x1, n1, x2, n2, confidence)
+    head = (f"{subject}: {metric} {measured:.3g} ({_count_text(x1)} of {n1:.0f} {trial_label}) vs {reference:.3g} "
+            f"{line.label} ({_count_text(x2)} of {n2:.0f}): ratio {ratio:.3f} ({confidence * 100:.4g} % CI "
+            f"{ci_low:.3f}-{ci_high:.3f}, {change_text(ratio, up='higher', down='lower')})")
+    rule = f"fails when the interval lies below {line.threshold:.3g} ({line}); {METHOD_TWO_SAMPLE}"
+    if measured >= reference or ci_low >= line.threshold:
+        passed, decided, message = True, True, f"{head}; {rule}"
+    elif ci_high < line.threshold:
+        passed, decided, message = False, True, f"{head}: the whole interval is below {line.threshold:.3g}; {rule}"
+    else:
+        passed, decided = False, False
+        message = (f"{head}: too few {trial_label} to gate, the interval spans {line.threshold:.3g} "
+                   f"({line.tolerance * 100:g} % lower); {METHOD_TWO_SAMPLE}")
+    return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)}, passed=passed, ci_low=ci_low,
+                      ci_high=ci_high, n_measured=round(n1), method=METHOD_TWO_SAMPLE, message=message,
+                      decided=decided)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from specgate.config import load_rig
 from specgate.gates import baseline_entry, check_acceptance
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
+from specgate.outcome import Outcome
 from specgate.stats import METHOD_BINOMIAL, compare_acceptance, wilson_interval
 
 pytestmark = pytest.mark.fast
@@ -99,9 +100,9 @@ def test_an_ab_window_names_the_reference_side_not_stored_figures(rig):
     # The lab's A/B: synthetic acceptance 3.0 ([1, 1, 0]) on the reference side, 2.85 on the candidate.
     reference = baseline_entry(_window(_stats(516, [516, 516, 0])), Fingerprint())
     result = check_acceptance(rig, _window(_stats(544, [544, 449, 0])), reference, reference_label="reference side")
-    assert not result.passed and not result.details["undecided"]
-    assert "position 2 rate 0.825 (449 of 544 drafts" in result.message
-    assert "vs 1 reference side (ratio 0.825, 17 % lower" in result.message
+    assert result.outcome is Outcome.FAIL
+    assert "position 2 rate 0.825 (449 of 544 drafts) vs 1 reference side (516 of 516): ratio 0.825" in result.message
+    assert "17 % lower" in result.message
     assert "stored" not in result.message
 
 

@@ -15,6 +15,7 @@ from specgate.cli import main
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
 INTERRUPTED = ROOT / "fixtures" / "recorded" / "gpu" / "reports" / "pp2-update-interrupted.json"
 
 
@@ -98,7 +99,7 @@ def test_an_old_duet_report_continues_the_stored_ratio_history(baselines: Path, 
     import gzip
 
     report = tmp_path / "s3.json"
-    report.write_bytes(gzip.decompress((ROOT / "docs/lab/2026-12-01-h200-draft4l/s3/report.json.gz").read_bytes()))
+    report.write_bytes(gzip.decompress((DATA / "lab/2026-12-01-h200-draft4l/s3/report.json.gz").read_bytes()))
     assert '"mode": "baseline"' in report.read_text()
     key = ("h200-llama8b-dummy", "draft_al30", "coding", 1)
     before = lookup(load_baselines(baselines), *key)

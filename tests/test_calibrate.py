@@ -253,11 +253,11 @@ def test_the_normal_model_bound_is_exact_at_its_confidence():
 
 
 def test_the_normal_model_on_stop_27s_real_windows():
-    # docs/calibration/cpu-2026-12-02: ten fresh-start rounds of the shipped A/B rule. The earlier
+    # docs/journal/calibration/cpu-2026-12-02.md: ten fresh-start rounds of the shipped A/B rule. The earlier
     # bound (mean and SD each at its own 95 % bound) read 7.6 % and 87.6 %; the exact one 4.86 % and 91.35 %.
     from specgate.calibrate import normal_model_rate
 
-    windows = load_windows(ROOT / "docs" / "calibration" / "cpu-2026-12-02" / "calibration" / "windows.jsonl")
+    windows = load_windows(ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-02" / "calibration" / "windows.jsonl")
     duet = [w for w in windows if w.design == "duet"]
     aa = normal_model_rate([w for w in duet if w.level == 0], 0.03)
     slow = normal_model_rate([w for w in duet if w.level == 0.1], 0.03)

@@ -43,11 +43,12 @@ def test_each_window_runs_its_gates_backfire_first_and_each_server_still_starts_
 
 
 def test_the_order_keeps_a_sequential_rig_s_modes_together(perf_project):
-    collected = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--rig", "kimi-k25-int4-8x-rtx6000",
+    collected = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--rig", "h200x2-smollm2-pp2",
                                        "-p", "no:cacheprovider")
-    modes = [i.split("[")[1].split("-")[0] for i in _ids(collected)]
-    assert modes == ["no_spec"] * 4 + ["ngram"] * 16  # the reference first: the backfire gates need it
-    assert _ids(collected)[4] == "test_backfire[ngram-coding-c1]"
+    ids = _ids(collected)
+    modes = [i.split("[")[1].split("-")[0] for i in ids]
+    assert modes == ["no_spec"] * 2 + ["no_spec_pp2"] * 2, ids  # the reference first, one block per server
+    assert [i.split("[")[1].split("-")[1] for i in ids] == ["coding", "extraction"] * 2
 
 
 def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(perf_project, no_plots, tmp_path):
@@ -57,7 +58,8 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
         "--specgate-session-budget=1", f"--run-dir={run_dir}", "-rs")
     out = result.stdout.str()
     result.assert_outcomes(skipped=5)  # 4 ngram gates, no_spec's throughput: no server started
-    assert "backfire gate of ngram on coding (concurrency 1) NOT RUN: the session's time budget" in out
+    assert "backfire gate undecided (not run): ngram on coding (concurrency 1) not run: the session's time budget" \
+        in out
     assert "(with the start of no_spec, ngram)" in out  # the first window would start both servers
     report = json.loads((run_dir / "report.json").read_text())
     assert report["measurements"] == [] and report["servers"] == {}
@@ -140,7 +142,7 @@ def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_wh
     clock.now += starts + 2 * coding
     left = 800 - (starts + 2 * coding)
     assert left < 2 * extraction
-    with pytest.raises(pytest.skip.Exception, match=r"backfire gate of ngram on extraction .* NOT RUN"):
+    with pytest.raises(pytest.skip.Exception, match=r"backfire gate undecided \(not run\): ngram on extraction"):
         check_budget(_item(session, "backfire", "ngram", "extraction", stash), session, clock=clock)
     assert [(u["gate"], u["prompt_class"], u["kind"]) for u in session.undecided] == [
         ("backfire", "extraction", "not run")]

@@ -14,6 +14,7 @@ from specgate.baselines import Fingerprint
 from specgate.config import load_rig
 from specgate.gates import baseline_entry, check_backfire, check_throughput
 from specgate.measure import ClassMeasurement, Measurer
+from specgate.outcome import Outcome
 
 pytestmark = pytest.mark.fast
 
@@ -108,7 +109,10 @@ def test_backfire_and_throughput_decide_on_the_duet(window, rig):
     assert stored.ratio_to_reference.reference_mode == "no_spec"
     assert stored.ratio_to_reference.ratio == pytest.approx(backfire.details["ratio"])
     throughput = check_throughput(rig, m, stored)  # the same window against its own stored ratio
-    assert throughput.details["ratio"] == pytest.approx(1.0) and throughput.passed
+    # 1.000x, but the interval carries four server starts of the rig's 10 % start noise: it holds
+    # the 0.96 threshold, so the gate has not excluded a slowdown and says undecided (issue 36)
+    assert throughput.details["ratio"] == pytest.approx(1.0) and throughput.outcome is Outcome.UNDECIDED
+    assert throughput.details["ci_low"] < throughput.details["threshold"] < 1.0
     assert "stored ratio" in throughput.details["design"]
 
 

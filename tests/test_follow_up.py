@@ -17,7 +17,7 @@ from tests.test_duet_window import StandInServer
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = ROOT / "docs" / "calibration" / "cpu-2026-12-01b"
+RUNS = ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-01b"
 
 
 def real_windows(run: str) -> dict[str, ClassMeasurement]:
@@ -178,7 +178,7 @@ def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
     assert len(m.records) == (planned + extra) * len(coding.prompts)
 
 
-RUNS_D = ROOT / "docs" / "calibration" / "cpu-2026-12-01d"
+RUNS_D = ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-01d"
 
 
 def run_k_window(prompt_class: str, share: float) -> ClassMeasurement:
@@ -215,7 +215,7 @@ def test_a_slower_first_look_inside_the_margin_is_followed_up_too():
     # "slower", 0.975 (0.956-0.995), where runs L-S (another VM) said "equal". Estimate and upper end
     # inside the ±5 % margin: a break-even, not settled, as a "faster" there would not be.
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
-    data = json.loads(gzip.decompress((ROOT / "docs" / "calibration" / "cpu-2026-12-02d" / "run-u-report.json.gz"
+    data = json.loads(gzip.decompress((ROOT / "tests/data/calibration/cpu-2026-12-02d/run-u-report.json.gz"
                                        ).read_bytes()))
     window = next(ClassMeasurement.from_dict(d) for d in data["measurements"]
                   if d["mode"] == "ngram" and d["prompt_class"] == "explanatory")

@@ -1,6 +1,6 @@
 """A stored figure is compared only on a host of the stored pace (``gates.host_pace_tolerance``).
 
-Real windows from lab visit 13 (docs/lab/2026-12-02-h200-visit13; the GPU-bound rig, CUDA graphs,
+Real windows from lab visit 13 (docs/journal/lab/2026-12-02-h200-visit13.md; the GPU-bound rig, CUDA graphs,
 48 pairs each): the 1-layer async draft against the live no-speculation server gave 2.312 in J2,
 on a host at its usual pace, and 1.846 in J1, while every CPU of that host ran a fixed piece of
 Python work ~1.8x slower (the lab helper's canary on the otherwise idle CPU 12: median 25.4 us in
@@ -17,11 +17,12 @@ from specgate.baselines import Fingerprint
 from specgate.config import load_rig
 from specgate.gates import baseline_entry, check_throughput, host_canary_us
 from specgate.measure import ClassMeasurement
+from specgate.outcome import Outcome
 
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB = ROOT / "docs" / "lab" / "2026-12-02-h200-visit13"
+LAB = ROOT / "tests" / "data" / "lab" / "2026-12-02-h200-visit13"
 MODE = "draft1l_al30_async"
 
 
@@ -81,24 +82,24 @@ def test_a_faster_host_is_undecided_too_and_none_turns_the_check_off(rig, stored
     # A faster host can hide a slowdown as well as a slower one can invent it.
     faster = check_throughput(rig, _window("J3", 15.0), stored_j2)
     assert faster.details["verdict"] == "undecided" and "1.69x as fast: a faster host" in faster.message
+    assert faster.outcome is Outcome.OTHER_MACHINE
     unchecked = rig.model_copy(update={"gates": rig.gates.model_copy(update={"host_pace_tolerance": None})})
     decided = check_throughput(unchecked, _window("J3", 15.0), stored_j2)
-    assert decided.details["verdict"] != "undecided" and "host_pace" not in decided.details
+    assert "host_pace" not in decided.details and decided.outcome is not Outcome.OTHER_MACHINE
 
 
-def test_the_run_lists_it_as_other_host_pace_not_as_inconclusive(rig, stored_j2) -> None:
-    from types import SimpleNamespace
-
+def test_the_run_lists_it_as_other_host_pace_not_as_inconclusive(rig, stored_j2, tmp_path) -> None:
     from specgate.gates import HOST_PACE
     from specgate.plugin.gatekeeper import GateKeeper
     from specgate.report import failed_gate_lines
+    from specgate.session import SessionOptions, SpecgateSession
 
-    recorded = []
-    session = SimpleNamespace(rig=rig, record_undecided=lambda gate, m, kind, message, details=None: recorded.append(
-        {"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class, "concurrency": m.concurrency, "kind": kind,
-         "message": message, "details": details}))
-    with pytest.raises(pytest.skip.Exception, match="throughput gate undecided: draft1l_al30_async on coding"):
+    session = SpecgateSession(SessionOptions(rig_name=rig.name, fixtures_dir=ROOT / "fixtures",
+                                             baselines_path=tmp_path / "b.json", run_dir=tmp_path, repo_root=ROOT))
+    with pytest.raises(pytest.skip.Exception,
+                       match=r"throughput gate undecided \(other machine\): draft1l_al30_async on coding"):
         GateKeeper(session)._finish(check_throughput(rig, _window("J1", 47.5), stored_j2))
-    assert [u["kind"] for u in recorded] == [HOST_PACE]
-    line, = failed_gate_lines({"gates": [], "undecided": recorded})
+    recorded = session.undecided
+    assert [(u["kind"], u["outcome"]) for u in recorded] == [(HOST_PACE, "other machine")]
+    *_, line = failed_gate_lines({"gates": [], "undecided": recorded})
     assert line.startswith("OTHER HOST PACE throughput [draft1l_al30_async-coding-c1]: draft1l_al30_async on coding")

@@ -66,7 +66,7 @@ def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> N
         lengths.append(length)
     # Spanning acceptance, so the break-even diagnosis sees speculation pay and backfire.
     assert min(lengths) <= 1.5 and max(lengths) >= 3.0
-    # The gated pair drafts with the GPU-bound draft; the 135M one is overhead-bound (docs/lab).
+    # The gated pair drafts with the GPU-bound draft; the 135M one is overhead-bound (docs/journal/lab).
     assert {synthetic[m]["model"] for m in ("draft_al15", "draft_al30")} == {"/root/models/llama8b-dummy-draft4l"}
     for mode in rig.modes:
         if mode.speculative_config and mode.name not in synthetic:

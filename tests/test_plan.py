@@ -9,6 +9,7 @@ import pytest
 
 from specgate.baselines import load_baselines
 from specgate.config import load_rig
+from specgate.duet import MAX_SWAP_SHARE
 from specgate.plan import SESSION_OVERHEAD_S, STOP_S, WINDOW_OVERHEAD_S, plan_session, stored_rates
 
 pytestmark = pytest.mark.fast
@@ -27,17 +28,21 @@ def _all_windows(rig, modes):
 
 def test_the_kimi_rig_costs_its_loads_and_its_windows_at_the_stored_rates():
     rig, rates = _rig_and_rates("kimi-k25-int4-8x-rtx6000")
-    plan = plan_session(rig, _all_windows(rig, ["no_spec", "ngram"]), rates)
+    # the two servers take turns on the 8 GPUs (sleep mode): every window is an alternation of both
+    plan = plan_session(rig, _all_windows(rig, ["ngram", "no_spec"]), rates)
+    assert plan.design == "alternate"
     assert [(s.label, s.startup_s) for s in plan.servers] == [("no_spec", 1800.0), ("ngram", 5400.0)]
-    assert len(plan.windows) == 8 and plan.requests == 8 * 18 and plan.tokens == 8 * 18 * 512
+    assert len(plan.windows) == 4 and plan.requests == 4 * 36 and plan.tokens == 4 * 36 * 512
     coding = plan.window(("ngram", "coding", 1))
-    # 18 requests of 512 tokens at the stored 46.4 tok/s, each with the rig's 1 s to a first token
-    assert coding.seconds == pytest.approx(18 * (512 / 46.4 + 1.0) + WINDOW_OVERHEAD_S)
+    # 18 requests of 512 tokens per side at the stored 46.4 and 62.6 tok/s, each with the rig's 1 s
+    # to a first token; swaps take at most MAX_SWAP_SHARE of the window
+    decoding = 18 * (512 / 46.4 + 1.0) + 18 * (512 / 62.6 + 1.0)
+    assert coding.seconds == pytest.approx(decoding / (1 - MAX_SWAP_SHARE) + WINDOW_OVERHEAD_S)
     assert coding.rate_source == "stored"
     assert plan.total_s == pytest.approx(1800 + 5400 + 2 * STOP_S + plan.measuring_s + SESSION_OVERHEAD_S)
-    assert 2.3 * 3600 < plan.total_s < 2.5 * 3600  # 2 h of loads, ~20 min of windows
+    assert 2.3 * 3600 < plan.total_s < 2.5 * 3600  # 2 h of loads, ~25 min of windows
     text = plan.render()
-    assert "ngram (start ~90m00s)" in text and "about 142m" in text
+    assert "ngram (start ~90m00s)" in text and "about 144m" in text and "take turns" in text
 
 
 def test_cpu_smollm2_counts_duets_once_with_their_settle_pauses_and_follow_up_bound():
@@ -78,7 +83,7 @@ def test_without_stored_figures_the_rig_stated_rate_is_used_else_the_duration_is
 
 def test_kept_servers_and_attached_ones_cost_no_start():
     rig, rates = _rig_and_rates("kimi-k25-int4-8x-rtx6000")
-    windows = _all_windows(rig, ["no_spec", "ngram"])
+    windows = _all_windows(rig, ["ngram", "no_spec"])
     reused = plan_session(rig, windows, rates, reused=["no_spec", "ngram"])
     assert reused.startup_s == 0 and "kept, reused" in reused.render()
     attached = plan_session(rig, [("no_spec", "coding", 1)], rates, attached=True)

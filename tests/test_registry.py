@@ -166,3 +166,19 @@ def test_the_vllm_build_is_read_from_the_server_command_s_python(tmp_path, monke
     assert registry.server_python("vllm") == sys.executable  # a console script: its interpreter
     assert registry.server_python("/usr/bin/python3") == "/usr/bin/python3"
     assert registry.server_python("no-such-command") == sys.executable
+
+
+def test_a_kept_server_a_session_may_not_reuse_is_stopped_and_started_again(fake, tmp_path, folder, reaper):
+    # an alternation's kept server that sleeps at a level this session does not know
+    rig, lines = _rig(tmp_path), []
+    with kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+                         progress=lines.append, before_start=None, folder=folder) as server:
+        pid = server.process.pid
+    again = kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+                            progress=lines.append, before_start=None, folder=folder,
+                            refuse=lambda kept: "it sleeps, at a level this session does not know")
+    assert isinstance(again, KeptVLLMServer) and _wait_gone(pid)
+    assert "not reusing the kept server" in lines[-1] and "it sleeps" in lines[-1]
+    nobody = registry.KeptServer(name="x", rig="r", label="m", fingerprint="f", pid=1, pgid=1, create_time=0.0,
+                                 host="127.0.0.1", port=9, served_model_name="m", log="l")
+    assert registry.awake_or_why(nobody, timeout_s=1.0).startswith("it did not say whether it sleeps")

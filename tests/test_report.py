@@ -17,6 +17,7 @@ from specgate.errors import RequestError
 from specgate.gates import GateResult
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
+from specgate.outcome import Outcome
 from specgate.report import NOT_STORED, STORING, render_markdown, render_text, speed_table
 from specgate.session import SessionOptions, SpecgateSession, load_report
 
@@ -62,11 +63,11 @@ def _session(tmp_path: Path) -> SpecgateSession:
               _measurement("no_spec", "math", [50.0, 52.0, 54.0]),
               _measurement("ngram", "math", [65.0, 64.0, 66.0], MATH_ACC)):
         session.measurements[(m.mode, m.prompt_class, m.concurrency)] = m
-    session.record(GateResult("throughput", "no_spec", "coding", 1, True, "throughput: within 5 %"))
-    session.record(GateResult("backfire", "ngram", "coding", 1, False, BACKFIRE_MESSAGE))
-    session.record(GateResult("lossless", "ngram", "coding", 1, True, "lossless: 3/3 identical"))
-    session.record(GateResult("backfire", "ngram", "math", 1, True, "backfire: ngram is 25 % faster"))
-    session.record(GateResult("acceptance", "ngram", "math", 1, True, "acceptance: within 5 %"))
+    session.record(GateResult("throughput", "no_spec", "coding", 1, Outcome.PASS, "throughput: within 5 %"))
+    session.record(GateResult("backfire", "ngram", "coding", 1, Outcome.FAIL, BACKFIRE_MESSAGE))
+    session.record(GateResult("lossless", "ngram", "coding", 1, Outcome.PASS, "lossless: 3/3 identical"))
+    session.record(GateResult("backfire", "ngram", "math", 1, Outcome.PASS, "backfire: ngram is 25 % faster"))
+    session.record(GateResult("acceptance", "ngram", "math", 1, Outcome.PASS, "acceptance: within 5 %"))
     return session
 
 
@@ -140,8 +141,8 @@ def test_declared_backfire_and_unmeasured_class(tmp_path: Path) -> None:
     session = _session(tmp_path)
     session.results = [r for r in session.results
                        if not (r.gate == "backfire" and r.prompt_class == "coding")]
-    session.record(GateResult("backfire", "ngram", "coding", 1, False, "backfire: ngram is 26 % slower",
-                              declared="n-gram lookup cannot help free-form code"))
+    session.record(GateResult("backfire", "ngram", "coding", 1, Outcome.DECLARED_BACKFIRE,
+                              "backfire: ngram is 26 % slower", declared="n-gram lookup cannot help free-form code"))
     session.failures[("ngram", "structured_json", 1)] = RequestError("HTTP 500 from the server\ntraceback...")
     report = session.report_data(complete=False)
     text = render_text(report)
@@ -177,7 +178,7 @@ def test_gates_that_decided_nothing_are_not_called_passed(tmp_path: Path, not_st
                              "b.json; store them with: pytest -m cpu --rig cpu-smollm2 --update-baselines")
     session.record_undecided("throughput", ngram_math, storing, "this run's figures of ... will be stored")
     session.record_undecided("acceptance", ngram_math, storing, "this run's figures of ... will be stored")
-    session.record(GateResult("backfire", "ngram", "math", 1, True, "backfire: ngram is 25 % faster"))
+    session.record(GateResult("backfire", "ngram", "math", 1, Outcome.PASS, "backfire: ngram is 25 % faster"))
     report = load_report(session.write_report(complete=True))
     markdown = render_markdown(report)
     assert "All gates passed." not in markdown
@@ -234,7 +235,7 @@ def test_markdown_rows_have_as_many_cells_as_the_header(report: dict[str, Any]) 
     assert len(set(cells)) == 1, table
 
 
-LAB13 = Path(__file__).resolve().parent.parent / "docs" / "lab" / "2026-12-02-h200-visit13"
+LAB13 = Path(__file__).resolve().parent / "data" / "lab" / "2026-12-02-h200-visit13"
 
 
 def test_the_environment_table_and_the_host_bound_notice_on_a_real_lab_session():

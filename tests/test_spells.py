@@ -14,7 +14,7 @@ from specgate.spells import slow_spell
 
 pytestmark = pytest.mark.fast
 
-LAB14 = Path(__file__).resolve().parent.parent / "docs" / "lab" / "2026-12-02-h200-visit14"
+LAB14 = Path(__file__).resolve().parent / "data" / "lab" / "2026-12-02-h200-visit14"
 
 
 def _report(session: str) -> dict:

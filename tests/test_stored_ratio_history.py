@@ -1,5 +1,5 @@
 """The stored-ratio throughput gate across sessions, on the GPU lab's real reports
-(docs/lab/2026-12-01-h200-draft4l): draft_al30 against the live no-speculation server measured
+(docs/journal/lab/2026-12-01-h200-draft4l.md): draft_al30 against the live no-speculation server measured
 1.538 (s1b), 1.624 (s2) and 1.630 (s3) in three fresh sessions (Hodges-Lehmann; with the prompts as strata,
 as they are stored now, 1.534, 1.617 and 1.628), nothing changed in between."""
 
@@ -14,11 +14,12 @@ from specgate.cli import main
 from specgate.config import load_rig
 from specgate.gates import check_throughput
 from specgate.measure import ClassMeasurement
+from specgate.outcome import Outcome
 
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB = ROOT / "docs" / "lab" / "2026-12-01-h200-draft4l"
+LAB = ROOT / "tests" / "data" / "lab" / "2026-12-01-h200-draft4l"
 RIG = "h200-llama8b-dummy"
 
 
@@ -73,7 +74,7 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
     # 0.942x (0.910-0.976; Hodges-Lehmann gave 0.944x, 0.906-0.977): nothing changed, and only the
     # stored window's interval kept this from failing at 0.97; the message says the spread between
     # sessions is not known.
-    assert one.passed and one.details["verdict"] == "undecided"
+    assert one.outcome is Outcome.UNDECIDED and one.details["verdict"] == "undecided"
     assert round(one.details["ratio"], 3) == 0.942 and 0.97 < one.details["ci_high"] < 0.98
     assert "session-to-session spread unknown (fewer than 3 stored ratios, no start_noise)" in one.message
 
@@ -81,9 +82,10 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
     _adopt(all_three, s1b, s2, s3)
     three = check_throughput(rig, window, lookup(load_baselines(all_three), RIG, "draft_al30", "coding", 1))
     assert three.details["ratio"] == pytest.approx(one.details["ratio"])
-    assert three.passed and three.details["verdict"] == "undecided"
+    assert three.outcome is Outcome.UNDECIDED and three.details["verdict"] == "undecided"
     assert three.details["ci_low"] < one.details["ci_low"] and three.details["ci_high"] > 1.0
-    assert "session-to-session spread 3.3 % from 3 stored ratios" in three.message
+    # the spread of 3 stored ratios is an estimate with 2 degrees of freedom: scaled by t = 4.30, not 1.96
+    assert "session-to-session spread 3.3 % from 3 stored ratios (t, 2 df = 4.30)" in three.message
 
 
 def test_with_fewer_than_3_stored_ratios_the_rigs_start_noise_stands_in_for_the_sessions(tmp_path, baselines):
@@ -99,4 +101,5 @@ def test_with_fewer_than_3_stored_ratios_the_rigs_start_noise_stands_in_for_the_
     widened = check_throughput(noisy, _window(s1b, "draft_al30"), entry)
     assert widened.details["ratio"] == pytest.approx(plain.details["ratio"])
     assert widened.details["ci_low"] < plain.details["ci_low"] and widened.details["ci_high"] > 1.0
-    assert "from the rig's start noise (2 % per start, four starts) until 3 ratios are stored" in widened.message
+    assert "from the rig's start noise (2 % per start, four starts, z = 1.96) until 3 ratios are stored" \
+        in widened.message

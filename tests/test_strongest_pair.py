@@ -1,5 +1,5 @@
 """A pair standing out of a two-mode window (one hiccup request) is named beside the verdict,
-never deciding it: replayed on visit 9's real GPU-bound windows (docs/lab/2026-12-01-h200-visit9:
+never deciding it: replayed on visit 9's real GPU-bound windows (docs/journal/lab/2026-12-01-h200-visit9.md:
 E2's eagle3_al30 had one request decoding at 437.8 instead of ~540 tok/s) and on stand-ins."""
 
 import gzip
@@ -19,7 +19,7 @@ from specgate.report import notice_lines
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-VISIT9 = ROOT / "docs" / "lab" / "2026-12-01-h200-visit9"
+VISIT9 = ROOT / "tests" / "data" / "lab" / "2026-12-01-h200-visit9"
 PROMPTS = [p for p in ("a", "b", "c", "d", "e", "f") for _ in range(2)]  # 6 prompts x 2 repeats
 
 

@@ -79,7 +79,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    deselect_speculative_only(config, items, get_session(config))
+    specgate = get_session(config)
+    deselect_speculative_only(config, items, specgate)
+    if any(item.get_closest_marker("perf") for item in items):
+        refuse_bad_inputs(config, specgate)
+
+
+def refuse_bad_inputs(config: pytest.Config, specgate) -> None:
+    """Every file the perf tests need, read and validated before any server starts (the session's
+    validate_inputs): one usage error naming the file and key. An xdist worker cannot stop the run
+    (it would crash and be restarted): its perf tests fail at setup with the message instead, and
+    the controller refuses first where it can tell a perf run (pytest_sessionstart)."""
+    try:
+        specgate.validate_inputs()
+    except ConfigError as exc:
+        if hasattr(config, "workerinput"):
+            specgate.options.worker_refusal = f"specgate: {exc}"
+            return
+        raise pytest.UsageError(f"specgate: {exc} (checked before any server starts)") from None
 
 
 class _Ordering:
@@ -102,6 +119,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     specgate = get_session(session.config)
+    if _xdist_controller_of_a_perf_run(session.config):
+        refuse_bad_inputs(session.config, specgate)
     if hasattr(session.config, "workerinput"):
         try:
             specgate.options.worker_gpus = worker_gpus(session.config, specgate)
@@ -113,12 +132,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             specgate.options.worker_refusal = str(exc)
 
 
+def _xdist_controller_of_a_perf_run(config: pytest.Config) -> bool:
+    """The xdist controller collects nothing, so it cannot see perf items: a -m expression that
+    selects a tier (cpu, gpu, perf) is taken as one."""
+    if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
+        return False
+    words = (config.option.markexpr or "").replace("(", " ").replace(")", " ").split()
+    return any(w in ("cpu", "gpu", "perf") and (i == 0 or words[i - 1] != "not") for i, w in enumerate(words))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Fail before any fixture runs, so no server is started by an xdist worker.
     if hasattr(item.config, "workerinput") and item.get_closest_marker("perf"):
         session = get_session(item.config)
-        if session.options.worker_gpus is None:
+        if session.options.worker_gpus is None or session.options.worker_refusal:
             pytest.fail(session.options.worker_refusal or XDIST_REFUSAL, pytrace=False)
     if item.get_closest_marker("perf"):
         cost.check_budget(item, get_session(item.config))

@@ -91,6 +91,7 @@ def configure_session(config: pytest.Config) -> None:
         api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
         record_dir=config.getoption("record_responses"), ab=ab_from_options(config),
         time_budget_s=session_budget_s(config),
+        undecided_policy=config.getoption("specgate_undecided"),
         keep_servers=bool(config.getoption("specgate_keep_servers")),
     )
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=progress_writer(config))

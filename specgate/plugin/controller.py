@@ -6,39 +6,55 @@ from __future__ import annotations
 
 import pytest
 
+from specgate.outcome import Outcome, outcome_of_kind, outcome_text, pytest_action
 from specgate.session import SpecgateSession
+
+
+def _controller_outcomes(specgate: SpecgateSession) -> dict[tuple[str, str, str, int], tuple[Outcome, str]]:
+    """Every gate result the session holds, decided or not: (gate, mode, class, concurrency) ->
+    (its outcome, its message)."""
+    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.message) for r in specgate.results}
+    for u in specgate.undecided:
+        found[(u["gate"], u["mode"], u["prompt_class"], u["concurrency"])] = (
+            Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(u["kind"]), u["message"])
+    return found
 
 
 def deferred_test_reports(specgate: SpecgateSession) -> list[pytest.TestReport]:
     """One call-phase report per test a worker deferred, with the controller's verdict, under the
-    test's node id with "-controller" added to its parameters (the worker reported it as skipped)."""
-    decided = {(r.gate, r.mode, r.prompt_class, r.concurrency): r for r in specgate.results}
+    test's node id with "-controller" added to its parameters (the worker reported it as skipped).
+    Its pytest outcome comes from specgate.outcome.pytest_action, as on a single process."""
+    results = _controller_outcomes(specgate)
+    policy = specgate.outcome_policy
     reports = []
     for worker in specgate.worker_reports:
         for nodeid, (gate, mode, prompt_class, concurrency) in worker.get("deferred_tests", {}).items():
-            result = decided.get((gate, mode, prompt_class, concurrency))
-            if result is None:  # a window is missing: already reported as NOT MEASURED
+            found = results.get((gate, mode, prompt_class, concurrency))
+            if found is None:  # a window is missing: already reported as NOT MEASURED
                 continue
-            if result.passed:
-                outcome, longrepr = "passed", None
-            elif result.declared:  # as the worker would have: an expected failure
-                outcome, longrepr = "skipped", None
-            else:
-                outcome, longrepr = "failed", f"{gate} gate (decided on the xdist controller): {result.message}"
+            outcome, message = found
+            action = pytest_action(outcome, policy)
+            text = f"{outcome_text(gate, outcome, message, policy)} (decided on the xdist controller)"
             base = nodeid.split("@")[0]  # without xdist's "@<group>" suffix
             controller_id = f"{base[:-1]}-controller]" if base.endswith("]") else f"{base}[controller]"
             path, _, name = controller_id.partition("::")
+            if action == "skipped":  # as pytest.skip would report it: (file, line, reason)
+                longrepr: object = (path, 0, f"Skipped: {text}")
+            else:
+                longrepr = text if action == "failed" else None
             report = pytest.TestReport(nodeid=controller_id, location=(path, None, name), keywords={},
-                                       outcome=outcome, longrepr=longrepr, when="call")
-            if result.declared and not result.passed:
-                report.wasxfail = f"declared backfire: {result.declared}"
+                                       outcome="skipped" if action == "xfailed" else action, longrepr=longrepr,
+                                       when="call")
+            if action == "xfailed":
+                report.wasxfail = text
             reports.append(report)
     return reports
 
 
 def decide_deferred_gates(specgate: SpecgateSession) -> bool:
     """xdist controller: the backfire and lossless gates workers deferred, on the merged windows.
-    Returns True when one of them failed (the run then exits as failed)."""
+    Returns True when one of them failed, by its outcome or by the policy for an outcome that
+    decides nothing (the run then exits as failed)."""
     from specgate.gates import check_backfire, check_lossless
     from specgate.measure import ClassMeasurement
 
@@ -53,8 +69,8 @@ def decide_deferred_gates(specgate: SpecgateSession) -> bool:
             continue  # the missing window is already reported as NOT MEASURED
         m, r = ClassMeasurement.from_dict(mine), ClassMeasurement.from_dict(ref)
         for result in (check_backfire(specgate.rig, m, r), check_lossless(specgate.rig, m, r)):
-            specgate.record(result)
-            failed |= not result.passed and not result.declared
+            specgate.record(result)  # an undecided one is listed as undecided, never as passed
+            failed |= pytest_action(result.outcome, specgate.outcome_policy) == "failed"
     specgate.deferred_failed = failed
     return failed
 

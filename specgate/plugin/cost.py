@@ -24,7 +24,7 @@ from specgate.progress import SessionProgress
 from specgate.server import format_elapsed
 from specgate.session import SpecgateSession
 
-NOT_RUN = "not run"  # the undecided kind of a gate the session's budget left out (report: NOT RUN)
+NOT_RUN = "not run"  # the undecided kind of a gate the session's budget left out (Outcome.NOT_RUN)
 GATE_ORDER = ("backfire", "throughput", "lossless", "acceptance")
 
 COST_KEY = pytest.StashKey["SessionCost"]()
@@ -175,15 +175,23 @@ def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.mon
         _bound_follow_ups(specgate, cost, key, [s.label for s in starts], left - needed, clock)
         return
     mode, prompt_class, concurrency = key
-    why = (f"{gate_of(item)} gate of {mode} on {prompt_class} (concurrency {concurrency}) NOT RUN: the session's "
-           f"time budget (--specgate-session-budget {format_elapsed(budget)}) has {format_elapsed(max(0.0, left))} "
-           f"left and its window needs ~{format_elapsed(needed)}"
+    why = (f"{mode} on {prompt_class} (concurrency {concurrency}) not run: the session's time budget "
+           f"(--specgate-session-budget {format_elapsed(budget)}) has {format_elapsed(max(0.0, left))} left and "
+           f"its window needs ~{format_elapsed(needed)}"
            + (f" (with the start of {', '.join(s.label for s in starts)})" if starts else "")
            + "; the windows run in the order that decides backfire first")
-    specgate.record_undecided(gate_of(item), SimpleNamespace(mode=mode, prompt_class=prompt_class,
-                                                             concurrency=concurrency), NOT_RUN, why)
+    gate = gate_of(item)
+    specgate.record_undecided(gate, SimpleNamespace(mode=mode, prompt_class=prompt_class,
+                                                    concurrency=concurrency), NOT_RUN, why)
     cost.not_run.append(item.nodeid)
-    pytest.skip(why)
+    # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
+    from specgate.outcome import Outcome, outcome_text, pytest_action
+
+    policy = specgate.outcome_policy
+    text = outcome_text(gate, Outcome.NOT_RUN, why, policy)
+    if pytest_action(Outcome.NOT_RUN, policy) == "failed":
+        pytest.fail(text, pytrace=False)
+    pytest.skip(text)
 
 
 def _bound_follow_ups(specgate: SpecgateSession, cost: SessionCost, key: WindowKey, starting: list[str],

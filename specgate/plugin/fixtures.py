@@ -30,18 +30,35 @@ def rig(specgate_session: SpecgateSession):
 
 
 @pytest.fixture(scope="session")
-def reference_server(specgate_session: SpecgateSession) -> Iterator[Any]:
+def server_turns(specgate_session: SpecgateSession) -> Any:
+    """Rigs whose servers take turns on the same GPUs (design "alternate", specgate.design): the
+    specgate.sleep.SleepController every server of the session registers with. None elsewhere."""
+    session = specgate_session
+    if session.options.attach_url or session.rig.arrangement.name != "alternate":
+        return None
+    from specgate.sleep import SleepController
+
+    rig = session.rig
+    session.progress(f"design: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
+    return SleepController(rig, progress=session.progress,
+                           gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+@pytest.fixture(scope="session")
+def reference_server(specgate_session: SpecgateSession, server_turns) -> Iterator[Any]:
     """Duet rigs: the no-speculation server, started before any other and live for the whole
-    session; every mode's windows alternate requests with it. None on other designs."""
+    session; every mode's windows alternate requests with it (or take turns with it: an
+    alternation). None on other designs."""
     session = specgate_session
     if session.rig.design != "duet" or session.options.attach_url:
         yield None
         return
-    yield from serve(session, session.rig.mode(session.rig.reference_mode))
+    yield from serve(session, session.rig.mode(session.rig.reference_mode), turns=server_turns)
 
 
 @pytest.fixture(scope="session")
-def partner_server(mode, specgate_session: SpecgateSession, request: pytest.FixtureRequest) -> Iterator[Any]:
+def partner_server(mode, specgate_session: SpecgateSession, server_turns,
+                   request: pytest.FixtureRequest) -> Iterator[Any]:
     """The server a mode's windows alternate with: the live reference (duet rigs; none for the
     reference mode itself), the same mode on the reference side (A/B), or none (one at a time)."""
     session, rig = specgate_session, specgate_session.rig
@@ -50,11 +67,11 @@ def partner_server(mode, specgate_session: SpecgateSession, request: pytest.Fixt
     elif rig.design == "duet":
         yield None if mode.name == rig.reference_mode else request.getfixturevalue("reference_server")
     else:  # A/B: the reference side starts first
-        yield from serve(session, mode, side="reference")
+        yield from serve(session, mode, side="reference", turns=server_turns)
 
 
 @pytest.fixture(scope="session")
-def vllm_server(mode, partner_server, specgate_session: SpecgateSession,
+def vllm_server(mode, partner_server, specgate_session: SpecgateSession, server_turns,
                 request: pytest.FixtureRequest) -> Iterator[Any]:
     """One server per mode per session (per side in an A/B): started here, torn down (whole
     process group) after the mode's last test, or attached to with --vllm-url. A duet rig's
@@ -63,12 +80,13 @@ def vllm_server(mode, partner_server, specgate_session: SpecgateSession,
     if rig.design == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
         yield request.getfixturevalue("reference_server")
         return
-    yield from serve(session, mode, side="candidate" if rig.design == "ab" else None)
+    yield from serve(session, mode, side="candidate" if rig.design == "ab" else None, turns=server_turns)
 
 
-def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterator[Any]:
+def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any = None) -> Iterator[Any]:
     """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record what it runs on,
-    yield it, tear it down."""
+    yield it, tear it down. With ``turns`` (an alternation) the server starts with sleep mode,
+    after the awake one went to sleep, and takes turns with the others."""
     from specgate.fingerprint import collect, measured_with, server_vllm_version
     from specgate.server import AttachedServer, VLLMServer, check_local_paths
 
@@ -85,12 +103,22 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterato
         # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded.
         guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
         spec = build_server_spec(session, mode, side)
+        if turns is not None:
+            from specgate.sleep import run, with_sleep_mode
+
+            spec = with_sleep_mode(spec)
+            try:
+                run(turns.make_room())
+            except SpecgateError as exc:
+                pytest.fail(str(exc), pytrace=False)
         if session.options.keep_servers:
-            server = _kept_or_started(session, mode, side, spec, guard)
+            server = _kept_or_started(session, mode, side, spec, guard, alternating=turns is not None)
         else:
             server = VLLMServer(spec, progress=session.progress, before_start=guard)
     with server:
         session.live_servers += 1
+        if turns is not None:
+            turns.add(server, speculative=mode.is_speculative)
         try:
             session.servers[label] = {
                 "base_url": "attached" if session.options.attach_url else server.base_url,
@@ -107,20 +135,24 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None) -> Iterato
             yield server
         finally:
             session.live_servers -= 1
+            if turns is not None:
+                turns.remove(server)
 
 
-def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard):
+def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *, alternating: bool):
     """--specgate-keep-servers: a kept server of the same fingerprint, else a new one kept after
-    the session. On a one-server-at-a-time GPU rig the rig's other kept servers hold the GPUs this
-    one needs: they are stopped first."""
-    from specgate.registry import kept_or_started
+    the session. On a one-server-at-a-time GPU rig without sleep mode the rig's other kept servers
+    hold the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every
+    server stays loaded, but only an awake kept one is reused: the level a sleeping one went to
+    sleep at (level 2 drops its weights) is not known across sessions."""
+    from specgate.registry import awake_or_why, kept_or_started
 
     rig = session.rig
     label = f"{mode.name}@{side}" if side else mode.name
-    others = [m.name for m in rig.modes if m.name != mode.name] if rig.tier == "gpu" and rig.design == "sequential" \
-        else []
+    one_at_a_time = rig.tier == "gpu" and rig.design == "sequential" and not alternating
+    others = [m.name for m in rig.modes if m.name != mode.name] if one_at_a_time else []
     return kept_or_started(spec, rig=rig, mode_label=label, python=spec.argv[0], progress=session.progress,
-                           before_start=guard, stop_others=others)
+                           before_start=guard, stop_others=others, refuse=awake_or_why if alternating else None)
 
 
 def _record(session: SpecgateSession, server, mode) -> None:
@@ -158,7 +190,7 @@ def gpu_guard(rig, worker_gpus: str | None):
 
 @pytest.fixture
 def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_server, mode, prompt_class, concurrency,
-                      specgate_session: SpecgateSession):
+                      specgate_session: SpecgateSession, server_turns):
     """The measurement window of (mode, class, concurrency), taken once and shared by every gate.
 
     The test that takes it also records it with pytest-benchmark (one round per pass over the
@@ -180,6 +212,12 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
             ab = rig.design == "ab"
             kwargs.update(partner=partner_server, partner_side="reference" if ab else "partner",
                           partner_mode=mode if ab else rig.mode(rig.reference_mode))
+            if server_turns is not None:
+                kwargs["turns"] = server_turns
+        elif server_turns is not None and fresh:  # a window of its own on an alternation's server: wake it
+            from specgate.sleep import run
+
+            run(server_turns.activate(vllm_server))
         measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency, **kwargs)
     except SpecgateError as exc:
         pytest.fail(str(exc), pytrace=False)

@@ -1,5 +1,6 @@
-"""GateKeeper: runs one gate on one measurement, records the result in the session and turns it
-into the test's outcome (pass, fail, xfail for a declared backfire, skip for an undecided gate).
+"""GateKeeper: runs one gate on one measurement, records the result in the session and turns its
+:class:`specgate.outcome.Outcome` into the test's (specgate.outcome.pytest_action: pass, fail, xfail
+for a declared backfire, skip or fail by the policy for a gate that decided nothing).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import warnings
 
 import pytest
 
+from specgate.outcome import Outcome, outcome_text, pytest_action
 from specgate.report import NOT_STORED, STORING
 from specgate.session import SpecgateSession
 
@@ -55,21 +57,25 @@ class GateKeeper:
             message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store them "
                        f"with: pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines")
             self.session.record_undecided(gate, m, NOT_STORED, message)
-            pytest.fail(message, pytrace=False)
+            self._act(gate, Outcome.NOT_STORED, message)
         return entry
+
+    def _act(self, gate: str, outcome: Outcome, message: str) -> None:
+        """End the test as ``outcome`` says under the session's policy (the one mapping)."""
+        __tracebackhide__ = True
+        policy = self.session.outcome_policy
+        action, text = pytest_action(outcome, policy), outcome_text(gate, outcome, message, policy)
+        if action == "skipped":
+            pytest.skip(text)
+        if action == "xfailed":
+            pytest.xfail(text)
+        if action == "failed":
+            pytest.fail(text, pytrace=False)
 
     def _finish(self, result) -> None:
         __tracebackhide__ = True
-        if result.details.get("undecided"):  # the interval straddles the threshold (or another reason): never "passed"
-            kind = result.details.get("undecided_kind", "inconclusive")
-            self.session.record_undecided(result.gate, result, kind, result.message, result.details)
-            pytest.skip(f"{result.gate} gate undecided: {result.message}")
-        self.session.record(result)
-        if result.passed:
-            return
-        if result.declared:
-            pytest.xfail(f"declared backfire, reported and not failed: {result.message}")
-        pytest.fail(f"{result.gate} gate: {result.message}", pytrace=False)
+        self.session.record(result)  # one that decided nothing is listed as such, never as passed
+        self._act(result.gate, result.outcome, result.message)
 
     def throughput(self, m) -> None:
         __tracebackhide__ = True
@@ -90,7 +96,7 @@ class GateKeeper:
             # machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
             note = f"{self._stored_entry(m, fit)}; not compared; refresh it with: {self._refresh(m)}"
             self.session.record_undecided("throughput", m, "other machine", note)
-            pytest.skip(f"throughput gate undecided: {note}")
+            self._act("throughput", Outcome.OTHER_MACHINE, note)
         result = check_throughput(self.rig, m, stored)
         result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median, self._refresh(m)))
         self._finish(result)
@@ -111,8 +117,8 @@ class GateKeeper:
         if fit.kind == OTHER_MEASUREMENT or strict:
             note = f"{self._stored_entry(m, fit)}; refresh it with: {self._refresh(m)}"
             self.session.record_undecided(gate, m, "fingerprint", note)
-            if fit.kind == OTHER_MEASUREMENT and not strict:  # undecided: reported, never a pass or a failure
-                pytest.skip(f"{gate} gate undecided: {note}")
+            if fit.kind == OTHER_MEASUREMENT and not strict:  # not comparable: undecided
+                self._act(gate, Outcome.UNDECIDED, note)
             pytest.fail(note + (" (--strict-fingerprint)" if strict else ""), pytrace=False)
         if fit.kind != SAME and gate == "throughput":
             warnings.warn(self._stored_entry(m, fit), stacklevel=1)
@@ -132,11 +138,7 @@ class GateKeeper:
         else:
             stored, label = self._stored(m, "acceptance"), "stored"
             self._comparable(m, stored, "acceptance")
-        result = check_acceptance(self.rig, m, stored, reference_label=label)
-        if result.details.get("undecided"):  # too few drafts: neither a pass nor a failure
-            self.session.record_undecided("acceptance", m, "too few drafts", result.message)
-            pytest.skip(f"acceptance gate undecided: {result.message}")
-        self._finish(result)
+        self._finish(check_acceptance(self.rig, m, stored, reference_label=label))
 
     def _reference(self, m):
         if m.partner is not None and m.partner.side != "reference" and m.partner.mode == self.rig.reference_mode:
@@ -169,7 +171,7 @@ class GateKeeper:
         from specgate.gates import check_backfire
 
         result = check_backfire(self.rig, m, self._reference(m))
-        if result.passed and result.declared and not result.details.get("undecided"):
+        if result.outcome is Outcome.PASS and result.declared:
             warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "
                           f"{result.message}", stacklevel=1)
         self._finish(result)

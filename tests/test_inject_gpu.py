@@ -1,0 +1,193 @@
+"""The GPU-side slowdown injector (specgate.inject's GPU mode) without a GPU: the environment it
+answers to, the share it injects (fake CUDA events on a simulated GPU timeline), which runner
+classes it patches, and its patch on import."""
+
+import sys
+import types
+
+import pytest
+
+from specgate import inject
+
+pytestmark = pytest.mark.fast
+
+
+class Gpu:
+    """A simulated stream: work advances ``busy_until``; an event is done once ``now`` reaches it."""
+
+    def __init__(self, cycles_per_ms: float):
+        self.busy_until = 0.0
+        self.now = 0.0
+        self.cycles_per_ms = cycles_per_ms
+
+    def work(self, ms: float) -> None:
+        self.busy_until += ms
+
+    def spin(self, cycles: int) -> None:
+        self.work(cycles / self.cycles_per_ms)
+
+    def event(self):
+        gpu = self
+        at = self.busy_until
+
+        class Event:
+            def query(self):
+                return gpu.now >= at
+
+            def elapsed_time(self, other):
+                return other.at - at
+
+        e = Event()
+        e.at = at
+        return e
+
+
+def run_steps(pacer: inject.GpuPacer, gpu: Gpu, steps: int, forward_ms=9.0, sample_ms=1.0, wait=True):
+    for _ in range(steps):
+        pacer.begin("execute_model")
+        gpu.work(forward_ms)
+        pacer.end("execute_model")
+        pacer.begin("sample_tokens")
+        gpu.work(sample_ms)
+        pacer.end("sample_tokens")
+        if wait:
+            gpu.now = gpu.busy_until  # the host caught up: earlier events are done
+
+
+def pacer_on(gpu: Gpu, fraction: float, calibrated: float) -> inject.GpuPacer:
+    calls = []
+
+    def calibrate():
+        calls.append(1)
+        return calibrated
+
+    pacer = inject.GpuPacer(inject.Slowdown(fraction), make_event=gpu.event, spin=gpu.spin, calibrate=calibrate,
+                            log=lambda line: None)
+    pacer.calibrate_calls = calls
+    return pacer
+
+
+def test_gpu_mode_is_inert_unless_asked_and_names_a_bad_value():
+    assert inject.Slowdown.from_environ({}, gpu=True) is None
+    assert inject.Slowdown.from_environ({"SPECGATE_SLOWDOWN": "0.1"}, gpu=True) is None
+    assert inject.Slowdown.from_environ({"SPECGATE_GPU_SLOWDOWN": "0.05"}, gpu=True).fraction() == 0.05
+    assert inject.Slowdown.from_environ({"SPECGATE_GPU_SLOWDOWN_FILE": "/x"}, gpu=True).path == "/x"
+    with pytest.raises(ValueError, match="SPECGATE_GPU_SLOWDOWN"):
+        inject.Slowdown.from_environ({"SPECGATE_GPU_SLOWDOWN": "lots"}, gpu=True)
+
+
+def test_each_step_gets_its_fraction_of_the_median_step_time_on_the_gpu():
+    gpu = Gpu(cycles_per_ms=1_000_000)
+    pacer = pacer_on(gpu, 0.05, calibrated=1_000_000)
+    run_steps(pacer, gpu, inject.MIN_STEPS + 1)
+    assert pacer.injected_ms() == pytest.approx(0.05 * 10.0)  # forward 9 ms + sampling 1 ms
+    run_steps(pacer, gpu, 200)
+    assert pacer.injected_ms_total / pacer.step_ms_total == pytest.approx(0.05, rel=0.06)
+    assert pacer.calibrate_calls == [1]  # calibrated once; later from the spins themselves
+    assert "asked 5 %" in pacer.report()
+
+
+def test_a_wrong_calibration_is_corrected_by_the_spins_it_measures():
+    gpu = Gpu(cycles_per_ms=1_500_000)  # the clock under load is faster than the calibration said
+    pacer = pacer_on(gpu, 0.10, calibrated=1_000_000)
+    run_steps(pacer, gpu, 300)
+    pacer.injected_ms_total = pacer.step_ms_total = 0.0
+    run_steps(pacer, gpu, 100)
+    assert pacer.injected_ms_total / pacer.step_ms_total == pytest.approx(0.10, rel=0.02)
+
+
+def test_steps_still_running_are_not_read_and_nothing_waits_for_them():
+    gpu = Gpu(cycles_per_ms=1_000_000)
+    pacer = pacer_on(gpu, 0.05, calibrated=1_000_000)
+    run_steps(pacer, gpu, 20, wait=False)  # the host runs ahead: no event is done yet
+    assert not pacer.step_ms and pacer.injected_ms() == 0.0 and len(pacer.pending) == 20
+    gpu.now = gpu.busy_until
+    run_steps(pacer, gpu, 1)
+    assert len(pacer.step_ms) == 20
+
+
+def runner_module(name="fake_runner"):
+    module = types.ModuleType(name)
+    calls = []
+
+    class GPUModelRunner:
+        def execute_model(self, scheduler_output, intermediate_tensors=None, dummy_run=False):
+            calls.append(("execute_model", dummy_run))
+            return "forward"
+
+        def sample_tokens(self, grammar_output):
+            calls.append(("sample_tokens", None))
+            return "sampled"
+
+    module.GPUModelRunner = GPUModelRunner
+    module.calls = calls
+    return module
+
+
+class Pacer:
+    def __init__(self):
+        self.seen = []
+
+    def begin(self, phase):
+        self.seen.append(("begin", phase))
+
+    def end(self, phase):
+        self.seen.append(("end", phase))
+
+
+def test_both_runners_are_patched_once_and_dummy_runs_pass_untouched():
+    v2, v1 = runner_module("vllm.v1.worker.gpu.model_runner"), runner_module("vllm.v1.worker.gpu_model_runner")
+    modules = {m.__name__: m for m in (v2, v1)}
+    pacer = Pacer()
+
+    def import_module(name):
+        return modules[name]
+
+    names = inject.patch_gpu_runners(lambda runner: pacer, import_module=import_module)
+    assert names == [f"{m}.GPUModelRunner.{meth}" for m in inject.GPU_RUNNER_MODULES
+                     for meth in ("execute_model", "sample_tokens")]
+    assert inject.patch_gpu_runners(lambda runner: pacer, import_module=import_module) == []  # once
+    runner = v2.GPUModelRunner()
+    step = types.SimpleNamespace(total_num_scheduled_tokens=3)
+    assert runner.execute_model(step) == "forward" and runner.sample_tokens(None) == "sampled"
+    assert pacer.seen == [("begin", "execute_model"), ("end", "execute_model"),
+                          ("begin", "sample_tokens"), ("end", "sample_tokens")]
+    runner.execute_model(step, dummy_run=True)
+    runner.execute_model(types.SimpleNamespace(total_num_scheduled_tokens=0))
+    assert len(pacer.seen) == 4  # neither a dummy run nor an empty step is timed
+
+
+def test_a_missing_runner_module_is_skipped():
+    def import_module(name):
+        if name == "vllm.v1.worker.gpu.model_runner":
+            raise ImportError(name)
+        return runner_module(name)
+
+    assert inject.patch_gpu_runners(lambda r: None, import_module=import_module) == [
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner.execute_model",
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner.sample_tokens"]
+
+
+def test_the_runner_is_patched_when_vllm_imports_it(tmp_path, monkeypatch):
+    (tmp_path / "specgate_fake_runner_mod.py").write_text(
+        "class GPUModelRunner:\n    def execute_model(self, s):\n        return 1\n"
+        "    def sample_tokens(self, g):\n        return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    patched = []
+    finder = inject._PatchOnImport(("specgate_fake_runner_mod",),
+                                   lambda module: patched.append(inject.patch_runner_module(module, lambda r: None)))
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    import specgate_fake_runner_mod
+
+    assert patched == [["specgate_fake_runner_mod.GPUModelRunner.execute_model",
+                        "specgate_fake_runner_mod.GPUModelRunner.sample_tokens"]]
+    assert specgate_fake_runner_mod.GPUModelRunner().execute_model(None) == 1
+    monkeypatch.delitem(sys.modules, "specgate_fake_runner_mod")
+
+
+def test_register_stays_inert_without_either_variable(monkeypatch):
+    for name in ("SPECGATE_SLOWDOWN", "SPECGATE_SLOWDOWN_FILE", "SPECGATE_GPU_SLOWDOWN", "SPECGATE_GPU_SLOWDOWN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    before = list(sys.meta_path)
+    inject.register()
+    assert sys.meta_path == before
