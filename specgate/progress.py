@@ -36,6 +36,9 @@ class SessionProgress:
         self._last_status: float | None = None
         self._last_done = -1
         self._keys = {w.key for w in plan.windows}
+        # when the count of windows done and servers up last changed: the work in progress since
+        # then is taken off the time left (up to the next window's estimate)
+        self._progress_mark: tuple[int, float] | None = None
 
     # -- what is known --------------------------------------------------------------------------
     def done(self) -> dict[WindowKey, float | None]:
@@ -71,6 +74,19 @@ class SessionProgress:
                     if not s.reused and s.label not in servers and s.label not in starting)
         return left
 
+    def _in_progress_s(self) -> float:
+        """Seconds of work done since the windows done or servers up last changed, up to the next
+        window's (or server's) estimate: what a long window has already spent of the time left."""
+        done = self.done()
+        _, servers = self.state()
+        count, now = len(done) + len(servers), self.clock()
+        if self._progress_mark is None or self._progress_mark[0] != count:
+            self._progress_mark = (count, now)
+            return 0.0
+        pending = [s.startup_s for s in self.plan.servers if not s.reused and s.label not in servers]
+        pending += [(w.seconds or 0.0) * self.pace() for w in self.plan.windows if w.key not in done]
+        return min(now - self._progress_mark[1], pending[0] if pending else 0.0)
+
     def status_line(self) -> str:
         now = self.clock()
         done = self.done()
@@ -83,6 +99,7 @@ class SessionProgress:
         if left is None:
             return line + ", time left unknown (no rate for some window)"
         pace = self.pace()
+        left = max(0.0, left - self._in_progress_s())
         return line + f", ~{format_elapsed(left)} left" + (
             f" (measured pace {pace:.2f}x the plan)" if any(v is not None for v in done.values()) else " (the plan's)")
 

@@ -92,3 +92,16 @@ def test_an_unknown_rate_says_the_time_left_is_unknown():
     plan = SessionPlan(rig="r", design="sequential", servers=(), windows=(unknown,), warmup_requests=0, warmup_s=None)
     progress = SessionProgress(plan, world.state, started_at=world.now, clock=world.clock)
     assert progress.remaining_s() is None and "time left unknown" in progress.status_line()
+
+
+def test_the_time_left_goes_down_while_a_window_runs_but_not_below_its_estimate():
+    world = World()
+    world.servers |= {"no_spec", "ngram"}
+    progress = _progress(world, 100.0, 100.0)
+    assert "~3m20s left" in progress.status_line()  # 2 windows of 100 s
+    world.now += 60
+    assert "~2m20s left" in progress.status_line()  # 60 s into the first
+    world.now += 100
+    assert "~1m40s left" in progress.status_line()  # overran its estimate: the next one still to come
+    world.windows[("ngram", "c0", 1)] = 160.0  # done, 1.6x the plan
+    assert "~2m40s left" in progress.status_line()
