@@ -324,9 +324,14 @@ def reusable_labels(specgate) -> tuple[str, ...]:
     rig = specgate.rig
     labels = []
     sides = ("reference", "candidate") if rig.design == "ab" else (None,)
+    alternating = rig.arrangement.name == "alternate"
     for mode in specgate.modes_to_run():
         for side in sides:
             spec = build_server_spec(specgate, mode, side)
+            if alternating:  # as fixtures.serve starts them: with sleep mode
+                from specgate.sleep import with_sleep_mode
+
+                spec = with_sleep_mode(spec)
             label = f"{mode.name}@{side}" if side else mode.name
             digest, _ = fingerprint(spec, rig=rig.name, label=label, model=rig.model, build=vllm_build(spec.argv[0]))
             if find(digest) is not None:
