@@ -36,6 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
                          "(extra arguments go to pytest)")
     run.add_argument("--rig", default="cpu-smollm2")
+    plan = sub.add_parser("plan", help="what a perf session of a rig will cost, before anything starts: server "
+                          "starts, windows, requests, tokens, an estimated duration (extra arguments go to pytest's "
+                          "selection: -k EXPR, -m EXPR, --vllm-url URL, ...)")
+    plan.add_argument("--rig", default="cpu-smollm2")
+    plan.add_argument("--specgate-keep-servers", action="store_true",
+                      help="count the kept servers a --specgate-keep-servers session would reuse as no start")
+    servers = sub.add_parser("servers", help="list the servers kept running between sessions "
+                             "(--specgate-keep-servers), or stop them")
+    servers.add_argument("--stop", action="append", default=[], metavar="NAME", help="stop this kept server")
+    servers.add_argument("--stop-all", action="store_true", help="stop every kept server")
     rec = sub.add_parser("record", help="record real vLLM responses (SSE streams, /metrics) for replay tests")
     rec.add_argument("--rig", default="cpu-smollm2")
     rec.add_argument("--modes", default=None, help="comma-separated subset of the rig's modes")
@@ -92,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "calibrate":
         return calibrate(args)
+    if args.command == "plan":
+        return plan_session_command(args.rig, rest, keep_servers=args.specgate_keep_servers)
+    if args.command == "servers":
+        from specgate.registry import servers_command
+
+        return servers_command(names=args.stop, stop_all=args.stop_all)
     if args.command == "train-eagle3":
         return train_eagle3(args)
 
@@ -153,6 +169,41 @@ def main(argv: list[str] | None = None) -> int:
             _prepare_untrained_head(prepare_model())
         return int(pytest.main(["-m", tier, "--rig", args.rig, str(root / "perf_tests"), *rest]))
     return 2
+
+
+def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers: bool = False) -> int:
+    """``specgate plan``: collect the perf tests of ``rig_name`` as ``pytest -m TIER`` (with the
+    extra arguments' selection) would, start nothing, and print the session's plan."""
+    import contextlib
+    import io
+
+    import pytest
+
+    from specgate.config import load_rig
+    from specgate.errors import SpecgateError
+    from specgate.plugin.cost import PlanCapture
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        tier = load_rig(rig_name, root / "fixtures").tier
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 1
+    capture = PlanCapture(keep_servers=keep_servers)
+    # test paths given (as `tox -e cpu` names perf_tests/test_speculative_perf.py): those, else perf_tests/
+    given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
+    paths = [] if given else [str(root / "perf_tests")]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier, "--rig", rig_name,
+                            f"--rootdir={root}", "-c", str(root / "pyproject.toml"),
+                            *pytest_args, *paths], plugins=[capture])
+    if capture.plan is None:
+        print(out.getvalue(), end="")
+        print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})", file=sys.stderr)
+        return 1 if code else 0
+    print(capture.plan.render())
+    return 0
 
 
 def _prepare_untrained_head(model: Path) -> None:

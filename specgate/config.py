@@ -288,6 +288,29 @@ class DeclaredBackfire(_Strict):
         return self.mode == mode and ("*" in self.classes or prompt_class in self.classes)
 
 
+class Estimate(_Strict):
+    """What a rig states about its own pace, for ``specgate plan`` and the session's ETA
+    (specgate.plan): used where baselines.json holds no figures for a window, and for what it
+    never holds (how long a server takes to load, the time to a first token)."""
+
+    # Seconds from launch to ready for a server without speculation, and with it (extra CUDA
+    # graphs and a draft to load); None: the speculative start takes startup_s too.
+    startup_s: float = Field(default=60.0, ge=0)
+    speculative_startup_s: float | None = Field(default=None, ge=0)
+    # Decode tok/s of one request where no stored figures exist; None: the rig's stored figures'
+    # median (any mode, any class), else the duration is unknown.
+    tokens_per_s: float | None = Field(default=None, gt=0)
+    # Time to the first token of a request whose prompt has 500 characters, added to each request's
+    # decode time; scaled by a class's mean prompt length (the prefill grows with it: on 2 vCPUs
+    # 0.45 s for coding's ~530 characters, 1.3 s for extraction's ~1,300).
+    first_token_s: float = Field(default=0.5, ge=0)
+
+    def startup_for(self, speculative: bool) -> float:
+        if speculative and self.speculative_startup_s is not None:
+            return self.speculative_startup_s
+        return self.startup_s
+
+
 class RigFile(_Strict):
     description: str = ""
     tier: Literal["cpu", "gpu"]
@@ -326,6 +349,7 @@ class RigFile(_Strict):
     # gpus_per_server, else the model folder's weight files.
     sleep_host_memory_gib: float | None = Field(default=None, gt=0)
     ab: AB | None = None
+    estimate: Estimate = Estimate()
 
 
 class Rig(_Strict):
@@ -357,6 +381,7 @@ class Rig(_Strict):
     sleep_level: Literal[1, 2] | None = None
     sleep_host_memory_gib: float | None = None
     ab: AB | None = None
+    estimate: Estimate = Estimate()
 
     @property
     def design(self) -> str:
@@ -548,7 +573,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
             prompt_classes=selected, protocol=rig.protocol, gates=rig.gates,
             declared_backfire=rig.declared_backfire, gpus_per_server=rig.gpus_per_server,
             duet=rig.duet, design_key=design_key, sleep_level=rig.sleep_level,
-            sleep_host_memory_gib=rig.sleep_host_memory_gib, ab=rig.ab,
+            sleep_host_memory_gib=rig.sleep_host_memory_gib, ab=rig.ab, estimate=rig.estimate,
         )
     except ValidationError as exc:
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None

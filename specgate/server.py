@@ -154,6 +154,10 @@ def check_local_paths(rig: Rig, mode: Mode) -> None:
 class VLLMServer:
     """A vLLM OpenAI-compatible server this process started and owns."""
 
+    # SIGTERM the server when specgate's process dies (see _term_when_parent_dies); a server kept
+    # between sessions (specgate.registry) must outlive it.
+    term_with_parent = True
+
     def __init__(self, spec: ServerSpec, *, progress: Progress | None = None,
                  before_start: Callable[[], None] | None = None) -> None:
         self.spec = spec
@@ -240,7 +244,8 @@ class VLLMServer:
             self.started_at = time.monotonic()
             self.process = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, preexec_fn=_term_when_parent_dies,
+                env=env, start_new_session=True,
+                preexec_fn=_term_when_parent_dies if self.term_with_parent else None,
             )
         self.pgid = self.process.pid  # start_new_session: the leader's pid is the group id
 

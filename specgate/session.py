@@ -48,9 +48,13 @@ class SessionOptions:
     worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
     worker_refusal: str | None = None
     ab: AB | None = None  # from the --ab-* options (overrides the rig's [ab])
-    # --time-budget: seconds from the session's start within which optional work (follow-up rounds)
-    # must fit; None: unbounded. ``started_at``: time.monotonic() when the options were made.
+    # --specgate-session-budget (or --time-budget): seconds from the session's start within which its
+    # windows (specgate.plugin.cost) and follow-up rounds must fit; None: unbounded. ``started_at``:
+    # time.monotonic() when the options were made.
     time_budget_s: float | None = None
+    # --specgate-keep-servers: started servers stay loaded after the session, and a kept one whose
+    # fingerprint matches is reused (specgate.registry).
+    keep_servers: bool = False
     started_at: float = field(default_factory=time.monotonic)
     # --specgate-undecided: outcome key -> "skip" | "fail" (overrides the rig's [gates] undecided)
     undecided_policy: dict[str, str] | None = None

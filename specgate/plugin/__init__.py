@@ -11,7 +11,9 @@ its work:
 - ``gatekeeper``: one gate on one measurement, turned into the test's outcome;
 - ``gpu_split``: under xdist, each worker's own GPUs, or the reason perf tests may not run there;
 - ``controller``: on the xdist controller, the cross-mode gates workers deferred;
-- ``output``: progress lines, the report and the terminal summary, ``--report-only``.
+- ``output``: progress lines, the report and the terminal summary, ``--report-only``;
+- ``cost``: the session's plan (printed once the selection is known), the order that decides the
+  backfire gates first, the session's time budget (NOT RUN), the progress and ETA lines.
 
 The server fixture is session-scoped and parametrized directly on the rig's modes, so pytest
 groups the tests per mode and starts each server once (check with ``pytest --setup-plan -m cpu``).
@@ -24,6 +26,7 @@ import json
 import pytest
 
 from specgate.errors import ConfigError
+from specgate.plugin import cost
 from specgate.plugin.configure import configure_session, get_session
 from specgate.plugin.controller import decide_deferred_gates, deferred_test_reports
 from specgate.plugin.gpu_split import XDIST_REFUSAL, worker_gpus
@@ -40,6 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     configure_session(config)
+    config.pluginmanager.register(_Ordering(), "specgate-ordering")
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
@@ -95,6 +99,22 @@ def refuse_bad_inputs(config: pytest.Config, specgate) -> None:
         raise pytest.UsageError(f"specgate: {exc} (checked before any server starts)") from None
 
 
+class _Ordering:
+    """The order that decides the most important gates first (cost.order_items): a second
+    modifyitems hook, after pytest's own (the -m/-k selection, the grouping per server)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if any(cost.window_key(item) is not None for item in items):
+            cost.order_items(items, [c.name for c in get_session(config).rig.prompt_classes])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The selection is known: print the session's plan; progress lines from now on."""
+    cost.start(session.config, get_session(session.config), session.items)
+
+
 # -- the run -------------------------------------------------------------------------------------
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -128,6 +148,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         session = get_session(item.config)
         if session.options.worker_gpus is None or session.options.worker_refusal:
             pytest.fail(session.options.worker_refusal or XDIST_REFUSAL, pytrace=False)
+    if item.get_closest_marker("perf"):
+        cost.check_budget(item, get_session(item.config))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    result = yield
+    # the test's report lines are written: a session status line fits here without breaking them
+    if item.get_closest_marker("perf"):
+        cost.after_test(item.config, get_session(item.config))
+    return result
 
 
 @pytest.hookimpl(wrapper=True)
@@ -164,3 +195,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     specgate = get_session(config)
     if has_perf_work(specgate):
         write_summary(terminalreporter, specgate, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        cost.write_not_run(terminalreporter, specgate)

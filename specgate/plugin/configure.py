@@ -55,6 +55,20 @@ def check_project_config_loaded(config: pytest.Config) -> None:
         + "Write such options with '=' (--run-dir=/tmp/x), or add -c pyproject.toml.")
 
 
+def session_budget_s(config: pytest.Config) -> float | None:
+    """--specgate-session-budget (seconds), else --time-budget (minutes), else None. Values from the
+    environment arrive as strings (the options' defaults), so they are parsed here too."""
+    from specgate.plugin.options import parse_duration, parse_minutes
+
+    budget = config.getoption("specgate_session_budget")
+    if budget is not None:
+        return budget if isinstance(budget, float) else parse_duration(str(budget))
+    minutes = config.getoption("time_budget")
+    if minutes is not None:
+        return 60 * (minutes if isinstance(minutes, float) else parse_minutes(str(minutes)))
+    return None
+
+
 def configure_session(config: pytest.Config) -> None:
     """Check the project config loaded, then build the session and stash it."""
     check_project_config_loaded(config)
@@ -76,7 +90,8 @@ def configure_session(config: pytest.Config) -> None:
         attach_url=config.getoption("vllm_url"), attach_mode=config.getoption("vllm_mode"),
         api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
         record_dir=config.getoption("record_responses"), ab=ab_from_options(config),
-        time_budget_s=60 * budget if (budget := config.getoption("time_budget")) else None,
+        time_budget_s=session_budget_s(config),
         undecided_policy=config.getoption("specgate_undecided"),
+        keep_servers=bool(config.getoption("specgate_keep_servers")),
     )
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=progress_writer(config))

@@ -111,7 +111,10 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
                 run(turns.make_room())
             except SpecgateError as exc:
                 pytest.fail(str(exc), pytrace=False)
-        server = VLLMServer(spec, progress=session.progress, before_start=guard)
+        if session.options.keep_servers:
+            server = _kept_or_started(session, mode, side, spec, guard, alternating=turns is not None)
+        else:
+            server = VLLMServer(spec, progress=session.progress, before_start=guard)
     with server:
         session.live_servers += 1
         if turns is not None:
@@ -134,6 +137,22 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
             session.live_servers -= 1
             if turns is not None:
                 turns.remove(server)
+
+
+def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *, alternating: bool):
+    """--specgate-keep-servers: a kept server of the same fingerprint, else a new one kept after
+    the session. On a one-server-at-a-time GPU rig without sleep mode the rig's other kept servers
+    hold the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every
+    server stays loaded, but only an awake kept one is reused: the level a sleeping one went to
+    sleep at (level 2 drops its weights) is not known across sessions."""
+    from specgate.registry import awake_or_why, kept_or_started
+
+    rig = session.rig
+    label = f"{mode.name}@{side}" if side else mode.name
+    one_at_a_time = rig.tier == "gpu" and rig.design == "sequential" and not alternating
+    others = [m.name for m in rig.modes if m.name != mode.name] if one_at_a_time else []
+    return kept_or_started(spec, rig=rig, mode_label=label, python=spec.argv[0], progress=session.progress,
+                           before_start=guard, stop_others=others, refuse=awake_or_why if alternating else None)
 
 
 def _record(session: SpecgateSession, server, mode) -> None:

@@ -57,6 +57,22 @@ def parse_outcome_policy(value: str) -> dict[str, str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def parse_duration(value: str) -> float:
+    """Seconds, from ``1500``, ``1500s``, ``25m``, ``2h`` or ``1h30m``."""
+    import re
+
+    text = value.strip().lower()
+    match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", text)
+    if not text or match is None or not any(match.groups()):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration: seconds (1500), or with a unit "
+                                         "(25m, 2h, 1h30m)")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    total = 3600 * hours + 60 * minutes + seconds
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration above 0")
+    return total
+
+
 def parse_env_assignment(value: str) -> tuple[str, str]:
     name, sep, val = value.partition("=")
     if not sep or not name or not name.replace("_", "").isalnum():
@@ -137,10 +153,20 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(f"--ab-{side}-spec", type=parse_spec_assignment, action="append", default=None,
                         metavar="KEY=VALUE", help=f"A/B: a speculative-config key of the {side} side's speculative "
                         "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
+    group.addoption("--specgate-session-budget", type=parse_duration, default=os.environ.get("SPECGATE_SESSION_BUDGET"),
+                    metavar="DURATION", help="bound the whole session (1500, 25m, 1h30m): the windows run in the order "
+                    "that decides backfire first; a window that would not end within DURATION of the session's start "
+                    "is NOT RUN (reported with the reason), and follow-up rounds get only what the remaining windows "
+                    "leave (default: no bound, or $SPECGATE_SESSION_BUDGET)")
     group.addoption("--time-budget", type=parse_minutes, default=os.environ.get("SPECGATE_TIME_BUDGET_MIN"),
-                    metavar="MINUTES", help="bound the session's optional work: a window's follow-up rounds run only "
-                    "if they should end within MINUTES of the session's start, else its verdict says the "
-                    "follow-up was skipped and why (default: no bound, or $SPECGATE_TIME_BUDGET_MIN)")
+                    metavar="MINUTES", help="the same as --specgate-session-budget, in minutes (the older name; "
+                    "default: $SPECGATE_TIME_BUDGET_MIN)")
+    group.addoption("--specgate-keep-servers", action="store_true",
+                    default=bool(os.environ.get("SPECGATE_KEEP_SERVERS")),
+                    help="leave the servers specgate starts running after the session, and reuse a kept one whose "
+                    "whole fingerprint (argv, environment, vLLM build, model, rig mode) matches; a kept server of the "
+                    "same rig and mode with another fingerprint is stopped, never reused. List or stop them with "
+                    "`python -m specgate servers` (default: off, or $SPECGATE_KEEP_SERVERS)")
     group.addoption("--specgate-undecided", type=parse_outcome_policy, default=None, metavar="skip|fail",
                     help="what a gate that decided nothing (undecided, not stored, other machine, not run) does "
                          "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge gating), or per "

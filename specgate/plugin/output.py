@@ -25,13 +25,18 @@ def progress_writer(config: pytest.Config):
             return
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             reporter.ensure_newline()
+            if getattr(reporter, "_width_of_current_line", 0):
+                # a test's result letter after an earlier line of ours (pytest wrote no path before it)
+                reporter.write("\n")
             reporter.write_line(text)
             reporter.flush()  # stdout to a file or CI log is block-buffered: show it now
     return emit
 
 
 def has_perf_work(session: SpecgateSession) -> bool:
-    return bool(session.measurements or session.failures or session.servers or session.worker_reports)
+    # undecided: a session whose every gate was NOT RUN (its time budget) still reports them
+    return bool(session.measurements or session.failures or session.servers or session.worker_reports
+                or session.undecided)
 
 
 def render_saved_report(path: Path) -> int:

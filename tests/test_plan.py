@@ -1,0 +1,108 @@
+"""specgate.plan: what a session costs before it starts, from the rig and the stored figures; and
+``python -m specgate plan`` on the command line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specgate.baselines import load_baselines
+from specgate.config import load_rig
+from specgate.duet import MAX_SWAP_SHARE
+from specgate.plan import SESSION_OVERHEAD_S, STOP_S, WINDOW_OVERHEAD_S, plan_session, stored_rates
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _rig_and_rates(name: str):
+    rig = load_rig(name, ROOT / "fixtures")
+    return rig, stored_rates(load_baselines(ROOT / "baselines.json"), name)
+
+
+def _first_token_s(rig, prompt_class: str) -> float:
+    """The rig's time to a first token, scaled to the class's mean prompt length (per 500 characters)."""
+    prompts = next(c for c in rig.prompt_classes if c.name == prompt_class).prompts
+    return rig.estimate.first_token_s * sum(len(p.text) for p in prompts) / len(prompts) / 500
+
+
+def _all_windows(rig, modes):
+    return [(m, c.name, n) for m in modes for c in rig.prompt_classes for n in rig.protocol.concurrency]
+
+
+def test_the_kimi_rig_costs_its_loads_and_its_windows_at_the_stored_rates():
+    rig, rates = _rig_and_rates("kimi-k25-int4-8x-rtx6000")
+    # the two servers take turns on the 8 GPUs (sleep mode): every window is an alternation of both
+    plan = plan_session(rig, _all_windows(rig, ["ngram", "no_spec"]), rates)
+    assert plan.design == "alternate"
+    assert [(s.label, s.startup_s) for s in plan.servers] == [("no_spec", 1800.0), ("ngram", 5400.0)]
+    assert len(plan.windows) == 4 and plan.requests == 4 * 36 and plan.tokens == 4 * 36 * 512
+    coding = plan.window(("ngram", "coding", 1))
+    # 18 requests of 512 tokens per side at the stored 46.4 and 62.6 tok/s, each with the rig's 1 s
+    # to a first token; swaps take at most MAX_SWAP_SHARE of the window
+    first_token = _first_token_s(rig, "coding")
+    assert first_token == pytest.approx(1.0 * 533 / 500, abs=0.01)  # coding's prompts: ~533 characters
+    decoding = 18 * (512 / 46.4 + first_token) + 18 * (512 / 62.6 + first_token)
+    assert coding.seconds == pytest.approx(decoding / (1 - MAX_SWAP_SHARE) + WINDOW_OVERHEAD_S)
+    assert coding.rate_source == "stored"
+    assert plan.total_s == pytest.approx(1800 + 5400 + 2 * STOP_S + plan.measuring_s + SESSION_OVERHEAD_S)
+    assert 2.3 * 3600 < plan.total_s < 2.5 * 3600  # 2 h of loads, ~25 min of windows
+    text = plan.render()
+    assert "ngram (start ~90m00s)" in text and "about 144m" in text and "take turns" in text
+
+
+def test_cpu_smollm2_counts_duets_once_with_their_settle_pauses_and_follow_up_bound():
+    rig, rates = _rig_and_rates("cpu-smollm2")
+    # a duet rig runs the speculative mode first; the reference's windows are the duets' other side
+    plan = plan_session(rig, _all_windows(rig, ["ngram", "no_spec"]), rates)
+    assert [s.label for s in plan.servers] == ["no_spec", "ngram"]
+    assert [w.key[0] for w in plan.windows] == ["ngram"] * 6
+    extraction = plan.window(("ngram", "extraction", 1))
+    assert extraction.design == "duet" and extraction.requests == 24 and extraction.partner == "no_spec"
+    first_token = _first_token_s(rig, "extraction")  # long documents: ~2.6x coding's prefill
+    assert first_token > 2.5 * rig.estimate.first_token_s
+    per_request = [64 / rates[("ngram", "extraction", 1)] + first_token,
+                   64 / rates[("no_spec", "extraction", 1)] + first_token]
+    decoding = 12 * sum(per_request)
+    # ABBA order: one switch per pair within a round, none between pairs; 6 per round, 2 rounds
+    assert extraction.seconds == pytest.approx(decoding + 1.2 * 6 * 2 + WINDOW_OVERHEAD_S)
+    # 8 follow-up rounds after 2: four times the first look's requests
+    assert extraction.follow_up_seconds == pytest.approx((extraction.seconds - WINDOW_OVERHEAD_S) * 4)
+    assert plan.warmup_requests == 4
+
+
+def test_a_reference_window_without_its_duet_is_measured_alone():
+    rig, rates = _rig_and_rates("cpu-smollm2")
+    plan = plan_session(rig, [("no_spec", "coding", 1)], rates)
+    assert [(w.key, w.design, w.requests) for w in plan.windows] == [(("no_spec", "coding", 1), "solo", 12)]
+
+
+def test_without_stored_figures_the_rig_stated_rate_is_used_else_the_duration_is_unknown():
+    rig, _ = _rig_and_rates("cpu-smollm2")
+    unknown = plan_session(rig, [("ngram", "coding", 1)], {})
+    assert unknown.total_s is None and "duration unknown" in unknown.render()
+    stated = rig.model_copy(update={"estimate": rig.estimate.model_copy(update={"tokens_per_s": 16.0})})
+    known = plan_session(stated, [("ngram", "coding", 1)], {})
+    assert known.windows[0].rate_source == "rig's [estimate]"
+    first_token = _first_token_s(rig, "coding")
+    assert known.windows[0].seconds == pytest.approx(24 * (64 / 16 + first_token) + 1.2 * 12 + WINDOW_OVERHEAD_S)
+
+
+def test_kept_servers_and_attached_ones_cost_no_start():
+    rig, rates = _rig_and_rates("kimi-k25-int4-8x-rtx6000")
+    windows = _all_windows(rig, ["ngram", "no_spec"])
+    reused = plan_session(rig, windows, rates, reused=["no_spec", "ngram"])
+    assert reused.startup_s == 0 and "kept, reused" in reused.render()
+    attached = plan_session(rig, [("no_spec", "coding", 1)], rates, attached=True)
+    assert attached.servers == () and attached.startup_s == 0
+
+
+def test_the_plan_command_prints_the_estimate_of_a_selection_and_starts_nothing():
+    run = subprocess.run([sys.executable, "-m", "specgate", "plan", "--rig", "cpu-smollm2", "-k", "extraction"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "rig cpu-smollm2 (duet): 2 server(s), 1 window(s)" in run.stdout
+    assert "ngram / extraction / c1" in run.stdout and "coding" not in run.stdout
+    assert "about " in run.stdout

@@ -1,0 +1,184 @@
+"""specgate.registry: servers kept loaded between sessions, with the stand-in `vllm serve` of
+test_server.py. A kept server is reused only on its whole fingerprint; one of another configuration
+is stopped, never reused; an attached server is never recorded, reused or stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from test_server import FAKE_SERVER, _spec, _wait_gone
+
+from specgate import registry
+from specgate.registry import KeptVLLMServer, ReusedServer, fingerprint, kept_or_started, load_all
+from specgate.server import AttachedServer, VLLMServer
+
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    import specgate.server as server_mod
+
+    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.02)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Path:
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(FAKE_SERVER)
+    return script
+
+
+@pytest.fixture
+def reaper():
+    """Processes a test started, SIGKILLed at teardown if a failed test left them alive."""
+    procs: list[psutil.Process] = []
+    yield procs
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The registry's folder for this test; every server still recorded there is stopped after it."""
+    state = tmp_path / "state"
+    monkeypatch.setenv(registry.STATE_ENV, str(state))
+    yield state
+    for kept in load_all(state):
+        registry.stop_kept(kept, state, grace_s=5.0)
+
+
+def _rig(tmp_path: Path) -> SimpleNamespace:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    return SimpleNamespace(name="stand-in", model=str(model))
+
+
+def _digest(spec, rig, **changes) -> str:
+    values = {"rig": rig.name, "label": "ngram", "model": rig.model, "build": "vllm 0.32.0 /venv", **changes}
+    return fingerprint(spec, **values)[0]
+
+
+def test_the_fingerprint_covers_argv_environment_build_model_and_mode(fake, tmp_path):
+    rig = _rig(tmp_path)
+    spec = _spec(fake, tmp_path)
+    same = _digest(spec, rig)
+    assert _digest(_spec(fake, tmp_path), rig) == same
+    assert _digest(_spec(fake, tmp_path, "--max-num-seqs", "8"), rig) != same  # argv
+    assert _digest(_spec(fake, tmp_path, env={"VLLM_X": "1"}), rig) != same  # environment given
+    assert _digest(spec, rig, build="vllm 0.33.0 /venv") != same  # vLLM build
+    assert _digest(spec, rig, label="no_spec") != same  # rig mode
+    (Path(rig.model) / "model.safetensors").write_text("new weights")
+    assert _digest(spec, rig) != same  # the model folder's files
+    inherited = fingerprint(spec, rig="r", label="m", model="x", build="b", environ={"VLLM_CPU_KVCACHE_SPACE": "2"})
+    assert inherited[1]["env"] == {"VLLM_CPU_KVCACHE_SPACE": "2"}
+
+
+def test_a_kept_server_is_reused_on_its_fingerprint_and_replaced_on_another(fake, tmp_path, folder, reaper):
+    rig, lines = _rig(tmp_path), []
+
+    def server_for(spec):
+        return kept_or_started(spec, rig=rig, mode_label="ngram", python=sys.executable, progress=lines.append,
+                               before_start=None, folder=folder)
+
+    first = server_for(_spec(fake, tmp_path))
+    assert isinstance(first, KeptVLLMServer)
+    with first:
+        pid, url = first.process.pid, first.base_url
+        reaper.append(psutil.Process(pid))
+    # the session is over: the server runs on, recorded with its fingerprint
+    [kept] = load_all(folder)
+    assert kept.pid == pid and kept.alive() and kept.healthy() and kept.base_url == url
+    assert psutil.Process(pid).is_running()
+
+    second = server_for(_spec(fake, tmp_path))
+    assert isinstance(second, ReusedServer) and second.base_url == url
+    with second:
+        second.check_alive()
+    assert "nothing starts" in lines[-1] and psutil.Process(pid).is_running()
+
+    third = server_for(_spec(fake, tmp_path, env={"FAKE_MARK": "another"}))
+    assert isinstance(third, KeptVLLMServer)  # never the old one
+    assert _wait_gone(pid), "the kept server of another configuration was not stopped"
+    assert "its configuration differs (env)" in lines[-1]
+    assert load_all(folder) == []  # its record went with it; the new one is recorded once started
+
+
+def test_a_dead_kept_server_is_not_reused_and_its_record_is_dropped(fake, tmp_path, folder, reaper):
+    rig = _rig(tmp_path)
+    spec = _spec(fake, tmp_path)
+    with kept_or_started(spec, rig=rig, mode_label="ngram", python=sys.executable, progress=lambda line: None,
+                         before_start=None, folder=folder) as server:
+        pid = server.process.pid
+    [kept] = load_all(folder)
+    os.killpg(kept.pgid, signal.SIGKILL)  # the server and its engine-core child
+    assert _wait_gone(pid)
+    assert registry.find(kept.fingerprint, folder) is None and load_all(folder) == []
+
+
+def test_the_servers_command_lists_and_stops_kept_servers(fake, tmp_path, folder, reaper):
+    rig, out = _rig(tmp_path), []
+    with kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+                         progress=lambda line: None, before_start=None, folder=folder) as server:
+        pid = server.process.pid
+    assert registry.servers_command(names=[], stop_all=False, folder=folder, out=out.append) == 0
+    assert "  running  " in out[0] and "mode ngram" in out[0]
+    name = load_all(folder)[0].name
+    assert registry.servers_command(names=["nope"], stop_all=False, folder=folder, out=out.append) == 1
+    assert registry.servers_command(names=[name], stop_all=False, folder=folder, out=out.append) == 0
+    assert out[-1] == f"{name}: stopped" and _wait_gone(pid) and load_all(folder) == []
+
+
+def test_an_attached_server_is_never_recorded_or_stopped(fake, tmp_path, folder, reaper):
+    from specgate.plugin.fixtures import serve
+    from specgate.session import SessionOptions, SpecgateSession
+
+    with VLLMServer(_spec(fake, tmp_path, label="theirs")) as theirs:
+        session = SpecgateSession(SessionOptions(
+            rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+            run_dir=tmp_path / "run", repo_root=ROOT, attach_url=theirs.base_url, keep_servers=True))
+        serving = serve(session, session.rig.mode("no_spec"))
+        attached = next(serving)
+        assert isinstance(attached, AttachedServer)
+        with contextlib.suppress(StopIteration):
+            next(serving)
+        assert not folder.exists() or load_all(folder) == []
+        assert theirs.process.poll() is None  # untouched
+
+
+def test_the_vllm_build_is_read_from_the_server_command_s_python(tmp_path, monkeypatch):
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\nimport sys\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{script.parent}:{os.environ['PATH']}")
+    assert registry.server_python("vllm") == sys.executable  # a console script: its interpreter
+    assert registry.server_python("/usr/bin/python3") == "/usr/bin/python3"
+    assert registry.server_python("no-such-command") == sys.executable
+
+
+def test_a_kept_server_a_session_may_not_reuse_is_stopped_and_started_again(fake, tmp_path, folder, reaper):
+    # an alternation's kept server that sleeps at a level this session does not know
+    rig, lines = _rig(tmp_path), []
+    with kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+                         progress=lines.append, before_start=None, folder=folder) as server:
+        pid = server.process.pid
+    again = kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+                            progress=lines.append, before_start=None, folder=folder,
+                            refuse=lambda kept: "it sleeps, at a level this session does not know")
+    assert isinstance(again, KeptVLLMServer) and _wait_gone(pid)
+    assert "not reusing the kept server" in lines[-1] and "it sleeps" in lines[-1]
+    nobody = registry.KeptServer(name="x", rig="r", label="m", fingerprint="f", pid=1, pgid=1, create_time=0.0,
+                                 host="127.0.0.1", port=9, served_model_name="m", log="l")
+    assert registry.awake_or_why(nobody, timeout_s=1.0).startswith("it did not say whether it sleeps")
