@@ -25,9 +25,9 @@ from typing import Any, Protocol
 from specgate.client import GenerationRequest, RequestRecord, StreamingClient, run_requests
 from specgate.config import Mode, PromptClass, Rig
 from specgate.duet import alternation_block, plan
+from specgate.durations import format_elapsed
 from specgate.errors import RequestError, ServerDiedError, SpecgateError
 from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
-from specgate.server import format_elapsed
 
 PROGRESS_EVERY_S = 10.0
 

@@ -16,11 +16,14 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from specgate.config import Rig
 from specgate.duet import MAX_SWAP_SHARE
 from specgate.duet import plan as duet_plan
-from specgate.server import format_elapsed
+from specgate.durations import format_elapsed
+
+if TYPE_CHECKING:
+    from specgate.config import Rig
 
 WindowKey = tuple[str, str, int]  # (mode, prompt class, concurrency), as SpecgateSession keys windows
 # Seconds a window costs beside its requests: two /metrics snapshots per server, the telemetry

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping
 
+from specgate.durations import format_elapsed
 from specgate.plan import SessionPlan, WindowKey
-from specgate.server import format_elapsed
 
 MIN_INTERVAL_S = 10.0
 HEARTBEAT_S = 30.0

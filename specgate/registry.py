@@ -319,15 +319,13 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, python: str, prog
 
 def reusable_labels(specgate) -> tuple[str, ...]:
     """The server labels a --specgate-keep-servers session of ``specgate``'s rig would reuse now."""
-    from specgate.plugin.fixtures import build_server_spec
-
     rig = specgate.rig
     labels = []
     sides = ("reference", "candidate") if rig.design == "ab" else (None,)
     alternating = rig.arrangement.name == "alternate"
     for mode in specgate.modes_to_run():
         for side in sides:
-            spec = build_server_spec(specgate, mode, side)
+            spec = specgate.server_spec(mode, side)
             if alternating:  # as fixtures.serve starts them: with sleep mode
                 from specgate.sleep import with_sleep_mode
 

@@ -36,6 +36,7 @@ import psutil
 
 from specgate.client import auth_headers
 from specgate.config import Mode, Rig, Side
+from specgate.durations import format_elapsed
 from specgate.errors import ServerDiedError, ServerError, ServerStartError
 
 LOG_TAIL_LINES = 50
@@ -78,11 +79,6 @@ def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
             return "".join(deque(handle, maxlen=lines)).rstrip()
     except FileNotFoundError:
         return "(no log file)"
-
-
-def format_elapsed(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def group_members(pgid: int) -> list[psutil.Process]:

@@ -130,6 +130,14 @@ class SpecgateSession:
                                       deadline=None if budget is None else self.options.started_at + budget)
         return self._measurer
 
+    def server_spec(self, mode: Mode, side: str | None = None):
+        """The specgate.server.ServerSpec of ``mode``'s server (on an A/B ``side``) in this session."""
+        from specgate.server import spec_for_mode
+
+        rig = self.rig
+        return spec_for_mode(rig, mode, log_dir=self.options.run_dir, gpus=self.options.worker_gpus,
+                             side=getattr(rig.ab, side) if (side and rig.ab) else None, side_name=side)
+
     def modes_to_run(self) -> list[Mode]:
         """The modes this session measures, whatever the rig's order: the reference first (every
         other mode's backfire and lossless gates need its windows), except on a duet rig, where

@@ -50,8 +50,8 @@ import httpx
 
 from specgate.client import auth_headers
 from specgate.design import gpu_memory_utilization
+from specgate.durations import format_elapsed
 from specgate.errors import ServerError
-from specgate.server import format_elapsed
 
 GiB = 1024 ** 3
 # A sleep or wake may take minutes on a big model (the first level-1 sleep copies every weight to

@@ -16,13 +16,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import pytest
 
+from specgate.durations import format_elapsed
 from specgate.plan import SessionPlan, WindowKey, plan_session, stored_rates, window_key, windows_of
 from specgate.progress import SessionProgress
-from specgate.server import format_elapsed
-from specgate.session import SpecgateSession
+
+if TYPE_CHECKING:
+    from specgate.session import SpecgateSession
 
 NOT_RUN = "not run"  # the undecided kind of a gate the session's budget left out (Outcome.NOT_RUN)
 GATE_ORDER = ("backfire", "throughput", "lossless", "acceptance")

@@ -102,7 +102,7 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
         check_local_paths(rig, mode)
         # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded.
         guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
-        spec = build_server_spec(session, mode, side)
+        spec = session.server_spec(mode, side)
         if turns is not None:
             from specgate.sleep import run, with_sleep_mode
 
@@ -168,14 +168,6 @@ def _record(session: SpecgateSession, server, mode) -> None:
     except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
         warnings.warn(f"--record-responses: recording mode {mode.name} into {record_dir} failed: "
                       f"{type(exc).__name__}: {exc}", stacklevel=1)
-
-
-def build_server_spec(session: SpecgateSession, mode, side: str | None = None):
-    from specgate.server import spec_for_mode
-
-    rig = session.rig
-    return spec_for_mode(rig, mode, log_dir=session.options.run_dir, gpus=session.options.worker_gpus,
-                         side=getattr(rig.ab, side) if (side and rig.ab) else None, side_name=side)
 
 
 def gpu_guard(rig, worker_gpus: str | None):
