@@ -8,7 +8,7 @@
 # SPECGATE_COMMIT: the device's copied tree carries a stale .git, so pass the commit from the
 # checkout that sent it (SPECGATE_COMMIT=$(git rev-parse --short HEAD) in the device command).
 # pytest gets SIGINT at LAB_TIMEOUT_S (its servers are torn down), so the results still come back:
-# the log, JUnit XML, report, summary, plots, server logs, baselines and any --record-responses
+# the log, JUnit XML, report, summary, plots, server logs, baselines and any --specgate-record-responses
 # folder under /root/runs/NAME are packed into $OUT/NAME.tgz (the device tool returns 8 files at most).
 set -uo pipefail
 name="$1"; shift
@@ -22,7 +22,7 @@ if [ -n "${HELPER:-}" ]; then
     python3 "scripts/$HELPER" "$run/windows.jsonl" "${SHARE_AFTER:-0}" "$(cat "$run/pytest.pid")" "$run/pin.log" ) &
 fi
 timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" bash -c 'echo $$ > "$1/pytest.pid"; shift; exec "$@"' _ "$run" \
-  python3 -m pytest -p specgate.plugin -c pyproject.toml --rootdir "$PWD" perf_tests -m gpu --rig "$rig" -p no:cacheprovider --run-dir "$run" \
+  python3 -m pytest -p specgate.plugin -c pyproject.toml --rootdir "$PWD" perf_tests -m gpu --specgate-rig "$rig" -p no:cacheprovider --specgate-run-dir "$run" \
   --junitxml "$run/junit.xml" "$@" 2>&1 | tee "$run/pytest.log" | grep -v "requests, " | tail -150
 rc=${PIPESTATUS[0]}
 [ -n "${HELPER:-}" ] && { kill %1 2>/dev/null; cat "$run/pin.log" 2>/dev/null; }

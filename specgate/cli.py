@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--rig", default="cpu-smollm2")
     plan = sub.add_parser("plan", help="what a perf session of a rig will cost, before anything starts: server "
                           "starts, windows, requests, tokens, an estimated duration (extra arguments go to pytest's "
-                          "selection: -k EXPR, -m EXPR, --vllm-url URL, ...)")
+                          "selection: -k EXPR, -m EXPR, --specgate-vllm-url URL, ...)")
     plan.add_argument("--rig", default="cpu-smollm2")
     plan.add_argument("--specgate-keep-servers", action="store_true",
                       help="count the kept servers a --specgate-keep-servers session would reuse as no start")
@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--modes", default=None, help="comma-separated subset of the rig's modes")
     rec.add_argument("--out", type=Path, default=None, help="default: fixtures/recorded/<tier>")
     adopt = sub.add_parser("adopt-baselines", help="write the windows measured in a saved report.json as "
-                           "baselines (e.g. those an interrupted --update-baselines run finished)")
+                           "baselines (e.g. those an interrupted --specgate-update-baselines run finished)")
     adopt.add_argument("report", type=Path, help="a run's report.json")
-    adopt.add_argument("--baselines", type=Path, default=None, help="default: baselines.json beside fixtures/")
+    adopt.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     adopt.add_argument("--modes", default=None, help="comma-separated subset of the report's modes")
     cal = sub.add_parser("calibrate", help="measure each gate's false alarms and power on real servers: "
                          "A/A duets and real injected slowdowns (specgate.inject) on a candidate side")
@@ -148,27 +148,44 @@ def main(argv: list[str] | None = None) -> int:
         from specgate.config import load_rig
         from specgate.record import record_rig
 
-        root = Path(__file__).resolve().parent.parent
-        rig = load_rig(args.rig, root / "fixtures")
-        record_rig(rig, args.out or root / "fixtures" / "recorded" / rig.tier,
+        fixtures = _fixtures_dir()
+        rig = load_rig(args.rig, fixtures)
+        record_rig(rig, args.out or fixtures / "recorded" / rig.tier,
                    modes=args.modes.split(",") if args.modes else None)
         return 0
     if args.command == "adopt-baselines":
-        return adopt_baselines(args.report, args.baselines or Path(__file__).resolve().parent.parent / "baselines.json",
+        return adopt_baselines(args.report, args.baselines or _project_root() / "baselines.json",
                                modes=args.modes.split(",") if args.modes else None)
     if args.command == "run":
         import pytest
 
         from specgate.config import load_rig
+        from specgate.errors import SpecgateError
 
-        root = Path(__file__).resolve().parent.parent
-        tier = load_rig(args.rig, root / "fixtures").tier
+        root = _project_root()
+        try:
+            tier = load_rig(args.rig, _fixtures_dir()).tier
+        except SpecgateError as exc:
+            print(f"specgate: {exc}", file=sys.stderr)
+            return 1
         if tier == "cpu":
             from specgate.model_prep import prepare_model
 
             _prepare_untrained_head(prepare_model())
-        return int(pytest.main(["-m", tier, "--rig", args.rig, str(root / "perf_tests"), *rest]))
+        return int(pytest.main(["-m", tier, "--specgate-rig", args.rig, str(root / "perf_tests"), *rest]))
     return 2
+
+
+def _project_root() -> Path:
+    """The folder a command works in: the current one (a checkout, or any project holding fixtures/,
+    perf_tests/ and baselines.json), as pytest's rootdir would be."""
+    return Path.cwd()
+
+
+def _fixtures_dir() -> Path:
+    from specgate.locations import resolve_fixtures_dir
+
+    return resolve_fixtures_dir(None, _project_root())
 
 
 def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers: bool = False) -> int:
@@ -183,9 +200,9 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     from specgate.errors import SpecgateError
     from specgate.plugin.cost import PlanCapture
 
-    root = Path(__file__).resolve().parent.parent
+    root = _project_root()
     try:
-        tier = load_rig(rig_name, root / "fixtures").tier
+        tier = load_rig(rig_name, _fixtures_dir()).tier
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 1
@@ -195,8 +212,9 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     paths = [] if given else [str(root / "perf_tests")]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier, "--rig", rig_name,
-                            f"--rootdir={root}", "-c", str(root / "pyproject.toml"),
+        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier, "--specgate-rig", rig_name,
+                            f"--rootdir={root}",
+                            *(["-c", str(root / "pyproject.toml")] if (root / "pyproject.toml").is_file() else []),
                             *pytest_args, *paths], plugins=[capture])
     if capture.plan is None:
         print(out.getvalue(), end="")
@@ -264,7 +282,7 @@ def _old_mode_name_in(report: dict) -> bool:
     modes = rig["modes"]
     if OLD_NO_SPEC not in modes or modes[OLD_NO_SPEC] is not None or NO_SPEC in modes:
         return False
-    rig_file = Path(__file__).resolve().parent.parent / "fixtures" / "rigs" / f"{rig.get('name')}.toml"
+    rig_file = _fixtures_dir() / "rigs" / f"{rig.get('name')}.toml"
     try:
         own = read_toml(rig_file).get("modes", {}).get(OLD_NO_SPEC)
     except SpecgateError:
@@ -344,9 +362,9 @@ def calibrate(args: argparse.Namespace) -> int:
     from specgate.config import load_rig
     from specgate.errors import SpecgateError
 
-    root = Path(__file__).resolve().parent.parent
+    root = _project_root()
     try:
-        rig = load_rig(args.rig, root / "fixtures")
+        rig = load_rig(args.rig, _fixtures_dir())
         levels = [float(v) for v in args.levels.split(",") if v.strip()]
         tolerances = [float(v) for v in args.tolerances.split(",") if v.strip()] if args.tolerances \
             else list(cal.DEFAULT_TOLERANCES)

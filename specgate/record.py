@@ -7,7 +7,7 @@ so parsing is tested against what vLLM really emits, with no server.
 
     python -m specgate record --rig cpu-smollm2 --out fixtures/recorded/cpu
 
-or, during a perf run (no extra server start): ``pytest ... --record-responses fixtures/recorded/gpu``.
+or, during a perf run (no extra server start): ``pytest ... --specgate-record-responses fixtures/recorded/gpu``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def record_server(base_url: str, served_model_name: str, mode_name: str, out_dir
                   max_tokens: int = 48, api_key: str | None = None, timeout_s: float = 300,
                   transport: httpx.BaseTransport | None = None) -> list[Path]:
     """Record one running server: /metrics, a streamed chat and a streamed text completion, /metrics.
-    Used by ``record_rig`` and by the plugin's ``--record-responses`` (no extra server start)."""
+    Used by ``record_rig`` and by the plugin's ``--specgate-record-responses`` (no extra server start)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     headers = auth_headers(api_key)
     written: list[Path] = []

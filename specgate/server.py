@@ -10,7 +10,7 @@ GPU lab: a pipeline-parallel worker crashed and the first generation hung foreve
 never blocks on one request: the first generation runs beside the loop that reports progress,
 watches the process and the log, and enforces the startup deadline.
 
-``AttachedServer`` has the same face for a server someone else started (``--vllm-url``).
+``AttachedServer`` has the same face for a server someone else started (``--specgate-vllm-url``).
 """
 
 from __future__ import annotations
@@ -438,7 +438,7 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> list[psutil.Process]:
 
 
 class AttachedServer:
-    """A server started by someone else (``--vllm-url``): nothing to start or stop."""
+    """A server started by someone else (``--specgate-vllm-url``): nothing to start or stop."""
 
     def __init__(self, base_url: str, *, label: str, api_key: str | None = None,
                  timeout_s: float = 10.0) -> None:

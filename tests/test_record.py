@@ -1,4 +1,4 @@
-"""record_server: what `--record-responses` and `python -m specgate record` save from a running server."""
+"""record_server: what `--specgate-record-responses` and `python -m specgate record` save from a running server."""
 
 import json
 
