@@ -107,7 +107,7 @@ class RigMode(_Strict):
     speculative_config: dict[str, Any] | None = None
     extra_args: tuple[str, ...] = ()
     # Environment of this mode's server, over the rig's: e.g. SPECGATE_SLOWDOWN = "0.05" makes a
-    # no-speculation mode a real regression of known size (specgate.inject) for an A/A-style check.
+    # no-speculation mode a real regression of known size (specgate_lab.inject) for an A/A-style check.
     env: dict[str, str] = {}
 
 
@@ -204,7 +204,7 @@ class Gates(_Strict):
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # The A/B throughput gate (a mode on the candidate side against the same mode on the reference
     # side, live at once) fails below 1 - this; None: throughput_tolerance. Its own key because its
-    # statistic is the one a calibration measures directly (`specgate calibrate`).
+    # statistic is the one a calibration measures directly (`specgate_lab calibrate`).
     ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)

@@ -144,7 +144,8 @@ def check_local_paths(rig: Rig, mode: Mode) -> None:
         raise ServerStartError(
             f"rig {rig.name}, mode {mode.name}: no such folder: {'; '.join(missing)}. Write it first "
             "(python -m specgate prepare-model: the cpu tier's model and the untrained EAGLE-3 head; "
-            "python -m specgate train-eagle3: a trained head; the GPU lab: scripts/gpu-lab-prepare.sh)")
+            "python -m specgate_lab train-eagle3: a trained head; the GPU lab: "
+            "specgate_lab/scripts/gpu-lab-prepare.sh)")
 
 
 class VLLMServer:

@@ -158,7 +158,7 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
 def _record(session: SpecgateSession, server, mode) -> None:
     import httpx
 
-    from specgate.record import record_server
+    from specgate_lab.record import record_server
 
     record_dir = session.options.record_dir
     try:

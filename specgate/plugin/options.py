@@ -145,7 +145,7 @@ def add_options(parser: pytest.Parser) -> None:
                          "gpus_per_server of them for its servers")
     group.addoption("--specgate-record-responses", type=Path, default=None, metavar="DIR",
                     help="also record each started server's raw responses and /metrics into DIR, for the "
-                         "fast tier's replay tests (as `python -m specgate record`, without extra starts)")
+                         "fast tier's replay tests (as `python -m specgate_lab record`, without extra starts)")
     for side in AB_SIDES:
         group.addoption(f"--specgate-ab-{side}-python", default=None, metavar="PYTHON",
                         help=f"A/B: the {side} side's python (its vLLM build's environment); "

@@ -1,10 +1,10 @@
 """Lab experiment (issue 12): is the 135M rig's ~400/~600 tok/s regime the CPU core's own speed?
 
-    python3 scripts/core-canary.py WINDOWS_JSONL SHARE_AFTER CALIBRATION_PID LOG
+    python3 specgate_lab/scripts/core-canary.py WINDOWS_JSONL SHARE_AFTER CALIBRATION_PID LOG
 
-(the arguments of scripts/pin-servers-after.py; run by scripts/gpu-lab-regimes.sh with
+(the arguments of specgate_lab/scripts/pin-servers-after.py; run by specgate_lab/scripts/gpu-lab-regimes.sh with
 HELPER=core-canary.py).
-Beside a running A/A `specgate calibrate` (two servers of one mode, duet windows), once both
+Beside a running A/A `python -m specgate_lab calibrate` (two servers of one mode, duet windows), once both
 servers answer /health:
   - pins the client to CPU 0, each API server to a CPU of its own (1, 2), each engine core's main
     thread (the one that runs the step loop: tid == pid) to CPU 4 (reference) and CPU 6 (candidate),
