@@ -160,7 +160,7 @@ def pin_threads(proc: psutil.Process, main_cpus: frozenset[int], helper_cpus: fr
 def pin_later_servers(client_pid: int, pinned: set[int], say) -> None:
     """A server the session starts after the first two (the third mode of a session, once the
     candidate's server is gone) inherits the client's CPU 0, so without this its API server and engine
-    core would share the client's CPU (lab visits 13-14: eagle3_al30's whole server ran on CPU 0). Once
+    core would share the client's CPU (seen on the H200 lab: eagle3_al30's whole server ran on CPU 0; docs/journal/lab/2026-12-02-h200-visit13.md). Once
     it answers /health, it gets the candidate's CPUs: API on API_CPUS[1], engine main thread on
     CANDIDATE_MAIN, its other threads on CANDIDATE_HELPERS; any other process it started, every CPU but
     the client's."""

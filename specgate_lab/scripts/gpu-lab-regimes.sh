@@ -6,7 +6,7 @@
 #   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [ROUNDS=16] [PIN_AFTER=8] [LAB_TIMEOUT_S=560] [MODE=<rig's reference>] \
 #     [HELPER=pin-servers-after.py] bash specgate_lab/scripts/gpu-lab-regimes.sh NAME
 # HELPER=core-canary.py instead pins each engine core to a CPU of its own from the start, times a canary
-# on those CPUs, and moves both engine cores onto one CPU after PIN_AFTER windows (visit 6).
+# on those CPUs, and moves both engine cores onto one CPU after PIN_AFTER windows (docs/journal/lab/2026-12-01-h200-visit6.md).
 # Results (windows.jsonl, measurements.jsonl.gz with every request and its telemetry, pin.log,
 # calibration.md, server logs) come back as $OUT/NAME.tgz.
 set -uo pipefail
