@@ -1,4 +1,4 @@
-"""The EAGLE-3 head's training-time unroll (specgate.eagle3.draft_steps) against a brute-force
+"""The EAGLE-3 head's training-time unroll (specgate_lab.eagle3.draft_steps) against a brute-force
 reference: every step's attention written as one masked softmax over all steps' keys, with the
 visibility vLLM gives a draft step (step 0's keys at indices <= i, steps 1..s's keys at index i).
 Needs torch (the cpu tier's environment); no server."""
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from specgate.eagle3 import HeadShape, build_head, draft_steps, rope
+from specgate_lab.eagle3 import HeadShape, build_head, draft_steps, rope
 
 pytestmark = pytest.mark.cpu
 torch = None  # set by _import_torch: importing torch at collection cost every `pytest -m fast` 2.4 s

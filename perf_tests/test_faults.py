@@ -113,7 +113,7 @@ def _run_pytest(tmp_path, *args):
     shutil.copy(ROOT / "baselines.json", baselines)
     argv = [sys.executable, "-m", "pytest", str(ROOT / "perf_tests" / "test_speculative_perf.py"),
             "-m", "cpu", "-k", "throughput and no_spec and coding", "-p", "no:cacheprovider",
-            f"--baselines={baselines}", f"--run-dir={tmp_path / 'run'}", *args]
+            f"--specgate-baselines={baselines}", f"--specgate-run-dir={tmp_path / 'run'}", *args]
     # SIGINT at its default in the child: a run started in the background (nohup cmd &) inherits
     # it ignored, and Python then never raises KeyboardInterrupt (the Ctrl-C tests would hang).
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -162,7 +162,7 @@ def _wait_for_line(child, needle, timeout_s, seen):
 
 @pytest.mark.parametrize("moment", ["server-load", "measurement"])
 def test_ctrl_c_tears_down_every_server_and_keeps_baselines(tmp_path, moment, record_property):
-    child, baselines = _run_pytest(tmp_path, "--update-baselines")
+    child, baselines = _run_pytest(tmp_path, "--specgate-update-baselines")
     before = baselines.read_bytes()
     seen: list[str] = []
     try:

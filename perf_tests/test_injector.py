@@ -1,4 +1,4 @@
-"""The slowdown injector (specgate/inject.py) against a real vLLM on CPU: a server started with
+"""The slowdown injector (specgate_lab/inject.py) against a real vLLM on CPU: a server started with
 SPECGATE_SLOWDOWN_FILE, requests alternated between fraction 0 and 0.5 (pairs of the same prompt),
 decided with the gates' own paired statistic. Each engine step 50 % longer must show as a clear
 slowdown of the client-measured decode rate, and of vLLM's own time per output token."""
@@ -10,10 +10,10 @@ import pytest
 
 from specgate.client import StreamingClient
 from specgate.config import Side, load_rig
-from specgate.inject import ENV_FILE
 from specgate.measure import build_requests
 from specgate.paired import describe, paired_ratio
 from specgate.server import VLLMServer, spec_for_mode
+from specgate_lab.inject import ENV_FILE
 
 pytestmark = [pytest.mark.cpu, pytest.mark.faults]
 
@@ -64,7 +64,7 @@ def test_injected_slowdown_slows_the_real_engine(tmp_path, record_property):
 
     with VLLMServer(spec) as server:
         plain, slowed, tpot_plain, tpot_slowed = asyncio.run(pairs(server.base_url))
-    assert "[specgate.inject]" in spec.log_path.read_text()  # the plugin loaded in the server
+    assert "[specgate_lab.inject]" in spec.log_path.read_text()  # the plugin loaded in the server
 
     client_side = paired_ratio(slowed, plain, threshold=1.0)
     server_side = paired_ratio(tpot_slowed, tpot_plain, threshold=1.0)  # time per token: higher is slower

@@ -1,7 +1,7 @@
 """The perf gates: one test per gate x mode x prompt class x concurrency level.
 
 ``mode``, ``prompt_class`` and ``concurrency`` are parametrized by specgate's plugin from the
-rig (``--rig``); every test is marked with the rig's tier (``cpu`` or ``gpu``) and ``perf``.
+rig (``--specgate-rig``); every test is marked with the rig's tier (``cpu`` or ``gpu``) and ``perf``.
 The server for a mode starts once per session (session-scoped ``vllm_server``); the
 measurement of a (mode, class, concurrency) window is taken once and shared by every gate.
 """

@@ -1,3 +1,22 @@
-"""specgate: performance-regression gates for vLLM speculative decoding."""
+"""specgate: performance-regression gates for vLLM speculative decoding.
+
+The product, by layer:
+
+- config: ``config`` (rigs, modes, prompt classes, validated on load), ``locations`` (the fixtures
+  folder, a rig file), ``errors``, ``durations``;
+- serve: ``server`` (a vLLM server as a context manager), ``sleep``, ``registry`` (kept servers),
+  ``gpu``, ``design``, ``model_prep`` (the cpu tier's SmolLM2);
+- measure: ``client`` (the streaming client), ``measure``, ``duet``, ``metrics``, ``telemetry``,
+  ``spells``;
+- decide: ``gates``, ``paired``, ``stats``, ``outcome``, ``breakeven``;
+- store: ``baselines``, ``fingerprint``;
+- report: ``report``, ``report_figures``, ``plots``;
+- plan and progress: ``plan``, ``progress``, ``session`` (one run's state);
+- ``plugin/``: the pytest plugin (options, fixtures, parametrization, the gatekeeper, the output);
+- ``cli``: ``python -m specgate`` (prepare-model, run, plan, servers, adopt-baselines).
+
+The lab's tools (calibration, the slowdown injector, recording, EAGLE-3 training, the GPU lab's
+scripts and analyses) are the ``specgate_lab`` package: ``python -m specgate_lab --help``.
+"""
 
 __version__ = "0.1.0"

@@ -107,7 +107,7 @@ class RigMode(_Strict):
     speculative_config: dict[str, Any] | None = None
     extra_args: tuple[str, ...] = ()
     # Environment of this mode's server, over the rig's: e.g. SPECGATE_SLOWDOWN = "0.05" makes a
-    # no-speculation mode a real regression of known size (specgate.inject) for an A/A-style check.
+    # no-speculation mode a real regression of known size (specgate_lab.inject) for an A/A-style check.
     env: dict[str, str] = {}
 
 
@@ -183,7 +183,7 @@ class OutcomePolicy(_Strict):
 
     undecided: Literal["skip", "fail"] = "skip"
     # A window with nothing stored fails by default: a baseline is created on purpose
-    # (--update-baselines), as pytest-regressions fails a missing one.
+    # (--specgate-update-baselines), as pytest-regressions fails a missing one.
     not_stored: Literal["skip", "fail"] = "fail"
     other_machine: Literal["skip", "fail"] = "skip"
     not_run: Literal["skip", "fail"] = "skip"
@@ -204,7 +204,7 @@ class Gates(_Strict):
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # The A/B throughput gate (a mode on the candidate side against the same mode on the reference
     # side, live at once) fails below 1 - this; None: throughput_tolerance. Its own key because its
-    # statistic is the one a calibration measures directly (`specgate calibrate`).
+    # statistic is the one a calibration measures directly (`specgate_lab calibrate`).
     ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
@@ -512,12 +512,22 @@ def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode],
 
 
 def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) -> Rig:
-    """Load ``fixtures/rigs/<name>.toml`` resolved against the mode library and prompt file."""
+    """Load a rig resolved against the mode library and prompt file of ``fixtures_dir``: ``name`` is a
+    rig of ``fixtures/rigs/`` (``<name>.toml``) or a path to a rig file anywhere (it contains ``/`` or
+    ends in ``.toml``; the rig is then named by the file's stem)."""
+    from specgate.locations import check_fixtures_dir, is_rig_path, rig_file, rig_name_of
+
     rigs_dir = fixtures_dir / "rigs"
-    path = rigs_dir / f"{name}.toml"
-    if not path.exists():
+    path = rig_file(name, fixtures_dir)
+    if is_rig_path(name):
+        if not path.is_file():
+            raise ConfigError(path, None, f"no rig file at {str(path)!r} (--specgate-rig {name})")
+        name = rig_name_of(name)
+    elif not path.exists():
+        check_fixtures_dir(fixtures_dir)
         known = sorted(p.stem for p in rigs_dir.glob("*.toml")) if rigs_dir.is_dir() else []
         raise ConfigError(path, None, f"no rig named {name!r}; rigs in {rigs_dir}: {', '.join(known) or 'none'}")
+    check_fixtures_dir(fixtures_dir)
     rig: RigFile = _validate(RigFile, read_toml(path), path)
     design_key = _design_key(rig, path)
     library = load_mode_library(fixtures_dir / "modes.toml")

@@ -585,9 +585,9 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: Base
 def entries_from_report(report: dict[str, Any], *, modes: list[str] | None = None,
                         stored: BaselineFile | None = None) -> dict[tuple[str, str, str, int], BaselineEntry]:
     """Baseline entries from a saved ``report.json``: every measured window (of ``modes``, if
-    given), with the fingerprint its server had. Lets an interrupted ``--update-baselines`` run
+    given), with the fingerprint its server had. Lets an interrupted ``--specgate-update-baselines`` run
     keep the windows that finished, or promote a chosen run's figures to baselines. Entries
-    already ``stored`` lend their level and ratio histories, as ``--update-baselines`` does."""
+    already ``stored`` lend their level and ratio histories, as ``--specgate-update-baselines`` does."""
     entries = {}
     fingerprints = report.get("fingerprints", {})
     for data in report.get("measurements", []):

@@ -225,7 +225,7 @@ class Measurer:
         # Duets with Protocol.follow_up_repeats: asked after the planned rounds (with the window so
         # far) whether a gate is left undecided; its reason, or None to stop there.
         self.follow_up = follow_up
-        # time.monotonic() by which follow-up rounds must end (--time-budget); None: no bound. A
+        # time.monotonic() by which follow-up rounds must end (--specgate-session-budget); None: no bound. A
         # follow-up is expected to take its rounds at the first look's pace.
         self.deadline = deadline
         # Makes a specgate.telemetry.Telemetry sampler per window from the window's servers (None:
@@ -465,14 +465,14 @@ class Measurer:
 
     def _over_budget(self, expected_s: float, rounds: int) -> str | None:
         """Why a follow-up of ``rounds`` rounds, expected to take ``expected_s``, does not fit before
-        the deadline (--time-budget), or None when it fits or nothing bounds it."""
+        the deadline (--specgate-session-budget), or None when it fits or nothing bounds it."""
         if self.deadline is None:
             return None
         left = self.deadline - time.monotonic()
         if expected_s <= left:
             return None
         return (f"its {rounds} round(s) would take ~{format_elapsed(expected_s)} at this window's pace and "
-                f"the session's time budget (--time-budget) has {format_elapsed(max(0.0, left))} left")
+                f"the session's time budget (--specgate-session-budget) has {format_elapsed(max(0.0, left))} left")
 
 
 def _with_telemetry(sampler: Any, m: ClassMeasurement) -> ClassMeasurement:

@@ -49,7 +49,7 @@ NOT_DECIDED = tuple(o for o in Outcome if not o.decided)
 # entries), named for the stored figures (the no-speculation mode is no_spec; it used to be called
 # baseline, so these kinds must not read like a mode).
 NOT_STORED = "no stored figures"  # nothing in baselines.json to compare this window with
-STORING = "storing figures"  # --update-baselines: this run's figures are stored, nothing compared
+STORING = "storing figures"  # --specgate-update-baselines: this run's figures are stored, nothing compared
 
 # The kinds of session.undecided entries (report.json's "undecided" list) and their outcome. A kind
 # not listed here (an old report's, or one another module adds without an entry) counts as UNDECIDED.
@@ -57,7 +57,7 @@ KIND_OUTCOMES: dict[str, Outcome] = {
     "inconclusive": Outcome.UNDECIDED,  # an interval across the threshold
     "too few drafts": Outcome.UNDECIDED,  # acceptance counts too few to tell
     NOT_STORED: Outcome.NOT_STORED,
-    STORING: Outcome.NOT_STORED,  # --update-baselines, nothing compared
+    STORING: Outcome.NOT_STORED,  # --specgate-update-baselines, nothing compared
     # the stored figures measured other prompts or another protocol: not comparable, so undecided
     # (skipped by default, as before issue 36; a missing entry fails by default instead)
     "fingerprint": Outcome.UNDECIDED,

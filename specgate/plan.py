@@ -178,7 +178,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                  attached: bool = False, reused: Iterable[str] = (), other_tests: int = 0) -> SessionPlan:
     """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run).
 
-    ``rates``: decode tok/s per window (see :func:`stored_rates`); ``attached``: --vllm-url (no
+    ``rates``: decode tok/s per window (see :func:`stored_rates`); ``attached``: --specgate-vllm-url (no
     server starts); ``reused``: labels of kept servers this session will reuse (no start)."""
     protocol, reference = rig.protocol, rig.reference_mode
     selected = list(dict.fromkeys(windows))
@@ -247,7 +247,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             servers=tuple(label for label, _ in sides if not attached)))
     notes = []
     if attached:
-        notes.append("attached to a running server (--vllm-url): nothing starts")
+        notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
     if alternating and not attached:
         notes.append("the servers take turns (vLLM sleep mode): each window allows up to "
                      f"{MAX_SWAP_SHARE:.0%} for swaps")

@@ -9,7 +9,7 @@ inherited variables vLLM reads, the vLLM build of its python, the model folder's
 sizes, times) and the rig and mode. The next session reuses it only when that hash is the same
 and the process (the same pid started at the same time) answers ``/health`` and lists the served
 model; a kept server of the same rig and mode with another hash is stopped, never reused.
-Attached servers (``--vllm-url``) are never recorded, reused or stopped.
+Attached servers (``--specgate-vllm-url``) are never recorded, reused or stopped.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
     return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
-# report.json files written before these names (issue 16) render with them (--report-only)
+# report.json files written before these names (issue 16) render with them (--specgate-report-only)
 OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING}
 UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
                   "too few drafts": "UNDECIDED", "inconclusive": "UNDECIDED", "not run": "NOT RUN"}

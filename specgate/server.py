@@ -10,7 +10,7 @@ GPU lab: a pipeline-parallel worker crashed and the first generation hung foreve
 never blocks on one request: the first generation runs beside the loop that reports progress,
 watches the process and the log, and enforces the startup deadline.
 
-``AttachedServer`` has the same face for a server someone else started (``--vllm-url``).
+``AttachedServer`` has the same face for a server someone else started (``--specgate-vllm-url``).
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def check_local_paths(rig: Rig, mode: Mode) -> None:
         raise ServerStartError(
             f"rig {rig.name}, mode {mode.name}: no such folder: {'; '.join(missing)}. Write it first "
             "(python -m specgate prepare-model: the cpu tier's model and the untrained EAGLE-3 head; "
-            "python -m specgate train-eagle3: a trained head; the GPU lab: scripts/gpu-lab-prepare.sh)")
+            "python -m specgate_lab train-eagle3: a trained head; the GPU lab: "
+            "specgate_lab/scripts/gpu-lab-prepare.sh)")
 
 
 class VLLMServer:
@@ -438,7 +439,7 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> list[psutil.Process]:
 
 
 class AttachedServer:
-    """A server started by someone else (``--vllm-url``): nothing to start or stop."""
+    """A server started by someone else (``--specgate-vllm-url``): nothing to start or stop."""
 
     def __init__(self, base_url: str, *, label: str, api_key: str | None = None,
                  timeout_s: float = 10.0) -> None:

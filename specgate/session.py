@@ -40,15 +40,15 @@ class SessionOptions:
     attach_url: str | None = None
     attach_mode: str | None = None
     api_key: str | None = None
-    # --record-responses: each started server's raw responses go here (fast-tier replay data).
+    # --specgate-record-responses: each started server's raw responses go here (fast-tier replay data).
     record_dir: Path | None = None
     # Under xdist: this worker's GPUs (CUDA_VISIBLE_DEVICES for its servers); None elsewhere.
     worker_gpus: str | None = None
     worker_id: str | None = None
     worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
     worker_refusal: str | None = None
-    ab: AB | None = None  # from the --ab-* options (overrides the rig's [ab])
-    # --specgate-session-budget (or --time-budget): seconds from the session's start within which its
+    ab: AB | None = None  # from the --specgate-ab-* options (overrides the rig's [ab])
+    # --specgate-session-budget: seconds from the session's start within which its
     # windows (specgate.plugin.cost) and follow-up rounds must fit; None: unbounded. ``started_at``:
     # time.monotonic() when the options were made.
     time_budget_s: float | None = None
@@ -94,7 +94,7 @@ class SpecgateSession:
             from specgate.config import load_rig
 
             rig = load_rig(self.options.rig_name, self.options.fixtures_dir)
-            if self.options.ab is not None:  # --ab-* options: an A/B of the command line's sides
+            if self.options.ab is not None:  # --specgate-ab-* options: an A/B of the command line's sides
                 rig = rig.model_copy(update={"ab": self.options.ab})
             self._rig = rig
         return self._rig

@@ -1,4 +1,4 @@
-"""`python -m specgate adopt-baselines REPORT`: keep what an interrupted --update-baselines run
+"""`python -m specgate adopt-baselines REPORT`: keep what an interrupted --specgate-update-baselines run
 measured. Exercised on the real report of such a run (GPU lab, pipeline-parallel rig, cut short
 while its third mode hung vLLM)."""
 

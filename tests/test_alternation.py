@@ -298,7 +298,7 @@ def test_an_alternation_rig_sets_up_each_server_once_with_its_turns(pytester):
     copy_fixtures(pytester.path / "fixtures")
     pytester.makepyfile(test_perf=(ROOT / "perf_tests" / "test_speculative_perf.py").read_text())
     pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n")
-    result = pytester.runpytest("--setup-plan", "-m", "gpu", "--rig", "h200-wide15b-alternate",
+    result = pytester.runpytest("--setup-plan", "-m", "gpu", "--specgate-rig", "h200-wide15b-alternate",
                                 "-p", "no:cacheprovider")
     out = result.stdout.str()
     assert sum("SETUP    S vllm_server" in line for line in result.outlines) == 5, out

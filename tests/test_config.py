@@ -90,7 +90,7 @@ def test_kimi_rig_runs_tensor_parallel_8_on_four_classes() -> None:
     argv = list(rig.argv_prefix)
     i = argv.index("--tensor-parallel-size")
     assert argv[i + 1] == "8"
-    assert argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]  # ${python}: --ab-*-python replaces it
+    assert argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]  # ${python}: --specgate-ab-*-python replaces it
     assert rig.gpus_per_server == 8
     assert rig.served_model_name == "kimi-k2.5"
     assert [c.name for c in rig.prompt_classes] == ["coding", "math", "structured_json", "explanatory"]

@@ -43,7 +43,7 @@ def test_each_window_runs_its_gates_backfire_first_and_each_server_still_starts_
 
 
 def test_the_order_keeps_a_sequential_rig_s_modes_together(perf_project):
-    collected = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--rig", "h200x2-smollm2-pp2",
+    collected = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--specgate-rig", "h200x2-smollm2-pp2",
                                        "-p", "no:cacheprovider")
     ids = _ids(collected)
     modes = [i.split("[")[1].split("-")[0] for i in ids]
@@ -54,8 +54,8 @@ def test_the_order_keeps_a_sequential_rig_s_modes_together(perf_project):
 def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(perf_project, no_plots, tmp_path):
     run_dir = tmp_path / "run"
     result = perf_project.runpytest_inprocess(
-        "-m", "cpu", "-k", "coding", "-p", "no:cacheprovider", f"--baselines={ROOT / 'baselines.json'}",
-        "--specgate-session-budget=1", f"--run-dir={run_dir}", "-rs")
+        "-m", "cpu", "-k", "coding", "-p", "no:cacheprovider", f"--specgate-baselines={ROOT / 'baselines.json'}",
+        "--specgate-session-budget=1", f"--specgate-run-dir={run_dir}", "-rs")
     out = result.stdout.str()
     result.assert_outcomes(skipped=5)  # 4 ngram gates, no_spec's throughput: no server started
     assert "backfire gate undecided (not run): ngram on coding (concurrency 1) not run: the session's time budget" \
@@ -71,8 +71,8 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
 
 def test_the_plan_is_printed_before_anything_starts(perf_project, no_plots, tmp_path):
     result = perf_project.runpytest_inprocess(
-        "-m", "cpu", "-k", "extraction", "-p", "no:cacheprovider", f"--baselines={ROOT / 'baselines.json'}",
-        "--specgate-session-budget=1", f"--run-dir={tmp_path / 'run'}")
+        "-m", "cpu", "-k", "extraction", "-p", "no:cacheprovider", f"--specgate-baselines={ROOT / 'baselines.json'}",
+        "--specgate-session-budget=1", f"--specgate-run-dir={tmp_path / 'run'}")
     out = result.stdout.str()
     assert "[specgate] specgate plan: rig cpu-smollm2 (duet): 2 server(s), 1 window(s)" in out
     assert "session budget: 1s (--specgate-session-budget)" in out

@@ -106,10 +106,11 @@ def test_an_old_entry_without_the_new_fields_loads_and_still_compares(rig):
 
 
 def test_a_stale_figure_is_reported_with_the_refresh_command():
-    notes = baseline_notes(comparability(Fingerprint(), None), [59.0, 60.0, 58.0], 33.0, "pytest --update-baselines")
+    notes = baseline_notes(comparability(Fingerprint(), None), [59.0, 60.0, 58.0], 33.0,
+                           "pytest --specgate-update-baselines")
     assert notes["baseline_fingerprint"] == {"kind": SAME, "differences": []}
     assert notes["stale_baseline"].startswith("this run's median 59.0 tok/s is 1.79x the stored 33.0")
-    assert notes["stale_baseline"].endswith("refresh it with: pytest --update-baselines")
+    assert notes["stale_baseline"].endswith("refresh it with: pytest --specgate-update-baselines")
     assert "stale_baseline" not in baseline_notes(comparability(Fingerprint(), None), [40.0], 33.0, "x")
 
 
@@ -126,7 +127,7 @@ def test_torch_and_cuda_versions_are_read_without_importing_torch(tmp_path, monk
     assert torch_cuda_versions() == ("2.9.1+cu128", "12.8")
 
 
-# -- the gates in a pytest run: undecided, reported, refused under --strict-fingerprint ----------
+# -- the gates in a pytest run: undecided, reported, refused under --specgate-strict-fingerprint ----------
 def window(mode: str, prompt_class: str, tps: list[float]) -> ClassMeasurement:
     records = []
     for i, rate in enumerate(tps):
@@ -193,7 +194,8 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
     assert "FINGERPRINT throughput [no_spec-coding-c1]: the stored entry of rig cpu-smollm2 / mode no_spec / class " \
            "coding / concurrency 1 was measured on other prompts or with another protocol" in out
     assert "prompts of class coding: text of" in out
-    assert "refresh it with: pytest -m cpu --rig cpu-smollm2 --update-baselines -k 'no_spec-coding-c1'" in out
+    assert ("refresh it with: pytest -m cpu --specgate-rig cpu-smollm2 --specgate-update-baselines "
+            "-k 'no_spec-coding-c1'") in out
     # another machine: undecided (a level from another CPU says nothing here), reported in the summary
     assert "the stored entry of rig cpu-smollm2 / mode no_spec / class math / concurrency 1 was measured on another " \
            "machine: accelerator: stored 'Intel Xeon', now 'AMD EPYC'; cpu_model: stored 'Intel Xeon', " \
@@ -219,6 +221,6 @@ def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
     session.fingerprints["no_spec"] = now
 
     with pytest.raises(pytest.fail.Exception, match=r"another machine: accelerator: stored 'Intel Xeon'.*"
-                                                    r"\(--strict-fingerprint\)"):
+                                                    r"\(--specgate-strict-fingerprint\)"):
         GateKeeper(session).throughput(m)
     assert [(u["gate"], u["kind"]) for u in session.undecided] == [("throughput", "fingerprint")]

@@ -112,7 +112,7 @@ def test_a_window_gets_its_follow_up_rounds_only_when_a_gate_asks(stand_in_rig, 
 
 @pytest.mark.parametrize("budget_left_s", [0.0, 3600.0])
 def test_the_time_budget_skips_a_follow_up_that_would_not_fit_and_the_verdict_says_so(stand_in_rig, budget_left_s):
-    # --time-budget (CI on a slow VM): a follow-up expected to end after the deadline is skipped; the
+    # --specgate-session-budget (CI on a slow VM): a follow-up expected to end after the deadline is skipped; the
     # window keeps its first look, still read with the two-look design's repeated interval, and the
     # gate's message says what was skipped and why.
     import time
@@ -132,7 +132,7 @@ def test_the_time_budget_skips_a_follow_up_that_would_not_fit_and_the_verdict_sa
     assert len(m.records) == len(m.partner.records) == planned * len(coding.prompts)
     assert m.follow_up is None and m.first_look_share == planned / (planned + extra)
     assert m.follow_up_skipped.startswith(f"its {extra} round(s) would take ~")
-    assert "the session's time budget (--time-budget) has 0s left" in m.follow_up_skipped
+    assert "the session's time budget (--specgate-session-budget) has 0s left" in m.follow_up_skipped
     assert any("follow-up skipped" in line and "backfire undecided (test)" in line for line in progress)
     message = check_backfire(rig, m, m.partner).message
     assert "first look of two (repeated intervals); its follow-up was skipped: its 8 round(s)" in message

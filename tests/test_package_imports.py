@@ -14,6 +14,7 @@ import pytest
 pytestmark = pytest.mark.fast
 
 PACKAGE = Path(__file__).resolve().parent.parent / "specgate"
+LAB = PACKAGE.parent / "specgate_lab"
 HEAVY = ("numpy", "pydantic", "httpx", "aiohttp", "scipy", "matplotlib", "tabulate", "psutil", "prometheus_client")
 
 
@@ -103,7 +104,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _import_graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    # the product and the lab together (the lab's machine scripts are no package's modules)
+    paths = {_module_name(p): p for p in (*PACKAGE.rglob("*.py"), *LAB.rglob("*.py"))
+             if "scripts" not in p.relative_to(LAB.parent).parts}
     at_load, anywhere = {}, {}
     for name, path in paths.items():
         load, deferred = _edges(ast.parse(path.read_text(), str(path)), set(paths))
@@ -124,3 +127,12 @@ def test_no_import_circle_even_through_function_level_imports():
 def test_the_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_product_imports_the_lab_only_where_a_lab_tool_runs():
+    # specgate is the product: no module of it imports specgate_lab when it loads (the untrained
+    # EAGLE-3 head of prepare-model and --specgate-record-responses import it when they run)
+    at_load, _ = _import_graphs()
+    assert {name: sorted(m for m in deps if m.startswith("specgate_lab"))
+            for name, deps in at_load.items() if name.startswith("specgate.") or name == "specgate"} == {
+        name: [] for name in at_load if name.startswith("specgate.") or name == "specgate"}

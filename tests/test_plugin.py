@@ -45,23 +45,26 @@ def test_setup_plan_starts_exactly_one_server_per_mode(perf_project):
 
 
 def test_an_option_path_that_loses_the_project_config_is_refused(pytester, tmp_path_factory):
-    # Seen on the GPU lab and in the fault tests: "--run-dir /existing/dir" made pytest search its
+    # Seen on the GPU lab and in the fault tests: "--specgate-run-dir /existing/dir" made pytest search its
     # config from "/", so the run went on without markers, xfail_strict or the right rootdir.
     copy_fixtures(pytester.path / "fixtures")
     pytester.makepyfile(test_perf=PERF_TESTS)
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\n'
                                'markers = ["perf: p", "cpu: c", "gpu: g", "speculative_only: s"]\n')
     outside = tmp_path_factory.mktemp("elsewhere")
-    lost = pytester.runpytest("--collect-only", "-q", "-m", "cpu", "--run-dir", str(outside), "-p", "no:cacheprovider")
+    lost = pytester.runpytest("--collect-only", "-q", "-m", "cpu", "--specgate-run-dir", str(outside),
+                              "-p", "no:cacheprovider")
     assert lost.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"took the path in '--run-dir {outside}' for a test path" in lost.stderr.str()
-    assert "--run-dir=/tmp/x" in lost.stderr.str()
-    kept = pytester.runpytest("--collect-only", "-q", "-m", "cpu", f"--run-dir={outside}", "-p", "no:cacheprovider")
+    assert f"took the path in '--specgate-run-dir {outside}' for a test path" in lost.stderr.str()
+    assert "--specgate-run-dir=/tmp/x" in lost.stderr.str()
+    kept = pytester.runpytest("--collect-only", "-q", "-m", "cpu", f"--specgate-run-dir={outside}",
+                              "-p", "no:cacheprovider")
     assert kept.ret == pytest.ExitCode.OK, kept.stdout.str()
     # Another project (no fixtures/rigs) with specgate installed: none of the plugin's business.
     shutil.rmtree(pytester.path / "fixtures")
     pytester.makepyfile(test_perf="def test_other():\n    pass\n")
-    other = pytester.runpytest("-q", "--run-dir", str(outside), "-p", "no:cacheprovider")
+    other = pytester.runpytest("-q", "--specgate-run-dir", str(outside),
+                              "-p", "no:cacheprovider")
     assert other.ret == pytest.ExitCode.OK, other.stdout.str() + other.stderr.str()
 
 
@@ -72,7 +75,7 @@ def test_fast_marker_deselects_every_perf_test(perf_project):
 
 
 def test_tier_marker_comes_from_the_rig(perf_project):
-    result = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--rig", "h200-smollm2",
+    result = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--specgate-rig", "h200-smollm2",
                                     "-p", "no:cacheprovider")
     # The lab rig runs 2 classes: 5 modes x 2 throughput + 3 speculative modes x 3 gates x 2.
     assert sum("::" in line for line in result.outlines) == 28, result.stdout.str()
@@ -89,8 +92,45 @@ def test_corrupt_rig_file_is_a_collection_error_naming_file_and_key(perf_project
 
 
 def test_unknown_rig_lists_the_known_ones(perf_project):
-    result = perf_project.runpytest("--collect-only", "-m", "cpu", "--rig", "nope", "-p", "no:cacheprovider")
+    result = perf_project.runpytest("--collect-only", "-m", "cpu", "--specgate-rig", "nope", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*no rig named 'nope'*cpu-smollm2*h200-smollm2*"])
+
+
+def test_a_rig_file_outside_the_fixtures_folder_is_taken_by_path(perf_project, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere") / "my-rig.toml"
+    outside.write_text((perf_project.path / "fixtures" / "rigs" / "cpu-smollm2.toml").read_text())
+    result = perf_project.runpytest("--collect-only", "-q", "-m", "cpu", f"--specgate-rig={outside}",
+                                    "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    assert any("[no_spec-coding-c1]" in line for line in result.outlines)
+
+
+def test_a_missing_rig_file_is_refused_at_parse_time_naming_it(perf_project, tmp_path):
+    result = perf_project.runpytest("--collect-only", "-m", "cpu", f"--specgate-rig={tmp_path}/nope.toml")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines([f"*rig file '{tmp_path}/nope.toml' does not exist*"])
+
+
+def test_the_fixtures_folder_comes_from_the_environment_and_a_bad_one_is_named(perf_project, monkeypatch):
+    moved = perf_project.path / "elsewhere"
+    (perf_project.path / "fixtures").rename(moved)
+    monkeypatch.setenv("SPECGATE_FIXTURES", str(moved))
+    ok = perf_project.runpytest("--collect-only", "-q", "-m", "cpu", "-p", "no:cacheprovider")
+    assert ok.ret == 0, ok.stdout.str()
+    monkeypatch.delenv("SPECGATE_FIXTURES")
+    lost = perf_project.runpytest("--collect-only", "-q", "-m", "cpu", "-p", "no:cacheprovider")
+    assert lost.ret != 0
+    lost.stdout.fnmatch_lines([f"*{perf_project.path / 'fixtures'} is not a specgate fixtures folder (no modes.toml "
+                               "and no prompts.toml)*--specgate-fixtures DIR*SPECGATE_FIXTURES*"])
+
+
+def test_the_older_unprefixed_options_are_gone(perf_project):
+    # a plugin loads into every pytest run of its environment: an unprefixed --gpus or --run-dir that
+    # another project's conftest also defines would stop pytest from starting
+    for old in ("--rig=cpu-smollm2", "--run-dir=x", "--gpus=0", "--time-budget=5"):
+        result = perf_project.runpytest("--collect-only", "-q", old)
+        assert result.ret == 4, old
+        result.stderr.fnmatch_lines([f"*unrecognized arguments: {old}*"])
 
 
 def test_perf_tiers_refuse_xdist_before_any_fixture_runs(tmp_path):
@@ -181,7 +221,8 @@ def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path)
 def test_h200_rig_sets_up_each_of_its_five_mode_servers_once(perf_project):
     # Regression: speculative-only tests once got a shorter mode list, so pytest saw other param
     # indices for the same mode and restarted servers (9 starts for 4 modes on the GPU lab).
-    result = perf_project.runpytest("--setup-plan", "-m", "gpu", "--rig", "h200-smollm2", "-p", "no:cacheprovider")
+    result = perf_project.runpytest("--setup-plan", "-m", "gpu", "--specgate-rig", "h200-smollm2",
+                                    "-p", "no:cacheprovider")
     assert sum("SETUP    S vllm_server" in line for line in result.outlines) == 5, result.stdout.str()
 
 
@@ -199,14 +240,14 @@ def test_a_worker_reads_the_reference_window_another_worker_measured(tmp_path):
 
 
 def test_attach_mode_runs_only_the_named_mode(perf_project):
-    result = perf_project.runpytest("--collect-only", "-q", "-m", "cpu", "--vllm-url", "http://127.0.0.1:9",
-                                    "--vllm-mode", "ngram", "-p", "no:cacheprovider")
+    result = perf_project.runpytest("--collect-only", "-q", "-m", "cpu", "--specgate-vllm-url", "http://127.0.0.1:9",
+                                    "--specgate-vllm-mode", "ngram", "-p", "no:cacheprovider")
     tests = [line for line in result.outlines if "::" in line]
     assert tests and all("[ngram-" in line for line in tests)
 
 
 def test_bad_attach_url_is_rejected_at_parse_time(perf_project):
-    result = perf_project.runpytest("--vllm-url", "localhost:8000")
+    result = perf_project.runpytest("--specgate-vllm-url", "localhost:8000")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "not an http(s) URL" in result.stderr.str()
 
@@ -233,7 +274,8 @@ def _session(tmp_path: Path, update: str = "off") -> SpecgateSession:
 
 def test_missing_baseline_fails_with_the_command_that_creates_it(tmp_path):
     session = _session(tmp_path)
-    with pytest.raises(pytest.fail.Exception, match="pytest -m cpu --rig cpu-smollm2 --update-baselines"):
+    with pytest.raises(pytest.fail.Exception,
+                       match="pytest -m cpu --specgate-rig cpu-smollm2 --specgate-update-baselines"):
         GateKeeper(session).throughput(_measurement("no_spec", [30.0] * 6))
     (undecided,) = session.report_data(complete=True)["undecided"]
     assert (undecided["gate"], undecided["kind"], undecided["mode"]) == ("throughput", "no stored figures", "no_spec")
@@ -289,7 +331,7 @@ def test_backfire_pairs_on_the_requests_both_modes_timed():
 
 
 def _stored_then_fresh(tmp_path: Path, measured: list[float]) -> SpecgateSession:
-    """Store no_spec's figures on coding from ``measured`` (an --update-baselines session), then
+    """Store no_spec's figures on coding from ``measured`` (an --specgate-update-baselines session), then
     return a plain session that gates against them."""
     updating = _session(tmp_path, update="update")
     with pytest.raises(pytest.fail.Exception):
@@ -353,7 +395,7 @@ def test_throughput_is_undecided_when_its_window_was_timed_wrongly(tmp_path):
 
 
 def test_the_time_budget_becomes_the_measurers_deadline(tmp_path):
-    # --time-budget=MINUTES -> SessionOptions.time_budget_s -> the Measurer's deadline, counted from the
+    # --specgate-session-budget=DURATION -> SessionOptions.time_budget_s -> the Measurer's deadline, counted from the
     # session's start; without it, nothing bounds the follow-ups.
     session = _session(tmp_path)
     assert session.measurer.deadline is None

@@ -1,4 +1,4 @@
-"""Replay real vLLM responses recorded from real servers (``python -m specgate record``) through
+"""Replay real vLLM responses recorded from real servers (``python -m specgate_lab record``) through
 the client and the metrics parser: what vLLM really sends, with no server and no network."""
 
 import asyncio
@@ -57,7 +57,7 @@ def _window_acceptance(folder: Path, mode: str) -> AcceptanceStats | None:
 
 
 def test_recordings_exist():
-    assert STREAMS and WINDOWS, f"no recorded vLLM responses under {RECORDED}; run: python -m specgate record"
+    assert STREAMS and WINDOWS, f"no recorded vLLM responses under {RECORDED}; run: python -m specgate_lab record"
 
 
 @pytest.mark.parametrize("path", STREAMS, ids=[f"{p.parent.name}/{p.name}" for p in STREAMS])

@@ -175,7 +175,8 @@ def test_gates_that_decided_nothing_are_not_called_passed(tmp_path: Path, not_st
     ngram_math = session.measurements[("ngram", "math", 1)]
     session.record_undecided("throughput", session.measurements[("no_spec", "coding", 1)], not_stored,
                              "no stored figures for rig cpu-smollm2 / mode no_spec / class coding / concurrency 1 in "
-                             "b.json; store them with: pytest -m cpu --rig cpu-smollm2 --update-baselines")
+                             "b.json; store them with: pytest -m cpu --specgate-rig cpu-smollm2 "
+                             "--specgate-update-baselines")
     session.record_undecided("throughput", ngram_math, storing, "this run's figures of ... will be stored")
     session.record_undecided("acceptance", ngram_math, storing, "this run's figures of ... will be stored")
     session.record(GateResult("backfire", "ngram", "math", 1, Outcome.PASS, "backfire: ngram is 25 % faster"))

@@ -206,7 +206,7 @@ def test_a_truncated_baselines_file_is_refused_before_any_test_runs_and_left_as_
     path = pytester.path / "baselines.json"
     path.write_bytes(truncated)
     # attach mode, so that old code fails fast too (it would try to reach the server in every test)
-    result = pytester.runpytest("-m", "cpu", "-p", "no:cacheprovider", "--vllm-url", "http://127.0.0.1:9")
+    result = pytester.runpytest("-m", "cpu", "-p", "no:cacheprovider", "--specgate-vllm-url", "http://127.0.0.1:9")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert f"{path}: not valid JSON" in err and "before any server starts" in err

@@ -11,7 +11,7 @@ its work:
 - ``gatekeeper``: one gate on one measurement, turned into the test's outcome;
 - ``gpu_split``: under xdist, each worker's own GPUs, or the reason perf tests may not run there;
 - ``controller``: on the xdist controller, the cross-mode gates workers deferred;
-- ``output``: progress lines, the report and the terminal summary, ``--report-only``;
+- ``output``: progress lines, the report and the terminal summary, ``--specgate-report-only``;
 - ``cost``: the session's plan (printed once the selection is known), the order that decides the
   backfire gates first, the session's time budget (NOT RUN), the progress and ETA lines.
 
@@ -47,8 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """--report-only: render a saved report again (summary, Markdown, plots), start nothing."""
-    path = config.getoption("report_only")
+    """--specgate-report-only: render a saved report again (summary, Markdown, plots), start nothing."""
+    path = config.getoption("specgate_report_only")
     return None if path is None else render_saved_report(path)
 
 

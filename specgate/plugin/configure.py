@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from specgate.locations import resolve_fixtures_dir, rig_name_of
 from specgate.plugin.options import ab_from_options
 from specgate.plugin.output import progress_writer
 from specgate.session import SessionOptions, SpecgateSession, default_run_dir
@@ -25,7 +26,7 @@ def check_project_config_loaded(config: pytest.Config) -> None:
     """Refuse a run that lost the project's pytest configuration.
 
     pytest looks for its config file from the common ancestor of the command line's path
-    arguments, and before plugins load it cannot tell ``--run-dir /tmp/x`` from a test path: an
+    arguments, and before plugins load it cannot tell ``--specgate-run-dir /tmp/x`` from a test path: an
     option value that is an existing path outside the project moves the search to ``/``. The run
     would then go on without the markers, ``xfail_strict`` and the rootdir (where specgate finds
     ``fixtures/``), failing later and obscurely; say so now, with the way out.
@@ -52,44 +53,41 @@ def check_project_config_loaded(config: pytest.Config) -> None:
         f"xfail_strict and the fixtures folder would be wrong. "
         + (f"pytest took the path in {', '.join(repr(c) for c in culprits)} for a test path when looking "
            "for its config. " if culprits else "")
-        + "Write such options with '=' (--run-dir=/tmp/x), or add -c pyproject.toml.")
+        + "Write such options with '=' (--specgate-run-dir=/tmp/x), or add -c pyproject.toml.")
 
 
 def session_budget_s(config: pytest.Config) -> float | None:
-    """--specgate-session-budget (seconds), else --time-budget (minutes), else None. Values from the
-    environment arrive as strings (the options' defaults), so they are parsed here too."""
-    from specgate.plugin.options import parse_duration, parse_minutes
+    """--specgate-session-budget in seconds, or None. A value from the environment arrives as a string
+    (the option's default), so it is parsed here too."""
+    from specgate.plugin.options import parse_duration
 
     budget = config.getoption("specgate_session_budget")
-    if budget is not None:
-        return budget if isinstance(budget, float) else parse_duration(str(budget))
-    minutes = config.getoption("time_budget")
-    if minutes is not None:
-        return 60 * (minutes if isinstance(minutes, float) else parse_minutes(str(minutes)))
-    return None
+    if budget is None:
+        return None
+    return budget if isinstance(budget, float) else parse_duration(str(budget))
 
 
 def configure_session(config: pytest.Config) -> None:
     """Check the project config loaded, then build the session and stash it."""
     check_project_config_loaded(config)
     root = Path(config.rootpath)
-    update = "regen" if config.getoption("regen_baselines") else (
-        "update" if config.getoption("update_baselines") else "off")
-    rig_name = config.getoption("rig")
+    update = "regen" if config.getoption("specgate_regen_baselines") else (
+        "update" if config.getoption("specgate_update_baselines") else "off")
+    rig_name = config.getoption("specgate_rig")
     workerinput = getattr(config, "workerinput", None)
-    run_dir = config.getoption("run_dir") or (
+    run_dir = config.getoption("specgate_run_dir") or (
         Path(workerinput["specgate_run_dir"]) if workerinput and "specgate_run_dir" in workerinput
-        else default_run_dir(root, rig_name))
+        else default_run_dir(root, rig_name_of(rig_name)))
     options = SessionOptions(
         rig_name=rig_name,
-        fixtures_dir=config.getoption("specgate_fixtures") or root / "fixtures",
-        baselines_path=config.getoption("baselines") or root / "baselines.json",
+        fixtures_dir=resolve_fixtures_dir(config.getoption("specgate_fixtures"), root),
+        baselines_path=config.getoption("specgate_baselines") or root / "baselines.json",
         run_dir=run_dir, worker_id=workerinput["workerid"] if workerinput else None,
         worker_count=int(workerinput["workercount"]) if workerinput else 1,
-        repo_root=root, update=update, strict_fingerprint=config.getoption("strict_fingerprint"),
-        attach_url=config.getoption("vllm_url"), attach_mode=config.getoption("vllm_mode"),
-        api_key=config.getoption("vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
-        record_dir=config.getoption("record_responses"), ab=ab_from_options(config),
+        repo_root=root, update=update, strict_fingerprint=config.getoption("specgate_strict_fingerprint"),
+        attach_url=config.getoption("specgate_vllm_url"), attach_mode=config.getoption("specgate_vllm_mode"),
+        api_key=config.getoption("specgate_vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
+        record_dir=config.getoption("specgate_record_responses"), ab=ab_from_options(config),
         time_budget_s=session_budget_s(config),
         undecided_policy=config.getoption("specgate_undecided"),
         keep_servers=bool(config.getoption("specgate_keep_servers")),

@@ -74,7 +74,7 @@ def partner_server(mode, specgate_session: SpecgateSession, server_turns,
 def vllm_server(mode, partner_server, specgate_session: SpecgateSession, server_turns,
                 request: pytest.FixtureRequest) -> Iterator[Any]:
     """One server per mode per session (per side in an A/B): started here, torn down (whole
-    process group) after the mode's last test, or attached to with --vllm-url. A duet rig's
+    process group) after the mode's last test, or attached to with --specgate-vllm-url. A duet rig's
     reference mode is the live reference server itself."""
     session, rig = specgate_session, specgate_session.rig
     if rig.design == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
@@ -158,7 +158,7 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
 def _record(session: SpecgateSession, server, mode) -> None:
     import httpx
 
-    from specgate.record import record_server
+    from specgate_lab.record import record_server
 
     record_dir = session.options.record_dir
     try:
@@ -166,7 +166,7 @@ def _record(session: SpecgateSession, server, mode) -> None:
                       timeout_s=session.rig.protocol.request_timeout_s)
         session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
     except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
-        warnings.warn(f"--record-responses: recording mode {mode.name} into {record_dir} failed: "
+        warnings.warn(f"--specgate-record-responses: recording mode {mode.name} into {record_dir} failed: "
                       f"{type(exc).__name__}: {exc}", stacklevel=1)
 
 

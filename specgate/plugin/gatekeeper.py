@@ -45,7 +45,7 @@ class GateKeeper:
         self.session.record_undecided(gate, m, STORING, message)
         if update == "update":
             pytest.fail(f"{message}; this test fails so an update never passes silently: run again without "
-                        "--update-baselines", pytrace=False)
+                        "--specgate-update-baselines", pytrace=False)
         return True
 
     def _stored(self, m, gate: str):
@@ -54,7 +54,7 @@ class GateKeeper:
         entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
         if entry is None:
             message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store them "
-                       f"with: pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines")
+                       f"with: pytest -m {self.rig.tier} --specgate-rig {self.rig.name} --specgate-update-baselines")
             self.session.record_undecided(gate, m, NOT_STORED, message)
             self._act(gate, Outcome.NOT_STORED, message)
         return entry
@@ -101,13 +101,13 @@ class GateKeeper:
         self._finish(result)
 
     def _refresh(self, m) -> str:
-        return (f"pytest -m {self.rig.tier} --rig {self.rig.name} --update-baselines "
+        return (f"pytest -m {self.rig.tier} --specgate-rig {self.rig.name} --specgate-update-baselines "
                 f"-k '{m.mode}-{m.prompt_class}-c{m.concurrency}'")
 
     def _comparable(self, m, stored, gate: str):
         """Refuse a stored figure measured on other prompts or with another protocol (the gate is
         undecided, naming what differs); another machine or setup is reported, and refused under
-        --strict-fingerprint. The one decision is baselines.comparability."""
+        --specgate-strict-fingerprint. The one decision is baselines.comparability."""
         from specgate.baselines import OTHER_MEASUREMENT, SAME, comparability
 
         now = self.session.fingerprints.get(m.mode)
@@ -118,7 +118,7 @@ class GateKeeper:
             self.session.record_undecided(gate, m, "fingerprint", note)
             if fit.kind == OTHER_MEASUREMENT and not strict:  # not comparable: undecided
                 self._act(gate, Outcome.UNDECIDED, note)
-            pytest.fail(note + (" (--strict-fingerprint)" if strict else ""), pytrace=False)
+            pytest.fail(note + (" (--specgate-strict-fingerprint)" if strict else ""), pytrace=False)
         if fit.kind != SAME and gate == "throughput":
             warnings.warn(self._stored_entry(m, fit), stacklevel=1)
         return fit

@@ -16,7 +16,7 @@ XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the r
 
 
 def visible_gpus(config: pytest.Config) -> list[str]:
-    explicit = config.getoption("gpus")
+    explicit = config.getoption("specgate_gpus")
     if explicit:
         return explicit
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -38,7 +38,7 @@ def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int,
         raise pytest.UsageError(
             f"specgate: {worker_count} xdist workers x {per_server} GPU(s) per server need {needed} GPUs, "
             f"but {len(visible)} are available ({','.join(visible) or 'none'}); "
-            f"use -n {len(visible) // per_server or 1} or fewer, or pass --gpus")
+            f"use -n {len(visible) // per_server or 1} or fewer, or pass --specgate-gpus")
     return ",".join(visible[worker_index * per_server:(worker_index + 1) * per_server])
 
 

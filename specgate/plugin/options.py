@@ -33,19 +33,21 @@ def parse_gpu_list(value: str) -> list[str]:
 
 
 def parse_rig_name(value: str) -> str:
-    if not value or "/" in value or value.startswith("."):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a rig name (a file stem under fixtures/rigs/)")
+    """A rig of the fixtures folder (``cpu-smollm2``) or a path to a rig file (contains ``/`` or ends in
+    ``.toml``), which must exist and be readable; a path comes back absolute."""
+    from specgate.locations import is_rig_path
+
+    if value and is_rig_path(value):
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise argparse.ArgumentTypeError(f"rig file {str(path)!r} does not exist (or is not a file)")
+        if not os.access(path, os.R_OK):
+            raise argparse.ArgumentTypeError(f"rig file {str(path)!r} is not readable")
+        return str(path.resolve())
+    if not value or value.startswith("."):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a rig: a name (a file stem under fixtures/rigs/) "
+                                         "or a path to a rig .toml file")
     return value
-
-
-def parse_minutes(value: str) -> float:
-    try:
-        minutes = float(value)
-    except ValueError:
-        minutes = float("nan")
-    if not minutes > 0 or minutes == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of minutes above 0, e.g. 40")
-    return minutes
 
 
 def parse_outcome_policy(value: str) -> dict[str, str]:
@@ -96,61 +98,64 @@ AB_SIDES = ("reference", "candidate")
 
 
 def ab_from_options(config: pytest.Config):
-    """An A/B from the --ab-* options, or None when none is given (the rig's [ab], if any, holds)."""
+    """An A/B from the --specgate-ab-* options, or None when none is given (the rig's [ab], if any, holds)."""
     import shlex
 
-    given = {side: {"python": config.getoption(f"ab_{side}_python"),
-                    "extra_args": tuple(shlex.split(config.getoption(f"ab_{side}_args") or "")),
-                    "env": dict(config.getoption(f"ab_{side}_env") or []),
-                    "speculative": dict(config.getoption(f"ab_{side}_spec") or [])} for side in AB_SIDES}
+    given = {side: {"python": config.getoption(f"specgate_ab_{side}_python"),
+                    "extra_args": tuple(shlex.split(config.getoption(f"specgate_ab_{side}_args") or "")),
+                    "env": dict(config.getoption(f"specgate_ab_{side}_env") or []),
+                    "speculative": dict(config.getoption(f"specgate_ab_{side}_spec") or [])} for side in AB_SIDES}
     if not any(v for side in given.values() for v in side.values()):
         return None
-    from specgate.config import AB, Side  # pydantic: only for a run that gives --ab-* options
+    from specgate.config import AB, Side  # pydantic: only for a run that gives --specgate-ab-* options
 
     return AB(**{side: Side(**values) for side, values in given.items()})
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("specgate", "specgate: vLLM speculative-decoding performance gates")
-    group.addoption("--rig", type=parse_rig_name, default=os.environ.get("SPECGATE_RIG", "cpu-smollm2"),
-                    help="rig to run: fixtures/rigs/NAME.toml (default: cpu-smollm2, or $SPECGATE_RIG)")
+    group.addoption("--specgate-rig", type=parse_rig_name, default=os.environ.get("SPECGATE_RIG", "cpu-smollm2"),
+                    help="rig to run: NAME (fixtures/rigs/NAME.toml) or a path to a rig .toml file "
+                         "(default: cpu-smollm2, or $SPECGATE_RIG)")
     group.addoption("--specgate-fixtures", type=Path, default=None,
-                    help="folder holding modes.toml, prompts.toml and rigs/ (default: <rootdir>/fixtures)")
-    group.addoption("--baselines", type=Path, default=None, help="baselines file (default: <rootdir>/baselines.json)")
-    group.addoption("--run-dir", type=Path, default=None,
+                    help="folder holding modes.toml, prompts.toml and rigs/ (default: $SPECGATE_FIXTURES, "
+                         "else <rootdir>/fixtures)")
+    group.addoption("--specgate-baselines", type=Path, default=None,
+                    help="baselines file (default: <rootdir>/baselines.json)")
+    group.addoption("--specgate-run-dir", type=Path, default=None,
                     help="where server logs and reports go (default: <rootdir>/.specgate/runs/<time>-<rig>)")
-    group.addoption("--update-baselines", action="store_true",
+    group.addoption("--specgate-update-baselines", action="store_true",
                     help="write the measured values as baselines; those tests still FAIL, "
                          "so CI never updates silently")
-    group.addoption("--regen-baselines", action="store_true",
+    group.addoption("--specgate-regen-baselines", action="store_true",
                     help="write the measured values as baselines and let those tests pass")
-    group.addoption("--strict-fingerprint", action="store_true",
+    group.addoption("--specgate-strict-fingerprint", action="store_true",
                     help="fail a throughput gate when the stored figures were measured on another "
                          "accelerator/vLLM/model")
-    group.addoption("--vllm-url", type=parse_url, default=None,
+    group.addoption("--specgate-vllm-url", type=parse_url, default=None,
                     help="attach mode: test an already running server (starts nothing)")
-    group.addoption("--vllm-mode", default=None,
+    group.addoption("--specgate-vllm-mode", default=None,
                     help="attach mode: the rig's mode the running server was started with "
                          "(default: the reference mode)")
-    group.addoption("--vllm-api-key", default=None,
+    group.addoption("--specgate-vllm-api-key", default=None,
                     help="attach mode: API key (or $SPECGATE_API_KEY); never printed or stored")
-    group.addoption("--gpus", type=parse_gpu_list, default=None,
+    group.addoption("--specgate-gpus", type=parse_gpu_list, default=None,
                     help="GPUs specgate may use: indices (0,1,2,3) or GPU-/MIG- UUIDs (default: "
                          "CUDA_VISIBLE_DEVICES, else all NVML sees); under xdist each worker gets "
                          "gpus_per_server of them for its servers")
-    group.addoption("--record-responses", type=Path, default=None, metavar="DIR",
+    group.addoption("--specgate-record-responses", type=Path, default=None, metavar="DIR",
                     help="also record each started server's raw responses and /metrics into DIR, for the "
-                         "fast tier's replay tests (as `python -m specgate record`, without extra starts)")
+                         "fast tier's replay tests (as `python -m specgate_lab record`, without extra starts)")
     for side in AB_SIDES:
-        group.addoption(f"--ab-{side}-python", default=None, metavar="PYTHON",
+        group.addoption(f"--specgate-ab-{side}-python", default=None, metavar="PYTHON",
                         help=f"A/B: the {side} side's python (its vLLM build's environment); "
-                             "any --ab-* option makes the run an A/B: every mode on both sides, alternated")
-        group.addoption(f"--ab-{side}-args", default=None, metavar="'ARGS'",
+                             "any --specgate-ab-* option makes the run an A/B: every mode on both sides, alternated")
+        group.addoption(f"--specgate-ab-{side}-args", default=None, metavar="'ARGS'",
                         help=f"A/B: extra `vllm serve` arguments of the {side} side (one quoted string)")
-        group.addoption(f"--ab-{side}-env", type=parse_env_assignment, action="append", default=None,
+        group.addoption(f"--specgate-ab-{side}-env", type=parse_env_assignment, action="append", default=None,
                         metavar="NAME=VALUE", help=f"A/B: an environment variable of the {side} side's servers "
                         "(repeatable), e.g. SPECGATE_SLOWDOWN=0.10 for a real injected slowdown")
-        group.addoption(f"--ab-{side}-spec", type=parse_spec_assignment, action="append", default=None,
+        group.addoption(f"--specgate-ab-{side}-spec", type=parse_spec_assignment, action="append", default=None,
                         metavar="KEY=VALUE", help=f"A/B: a speculative-config key of the {side} side's speculative "
                         "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
     group.addoption("--specgate-session-budget", type=parse_duration, default=os.environ.get("SPECGATE_SESSION_BUDGET"),
@@ -158,9 +163,6 @@ def add_options(parser: pytest.Parser) -> None:
                     "that decides backfire first; a window that would not end within DURATION of the session's start "
                     "is NOT RUN (reported with the reason), and follow-up rounds get only what the remaining windows "
                     "leave (default: no bound, or $SPECGATE_SESSION_BUDGET)")
-    group.addoption("--time-budget", type=parse_minutes, default=os.environ.get("SPECGATE_TIME_BUDGET_MIN"),
-                    metavar="MINUTES", help="the same as --specgate-session-budget, in minutes (the older name; "
-                    "default: $SPECGATE_TIME_BUDGET_MIN)")
     group.addoption("--specgate-keep-servers", action="store_true",
                     default=bool(os.environ.get("SPECGATE_KEEP_SERVERS")),
                     help="leave the servers specgate starts running after the session, and reuse a kept one whose "
@@ -172,5 +174,5 @@ def add_options(parser: pytest.Parser) -> None:
                          "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge gating), or per "
                          "outcome, e.g. not_stored=skip,undecided=fail (default: the rig's [gates] undecided, "
                          "else skip)")
-    group.addoption("--report-only", type=Path, default=None, metavar="REPORT_JSON",
+    group.addoption("--specgate-report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")

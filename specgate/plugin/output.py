@@ -1,5 +1,5 @@
 """What the run prints and writes: progress lines, the end of the run (baseline updates, report.json
-and its renderings, the GitHub step summary), the terminal summary, and ``--report-only``.
+and its renderings, the GitHub step summary), the terminal summary, and ``--specgate-report-only``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def has_perf_work(session: SpecgateSession) -> bool:
 
 
 def render_saved_report(path: Path) -> int:
-    """--report-only: render a saved report again (summary, Markdown, plots); the exit code."""
+    """--specgate-report-only: render a saved report again (summary, Markdown, plots); the exit code."""
     from specgate.report import render_all, render_text
     from specgate.session import load_report
 

@@ -48,4 +48,4 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], s
         items[:] = keep
     if keep and config.option.markexpr.strip() == "gpu" and session.rig.tier != "gpu":
         warnings.warn(f"-m gpu selected but rig {session.rig.name!r} is a {session.rig.tier} rig: "
-                      "pass --rig NAME of a gpu rig", stacklevel=1)
+                      "pass --specgate-rig NAME of a gpu rig", stacklevel=1)

@@ -117,7 +117,7 @@ class Slowdown:
         except FileNotFoundError:
             self._value, self._mtime = self.fixed or 0.0, None
         except (OSError, ValueError) as exc:  # keep the last good value; say why once per change
-            print(f"[specgate.inject] {exc}; keeping slowdown {self._value}", file=sys.stderr, flush=True)
+            print(f"[specgate_lab.inject] {exc}; keeping slowdown {self._value}", file=sys.stderr, flush=True)
             self._mtime = mtime if "mtime" in locals() else None
         return self._value
 
@@ -250,7 +250,7 @@ class GpuPacer:
     def report(self) -> str:
         share = self.injected_ms_total / self.step_ms_total if self.step_ms_total else 0.0
         median = statistics.median(self.step_ms) if self.step_ms else 0.0
-        return (f"[specgate.inject] pid {os.getpid()}: {self.steps} GPU steps, median {median:.3f} ms, injected "
+        return (f"[specgate_lab.inject] pid {os.getpid()}: {self.steps} GPU steps, median {median:.3f} ms, injected "
                 f"{self.injected_ms_total:.1f} ms in all ({share * 100:.2f} % of the steps' own GPU time; "
                 f"asked {self.slowdown.fraction() * 100:g} %)")
 
@@ -380,7 +380,7 @@ def register() -> None:
     names = patch(EngineCore, slowdown)
     if names:
         what = f"{slowdown.fixed}" if slowdown.path is None else f"read from {slowdown.path}"
-        print(f"[specgate.inject] pid {os.getpid()}: EngineCore.{'/'.join(names)} slowed by {what}",
+        print(f"[specgate_lab.inject] pid {os.getpid()}: EngineCore.{'/'.join(names)} slowed by {what}",
               file=sys.stderr, flush=True)
 
 
@@ -400,7 +400,7 @@ def _register_gpu(slowdown: Slowdown) -> None:
     def on_loaded(module: Any) -> None:
         names = patch_runner_module(module, pacer_for)
         if names:
-            print(f"[specgate.inject] pid {os.getpid()}: GPU steps slowed by {what} ({', '.join(names)})",
+            print(f"[specgate_lab.inject] pid {os.getpid()}: GPU steps slowed by {what} ({', '.join(names)})",
                   file=sys.stderr, flush=True)
 
     waiting = []

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from specgate.cli import main
 from specgate.errors import SpecgateError
-from specgate.model_prep import LLAMA8B_SHAPE, write_dummy_llama
+from specgate_lab.cli import main
+from specgate_lab.model_shapes import LLAMA8B_SHAPE, write_dummy_llama
 
 pytestmark = pytest.mark.fast
 
@@ -59,18 +59,18 @@ def test_dummy_llama_refuses_a_source_that_is_not_a_llama_folder(tmp_path, smoll
 
 def test_prepare_model_cli_writes_the_dummy_folder(smollm2, tmp_path, capsys):
     out = tmp_path / "llama8b-dummy"
-    assert main(["prepare-model", "--dummy-llama8b", str(out), "--source", str(smollm2)]) == 0
+    assert main(["prepare-shape", "--dummy-llama8b", str(out), "--source", str(smollm2)]) == 0
     assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 32
     assert str(out) in capsys.readouterr().out
-    assert main(["prepare-model", "--dummy-llama8b", str(out), "--source", str(tmp_path / "nowhere")]) == 1
+    assert main(["prepare-shape", "--dummy-llama8b", str(out), "--source", str(tmp_path / "nowhere")]) == 1
     assert "cannot read the source model's config" in capsys.readouterr().err
 
 
 def test_prepare_model_writes_the_target_and_its_4_layer_draft_of_one_vocabulary(smollm2, tmp_path, capsys):
-    from specgate.cli import main
+    from specgate_lab.cli import main
 
     target, draft = tmp_path / "llama8b-dummy", tmp_path / "llama8b-dummy-draft4l"
-    assert main(["prepare-model", "--dummy-llama8b", str(target), "--dummy-llama8b-draft", str(draft),
+    assert main(["prepare-shape", "--dummy-llama8b", str(target), "--dummy-llama8b-draft", str(draft),
                  "--source", str(smollm2)]) == 0
     target_config = json.loads((target / "config.json").read_text())
     draft_config = json.loads((draft / "config.json").read_text())
@@ -83,24 +83,24 @@ def test_prepare_model_writes_the_target_and_its_4_layer_draft_of_one_vocabulary
 
 
 def test_prepare_model_writes_a_deeper_draft_and_refuses_an_impossible_depth(smollm2, tmp_path, capsys):
-    from specgate.cli import main
+    from specgate_lab.cli import main
 
     draft = tmp_path / "llama8b-dummy-draft16l"
-    assert main(["prepare-model", "--dummy-llama8b-draft", str(draft), "--draft-layers", "16",
+    assert main(["prepare-shape", "--dummy-llama8b-draft", str(draft), "--draft-layers", "16",
                  "--source", str(smollm2)]) == 0
     config = json.loads((draft / "config.json").read_text())
     assert config["num_hidden_layers"] == 16 and config["hidden_size"] == LLAMA8B_SHAPE["hidden_size"]
     assert "(16 layers) written" in capsys.readouterr().out
-    assert main(["prepare-model", "--dummy-llama8b-draft", str(tmp_path / "x"), "--draft-layers", "33",
+    assert main(["prepare-shape", "--dummy-llama8b-draft", str(tmp_path / "x"), "--draft-layers", "33",
                  "--source", str(smollm2)]) == 1
     assert "--draft-layers 33" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def test_prepare_model_writes_an_8b_shaped_eagle3_head_without_weights(smollm2, tmp_path, capsys):
-    from specgate.cli import main
+    from specgate_lab.cli import main
 
     target, head = tmp_path / "llama8b-dummy", tmp_path / "llama8b-dummy-eagle3"
-    assert main(["prepare-model", "--dummy-llama8b", str(target), "--dummy-llama8b-eagle3", str(head),
+    assert main(["prepare-shape", "--dummy-llama8b", str(target), "--dummy-llama8b-eagle3", str(head),
                  "--source", str(smollm2)]) == 0
     config = json.loads((head / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
@@ -111,14 +111,14 @@ def test_prepare_model_writes_an_8b_shaped_eagle3_head_without_weights(smollm2, 
     assert not list(head.glob("*.safetensors"))
     assert "dummy EAGLE-3 head" in capsys.readouterr().out
     # a head needs its target
-    assert main(["prepare-model", "--dummy-llama8b-eagle3", str(tmp_path / "h2"), "--source", str(smollm2)]) == 1
+    assert main(["prepare-shape", "--dummy-llama8b-eagle3", str(tmp_path / "h2"), "--source", str(smollm2)]) == 1
     assert "--dummy-llama8b-eagle3 needs --dummy-llama8b" in capsys.readouterr().err
     assert not (tmp_path / "h2").exists()
 
 
 def test_prepare_model_writes_the_wide_shape_and_its_1_layer_draft(smollm2, tmp_path, capsys):
     target, draft = tmp_path / "wide15b-dummy", tmp_path / "wide15b-dummy-draft1l"
-    assert main(["prepare-model", "--shape", "wide15b", "--dummy-llama8b", str(target), "--dummy-llama8b-draft",
+    assert main(["prepare-shape", "--shape", "wide15b", "--dummy-llama8b", str(target), "--dummy-llama8b-draft",
                  str(draft), "--draft-layers", "1", "--source", str(smollm2)]) == 0
     target_config = json.loads((target / "config.json").read_text())
     draft_config = json.loads((draft / "config.json").read_text())
@@ -141,7 +141,7 @@ def test_the_wide_shape_is_15_5_b_parameters_about_twice_the_8b():
     # The rig's notes and the lab visit's memory figures rest on these counts (SmolLM2's vocabulary,
     # untied head): 28.9 GiB of bf16 weights, 30.87 GiB with its 1-layer draft ("Model loading took
     # 30.87 GiB" in lab visit 17's draft server).
-    from specgate.model_prep import SHAPES
+    from specgate_lab.model_shapes import SHAPES
 
     def params(shape: dict, vocab: int = 49152) -> int:
         h, kv = shape["hidden_size"], shape["num_key_value_heads"] * shape["head_dim"]
@@ -156,9 +156,9 @@ def test_the_wide_shape_is_15_5_b_parameters_about_twice_the_8b():
 
 def test_prepare_model_refuses_a_depth_or_a_shape_flag_it_cannot_use(smollm2, tmp_path, capsys):
     target = tmp_path / "wide15b-dummy"
-    assert main(["prepare-model", "--shape", "wide15b", "--dummy-llama8b", str(target), "--dummy-llama8b-draft",
+    assert main(["prepare-shape", "--shape", "wide15b", "--dummy-llama8b", str(target), "--dummy-llama8b-draft",
                  str(tmp_path / "x"), "--draft-layers", "40", "--source", str(smollm2)]) == 1
     assert "a draft of the wide15b shape has 1 to 32 layers" in capsys.readouterr().err
     assert not target.exists() and not (tmp_path / "x").exists()  # nothing written
-    assert main(["prepare-model", "--shape", "wide15b"]) == 1
+    assert main(["prepare-shape", "--shape", "wide15b"]) == 1
     assert "--shape wide15b needs --dummy-llama8b or --dummy-llama8b-draft" in capsys.readouterr().err

@@ -1,10 +1,10 @@
 """Lab experiment (issue 12): is the 135M rig's ~400/~600 tok/s regime the CPU core's own speed?
 
-    python3 scripts/core-canary.py WINDOWS_JSONL SHARE_AFTER CALIBRATION_PID LOG
+    python3 specgate_lab/scripts/core-canary.py WINDOWS_JSONL SHARE_AFTER CALIBRATION_PID LOG
 
-(the arguments of scripts/pin-servers-after.py; run by scripts/gpu-lab-regimes.sh with
+(the arguments of specgate_lab/scripts/pin-servers-after.py; run by specgate_lab/scripts/gpu-lab-regimes.sh with
 HELPER=core-canary.py).
-Beside a running A/A `specgate calibrate` (two servers of one mode, duet windows), once both
+Beside a running A/A `python -m specgate_lab calibrate` (two servers of one mode, duet windows), once both
 servers answer /health:
   - pins the client to CPU 0, each API server to a CPU of its own (1, 2), each engine core's main
     thread (the one that runs the step loop: tid == pid) to CPU 4 (reference) and CPU 6 (candidate),
@@ -160,7 +160,7 @@ def pin_threads(proc: psutil.Process, main_cpus: frozenset[int], helper_cpus: fr
 def pin_later_servers(client_pid: int, pinned: set[int], say) -> None:
     """A server the session starts after the first two (the third mode of a session, once the
     candidate's server is gone) inherits the client's CPU 0, so without this its API server and engine
-    core would share the client's CPU (lab visits 13-14: eagle3_al30's whole server ran on CPU 0). Once
+    core would share the client's CPU (seen on the H200 lab: eagle3_al30's whole server ran on CPU 0; docs/journal/lab/2026-12-02-h200-visit13.md). Once
     it answers /health, it gets the candidate's CPUs: API on API_CPUS[1], engine main thread on
     CANDIDATE_MAIN, its other threads on CANDIDATE_HELPERS; any other process it started, every CPU but
     the client's."""

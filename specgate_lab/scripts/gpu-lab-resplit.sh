@@ -1,6 +1,6 @@
 #!/bin/bash
 # Split the GPU lab kit into parts small enough to travel beside this repository's tracked tree.
-#   bash scripts/gpu-lab-resplit.sh [PART_MIB]        (default 23; after ../shared/gpu-lab/build-bundle.sh)
+#   bash specgate_lab/scripts/gpu-lab-resplit.sh [PART_MIB]        (default 23; after ../shared/gpu-lab/build-bundle.sh)
 # A device call carries the tracked tree (~40 MB: lab reports and the trained EAGLE-3 head) plus one
 # part, 64 MiB at most. build-bundle.sh names parts with one digit, so it cannot make the 11 or more
 # parts that fit beside this tree; this re-splits its bundle (kept in $GPU_LAB_WORK, default
@@ -8,7 +8,7 @@
 set -euo pipefail
 PART_MIB="${1:-23}"
 WORK="${GPU_LAB_WORK:-/tmp/gpu-lab-build}"
-HERE="$(cd "$(dirname "$0")/.." && pwd)"
+HERE="$(cd "$(dirname "$0")/../.." && pwd)"
 [ -d "$WORK/bundle" ] || { echo "gpu-lab-resplit: $WORK/bundle is missing: run ../shared/gpu-lab/build-bundle.sh first" >&2; exit 1; }
 tree_mib=$(( $(cd "$HERE" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) / 1048576 ))
 if [ $(( tree_mib + PART_MIB )) -ge 63 ]; then

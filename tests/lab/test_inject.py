@@ -1,4 +1,4 @@
-"""The slowdown injector (specgate.inject) against a stand-in engine: inert by default, the
+"""The slowdown injector (specgate_lab.inject) against a stand-in engine: inert by default, the
 fraction of each step's own duration, re-read from its file, and declared as a vLLM plugin."""
 
 import tomllib
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate import inject
+from specgate_lab import inject
 
 pytestmark = pytest.mark.fast
 
@@ -92,6 +92,6 @@ def test_wait_spins_the_last_part_precisely():
 
 
 def test_declared_as_a_vllm_general_plugin():
-    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     plugins = project["project"]["entry-points"]["vllm.general_plugins"]
-    assert plugins["specgate_slowdown"] == "specgate.inject:register"
+    assert plugins["specgate_slowdown"] == "specgate_lab.inject:register"

@@ -1,7 +1,7 @@
 """The highest event rate a real vLLM server sends specgate's client: the figure the client
 benchmark's rule is set against (docs/client-benchmark.md).
 
-Usage: ``python benchmarks/lab_peak_rate.py (--rig NAME | --url URL --model NAME) [--streams 1,8,32]
+Usage: ``python -m specgate_lab.analyses.lab_peak_rate (--rig NAME | --url URL --model NAME) [--streams 1,8,32]
 [--max-tokens 256] [--json OUT]``: with ``--rig``, it starts that rig's reference mode (no
 speculation: the lab's fastest) exactly as the perf tests do, and stops it afterwards. For each
 concurrency it sends that many streams at once, twice, through ``specgate.client`` and prints

@@ -5,9 +5,9 @@ streamed text completion (raw SSE bytes, as the server sent them) and the ``/met
 before and after them. The fast tier replays these through the client and the metrics parser,
 so parsing is tested against what vLLM really emits, with no server.
 
-    python -m specgate record --rig cpu-smollm2 --out fixtures/recorded/cpu
+    python -m specgate_lab record --rig cpu-smollm2 --out fixtures/recorded/cpu
 
-or, during a perf run (no extra server start): ``pytest ... --record-responses fixtures/recorded/gpu``.
+or, during a perf run (no extra server start): ``pytest ... --specgate-record-responses fixtures/recorded/gpu``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ PROMPT = "Copy this list exactly, then add two more items in the same style: red
 
 def record_rig(rig: Rig, out_dir: Path, *, modes: list[str] | None = None, max_tokens: int = 48,
                log=print) -> list[Path]:
-    """Start each mode's server in turn and record it (``python -m specgate record``)."""
+    """Start each mode's server in turn and record it (``python -m specgate_lab record``)."""
     import tempfile
 
     logs = Path(tempfile.mkdtemp(prefix="specgate-record-"))  # server logs stay out of fixtures/
@@ -46,7 +46,7 @@ def record_server(base_url: str, served_model_name: str, mode_name: str, out_dir
                   max_tokens: int = 48, api_key: str | None = None, timeout_s: float = 300,
                   transport: httpx.BaseTransport | None = None) -> list[Path]:
     """Record one running server: /metrics, a streamed chat and a streamed text completion, /metrics.
-    Used by ``record_rig`` and by the plugin's ``--record-responses`` (no extra server start)."""
+    Used by ``record_rig`` and by the plugin's ``--specgate-record-responses`` (no extra server start)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     headers = auth_headers(api_key)
     written: list[Path] = []

@@ -8,11 +8,11 @@ Stages, each cached in the work folder so an interrupted run resumes where it st
    process, so the engine's memory is gone before training); token ids go to ``corpus.jsonl``.
 3. ``features``: transformers runs the target over prompt + answer and keeps the three auxiliary
    hidden states vLLM feeds an EAGLE-3 head (``features.pt``, float16).
-4. ``train``: the head (specgate.eagle3) learns to predict the target's tokens over 3 unrolled draft
+4. ``train``: the head (specgate_lab.eagle3) learns to predict the target's tokens over 3 unrolled draft
    steps; its output layer starts from the target's own output rows for the draft vocabulary.
    The held-out sequences' per-step top-1 accuracy is logged and kept in the head's marker file.
 
-Run: ``python -m specgate train-eagle3 --out DIR`` (``--help`` for sizes and time budget).
+Run: ``python -m specgate_lab train-eagle3 --out DIR`` (``--help`` for sizes and time budget).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from specgate.eagle3 import HeadShape, build_head, save_head, unrolled_loss
 from specgate.errors import SpecgateError
+from specgate_lab.eagle3 import HeadShape, build_head, save_head, unrolled_loss
 
 CORPUS_TEMPLATES = Path(__file__).resolve().parent.parent / "fixtures" / "eagle3" / "corpus.toml"
 
@@ -296,7 +296,7 @@ def run_recipe(target: Path, out: Path, work: Path, *, prompts: int, max_tokens:
         plist = docs + expand_prompts(CORPUS_TEMPLATES, prompts - len(docs), seed=seed)
         (work / "prompts.json").write_text(json.dumps(plist, indent=1))
         print(f"generate: {len(plist)} prompts from {CORPUS_TEMPLATES.name}, {max_tokens} tokens each", flush=True)
-        code = ("import json,sys; from pathlib import Path; from specgate.eagle3_train import generate; "
+        code = ("import json,sys; from pathlib import Path; from specgate_lab.eagle3_train import generate; "
                 "generate(Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3]), "
                 "max_tokens=int(sys.argv[4]), dtype=sys.argv[5])")
         rc = subprocess.run([sys.executable, "-c", code, str(target), str(work / "prompts.json"), str(corpus),

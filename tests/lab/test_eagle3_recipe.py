@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from specgate.eagle3 import HeadShape
-from specgate.eagle3_train import CORPUS_TEMPLATES, expand_prompts
 from specgate.errors import SpecgateError
+from specgate_lab.eagle3 import HeadShape
+from specgate_lab.eagle3_train import CORPUS_TEMPLATES, expand_prompts
 
 pytestmark = pytest.mark.fast
 
@@ -77,7 +77,7 @@ def test_a_missing_target_config_names_the_file(tmp_path):
 
 
 def test_a_resumed_run_records_the_corpus_it_reused_not_the_arguments(tmp_path, monkeypatch, capsys):
-    from specgate import eagle3_train
+    from specgate_lab import eagle3_train
 
     target, work = tmp_path / "smollm2", tmp_path / "work"
     target.mkdir()

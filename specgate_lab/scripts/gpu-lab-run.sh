@@ -1,6 +1,6 @@
 #!/bin/bash
 # Run the gpu tier on the GPU lab machine (see ../shared/gpu-lab/README.md), after staging.
-#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py [SHARE_AFTER=0] [PYSPY=1] [MEMCANARY=1]] bash scripts/gpu-lab-run.sh NAME [pytest args...]
+#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py [SHARE_AFTER=0] [PYSPY=1] [MEMCANARY=1]] bash specgate_lab/scripts/gpu-lab-run.sh NAME [pytest args...]
 # HELPER=core-canary.py: the servers pinned, canaries timed beside them; both engine cores on one CPU
 # after SHARE_AFTER windows (0, the default: from the start; a number above the windows run: never);
 # PYSPY=1: 1-s py-spy profiles of the candidate's engine core back to back (/root/extra/bin/py-spy).
@@ -8,7 +8,7 @@
 # SPECGATE_COMMIT: the device's copied tree carries a stale .git, so pass the commit from the
 # checkout that sent it (SPECGATE_COMMIT=$(git rev-parse --short HEAD) in the device command).
 # pytest gets SIGINT at LAB_TIMEOUT_S (its servers are torn down), so the results still come back:
-# the log, JUnit XML, report, summary, plots, server logs, baselines and any --record-responses
+# the log, JUnit XML, report, summary, plots, server logs, baselines and any --specgate-record-responses
 # folder under /root/runs/NAME are packed into $OUT/NAME.tgz (the device tool returns 8 files at most).
 set -uo pipefail
 name="$1"; shift
@@ -19,10 +19,10 @@ nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-before.cs
 start=$(date +%s)
 if [ -n "${HELPER:-}" ]; then
   ( while [ ! -f "$run/pytest.pid" ]; do sleep 0.2; done
-    python3 "scripts/$HELPER" "$run/windows.jsonl" "${SHARE_AFTER:-0}" "$(cat "$run/pytest.pid")" "$run/pin.log" ) &
+    python3 "specgate_lab/scripts/$HELPER" "$run/windows.jsonl" "${SHARE_AFTER:-0}" "$(cat "$run/pytest.pid")" "$run/pin.log" ) &
 fi
 timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" bash -c 'echo $$ > "$1/pytest.pid"; shift; exec "$@"' _ "$run" \
-  python3 -m pytest -p specgate.plugin -c pyproject.toml --rootdir "$PWD" perf_tests -m gpu --rig "$rig" -p no:cacheprovider --run-dir "$run" \
+  python3 -m pytest -p specgate.plugin -c pyproject.toml --rootdir "$PWD" perf_tests -m gpu --specgate-rig "$rig" -p no:cacheprovider --specgate-run-dir "$run" \
   --junitxml "$run/junit.xml" "$@" 2>&1 | tee "$run/pytest.log" | grep -v "requests, " | tail -150
 rc=${PIPESTATUS[0]}
 [ -n "${HELPER:-}" ] && { kill %1 2>/dev/null; cat "$run/pin.log" 2>/dev/null; }

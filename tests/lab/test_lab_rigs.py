@@ -13,7 +13,7 @@ from specgate.config import load_rig
 
 pytestmark = pytest.mark.fast
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LAB_RIGS = ("h200-smollm2", "h200-llama8b-dummy", "h200-wide15b-dummy")
 
 
@@ -33,7 +33,7 @@ def test_lab_rigs_run_with_cuda_graphs_and_two_servers_fit(name: str) -> None:
 def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> None:
     rig = load_rig("h200-llama8b-dummy", FIXTURES)
     assert _arg(rig, "--load-format") == "dummy" and _arg(rig, "--dtype") == "bfloat16"
-    assert rig.model == "/root/models/llama8b-dummy"  # scripts/gpu-lab-prepare.sh writes it
+    assert rig.model == "/root/models/llama8b-dummy"  # specgate_lab/scripts/gpu-lab-prepare.sh writes it
     synthetic = {m.name: m.speculative_config for m in rig.modes
                  if m.speculative_config and m.speculative_config.get("rejection_sample_method") == "synthetic"}
     assert len(synthetic) >= 2
@@ -41,10 +41,10 @@ def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> N
     for name, spec in synthetic.items():
         k = spec["num_speculative_tokens"]
         # draft_model and EAGLE-3 draft k tokens every step, so the acceptance is the synthetic one alone.
-        # Drafts prepare-model writes (the 8B shape cut to 4 or 1 layers; the lab's prepare script
+        # Drafts prepare-shape writes (the 8B shape cut to 4 or 1 layers; the lab's prepare script
         # writes each folder a mode names) or the kit's SmolLM2 (same vocabulary).
-        # An EAGLE-3 mode's head is prepare-model's dummy head of the target's shape.
-        prepare = (FIXTURES.parent / "scripts" / "gpu-lab-prepare.sh").read_text()
+        # An EAGLE-3 mode's head is prepare-shape's dummy head of the target's shape.
+        prepare = (FIXTURES.parent / "specgate_lab" / "scripts" / "gpu-lab-prepare.sh").read_text()
         if spec["method"] == "eagle3":
             assert spec["model"] == "/root/models/llama8b-dummy-eagle3", name
             assert f"--dummy-llama8b-eagle3 {spec['model']}" in prepare
@@ -75,7 +75,7 @@ def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> N
 
 def test_the_wide_rig_runs_the_draft_path_on_folders_the_lab_prepare_script_writes() -> None:
     rig = load_rig("h200-wide15b-dummy", FIXTURES)
-    prepare = (FIXTURES.parent / "scripts" / "gpu-lab-prepare.sh").read_text()
+    prepare = (FIXTURES.parent / "specgate_lab" / "scripts" / "gpu-lab-prepare.sh").read_text()
     assert _arg(rig, "--load-format") == "dummy" and "--shape wide15b" in prepare
     assert f"--dummy-llama8b {rig.model}" in prepare
     drafts = {m.name: m.speculative_config for m in rig.modes if m.speculative_config}

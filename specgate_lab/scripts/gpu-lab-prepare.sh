@@ -2,13 +2,13 @@
 # Prepare the GPU lab machine for specgate, once per visit, right after the kit's device-setup.sh
 # (../shared/gpu-lab/README.md). Idempotent and quick (no model weights are written); gpu-lab-run.sh
 # runs it again before every run, so a run on a machine that was only staged still works.
-#   bash scripts/gpu-lab-prepare.sh            (from the repository root on the lab machine)
+#   bash specgate_lab/scripts/gpu-lab-prepare.sh            (from the repository root on the lab machine)
 # - /root/vllm-cache: vLLM's compile cache (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR), kept between the
 #   runs of one visit while the machine stays warm;
 # - /root/extra: packages from .gpu-lab/extra/pkg when that folder is carried (httpx-sse, httpx-aiohttp:
 #   unpacked wheels, e.g. `pip download --no-deps httpx-sse httpx-aiohttp` then unzip each into
 #   .gpu-lab/extra/pkg; the image has aiohttp), and declares
-#   specgate's vLLM plugin (the slowdown injector, specgate/inject.py), since
+#   specgate's vLLM plugin (the slowdown injector, specgate_lab/inject.py), since
 #   specgate is on PYTHONPATH, not installed, and vLLM finds plugins through entry points;
 # - /root/models/llama8b-dummy, llama8b-dummy-draft4l, -draft1l and llama8b-dummy-eagle3: the GPU-bound rig's
 #   Llama-3-8B-shaped model, its 4-layer and 1-layer drafts and an EAGLE-3 head of its shape, config and SmolLM2's tokenizer only (vLLM fills the weights with
@@ -22,40 +22,40 @@ mkdir -p /root/vllm-cache /root/extra /root/runs
 # Pure-Python packages specgate needs that the lab image lacks (httpx-sse, httpx-aiohttp), when the run carries
 # the git-ignored .gpu-lab/extra (unpacked wheels under pkg/).
 if [ -d .gpu-lab/extra/pkg ]; then cp -r .gpu-lab/extra/pkg/. /root/extra/; fi
-# py-spy (the binary from PyPI's py_spy wheel, under .gpu-lab/extra/bin) for scripts/core-canary.py's
+# py-spy (the binary from PyPI's py_spy wheel, under .gpu-lab/extra/bin) for specgate_lab/scripts/core-canary.py's
 # profile bursts (PYSPY=1 in gpu-lab-run.sh).
 if [ -d .gpu-lab/extra/bin ]; then mkdir -p /root/extra/bin && cp .gpu-lab/extra/bin/* /root/extra/bin/; fi
 python3 -c "import httpx_sse, httpx_aiohttp" 2>/dev/null || {
   echo "gpu-lab-prepare: httpx_sse or httpx_aiohttp is missing: carry .gpu-lab/extra once (see the script's header)" >&2
   exit 1; }
-if [ ! -d /root/extra/specgate_lab-0.dist-info ]; then
+if ! grep -qs "specgate_lab.inject:register" /root/extra/specgate_lab-0.dist-info/entry_points.txt; then
   mkdir -p /root/extra/specgate_lab-0.dist-info
   printf 'Metadata-Version: 2.1\nName: specgate-lab\nVersion: 0\n' > /root/extra/specgate_lab-0.dist-info/METADATA
-  printf '[vllm.general_plugins]\nspecgate_slowdown = specgate.inject:register\n' \
+  printf '[vllm.general_plugins]\nspecgate_slowdown = specgate_lab.inject:register\n' \
     > /root/extra/specgate_lab-0.dist-info/entry_points.txt
 fi
 if [ ! -f /root/models/llama8b-dummy/config.json ] || [ ! -f /root/models/llama8b-dummy-draft4l/config.json ] \
    || [ ! -f /root/models/llama8b-dummy-eagle3/config.json ]; then
   [ -f /root/models/smollm2-135m/config.json ] || {
     echo "gpu-lab-prepare: /root/models/smollm2-135m is missing: stage the kit first (device-setup.sh)" >&2; exit 1; }
-  python3 -m specgate prepare-model --dummy-llama8b /root/models/llama8b-dummy \
+  python3 -m specgate_lab prepare-shape --dummy-llama8b /root/models/llama8b-dummy \
     --dummy-llama8b-draft /root/models/llama8b-dummy-draft4l \
     --dummy-llama8b-eagle3 /root/models/llama8b-dummy-eagle3 --source /root/models/smollm2-135m
 fi
 # The 1-layer draft of the 8B shape (modes draft1l_*): the draft path with the least host work per pass.
 if [ ! -f /root/models/llama8b-dummy-draft1l/config.json ]; then
-  python3 -m specgate prepare-model --dummy-llama8b-draft /root/models/llama8b-dummy-draft1l --draft-layers 1 \
+  python3 -m specgate_lab prepare-shape --dummy-llama8b-draft /root/models/llama8b-dummy-draft1l --draft-layers 1 \
     --source /root/models/smollm2-135m
 fi
 # The wide15b shape (width 6144, 15.5 B parameters, ~1.8x the 8B's GPU time per step for the same
 # kernel launches) and its 1-layer draft: the rig h200-wide15b-dummy, where the draft path's step is the GPU's.
 if [ ! -f /root/models/wide15b-dummy/config.json ] || [ ! -f /root/models/wide15b-dummy-draft1l/config.json ]; then
-  python3 -m specgate prepare-model --shape wide15b --dummy-llama8b /root/models/wide15b-dummy \
+  python3 -m specgate_lab prepare-shape --shape wide15b --dummy-llama8b /root/models/wide15b-dummy \
     --dummy-llama8b-draft /root/models/wide15b-dummy-draft1l --draft-layers 1 --source /root/models/smollm2-135m
 fi
 # The EAGLE-3 backfire fixture (random weights, valid config; seconds), for h200-smollm2-eagle3.
 if [ ! -f /root/models/smollm2-135m-eagle3-untrained/config.json ]; then
-  python3 -m specgate train-eagle3 --untrained --target /root/models/smollm2-135m \
+  python3 -m specgate_lab train-eagle3 --untrained --target /root/models/smollm2-135m \
     --out /root/models/smollm2-135m-eagle3-untrained
 fi
 if [ "${1:-}" = "--quiet" ]; then exit 0; fi

@@ -1,7 +1,7 @@
 """Is a request's rate its engine core's CPU speed? The figures of a core-canary run
-(scripts/core-canary.py beside an A/A `specgate calibrate`), from its run folder.
+(specgate_lab/scripts/core-canary.py beside an A/A `specgate_lab calibrate`), from its run folder.
 
-Usage: ``python benchmarks/canary_analysis.py RUN_FOLDER [--phase-by window|request]``
+Usage: ``python -m specgate_lab.analyses.canary_analysis RUN_FOLDER [--phase-by window|request]``
 (standard library only), e.g. ``.evidence/docs/lab/2026-12-01-h200-visit6/canary135``. Reads
 measurements.jsonl.gz (the calibration windows), pin.log (the perf_counter times at which the
 servers were pinned and at which the candidate's engine core main thread moved onto the

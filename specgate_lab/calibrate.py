@@ -1,8 +1,8 @@
-"""``python -m specgate calibrate``: each gate's false-alarm rate and detection power, measured on
+"""``python -m specgate_lab calibrate``: each gate's false-alarm rate and detection power, measured on
 real servers with real injected regressions.
 
 Two servers of the same mode run side by side: the reference side as the rig has it, the
-candidate side with specgate's slowdown injector (specgate.inject) following a file, so one
+candidate side with specgate's slowdown injector (specgate_lab.inject) following a file, so one
 candidate server serves every slowdown level. Each round measures one duet window per level and
 prompt class (the levels in a seeded, shuffled order, so drift hits every level alike), with the
 rig's own protocol, and decides it with the rig's own gate code:
@@ -48,10 +48,10 @@ from typing import Any
 
 from specgate.config import Rig, Side
 from specgate.gates import match_samples, window_confidence
-from specgate.inject import ENV_FILE, ENV_GPU_FILE
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.paired import paired_ratio, start_spread
 from specgate.telemetry import window_sampler
+from specgate_lab.inject import ENV_FILE, ENV_GPU_FILE
 
 DEFAULT_LEVELS = (0.0, 0.02, 0.05, 0.10, 0.20)
 DEFAULT_TOLERANCES = (0.02, 0.03, 0.05, 0.10)
@@ -213,14 +213,14 @@ def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) 
             f"max_tokens {rig.protocol.max_tokens}, concurrency {meta['concurrency']}; machine: {meta['machine']}; "
             + ("both servers started again for every round" if meta.get("fresh_servers")
                else "one start of both servers") + ".\n\n"
-            "Injected slowdown: specgate.inject lengthens every engine step of the candidate server by that "
+            "Injected slowdown: specgate_lab.inject lengthens every engine step of the candidate server by that "
             "fraction of the step's own duration. `server TPOT x`: vLLM's own time per output token, candidate "
             "over reference, median (range) over the windows: what the injection really did. `fail @ tol t`: "
             "windows whose ratio interval lies wholly below 1 - t (at 0 % these are false alarms, otherwise "
             "detections), with the exact 95 % binomial interval of the rate. `normal model @ t`: at the rig's "
             "shipped tolerance, the rate a normal model of the windows' deciding upper ends (log scale) gives, "
             "with its exact one-sided 95 % bound (noncentral t on the upper ends' distance from the line in SDs; "
-            "an upper bound on false alarms, a lower bound on detection; specgate.calibrate.normal_model_rate): "
+            "an upper bound on false alarms, a lower bound on detection; specgate_lab.calibrate.normal_model_rate): "
             "an extrapolation that is only as good as the windows are independent (`server starts`) and their "
             "tails normal.\n\n")
     return head + tabulate(rows, headers="keys", tablefmt="github") + "\n"
@@ -270,7 +270,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     ``fresh_servers``: start both servers again for every round, so each round's windows sample a
     new start offset, as separate CI runs would (without it every window shares one start).
     ``injector``: "cpu" lengthens each engine step on the host (hidden by async scheduling on a GPU);
-    "gpu" enqueues GPU work on the model runner's stream (specgate.inject). On a rig whose design is
+    "gpu" enqueues GPU work on the model runner's stream (specgate_lab.inject). On a rig whose design is
     an alternation (specgate.design) the two servers take turns by vLLM sleep mode, as the gates'."""
     from specgate.server import VLLMServer, spec_for_mode
     from specgate.sleep import SleepController, run, with_sleep_mode

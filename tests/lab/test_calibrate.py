@@ -1,4 +1,4 @@
-"""The calibration's bookkeeping (specgate.calibrate): which windows count as false alarms and
+"""The calibration's bookkeeping (specgate_lab.calibrate): which windows count as false alarms and
 detections at each tolerance, the exact binomial intervals, and the files it writes. The figures
 themselves come from real runs (docs/statistics.md); these windows are hand-made."""
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from specgate.calibrate import WindowResult, binomial_interval, load_windows, summarize, write_outputs
 from specgate.config import load_rig
+from specgate_lab.calibrate import WindowResult, binomial_interval, load_windows, summarize, write_outputs
 
 pytestmark = pytest.mark.fast
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def window(level, ci_high, design="duet", tpot=None):
@@ -36,7 +36,7 @@ def test_rates_per_level_and_tolerance_with_exact_intervals():
 
 
 def test_outputs_render_again_from_windows_jsonl(tmp_path):
-    rig = load_rig("cpu-smollm2", __import__("pathlib").Path(__file__).resolve().parent.parent / "fixtures")
+    rig = load_rig("cpu-smollm2", __import__("pathlib").Path(__file__).resolve().parents[2] / "fixtures")
     results = [window(0.0, 1.01), window(0.2, 0.85, tpot=1.2), window(0.0, 1.03, design="sequential")]
     (tmp_path / "windows.jsonl").write_text("".join(json.dumps(r.__dict__) + "\n" for r in results))
     assert load_windows(tmp_path / "windows.jsonl") == results
@@ -49,7 +49,7 @@ def test_outputs_render_again_from_windows_jsonl(tmp_path):
 
 
 def test_several_runs_render_as_one_set_with_every_start_its_own(tmp_path):
-    from specgate.calibrate import load_runs, save_windows
+    from specgate_lab.calibrate import load_runs, save_windows
 
     def run(folder, starts, mode="no_spec", machine="m1", started="2026-12-02T00:00:00"):
         folder.mkdir()
@@ -88,10 +88,11 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
     import contextlib
     import gzip
 
-    from specgate import calibrate, server
+    from specgate import server
+    from specgate_lab import calibrate
     from tests.test_duet_window import StandInServer
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     rig = load_rig("cpu-smollm2", root / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
         "warmup_requests": 0, "settle_s": 0.0, "follow_up_repeats": 2 if follow_up else 0})})
@@ -147,9 +148,9 @@ def test_two_looks_follow_the_gates_rule_at_every_tolerance():
 
 
 def test_a_calibration_never_appends_to_another_ones_windows(tmp_path):
-    from specgate import calibrate
+    from specgate_lab import calibrate
 
-    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parent.parent / "fixtures")
+    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     (tmp_path / "windows.jsonl").write_text(json.dumps(window(0.0, 1.01).__dict__) + "\n")
     with pytest.raises(ValueError, match=r"windows\.jsonl already holds another calibration's windows"):
         calibrate.run_calibration(rig, tmp_path, rounds=1, levels=[0.0], progress=lambda _: None)
@@ -162,10 +163,11 @@ def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkey
     previous pair stopped first, one server after the other), and say which start measured them."""
     import contextlib
 
-    from specgate import calibrate, server
+    from specgate import server
+    from specgate_lab import calibrate
     from tests.test_duet_window import StandInServer
 
-    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parent.parent / "fixtures")
+    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
         "warmup_requests": 0, "settle_s": 0.0, "follow_up_repeats": 0})})
     events: list[str] = []
@@ -197,7 +199,7 @@ def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkey
 
 
 def test_the_normal_model_extrapolates_from_how_far_the_upper_ends_sit_from_the_threshold():
-    from specgate.calibrate import normal_model_rate
+    from specgate_lab.calibrate import normal_model_rate
 
     def windows(highs, level=0.0):
         return [WindowResult(i, level, "coding", "duet", h - 0.02, h - 0.04, h, 12, None, "t", start=i)
@@ -236,7 +238,7 @@ def test_the_normal_model_bound_is_exact_at_its_confidence():
 
     from scipy import stats
 
-    from specgate.calibrate import normal_model_rate
+    from specgate_lab.calibrate import normal_model_rate
 
     threshold, sd = math.log(0.97), 0.02
     unit = [i - 4.5 for i in range(10)]
@@ -255,7 +257,7 @@ def test_the_normal_model_bound_is_exact_at_its_confidence():
 def test_the_normal_model_on_stop_27s_real_windows():
     # docs/journal/calibration/cpu-2026-12-02.md: ten fresh-start rounds of the shipped A/B rule. The earlier
     # bound (mean and SD each at its own 95 % bound) read 7.6 % and 87.6 %; the exact one 4.86 % and 91.35 %.
-    from specgate.calibrate import normal_model_rate
+    from specgate_lab.calibrate import normal_model_rate
 
     windows = load_windows(ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-02" / "calibration" / "windows.jsonl")
     duet = [w for w in windows if w.design == "duet"]
@@ -275,7 +277,7 @@ def test_the_table_shows_server_starts_and_the_normal_model_at_the_shipped_toler
 
 
 def test_calibrate_refuses_tolerances_that_are_not_fractions(capsys):
-    from specgate.cli import main
+    from specgate_lab.cli import main
 
     assert main(["calibrate", "--tolerances", "5"]) == 2
     assert "--tolerances '5'" in capsys.readouterr().err
@@ -284,11 +286,12 @@ def test_calibrate_refuses_tolerances_that_are_not_fractions(capsys):
 def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_what_it_measured(tmp_path, monkeypatch):
     import contextlib
 
-    from specgate import calibrate, server
+    from specgate import server
     from specgate.measure import Measurer
+    from specgate_lab import calibrate
     from tests.test_duet_window import StandInServer
 
-    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parent.parent / "fixtures")
+    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
         "warmup_requests": 0, "settle_s": 0.0, "follow_up_repeats": 0})})
     events: list[str] = []
@@ -323,8 +326,9 @@ def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_w
 
 
 def test_the_cli_says_where_a_stopped_calibrations_windows_and_tables_are(tmp_path, monkeypatch, capsys):
-    from specgate import calibrate, model_prep
-    from specgate.cli import main
+    from specgate import model_prep
+    from specgate_lab import calibrate
+    from specgate_lab.cli import main
 
     (tmp_path / "calibration.md").write_text("# Calibration of rig cpu-smollm2\n")
 

@@ -3,9 +3,9 @@ many windows the shipped A/B rule failed, with the exact one-sided 95 % binomial
 bound of those counts: an upper bound on false alarms for the A/A, a lower bound on detection for
 an injected slowdown. No pooled normal model (the A/A deciding upper ends fail normality).
 
-    python benchmarks/calibration_bounds.py CAMPAIGN_DIR... [--tolerance 0.03]
+    python -m specgate_lab.analyses.calibration_bounds CAMPAIGN_DIR... [--tolerance 0.03]
 
-Each CAMPAIGN_DIR holds a `specgate calibrate` run's windows.jsonl and summary.json (its machine).
+Each CAMPAIGN_DIR holds a `specgate_lab calibrate` run's windows.jsonl and summary.json (its machine).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scipy.stats import beta
 
-from specgate.calibrate import load_windows
+from specgate_lab.calibrate import load_windows
 
 
 def one_sided_bound(k: int, n: int, *, upper: bool, confidence: float = 0.95) -> float:

@@ -1,9 +1,9 @@
 """Lab experiment: pin live vLLM servers' processes to fixed cores part-way through a calibration,
 so the windows before and after compare the same two servers unpinned and pinned.
 
-    python3 scripts/pin-servers-after.py WINDOWS_JSONL AFTER_WINDOWS CLIENT_PID LOG
+    python3 specgate_lab/scripts/pin-servers-after.py WINDOWS_JSONL AFTER_WINDOWS CLIENT_PID LOG
 
-Waits until WINDOWS_JSONL (a running `specgate calibrate`'s windows.jsonl) holds AFTER_WINDOWS lines,
+Waits until WINDOWS_JSONL (a running `python -m specgate_lab calibrate`'s windows.jsonl) holds AFTER_WINDOWS lines,
 then pins, by physical core (both SMT siblings of a core go together):
   the client (CLIENT_PID, every thread) to core 0; each server the client started (a child session
   leader whose command line runs vLLM's API server, in start order) its API process to one core and

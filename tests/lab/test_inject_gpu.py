@@ -1,4 +1,4 @@
-"""The GPU-side slowdown injector (specgate.inject's GPU mode) without a GPU: the environment it
+"""The GPU-side slowdown injector (specgate_lab.inject's GPU mode) without a GPU: the environment it
 answers to, the share it injects (fake CUDA events on a simulated GPU timeline), which runner
 classes it patches, and its patch on import."""
 
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from specgate import inject
+from specgate_lab import inject
 
 pytestmark = pytest.mark.fast
 

@@ -1,0 +1,3 @@
+from specgate_lab.cli import main
+
+raise SystemExit(main())
