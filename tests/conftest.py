@@ -31,3 +31,42 @@ def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(specgate.plots, "plot_throughput", lambda report, path: None)
     monkeypatch.setattr(specgate.plots, "plot_acceptance", lambda report, path: None)
+
+
+@pytest.fixture
+def perf_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A project of its own with a copy of fixtures/ and the perf tests: pytester runs specgate there."""
+    from pathlib import Path
+
+    from fixture_copy import copy_fixtures
+
+    copy_fixtures(pytester.path / "fixtures")
+    perf_tests = Path(__file__).resolve().parents[1] / "perf_tests" / "test_speculative_perf.py"
+    pytester.makepyfile(test_perf=perf_tests.read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n")
+    return pytester
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """The fake vLLM server's script (tests/fake_vllm.py), written where a test can start it."""
+    from fake_vllm import FAKE_SERVER
+
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(FAKE_SERVER)
+    return script
+
+
+@pytest.fixture
+def reaper():
+    """Processes a test started, SIGKILLed at teardown if a failed test left them alive.
+    psutil.Process.kill() checks the creation time first, so a reused pid is never hit."""
+    import contextlib
+
+    import psutil
+
+    procs: list = []
+    yield procs
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from standins import StandInServer
 
 from specgate.config import Side, load_rig
 from specgate.design import choose_design, gpu_memory_utilization
@@ -24,32 +25,22 @@ pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORDED = ROOT / "fixtures" / "recorded" / "cpu"
 
 
-class SleepyStandIn:
+class SleepyStandIn(StandInServer):
     """A recorded vLLM server of ``mode`` with sleep mode: refuses generations while asleep;
     every request, sleep and wake goes into the shared ``journal``."""
 
     def __init__(self, mode: str, journal: list, *, asleep_after_wake: bool = False, stays_awake: bool = False,
                  argv: tuple[str, ...] = ()):
-        self.label, self.base_url, self.api_key = mode, f"http://{mode}.test", None
-        self.stream = (RECORDED / f"{mode}-chat-stream.sse").read_bytes()
-        self.metrics = [(RECORDED / f"{mode}-metrics-{w}.txt").read_text() for w in ("before", "after")]
-        self.metric_calls = 0
-        self.journal = journal
+        super().__init__(mode, journal)
         self.sleeping = False
         self.asleep_after_wake, self.stays_awake = asleep_after_wake, stays_awake
         self.spec = ServerSpec(label=mode, argv=argv, served_model_name="m", log_path=Path("/nonexistent"))
         self.stopped = False
-        self.transport = httpx.MockTransport(self.handle)
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
-        if path == "/metrics":
-            text = self.metrics[min(self.metric_calls, 1)]
-            self.metric_calls += 1
-            return httpx.Response(200, text=text)
         if path == "/is_sleeping":
             return httpx.Response(200, json={"is_sleeping": self.sleeping})
         if path == "/sleep":
@@ -63,21 +54,8 @@ class SleepyStandIn:
         if path == "/collective_rpc":
             self.journal.append(("rpc", self.label, json.loads(request.content)["method"]))
             return httpx.Response(200, json={"results": [None]})
-        assert not self.sleeping, f"{self.label} got a generation while asleep"
-        body = json.loads(request.content)
-        self.journal.append(("start", self.label, body["messages"][0]["content"][:20]))
-
-        async def events():
-            for event in self.stream.split(b"\n\n"):
-                if event:
-                    await asyncio.sleep(0)
-                    yield event + b"\n\n"
-            self.journal.append(("end", self.label, None))
-
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=events())
-
-    def check_alive(self):
-        pass
+        assert path == "/metrics" or not self.sleeping, f"{self.label} got a generation while asleep"
+        return await super().handle(request)
 
     def log_tail(self, lines=20):
         return f"INFO {self.label}: the last line of its log"

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from fixture_copy import copy_fixtures
 
 from specgate.plugin.options import parse_duration
 
@@ -14,15 +13,6 @@ pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
-PERF_TESTS = (ROOT / "perf_tests" / "test_speculative_perf.py").read_text()
-
-
-@pytest.fixture
-def perf_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    copy_fixtures(pytester.path / "fixtures")
-    pytester.makepyfile(test_perf=PERF_TESTS)
-    pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n")
-    return pytester
 
 
 def _ids(result) -> list[str]:

@@ -7,8 +7,8 @@ import itertools
 import json
 from pathlib import Path
 
-import httpx
 import pytest
+from standins import StandInServer
 
 from specgate.baselines import Fingerprint
 from specgate.config import load_rig
@@ -19,43 +19,8 @@ from specgate.outcome import Outcome
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORDED = ROOT / "fixtures" / "recorded" / "cpu"
 
 
-class StandInServer:
-    """Answers like the recorded vLLM server of ``mode``: its SSE stream for every generation,
-    its /metrics before and after; logs every request into the shared ``journal``."""
-
-    def __init__(self, mode: str, journal: list):
-        self.label, self.base_url, self.api_key = mode, f"http://{mode}.test", None
-        self.stream = (RECORDED / f"{mode}-chat-stream.sse").read_bytes()
-        self.metrics = [(RECORDED / f"{mode}-metrics-{w}.txt").read_text() for w in ("before", "after")]
-        self.metric_calls = 0
-        self.journal = journal
-        self.transport = httpx.MockTransport(self.handle)
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/metrics":
-            text = self.metrics[min(self.metric_calls, 1)]
-            self.metric_calls += 1
-            return httpx.Response(200, text=text)
-        body = json.loads(request.content)
-        self.journal.append(("start", self.label, body["messages"][0]["content"][:20]))
-
-        async def events():
-            for event in self.stream.split(b"\n\n"):
-                if event:
-                    await asyncio.sleep(0)
-                    yield event + b"\n\n"
-            self.journal.append(("end", self.label, None))
-
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=events())
-
-    def check_alive(self):
-        pass
-
-    def log_tail(self, lines=20):
-        return ""
 
 
 @pytest.fixture(scope="module")

@@ -24,14 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PERF_TESTS = (ROOT / "perf_tests" / "test_speculative_perf.py").read_text()
 
 
-@pytest.fixture
-def perf_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    copy_fixtures(pytester.path / "fixtures")
-    pytester.makepyfile(test_perf=PERF_TESTS)
-    pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n")
-    return pytester
-
-
 def test_setup_plan_starts_exactly_one_server_per_mode(perf_project):
     result = perf_project.runpytest("--setup-plan", "-m", "cpu", "-p", "no:cacheprovider")
     setups = [line for line in result.outlines if "SETUP    S vllm_server" in line]

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from test_server import FAKE_SERVER, _spec, _wait_gone
+from test_server import _spec, _wait_gone
 
 from specgate import registry
 from specgate.registry import KeptVLLMServer, ReusedServer, fingerprint, kept_or_started, load_all
@@ -29,23 +29,6 @@ def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     import specgate.server as server_mod
 
     monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.02)
-
-
-@pytest.fixture
-def fake(tmp_path: Path) -> Path:
-    script = tmp_path / "fake_vllm.py"
-    script.write_text(FAKE_SERVER)
-    return script
-
-
-@pytest.fixture
-def reaper():
-    """Processes a test started, SIGKILLed at teardown if a failed test left them alive."""
-    procs: list[psutil.Process] = []
-    yield procs
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
 
 
 @pytest.fixture
