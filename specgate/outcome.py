@@ -2,10 +2,11 @@
 
 Every gate ends in one :class:`Outcome`. Four of them decide nothing about the build (UNDECIDED,
 NOT_STORED, OTHER_MACHINE, NOT_RUN); what each of those does to the run is a policy
-(:class:`specgate.config.OutcomePolicy`: ``skip``, the default, or ``fail`` for a gate that must
-decide, e.g. before a merge), set by the rig's ``[gates] undecided`` key or
-``--specgate-undecided``. :func:`pytest_action` is the only mapping from an outcome and a policy to
-what pytest reports, on the single-process path and on the xdist controller alike.
+(:class:`specgate.config.OutcomePolicy`: ``skip`` or ``fail``, for a gate that must decide, e.g.
+before a merge; by default a window with nothing stored fails and the others skip), set by the
+rig's ``[gates] undecided`` key or ``--specgate-undecided``. :func:`pytest_action` is the only
+mapping from an outcome and a policy to what pytest reports, on the single-process path and on the
+xdist controller alike.
 """
 
 from __future__ import annotations
@@ -121,4 +122,8 @@ def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None) 
         return "failed"
     if outcome is Outcome.DECLARED_BACKFIRE:
         return "xfailed"
-    return "failed" if (policy or {}).get(outcome.policy_key, "skip") == "fail" else "skipped"
+    if policy is None:
+        from specgate.config import OutcomePolicy
+
+        policy = OutcomePolicy().model_dump()
+    return "failed" if policy.get(outcome.policy_key, "skip") == "fail" else "skipped"

@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import importlib.metadata
+import itertools
 import json
 import os
 import re
@@ -40,7 +41,10 @@ from specgate.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, read_log_tai
 
 STATE_ENV = "SPECGATE_STATE_DIR"
 # Inherited variables that change what a server does (as specgate.fingerprint reads them), and the GPUs.
-_INHERITED = re.compile(r"^(VLLM_|OMP_NUM_THREADS$|MKL_NUM_THREADS$|CUDA_VISIBLE_DEVICES$|HF_HUB_OFFLINE$)")
+# specgate's own injector (SPECGATE_SLOWDOWN, SPECGATE_GPU_SLOWDOWN and their _FILE forms), the import
+# path and the Hugging Face settings change what a server runs too.
+_INHERITED = re.compile(r"^(VLLM_|SPECGATE_(GPU_)?SLOWDOWN|HF_|PYTHONPATH$|OMP_NUM_THREADS$|MKL_NUM_THREADS$"
+                        r"|CUDA_VISIBLE_DEVICES$)")
 STOP_GRACE_S = 30.0
 
 
@@ -91,6 +95,17 @@ def model_state(path: str) -> str:
     return f"{path} {hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]}"
 
 
+def draft_model(argv: Iterable[str]) -> str | None:
+    """The ``model`` of the ``--speculative-config`` in a server's argv (a draft model or an EAGLE
+    head), or None."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--speculative-config":
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                model = json.loads(value).get("model")
+                return str(model) if model else None
+    return None
+
+
 def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: str,
                 environ: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
     """The hash that decides reuse, and what went into it."""
@@ -98,6 +113,9 @@ def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: st
     inherited = {k: v for k, v in environ.items() if _INHERITED.match(k)}
     parts = {"rig": rig, "label": label, "argv": list(spec.argv), "host": spec.host,
              "env": dict(sorted({**inherited, **spec.env}.items())), "vllm": build, "model": model_state(model)}
+    draft = draft_model(spec.argv)
+    if draft is not None:  # a draft model or EAGLE head written again into the same folder is another one
+        parts["draft"] = model_state(draft)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), parts
 
 
@@ -271,7 +289,9 @@ class ReusedServer:
         return read_log_tail(self.log_path, lines)
 
     def stop(self) -> None:
-        return None
+        """Stop it for good (an alternation's failed swap stops every server: one left half asleep
+        holds GPU memory nobody can use)."""
+        stop_kept(self.kept)
 
 
 def awake_or_why(kept: KeptServer, timeout_s: float = 5.0) -> str | None:

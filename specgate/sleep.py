@@ -200,7 +200,7 @@ class SleepController:
         """A swap's cost as measured so far (the median of the later ones: a server's first sleep
         copies its weights), else EXPECTED_SWAP_S."""
         measured = [s["sleep_s"] + s["wake_s"] for s in self.swaps if s.get("sleep_s") is not None
-                    and not s.get("first_sleep")]
+                    and not s.get("first_sleep") and not s.get("before_start") and s.get("from")]
         return statistics.median(measured) if measured else EXPECTED_SWAP_S
 
     # -- swaps -------------------------------------------------------------------------------

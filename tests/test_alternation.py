@@ -131,6 +131,19 @@ def test_auto_picks_duet_when_two_fit_and_alternation_when_they_do_not():
     assert load_rig("h200x2-smollm2-pp2", ROOT / "fixtures").design == "sequential"
 
 
+def test_the_typical_swap_counts_only_swaps_between_two_servers(rig):
+    # a server's first sleep copies its weights, a sleep before a start wakes nobody, and a wake with
+    # nobody to put to sleep is half a swap: none of them is what a swap between turns costs
+    turns = SleepController(rig)
+    turns.swaps = [
+        {"from": "a", "to": None, "sleep_s": 16.0, "wake_s": 0.0, "first_sleep": True, "before_start": True},
+        {"from": None, "to": "b", "sleep_s": 0.0, "wake_s": 0.9, "first_sleep": False},
+        {"from": "b", "to": "a", "sleep_s": 0.7, "wake_s": 0.9, "first_sleep": False},
+        {"from": "a", "to": "b", "sleep_s": 0.7, "wake_s": 1.1, "first_sleep": False},
+    ]
+    assert turns.typical_swap_s() == pytest.approx(1.7)
+
+
 def test_a_cpu_rig_cannot_alternate_and_design_must_agree_with_duet(tmp_path):
     fixtures = tmp_path / "fixtures"
     (fixtures / "rigs").mkdir(parents=True)

@@ -138,3 +138,12 @@ def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_wh
         ("backfire", "extraction", "not run")]
     # a gate of a window already measured always runs: it costs nothing
     check_budget(_item(session, "lossless", "ngram", "coding", stash), session, clock=clock)
+
+
+def test_kept_servers_are_refused_under_xdist(perf_project):
+    # a worker starting its mode stops the rig's other kept servers: under xdist one of those may be
+    # another worker's live server
+    result = perf_project.runpytest("--collect-only", "-q", "-m", "cpu", "-n", "1", "--specgate-keep-servers",
+                                    "-p", "no:cacheprovider")
+    assert result.ret != 0
+    assert "--specgate-keep-servers runs in one process" in "\n".join(result.errlines + result.outlines)

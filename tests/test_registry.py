@@ -5,6 +5,7 @@ is stopped, never reused; an attached server is never recorded, reused or stoppe
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -68,6 +69,20 @@ def test_the_fingerprint_covers_argv_environment_build_model_and_mode(fake, tmp_
     assert inherited[1]["env"] == {"VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
+def test_the_fingerprint_covers_the_drafter_s_files_and_an_inherited_slowdown(fake, tmp_path):
+    rig = _rig(tmp_path)
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    spec = _spec(fake, tmp_path, "--speculative-config", json.dumps({"method": "draft_model", "model": str(draft)}))
+    same = _digest(spec, rig)
+    (draft / "model.safetensors").write_text("retrained into the same folder")
+    assert _digest(spec, rig) != same  # a head written again is another server
+    env = {"SPECGATE_GPU_SLOWDOWN": "0.05", "PYTHONPATH": "/lab", "HF_HUB_OFFLINE": "1", "HOME": "/root"}
+    inherited = fingerprint(spec, rig="r", label="m", model="x", build="b", environ=env)[1]["env"]
+    assert inherited == {"HF_HUB_OFFLINE": "1", "PYTHONPATH": "/lab", "SPECGATE_GPU_SLOWDOWN": "0.05"}
+
+
 def test_a_kept_server_is_reused_on_its_fingerprint_and_replaced_on_another(fake, tmp_path, folder, reaper):
     rig, lines = _rig(tmp_path), []
 
@@ -96,6 +111,24 @@ def test_a_kept_server_is_reused_on_its_fingerprint_and_replaced_on_another(fake
     assert _wait_gone(pid), "the kept server of another configuration was not stopped"
     assert "its configuration differs (env)" in lines[-1]
     assert load_all(folder) == []  # its record went with it; the new one is recorded once started
+
+
+def test_a_reused_server_stopped_by_a_failed_swap_is_stopped_for_good(fake, tmp_path, folder, reaper):
+    # an alternation whose swap failed stops every server (specgate.sleep): a reused kept one too,
+    # or it would hold GPU memory half asleep
+    rig = _rig(tmp_path)
+
+    def server_for(spec):
+        return kept_or_started(spec, rig=rig, mode_label="ngram", python=sys.executable, progress=lambda line: None,
+                               before_start=None, folder=folder)
+
+    with server_for(_spec(fake, tmp_path)) as first:
+        pid = first.process.pid
+        reaper.append(psutil.Process(pid))
+    reused = server_for(_spec(fake, tmp_path))
+    assert isinstance(reused, ReusedServer)
+    reused.stop()
+    assert _wait_gone(pid) and load_all(folder) == []
 
 
 def test_a_dead_kept_server_is_not_reused_and_its_record_is_dropped(fake, tmp_path, folder, reaper):

@@ -92,4 +92,7 @@ def configure_session(config: pytest.Config) -> None:
         undecided_policy=config.getoption("specgate_undecided"),
         keep_servers=bool(config.getoption("specgate_keep_servers")),
     )
+    if options.keep_servers and (workerinput or getattr(config.option, "numprocesses", None)):
+        raise pytest.UsageError("--specgate-keep-servers runs in one process: under xdist a worker starting its "
+                                "mode would stop a kept server another worker is measuring with; drop -n")
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=progress_writer(config))

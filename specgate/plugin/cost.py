@@ -102,6 +102,9 @@ def session_state(specgate: SpecgateSession):
     def state() -> tuple[dict[WindowKey, float | None], set[str]]:
         done: dict[WindowKey, float | None] = {k: m.wall_s for k, m in specgate.measurements.items()}
         done.update({k: None for k in specgate.failures if k not in done})
+        # a window declared NOT RUN is over too (no time measured): it leaves the count and the time left
+        done.update({(u["mode"], u["prompt_class"], u["concurrency"]): None for u in specgate.undecided
+                     if u.get("kind") == NOT_RUN and (u["mode"], u["prompt_class"], u["concurrency"]) not in done})
         return done, set(specgate.servers)
     return state
 

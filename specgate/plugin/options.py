@@ -123,7 +123,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--specgate-baselines", type=Path, default=None,
                     help="baselines file (default: <rootdir>/baselines.json)")
     group.addoption("--specgate-run-dir", type=Path, default=None,
-                    help="where server logs and reports go (default: <rootdir>/.specgate/runs/<time>-<rig>)")
+                    help="where server logs and reports go (default: <rootdir>/.specgate/runs/<time>-<rig>-<pid>)")
     group.addoption("--specgate-update-baselines", action="store_true",
                     help="write the measured values as baselines; those tests still FAIL, "
                          "so CI never updates silently")
@@ -173,6 +173,6 @@ def add_options(parser: pytest.Parser) -> None:
                     help="what a gate that decided nothing (undecided, not stored, other machine, not run) does "
                          "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge gating), or per "
                          "outcome, e.g. not_stored=skip,undecided=fail (default: the rig's [gates] undecided, "
-                         "else skip)")
+                         "else not_stored=fail and the others skip)")
     group.addoption("--specgate-report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")
