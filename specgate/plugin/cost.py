@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from specgate.durations import format_elapsed
+from specgate.outcome import Outcome
 from specgate.plan import SessionPlan, WindowKey, plan_session, stored_rates, window_key, windows_of
 from specgate.progress import SessionProgress
 
 if TYPE_CHECKING:
     from specgate.session import SpecgateSession
 
-NOT_RUN = "not run"  # the undecided kind of a gate the session's budget left out (Outcome.NOT_RUN)
+NOT_RUN = Outcome.NOT_RUN.value  # the undecided kind of a gate the session's budget left out
 GATE_ORDER = ("backfire", "throughput", "lossless", "acceptance")
 
 COST_KEY = pytest.StashKey["SessionCost"]()
