@@ -266,9 +266,12 @@ class Measurer:
         async with self._client(server) as client:
             return await run_requests(client, requests, concurrency=concurrency, on_done=on_done)
 
+    def _needs_warm_up(self, server: Server) -> bool:
+        return server not in self._warm and bool(self.rig.protocol.warmup_requests)
+
     def _warm_up(self, server: Server, mode: Mode, prompt_class: PromptClass, label: str) -> None:
         protocol = self.rig.protocol
-        if server in self._warm or not protocol.warmup_requests:
+        if not self._needs_warm_up(server):
             return
         warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
         self.progress(f"{label}: {len(warmup)} warm-up request(s) on {server.label}")
@@ -361,8 +364,8 @@ class Measurer:
                       run_rounds: RoundRunner, sleeper: Any) -> ClassMeasurement:
         protocol = self.rig.protocol
         for server, server_mode in ((subject, mode), (partner, partner_mode)):
-            if sleeper is not None:
-                asyncio.run(sleeper.activate(server))
+            if sleeper is not None and self._needs_warm_up(server):
+                asyncio.run(sleeper.activate(server))  # a swap only for a server's first warm-up
             self._warm_up(server, server_mode, prompt_class, label)
         servers = {"subject": subject, "partner": partner}
         records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}

@@ -209,7 +209,8 @@ def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) 
 
     head = (f"# Calibration of rig {rig.name}\n\n"
             f"{meta['started']} to {meta['finished']}; mode {meta['mode']}; classes {', '.join(meta['classes'])}; "
-            f"{meta['rounds']} round(s); protocol: {rig.protocol.repeats} repeat(s) x prompts per class, "
+            f"{meta['rounds']} round(s); protocol: {meta.get('repeats', rig.protocol.repeats)} repeat(s) "
+            "x prompts per class, "
             f"max_tokens {rig.protocol.max_tokens}, concurrency {meta['concurrency']}; machine: {meta['machine']}; "
             + ("both servers started again for every round" if meta.get("fresh_servers")
                else "one start of both servers") + ".\n\n"
@@ -391,7 +392,8 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     path = write_outputs(rig, out, results, tolerances, {
         "started": started, "finished": finished,
         "mode": mode.name, "classes": [c.name for c in prompt_classes], "rounds": complete,
-        "concurrency": concurrency, "machine": machine_line(), "fresh_servers": fresh_servers,
+        "concurrency": concurrency, "repeats": rig.protocol.repeats, "machine": machine_line(),
+        "fresh_servers": fresh_servers,
         "injector": injector, "design": rig.arrangement.label})
     if stopped:
         raise CalibrationStopped(path)
@@ -458,9 +460,11 @@ def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]
             first_start = max(r.start for r in results) + 1
             own = [dataclasses.replace(r, round=r.round + first_round, start=r.start + first_start) for r in own]
         for earlier, other in zip(metas, dirs):
-            for key in ("mode", "classes"):
-                if UNKNOWN_META[key] not in (earlier[key], meta[key]) and earlier[key] != meta[key]:
-                    raise ValueError(f"{folder} measured {key} {meta[key]!r}, {other} {earlier[key]!r}: "
+            for key in ("mode", "classes", "repeats"):
+                unknown = UNKNOWN_META.get(key, "?")
+                mine, theirs = meta.get(key, unknown), earlier.get(key, unknown)
+                if unknown not in (mine, theirs) and mine != theirs:
+                    raise ValueError(f"{folder} measured {key} {mine!r}, {other} {theirs!r}: "
                                      f"render them apart")
         results += own
         metas.append(meta)
@@ -473,6 +477,7 @@ def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]
         "finished": max((m["finished"] for m in known), default="?"),
         "mode": metas[0]["mode"], "classes": metas[0]["classes"],
         "rounds": len({r.round for r in results}), "concurrency": metas[0]["concurrency"],
+        **({"repeats": metas[0]["repeats"]} if len({m.get("repeats", "?") for m in metas} - {"?"}) == 1 else {}),
         "machine": "; ".join(machines) if len(machines) > 1 else machines[0],
         "fresh_servers": all(m.get("fresh_servers") for m in metas),
         "runs": [str(d) for d in dirs],

@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="where the slowdown is injected: cpu (each engine step waits on the host) or gpu (GPU "
                           "work on the model runner's stream; use it on GPU rigs, where async scheduling hides a "
                           "host wait)")
+    cal.add_argument("--repeats", type=int, default=None, metavar="N",
+                     help="each prompt's requests per side in a window (default: the rig's protocol.repeats); "
+                          "fewer make shorter windows, and the tables say which")
+    cal.add_argument("--seed", type=int, default=0, help="the seed of each round's shuffled level order")
     cal.add_argument("--fresh-servers", action="store_true",
                      help="start both servers again for every round, so windows sample start offsets as "
                           "separate runs do (without it every window shares one start)")
@@ -179,6 +183,10 @@ def calibrate(args: argparse.Namespace) -> int:
     root = Path.cwd()
     try:
         rig = load_rig(args.rig, _fixtures_dir())
+        if args.repeats is not None:
+            if args.repeats < 1:
+                raise ValueError(f"--repeats {args.repeats}: give 1 or more")
+            rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"repeats": args.repeats})})
         levels = [float(v) for v in args.levels.split(",") if v.strip()]
         tolerances = [float(v) for v in args.tolerances.split(",") if v.strip()] if args.tolerances \
             else list(cal.DEFAULT_TOLERANCES)
@@ -217,6 +225,7 @@ def calibrate(args: argparse.Namespace) -> int:
         path = cal.run_calibration(rig, out, mode_name=args.mode, rounds=args.rounds, levels=levels,
                                    classes=args.classes.split(",") if args.classes else None,
                                    tolerances=tolerances, fresh_servers=args.fresh_servers, injector=args.injector,
+                                   seed=args.seed,
                                    progress=lambda line: print(f"[specgate] {line}", flush=True))
     except (SpecgateError, ValueError) as exc:
         print(f"specgate_lab calibrate: {exc} (windows measured so far: {out / 'windows.jsonl'})", file=sys.stderr)

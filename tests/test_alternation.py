@@ -4,6 +4,7 @@ timing, a failed swap's message, and the design named in the verdicts. Stand-in 
 recorded vLLM responses and implement /sleep, /wake_up, /is_sleeping and /collective_rpc."""
 
 import asyncio
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -258,6 +259,28 @@ def test_an_alternation_window_swaps_only_between_requests(window, rig):
     assert info["block"] >= 1 and info["swaps"] and all(s["sleep_s"] >= 0 and s["wake_s"] >= 0 for s in info["swaps"])
     assert len(m.records) == len(m.partner.records) == rig.protocol.repeats * len(coding.prompts)
     assert m.sample_keys == m.partner.sample_keys
+
+
+def test_a_window_on_warm_servers_swaps_only_where_its_turns_change_sides(rig):
+    """Once both servers are warm, a window swaps only before a turn of the other side: no swap
+    to warm up a server that needs no warm-up (each is a ~1.6 s swap on the H200)."""
+    journal = []
+    reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
+    turns = controller(rig)
+    started(turns, reference, ngram)
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    measurer = Measurer(rig)
+    measure = lambda: measurer.measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"),  # noqa: E731
+                                            coding, 1, turns=turns)
+    measure()
+    del journal[:]
+    reference.metric_calls = ngram.metric_calls = 0  # the recorded counters again: a window of its own
+    second = measure()
+    sides = [label for kind, label, _ in journal if kind == "start"]
+    changes = sum(a != b for a, b in itertools.pairwise(sides))
+    wakes = sum(kind == "wake" for kind, _, _ in journal)
+    assert changes >= 1
+    assert wakes == len(second.extra["alternation"]["swaps"]) <= changes + 1
 
 
 def test_the_backfire_verdict_names_the_alternation_and_why(window, rig):

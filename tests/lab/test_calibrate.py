@@ -77,6 +77,15 @@ def test_several_runs_render_as_one_set_with_every_start_its_own(tmp_path):
     assert len(load_runs([a, unfinished])[0]) == 4
     with pytest.raises(FileNotFoundError, match=r"windows\.jsonl"):
         load_runs([a, tmp_path / "missing"])
+    # windows of another size (--repeats) are another statistic: refused too; one size is kept
+    one, two = run(tmp_path / "e", 1), run(tmp_path / "f", 1)
+    for folder, repeats in ((one, 1), (two, 2)):
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["meta"]["repeats"] = repeats
+        (folder / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match=r"f measured repeats 2, .*e 1"):
+        load_runs([one, two])
+    assert load_runs([one, a])[1]["repeats"] == 1
 
 
 @pytest.mark.parametrize("follow_up", [False, True])
@@ -323,6 +332,28 @@ def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_w
     assert json.loads((tmp_path / "summary.json").read_text())["meta"]["rounds"] == 1
     assert [w.round for w in load_windows(tmp_path / "windows.jsonl")] == [0]
     assert events[-2:] == ["stop no_spec@candidate", "stop no_spec@reference"]
+
+
+def test_repeats_sets_the_window_size_the_tables_name(tmp_path, monkeypatch, capsys):
+    from specgate import model_prep
+    from specgate_lab import calibrate
+    from specgate_lab.cli import main
+
+    seen = {}
+
+    def record(rig, out, **kwargs):
+        seen["repeats"] = rig.protocol.repeats
+        path = out / "calibration.md"
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(calibrate.render_markdown(rig, [], {**calibrate.UNKNOWN_META, "repeats": rig.protocol.repeats}))
+        return path
+
+    monkeypatch.setattr(model_prep, "prepare_model", lambda *a, **k: None)
+    monkeypatch.setattr(calibrate, "run_calibration", record)
+    assert main(["calibrate", "--repeats", "1", f"--out={tmp_path}"]) == 0
+    assert seen["repeats"] == 1 and "protocol: 1 repeat(s)" in capsys.readouterr().out
+    assert main(["calibrate", "--repeats", "0", f"--out={tmp_path}"]) == 2
+    assert "--repeats 0" in capsys.readouterr().err
 
 
 def test_the_cli_says_where_a_stopped_calibrations_windows_and_tables_are(tmp_path, monkeypatch, capsys):
