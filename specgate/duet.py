@@ -44,7 +44,7 @@ class Turn(Generic[T]):
 
 
 def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: int,
-         block: int | None = None) -> list[Turn[T]]:
+         block: int | None = None, first: str | None = None) -> list[Turn[T]]:
     """The balanced, seeded order of a duet window.
 
     ``subject[i]`` and ``partner[i]`` are the same request key on the two servers. Groups of
@@ -52,6 +52,12 @@ def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: 
     runs subject first when (g + s) is even, partner first otherwise, where s (0 or 1) comes from
     ``seed``: ABBA ABBA ... or BAAB ... A turn of a block larger than ``concurrency`` runs its keys
     ``concurrency`` at a time.
+
+    ``first`` ("subject" or "partner") fixes which side group 0 starts with instead of the seed: an
+    alternation starts with the side that is awake, which saves a swap (on the H200, 6 pairs a
+    window at 1.5 s a swap: one swap a window instead of two, 10 % of the window instead of 18 %).
+    A window of one group then ends on the other side, so the next starts there: the first side
+    still alternates from window to window.
     """
     if len(subject) != len(partner):
         raise ValueError(f"a duet needs the same requests on both sides: {len(subject)} vs {len(partner)}")
@@ -60,7 +66,9 @@ def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: 
     block = concurrency if block is None else block
     if block < 1 or block % concurrency:
         raise ValueError(f"a block must be a positive multiple of the concurrency ({concurrency}), got {block}")
-    start = random.Random(seed).randrange(2)
+    if first not in (None, *SIDES):
+        raise ValueError(f"first must be one of {SIDES} or None, got {first!r}")
+    start = random.Random(seed).randrange(2) if first is None else SIDES.index(first)
     turns: list[Turn[T]] = []
     for group, first in enumerate(range(0, len(subject), block)):
         a = Turn("subject", group, tuple(subject[first:first + block]))

@@ -392,9 +392,11 @@ class Measurer:
                 await run_requests(client, warmups, concurrency=1)
 
         async def window(repeat: int) -> None:
+            awake = None if sleeper is None else next(
+                (side for side, server in servers.items() if server is sleeper.awake), None)
             turns = plan(build_requests(self.rig, mode, prompt_class, repeat=repeat),
                          build_requests(self.rig, partner_mode, prompt_class, repeat=repeat),
-                         concurrency=concurrency, seed=(protocol.seed or 0) + repeat, block=block)
+                         concurrency=concurrency, seed=(protocol.seed or 0) + repeat, block=block, first=awake)
             async with self._client(subject) as a, self._client(partner) as b:
                 clients = {"subject": a, "partner": b}
                 last_side = None

@@ -99,6 +99,11 @@ def test_blocks_alternate_abba_by_block_and_swap_once_per_pair_of_turns():
     # each group's two turns carry the same keys: a pair per key
     assert all(turns[2 * g].items == turns[2 * g + 1].items for g in range(3))
     assert {plan(keys, keys, concurrency=1, seed=s, block=4)[0].side for s in range(20)} == {"subject", "partner"}
+    # an alternation starts with the side that is awake, whatever the seed
+    for side in ("subject", "partner"):
+        assert {plan(keys, keys, concurrency=1, seed=s, block=4, first=side)[0].side for s in range(20)} == {side}
+    with pytest.raises(ValueError, match="first must be one of"):
+        plan(keys, keys, concurrency=1, seed=0, first="reference")
 
 
 def test_a_block_is_a_multiple_of_the_concurrency():
@@ -261,9 +266,12 @@ def test_an_alternation_window_swaps_only_between_requests(window, rig):
     assert m.sample_keys == m.partner.sample_keys
 
 
-def test_a_window_on_warm_servers_swaps_only_where_its_turns_change_sides(rig):
-    """Once both servers are warm, a window swaps only before a turn of the other side: no swap
-    to warm up a server that needs no warm-up (each is a ~1.6 s swap on the H200)."""
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_window_on_warm_servers_swaps_only_where_its_turns_change_sides(rig, seed):
+    """Once both servers are warm, a window swaps only before a turn of the other side: it starts
+    with the side that is awake, whatever its seed, and makes no swap to warm up a server that
+    needs no warm-up (each swap is ~1.5 s on the H200)."""
+    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"seed": seed})})
     journal = []
     reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
     turns = controller(rig)
@@ -275,12 +283,13 @@ def test_a_window_on_warm_servers_swaps_only_where_its_turns_change_sides(rig):
     measure()
     del journal[:]
     reference.metric_calls = ngram.metric_calls = 0  # the recorded counters again: a window of its own
+    awake = turns.awake.label
     second = measure()
     sides = [label for kind, label, _ in journal if kind == "start"]
     changes = sum(a != b for a, b in itertools.pairwise(sides))
     wakes = sum(kind == "wake" for kind, _, _ in journal)
-    assert changes >= 1
-    assert wakes == len(second.extra["alternation"]["swaps"]) <= changes + 1
+    assert sides[0] == awake and changes >= 1
+    assert wakes == len(second.extra["alternation"]["swaps"]) == changes
 
 
 def test_the_backfire_verdict_names_the_alternation_and_why(window, rig):
