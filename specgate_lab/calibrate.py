@@ -163,7 +163,12 @@ def normal_model_rate(group: Sequence[WindowResult], tolerance: float, margin: f
 
 def _rate(p: float) -> str:
     percent = p * 100
-    return "< 0.001 %" if percent < 0.001 else "> 99.999 %" if percent > 99.999 else f"{percent:.4g} %"
+    if percent < 0.001:
+        return "< 0.001 %"
+    if percent > 99.999:
+        return "> 99.999 %"
+    # near 0 or 100 %, enough decimals that a bound of 99.996 % never reads "100 %"
+    return f"{percent:.3f} %" if percent > 99.9 or percent < 0.1 else f"{percent:.4g} %"
 
 
 def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], margin: float = 0.05,

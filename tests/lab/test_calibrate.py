@@ -386,3 +386,10 @@ def test_the_table_counts_detection_among_windows_really_slowed_by_the_level():
     (row,) = summarize(results, [0.04], shipped=0.04)
     assert row["fail @ tol 4 %"].startswith("3/5")
     assert row["caught @ 4 %, TPOT x >= 1.1"] == "3/4"
+
+
+def test_a_rate_near_certainty_never_rounds_to_100_percent():
+    from specgate_lab.calibrate import _rate
+
+    assert _rate(0.99996) == "99.996 %" and _rate(0.9974) == "99.74 %" and _rate(0.5) == "50 %"
+    assert _rate(0.0005763) == "0.058 %" and _rate(1e-6) == "< 0.001 %" and _rate(0.9999999) == "> 99.999 %"
