@@ -297,13 +297,18 @@ class Estimate(_Strict):
     # graphs and a draft to load); None: the speculative start takes startup_s too.
     startup_s: float = Field(default=60.0, ge=0)
     speculative_startup_s: float | None = Field(default=None, ge=0)
-    # Decode tok/s of one request where no stored figures exist; None: the rig's stored figures'
-    # median (any mode, any class), else the duration is unknown.
+    # Decode tok/s of one request where no stored figure of this host's pace exists (none stored,
+    # or stored with no CPU canary or another one: specgate.plan.estimate_rates); None: the stored
+    # figures as they are, else their median (any mode, any class), else the duration is unknown.
     tokens_per_s: float | None = Field(default=None, gt=0)
     # Time to the first token of a request whose prompt has 500 characters, added to each request's
     # decode time; scaled by a class's mean prompt length (the prefill grows with it: on 2 vCPUs
     # 0.45 s for coding's ~530 characters, 1.3 s for extraction's ~1,300).
     first_token_s: float = Field(default=0.5, ge=0)
+    # The share of the duet windows' follow-up rounds a session can expect to run (the rig's own
+    # history: how often a first look is undecided): the plan's estimate adds that share of the
+    # follow-up time, and still shows the bound if every one runs. 0: the estimate leaves them out.
+    follow_up_share: float = Field(default=0.0, ge=0, le=1)
 
     def startup_for(self, speculative: bool) -> float:
         if speculative and self.speculative_startup_s is not None:

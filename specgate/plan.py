@@ -3,10 +3,12 @@ requests and tokens, and an estimated duration (``python -m specgate plan``, and
 the start of every perf session).
 
 A pure function of the rig, the selected windows and the decode rates: the stored figures'
-(baselines.json, per mode, class and concurrency), else the rig's own ``[estimate] tokens_per_s``,
-else the median of the rig's stored figures. A server's start is the rig's ``[estimate]`` startup
-time; a request is its tokens at that rate plus the rig's time to a first token. Follow-up rounds
-(duet rigs) depend on what the first look reads, so they are shown apart, as an upper bound.
+(baselines.json, per mode, class and concurrency) when they were measured at this host's pace,
+else the rig's own ``[estimate] tokens_per_s``, else the median of the rig's stored figures
+(:func:`estimate_rates`). A server's start is the rig's ``[estimate]`` startup time; a request is
+its tokens at that rate plus the rig's time to a first token. Follow-up rounds (duet rigs) depend
+on what the first look reads: the estimate adds the share of them the rig expects
+(``[estimate] follow_up_share``), and the bound if every one runs is shown beside it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specgate.duet import MAX_SWAP_SHARE
 from specgate.duet import plan as duet_plan
@@ -76,6 +78,7 @@ class SessionPlan:
     warmup_s: float | None
     other_tests: int = 0  # selected tests that measure no window (fault tests, unit tests)
     notes: tuple[str, ...] = field(default=())
+    follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
 
     @property
     def startup_s(self) -> float:
@@ -104,6 +107,12 @@ class SessionPlan:
     @property
     def follow_up_s(self) -> float:
         return sum(w.follow_up_seconds or 0.0 for w in self.windows)
+
+    @property
+    def expected_s(self) -> float | None:
+        """The estimate: the session without follow-ups, plus the share of them the rig expects."""
+        total = self.total_s
+        return None if total is None else total + self.follow_up_share * self.follow_up_s
 
     def window(self, key: WindowKey) -> WindowPlan | None:
         return next((w for w in self.windows if w.key == key), None)
@@ -134,8 +143,12 @@ class SessionPlan:
         if total is None:
             summary += "duration unknown (no stored figures and no [estimate] tokens_per_s in the rig)"
         else:
-            summary += f"about {format_elapsed(total)}"
-            if self.follow_up_s:
+            summary += f"about {format_elapsed(self.expected_s or total)}"
+            if self.follow_up_s and self.follow_up_share:
+                summary += (f" with {self.follow_up_share:.0%} of the follow-up rounds ([estimate] follow_up_share; "
+                            f"{format_elapsed(total)} with none, up to {format_elapsed(total + self.follow_up_s)} "
+                            "if every one runs)")
+            elif self.follow_up_s:
                 summary += f" (up to {format_elapsed(total + self.follow_up_s)} if every follow-up round runs)"
         lines.append(summary)
         if self.other_tests:
@@ -144,12 +157,48 @@ class SessionPlan:
         return "\n".join(lines)
 
 
-def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
-    """The stored figures' median decode tok/s per window of ``rig_name`` (a baselines.BaselineFile)."""
-    return {(mode, prompt_class, int(level)): entry.median
+def _stored_entries(store, rig_name: str) -> dict[WindowKey, Any]:
+    return {(mode, prompt_class, int(level)): entry
             for mode, classes in store.rigs.get(rig_name, {}).items()
             for prompt_class, levels in classes.items()
             for level, entry in levels.items()}
+
+
+def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
+    """The stored figures' median decode tok/s per window of ``rig_name`` (a baselines.BaselineFile)."""
+    return {key: entry.median for key, entry in _stored_entries(store, rig_name).items()}
+
+
+def estimate_rates(store, rig: Rig, *, canary_us: float | None) -> tuple[dict[WindowKey, float], str | None]:
+    """The stored rates the plan may use, and a note naming those it sets aside.
+
+    A stored figure tells this host's pace only when it was measured at it: its windows' CPU canary
+    (``host_canary_us``) within the rig's ``host_pace_tolerance`` of this host's (``canary_us``, the
+    fastest reading of specgate.telemetry's canary). Where the rig states ``[estimate] tokens_per_s``,
+    a figure stored with no canary or another one gives way to it: on the cpu rig the stored figures
+    came from a machine whose fingerprint reads the same (AMD EPYC, 2 cores) and ran 1.7x slower.
+    Without a rig rate the stored figures are all the plan has, and are used as they are."""
+    if rig.estimate.tokens_per_s is None:
+        return stored_rates(store, rig.name), None
+    entries = _stored_entries(store, rig.name)
+    tolerance = rig.gates.host_pace_tolerance
+    kept: dict[WindowKey, float] = {}
+    unknown = other = 0
+    for key, entry in entries.items():
+        stored = statistics.median(entry.host_canary_us) if entry.host_canary_us else None
+        if stored is None or canary_us is None:
+            unknown += 1
+        elif tolerance is not None and abs(canary_us / stored - 1) > tolerance:
+            other += 1
+        else:
+            kept[key] = entry.median
+    if not unknown and not other:
+        return kept, None
+    why = " and ".join(part for part in (
+        f"{unknown} with no host pace recorded" if unknown else "",
+        f"{other} at another host pace (CPU canary beyond host_pace_tolerance)" if other else "") if part)
+    return kept, (f"stored figures set aside for the estimate ({why}): the rig's [estimate] tokens_per_s "
+                  f"({rig.estimate.tokens_per_s:g}) is used for those windows")
 
 
 def _rate(rig: Rig, rates: Mapping[WindowKey, float], key: WindowKey) -> tuple[float | None, str]:
@@ -175,7 +224,8 @@ def _switches(requests: int, concurrency: int, seed: int) -> int:
 
 
 def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float], *,
-                 attached: bool = False, reused: Iterable[str] = (), other_tests: int = 0) -> SessionPlan:
+                 attached: bool = False, reused: Iterable[str] = (), other_tests: int = 0,
+                 rate_note: str | None = None) -> SessionPlan:
     """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run).
 
     ``rates``: decode tok/s per window (see :func:`stored_rates`); ``attached``: --specgate-vllm-url (no
@@ -245,7 +295,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
             rate_source=source, seconds=seconds, follow_up_seconds=follow,
             servers=tuple(label for label, _ in sides if not attached)))
-    notes = []
+    notes = [rate_note] if rate_note and plans else []
     if attached:
         notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
     if alternating and not attached:
@@ -254,7 +304,8 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     return SessionPlan(rig=rig.name, design=rig.arrangement.name if alternating else design,
                        servers=tuple(servers.values()), windows=tuple(plans),
                        warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,
-                       other_tests=other_tests, notes=tuple(notes))
+                       other_tests=other_tests, notes=tuple(notes),
+                       follow_up_share=rig.estimate.follow_up_share if not attached else 0.0)
 
 
 def windows_of(items: Sequence) -> tuple[list[WindowKey], int]:

@@ -122,7 +122,7 @@ def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_wh
     stash = {COST_KEY: SessionCost(plan, progress, rates)}
 
     check_budget(_item(session, "backfire", "ngram", "coding", stash), session, clock=clock)  # fits: runs
-    starts = 2 * session.rig.estimate.startup_s
+    starts = sum(s.startup_s for s in plan.servers)
     spare = 800 - (coding + starts) - extraction  # what the later window's first look leaves
     assert session.measurer.deadline == pytest.approx(clock.now + coding + spare)
 

@@ -10,6 +10,7 @@ import pytest
 from specgate.baselines import load_baselines
 from specgate.config import load_rig
 from specgate.duet import MAX_SWAP_SHARE
+from specgate.durations import format_elapsed
 from specgate.plan import SESSION_OVERHEAD_S, STOP_S, WINDOW_OVERHEAD_S, plan_session, stored_rates
 
 pytestmark = pytest.mark.fast
@@ -81,7 +82,8 @@ def test_a_reference_window_without_its_duet_is_measured_alone():
 
 def test_without_stored_figures_the_rig_stated_rate_is_used_else_the_duration_is_unknown():
     rig, _ = _rig_and_rates("cpu-smollm2")
-    unknown = plan_session(rig, [("ngram", "coding", 1)], {})
+    unstated = rig.model_copy(update={"estimate": rig.estimate.model_copy(update={"tokens_per_s": None})})
+    unknown = plan_session(unstated, [("ngram", "coding", 1)], {})
     assert unknown.total_s is None and "duration unknown" in unknown.render()
     stated = rig.model_copy(update={"estimate": rig.estimate.model_copy(update={"tokens_per_s": 16.0})})
     known = plan_session(stated, [("ngram", "coding", 1)], {})
@@ -106,3 +108,39 @@ def test_the_plan_command_prints_the_estimate_of_a_selection_and_starts_nothing(
     assert "rig cpu-smollm2 (duet): 2 server(s), 1 window(s)" in run.stdout
     assert "ngram / extraction / c1" in run.stdout and "coding" not in run.stdout
     assert "about " in run.stdout
+
+
+def test_stored_figures_count_only_at_this_hosts_pace_where_the_rig_states_a_rate():
+    """The cpu rig's stored figures carry no CPU canary and came from a 1.7x slower machine whose
+    fingerprint reads the same: where the rig states a rate, the plan sets them aside for it."""
+    from specgate.plan import estimate_rates
+
+    store = load_baselines(ROOT / "baselines.json")
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    rates, note = estimate_rates(store, rig, canary_us=25.0)
+    assert rates == {} and "12 with no host pace recorded" in note and "tokens_per_s (20)" in note
+    plan = plan_session(rig, [("ngram", "coding", 1)], rates, rate_note=note)
+    assert plan.windows[0].rate_source == "rig's [estimate]" and f"note: {note}" in plan.render()
+    # figures stored at this host's pace (canary within host_pace_tolerance, 25 %) are used; others not
+    entry = store.rigs["cpu-smollm2"]["ngram"]["coding"]["1"]
+    store.rigs["cpu-smollm2"]["ngram"]["coding"]["1"] = entry.model_copy(update={"host_canary_us": [24.0, 26.0]})
+    store.rigs["cpu-smollm2"]["ngram"]["math"]["1"] = store.rigs["cpu-smollm2"]["ngram"]["math"]["1"].model_copy(
+        update={"host_canary_us": [40.0]})
+    rates, note = estimate_rates(store, rig, canary_us=25.0)
+    assert rates == {("ngram", "coding", 1): entry.median}
+    assert "10 with no host pace recorded and 1 at another host pace" in note
+    # a rig that states no rate keeps every stored figure: they are all the plan has
+    unstated = rig.model_copy(update={"estimate": rig.estimate.model_copy(update={"tokens_per_s": None})})
+    rates, note = estimate_rates(store, unstated, canary_us=None)
+    assert len(rates) == 12 and note is None
+
+
+def test_the_estimate_adds_the_share_of_follow_up_rounds_the_rig_expects():
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    plan = plan_session(rig, [("ngram", "coding", 1), ("ngram", "math", 1)], {})
+    assert plan.follow_up_share == 0.5 and plan.follow_up_s > 0
+    assert plan.expected_s == pytest.approx(plan.total_s + 0.5 * plan.follow_up_s)
+    text = plan.render()
+    assert "with 50% of the follow-up rounds" in text
+    for seconds in (plan.expected_s, plan.total_s, plan.total_s + plan.follow_up_s):
+        assert format_elapsed(seconds) in text

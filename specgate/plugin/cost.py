@@ -22,7 +22,7 @@ import pytest
 
 from specgate.durations import format_elapsed
 from specgate.outcome import Outcome
-from specgate.plan import SessionPlan, WindowKey, plan_session, stored_rates, window_key, windows_of
+from specgate.plan import SessionPlan, WindowKey, estimate_rates, plan_session, window_key, windows_of
 from specgate.progress import SessionProgress
 
 if TYPE_CHECKING:
@@ -83,20 +83,25 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
         start = end
 
 
-def rates_of(specgate: SpecgateSession) -> dict[WindowKey, float]:
+def rates_of(specgate: SpecgateSession) -> tuple[dict[WindowKey, float], str | None]:
+    """The decode rates the plan uses (specgate.plan.estimate_rates, at this host's CPU canary) and
+    the note naming the stored figures it set aside."""
     from specgate.errors import SpecgateError
+    from specgate.telemetry import canary_reader
 
     try:
-        return stored_rates(specgate.store, specgate.rig.name)
+        store = specgate.store
     except SpecgateError:
-        return {}  # a bad baselines file is reported by the gates that read it
+        return {}, None  # a bad baselines file is reported by the gates that read it
+    canary = canary_reader(tries=50)()["cpu_canary_us"]
+    return estimate_rates(store, specgate.rig, canary_us=canary)
 
 
 def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = ()) -> SessionPlan:
     windows, other = windows_of(items)
-    rates = rates_of(specgate)
+    rates, note = rates_of(specgate)
     return plan_session(specgate.rig, windows, rates, attached=specgate.options.attach_url is not None,
-                        reused=reused, other_tests=other)
+                        reused=reused, other_tests=other, rate_note=note)
 
 
 def session_state(specgate: SpecgateSession):
@@ -127,7 +132,7 @@ def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.I
     except SpecgateError:
         return  # a configuration error: collection reports it
     progress = SessionProgress(plan, session_state(specgate), started_at=specgate.options.started_at)
-    config.stash[COST_KEY] = SessionCost(plan, progress, rates_of(specgate))
+    config.stash[COST_KEY] = SessionCost(plan, progress, rates_of(specgate)[0])
     if config.option.collectonly or config.getoption("setupplan", False) or hasattr(config, "workerinput"):
         return
     text = plan.render()
