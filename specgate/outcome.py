@@ -55,7 +55,8 @@ STORING = "storing figures"  # --specgate-update-baselines: this run's figures a
 # The kinds of session.undecided entries (report.json's "undecided" list) and their outcome. A kind
 # not listed here (an old report's, or one another module adds without an entry) counts as UNDECIDED.
 KIND_OUTCOMES: dict[str, Outcome] = {
-    "inconclusive": Outcome.UNDECIDED,  # an interval across the threshold
+    "undecided": Outcome.UNDECIDED,  # an interval across the threshold
+    "inconclusive": Outcome.UNDECIDED,  # the same, in report.json before the wording was one
     "too few drafts": Outcome.UNDECIDED,  # acceptance counts too few to tell
     NOT_STORED: Outcome.NOT_STORED,
     STORING: Outcome.NOT_STORED,  # --specgate-update-baselines, nothing compared
@@ -69,7 +70,7 @@ KIND_OUTCOMES: dict[str, Outcome] = {
     "baseline update": Outcome.NOT_STORED,
 }
 # The kind an undecided entry gets when only its outcome is known.
-OUTCOME_KINDS = {Outcome.UNDECIDED: "inconclusive", Outcome.NOT_STORED: NOT_STORED,
+OUTCOME_KINDS = {Outcome.UNDECIDED: "undecided", Outcome.NOT_STORED: NOT_STORED,
                  Outcome.OTHER_MACHINE: "other machine", Outcome.NOT_RUN: "not run"}
 
 

@@ -35,9 +35,9 @@ def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
 
 
 # report.json files written before these names (issue 16) render with them (--specgate-report-only)
-OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING}
+OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING, "inconclusive": "undecided"}
 UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
-                  "too few drafts": "UNDECIDED", "inconclusive": "UNDECIDED", "not run": "NOT RUN"}
+                  "too few drafts": "UNDECIDED", "undecided": "UNDECIDED", "not run": "NOT RUN"}
 
 
 def undecided_kind(entry: dict[str, Any]) -> str:
@@ -374,8 +374,8 @@ def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
 
 def render_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
-        return "specgate: nothing was measured" + (
-            "\n" + "\n".join(failed_gate_lines(report)) if report.get("failures") else "")
+        lines = failed_gate_lines(report)  # failures, and gates that decided nothing (NOT RUN: the budget)
+        return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
     rig = report["rig"]
     parts = [f"specgate: rig {rig['name']} ({rig['tier']} tier, model {rig['model']})"
              + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]"),

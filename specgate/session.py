@@ -69,7 +69,7 @@ class SpecgateSession:
     results: list[GateResult] = field(default_factory=list)
     # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "outcome",
     # "message"}; kind: specgate.outcome's NOT_STORED | STORING, "fingerprint", "other machine",
-    # "inconclusive", "too few drafts", specgate.gates.HOST_PACE, "not run"; outcome: its
+    # "undecided", "too few drafts", specgate.gates.HOST_PACE, "not run"; outcome: its
     # specgate.outcome.Outcome's value (specgate.outcome.KIND_OUTCOMES)
     undecided: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)

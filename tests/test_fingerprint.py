@@ -25,6 +25,7 @@ from specgate.client import RequestRecord
 from specgate.config import load_rig
 from specgate.fingerprint import measured_with, torch_cuda_versions
 from specgate.measure import ClassMeasurement
+from specgate.outcome import Outcome
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -223,4 +224,6 @@ def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
     with pytest.raises(pytest.fail.Exception, match=r"another machine: accelerator: stored 'Intel Xeon'.*"
                                                     r"\(--specgate-strict-fingerprint\)"):
         GateKeeper(session).throughput(m)
-    assert [(u["gate"], u["kind"]) for u in session.undecided] == [("throughput", "fingerprint")]
+    # a failed gate in the summary, not one that decided nothing
+    assert session.undecided == []
+    assert [(g.gate, g.outcome) for g in session.results] == [("throughput", Outcome.FAIL)]

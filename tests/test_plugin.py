@@ -290,7 +290,7 @@ def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):
     session = _session(tmp_path)
     with pytest.raises(pytest.skip.Exception, match="throughput gate undecided"):
         GateKeeper(session).throughput(_measurement("no_spec", [x * 0.7 for x in measured]))
-    assert [u["kind"] for u in session.undecided] == ["inconclusive"]
+    assert [u["kind"] for u in session.undecided] == ["undecided"]
 
     with pytest.raises(pytest.fail.Exception, match=r"throughput gate: .*slower"):
         GateKeeper(_session(tmp_path)).throughput(_measurement("no_spec", [x * 0.5 for x in measured]))
@@ -383,7 +383,7 @@ def test_throughput_is_undecided_when_its_window_was_timed_wrongly(tmp_path):
     with pytest.raises(pytest.skip.Exception, match="throughput gate undecided") as skipped:
         GateKeeper(session).throughput(_with_server_rate(_measurement("no_spec", measured), 1.08))
     assert "(0.93x it; the rig allows ±5 %" in str(skipped.value)
-    assert [u["kind"] for u in session.undecided] == ["inconclusive"]
+    assert [u["kind"] for u in session.undecided] == ["undecided"]
 
 
 def test_the_time_budget_becomes_the_measurers_deadline(tmp_path):

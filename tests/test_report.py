@@ -290,3 +290,18 @@ def test_an_ab_windows_engine_is_the_side_that_worked_during_its_requests():
     assert engine_cpu_per_s(window) == pytest.approx(3.6 / 4.0)
     assert engine_cpu_per_s({"mode": "eagle3", "records": records, "telemetry": telemetry}) is None
     assert engine_cpu_per_s({"mode": "ngram", "records": records}) is None
+
+
+@pytest.mark.parametrize("kind", [pytest.param("undecided", id="current"), pytest.param("inconclusive", id="old-report")])
+def test_an_interval_across_the_threshold_reads_undecided_everywhere(tmp_path: Path, kind: str) -> None:
+    """The outcome, the summary line and the table cell use one word (older reports said "inconclusive")."""
+    session = _session(tmp_path)
+    session.results.clear()
+    session.record_undecided("backfire", session.measurements[("ngram", "math", 1)], kind,
+                             "backfire: ngram 1.010x no_spec (0.980-1.040) holds 1.0")
+    report = load_report(session.write_report(complete=True))
+    markdown = render_markdown(report)
+    assert "ngram: backfire: undecided" in _row(markdown, "math")
+    assert "- UNDECIDED backfire [ngram-math-c1]: backfire: ngram 1.010x" in markdown
+    assert "DECIDED NOTHING: 1 gate(s): 1 undecided" in markdown
+    assert "inconclusive" not in markdown

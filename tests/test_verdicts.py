@@ -79,7 +79,7 @@ RAISES = {"failed": pytest.fail.Exception, "skipped": pytest.skip.Exception, "xf
 
 def test_every_kind_of_gate_that_decided_nothing_has_an_outcome():
     assert set(EXPECTED) == set(Outcome)
-    kinds = {"inconclusive", "too few drafts", "no stored figures", "storing figures", "fingerprint",
+    kinds = {"undecided", "inconclusive", "too few drafts", "no stored figures", "storing figures", "fingerprint",
              "other machine", "other host pace", "not run"}
     assert kinds <= set(KIND_OUTCOMES) and not any(KIND_OUTCOMES[k].decided for k in kinds)
 

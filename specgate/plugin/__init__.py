@@ -195,4 +195,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     specgate = get_session(config)
     if has_perf_work(specgate):
         write_summary(terminalreporter, specgate, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
-        cost.write_not_run(terminalreporter, specgate)

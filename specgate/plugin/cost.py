@@ -238,11 +238,3 @@ class PlanCapture:
 
             reused = reusable_labels(specgate)
         self.plan = build_plan(specgate, session.items, reused=reused)
-
-
-def write_not_run(terminalreporter, specgate: SpecgateSession) -> None:
-    """One line naming the gates the session's budget left out (report.json holds each reason)."""
-    not_run = [u for u in specgate.undecided if u.get("kind") == NOT_RUN]
-    if not_run:
-        names = ", ".join(f"{u['gate']} {u['mode']}/{u['prompt_class']}/c{u['concurrency']}" for u in not_run)
-        terminalreporter.write_line(f"NOT RUN ({len(not_run)} gate(s), the session's time budget): {names}")

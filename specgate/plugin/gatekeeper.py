@@ -115,10 +115,14 @@ class GateKeeper:
         strict = fit.kind != SAME and gate == "throughput" and self.session.options.strict_fingerprint
         if fit.kind == OTHER_MEASUREMENT or strict:
             note = f"{self._stored_entry(m, fit)}; refresh it with: {self._refresh(m)}"
-            self.session.record_undecided(gate, m, "fingerprint", note)
-            if fit.kind == OTHER_MEASUREMENT and not strict:  # not comparable: undecided
-                self._act(gate, Outcome.UNDECIDED, note)
-            pytest.fail(note + (" (--specgate-strict-fingerprint)" if strict else ""), pytrace=False)
+            if strict:  # refused on purpose: a failed gate, listed as FAILED, never as undecided
+                from specgate.gates import GateResult
+
+                self._finish(GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
+                                        f"{note} (--specgate-strict-fingerprint)"))
+            self.session.record_undecided(gate, m, "fingerprint", note)  # not comparable: undecided
+            self._act(gate, Outcome.UNDECIDED, note)
+            pytest.fail(note, pytrace=False)
         if fit.kind != SAME and gate == "throughput":
             warnings.warn(self._stored_entry(m, fit), stacklevel=1)
         return fit
