@@ -136,6 +136,9 @@ class KeptServer:
     started: str = ""
     ready_after_s: float | None = None
     parts: dict[str, Any] = field(default_factory=dict)
+    # An alternation's server asleep: the vLLM sleep level it went to sleep at (specgate.sleep), so
+    # the next session can wake it (level 1 kept its weights in host memory); None while awake.
+    sleep_level: int | None = None
 
     @property
     def base_url(self) -> str:
@@ -246,18 +249,29 @@ class KeptVLLMServer(VLLMServer):
     def start(self) -> None:
         super().start()
         assert self.process is not None and self.pgid is not None and self.port is not None
-        write(KeptServer(
+        self.kept = KeptServer(
             name=record_name(self.rig, self.label, self.digest), rig=self.rig, label=self.label,
             fingerprint=self.digest, pid=self.process.pid, pgid=self.pgid,
             create_time=psutil.Process(self.process.pid).create_time(), host=self.spec.host, port=self.port,
             served_model_name=self.spec.served_model_name, log=str(self.log_path),
             started=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), ready_after_s=self.ready_after_s,
-            parts=self.parts), self.folder)
+            parts=self.parts)
+        write(self.kept, self.folder)
         self.progress(f"mode {self.label}: kept after the session (--specgate-keep-servers); "
                       "`python -m specgate servers --stop-all` stops it")
 
     def __exit__(self, *exc_info: object) -> None:
         return None  # left running: the record says where
+
+    def note_sleep(self, level: int | None) -> None:
+        """An alternation put it to sleep at ``level`` (None: woke it): the record keeps it."""
+        note_sleep(getattr(self, "kept", None), level, self.folder)
+
+
+def note_sleep(kept: KeptServer | None, level: int | None, folder: Path | None = None) -> None:
+    if kept is not None and kept.sleep_level != level:
+        kept.sleep_level = level
+        write(kept, folder)
 
 
 class ReusedServer:
@@ -293,17 +307,34 @@ class ReusedServer:
         holds GPU memory nobody can use)."""
         stop_kept(self.kept)
 
+    def note_sleep(self, level: int | None) -> None:
+        note_sleep(self.kept, level)
+
+    def asleep_at(self, timeout_s: float = 5.0) -> int | None:
+        """The level it sleeps at now (an alternation's server left asleep by an earlier session),
+        None when it is awake."""
+        try:
+            with httpx.Client(base_url=self.base_url, timeout=timeout_s) as http:
+                sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None  # not a sleep-mode server, or it cannot say: awake_or_why refused the unsure ones
+        return self.kept.sleep_level if sleeping else None
+
 
 def awake_or_why(kept: KeptServer, timeout_s: float = 5.0) -> str | None:
-    """Why a kept server of an alternation (vLLM sleep mode) may not be reused: it sleeps, at a
-    level this session does not know (level 2 dropped its weights: waking it as level 1 would serve
-    garbage), or it cannot say. None when it is awake."""
+    """Why a kept server of an alternation (vLLM sleep mode) may not be reused: it sleeps at a
+    level other than 1 or not recorded (level 2 dropped its weights: waking it as level 1 would
+    serve garbage), or it cannot say. None when it is awake, or asleep at level 1 (its weights wait
+    in host memory: the alternation takes it as a sleeping server and wakes it for its turn)."""
     try:
         with httpx.Client(base_url=kept.base_url, timeout=timeout_s) as http:
             sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         return f"it did not say whether it sleeps ({type(exc).__name__})"
-    return "it sleeps, at a level this session does not know" if sleeping else None
+    if not sleeping or kept.sleep_level == 1:
+        return None
+    return (f"it sleeps at level {kept.sleep_level} (its weights were dropped)" if kept.sleep_level
+            else "it sleeps, at a level its record does not hold")
 
 
 def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, python: str, progress: Callable[[str], None],

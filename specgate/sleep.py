@@ -181,11 +181,16 @@ class SleepController:
     def awake(self) -> Any | None:
         return next((t.server for t in self.turns if not t.sleeping), None)
 
-    def add(self, server: Any, *, speculative: bool = False) -> None:
-        """A server that just started (awake: every other one sleeps, see :meth:`make_room`)."""
+    def add(self, server: Any, *, speculative: bool = False, asleep_at: int | None = None) -> None:
+        """A server that just started (awake: every other one sleeps, see :meth:`make_room`), or a
+        kept one an earlier session left asleep at level ``asleep_at`` (woken for its first turn)."""
         if any(t.server is server for t in self.turns):
             return
-        self.turns.append(_Turn(server, speculative=speculative))
+        if asleep_at is None:
+            self.turns.append(_Turn(server, speculative=speculative))
+        else:
+            self.turns.append(_Turn(server, speculative=speculative, level=asleep_at, sleeping=True,
+                                    level_why=f"level {asleep_at}, as it slept when an earlier session left it"))
 
     def remove(self, server: Any) -> None:
         """A server torn down: it no longer takes turns."""
@@ -307,6 +312,7 @@ class SleepController:
             if not await self._is_sleeping(client, server):
                 raise self._error(server, "answered POST /sleep but GET /is_sleeping says it is awake")
         turn.sleeping = True
+        _note_sleep(server, turn.level)
         if time.monotonic() - started > 10:
             self.progress(f"alternation: {server.label} asleep after {format_elapsed(time.monotonic() - started)}")
 
@@ -361,6 +367,15 @@ class SleepController:
             if await self._is_sleeping(client, server):
                 raise self._error(server, "answered POST /wake_up but GET /is_sleeping says it still sleeps")
         turn.sleeping = False
+        _note_sleep(server, None)
+
+
+def _note_sleep(server: Any, level: int | None) -> None:
+    """A kept server (--specgate-keep-servers) records the level it sleeps at, so the next session
+    can take it asleep and wake it (specgate.registry.awake_or_why)."""
+    note = getattr(server, "note_sleep", None)
+    if note is not None:
+        note(level)
 
 
 def _load_format(argv: Sequence[str]) -> str:

@@ -42,6 +42,8 @@ FAKE_SERVER = textwrap.dedent('''
         print("fake-vllm: RuntimeError: CUDA out of memory (pretend)", flush=True)
         sys.exit(3)
 
+    sleep_state = {"sleeping": False}
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt, *a):
             print("fake-vllm: " + fmt % a, flush=True)
@@ -60,12 +62,18 @@ FAKE_SERVER = textwrap.dedent('''
                 self._json(200 if healthy else 503, {})
             elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": args.served, "object": "model"}]})
+            elif self.path == "/is_sleeping":  # sleep mode, as VLLM_SERVER_DEV_MODE=1 exposes it
+                self._json(200, {"is_sleeping": sleep_state["sleeping"]})
             else:
                 self._json(404, {"error": self.path})
 
         def do_POST(self):
             length = int(self.headers.get("Content-Length", 0))
-            body = json.loads(self.rfile.read(length))
+            body = json.loads(self.rfile.read(length)) if length else {}
+            if self.path.split("?")[0] in ("/sleep", "/wake_up"):
+                sleep_state["sleeping"] = self.path.startswith("/sleep")
+                self._json(200, {})
+                return
             if args.behaviour in ("hang-generation", "engine-error"):
                 if args.behaviour == "engine-error":  # as vLLM 0.26 logged it with pipeline parallel 2
                     print("(Worker_PP0 pid=8000) ERROR 11-30 11:30:22 [multiproc_executor.py:1007] "

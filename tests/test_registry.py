@@ -198,3 +198,43 @@ def test_a_kept_server_a_session_may_not_reuse_is_stopped_and_started_again(fake
     nobody = registry.KeptServer(name="x", rig="r", label="m", fingerprint="f", pid=1, pgid=1, create_time=0.0,
                                  host="127.0.0.1", port=9, served_model_name="m", log="l")
     assert registry.awake_or_why(nobody, timeout_s=1.0).startswith("it did not say whether it sleeps")
+
+
+def test_an_alternation_s_server_left_asleep_at_level_one_is_reused_asleep(fake, tmp_path, folder, reaper):
+    """Every mode of an alternation stays loaded between sessions: a kept server the last session
+    left asleep at level 1 is reused and taken as asleep (woken for its turn); one asleep at level
+    2, or at a level its record does not hold, is stopped and started again."""
+    import asyncio
+
+    import httpx
+
+    from specgate.sleep import SleepController
+
+    rig, lines = _rig(tmp_path), []
+
+    def server_for():
+        return kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+                               progress=lines.append, before_start=None, folder=folder,
+                               refuse=registry.awake_or_why)
+
+    turns = SleepController(SimpleNamespace(sleep_host_memory_gib=1.0, sleep_level=None, gpus_per_server=1,
+                                            model=rig.model), available_gib=lambda: 100.0, gpu_free=lambda g: None)
+    with server_for() as first:
+        reaper.append(psutil.Process(first.process.pid))
+        turns.add(first)
+        asyncio.run(turns.make_room())  # the session ends with it asleep, at level 1
+    [kept] = load_all(folder)
+    assert kept.sleep_level == 1 and httpx.get(f"{kept.base_url}/is_sleeping").json() == {"is_sleeping": True}
+
+    second = server_for()
+    assert isinstance(second, ReusedServer) and second.asleep_at() == 1
+    later = SleepController(turns.rig, available_gib=lambda: 100.0, gpu_free=lambda g: None)
+    later.add(second, asleep_at=second.asleep_at())
+    assert later.awake is None
+    assert asyncio.run(later.activate(second))["level"] == 1  # woken for its turn, as level 1
+    assert load_all(folder)[0].sleep_level is None and second.asleep_at() is None
+
+    asyncio.run(later.make_room())
+    registry.note_sleep(load_all(folder)[0], 2, folder)  # as if it had slept at level 2
+    third = server_for()
+    assert isinstance(third, KeptVLLMServer) and "it sleeps at level 2 (its weights were dropped)" in lines[-1]

@@ -118,7 +118,8 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
     with server:
         session.live_servers += 1
         if turns is not None:
-            turns.add(server, speculative=mode.is_speculative)
+            asleep_at = getattr(server, "asleep_at", None)  # a kept server an earlier session left asleep
+            turns.add(server, speculative=mode.is_speculative, asleep_at=asleep_at() if asleep_at else None)
         try:
             session.servers[label] = {
                 "base_url": "attached" if session.options.attach_url else server.base_url,
@@ -143,8 +144,8 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
     """--specgate-keep-servers: a kept server of the same fingerprint, else a new one kept after
     the session. On a one-server-at-a-time GPU rig without sleep mode the rig's other kept servers
     hold the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every
-    server stays loaded, but only an awake kept one is reused: the level a sleeping one went to
-    sleep at (level 2 drops its weights) is not known across sessions."""
+    server stays loaded: a kept one is reused awake, or asleep at level 1 (its record holds the
+    level; level 2 dropped its weights, so such a one is stopped and started again)."""
     from specgate.registry import awake_or_why, kept_or_started
 
     rig = session.rig
