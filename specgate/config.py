@@ -147,10 +147,6 @@ class Protocol(_Strict):
     # ~1.6 s on the lab's H200) within 10 % of the window, from the warm-up's request time
     # (specgate.duet.alternation_block).
     alternation_block: int | None = Field(default=None, ge=1)
-    # Alternations only: untimed requests sent after each wake, before the turn's timed ones. 0:
-    # none; the lab measured no first-request penalty after a wake (a 128-token generation took
-    # 1.10-1.12 s before and after every swap), so none is needed there.
-    wake_warmup_requests: int = Field(default=0, ge=0, le=16)
 
     def follow_up_rounds(self, *, backfire: bool) -> int:
         """The follow-up rounds a duet window may get: a backfire window's, or an A/B window's."""

@@ -377,19 +377,14 @@ class Measurer:
         if block is not None:
             self.progress(f"{label}: alternation in turns of {block} request(s) per side "
                           f"(a swap ~{sleeper.typical_swap_s():.1f}s)")
-        n_wake = protocol.wake_warmup_requests
-        wake_warmups = (build_requests(self.rig, mode, prompt_class, tag="wake-")[:n_wake],
-                        build_requests(self.rig, partner_mode, prompt_class, tag="wake-")[:n_wake])
 
-        async def swap_to(side: str, client: StreamingClient) -> None:
-            """An alternation's swap before a turn, outside every request's timing."""
+        async def swap_to(side: str) -> None:
+            """An alternation's swap before a turn, outside every request's timing. No warm-up after
+            a wake: on the H200 the first request after one was ~0.6 % slower on both sides alike
+            (docs/journal/lab/2026-12-03-h200-calibration.md), and the order balances it."""
             swap = await sleeper.activate(servers[side])
-            if swap is None:
-                return
-            swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - on_done.started, 3)})
-            warmups = wake_warmups[0 if side == "subject" else 1]
-            if warmups:
-                await run_requests(client, warmups, concurrency=1)
+            if swap is not None:
+                swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - on_done.started, 3)})
 
         async def window(repeat: int) -> None:
             awake = None if sleeper is None else next(
@@ -405,7 +400,7 @@ class Measurer:
                         # let the server that just answered go idle first (Protocol.settle_s)
                         await asyncio.sleep(protocol.settle_s)
                     if sleeper is not None:
-                        await swap_to(turn.side, clients[turn.side])
+                        await swap_to(turn.side)
                     last_side = turn.side
                     if turn.side == turns[2 * turn.group].side:  # the first turn of its pair
                         pairs.append({"group": len(pairs), "first": turn.side,

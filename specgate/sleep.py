@@ -12,7 +12,8 @@ Measured on one H200 (vLLM 0.26.0, a 15.5B bf16 model, two servers at 0.8 each):
 sleep of a server took 23.5 s (28.9 GiB of weights copied to pinned host memory, KV cache
 discarded, 1.1 GB left on the GPU); after that, sleep 0.66-0.71 s and wake 0.89-0.93 s, and a
 128-token generation took 1.10-1.12 s on either server before and after every swap (so no
-warm-up after a wake by default: Protocol.wake_warmup_requests).
+warm-up after a wake; the later calibration saw the first request after a wake ~0.6 % slower on
+both sides alike).
 
 Levels (vLLM's sleep mode docs): level 1 offloads the weights to host memory and discards the
 KV cache; level 2 discards both and keeps only the model's buffers. At level 1 the host must hold

@@ -292,7 +292,8 @@ def test_an_ab_windows_engine_is_the_side_that_worked_during_its_requests():
     assert engine_cpu_per_s({"mode": "ngram", "records": records}) is None
 
 
-@pytest.mark.parametrize("kind", [pytest.param("undecided", id="current"), pytest.param("inconclusive", id="old-report")])
+@pytest.mark.parametrize("kind", [pytest.param("undecided", id="current"),
+                                  pytest.param("inconclusive", id="old-report")])
 def test_an_interval_across_the_threshold_reads_undecided_everywhere(tmp_path: Path, kind: str) -> None:
     """The outcome, the summary line and the table cell use one word (older reports said "inconclusive")."""
     session = _session(tmp_path)
