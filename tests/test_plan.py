@@ -138,9 +138,9 @@ def test_stored_figures_count_only_at_this_hosts_pace_where_the_rig_states_a_rat
 def test_the_estimate_adds_the_share_of_follow_up_rounds_the_rig_expects():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     plan = plan_session(rig, [("ngram", "coding", 1), ("ngram", "math", 1)], {})
-    assert plan.follow_up_share == 0.5 and plan.follow_up_s > 0
-    assert plan.expected_s == pytest.approx(plan.total_s + 0.5 * plan.follow_up_s)
+    assert plan.follow_up_share == 0.4 and plan.follow_up_s > 0
+    assert plan.expected_s == pytest.approx(plan.total_s + 0.4 * plan.follow_up_s)
     text = plan.render()
-    assert "with 50% of the follow-up rounds" in text
+    assert "with 40% of the follow-up rounds" in text
     for seconds in (plan.expected_s, plan.total_s, plan.total_s + plan.follow_up_s):
         assert format_elapsed(seconds) in text
