@@ -14,6 +14,11 @@ not a finding. A test's own ``@settings`` sets only what differs from the profil
 
 import os
 
+# pytester's runpytest_inprocess restores sys.modules after each in-process run, and a C extension
+# first imported inside one cannot be imported again in this process ("cannot load module more than
+# once per process"): numpy is imported here, before any such run, so no test depends on which
+# worker ran an in-process run first (tests/test_cost.py failed so under -n 1).
+import numpy  # noqa: F401
 import pytest
 from hypothesis import settings
 

@@ -68,6 +68,7 @@ def test_the_plan_is_printed_before_anything_starts(perf_project, no_plots, tmp_
     out = result.stdout.str()
     assert "[specgate] specgate plan: rig cpu-smollm2 (duet): 2 server(s), 1 window(s)" in out
     assert "session budget: 1s (--specgate-session-budget)" in out
+    assert "is over it, so the session ends within the budget" in out
     assert out.index("specgate plan:") < out.index("NOT RUN")
 
 

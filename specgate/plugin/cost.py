@@ -140,6 +140,10 @@ def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.I
     if budget is not None:
         text += (f"\n  session budget: {format_elapsed(budget)} (--specgate-session-budget); "
                  "a window that does not fit is NOT RUN")
+        expected = plan.expected_s
+        if expected is not None and expected > budget:
+            text += (f"; the estimate ({format_elapsed(expected)}) is over it, so the session ends within the "
+                     "budget and the last windows in the order may not run")
     for line in text.splitlines():
         specgate.progress(line)
     specgate.progress = progress.wrap(specgate.progress)
