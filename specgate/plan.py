@@ -176,7 +176,8 @@ def estimate_rates(store, rig: Rig, *, canary_us: float | None) -> tuple[dict[Wi
     (``host_canary_us``) within the rig's ``host_pace_tolerance`` of this host's (``canary_us``, the
     fastest reading of specgate.telemetry's canary). Where the rig states ``[estimate] tokens_per_s``,
     a figure stored with no canary or another one gives way to it: on the cpu rig the stored figures
-    came from a machine whose fingerprint reads the same (AMD EPYC, 2 cores) and ran 1.7x slower.
+    came from a machine whose fingerprint reads the same (AMD EPYC, 2 cores) and ran slower: a window
+    planned from them at ~3m took ~2m on the CI kind (docs/journal/calibration/cpu-2026-12-03d.md).
     Without a rig rate the stored figures are all the plan has, and are used as they are."""
     if rig.estimate.tokens_per_s is None:
         return stored_rates(store, rig.name), None
