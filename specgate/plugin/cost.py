@@ -97,9 +97,11 @@ def rates_of(specgate: SpecgateSession) -> tuple[dict[WindowKey, float], str | N
     return estimate_rates(store, specgate.rig, canary_us=canary)
 
 
-def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = ()) -> SessionPlan:
+def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = (),
+               rates: tuple[dict[WindowKey, float], str | None] | None = None) -> SessionPlan:
+    """``rates``: rates_of(specgate) when the caller has them already (it reads the host's canary)."""
     windows, other = windows_of(items)
-    rates, note = rates_of(specgate)
+    rates, note = rates if rates is not None else rates_of(specgate)
     return plan_session(specgate.rig, windows, rates, attached=specgate.options.attach_url is not None,
                         reused=reused, other_tests=other, rate_note=note)
 
@@ -128,11 +130,12 @@ def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.I
             from specgate.registry import reusable_labels
 
             reused = reusable_labels(specgate)
-        plan = build_plan(specgate, items, reused=reused)
+        rates = rates_of(specgate)
+        plan = build_plan(specgate, items, reused=reused, rates=rates)
     except SpecgateError:
         return  # a configuration error: collection reports it
     progress = SessionProgress(plan, session_state(specgate), started_at=specgate.options.started_at)
-    config.stash[COST_KEY] = SessionCost(plan, progress, rates_of(specgate)[0])
+    config.stash[COST_KEY] = SessionCost(plan, progress, rates[0])
     if config.option.collectonly or config.getoption("setupplan", False) or hasattr(config, "workerinput"):
         return
     text = plan.render()
