@@ -356,6 +356,10 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, python: str, prog
         progress(f"mode {mode_label}: reusing the kept server at {found.base_url} (pid {found.pid}, "
                  f"fingerprint {digest[:12]}); nothing starts")
         return ReusedServer(found)
+    for unwell in (k for k in load_all(folder) if k.fingerprint == digest and k.alive()):
+        progress(f"mode {mode_label}: stopping the kept server {unwell.name} (pid {unwell.pid}): it runs but did "
+                 f"not answer /health and /v1/models with {unwell.served_model_name!r}")
+        stop_kept(unwell, folder)
     for other in others_of_slot(rig.name, mode_label, digest, folder) + [
             k for k in load_all(folder) if k.rig == rig.name and k.label in set(stop_others)]:
         changed = sorted(k for k in set(parts) | set(other.parts) if parts.get(k) != other.parts.get(k))

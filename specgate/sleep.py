@@ -197,6 +197,21 @@ class SleepController:
         """A server torn down: it no longer takes turns."""
         self.turns = [t for t in self.turns if t.server is not server]
 
+    async def leave(self, server: Any, *, stays_running: bool) -> None:
+        """A server's last turn is over (its mode's last test). One that stays running after it
+        (--specgate-keep-servers) goes to sleep first when it is awake: the next server to start
+        must find the GPUs free, and no longer sees it among the turns."""
+        turn = next((t for t in self.turns if t.server is server), None)
+        try:
+            if stays_running and turn is not None and not turn.sleeping and self.failure is None:
+                try:
+                    await self._sleep(server)
+                except SleepError as exc:
+                    self._fail(str(exc))
+                    raise
+        finally:
+            self.remove(server)
+
     def check(self) -> None:
         """Raise the earlier swap failure, if any: the alternation is over."""
         if self.failure is not None:

@@ -234,6 +234,23 @@ def test_memory_that_did_not_come_free_stops_the_wake(rig):
         asyncio.run(turns.activate(b))
 
 
+def test_a_kept_server_goes_to_sleep_when_its_last_turn_is_over(rig):
+    """--specgate-keep-servers on an alternation of three servers: a mode's server that stays
+    running after its last test sleeps before it leaves the turns, so the next mode's server starts
+    on free GPUs; a server about to be stopped is not put to sleep first."""
+    journal = []
+    a, b, c = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal), SleepyStandIn("ngram", journal)
+    turns = controller(rig)
+    started(turns, a, b)
+    asyncio.run(turns.leave(b, stays_running=True))
+    assert b.sleeping and journal[-1] == ("sleep", "ngram", "1") and turns.awake is None
+    started(turns, c)  # nothing awake to make room from
+    assert [t.server for t in turns.turns] == [a, c] and turns.awake is c
+    asyncio.run(turns.leave(c, stays_running=False))
+    assert not c.sleeping and turns.awake is None
+    assert [e for e in journal if e[0] == "sleep"] == [("sleep", "no_spec", "1"), ("sleep", "ngram", "1")]
+
+
 # -- a window --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def window(rig):

@@ -143,6 +143,25 @@ def test_a_dead_kept_server_is_not_reused_and_its_record_is_dropped(fake, tmp_pa
     assert registry.find(kept.fingerprint, folder) is None and load_all(folder) == []
 
 
+def test_a_kept_server_that_runs_but_does_not_answer_is_stopped_not_left_beside_a_new_one(fake, tmp_path, folder,
+                                                                                          reaper):
+    rig, lines = _rig(tmp_path), []
+
+    def server_for():
+        return kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+                               progress=lines.append, before_start=None, folder=folder)
+
+    with server_for() as first:
+        pid = first.process.pid
+        reaper.append(psutil.Process(pid))
+    [kept] = load_all(folder)
+    kept.served_model_name = "not-what-it-serves"  # its /v1/models no longer lists the recorded name
+    registry.write(kept, folder)
+    again = server_for()
+    assert isinstance(again, KeptVLLMServer) and _wait_gone(pid)
+    assert "it runs but did not answer /health and /v1/models" in lines[-1] and load_all(folder) == []
+
+
 def test_the_servers_command_lists_and_stops_kept_servers(fake, tmp_path, folder, reaper):
     rig, out = _rig(tmp_path), []
     with kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,

@@ -137,7 +137,9 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
         finally:
             session.live_servers -= 1
             if turns is not None:
-                turns.remove(server)
+                from specgate.sleep import run
+
+                run(turns.leave(server, stays_running=session.options.keep_servers))
 
 
 def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *, alternating: bool):
