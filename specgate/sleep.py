@@ -375,8 +375,11 @@ class SleepController:
             if turn.level == 2:
                 # Level 2 kept no weights: wake their memory, reload them from the files, then the KV cache.
                 await self._post(client, server, "/wake_up", "wake up its weights", params={"tags": "weights"})
-                await self._post(client, server, "/collective_rpc", "reload its weights",
-                                 json={"method": "reload_weights"})
+                # vLLM cannot reload --load-format dummy weights (NotImplementedError, seen on the
+                # H200): they were random, so the memory woken as it is serves the same shapes.
+                if "dummy" not in _load_format(getattr(getattr(server, "spec", None), "argv", ())):
+                    await self._post(client, server, "/collective_rpc", "reload its weights",
+                                     json={"method": "reload_weights"})
                 await self._post(client, server, "/wake_up", "wake up its KV cache", params={"tags": "kv_cache"})
             else:
                 await self._post(client, server, "/wake_up", "wake up")

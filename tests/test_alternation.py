@@ -199,6 +199,18 @@ def test_a_level_two_wake_reloads_the_weights_between_its_two_wakes(rig):
     assert turns.swaps[-1]["level"] == 2
 
 
+def test_a_level_two_wake_of_dummy_weights_reloads_nothing(rig):
+    # vLLM 0.26 answers reload_weights with NotImplementedError for --load-format dummy (H200, visit V3)
+    journal = []
+    argv = ("--load-format", "dummy")
+    a, b = SleepyStandIn("no_spec", journal, argv=argv), SleepyStandIn("ngram", journal, argv=argv)
+    turns = controller(rig, available_gib=lambda: 4.0)
+    started(turns, a, b)
+    asyncio.run(turns.activate(a))
+    assert [e for e in journal if e[1] == "no_spec"] == [
+        ("sleep", "no_spec", "2"), ("wake", "no_spec", "weights"), ("wake", "no_spec", "kv_cache")]
+
+
 def test_level_two_is_refused_for_a_drafters_server(rig):
     journal = []
     a = SleepyStandIn("ngram", journal)
