@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specgate.duet import EXPECTED_SWAP_S
 from specgate.errors import ConfigError
 
 DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load with speculation
@@ -305,6 +306,10 @@ class Estimate(_Strict):
     # history: how often a first look is undecided): the plan's estimate adds that share of the
     # follow-up time, and still shows the bound if every one runs. 0: the estimate leaves them out.
     follow_up_share: float = Field(default=0.0, ge=0, le=1)
+    # Seconds an alternation's swap takes (one server to sleep, the other awake, vLLM sleep mode
+    # level 1): the plan counts each window's swaps at it, and the turns are sized with it until the
+    # session has measured a swap. The default is the lab's H200 with a 15.5 B model (0.7 s + 0.9 s).
+    swap_s: float = Field(default=EXPECTED_SWAP_S, gt=0)
 
     def startup_for(self, speculative: bool) -> float:
         if speculative and self.speculative_startup_s is not None:

@@ -29,8 +29,11 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 SIDES = ("subject", "partner")
-# The share of an alternation window that swaps may take when the block is computed (not set).
+# The share of an alternation window that swaps may take when the block is computed (not set); a
+# turn holds at most one pass over the class's prompts, so a class of few prompts can take more.
 MAX_SWAP_SHARE = 0.10
+# What a swap is expected to cost before one was measured (the H200's 0.7 s + 0.9 s, rounded up).
+EXPECTED_SWAP_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,13 @@ def swaps_in(turns: Sequence[Turn[T]], *, awake: str | None = None) -> int:
             count += 1
         current = turn.side
     return count
+
+
+def alternation_swaps(*, keys: int, block: int, concurrency: int, repeats: int) -> int:
+    """The swaps of an alternation window of ``repeats`` passes over ``keys`` requests per side in
+    turns of ``block``: each pass starts on the side that is awake (see :func:`plan`)."""
+    turns = plan(range(keys), range(keys), concurrency=concurrency, seed=0, block=block, first="subject")
+    return repeats * swaps_in(turns, awake="subject")
 
 
 def alternation_block(*, request_s: float, swap_s: float, concurrency: int, keys: int,

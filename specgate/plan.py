@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specgate.duet import MAX_SWAP_SHARE
+from specgate.duet import alternation_block, alternation_swaps
 from specgate.duet import plan as duet_plan
 from specgate.durations import format_elapsed
 
@@ -52,7 +52,7 @@ class ServerPlan:
 @dataclass(frozen=True)
 class WindowPlan:
     key: WindowKey
-    design: str  # "solo", or "duet" (alternated with ``partner``)
+    design: str  # "solo", "duet" (requests alternated with ``partner``) or "turns" (taking turns with it: sleep mode)
     partner: str | None
     requests: int  # every side's, warm-up excluded
     tokens: int
@@ -61,6 +61,7 @@ class WindowPlan:
     seconds: float | None  # None: no rate known
     follow_up_seconds: float | None = None  # every follow-up round this window may get, or None
     servers: tuple[str, ...] = ()  # the server labels it needs
+    swaps: int = 0  # an alternation's sleep-mode swaps, counted in ``seconds``
 
     @property
     def name(self) -> str:
@@ -133,6 +134,7 @@ class SessionPlan:
             rates = "/".join("?" if r is None else f"{r:.1f}" for r in w.rates)
             est = "?" if w.seconds is None else format_elapsed(w.seconds)
             follow = f" (+{format_elapsed(w.follow_up_seconds)} follow-up)" if w.follow_up_seconds else ""
+            follow += f" ({w.swaps} swaps)" if w.swaps else ""
             lines.append(f"  {w.name:<{width}}  {w.design:<6}  {w.requests:>8}  {w.tokens:>7}  "
                          f"{rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
         total = self.total_s
@@ -218,6 +220,14 @@ def _request_s(rig: Rig, rate: float | None, prompt_chars: float = FIRST_TOKEN_P
     return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
 
 
+def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int) -> int:
+    """An alternation window's swaps, in the turns the measurement will choose (specgate.measure)."""
+    protocol = rig.protocol
+    block = protocol.alternation_block or alternation_block(
+        request_s=request_s, swap_s=rig.estimate.swap_s, concurrency=concurrency, keys=keys)
+    return alternation_swaps(keys=keys, block=block, concurrency=concurrency, repeats=protocol.repeats)
+
+
 def _switches(requests: int, concurrency: int, seed: int) -> int:
     """Server switches in a duet round (each costs the protocol's settle_s), from duet.plan itself."""
     turns = duet_plan(range(requests), range(requests), concurrency=concurrency, seed=seed)
@@ -272,11 +282,12 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             sides = [(need(f"{mode}@candidate", mode), rate), (need(f"{mode}@reference", mode), rate)]
         times = [_request_s(rig, r, chars[prompt_class]) for _, r in sides]
         rounds = math.ceil(per_side / concurrency)
-        seconds = None
+        seconds, swaps = None, 0
         if all(t is not None for t in times):
             seconds = sum(rounds * t for t in times)  # type: ignore[operator]
             if len(sides) == 2 and alternating:
-                seconds /= 1 - MAX_SWAP_SHARE  # the block keeps sleep-mode swaps within that share
+                swaps = _alternation_swaps(rig, max(times), prompts[prompt_class], concurrency)  # type: ignore[type-var]
+                seconds += swaps * rig.estimate.swap_s
             elif len(sides) == 2:
                 seconds += protocol.settle_s * protocol.repeats * _switches(
                     prompts[prompt_class], concurrency, protocol.seed or 0)
@@ -291,17 +302,18 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                 t = _request_s(rig, r, chars[prompt_class])
                 warmup_s = None if t is None or warmup_s is None else warmup_s + protocol.warmup_requests * t
         plans.append(WindowPlan(
-            key=key, design="duet" if len(sides) == 2 else "solo",
+            key=key, design=("turns" if alternating else "duet") if len(sides) == 2 else "solo",
             partner=sides[1][0] if len(sides) == 2 else None, requests=per_side * len(sides),
             tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
             rate_source=source, seconds=seconds, follow_up_seconds=follow,
-            servers=tuple(label for label, _ in sides if not attached)))
+            servers=tuple(label for label, _ in sides if not attached), swaps=swaps))
     notes = [rate_note] if rate_note and plans else []
     if attached:
         notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
     if alternating and not attached:
-        notes.append("the servers take turns (vLLM sleep mode): each window allows up to "
-                     f"{MAX_SWAP_SHARE:.0%} for swaps")
+        notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
+                     f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s; a server's first sleep copies its weights "
+                     "to host memory and takes longer)")
     return SessionPlan(rig=rig.name, design=rig.arrangement.name if alternating else design,
                        servers=tuple(servers.values()), windows=tuple(plans),
                        warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,

@@ -51,6 +51,7 @@ import httpx
 
 from specgate.client import auth_headers
 from specgate.design import gpu_memory_utilization
+from specgate.duet import EXPECTED_SWAP_S
 from specgate.durations import format_elapsed
 from specgate.errors import ServerError
 
@@ -64,8 +65,6 @@ HOST_RESERVE_GIB = 8.0
 # A sleeping server keeps ~1 GiB per GPU (CUDA context, buffers): a wake needs its own share of
 # the GPU free within this fraction of the GPU's memory.
 GPU_FREE_SLACK = 0.03
-# What a swap is expected to cost before one was measured (the H200's 0.7 s + 0.9 s, rounded up).
-EXPECTED_SWAP_S = 2.0
 LOG_TAIL_LINES = 30
 _MODEL_LOADING = re.compile(r"Model loading took ([0-9.]+) ?GiB")
 
@@ -219,10 +218,13 @@ class SleepController:
 
     def typical_swap_s(self) -> float:
         """A swap's cost as measured so far (the median of the later ones: a server's first sleep
-        copies its weights), else EXPECTED_SWAP_S."""
+        copies its weights), else the rig's ``[estimate] swap_s``."""
         measured = [s["sleep_s"] + s["wake_s"] for s in self.swaps if s.get("sleep_s") is not None
                     and not s.get("first_sleep") and not s.get("before_start") and s.get("from")]
-        return statistics.median(measured) if measured else EXPECTED_SWAP_S
+        if measured:
+            return statistics.median(measured)
+        estimate = getattr(self.rig, "estimate", None)
+        return estimate.swap_s if estimate is not None else EXPECTED_SWAP_S
 
     # -- swaps -------------------------------------------------------------------------------
     async def make_room(self) -> None:

@@ -9,7 +9,6 @@ import pytest
 
 from specgate.baselines import load_baselines
 from specgate.config import load_rig
-from specgate.duet import MAX_SWAP_SHARE
 from specgate.durations import format_elapsed
 from specgate.plan import SESSION_OVERHEAD_S, STOP_S, WINDOW_OVERHEAD_S, plan_session, stored_rates
 
@@ -42,16 +41,33 @@ def test_the_kimi_rig_costs_its_loads_and_its_windows_at_the_stored_rates():
     assert len(plan.windows) == 4 and plan.requests == 4 * 36 and plan.tokens == 4 * 36 * 512
     coding = plan.window(("ngram", "coding", 1))
     # 18 requests of 512 tokens per side at the stored 46.4 and 62.6 tok/s, each with the rig's 1 s
-    # to a first token; swaps take at most MAX_SWAP_SHARE of the window
+    # to a first token, and its swaps: at ~12 s a request, turns of one request keep a swap (2 s) under
+    # 10 % of its pair of turns, so each of the 3 passes over 6 prompts swaps 6 times
     first_token = _first_token_s(rig, "coding")
     assert first_token == pytest.approx(1.0 * 533 / 500, abs=0.01)  # coding's prompts: ~533 characters
     decoding = 18 * (512 / 46.4 + first_token) + 18 * (512 / 62.6 + first_token)
-    assert coding.seconds == pytest.approx(decoding / (1 - MAX_SWAP_SHARE) + WINDOW_OVERHEAD_S)
+    assert coding.swaps == 18 and rig.estimate.swap_s == 2.0
+    assert coding.seconds == pytest.approx(decoding + 18 * 2.0 + WINDOW_OVERHEAD_S)
     assert coding.rate_source == "stored"
     assert plan.total_s == pytest.approx(1800 + 5400 + 2 * STOP_S + plan.measuring_s + SESSION_OVERHEAD_S)
     assert 2.3 * 3600 < plan.total_s < 2.5 * 3600  # 2 h of loads, ~25 min of windows
     text = plan.render()
-    assert "ngram (start ~90m00s)" in text and "about 144m" in text and "take turns" in text
+    assert "ngram (start ~90m00s)" in text and "about 143m" in text and "take turns" in text
+
+
+def test_an_alternation_window_counts_the_swaps_its_turns_make():
+    # the lab's 15.5 B rig: 12 pairs of ~1.1-1.6 s requests in turns of the class's 6 prompts, each
+    # pass starting on the awake side: 2 swaps a window, as the H200 measured (2026-12-03-h200-reuse.md)
+    rig = load_rig("h200-wide15b-alternate", ROOT / "fixtures")
+    rates = {("draft1l_al30_async", "coding", 1): 300.0, ("no_spec", "coding", 1): 121.0}
+    plan = plan_session(rig, [("draft1l_al30_async", "coding", 1)], rates)
+    [window] = plan.windows
+    assert window.design == "turns" and window.swaps == 2 and "(2 swaps)" in plan.render()
+    slow = rig.model_copy(update={"estimate": rig.estimate.model_copy(update={"swap_s": 30.0})})
+    slow_window = plan_session(slow, [("draft1l_al30_async", "coding", 1)], rates).windows[0]
+    assert slow_window.swaps == 2  # a turn holds at most the class's prompts
+    assert slow_window.seconds == pytest.approx(window.seconds + 2 * (30.0 - 2.0))
+    assert "[estimate] swap_s" in plan.render()
 
 
 def test_cpu_smollm2_counts_duets_once_with_their_settle_pauses_and_follow_up_bound():
