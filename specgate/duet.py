@@ -100,15 +100,18 @@ def alternation_swaps(*, keys: int, block: int, concurrency: int, repeats: int) 
 
 def alternation_block(*, request_s: float, swap_s: float, concurrency: int, keys: int,
                       max_swap_share: float = MAX_SWAP_SHARE) -> int:
-    """The smallest block (a multiple of ``concurrency``, at most ``keys`` rounded up to one) that
-    keeps swaps within ``max_swap_share`` of an alternation window.
+    """The block (a multiple of ``concurrency``) of an alternation window over ``keys`` requests per
+    side: at least what keeps swaps within ``max_swap_share``, in turns of equal size.
 
     ABBA by block swaps once per group of two turns; a turn of ``block`` keys at concurrency N
     takes about ``block / N`` request times, so a group takes 2 (block / N) request_s + swap_s and
-    the share is swap_s / that: block >= N swap_s (1 - share) / (2 share request_s)."""
+    the share is swap_s / that: block >= N swap_s (1 - share) / (2 share request_s). The keys are
+    cut into as many equal turns as that allows (one at most all of them), never leaving a short
+    last turn that pays a whole swap for a request or two (6 keys with a need of 5: one turn of 6,
+    not 5 and 1)."""
     if request_s <= 0:
         raise ValueError(f"a request time must be positive, got {request_s}")
     need = concurrency * swap_s * (1 - max_swap_share) / (2 * max_swap_share * request_s)
-    rounds = max(1, math.ceil(need / concurrency))
-    most = max(1, math.ceil(keys / concurrency))
-    return concurrency * min(rounds, most)
+    rounds = max(1, math.ceil(keys / concurrency))  # one pass over the keys, in rounds of N
+    turns = rounds if need <= 0 else min(rounds, max(1, math.floor(rounds * concurrency / need)))
+    return concurrency * math.ceil(rounds / turns)

@@ -120,6 +120,12 @@ def test_the_default_block_keeps_swaps_a_small_share_of_the_window():
     assert alternation_block(request_s=1.1, swap_s=1.6, concurrency=4, keys=40) % 4 == 0
     assert alternation_block(request_s=0.01, swap_s=1.6, concurrency=1, keys=5) == 5  # capped at the round
     assert alternation_block(request_s=100, swap_s=1.6, concurrency=2, keys=40) == 2
+    # turns of equal size: the H200 window of 6 prompts needing ~5 per turn is one turn of 6, not 5 + 1
+    # (V3's al10 window swapped for a turn of one request), and 12 keys needing 5 are two turns of 6
+    assert alternation_block(request_s=1.45, swap_s=1.6, concurrency=1, keys=6) == 6
+    assert alternation_block(request_s=1.45, swap_s=1.6, concurrency=1, keys=12) == 6
+    assert alternation_block(request_s=1.1, swap_s=1.6, concurrency=1, keys=16) == 8
+    assert alternation_block(request_s=1.1, swap_s=0.0, concurrency=2, keys=6) == 2  # free swaps: the smallest turn
 
 
 # -- the design ------------------------------------------------------------------------------------
