@@ -345,6 +345,8 @@ class SleepController:
                 text = ""
             need = weights_gib_from_log(text, rig.gpus_per_server) or weights_gib_in_folder(rig.model)
         level, why = choose_level(need, self.available_gib(), forced=rig.sleep_level)
+        if level == 2 and rig.sleep_level is None:
+            why += self._kept_elsewhere()
         dummy = "dummy" in _load_format(getattr(getattr(server, "spec", None), "argv", ()))
         if level == 2 and turn.speculative and not dummy:
             raise self._error(server, (
@@ -352,6 +354,18 @@ class SleepController:
                 f"reloads the target model only); {why}. Free host memory, or set sleep_host_memory_gib if the "
                 "estimate is wrong, or run this rig with design = \"sequential\""))
         return level, why
+
+    def _kept_elsewhere(self) -> str:
+        """Kept servers (--specgate-keep-servers) asleep at level 1 outside this alternation: their
+        weights hold host memory that a level-1 sleep here would need."""
+        from specgate.registry import load_all
+
+        ours = {getattr(getattr(t.server, "kept", None), "pid", None) for t in self.turns}
+        others = [k.name for k in load_all() if k.sleep_level == 1 and k.pid not in ours and k.alive()]
+        if not others:
+            return ""
+        return (f"; kept servers asleep at level 1 hold host memory for their weights: {', '.join(others)} "
+                "(`python -m specgate servers --stop NAME` frees it)")
 
     def _check_gpu_free(self, server: Any, other: Any | None) -> None:
         """Before a wake: the GPUs must have this server's share free (the other server's memory

@@ -8,6 +8,7 @@ import itertools
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -215,6 +216,25 @@ def test_a_level_two_wake_of_dummy_weights_reloads_nothing(rig):
     asyncio.run(turns.activate(a))
     assert [e for e in journal if e[1] == "no_spec"] == [
         ("sleep", "no_spec", "2"), ("wake", "no_spec", "weights"), ("wake", "no_spec", "kv_cache")]
+
+
+def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch):
+    # the H200 (visit V3): three kept 15.5 B servers asleep at level 1 held 91 GiB of the host's 123,
+    # so a new server of the rig slept at level 2; the message says which kept servers to stop
+    from specgate import registry
+
+    mine = SimpleNamespace(name="mine", pid=11, sleep_level=1, alive=lambda: True)
+    elsewhere = SimpleNamespace(name="h200__draft1l_al10_async__ab12", pid=12, sleep_level=1, alive=lambda: True)
+    gone = SimpleNamespace(name="gone", pid=13, sleep_level=1, alive=lambda: False)
+    monkeypatch.setattr(registry, "load_all", lambda folder=None: [mine, elsewhere, gone])
+    journal, lines = [], []
+    a, b = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
+    a.kept = mine
+    turns = controller(rig, available_gib=lambda: 4.0, progress=lines.append)
+    started(turns, a, b)
+    [level_line] = [line for line in lines if "sleeps at level 2" in line]
+    assert "h200__draft1l_al10_async__ab12" in level_line and "servers --stop NAME" in level_line
+    assert "mine" not in level_line.split("kept servers")[1] and "gone" not in level_line
 
 
 def test_level_two_is_refused_for_a_drafters_server(rig):
