@@ -162,6 +162,14 @@ class Protocol(_Strict):
             raise ValueError("concurrency levels must be distinct integers >= 1")
         return levels
 
+    @model_validator(mode="after")
+    def _block_fits_every_level(self) -> Protocol:
+        block = self.alternation_block
+        if block is not None and any(block % level for level in self.concurrency):
+            raise ValueError(f"alternation_block = {block} must be a multiple of every concurrency level "
+                             f"{list(self.concurrency)} (a turn runs whole rounds)")
+        return self
+
 
 class ClassGate(_Strict):
     throughput_tolerance: float | None = Field(default=None, ge=0, lt=1)

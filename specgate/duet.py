@@ -20,6 +20,7 @@ This module is the plan (which request goes where, in which order); measure.Meas
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -50,8 +51,9 @@ def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: 
          block: int | None = None, first: str | None = None) -> list[Turn[T]]:
     """The balanced, seeded order of a duet window.
 
-    ``subject[i]`` and ``partner[i]`` are the same request key on the two servers. Groups of
-    ``block`` keys (default: ``concurrency``; else a multiple of it) form one pair of turns; group g
+    ``subject[i]`` and ``partner[i]`` are the same request key on the two servers. Groups of at
+    most ``block`` keys (default: ``concurrency``; else a multiple of it), as equal as whole rounds
+    of ``concurrency`` allow, form one pair of turns; group g
     runs subject first when (g + s) is even, partner first otherwise, where s (0 or 1) comes from
     ``seed``: ABBA ABBA ... or BAAB ... A turn of a block larger than ``concurrency`` runs its keys
     ``concurrency`` at a time.
@@ -72,10 +74,15 @@ def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: 
     if first not in (None, *SIDES):
         raise ValueError(f"first must be one of {SIDES} or None, got {first!r}")
     start = random.Random(seed).randrange(2) if first is None else SIDES.index(first)
+    # ceil(keys / block) groups, as equal as whole rounds of the concurrency allow (7 keys in blocks
+    # of 3: 2 + 2 + 3, never 3 + 3 + 1, whose last turn would pay a whole swap for one request)
+    rounds = math.ceil(len(subject) / concurrency)
+    groups = math.ceil(rounds / (block // concurrency))
+    bounds = [min(len(subject), concurrency * (g * rounds // groups)) for g in range(groups + 1)]
     turns: list[Turn[T]] = []
-    for group, first in enumerate(range(0, len(subject), block)):
-        a = Turn("subject", group, tuple(subject[first:first + block]))
-        b = Turn("partner", group, tuple(partner[first:first + block]))
+    for group, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        a = Turn("subject", group, tuple(subject[lo:hi]))
+        b = Turn("partner", group, tuple(partner[lo:hi]))
         turns.extend((a, b) if (group + start) % 2 == 0 else (b, a))
     return turns
 

@@ -375,7 +375,7 @@ class Measurer:
         block = (self._alternation_block(servers.values(), sleeper, concurrency, len(prompt_class.prompts))
                  if sleeper is not None else None)
         if block is not None:
-            self.progress(f"{label}: alternation in turns of {block} request(s) per side "
+            self.progress(f"{label}: alternation in turns of up to {block} request(s) per side "
                           f"(a swap ~{sleeper.typical_swap_s():.1f}s)")
 
         async def swap_to(side: str) -> None:
@@ -396,7 +396,7 @@ class Measurer:
                 clients = {"subject": a, "partner": b}
                 last_side = None
                 for turn in turns:
-                    if protocol.settle_s and last_side not in (None, turn.side):
+                    if protocol.settle_s and sleeper is None and last_side not in (None, turn.side):
                         # let the server that just answered go idle first (Protocol.settle_s)
                         await asyncio.sleep(protocol.settle_s)
                     if sleeper is not None:

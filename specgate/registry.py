@@ -277,8 +277,9 @@ def note_sleep(kept: KeptServer | None, level: int | None, folder: Path | None =
 class ReusedServer:
     """A kept server this session reuses: the face of a started one, nothing to start or stop."""
 
-    def __init__(self, kept: KeptServer) -> None:
+    def __init__(self, kept: KeptServer, spec: ServerSpec | None = None) -> None:
         self.kept = kept
+        self.spec = spec  # what it was started with (its fingerprint matched): the alternation reads its argv
         self.label = kept.label
         self.base_url = kept.base_url
         self.api_key: str | None = None
@@ -355,7 +356,7 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, python: str, prog
     if found is not None:
         progress(f"mode {mode_label}: reusing the kept server at {found.base_url} (pid {found.pid}, "
                  f"fingerprint {digest[:12]}); nothing starts")
-        return ReusedServer(found)
+        return ReusedServer(found, spec)
     for unwell in (k for k in load_all(folder) if k.fingerprint == digest and k.alive()):
         progress(f"mode {mode_label}: stopping the kept server {unwell.name} (pid {unwell.pid}): it runs but did "
                  f"not answer /health and /v1/models with {unwell.served_model_name!r}")

@@ -17,7 +17,7 @@ from standins import StandInServer
 from specgate.config import Side, load_rig
 from specgate.design import choose_design, gpu_memory_utilization
 from specgate.duet import alternation_block, plan, swaps_in
-from specgate.errors import ConfigError
+from specgate.errors import ConfigError, ServerStartError
 from specgate.gates import check_backfire
 from specgate.measure import Measurer
 from specgate.server import ServerSpec, spec_for_mode
@@ -127,6 +127,12 @@ def test_the_default_block_keeps_swaps_a_small_share_of_the_window():
     assert alternation_block(request_s=1.45, swap_s=1.6, concurrency=1, keys=12) == 6
     assert alternation_block(request_s=1.1, swap_s=1.6, concurrency=1, keys=16) == 8
     assert alternation_block(request_s=1.1, swap_s=0.0, concurrency=2, keys=6) == 2  # free swaps: the smallest turn
+    # a block's groups are as equal as whole rounds allow: 7 keys in blocks of 3 are 2 + 2 + 3, not 3 + 3 + 1
+    def turn_sizes(keys, **kwargs):
+        return [len(t.items) for t in plan(list(range(keys)), list(range(keys)), seed=0, **kwargs)][::2]
+
+    assert turn_sizes(7, concurrency=1, block=3) == [2, 2, 3]
+    assert turn_sizes(10, concurrency=2, block=4) == [2, 4, 4]
 
 
 # -- the design ------------------------------------------------------------------------------------
@@ -289,6 +295,41 @@ def test_a_kept_server_goes_to_sleep_when_its_last_turn_is_over(rig):
     assert [e for e in journal if e[0] == "sleep"] == [("sleep", "no_spec", "1"), ("sleep", "ngram", "1")]
 
 
+def test_a_leaving_server_that_died_or_cannot_sleep_ends_only_its_own_turns(rig):
+    """--specgate-keep-servers: a mode's server that died in its last test leaves quietly, and one
+    that cannot go to sleep is stopped on its own; the alternation goes on for the others."""
+    from specgate.errors import ServerDiedError
+
+    journal = []
+    reference, dead, stubborn = (SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal),
+                                 SleepyStandIn("ngram", journal, stays_awake=True))
+
+    def died():
+        raise ServerDiedError("vLLM server for mode ngram exited with code -9")
+
+    dead.check_alive = died
+    turns = controller(rig)
+    started(turns, reference, dead)
+    asyncio.run(turns.leave(dead, stays_running=True))
+    assert turns.failure is None and [t.server for t in turns.turns] == [reference]
+    started(turns, stubborn)
+    with pytest.raises(SleepError, match=r"it was leaving the alternation.*it was stopped"):
+        asyncio.run(turns.leave(stubborn, stays_running=True))
+    assert stubborn.stopped and not reference.stopped and turns.failure is None
+    assert asyncio.run(turns.activate(reference))["to"] == "no_spec"  # the reference takes its turn
+
+
+def test_a_start_in_an_alternation_needs_only_its_own_share_of_the_gpu(rig):
+    # servers asleep keep ~1 GiB each (2.6 GB of 143 GB with two kept ones on the H200): a start needs
+    # its --gpu-memory-utilization free, not an empty GPU
+    spec = ServerSpec(label="ngram", argv=("vllm", "--gpu-memory-utilization", "0.6"), served_model_name="m",
+                      log_path=Path("/nonexistent"))
+    controller(rig, gpu_free=lambda gpus: [("0", 0.98)]).require_room(spec)
+    with pytest.raises(ServerStartError, match=r"refusing to start ngram: it needs 60 % .* GPU 0 41 % free"):
+        controller(rig, gpu_free=lambda gpus: [("0", 0.41)]).require_room(spec)
+    controller(rig, gpu_free=lambda gpus: None).require_room(spec)  # no NVML: nothing to check
+
+
 # -- a window --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def window(rig):
@@ -345,6 +386,30 @@ def test_a_window_on_warm_servers_swaps_only_where_its_turns_change_sides(rig, s
     wakes = sum(kind == "wake" for kind, _, _ in journal)
     assert sides[0] == awake and changes >= 1
     assert wakes == len(second.extra["alternation"]["swaps"]) == changes
+
+
+def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
+    # protocol.settle_s lets a duet's partner go idle before the other side's turn; in an alternation
+    # the swap puts it to sleep, and the plan counts swaps only
+    import specgate.measure as measure_mod
+
+    settled, real_sleep = [], asyncio.sleep
+
+    async def sleep(delay, *args, **kwargs):
+        if delay == 3.0:
+            settled.append(delay)
+        return await real_sleep(0 if delay == 3.0 else delay, *args, **kwargs)
+
+    monkeypatch.setattr(measure_mod.asyncio, "sleep", sleep)
+    settling = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"settle_s": 3.0})})
+    journal = []
+    reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
+    turns = controller(settling)
+    started(turns, reference, ngram)
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    m = Measurer(settling).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1,
+                                        turns=turns)
+    assert m.extra["alternation"]["swaps"] and settled == []
 
 
 def test_the_backfire_verdict_names_the_alternation_and_why(window, rig):

@@ -401,3 +401,12 @@ def test_rig_overrides_merge_over_the_library(fx: Path, k: int, lookup: int, nam
     assert rig.mode("ngram").speculative_config == {**NGRAM, "num_speculative_tokens": k}
     assert rig.mode(f"{name}_d").speculative_config == {**NGRAM, "prompt_lookup_max": lookup}
     assert rig.served_model_name == "x"
+
+
+def test_an_alternation_block_that_is_not_a_multiple_of_every_concurrency_level_is_refused(fx: Path) -> None:
+    # the plan would divide the window by it before anything starts, and measure every level with it
+    rig_file = fx / "rigs" / "h200-wide15b-alternate.toml"
+    _replace(rig_file, "concurrency = [1]", "concurrency = [1, 3]\nalternation_block = 4")
+    err = _load_fails(fx, "h200-wide15b-alternate")
+    assert err.key == "protocol" and str(rig_file) in str(err)
+    assert "alternation_block = 4 must be a multiple of every concurrency level [1, 3]" in str(err)

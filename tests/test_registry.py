@@ -102,6 +102,7 @@ def test_a_kept_server_is_reused_on_its_fingerprint_and_replaced_on_another(fake
 
     second = server_for(_spec(fake, tmp_path))
     assert isinstance(second, ReusedServer) and second.base_url == url
+    assert second.spec is not None and second.spec.argv == _spec(fake, tmp_path).argv  # an alternation reads it
     with second:
         second.check_alive()
     assert "nothing starts" in lines[-1] and psutil.Process(pid).is_running()

@@ -100,13 +100,15 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
             pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
                         "in the server's environment")
         check_local_paths(rig, mode)
-        # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded.
+        # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded. In
+        # an alternation every start is, for its own share (servers asleep keep ~1 GiB per GPU).
         guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
         spec = session.server_spec(mode, side)
         if turns is not None:
             from specgate.sleep import run, with_sleep_mode
 
             spec = with_sleep_mode(spec)
+            guard = (lambda room_for=spec: turns.require_room(room_for)) if rig.tier == "gpu" else None
             try:
                 run(turns.make_room())
             except SpecgateError as exc:
