@@ -227,6 +227,12 @@ def find(digest: str, folder: Path | None = None) -> KeptServer | None:
     return None
 
 
+def asleep_at_level_one(but: set[int], folder: Path | None = None) -> list[str]:
+    """Names of the live kept servers asleep at level 1 (their weights in host memory), but for the
+    pids in ``but``."""
+    return [k.name for k in load_all(folder) if k.sleep_level == 1 and k.pid not in but and k.alive()]
+
+
 def others_of_slot(rig: str, label: str, digest: str, folder: Path | None = None) -> list[KeptServer]:
     """Kept servers of the same rig and mode (and side) with another fingerprint."""
     return [k for k in load_all(folder) if k.rig == rig and k.label == label and k.fingerprint != digest]

@@ -168,6 +168,9 @@ class SleepController:
     gpus: str | None = None
     available_gib: Callable[[], float] = host_available_gib
     gpu_free: Callable[[str | None], Sequence[tuple[str, float]] | None] = nvml_free_fractions
+    # the kept servers (specgate.registry) asleep at level 1, but for these pids: names, for the
+    # level-2 message; the plugin passes the registry's, nothing by default
+    kept_asleep: Callable[[set[int]], list[str]] = lambda pids: []
     turns: list[_Turn] = field(default_factory=list)
     swaps: list[dict[str, Any]] = field(default_factory=list)
     failure: str | None = None  # a failed swap: every later swap fails with it
@@ -381,10 +384,8 @@ class SleepController:
     def _kept_elsewhere(self) -> str:
         """Kept servers (--specgate-keep-servers) asleep at level 1 outside this alternation: their
         weights hold host memory that a level-1 sleep here would need."""
-        from specgate.registry import load_all
-
         ours = {getattr(getattr(t.server, "kept", None), "pid", None) for t in self.turns}
-        others = [k.name for k in load_all() if k.sleep_level == 1 and k.pid not in ours and k.alive()]
+        others = self.kept_asleep(ours - {None})
         if not others:
             return ""
         return (f"; kept servers asleep at level 1 hold host memory for their weights: {', '.join(others)} "

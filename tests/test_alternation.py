@@ -236,7 +236,8 @@ def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch
     journal, lines = [], []
     a, b = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
     a.kept = mine
-    turns = controller(rig, available_gib=lambda: 4.0, progress=lines.append)
+    turns = controller(rig, available_gib=lambda: 4.0, progress=lines.append,
+                       kept_asleep=registry.asleep_at_level_one)
     started(turns, a, b)
     [level_line] = [line for line in lines if "sleeps at level 2" in line]
     assert "h200__draft1l_al10_async__ab12" in level_line and "servers --stop NAME" in level_line

@@ -36,11 +36,12 @@ def server_turns(specgate_session: SpecgateSession) -> Any:
     session = specgate_session
     if session.options.attach_url or session.rig.arrangement.name != "alternate":
         return None
+    from specgate.registry import asleep_at_level_one
     from specgate.sleep import SleepController
 
     rig = session.rig
     session.progress(f"design: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
-    return SleepController(rig, progress=session.progress,
+    return SleepController(rig, progress=session.progress, kept_asleep=asleep_at_level_one,
                            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
