@@ -227,15 +227,25 @@ class SleepController:
         """Before a server of the alternation starts: the GPUs must have its share free. Servers
         asleep (this session's, or kept ones of an earlier session) keep ~1 GiB per GPU, so the
         guard of a lone server (nothing held at all) would refuse where there is room."""
-        need = gpu_memory_utilization(spec.argv)
-        readings = self.gpu_free(self.gpus) if need is not None else None
-        short = [(gpu, free) for gpu, free in readings or () if free < need - GPU_FREE_SLACK]  # type: ignore[operator]
+        short = self._short_of(spec.argv)
         if short:
-            shown = ", ".join(f"GPU {gpu} {free * 100:.0f} % free" for gpu, free in short)
+            shown, need = short
             raise ServerStartError(
-                f"refusing to start {spec.label}: it needs {need * 100:.0f} % of the GPU memory (less "  # type: ignore[operator]
+                f"refusing to start {spec.label}: it needs {need * 100:.0f} % of the GPU memory (less "
                 f"{GPU_FREE_SLACK * 100:.0f} % slack) and {shown}; kept servers are listed by `python -m specgate "
                 "servers`, and nvidia-smi shows the rest")
+
+    def _short_of(self, argv: Sequence[str]) -> tuple[str, float] | None:
+        """The GPUs short of a server of ``argv`` (its --gpu-memory-utilization less the slack), as
+        shown in a message, and that share; None when they have it or cannot say (no share in the
+        argv, no NVML)."""
+        need = gpu_memory_utilization(argv)
+        if need is None:
+            return None
+        short = [(gpu, free) for gpu, free in self.gpu_free(self.gpus) or () if free < need - GPU_FREE_SLACK]
+        if not short:
+            return None
+        return ", ".join(f"GPU {gpu} {free * 100:.0f} % free" for gpu, free in short), need
 
     def check(self) -> None:
         """Raise the earlier swap failure, if any: the alternation is over."""
@@ -373,7 +383,7 @@ class SleepController:
         level, why = choose_level(need, self.available_gib(), forced=rig.sleep_level)
         if level == 2 and rig.sleep_level is None:
             why += self._kept_elsewhere()
-        dummy = "dummy" in _load_format(getattr(getattr(server, "spec", None), "argv", ()))
+        dummy = "dummy" in _load_format(_argv(server))
         if level == 2 and turn.speculative and not dummy:
             raise self._error(server, (
                 f"cannot sleep at level 2: its drafter's weights would not come back (vLLM's reload_weights "
@@ -394,16 +404,9 @@ class SleepController:
     def _check_gpu_free(self, server: Any, other: Any | None) -> None:
         """Before a wake: the GPUs must have this server's share free (the other server's memory
         came back when it went to sleep)."""
-        need = gpu_memory_utilization(getattr(getattr(server, "spec", None), "argv", ()) or ())
-        if need is None:
-            return
-        readings = self.gpu_free(self.gpus)
-        if not readings:
-            return
-        short = [(gpu, free) for gpu, free in readings if free < need - GPU_FREE_SLACK]
+        short = self._short_of(_argv(server))
         if short:
-            shown = ", ".join(f"GPU {gpu} {free * 100:.0f} % free" for gpu, free in short)
-            who = other if other is not None else server
+            (shown, need), who = short, other if other is not None else server
             raise self._error(who, (
                 f"{'went to sleep' if other is not None else 'sleeps'} but the GPU memory did not come free for "
                 f"{server.label} ({shown}; it needs {need * 100:.0f} % less {GPU_FREE_SLACK * 100:.0f} % slack)"))
@@ -417,7 +420,7 @@ class SleepController:
                 await self._post(client, server, "/wake_up", "wake up its weights", params={"tags": "weights"})
                 # vLLM cannot reload --load-format dummy weights (NotImplementedError, seen on the
                 # H200): they were random, so the memory woken as it is serves the same shapes.
-                if "dummy" not in _load_format(getattr(getattr(server, "spec", None), "argv", ())):
+                if "dummy" not in _load_format(_argv(server)):
                     await self._post(client, server, "/collective_rpc", "reload its weights",
                                      json={"method": "reload_weights"})
                 await self._post(client, server, "/wake_up", "wake up its KV cache", params={"tags": "kv_cache"})
@@ -435,6 +438,11 @@ def _note_sleep(server: Any, level: int | None) -> None:
     note = getattr(server, "note_sleep", None)
     if note is not None:
         note(level)
+
+
+def _argv(server: Any) -> Sequence[str]:
+    """The argv a server was started with (a reused kept one's too), or () for one without a spec."""
+    return getattr(getattr(server, "spec", None), "argv", None) or ()
 
 
 def _load_format(argv: Sequence[str]) -> str:

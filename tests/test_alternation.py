@@ -122,7 +122,7 @@ def test_the_default_block_keeps_swaps_a_small_share_of_the_window():
     assert alternation_block(request_s=0.01, swap_s=1.6, concurrency=1, keys=5) == 5  # capped at the round
     assert alternation_block(request_s=100, swap_s=1.6, concurrency=2, keys=40) == 2
     # turns of equal size: the H200 window of 6 prompts needing ~5 per turn is one turn of 6, not 5 + 1
-    # (V3's al10 window swapped for a turn of one request), and 12 keys needing 5 are two turns of 6
+    # (a turn of one request would pay a whole swap), and 12 keys needing 5 are two turns of 6
     assert alternation_block(request_s=1.45, swap_s=1.6, concurrency=1, keys=6) == 6
     assert alternation_block(request_s=1.45, swap_s=1.6, concurrency=1, keys=12) == 6
     assert alternation_block(request_s=1.1, swap_s=1.6, concurrency=1, keys=16) == 8
@@ -213,7 +213,8 @@ def test_a_level_two_wake_reloads_the_weights_between_its_two_wakes(rig):
 
 
 def test_a_level_two_wake_of_dummy_weights_reloads_nothing(rig):
-    # vLLM 0.26 answers reload_weights with NotImplementedError for --load-format dummy (H200, visit V3)
+    # vLLM 0.26 answers reload_weights with NotImplementedError for --load-format dummy (seen on the H200;
+    # docs/alternation.md)
     journal = []
     argv = ("--load-format", "dummy")
     a, b = SleepyStandIn("no_spec", journal, argv=argv), SleepyStandIn("ngram", journal, argv=argv)
@@ -225,7 +226,7 @@ def test_a_level_two_wake_of_dummy_weights_reloads_nothing(rig):
 
 
 def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch):
-    # the H200 (visit V3): three kept 15.5 B servers asleep at level 1 held 91 GiB of the host's 123,
+    # on the H200 (docs/alternation.md) three kept 15.5 B servers asleep at level 1 held 91 GiB of the host's 123,
     # so a new server of the rig slept at level 2; the message says which kept servers to stop
     from specgate import registry
 
