@@ -26,7 +26,7 @@ from specgate.client import GenerationRequest, RequestRecord, StreamingClient, r
 from specgate.config import Mode, PromptClass, Rig
 from specgate.duet import alternation_block, plan
 from specgate.durations import format_elapsed
-from specgate.errors import RequestError, ServerDiedError, SpecgateError
+from specgate.errors import RequestError, ServerDiedError
 from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
 
 PROGRESS_EVERY_S = 10.0
@@ -286,15 +286,11 @@ class Measurer:
             self._request_s[server] = statistics.median(times)
 
     def _alternation_block(self, servers: Iterable[Server], turns: Any, concurrency: int, keys: int) -> int:
-        """The block of an alternation window: the protocol's, else the smallest that keeps swaps
-        within duet.MAX_SWAP_SHARE of the window at the request time seen so far."""
+        """The block of an alternation window: the protocol's, else duet.alternation_block's (swaps
+        within duet.MAX_SWAP_SHARE of the window, turns of equal size) at the request time seen so far."""
         protocol = self.rig.protocol
-        if protocol.alternation_block is not None:
-            block = protocol.alternation_block
-            if block % concurrency:
-                raise SpecgateError(f"protocol.alternation_block = {block} is not a multiple of concurrency "
-                                    f"{concurrency} (a turn runs whole rounds)")
-            return block
+        if protocol.alternation_block is not None:  # a multiple of every concurrency level (config.Protocol)
+            return protocol.alternation_block
         known = [self._request_s[s] for s in servers if s in self._request_s]
         # Unknown (no warm-up): a request at 100 tok/s, a guess the next windows replace.
         request_s = max(known) if known else protocol.max_tokens / 100
