@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specgate.design import dummy_weights, server_argvs
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.errors import ConfigError
 
@@ -587,7 +588,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         if declared.mode not in mode_names:
             raise ConfigError(path, f"declared_backfire[{i}].mode", f"unknown mode {declared.mode!r}")
     try:
-        return Rig(
+        built = Rig(
             name=name, path=path, description=rig.description, tier=rig.tier, model=model,
             served_model_name=rig.served_model_name or Path(model).name, argv_prefix=argv,
             extra_args=extra_args, env=env,
@@ -601,6 +602,11 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         )
     except ValidationError as exc:
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None
+    if built.sleep_level == 2 and any(dummy_weights(argv) for argv in server_argvs(built)):
+        raise ConfigError(path, "sleep_level", "level 2 cannot serve --load-format dummy weights: vLLM 0.26 cannot "
+                          "reload them, and a server woken without them generates no text (no decode rate); "
+                          "use sleep_level = 1 or leave it unset")
+    return built
 
 
 def _design_key(rig: RigFile, path: Path) -> str:

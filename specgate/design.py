@@ -42,21 +42,33 @@ class DesignChoice:
         return {"duet": "duet", "alternate": "alternation", "sequential": "one after the other"}[self.name]
 
 
-def gpu_memory_utilization(argv: Sequence[str]) -> float | None:
-    """The last --gpu-memory-utilization in ``argv`` (vLLM keeps the last), or None."""
+def argv_value(argv: Sequence[str], flag: str) -> str | None:
+    """The last value of ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``; vLLM keeps the
+    last), or None."""
     found = None
     for i, arg in enumerate(argv):
-        if arg == "--gpu-memory-utilization" and i + 1 < len(argv):
+        if arg == flag and i + 1 < len(argv):
             found = argv[i + 1]
-        elif arg.startswith("--gpu-memory-utilization="):
+        elif arg.startswith(flag + "="):
             found = arg.split("=", 1)[1]
+    return found
+
+
+def gpu_memory_utilization(argv: Sequence[str]) -> float | None:
+    """The last --gpu-memory-utilization in ``argv``, or None."""
+    found = argv_value(argv, "--gpu-memory-utilization")
     try:
         return float(found) if found is not None else None
     except ValueError:
         return None
 
 
-def _server_argvs(rig: Rig) -> Iterable[Sequence[str]]:
+def dummy_weights(argv: Sequence[str]) -> bool:
+    """Whether the server loads ``--load-format dummy`` weights (random, from no files)."""
+    return argv_value(argv, "--load-format") == "dummy"
+
+
+def server_argvs(rig: Rig) -> Iterable[Sequence[str]]:
     """The vLLM arguments of every server the rig may start (each mode, each A/B side)."""
     sides = [rig.ab.reference.extra_args, rig.ab.candidate.extra_args] if rig.ab is not None else [()]
     for mode in rig.modes:
@@ -71,7 +83,7 @@ def two_fit(rig: Rig) -> tuple[bool, str]:
             space = rig.env["VLLM_CPU_KVCACHE_SPACE"]
             return True, f"a cpu rig with its KV cache set (VLLM_CPU_KVCACHE_SPACE={space} GiB)"
         return False, "a cpu rig without VLLM_CPU_KVCACHE_SPACE (each server would take the host's default share)"
-    most = max((gpu_memory_utilization(argv) or VLLM_DEFAULT_UTILIZATION) for argv in _server_argvs(rig))
+    most = max((gpu_memory_utilization(argv) or VLLM_DEFAULT_UTILIZATION) for argv in server_argvs(rig))
     fits = 2 * most <= TWO_FIT_UTILIZATION + 1e-9
     return fits, (f"two servers at --gpu-memory-utilization {most:g} {'fit' if fits else 'do not fit'} on the "
                   f"same GPUs ({2 * most:.2f} {'<=' if fits else '>'} {TWO_FIT_UTILIZATION:g})")

@@ -23,9 +23,11 @@ level is chosen: 1 when the host's available memory holds its weights with room 
 so specgate wakes the weights (``/wake_up?tags=weights``), reloads them from the model's files
 (``POST /collective_rpc`` with method ``reload_weights``, the RLHF path of the worker), then
 wakes the KV cache (``/wake_up?tags=kv_cache``); that wake reads the weights from disk every time
-and is timed like any swap. With ``--load-format dummy`` vLLM 0.26 refuses the reload
-(NotImplementedError), so it is skipped: the woken weights hold whatever the memory held, so the
-speed after such a wake is not verified.
+and is timed like any swap. A server with ``--load-format dummy`` weights never sleeps at level 2:
+vLLM 0.26 refuses their reload (NotImplementedError), and woken without it, on the H200, it
+decoded at the same speed but generated no text, so no request had a decode rate
+(docs/journal/lab/2026-12-03-h200-same-lease.md). Such a rig is refused when it loads
+(``sleep_level = 2``), and a level 2 chosen for host memory is refused before the sleep.
 
 Drafters (read in vLLM's source, v1 ``gpu_worker.py`` and the model runners; to be confirmed on
 the GPU): the worker loads the model runner's model *and its drafter* inside one
@@ -34,7 +36,7 @@ draft model or EAGLE head there), so level 1 offloads and restores the draft wei
 target's: speculative modes can alternate at level 1. At level 2 the worker saves and restores
 only the target model's buffers and ``reload_weights`` reloads the target model only, so a draft
 model or EAGLE head would wake with garbage weights: specgate refuses level 2 for a speculative
-mode's server (a clear error naming the host memory level 1 needs) unless its weights are dummy.
+mode's server (a clear error naming the host memory level 1 needs).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from typing import Any
 import httpx
 
 from specgate.client import auth_headers
-from specgate.design import gpu_memory_utilization
+from specgate.design import dummy_weights, gpu_memory_utilization
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.durations import format_elapsed
 from specgate.errors import ServerError, ServerStartError
@@ -383,11 +385,13 @@ class SleepController:
         level, why = choose_level(need, self.available_gib(), forced=rig.sleep_level)
         if level == 2 and rig.sleep_level is None:
             why += self._kept_elsewhere()
-        dummy = "dummy" in _load_format(_argv(server))
-        if level == 2 and turn.speculative and not dummy:
+        if level == 2 and (turn.speculative or dummy_weights(_argv(server))):
+            cause = ("its weights are dummy (--load-format dummy), which vLLM 0.26 cannot reload, and a server woken "
+                     "without them generates no text (on the H200: 128 tokens, no text, so no decode rate)"
+                     if dummy_weights(_argv(server)) else
+                     "its drafter's weights would not come back (vLLM's reload_weights reloads the target model only)")
             raise self._error(server, (
-                f"cannot sleep at level 2: its drafter's weights would not come back (vLLM's reload_weights "
-                f"reloads the target model only); {why}. Free host memory, or set sleep_host_memory_gib if the "
+                f"cannot sleep at level 2: {cause}; {why}. Free host memory, or set sleep_host_memory_gib if the "
                 "estimate is wrong, or run this rig with design = \"sequential\""))
         return level, why
 
@@ -418,11 +422,8 @@ class SleepController:
             if turn.level == 2:
                 # Level 2 kept no weights: wake their memory, reload them from the files, then the KV cache.
                 await self._post(client, server, "/wake_up", "wake up its weights", params={"tags": "weights"})
-                # vLLM cannot reload --load-format dummy weights (NotImplementedError, seen on the
-                # H200): they were random, so the memory woken as it is serves the same shapes.
-                if "dummy" not in _load_format(_argv(server)):
-                    await self._post(client, server, "/collective_rpc", "reload its weights",
-                                     json={"method": "reload_weights"})
+                await self._post(client, server, "/collective_rpc", "reload its weights",
+                                 json={"method": "reload_weights"})
                 await self._post(client, server, "/wake_up", "wake up its KV cache", params={"tags": "kv_cache"})
             else:
                 await self._post(client, server, "/wake_up", "wake up")
@@ -443,15 +444,6 @@ def _note_sleep(server: Any, level: int | None) -> None:
 def _argv(server: Any) -> Sequence[str]:
     """The argv a server was started with (a reused kept one's too), or () for one without a spec."""
     return getattr(getattr(server, "spec", None), "argv", None) or ()
-
-
-def _load_format(argv: Sequence[str]) -> str:
-    for i, arg in enumerate(argv):
-        if arg == "--load-format" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--load-format="):
-            return arg.split("=", 1)[1]
-    return ""
 
 
 def run(coro: Any) -> Any:

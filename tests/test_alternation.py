@@ -212,17 +212,30 @@ def test_a_level_two_wake_reloads_the_weights_between_its_two_wakes(rig):
     assert turns.swaps[-1]["level"] == 2
 
 
-def test_a_level_two_wake_of_dummy_weights_reloads_nothing(rig):
-    # vLLM 0.26 answers reload_weights with NotImplementedError for --load-format dummy (seen on the H200;
-    # docs/alternation.md)
+def test_level_two_is_refused_for_dummy_weights(rig):
+    # vLLM 0.26 cannot reload --load-format dummy weights, and woken without them the H200's server generated no
+    # text (docs/journal/lab/2026-12-03-h200-same-lease.md): no decode rate, so no gate could decide
     journal = []
-    argv = ("--load-format", "dummy")
-    a, b = SleepyStandIn("no_spec", journal, argv=argv), SleepyStandIn("ngram", journal, argv=argv)
+    a = SleepyStandIn("no_spec", journal, argv=("--load-format", "dummy"))
     turns = controller(rig, available_gib=lambda: 4.0)
-    started(turns, a, b)
-    asyncio.run(turns.activate(a))
-    assert [e for e in journal if e[1] == "no_spec"] == [
-        ("sleep", "no_spec", "2"), ("wake", "no_spec", "weights"), ("wake", "no_spec", "kv_cache")]
+    started(turns, a)
+    with pytest.raises(SleepError, match="weights are dummy") as failed:
+        asyncio.run(turns.make_room())
+    assert "generates no text" in str(failed.value) and "level 1 would keep" in str(failed.value)
+    assert not [e for e in journal if e[0] == "sleep"] and a.stopped
+
+
+def test_a_rig_forcing_level_two_on_dummy_weights_is_refused_when_it_loads(tmp_path):
+    fixtures = tmp_path / "fixtures"
+    (fixtures / "rigs").mkdir(parents=True)
+    for name in ("modes.toml", "prompts.toml"):
+        (fixtures / name).write_text((ROOT / "fixtures" / name).read_text())
+    text = (ROOT / "fixtures" / "rigs" / "h200-wide15b-alternate.toml").read_text()
+    (fixtures / "rigs" / "l2.toml").write_text(text.replace('design = "auto"', 'design = "auto"\nsleep_level = 2'))
+    with pytest.raises(ConfigError, match=r"sleep_level.*cannot serve --load-format dummy"):
+        load_rig("l2", fixtures)
+    (fixtures / "rigs" / "l1.toml").write_text(text.replace('design = "auto"', 'design = "auto"\nsleep_level = 1'))
+    assert load_rig("l1", fixtures).sleep_level == 1
 
 
 def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch):
