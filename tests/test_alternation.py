@@ -163,16 +163,24 @@ def test_the_typical_swap_counts_only_swaps_between_two_servers(rig):
     assert turns.typical_swap_s() == pytest.approx(1.7)
 
 
-def test_a_cpu_rig_cannot_alternate_and_design_must_agree_with_duet(tmp_path):
+def edited_rig(tmp_path, source: str, name: str, old: str, new: str) -> Path:
+    """A fixtures folder beside ``tmp_path`` whose rig ``name`` is the project's rig ``source`` with
+    ``old`` replaced by ``new``; returns the folder (for load_rig)."""
     fixtures = tmp_path / "fixtures"
-    (fixtures / "rigs").mkdir(parents=True)
-    for name in ("modes.toml", "prompts.toml"):
-        (fixtures / name).write_text((ROOT / "fixtures" / name).read_text())
-    text = (ROOT / "fixtures" / "rigs" / "cpu-smollm2.toml").read_text()
-    (fixtures / "rigs" / "alt.toml").write_text(text.replace("duet = true", 'design = "alternate"'))
+    (fixtures / "rigs").mkdir(parents=True, exist_ok=True)
+    for file in ("modes.toml", "prompts.toml"):
+        (fixtures / file).write_text((ROOT / "fixtures" / file).read_text())
+    text = (ROOT / "fixtures" / "rigs" / f"{source}.toml").read_text()
+    assert old in text
+    (fixtures / "rigs" / f"{name}.toml").write_text(text.replace(old, new))
+    return fixtures
+
+
+def test_a_cpu_rig_cannot_alternate_and_design_must_agree_with_duet(tmp_path):
+    fixtures = edited_rig(tmp_path, "cpu-smollm2", "alt", "duet = true", 'design = "alternate"')
     with pytest.raises(ConfigError, match="no sleep mode"):
         load_rig("alt", fixtures)
-    (fixtures / "rigs" / "both.toml").write_text(text.replace("duet = true", 'duet = true\ndesign = "sequential"'))
+    edited_rig(tmp_path, "cpu-smollm2", "both", "duet = true", 'duet = true\ndesign = "sequential"')
     with pytest.raises(ConfigError, match="contradicts duet = true"):
         load_rig("both", fixtures)
 
@@ -226,15 +234,11 @@ def test_level_two_is_refused_for_dummy_weights(rig):
 
 
 def test_a_rig_forcing_level_two_on_dummy_weights_is_refused_when_it_loads(tmp_path):
-    fixtures = tmp_path / "fixtures"
-    (fixtures / "rigs").mkdir(parents=True)
-    for name in ("modes.toml", "prompts.toml"):
-        (fixtures / name).write_text((ROOT / "fixtures" / name).read_text())
-    text = (ROOT / "fixtures" / "rigs" / "h200-wide15b-alternate.toml").read_text()
-    (fixtures / "rigs" / "l2.toml").write_text(text.replace('design = "auto"', 'design = "auto"\nsleep_level = 2'))
+    auto = 'design = "auto"'
+    fixtures = edited_rig(tmp_path, "h200-wide15b-alternate", "l2", auto, f"{auto}\nsleep_level = 2")
     with pytest.raises(ConfigError, match=r"sleep_level.*cannot serve --load-format dummy"):
         load_rig("l2", fixtures)
-    (fixtures / "rigs" / "l1.toml").write_text(text.replace('design = "auto"', 'design = "auto"\nsleep_level = 1'))
+    edited_rig(tmp_path, "h200-wide15b-alternate", "l1", auto, f"{auto}\nsleep_level = 1")
     assert load_rig("l1", fixtures).sleep_level == 1
 
 
