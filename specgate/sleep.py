@@ -11,9 +11,9 @@ awake. Every swap is timed; the window keeps them (``extra["alternation"]["swaps
 Measured on one H200 (vLLM 0.26.0, a 15.5B bf16 model, two servers at 0.8 each): the first level-1
 sleep of a server took 23.5 s (28.9 GiB of weights copied to pinned host memory, KV cache
 discarded, 1.1 GB left on the GPU); after that, sleep 0.66-0.71 s and wake 0.89-0.93 s, and a
-128-token generation took 1.10-1.12 s on either server before and after every swap (so no
-warm-up after a wake; the later calibration saw the first request after a wake ~0.6 % slower on
-both sides alike).
+128-token generation took 1.10-1.12 s on either server before and after every swap. So no
+warm-up after a wake: later windows saw the first request after a wake 0.3-2 % slower than the
+rest of its turn, which moves a window's ratio by at most 0.2 % (docs/alternation.md).
 
 Levels (vLLM's sleep mode docs): level 1 offloads the weights to host memory and discards the
 KV cache; level 2 discards both and keeps only the model's buffers. At level 1 the host must hold
