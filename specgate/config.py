@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specgate.design import dummy_weights, server_argvs
+from specgate.design import argv_value, dummy_weights
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.errors import ConfigError
 
@@ -33,6 +33,9 @@ DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load
 # old name gets an error saying so.
 NO_SPEC = "no_spec"
 OLD_NO_SPEC = "baseline"
+# vLLM speculative methods that load no weights of their own (prompt lookup): a server of one can
+# sleep at level 2, which brings back only the target model's weights.
+WEIGHTLESS_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
 class _Strict(BaseModel):
@@ -99,6 +102,12 @@ class Mode(_Strict):
     @property
     def method(self) -> str:
         return str(self.speculative_config.get("method", "?")) if self.speculative_config else "none"
+
+    @property
+    def has_drafter(self) -> bool:
+        """Speculation with weights of its own (a draft model, an EAGLE head, MTP layers); n-gram and
+        suffix speculation look tokens up and load none."""
+        return self.is_speculative and self.method not in WEIGHTLESS_METHODS
 
 
 class RigMode(_Strict):
@@ -602,11 +611,38 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         )
     except ValidationError as exc:
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None
-    if built.sleep_level == 2 and any(dummy_weights(argv) for argv in server_argvs(built)):
-        raise ConfigError(path, "sleep_level", "level 2 cannot serve --load-format dummy weights: vLLM 0.26 cannot "
-                          "reload them, and a server woken without them generates no text (no decode rate); "
-                          "use sleep_level = 1 or leave it unset")
+    check_sleep_level(built)
     return built
+
+
+def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
+    """A rig that forces ``sleep_level = 2`` on an alternation must not run servers that cannot
+    wake from it: a speculative mode's drafter (vLLM's reload_weights reloads the target model
+    only) or ``--load-format dummy`` weights (vLLM 0.26 cannot reload them, and a server woken
+    without them generated no text on the H200). Refused before anything starts, naming the part
+    of the rig that sets them; ``ab_from`` names the command line's A/B options where they set
+    the sides. (A level 2 chosen at run time for host memory is refused by specgate.sleep.)"""
+    if rig.sleep_level != 2 or rig.arrangement.name != "alternate":
+        return
+    fix = "set sleep_level = 1 or leave it unset (level 1 keeps the weights in host memory)"
+    drafters = [m.name for m in rig.modes if m.has_drafter]
+    if drafters:
+        raise ConfigError(rig.path, "sleep_level", f"level 2 cannot wake a drafter's weights (vLLM's reload_weights "
+                          f"reloads the target model only), and modes {', '.join(drafters)} have one: {fix}")
+    sides = ([("reference", rig.ab.reference.extra_args), ("candidate", rig.ab.candidate.extra_args)]
+             if rig.ab is not None else [("", ())])
+    for mode in rig.modes:
+        for side, side_args in sides:
+            layers = [("extra_args", rig.argv_prefix), (f"modes.{mode.name}.extra_args",
+                                                         rig.mode_extra_args.get(mode.name, ()))]
+            if side:
+                layers.append((f"ab.{side}.extra_args{ab_from}", side_args))
+            if not dummy_weights([arg for _, args in layers for arg in args]):
+                continue
+            where = [key for key, args in layers if argv_value(args, "--load-format") is not None][-1]
+            raise ConfigError(rig.path, "sleep_level", f"level 2 cannot serve --load-format dummy weights ({where} "
+                              f"sets them; mode {mode.name}): vLLM 0.26 cannot reload them, and a server woken without "
+                              f"them generates no text (no decode rate): {fix}")
 
 
 def _design_key(rig: RigFile, path: Path) -> str:

@@ -68,7 +68,7 @@ def dummy_weights(argv: Sequence[str]) -> bool:
     return argv_value(argv, "--load-format") == "dummy"
 
 
-def server_argvs(rig: Rig) -> Iterable[Sequence[str]]:
+def _server_argvs(rig: Rig) -> Iterable[Sequence[str]]:
     """The vLLM arguments of every server the rig may start (each mode, each A/B side)."""
     sides = [rig.ab.reference.extra_args, rig.ab.candidate.extra_args] if rig.ab is not None else [()]
     for mode in rig.modes:
@@ -83,7 +83,7 @@ def two_fit(rig: Rig) -> tuple[bool, str]:
             space = rig.env["VLLM_CPU_KVCACHE_SPACE"]
             return True, f"a cpu rig with its KV cache set (VLLM_CPU_KVCACHE_SPACE={space} GiB)"
         return False, "a cpu rig without VLLM_CPU_KVCACHE_SPACE (each server would take the host's default share)"
-    most = max((gpu_memory_utilization(argv) or VLLM_DEFAULT_UTILIZATION) for argv in server_argvs(rig))
+    most = max((gpu_memory_utilization(argv) or VLLM_DEFAULT_UTILIZATION) for argv in _server_argvs(rig))
     fits = 2 * most <= TWO_FIT_UTILIZATION + 1e-9
     return fits, (f"two servers at --gpu-memory-utilization {most:g} {'fit' if fits else 'do not fit'} on the "
                   f"same GPUs ({2 * most:.2f} {'<=' if fits else '>'} {TWO_FIT_UTILIZATION:g})")

@@ -95,7 +95,10 @@ class SpecgateSession:
 
             rig = load_rig(self.options.rig_name, self.options.fixtures_dir)
             if self.options.ab is not None:  # --specgate-ab-* options: an A/B of the command line's sides
+                from specgate.config import check_sleep_level
+
                 rig = rig.model_copy(update={"ab": self.options.ab})
+                check_sleep_level(rig, ab_from=" (the --specgate-ab-* options)")
             self._rig = rig
         return self._rig
 

@@ -35,8 +35,9 @@ the GPU): the worker loads the model runner's model *and its drafter* inside one
 draft model or EAGLE head there), so level 1 offloads and restores the draft weights with the
 target's: speculative modes can alternate at level 1. At level 2 the worker saves and restores
 only the target model's buffers and ``reload_weights`` reloads the target model only, so a draft
-model or EAGLE head would wake with garbage weights: specgate refuses level 2 for a speculative
-mode's server (a clear error naming the host memory level 1 needs).
+model or EAGLE head would wake with garbage weights: specgate refuses level 2 for a server with a
+drafter (a clear error naming the host memory level 1 needs). n-gram and suffix speculation load
+no weights of their own, so they may sleep at level 2 (the seed's Kimi case on a host short of RAM).
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ class _Turn:
     """One server of the alternation and what is known of it."""
 
     server: Any
-    speculative: bool = False
+    drafter: bool = False  # a draft model, EAGLE head or MTP layers: weights level 2 cannot bring back
     level: int | None = None  # chosen at its first sleep
     level_why: str = ""
     sleeping: bool = False
@@ -188,15 +189,15 @@ class SleepController:
     def awake(self) -> Any | None:
         return next((t.server for t in self.turns if not t.sleeping), None)
 
-    def add(self, server: Any, *, speculative: bool = False, asleep_at: int | None = None) -> None:
+    def add(self, server: Any, *, drafter: bool = False, asleep_at: int | None = None) -> None:
         """A server that just started (awake: every other one sleeps, see :meth:`make_room`), or a
         kept one an earlier session left asleep at level ``asleep_at`` (woken for its first turn)."""
         if any(t.server is server for t in self.turns):
             return
         if asleep_at is None:
-            self.turns.append(_Turn(server, speculative=speculative))
+            self.turns.append(_Turn(server, drafter=drafter))
         else:
-            self.turns.append(_Turn(server, speculative=speculative, level=asleep_at, sleeping=True,
+            self.turns.append(_Turn(server, drafter=drafter, level=asleep_at, sleeping=True,
                                     level_why=f"level {asleep_at}, as it slept when an earlier session left it"))
 
     def remove(self, server: Any) -> None:
@@ -385,14 +386,15 @@ class SleepController:
         level, why = choose_level(need, self.available_gib(), forced=rig.sleep_level)
         if level == 2 and rig.sleep_level is None:
             why += self._kept_elsewhere()
-        if level == 2 and (turn.speculative or dummy_weights(_argv(server))):
+        if level == 2 and (turn.drafter or dummy_weights(_argv(server))):
             cause = ("its weights are dummy (--load-format dummy), which vLLM 0.26 cannot reload, and a server woken "
                      "without them generates no text (on the H200: 128 tokens, no text, so no decode rate)"
                      if dummy_weights(_argv(server)) else
                      "its drafter's weights would not come back (vLLM's reload_weights reloads the target model only)")
-            raise self._error(server, (
-                f"cannot sleep at level 2: {cause}; {why}. Free host memory, or set sleep_host_memory_gib if the "
-                "estimate is wrong, or run this rig with design = \"sequential\""))
+            fix = (f"Set sleep_level = 1 or leave it unset in {rig.path}" if rig.sleep_level == 2 else
+                   "Free host memory, or set sleep_host_memory_gib if the estimate is wrong, or run this rig with "
+                   "design = \"sequential\"")
+            raise self._error(server, f"cannot sleep at level 2: {cause}; {why}. {fix}")
         return level, why
 
     def _kept_elsewhere(self) -> str:

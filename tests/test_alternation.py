@@ -14,7 +14,7 @@ import httpx
 import pytest
 from standins import StandInServer
 
-from specgate.config import Side, load_rig
+from specgate.config import AB, Side, check_sleep_level, load_rig
 from specgate.design import choose_design, gpu_memory_utilization
 from specgate.duet import alternation_block, plan, swaps_in
 from specgate.errors import ConfigError, ServerStartError
@@ -163,24 +163,27 @@ def test_the_typical_swap_counts_only_swaps_between_two_servers(rig):
     assert turns.typical_swap_s() == pytest.approx(1.7)
 
 
-def edited_rig(tmp_path, source: str, name: str, old: str, new: str) -> Path:
-    """A fixtures folder beside ``tmp_path`` whose rig ``name`` is the project's rig ``source`` with
-    ``old`` replaced by ``new``; returns the folder (for load_rig)."""
+def fixtures_with_rig(tmp_path, name: str, text: str) -> Path:
+    """A fixtures folder (the project's modes and prompts) holding the rig ``name`` written as ``text``;
+    returns the folder, for load_rig."""
     fixtures = tmp_path / "fixtures"
     (fixtures / "rigs").mkdir(parents=True, exist_ok=True)
     for file in ("modes.toml", "prompts.toml"):
         (fixtures / file).write_text((ROOT / "fixtures" / file).read_text())
-    text = (ROOT / "fixtures" / "rigs" / f"{source}.toml").read_text()
-    assert old in text
-    (fixtures / "rigs" / f"{name}.toml").write_text(text.replace(old, new))
+    (fixtures / "rigs" / f"{name}.toml").write_text(text)
     return fixtures
 
 
+def project_rig(name: str) -> str:
+    return (ROOT / "fixtures" / "rigs" / f"{name}.toml").read_text()
+
+
 def test_a_cpu_rig_cannot_alternate_and_design_must_agree_with_duet(tmp_path):
-    fixtures = edited_rig(tmp_path, "cpu-smollm2", "alt", "duet = true", 'design = "alternate"')
+    cpu = project_rig("cpu-smollm2")
+    fixtures = fixtures_with_rig(tmp_path, "alt", cpu.replace("duet = true", 'design = "alternate"'))
     with pytest.raises(ConfigError, match="no sleep mode"):
         load_rig("alt", fixtures)
-    edited_rig(tmp_path, "cpu-smollm2", "both", "duet = true", 'duet = true\ndesign = "sequential"')
+    fixtures_with_rig(tmp_path, "both", cpu.replace("duet = true", 'duet = true\ndesign = "sequential"'))
     with pytest.raises(ConfigError, match="contradicts duet = true"):
         load_rig("both", fixtures)
 
@@ -233,13 +236,46 @@ def test_level_two_is_refused_for_dummy_weights(rig):
     assert not [e for e in journal if e[0] == "sleep"] and a.stopped
 
 
-def test_a_rig_forcing_level_two_on_dummy_weights_is_refused_when_it_loads(tmp_path):
-    auto = 'design = "auto"'
-    fixtures = edited_rig(tmp_path, "h200-wide15b-alternate", "l2", auto, f"{auto}\nsleep_level = 2")
-    with pytest.raises(ConfigError, match=r"sleep_level.*cannot serve --load-format dummy"):
+LEVEL_TWO_RIG = """
+description = "two servers at 0.6 of one GPU, level 2 forced"
+tier = "gpu"
+model = "/models/m"
+server_command = ["vllm", "serve"]
+extra_args = ["--gpu-memory-utilization", "0.6"{rig_args}]
+design = "alternate"
+sleep_level = 2
+classes = ["coding"]
+[modes.no_spec]
+[modes.ngram]
+extra_args = [{mode_args}]
+{more}
+"""
+
+
+@pytest.mark.parametrize(("rig_args", "mode_args", "more", "where"), [
+    (', "--load-format", "dummy"', "", "", "(extra_args sets them; mode no_spec)"),
+    ("", '"--load-format=dummy"', "", "(modes.ngram.extra_args sets them; mode ngram)"),
+    (', "--load-format", "dummy"', '"--load-format", "auto"', "", "(extra_args sets them; mode no_spec)"),
+    ("", "", '[ab.candidate]\nextra_args = ["--load-format", "dummy"]', "(ab.candidate.extra_args sets them"),
+    ("", "", "[modes.eagle3]\nspeculative_config = { model = \"/models/head\" }", "modes eagle3 have one"),
+])
+def test_a_rig_forcing_level_two_on_servers_that_cannot_wake_from_it_is_refused_when_it_loads(
+        tmp_path, rig_args, mode_args, more, where):
+    text = LEVEL_TWO_RIG.format(rig_args=rig_args, mode_args=mode_args, more=more)
+    fixtures = fixtures_with_rig(tmp_path, "l2", text)
+    with pytest.raises(ConfigError, match="sleep_level") as refused:
         load_rig("l2", fixtures)
-    edited_rig(tmp_path, "h200-wide15b-alternate", "l1", auto, f"{auto}\nsleep_level = 1")
-    assert load_rig("l1", fixtures).sleep_level == 1
+    assert where in str(refused.value) and "set sleep_level = 1" in str(refused.value)
+
+
+def test_level_two_is_allowed_for_ngram_and_refused_for_the_command_lines_dummy_sides(tmp_path):
+    # n-gram speculation loads no weights of its own: level 2 brings back all it has (the seed's Kimi case)
+    fixtures = fixtures_with_rig(tmp_path, "l2", LEVEL_TWO_RIG.format(rig_args="", mode_args="", more=""))
+    rig = load_rig("l2", fixtures)
+    assert rig.sleep_level == 2 and not rig.mode("ngram").has_drafter
+    sides = AB(candidate=Side(extra_args=("--load-format", "dummy")))
+    with pytest.raises(ConfigError, match=r"ab.candidate.extra_args \(the --specgate-ab-\* options\) sets them"):
+        check_sleep_level(rig.model_copy(update={"ab": sides}), ab_from=" (the --specgate-ab-* options)")
 
 
 def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch):
@@ -267,7 +303,7 @@ def test_level_two_is_refused_for_a_drafters_server(rig):
     a = SleepyStandIn("ngram", journal)
     turns = controller(rig, available_gib=lambda: 4.0)
     started(turns, a)
-    turns.turns[0].speculative = True
+    turns.turns[0].drafter = True
     with pytest.raises(SleepError, match="drafter's weights would not come back") as failed:
         asyncio.run(turns.make_room())
     assert "the last line of its log" in str(failed.value) and a.stopped
