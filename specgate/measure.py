@@ -363,6 +363,11 @@ class Measurer:
             if sleeper is not None and self._needs_warm_up(server):
                 asyncio.run(sleeper.activate(server))  # a swap only for a server's first warm-up
             self._warm_up(server, server_mode, prompt_class, label)
+        if sleeper is not None and sleeper.awake in (subject, partner) and not sleeper.has_slept(sleeper.awake):
+            # A server that has not slept yet takes its first sleep (its weights copied to host memory,
+            # 17-24 s on the H200) before the window, not between its turns: every measured turn then
+            # runs on a server woken from sleep, and the window's swaps are only those between turns.
+            asyncio.run(sleeper.activate(partner if sleeper.awake is subject else subject))
         servers = {"subject": subject, "partner": partner}
         records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
         pairs: list[dict[str, Any]] = []
@@ -376,8 +381,8 @@ class Measurer:
 
         async def swap_to(side: str) -> None:
             """An alternation's swap before a turn, outside every request's timing. No warm-up after
-            a wake: on the H200 the first request after one was ~0.6 % slower on both sides alike
-            (docs/journal/lab/2026-12-03-h200-calibration.md), and the order balances it."""
+            a wake: on the H200 the first request after one was 0.3-2 % slower than the rest of its
+            turn, which moved a window's ratio by at most 0.2 % (docs/alternation.md)."""
             swap = await sleeper.activate(servers[side])
             if swap is not None:
                 swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - on_done.started, 3)})

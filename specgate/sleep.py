@@ -200,6 +200,10 @@ class SleepController:
             self.turns.append(_Turn(server, drafter=drafter, level=asleep_at, sleeping=True,
                                     level_why=f"level {asleep_at}, as it slept when an earlier session left it"))
 
+    def has_slept(self, server: Any) -> bool:
+        """Whether ``server`` has been asleep (its level is chosen at its first sleep)."""
+        return self._turn(server).level is not None
+
     def remove(self, server: Any) -> None:
         """A server torn down: it no longer takes turns."""
         self.turns = [t for t in self.turns if t.server is not server]

@@ -443,6 +443,25 @@ def test_a_window_on_warm_servers_swaps_only_where_its_turns_change_sides(rig, s
     assert wakes == len(second.extra["alternation"]["swaps"]) == changes
 
 
+def test_a_server_that_never_slept_takes_its_first_sleep_before_the_window(rig):
+    # on the H200 a just-started server's first sleep (17.6 s) fell between two turns, 40 % of the
+    # window's time, and that server's one turn before any sleep read 1.8 % under its turn after a wake
+    # (docs/journal/lab/2026-12-03-h200-same-lease.md): every measured turn now follows a wake
+    no_warm_up = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0})})
+    journal = []
+    reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
+    turns = controller(no_warm_up)
+    started(turns, reference, ngram)  # no_spec asleep, ngram just started: awake, never slept
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    m = Measurer(no_warm_up).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1,
+                                          turns=turns)
+    first_request = next(i for i, entry in enumerate(journal) if entry[0] == "start")
+    assert ("sleep", "ngram", "1") in journal[:first_request]
+    assert journal[first_request][1] == "no_spec"  # the window starts on the side the first sleep woke
+    assert not any(s["first_sleep"] for s in m.extra["alternation"]["swaps"])
+    assert any(s["first_sleep"] and s["from"] == "ngram" for s in turns.swaps)
+
+
 def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
     # protocol.settle_s lets a duet's partner go idle before the other side's turn; in an alternation
     # the swap puts it to sleep, and the plan counts swaps only
