@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specgate.design import argv_value, dummy_weights
+from specgate.design import argv_value, dummy_weights, loads_drafter
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.errors import ConfigError
 
@@ -33,9 +33,6 @@ DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load
 # old name gets an error saying so.
 NO_SPEC = "no_spec"
 OLD_NO_SPEC = "baseline"
-# vLLM speculative methods that load no weights of their own (prompt lookup): a server of one can
-# sleep at level 2, which brings back only the target model's weights.
-WEIGHTLESS_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
 class _Strict(BaseModel):
@@ -102,13 +99,6 @@ class Mode(_Strict):
     @property
     def method(self) -> str:
         return str(self.speculative_config.get("method", "?")) if self.speculative_config else "none"
-
-    @property
-    def has_drafter(self) -> bool:
-        """Speculation with weights of its own (a draft model, an EAGLE head, MTP layers); n-gram and
-        suffix speculation look tokens up and load none."""
-        return self.is_speculative and self.method not in WEIGHTLESS_METHODS
-
 
 class RigMode(_Strict):
     """A rig's entry under ``[modes.NAME]``; empty means "the library mode NAME as it is"."""
@@ -617,31 +607,34 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
 
 def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
     """A rig that forces ``sleep_level = 2`` on an alternation must not run servers that cannot
-    wake from it: a speculative mode's drafter (vLLM's reload_weights reloads the target model
-    only) or ``--load-format dummy`` weights (vLLM 0.26 cannot reload them, and a server woken
-    without them generated no text on the H200). Refused before anything starts, naming the part
-    of the rig that sets them; ``ab_from`` names the command line's A/B options where they set
-    the sides. (A level 2 chosen at run time for host memory is refused by specgate.sleep.)"""
+    wake from it: a drafter (vLLM's reload_weights reloads the target model only) or
+    ``--load-format dummy`` weights (vLLM 0.26 cannot reload them, and a server woken without them
+    generated no text on the H200). Refused before anything starts, naming the mode, the A/B side
+    and the part of the rig that sets them; ``ab_from`` names the command line's A/B options where
+    they set the sides. (A level 2 chosen at run time for host memory is refused by specgate.sleep.)"""
     if rig.sleep_level != 2 or rig.arrangement.name != "alternate":
         return
     fix = "set sleep_level = 1 or leave it unset (level 1 keeps the weights in host memory)"
-    drafters = [m.name for m in rig.modes if m.has_drafter]
-    if drafters:
-        raise ConfigError(rig.path, "sleep_level", f"level 2 cannot wake a drafter's weights (vLLM's reload_weights "
-                          f"reloads the target model only), and modes {', '.join(drafters)} have one: {fix}")
-    sides = ([("reference", rig.ab.reference.extra_args), ("candidate", rig.ab.candidate.extra_args)]
-             if rig.ab is not None else [("", ())])
+    command = rig.argv_prefix[: len(rig.argv_prefix) - len(rig.extra_args)]
+    sides = ([("reference", rig.ab.reference), ("candidate", rig.ab.candidate)] if rig.ab is not None
+             else [("", Side())])
     for mode in rig.modes:
-        for side, side_args in sides:
-            layers = [("extra_args", rig.argv_prefix), (f"modes.{mode.name}.extra_args",
-                                                         rig.mode_extra_args.get(mode.name, ()))]
-            if side:
-                layers.append((f"ab.{side}.extra_args{ab_from}", side_args))
+        for side_name, side in sides:
+            on = f"mode {mode.name}" + (f", the A/B's {side_name} side{ab_from}" if side_name else "")
+            speculative = ({**mode.speculative_config, **side.speculative}
+                           if mode.speculative_config is not None else None)
+            if loads_drafter(speculative):
+                raise ConfigError(rig.path, "sleep_level", f"level 2 cannot wake a drafter's weights (vLLM's "
+                                  f"reload_weights reloads the target model only), and {on} has one: {fix}")
+            layers = [("server_command", command), ("extra_args", rig.extra_args),
+                      (f"modes.{mode.name}.extra_args", rig.mode_extra_args.get(mode.name, ()))]
+            if side_name:
+                layers.append((f"ab.{side_name}.extra_args{ab_from}", side.extra_args))
             if not dummy_weights([arg for _, args in layers for arg in args]):
                 continue
             where = [key for key, args in layers if argv_value(args, "--load-format") is not None][-1]
             raise ConfigError(rig.path, "sleep_level", f"level 2 cannot serve --load-format dummy weights ({where} "
-                              f"sets them; mode {mode.name}): vLLM 0.26 cannot reload them, and a server woken without "
+                              f"sets them; {on}): vLLM 0.26 cannot reload them, and a server woken without "
                               f"them generates no text (no decode rate): {fix}")
 
 

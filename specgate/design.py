@@ -17,9 +17,10 @@ gates decide on paired ratios. That needs both servers at once:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from specgate.config import Rig
@@ -29,6 +30,9 @@ VLLM_DEFAULT_UTILIZATION = 0.9
 # Two servers' --gpu-memory-utilization may add up to this on the same GPUs (CUDA contexts,
 # NCCL buffers and the activations' peak live outside vLLM's budget).
 TWO_FIT_UTILIZATION = 0.95
+# vLLM speculative methods that load no weights of their own (prompt lookup): a server of one can
+# sleep at level 2, which brings back only the target model's weights.
+WEIGHTLESS_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,24 @@ def gpu_memory_utilization(argv: Sequence[str]) -> float | None:
         return float(found) if found is not None else None
     except ValueError:
         return None
+
+
+def loads_drafter(speculative_config: Mapping[str, Any] | None) -> bool:
+    """Whether a server with this ``--speculative-config`` loads weights of its own for speculation
+    (a draft model, an EAGLE head, MTP layers): every method but prompt lookup's, an unnamed one too."""
+    return speculative_config is not None and str(speculative_config.get("method", "?")) not in WEIGHTLESS_METHODS
+
+
+def drafter_in(argv: Sequence[str]) -> bool:
+    """:func:`loads_drafter` for the ``--speculative-config`` in ``argv`` (none: False; unreadable: True)."""
+    raw = argv_value(argv, "--speculative-config")
+    if raw is None:
+        return False
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        return True
+    return loads_drafter(config) if isinstance(config, dict) else True
 
 
 def dummy_weights(argv: Sequence[str]) -> bool:

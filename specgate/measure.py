@@ -355,19 +355,31 @@ class Measurer:
             raise RequestError(f"{exc}\nLast lines of the server logs:\n{subject.label}:\n{subject.log_tail(10)}\n"
                                f"{partner.label}:\n{partner.log_tail(10)}") from None
 
+    @staticmethod
+    def _before_window(sleeper: Any, subject: Server, partner: Server) -> dict[str, Any] | None:
+        """An alternation's swap before its window (outside the window's swaps), where the window
+        would otherwise begin with a server's first sleep: the awake server has not slept yet (just
+        started; its weights are copied to host memory, 17-24 s on the H200), or it is neither of the
+        window's two. Every measured turn then runs on a server woken from sleep. Returns the swap."""
+        awake = sleeper.awake
+        if awake is subject or awake is partner:
+            if sleeper.has_slept(awake):
+                return None
+            return asyncio.run(sleeper.activate(partner if awake is subject else subject))
+        return asyncio.run(sleeper.activate(partner))
+
     def _measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
                       prompt_class: PromptClass, concurrency: int, partner_side: str, label: str,
                       run_rounds: RoundRunner, sleeper: Any) -> ClassMeasurement:
         protocol = self.rig.protocol
-        for server, server_mode in ((subject, mode), (partner, partner_mode)):
+        sides = [(subject, mode), (partner, partner_mode)]
+        if sleeper is not None and sleeper.awake is partner:
+            sides.reverse()  # the awake server warms up first: a swap only for the other's first warm-up
+        for server, server_mode in sides:
             if sleeper is not None and self._needs_warm_up(server):
-                asyncio.run(sleeper.activate(server))  # a swap only for a server's first warm-up
+                asyncio.run(sleeper.activate(server))
             self._warm_up(server, server_mode, prompt_class, label)
-        if sleeper is not None and sleeper.awake in (subject, partner) and not sleeper.has_slept(sleeper.awake):
-            # A server that has not slept yet takes its first sleep (its weights copied to host memory,
-            # 17-24 s on the H200) before the window, not between its turns: every measured turn then
-            # runs on a server woken from sleep, and the window's swaps are only those between turns.
-            asyncio.run(sleeper.activate(partner if sleeper.awake is subject else subject))
+        before_window = self._before_window(sleeper, subject, partner) if sleeper is not None else None
         servers = {"subject": subject, "partner": partner}
         records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
         pairs: list[dict[str, Any]] = []
@@ -432,7 +444,9 @@ class Measurer:
                 result.extra["alternation"] = result.partner.extra["alternation"] = {
                     "block": block, "swaps": list(swaps), "swap_s": round(swap_s, 3),
                     "swap_share": round(swap_s / wall_s, 4) if wall_s > 0 else None,
-                    "levels": {t.server.label: t.level for t in sleeper.turns if t.server in servers.values()}}
+                    "before_window": before_window,
+                    "levels": {t.server.label: t.level for t in sleeper.turns
+                               if any(t.server is s for s in servers.values())}}
             return result
 
         def snapshot() -> dict[str, Any]:

@@ -55,7 +55,7 @@ from typing import Any
 import httpx
 
 from specgate.client import auth_headers
-from specgate.design import dummy_weights, gpu_memory_utilization
+from specgate.design import drafter_in, dummy_weights, gpu_memory_utilization
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.durations import format_elapsed
 from specgate.errors import ServerError, ServerStartError
@@ -152,7 +152,6 @@ class _Turn:
     """One server of the alternation and what is known of it."""
 
     server: Any
-    drafter: bool = False  # a draft model, EAGLE head or MTP layers: weights level 2 cannot bring back
     level: int | None = None  # chosen at its first sleep
     level_why: str = ""
     sleeping: bool = False
@@ -189,15 +188,15 @@ class SleepController:
     def awake(self) -> Any | None:
         return next((t.server for t in self.turns if not t.sleeping), None)
 
-    def add(self, server: Any, *, drafter: bool = False, asleep_at: int | None = None) -> None:
+    def add(self, server: Any, *, asleep_at: int | None = None) -> None:
         """A server that just started (awake: every other one sleeps, see :meth:`make_room`), or a
         kept one an earlier session left asleep at level ``asleep_at`` (woken for its first turn)."""
         if any(t.server is server for t in self.turns):
             return
         if asleep_at is None:
-            self.turns.append(_Turn(server, drafter=drafter))
+            self.turns.append(_Turn(server))
         else:
-            self.turns.append(_Turn(server, drafter=drafter, level=asleep_at, sleeping=True,
+            self.turns.append(_Turn(server, level=asleep_at, sleeping=True,
                                     level_why=f"level {asleep_at}, as it slept when an earlier session left it"))
 
     def has_slept(self, server: Any) -> bool:
@@ -390,7 +389,7 @@ class SleepController:
         level, why = choose_level(need, self.available_gib(), forced=rig.sleep_level)
         if level == 2 and rig.sleep_level is None:
             why += self._kept_elsewhere()
-        if level == 2 and (turn.drafter or dummy_weights(_argv(server))):
+        if level == 2 and (drafter_in(_argv(server)) or dummy_weights(_argv(server))):
             cause = ("its weights are dummy (--load-format dummy), which vLLM 0.26 cannot reload, and a server woken "
                      "without them generates no text (on the H200: 128 tokens, no text, so no decode rate)"
                      if dummy_weights(_argv(server)) else

@@ -15,7 +15,7 @@ import pytest
 from standins import StandInServer
 
 from specgate.config import AB, Side, check_sleep_level, load_rig
-from specgate.design import choose_design, gpu_memory_utilization
+from specgate.design import choose_design, drafter_in, gpu_memory_utilization, loads_drafter
 from specgate.duet import alternation_block, plan, swaps_in
 from specgate.errors import ConfigError, ServerStartError
 from specgate.gates import check_backfire
@@ -257,7 +257,7 @@ extra_args = [{mode_args}]
     ("", '"--load-format=dummy"', "", "(modes.ngram.extra_args sets them; mode ngram)"),
     (', "--load-format", "dummy"', '"--load-format", "auto"', "", "(extra_args sets them; mode no_spec)"),
     ("", "", '[ab.candidate]\nextra_args = ["--load-format", "dummy"]', "(ab.candidate.extra_args sets them"),
-    ("", "", "[modes.eagle3]\nspeculative_config = { model = \"/models/head\" }", "modes eagle3 have one"),
+    ("", "", "[modes.eagle3]\nspeculative_config = { model = \"/models/head\" }", "mode eagle3 has one"),
 ])
 def test_a_rig_forcing_level_two_on_servers_that_cannot_wake_from_it_is_refused_when_it_loads(
         tmp_path, rig_args, mode_args, more, where):
@@ -268,14 +268,29 @@ def test_a_rig_forcing_level_two_on_servers_that_cannot_wake_from_it_is_refused_
     assert where in str(refused.value) and "set sleep_level = 1" in str(refused.value)
 
 
-def test_level_two_is_allowed_for_ngram_and_refused_for_the_command_lines_dummy_sides(tmp_path):
+def test_level_two_is_allowed_for_ngram_and_refused_for_the_command_lines_sides_that_cannot_wake(tmp_path):
     # n-gram speculation loads no weights of its own: level 2 brings back all it has (the seed's Kimi case)
     fixtures = fixtures_with_rig(tmp_path, "l2", LEVEL_TWO_RIG.format(rig_args="", mode_args="", more=""))
     rig = load_rig("l2", fixtures)
-    assert rig.sleep_level == 2 and not rig.mode("ngram").has_drafter
-    sides = AB(candidate=Side(extra_args=("--load-format", "dummy")))
+    assert rig.sleep_level == 2 and not loads_drafter(rig.mode("ngram").speculative_config)
+    ab_from = " (the --specgate-ab-* options)"
+    dummy = AB(candidate=Side(extra_args=("--load-format", "dummy")))
     with pytest.raises(ConfigError, match=r"ab.candidate.extra_args \(the --specgate-ab-\* options\) sets them"):
-        check_sleep_level(rig.model_copy(update={"ab": sides}), ab_from=" (the --specgate-ab-* options)")
+        check_sleep_level(rig.model_copy(update={"ab": dummy}), ab_from=ab_from)
+    # a side's speculative keys can turn n-gram into a method with a drafter
+    eagle = AB(candidate=Side(speculative={"method": "eagle3", "model": "/models/head"}))
+    with pytest.raises(ConfigError, match=r"mode ngram, the A/B's candidate side \(the --specgate-ab-\* options\) has"):
+        check_sleep_level(rig.model_copy(update={"ab": eagle}), ab_from=ab_from)
+
+
+@pytest.mark.parametrize(("config", "drafter"), [
+    ({"method": "ngram"}, False), ({"method": "suffix"}, False), ({"method": "eagle3"}, True),
+    ({"method": "mtp"}, True), ({"method": "deepseek_mtp"}, True), ({"model": "/draft"}, True), (None, False)])
+def test_only_prompt_lookup_speculation_loads_no_drafter(config, drafter):
+    assert loads_drafter(config) is drafter
+    argv = ["serve"] + (["--speculative-config", json.dumps(config)] if config is not None else [])
+    assert drafter_in(argv) is drafter
+    assert drafter_in(["--speculative-config", "{not json"])  # unreadable: the safe side
 
 
 def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch):
@@ -298,12 +313,29 @@ def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch
     assert "mine" not in level_line.split("kept servers")[1] and "gone" not in level_line
 
 
+def test_an_ngram_server_sleeps_at_level_two_when_the_host_is_short_and_a_forced_level_names_the_rig(rig):
+    journal = []
+    ngram = SleepyStandIn("ngram", journal, argv=("--speculative-config", '{"method": "ngram"}'))
+    turns = controller(rig, available_gib=lambda: 4.0)  # 10 GiB of weights do not fit
+    started(turns, ngram)
+    asyncio.run(turns.make_room())
+    assert ("sleep", "ngram", "2") in journal
+    # a level the rig forces: the message says to change the rig, not to free host memory
+    # the recorded n-gram stand-in with an EAGLE-3 server's argv (the argv is what the level reads)
+    eagle = SleepyStandIn("ngram", journal, argv=("--speculative-config", '{"method": "eagle3"}'))
+    turns = controller(rig.model_copy(update={"sleep_level": 2}))
+    started(turns, eagle)
+    with pytest.raises(SleepError) as failed:
+        asyncio.run(turns.make_room())
+    assert f"Set sleep_level = 1 or leave it unset in {rig.path}" in str(failed.value)
+    assert "Free host memory" not in str(failed.value)
+
+
 def test_level_two_is_refused_for_a_drafters_server(rig):
     journal = []
-    a = SleepyStandIn("ngram", journal)
+    a = SleepyStandIn("ngram", journal, argv=("--speculative-config", '{"method": "eagle3", "model": "/h"}'))
     turns = controller(rig, available_gib=lambda: 4.0)
     started(turns, a)
-    turns.turns[0].drafter = True
     with pytest.raises(SleepError, match="drafter's weights would not come back") as failed:
         asyncio.run(turns.make_room())
     assert "the last line of its log" in str(failed.value) and a.stopped
@@ -460,6 +492,39 @@ def test_a_server_that_never_slept_takes_its_first_sleep_before_the_window(rig):
     assert journal[first_request][1] == "no_spec"  # the window starts on the side the first sleep woke
     assert not any(s["first_sleep"] for s in m.extra["alternation"]["swaps"])
     assert any(s["first_sleep"] and s["from"] == "ngram" for s in turns.swaps)
+
+
+def test_a_just_started_partner_warms_up_first_so_one_swap_wakes_the_subject_for_its_warm_up(rig):
+    # the awake server warms up first: the partner's first sleep then wakes the subject for its own
+    # warm-up, and the window needs no swap before it (the other order made two)
+    journal = []
+    reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
+    turns = controller(rig)
+    started(turns, ngram, reference)  # ngram asleep, no_spec just started: awake, never slept
+    del journal[:]
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    m = Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1, turns=turns)
+    starts = [i for i, entry in enumerate(journal) if entry[0] == "start"]
+    assert [journal[i][1] for i in starts[:2]] == ["no_spec", "ngram"]  # the warm-ups, awake one first
+    swaps_before = [e[:2] for e in journal[:starts[2]] if e[0] in ("sleep", "wake")]
+    assert swaps_before == [("sleep", "no_spec"), ("wake", "ngram")]
+    assert m.extra["alternation"]["before_window"] is None
+
+
+def test_a_server_outside_the_window_sleeps_before_it(rig):
+    journal = []
+    reference, ngram, outsider = (SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal),
+                                  SleepyStandIn("ngram", journal))
+    outsider.label = "outsider"  # the recorded n-gram server, a third server of the alternation
+    no_warm_up = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0})})
+    turns = controller(no_warm_up)
+    started(turns, reference, ngram, outsider)
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    m = Measurer(no_warm_up).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1,
+                                          turns=turns)
+    before = m.extra["alternation"]["before_window"]
+    assert before["from"] == "outsider" and before["first_sleep"] and before["to"] == "no_spec"
+    assert not any(s["first_sleep"] for s in m.extra["alternation"]["swaps"])
 
 
 def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):

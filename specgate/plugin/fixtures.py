@@ -122,7 +122,7 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
         session.live_servers += 1
         if turns is not None:
             asleep_at = getattr(server, "asleep_at", None)  # a kept server an earlier session left asleep
-            turns.add(server, drafter=mode.has_drafter, asleep_at=asleep_at() if asleep_at else None)
+            turns.add(server, asleep_at=asleep_at() if asleep_at else None)
         try:
             session.servers[label] = {
                 "base_url": "attached" if session.options.attach_url else server.base_url,

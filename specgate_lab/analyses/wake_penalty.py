@@ -12,9 +12,11 @@ the raw reports on the evidence branch. Run from the repository root:
 
 Per alternation window (report.json or a calibration's measurements.jsonl, gzipped or not): its
 turns in the order they ran, each with the first request's decode rate against the median of the
-rest of its turn; a turn that follows a wake is marked. Then the window's ratio (geometric mean of
-the subject's rates over the partner's) with every request, and without the first request of each
-turn after a wake: the shift a warm-up request after each wake would remove. Standard library only."""
+rest of its turn; a turn that follows a wake is marked (every turn after the first, and the first
+when the report has a swap before the window: ``alternation.before_window``, since 261cb44). Then
+the window's ratio (geometric mean of the subject's rates over the partner's) with every request,
+and without the first request of each turn after a wake: the shift a warm-up request after each
+wake would remove. Standard library only."""
 
 import argparse
 import gzip
@@ -51,11 +53,18 @@ def turns(window: dict) -> list[tuple[str, list[float]]]:
     return out
 
 
-def window_ratio(window_turns: list[tuple[str, list[float]]], *, skip_first_after_wake: bool) -> float:
-    """exp(mean log subject rate - mean log partner rate); a turn after the window's first follows a wake."""
+def woken_before(window: dict) -> bool:
+    """Whether the window's first turn follows a wake (a swap before the window)."""
+    return bool((window.get("alternation") or {}).get("before_window"))
+
+
+def window_ratio(window_turns: list[tuple[str, list[float]]], *, skip_first_after_wake: bool,
+                 first_woken: bool = False) -> float:
+    """exp(mean log subject rate - mean log partner rate); every turn after the first follows a wake,
+    the first one too when ``first_woken``."""
     logs: dict[str, list[float]] = {"subject": [], "partner": []}
     for i, (side, rates) in enumerate(window_turns):
-        kept = rates[1:] if skip_first_after_wake and i > 0 else rates
+        kept = rates[1:] if skip_first_after_wake and (i > 0 or first_woken) else rates
         logs[side].extend(math.log(r) for r in kept)
     return math.exp(statistics.mean(logs["subject"]) - statistics.mean(logs["partner"]))
 
@@ -72,17 +81,19 @@ def main() -> None:
             window_turns = turns(window)
             print(f"{path}: {window['mode']} / {window['partner']['mode']}, {window['prompt_class']}, "
                   f"round {window.get('round', '-')}")
+            first_woken = woken_before(window)
             for i, (side, rates) in enumerate(window_turns):
                 rest = statistics.median(rates[1:]) if len(rates) > 1 else None
-                after = "after a wake" if i > 0 else "window's first turn"
+                woken = i > 0 or first_woken
+                after = "after a wake" if woken else "window's first turn"
                 versus = f"{rates[0] / rest - 1:+.2%} against the rest's median {rest:.1f}" if rest else "alone"
                 print(f"  {names[side]:>22} {len(rates):2d} requests, {after:>19}: "
                       f"first {rates[0]:.1f} tok/s, {versus}")
-                if i > 0 and rest:
+                if woken and rest:
                     first_over_rest.setdefault(names[side], []).append(rates[0] / rest)
             if len(window_turns) > 1:
                 every = window_ratio(window_turns, skip_first_after_wake=False)
-                skipped = window_ratio(window_turns, skip_first_after_wake=True)
+                skipped = window_ratio(window_turns, skip_first_after_wake=True, first_woken=first_woken)
                 shifts.append(every / skipped - 1)
                 print(f"  ratio {every:.4f} with every request, {skipped:.4f} without the first after each wake "
                       f"({every / skipped - 1:+.2%})")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specgate_lab.analyses.wake_penalty import alternation_windows, turns, window_ratio
+from specgate_lab.analyses.wake_penalty import alternation_windows, turns, window_ratio, woken_before
 
 pytestmark = pytest.mark.fast
 
@@ -30,3 +30,9 @@ def test_turns_follow_the_send_order_and_the_first_after_a_wake_is_left_out_of_t
     assert every == pytest.approx(math.exp((3 * math.log(300) + math.log(294)) / 4
                                            - (math.log(118) + 3 * math.log(120)) / 4))
     assert window_ratio(turns(read), skip_first_after_wake=True) == pytest.approx(300 / 120)
+    assert not woken_before(read)
+    # since 261cb44 a window can begin right after a wake (a server's first sleep before it): its first turn's
+    # first request is left out too
+    woken = {**read, "alternation": {"before_window": {"to": "al30", "wake_s": 0.8}}}
+    assert woken_before(woken)
+    assert window_ratio(turns(woken), skip_first_after_wake=True, first_woken=True) == pytest.approx(300 / 120)
