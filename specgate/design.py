@@ -138,6 +138,10 @@ def window_design(rig: Rig, m, duet_text: str) -> str:
         parts.append(f"turns of {info['block']} request(s) ABBA")
     if share is not None:
         parts.append(f"{len(info.get('swaps', []))} swaps, {share * 100:.1f} % of the window")
+    before = info.get("before_window")
+    if before:
+        first = f"{before['from']}'s first sleep, " if before.get("first_sleep") and before.get("from") else ""
+        parts.append(f"a swap before it ({first}{before['sleep_s'] + before['wake_s']:.1f} s)")
     if levels:
         parts.append(f"sleep level {'/'.join(map(str, levels))}")
     return "; ".join(parts) + f" (chosen: {rig.arrangement.reason})"

@@ -525,6 +525,7 @@ def test_a_server_outside_the_window_sleeps_before_it(rig):
     before = m.extra["alternation"]["before_window"]
     assert before["from"] == "outsider" and before["first_sleep"] and before["to"] == "no_spec"
     assert not any(s["first_sleep"] for s in m.extra["alternation"]["swaps"])
+    assert "a swap before it (outsider's first sleep, " in check_backfire(no_warm_up, m, m.partner).message
 
 
 def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
