@@ -629,7 +629,7 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
             layers = [("server_command", command), ("extra_args", rig.extra_args),
                       (f"modes.{mode.name}.extra_args", rig.mode_extra_args.get(mode.name, ()))]
             if side_name:
-                layers.append((f"ab.{side_name}.extra_args{ab_from}", side.extra_args))
+                layers.append((f"ab.{side_name}.extra_args", side.extra_args))
             if not dummy_weights([arg for _, args in layers for arg in args]):
                 continue
             where = [key for key, args in layers if argv_value(args, "--load-format") is not None][-1]

@@ -275,7 +275,8 @@ def test_level_two_is_allowed_for_ngram_and_refused_for_the_command_lines_sides_
     assert rig.sleep_level == 2 and not loads_drafter(rig.mode("ngram").speculative_config)
     ab_from = " (the --specgate-ab-* options)"
     dummy = AB(candidate=Side(extra_args=("--load-format", "dummy")))
-    with pytest.raises(ConfigError, match=r"ab.candidate.extra_args \(the --specgate-ab-\* options\) sets them"):
+    with pytest.raises(ConfigError, match=r"ab.candidate.extra_args sets them; mode no_spec, the A/B's candidate side "
+                                          r"\(the --specgate-ab-\* options\)"):
         check_sleep_level(rig.model_copy(update={"ab": dummy}), ab_from=ab_from)
     # a side's speculative keys can turn n-gram into a method with a drafter
     eagle = AB(candidate=Side(speculative={"method": "eagle3", "model": "/models/head"}))

@@ -83,9 +83,15 @@ def test_corrupt_rig_file_is_a_collection_error_naming_file_and_key(perf_project
     assert rig.read_bytes() == before
 
 
-def test_unknown_rig_lists_the_known_ones(perf_project):
-    result = perf_project.runpytest("--collect-only", "-m", "cpu", "--specgate-rig", "nope", "-p", "no:cacheprovider")
+@pytest.mark.parametrize("tier", ["cpu", "gpu"])
+def test_unknown_rig_lists_the_known_ones(perf_project, tier):
+    # -m gpu checks the rig's tier too, for every collected item (a project has other tests beside the
+    # perf ones): that check must not turn the refusal into an INTERNALERROR
+    perf_project.makepyfile(test_other="def test_other():\n    assert True\n")
+    result = perf_project.runpytest("--collect-only", "-m", tier, "--specgate-rig", "nope", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*no rig named 'nope'*cpu-smollm2*h200-smollm2*"])
+    assert "INTERNALERROR" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error, naming the rig file
 
 
 def test_a_rig_file_outside_the_fixtures_folder_is_taken_by_path(perf_project, tmp_path_factory):

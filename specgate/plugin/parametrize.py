@@ -46,6 +46,11 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], s
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-    if keep and config.option.markexpr.strip() == "gpu" and session.rig.tier != "gpu":
-        warnings.warn(f"-m gpu selected but rig {session.rig.name!r} is a {session.rig.tier} rig: "
-                      "pass --specgate-rig NAME of a gpu rig", stacklevel=1)
+    if keep and config.option.markexpr.strip() == "gpu":
+        try:
+            rig = session.rig
+        except ConfigError:
+            return  # refused with its file and key by the input check (refuse_bad_inputs)
+        if rig.tier != "gpu":
+            warnings.warn(f"-m gpu selected but rig {rig.name!r} is a {rig.tier} rig: "
+                          "pass --specgate-rig NAME of a gpu rig", stacklevel=1)
