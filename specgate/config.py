@@ -100,6 +100,7 @@ class Mode(_Strict):
     def method(self) -> str:
         return str(self.speculative_config.get("method", "?")) if self.speculative_config else "none"
 
+
 class RigMode(_Strict):
     """A rig's entry under ``[modes.NAME]``; empty means "the library mode NAME as it is"."""
 

@@ -389,11 +389,12 @@ class SleepController:
         level, why = choose_level(need, self.available_gib(), forced=rig.sleep_level)
         if level == 2 and rig.sleep_level is None:
             why += self._kept_elsewhere()
-        if level == 2 and (drafter_in(_argv(server)) or dummy_weights(_argv(server))):
+        dummy, drafter = dummy_weights(_argv(server)), drafter_in(_argv(server))
+        if level == 2 and (dummy or drafter):
             cause = ("its weights are dummy (--load-format dummy), which vLLM 0.26 cannot reload, and a server woken "
-                     "without them generates no text (on the H200: 128 tokens, no text, so no decode rate)"
-                     if dummy_weights(_argv(server)) else
-                     "its drafter's weights would not come back (vLLM's reload_weights reloads the target model only)")
+                     "without them generates no text (on the H200: 128 tokens, no text, so no decode rate)" if dummy
+                     else "its drafter's weights would not come back (vLLM's reload_weights reloads the target model "
+                     "only)")
             fix = (f"Set sleep_level = 1 or leave it unset in {rig.path}" if rig.sleep_level == 2 else
                    "Free host memory, or set sleep_host_memory_gib if the estimate is wrong, or run this rig with "
                    "design = \"sequential\"")

@@ -13,7 +13,7 @@ the raw reports on the evidence branch. Run from the repository root:
 Per alternation window (report.json or a calibration's measurements.jsonl, gzipped or not): its
 turns in the order they ran, each with the first request's decode rate against the median of the
 rest of its turn; a turn that follows a wake is marked (every turn after the first, and the first
-when the report has a swap before the window: ``alternation.before_window``, since 261cb44). Then
+when the report has a swap before the window: ``alternation.before_window``, in newer reports). Then
 the window's ratio (geometric mean of the subject's rates over the partner's) with every request,
 and without the first request of each turn after a wake: the shift a warm-up request after each
 wake would remove. Standard library only."""

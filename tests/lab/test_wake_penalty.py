@@ -31,7 +31,7 @@ def test_turns_follow_the_send_order_and_the_first_after_a_wake_is_left_out_of_t
                                            - (math.log(118) + 3 * math.log(120)) / 4))
     assert window_ratio(turns(read), skip_first_after_wake=True) == pytest.approx(300 / 120)
     assert not woken_before(read)
-    # since 261cb44 a window can begin right after a wake (a server's first sleep before it): its first turn's
+    # a newer report's window can begin right after a wake (a server's first sleep before it): its first turn's
     # first request is left out too
     woken = {**read, "alternation": {"before_window": {"to": "al30", "wake_s": 0.8}}}
     assert woken_before(woken)
