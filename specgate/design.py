@@ -138,10 +138,12 @@ def window_design(rig: Rig, m, duet_text: str) -> str:
         parts.append(f"turns of {info['block']} request(s) ABBA")
     if share is not None:
         parts.append(f"{len(info.get('swaps', []))} swaps, {share * 100:.1f} % of the window")
-    before = info.get("before_window")
-    if before:
-        first = f"{before['from']}'s first sleep, " if before.get("first_sleep") and before.get("from") else ""
-        parts.append(f"a swap before it ({first}{before['sleep_s'] + before['wake_s']:.1f} s)")
+    before = info.get("before_window") or []
+    if before:  # warm-ups' swaps and a first sleep kept out of the window, each timed
+        firsts = [f"{b['from']}'s first sleep" for b in before if b.get("first_sleep") and b.get("from")]
+        seconds = sum(b["sleep_s"] + b["wake_s"] for b in before)
+        count = "a swap" if len(before) == 1 else f"{len(before)} swaps"
+        parts.append(f"{count} before it ({', '.join([*firsts, f'{seconds:.1f} s'])})")
     if levels:
         parts.append(f"sleep level {'/'.join(map(str, levels))}")
     return "; ".join(parts) + f" (chosen: {rig.arrangement.reason})"

@@ -375,11 +375,15 @@ class Measurer:
         sides = [(subject, mode), (partner, partner_mode)]
         if sleeper is not None and sleeper.awake is partner:
             sides.reverse()  # the awake server warms up first: a swap only for the other's first warm-up
+        before_window: list[dict[str, Any]] = []  # an alternation's swaps before the window, each with its reason
         for server, server_mode in sides:
             if sleeper is not None and self._needs_warm_up(server):
-                asyncio.run(sleeper.activate(server))
+                swap = asyncio.run(sleeper.activate(server))
+                if swap is not None:
+                    before_window.append({**swap, "for": f"{server.label}'s warm-up"})
             self._warm_up(server, server_mode, prompt_class, label)
-        before_window = self._before_window(sleeper, subject, partner) if sleeper is not None else None
+        if sleeper is not None and (swap := self._before_window(sleeper, subject, partner)) is not None:
+            before_window.append({**swap, "for": "the window's first turn"})
         servers = {"subject": subject, "partner": partner}
         records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
         pairs: list[dict[str, Any]] = []

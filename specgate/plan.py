@@ -311,10 +311,12 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     if attached:
         notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
     if alternating and not attached:
+        first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
+                 "model on the lab's H200), counted in the swaps" if rig.sleep_level == 2 else
+                 "each server's first sleep, before its first window, copies its weights to host memory (~24 s "
+                 "for 29 GiB on the lab's H200) and is not counted")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
-                     f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); each server's first sleep, before its "
-                     "first window, copies its weights to host memory (~24 s for 29 GiB on the lab's H200) and is "
-                     "not counted")
+                     f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
     return SessionPlan(rig=rig.name, design=rig.arrangement.name if alternating else design,
                        servers=tuple(servers.values()), windows=tuple(plans),
                        warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,

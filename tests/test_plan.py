@@ -69,6 +69,11 @@ def test_an_alternation_window_counts_the_swaps_its_turns_make():
     assert rig.estimate.swap_s == 1.6  # as measured on the H200
     assert slow_window.seconds == pytest.approx(window.seconds + 2 * (30.0 - 1.6))
     assert "[estimate] swap_s" in plan.render()
+    assert "copies its weights to host memory" in plan.render()
+    # at level 2 no weights go to host memory: every wake reloads them, inside the swaps counted
+    level2 = rig.model_copy(update={"sleep_level": 2})
+    note = plan_session(level2, [("draft1l_al30_async", "coding", 1)], rates).render()
+    assert "every wake reloads the weights" in note and "host memory" not in note
 
 
 def test_cpu_smollm2_counts_duets_once_with_their_settle_pauses_and_follow_up_bound():
