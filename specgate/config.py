@@ -424,6 +424,15 @@ class Rig(_Strict):
     def declared_backfire_for(self, mode: str, prompt_class: str) -> DeclaredBackfire | None:
         return next((d for d in self.declared_backfire if d.covers(mode, prompt_class)), None)
 
+    def follow_up_rounds(self, mode: str, prompt_class: str, *, backfire: bool) -> int:
+        """The follow-up rounds a duet window of ``mode`` on ``prompt_class`` may get (backfire: against
+        the live no-speculation server; else an A/B). None for a declared backfire: its verdict is
+        reported and never fails, so more pairs would sharpen its words, not decide a gate, and on
+        the cpu rig they were most of a session's cost (8 rounds, ~7 minutes a window)."""
+        if backfire and self.declared_backfire_for(mode, prompt_class) is not None:
+            return 0
+        return self.protocol.follow_up_rounds(backfire=backfire)
+
     @model_validator(mode="after")
     def _reference_exists(self) -> Rig:
         names = [m.name for m in self.modes]

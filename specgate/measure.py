@@ -456,7 +456,8 @@ class Measurer:
         def snapshot() -> dict[str, Any]:
             return {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
 
-        extra = protocol.follow_up_rounds(backfire=partner_side != "reference") if self.follow_up is not None else 0
+        extra = (self.rig.follow_up_rounds(mode.name, prompt_class.name, backfire=partner_side != "reference")
+                 if self.follow_up is not None else 0)
         share = protocol.repeats / (protocol.repeats + extra) if extra else None
         before = snapshot()
         started = on_done.restart()

@@ -294,7 +294,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             seconds += WINDOW_OVERHEAD_S
         follow = None
         if len(sides) == 2 and seconds is not None and not attached:
-            extra = protocol.follow_up_rounds(backfire=design == "duet")
+            extra = rig.follow_up_rounds(mode, prompt_class, backfire=design == "duet")
             follow = (seconds - WINDOW_OVERHEAD_S) * extra / protocol.repeats if extra else None
         for label, r in sides:
             if label not in warmed and protocol.warmup_requests:

@@ -92,7 +92,7 @@ def test_a_window_gets_its_follow_up_rounds_only_when_a_gate_asks(stand_in_rig, 
         seen.append((len(first_look.records), len(first_look.partner.records), first_look.first_look_share))
         return "backfire undecided (test)" if undecided else None
 
-    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    coding = next(c for c in rig.prompt_classes if c.name == "extraction")  # not a declared backfire
     journal: list = []
     m = Measurer(rig, follow_up=follow_up).measure_duet(
         StandInServer("ngram", journal), StandInServer("no_spec", journal), rig.mode("ngram"),
@@ -118,7 +118,7 @@ def test_the_time_budget_skips_a_follow_up_that_would_not_fit_and_the_verdict_sa
     import time
 
     rig = stand_in_rig
-    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    coding = next(c for c in rig.prompt_classes if c.name == "extraction")  # not a declared backfire
     journal: list = []
     progress: list[str] = []
     m = Measurer(rig, follow_up=lambda first: "backfire undecided (test)", progress=progress.append,
@@ -147,6 +147,24 @@ def test_without_a_follow_up_rule_a_window_has_one_look(stand_in_rig):
     m = Measurer(rig).measure_duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
                                    rig.mode("ngram"), rig.mode("no_spec"), coding, 1)
     assert m.first_look_share is None and len(m.records) == rig.protocol.repeats * len(coding.prompts)
+
+
+def test_a_declared_backfire_window_takes_no_follow_up_and_has_one_look(stand_in_rig):
+    # its verdict is reported and never fails: 8 more rounds (~7 minutes a window on the cpu rig)
+    # would sharpen its words, not decide a gate, so it is one look at the usual 95 %
+    rig = stand_in_rig
+    assert rig.declared_backfire_for("ngram", "coding") is not None
+    assert rig.follow_up_rounds("ngram", "coding", backfire=True) == 0
+    assert rig.follow_up_rounds("ngram", "extraction", backfire=True) == 8
+    assert rig.follow_up_rounds("ngram", "coding", backfire=False) == 8  # an A/B window is gated: it keeps them
+    coding = next(c for c in rig.prompt_classes if c.name == "coding")
+    asked: list = []
+    m = Measurer(rig, follow_up=lambda first: asked.append(first) or "undecided (test)").measure_duet(
+        StandInServer("ngram", []), StandInServer("no_spec", []), rig.mode("ngram"), rig.mode("no_spec"), coding, 1)
+    assert asked == [] and m.follow_up is None and m.first_look_share is None
+    assert len(m.records) == rig.protocol.repeats * len(coding.prompts)
+    result = check_backfire(rig, m, m.partner)
+    assert result.details["confidence"] == pytest.approx(0.95) and "look" not in result.message
 
 
 def test_an_ab_window_follows_up_on_its_throughput_gate():

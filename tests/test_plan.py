@@ -158,9 +158,14 @@ def test_stored_figures_count_only_at_this_hosts_pace_where_the_rig_states_a_rat
 
 
 def test_the_estimate_adds_the_share_of_follow_up_rounds_the_rig_expects():
-    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
-    plan = plan_session(rig, [("ngram", "coding", 1), ("ngram", "math", 1)], {})
+    shipped = load_rig("cpu-smollm2", ROOT / "fixtures")
+    assert shipped.estimate.follow_up_share == 0  # its gated classes have not wanted theirs (0 of 19)
+    rig = shipped.model_copy(update={"estimate": shipped.estimate.model_copy(update={"follow_up_share": 0.4})})
+    plan = plan_session(rig, [("ngram", "extraction", 1), ("ngram", "summarization", 1)], {})
     assert plan.follow_up_share == 0.4 and plan.follow_up_s > 0
+    # a declared backfire class (coding on this rig) gets no follow-up rounds: none to plan
+    declared = plan_session(rig, [("ngram", "coding", 1)], {})
+    assert declared.follow_up_s == 0 and declared.expected_s == declared.total_s
     assert plan.expected_s == pytest.approx(plan.total_s + 0.4 * plan.follow_up_s)
     text = plan.render()
     assert "with 40% of the follow-up rounds" in text
