@@ -98,7 +98,8 @@ def parse_policy(text: str) -> dict[str, Policy]:
     return policy
 
 
-def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str, Policy] | None = None) -> str:
+def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str, Policy] | None = None, *,
+                 declared: bool = False) -> str:
     """The test report's line for a gate's outcome (the same on every path)."""
     if outcome is Outcome.FAIL:
         return f"{gate} gate: {message}"
@@ -107,22 +108,27 @@ def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str,
     if outcome.decided:
         return message
     head = f"{gate} gate undecided" + ("" if outcome is Outcome.UNDECIDED else f" ({outcome.value})")
-    if pytest_action(outcome, policy) == "failed":
+    if declared:
+        head += " [a declared backfire: reported, never fails the run]"
+    elif pytest_action(outcome, policy) == "failed":
         head += (f" [fails the run: the policy for '{outcome.policy_key}' is 'fail' (--specgate-undecided, "
                  "[gates] undecided)]")
     return f"{head}: {message}"
 
 
-def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None) -> Action:
+def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, *, declared: bool = False) -> Action:
     """The pytest outcome of a gate: PASS passes, FAIL fails, a declared backfire is an expected
     failure, and a gate that decided nothing is skipped, or failed where ``policy`` (outcome key ->
-    "skip" | "fail") says so."""
+    "skip" | "fail") says so. A ``declared`` backfire gate never fails the run: undecided, it is
+    skipped whatever the policy (its window takes no follow-up rounds, Rig.follow_up_rounds)."""
     if outcome is Outcome.PASS:
         return "passed"
     if outcome is Outcome.FAIL:
         return "failed"
     if outcome is Outcome.DECLARED_BACKFIRE:
         return "xfailed"
+    if declared:
+        return "skipped"
     if policy is None:
         from specgate.config import OutcomePolicy
 

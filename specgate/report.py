@@ -362,12 +362,13 @@ def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
     entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
     if not entries:
         return []
-    counts: dict[Outcome, int] = defaultdict(int)
-    for u in entries:
-        counts[Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u))] += 1
+    counts: dict[tuple[Outcome, bool], int] = defaultdict(int)
+    for u in entries:  # a declared backfire never fails the run (specgate.outcome.pytest_action)
+        counts[(Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u)), "declared" in u)] += 1
     policy = report.get("outcome_policy") or {}
-    parts = [f"{n} {outcome.value} ({'FAILED' if policy.get(outcome.policy_key) == 'fail' else 'skipped'})"
-             for outcome, n in counts.items()]
+    parts = [f"{n} {outcome.value}" + (" of a declared backfire (skipped)" if declared else
+                                       f" ({'FAILED' if policy.get(outcome.policy_key) == 'fail' else 'skipped'})")
+             for (outcome, declared), n in counts.items()]
     return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)}; what each does to the exit code: "
             "[gates] undecided in the rig, or --specgate-undecided"]
 

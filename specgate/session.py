@@ -254,10 +254,10 @@ class SpecgateSession:
         kind = result.details.get("undecided_kind") or (
             "too few drafts" if result.gate == "acceptance" and result.outcome is Outcome.UNDECIDED
             else OUTCOME_KINDS[result.outcome])
-        self.record_undecided(result.gate, result, kind, result.message, result.details)
+        self.record_undecided(result.gate, result, kind, result.message, result.details, declared=result.declared)
 
     def record_undecided(self, gate: str, m: ClassMeasurement | GateResult, kind: str, message: str,
-                         details: dict[str, Any] | None = None) -> None:
+                         details: dict[str, Any] | None = None, *, declared: str | None = None) -> None:
         """A gate that could not decide (no stored figures, figures being stored, a refused fingerprint,
         an interval across its threshold): the report says so instead of counting it as passed.
         ``details``: what an undecided paired comparison measured (its ratio and interval), so that
@@ -266,7 +266,8 @@ class SpecgateSession:
 
         self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
                                "concurrency": m.concurrency, "kind": kind, "outcome": outcome_of_kind(kind).value,
-                               "message": message, **({"details": details} if details else {})})
+                               "message": message, **({"details": details} if details else {}),
+                               **({"declared": declared} if declared else {})})
 
     def queue_update(self, m: ClassMeasurement, entry: BaselineEntry) -> None:
         self.pending_updates[(self.rig.name, m.mode, m.prompt_class, m.concurrency)] = entry

@@ -130,6 +130,36 @@ def test_the_xdist_controller_maps_each_outcome_as_a_single_process_does(tmp_pat
         "skipped" if expected == "xfailed" else expected, expected == "xfailed")
 
 
+def test_an_undecided_declared_backfire_never_fails_the_run_even_under_the_fail_policy(tmp_path):
+    # a declared backfire is reported, never gated, and its window takes no follow-up rounds
+    # (Rig.follow_up_rounds): an undecided one is skipped whatever --specgate-undecided says, on a
+    # single process and on the xdist controller, and the report's count says so
+    from specgate.plugin.controller import deferred_test_reports
+
+    policy = parse_policy("fail")
+    session = _session(tmp_path, policy)
+    assert session.rig.declared_backfire_for("ngram", "coding") is not None
+    result = GateResult("backfire", "ngram", "coding", 1, Outcome.UNDECIDED, "1.01x no speculation (stand-in)",
+                        declared="known")
+    assert pytest_action(Outcome.UNDECIDED, policy) == "failed"
+    assert pytest_action(Outcome.UNDECIDED, policy, declared=True) == "skipped"
+    with pytest.raises(pytest.skip.Exception, match="a declared backfire: reported, never fails the run"):
+        GateKeeper(session)._finish(result)
+    report = session.report_data(complete=True)
+    assert [u["declared"] for u in report["undecided"]] == ["known"]
+    assert any("1 undecided of a declared backfire (skipped)" in line for line in failed_gate_lines(report))
+
+    controller = _session(tmp_path / "controller", policy)
+    worker = _session(tmp_path / "worker")
+    worker.options.worker_id = "gw0"
+    worker.deferred_tests["perf_tests/test_speculative_perf.py::test_backfire[ngram-coding-c1]@ngram"] = [
+        "backfire", "ngram", "coding", 1]
+    controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
+    controller.record(result)
+    (reported,) = deferred_test_reports(controller)
+    assert reported.outcome == "skipped" and "never fails the run" in reported.longrepr[2]
+
+
 def test_an_undecided_backfire_decided_on_the_controller_is_not_reported_passed(tmp_path):
     # The multi-GPU path mapped deferred results by `passed` alone: undecided read as PASSED.
     from specgate.plugin.controller import decide_deferred_gates, deferred_test_reports

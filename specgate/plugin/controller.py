@@ -33,8 +33,10 @@ def deferred_test_reports(specgate: SpecgateSession) -> list[pytest.TestReport]:
             if found is None:  # a window is missing: already reported as NOT MEASURED
                 continue
             outcome, message = found
-            action = pytest_action(outcome, policy)
-            text = f"{outcome_text(gate, outcome, message, policy)} (decided on the xdist controller)"
+            declared = gate == "backfire" and specgate.rig.declared_backfire_for(mode, prompt_class) is not None
+            action = pytest_action(outcome, policy, declared=declared)
+            text = (f"{outcome_text(gate, outcome, message, policy, declared=declared)} "
+                    "(decided on the xdist controller)")
             base = nodeid.split("@")[0]  # without xdist's "@<group>" suffix
             controller_id = f"{base[:-1]}-controller]" if base.endswith("]") else f"{base}[controller]"
             path, _, name = controller_id.partition("::")
@@ -70,7 +72,8 @@ def decide_deferred_gates(specgate: SpecgateSession) -> bool:
         m, r = ClassMeasurement.from_dict(mine), ClassMeasurement.from_dict(ref)
         for result in (check_backfire(specgate.rig, m, r), check_lossless(specgate.rig, m, r)):
             specgate.record(result)  # an undecided one is listed as undecided, never as passed
-            failed |= pytest_action(result.outcome, specgate.outcome_policy) == "failed"
+            failed |= pytest_action(result.outcome, specgate.outcome_policy,
+                                    declared=result.declared is not None) == "failed"
     specgate.deferred_failed = failed
     return failed
 

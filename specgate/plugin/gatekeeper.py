@@ -59,11 +59,12 @@ class GateKeeper:
             self._act(gate, Outcome.NOT_STORED, message)
         return entry
 
-    def _act(self, gate: str, outcome: Outcome, message: str) -> None:
+    def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False) -> None:
         """End the test as ``outcome`` says under the session's policy (the one mapping)."""
         __tracebackhide__ = True
         policy = self.session.outcome_policy
-        action, text = pytest_action(outcome, policy), outcome_text(gate, outcome, message, policy)
+        action = pytest_action(outcome, policy, declared=declared)
+        text = outcome_text(gate, outcome, message, policy, declared=declared)
         if action == "skipped":
             pytest.skip(text)
         if action == "xfailed":
@@ -74,7 +75,7 @@ class GateKeeper:
     def _finish(self, result) -> None:
         __tracebackhide__ = True
         self.session.record(result)  # one that decided nothing is listed as such, never as passed
-        self._act(result.gate, result.outcome, result.message)
+        self._act(result.gate, result.outcome, result.message, declared=result.declared is not None)
 
     def throughput(self, m) -> None:
         __tracebackhide__ = True
