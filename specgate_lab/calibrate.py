@@ -276,13 +276,16 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     ``fresh_servers``: start both servers again for every round, so each round's windows sample a
     new start offset, as separate CI runs would (without it every window shares one start).
     ``injector``: "cpu" lengthens each engine step on the host (hidden by async scheduling on a GPU);
-    "gpu" enqueues GPU work on the model runner's stream (specgate_lab.inject). On a rig whose design is
+    "gpu" enqueues GPU work on the model runner's stream (specgate_lab.inject); "none" loads no injector
+    on either side (a true A/A: only level 0). On a rig whose design is
     an alternation (specgate.design) the two servers take turns by vLLM sleep mode, as the gates'."""
     from specgate.server import VLLMServer, spec_for_mode
     from specgate.sleep import SleepController, run, with_sleep_mode
 
-    if injector not in ("cpu", "gpu"):
-        raise ValueError(f"injector must be 'cpu' or 'gpu', got {injector!r}")
+    if injector not in ("cpu", "gpu", "none"):
+        raise ValueError(f"injector must be 'cpu', 'gpu' or 'none', got {injector!r}")
+    if injector == "none" and any(levels):
+        raise ValueError(f"injector 'none' measures the A/A only (level 0), got levels {list(levels)}")
     alternate = rig.arrangement.name == "alternate"
     paired_design = "alternation" if alternate else "duet"
 
@@ -322,7 +325,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     pending_sequential: dict[str, list[tuple[int, float, ClassMeasurement]]] = {}
     rng = random.Random(seed)
 
-    level_env = ENV_GPU_FILE if injector == "gpu" else ENV_FILE
+    level_env = {"gpu": ENV_GPU_FILE, "cpu": ENV_FILE}.get(injector)
     turns: list[Any] = [None]  # this start's SleepController on an alternation rig
 
     def start_pair(servers: contextlib.ExitStack, start: int) -> tuple[Any, Any]:
@@ -330,7 +333,8 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
         alternation rig each starts with sleep mode, after the other went to sleep."""
         log_dir = out / f"servers-{start + 1}" if start else out
         specs = [spec_for_mode(rig, mode, log_dir=log_dir, side=side, side_name=name) for name, side in
-                 (("reference", Side()), ("candidate", Side(env={level_env: str(level_file)})))]
+                 (("reference", Side()),
+                  ("candidate", Side(env={level_env: str(level_file)} if level_env else {})))]
         if not alternate:
             return tuple(servers.enter_context(VLLMServer(spec, progress=progress)) for spec in specs)
         controller = turns[0] = SleepController(rig, progress=progress, gpus=os.environ.get("CUDA_VISIBLE_DEVICES"))

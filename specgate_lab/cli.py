@@ -26,10 +26,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="injected slowdowns, comma-separated fractions (0 is the A/A)")
     cal.add_argument("--classes", default=None, help="comma-separated subset of the rig's prompt classes")
     cal.add_argument("--out", type=Path, default=None, help="default: .specgate/calibration/<time>-<rig>")
-    cal.add_argument("--injector", choices=("cpu", "gpu"), default="cpu",
+    cal.add_argument("--injector", choices=("cpu", "gpu", "none"), default="cpu",
                      help="where the slowdown is injected: cpu (each engine step waits on the host) or gpu (GPU "
                           "work on the model runner's stream; use it on GPU rigs, where async scheduling hides a "
-                          "host wait)")
+                          "host wait), or none (no injector on either side: a true A/A, --levels 0 only)")
     cal.add_argument("--repeats", type=int, default=None, metavar="N",
                      help="each prompt's requests per side in a window (default: the rig's protocol.repeats); "
                           "fewer make shorter windows, and the tables say which")

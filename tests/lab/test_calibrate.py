@@ -207,6 +207,39 @@ def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkey
     assert row["server starts"] == (2 if fresh else 1)
 
 
+@pytest.mark.parametrize("injector", ["gpu", "none"])
+def test_injector_none_loads_no_slowdown_on_either_side(tmp_path, monkeypatch, injector):
+    """--injector none: a true A/A, neither server's environment names a slowdown file (with gpu the
+    candidate's does); a level above 0 is refused before any server starts."""
+    import contextlib
+
+    from specgate import server
+    from specgate_lab import calibrate
+    from specgate_lab.inject import ENV_FILE, ENV_GPU_FILE
+    from tests.test_duet_window import StandInServer
+
+    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
+    rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
+        "warmup_requests": 0, "settle_s": 0.0, "follow_up_repeats": 0})})
+    envs: dict[str, set[str]] = {}
+
+    @contextlib.contextmanager
+    def stand_in(spec, progress=None):
+        envs[spec.label] = set(spec.env) & {ENV_FILE, ENV_GPU_FILE}
+        yield StandInServer("no_spec", [])
+
+    monkeypatch.setattr(server, "VLLMServer", stand_in)
+    monkeypatch.setattr(calibrate, "plot_power", lambda results, tolerances, path: path)
+    with pytest.raises(ValueError, match="A/A only"):
+        calibrate.run_calibration(rig, tmp_path / "refused", rounds=1, levels=[0.0, 0.05], injector="none")
+    assert not envs and not (tmp_path / "refused" / "windows.jsonl").exists()
+    calibrate.run_calibration(rig, tmp_path / "run", rounds=1, levels=[0.0], classes=["coding"], injector=injector,
+                              progress=lambda _: None)
+    assert envs == {"no_spec@reference": set(),
+                    "no_spec@candidate": {ENV_GPU_FILE} if injector == "gpu" else set()}
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["meta"]["injector"] == injector
+
+
 def test_the_normal_model_extrapolates_from_how_far_the_upper_ends_sit_from_the_threshold():
     from specgate_lab.calibrate import normal_model_rate
 
