@@ -156,7 +156,10 @@ def normal_model_rate(group: Sequence[WindowResult], tolerance: float, margin: f
     def excess(z: float) -> float:
         return float(scipy_stats.nct.sf(observed, n - 1, math.sqrt(n) * z)) - (1.0 - confidence)
 
-    z_low = optimize.brentq(excess, -40.0, 40.0)  # the smallest true distance consistent with the windows
+    # The smallest true distance consistent with the windows. Windows more than 40 of their SDs from
+    # the line (the H200's A/A windows: ~70) put it past the bracket; 40 is then a conservative
+    # stand-in, whose tail Phi(-40) is already 0 to double precision.
+    z_low = optimize.brentq(excess, -40.0, 40.0) if excess(40.0) > 0 else 40.0
     tail = float(scipy_stats.norm.cdf(-z_low))  # probability of landing on the threshold's other side
     return estimate, (tail if above else 1.0 - tail)
 
@@ -209,6 +212,17 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], marg
     return rows
 
 
+INJECTOR_TEXT = {
+    "cpu": "Injected slowdown: specgate_lab.inject lengthens every engine step of the candidate server by that "
+           "fraction of the step's own duration, waiting on the host. ",
+    "gpu": "Injected slowdown: specgate_lab.inject enqueues GPU work of that fraction of each model step's own GPU "
+           "time on the candidate's model-runner stream. ",
+    "none": "No injector on either side: every window is an A/A of two identical servers. ",
+    "?": "Injected slowdown: specgate_lab.inject on the candidate server (where, cpu or gpu, is not recorded, "
+         "or the runs differ). ",
+}
+
+
 def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     from tabulate import tabulate
 
@@ -219,8 +233,8 @@ def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) 
             f"max_tokens {rig.protocol.max_tokens}, concurrency {meta['concurrency']}; machine: {meta['machine']}; "
             + ("both servers started again for every round" if meta.get("fresh_servers")
                else "one start of both servers") + ".\n\n"
-            "Injected slowdown: specgate_lab.inject lengthens every engine step of the candidate server by that "
-            "fraction of the step's own duration. `server TPOT x`: vLLM's own time per output token, candidate "
+            + INJECTOR_TEXT.get(meta.get("injector", "?"), INJECTOR_TEXT["?"]) +
+            "`server TPOT x`: vLLM's own time per output token, candidate "
             "over reference, median (range) over the windows: what the injection really did. `fail @ tol t`: "
             "windows whose ratio interval lies wholly below 1 - t (at 0 % these are false alarms, otherwise "
             "detections), with the exact 95 % binomial interval of the rate. `normal model @ t`: at the rig's "
@@ -489,6 +503,7 @@ def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]
         **({"repeats": metas[0]["repeats"]} if len({m.get("repeats", "?") for m in metas} - {"?"}) == 1 else {}),
         "machine": "; ".join(machines) if len(machines) > 1 else machines[0],
         "fresh_servers": all(m.get("fresh_servers") for m in metas),
+        **({"injector": metas[0]["injector"]} if len({m.get("injector", "?") for m in metas} - {"?"}) == 1 else {}),
         "runs": [str(d) for d in dirs],
     }
 

@@ -238,6 +238,8 @@ def test_injector_none_loads_no_slowdown_on_either_side(tmp_path, monkeypatch, i
     assert envs == {"no_spec@reference": set(),
                     "no_spec@candidate": {ENV_GPU_FILE} if injector == "gpu" else set()}
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["meta"]["injector"] == injector
+    said = {"gpu": "enqueues GPU work", "none": "No injector on either side"}[injector]
+    assert said in (tmp_path / "run" / "calibration.md").read_text()
 
 
 def test_the_normal_model_extrapolates_from_how_far_the_upper_ends_sit_from_the_threshold():
@@ -262,6 +264,12 @@ def test_the_normal_model_extrapolates_from_how_far_the_upper_ends_sit_from_the_
     half = windows([0.94, 0.96, 0.945, 0.955, 0.95, 0.94, 0.96])
     assert 0.3 < normal_model_rate(half, 0.05)[0] < 0.7
     assert normal_model_rate(aa[:4], 0.05) is None  # too few windows to fit a spread
+    # The H200's A/A windows: upper ends ~70 SDs above the line, past the root finder's bracket. The
+    # bound is then the bracket's own (a rate of 0 to double precision), not an error after the run.
+    tight = windows([0.9910, 0.9913, 0.9907, 0.9911, 0.9909, 0.9912, 0.9908, 0.9910])
+    assert normal_model_rate(tight, 0.03) == (0.0, 0.0)
+    slowed = windows([h - 0.05 for h in (0.9910, 0.9913, 0.9907, 0.9911, 0.9909)], level=0.05)
+    assert normal_model_rate(slowed, 0.03)[1] > 0.99  # far below the line: detection bounded near 1
     # It uses the interval that decides: a first look decided at 0.95 keeps its own upper end.
     decided = [WindowResult(i, 0.0, "coding", "duet", 1.0, 0.97, 1.01, 24, None, "t", first_ci_low=0.96,
                             first_ci_high=1.02 + i / 100, start=i) for i in range(6)]
