@@ -156,9 +156,10 @@ def normal_model_rate(group: Sequence[WindowResult], tolerance: float, margin: f
     def excess(z: float) -> float:
         return float(scipy_stats.nct.sf(observed, n - 1, math.sqrt(n) * z)) - (1.0 - confidence)
 
-    # The smallest true distance consistent with the windows. Windows more than 40 of their SDs from
-    # the line (the H200's A/A windows: ~70) put it past the bracket; 40 is then a conservative
-    # stand-in, whose tail Phi(-40) is already 0 to double precision.
+    # The smallest true distance consistent with the windows (its lower confidence bound, in SDs).
+    # Windows far enough from the line put it past 40, the bracket's end: an observed distance above
+    # ~55 SDs at n = 20 (the H200 duet's A/A windows: ~60). 40 is then a conservative stand-in, whose
+    # tail Phi(-40) is already 0 to double precision.
     z_low = optimize.brentq(excess, -40.0, 40.0) if excess(40.0) > 0 else 40.0
     tail = float(scipy_stats.norm.cdf(-z_low))  # probability of landing on the threshold's other side
     return estimate, (tail if above else 1.0 - tail)
@@ -218,24 +219,25 @@ INJECTOR_TEXT = {
     "gpu": "Injected slowdown: specgate_lab.inject enqueues GPU work of that fraction of each model step's own GPU "
            "time on the candidate's model-runner stream. ",
     "none": "No injector on either side: every window is an A/A of two identical servers. ",
-    "?": "Injected slowdown: specgate_lab.inject on the candidate server (where, cpu or gpu, is not recorded, "
-         "or the runs differ). ",
+    "?": "Injector: not recorded (a run that ended before writing its meta), or not the same in every run. ",
 }
 
 
 def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     from tabulate import tabulate
 
+    repeats = f"{meta['repeats']} repeat(s) x prompts per class" if meta.get("repeats") else "repeats not recorded"
+    starts = "both servers started again for every round" if meta.get("fresh_servers") else "one start of both servers"
+    tpot_means = {"none": "the two servers' own difference", "cpu": "what the injection really did",
+                  "gpu": "what the injection really did"}.get(meta.get("injector", "?"),
+                                                              "any injection's effect and the servers' own difference")
     head = (f"# Calibration of rig {rig.name}\n\n"
             f"{meta['started']} to {meta['finished']}; mode {meta['mode']}; classes {', '.join(meta['classes'])}; "
-            f"{meta['rounds']} round(s); protocol: {meta.get('repeats', rig.protocol.repeats)} repeat(s) "
-            "x prompts per class, "
-            f"max_tokens {rig.protocol.max_tokens}, concurrency {meta['concurrency']}; machine: {meta['machine']}; "
-            + ("both servers started again for every round" if meta.get("fresh_servers")
-               else "one start of both servers") + ".\n\n"
+            f"{meta['rounds']} round(s); protocol: {repeats}, max_tokens {rig.protocol.max_tokens}, "
+            f"concurrency {meta['concurrency']}; machine: {meta['machine']}; {starts}.\n\n"
             + INJECTOR_TEXT.get(meta.get("injector", "?"), INJECTOR_TEXT["?"]) +
-            "`server TPOT x`: vLLM's own time per output token, candidate "
-            "over reference, median (range) over the windows: what the injection really did. `fail @ tol t`: "
+            "`server TPOT x`: vLLM's own time per output token, candidate over reference, median (range) over "
+            f"the windows: {tpot_means}. `fail @ tol t`: "
             "windows whose ratio interval lies wholly below 1 - t (at 0 % these are false alarms, otherwise "
             "detections), with the exact 95 % binomial interval of the rate. `normal model @ t`: at the rig's "
             "shipped tolerance, the rate a normal model of the windows' deciding upper ends (log scale) gives, "
@@ -336,6 +338,10 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     results: list[WindowResult] = []
     windows_path = out / "windows.jsonl"
     started = dt.datetime.now().isoformat(timespec="seconds")
+    meta = {"started": started, "finished": "?", "mode": mode.name, "classes": [c.name for c in prompt_classes],
+            "rounds": "?", "concurrency": concurrency, "repeats": rig.protocol.repeats, "machine": machine_line(),
+            "fresh_servers": fresh_servers, "injector": injector, "design": rig.arrangement.label}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))  # what a run that dies before its tables measured
     pending_sequential: dict[str, list[tuple[int, float, ClassMeasurement]]] = {}
     rng = random.Random(seed)
 
@@ -412,12 +418,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     finished = dt.datetime.now().isoformat(timespec="seconds")
     if stopped:
         finished += f" ({stopped}; {complete} complete round(s))"
-    path = write_outputs(rig, out, results, tolerances, {
-        "started": started, "finished": finished,
-        "mode": mode.name, "classes": [c.name for c in prompt_classes], "rounds": complete,
-        "concurrency": concurrency, "repeats": rig.protocol.repeats, "machine": machine_line(),
-        "fresh_servers": fresh_servers,
-        "injector": injector, "design": rig.arrangement.label})
+    path = write_outputs(rig, out, results, tolerances, {**meta, "finished": finished, "rounds": complete})
     if stopped:
         raise CalibrationStopped(path)
     return path
@@ -463,6 +464,22 @@ UNKNOWN_META = {"started": "?", "finished": "?", "mode": "?", "classes": [], "ro
                 "machine": "?"}
 
 
+def read_meta(folder: Path) -> dict[str, Any]:
+    """A run's meta: from summary.json when its tables were written, else from meta.json (written
+    when the run started, so a run that died before its tables still says what it measured)."""
+    for name in ("summary.json", "meta.json"):
+        if (folder / name).exists():
+            data = json.loads((folder / name).read_text())
+            return {**UNKNOWN_META, **(data["meta"] if name == "summary.json" else data)}
+    return dict(UNKNOWN_META)
+
+
+def _agreed(metas: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """``{key: value}`` when every run recorded the same value, else nothing (unknown)."""
+    values = [m.get(key) for m in metas]
+    return {key: values[0]} if None not in values and all(v == values[0] for v in values) else {}
+
+
 def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]:
     """The windows of one or more calibration runs (each a folder with windows.jsonl and, when it
     finished or was stopped, summary.json), as one set: each later run's rounds and server starts
@@ -475,15 +492,14 @@ def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]
         windows = folder / "windows.jsonl"
         if not windows.exists():
             raise FileNotFoundError(f"{windows} does not exist")
-        summary = folder / "summary.json"
-        meta = json.loads(summary.read_text())["meta"] if summary.exists() else dict(UNKNOWN_META)
+        meta = read_meta(folder)
         own = load_windows(windows)
         if results and own:
             first_round = max(r.round for r in results) + 1
             first_start = max(r.start for r in results) + 1
             own = [dataclasses.replace(r, round=r.round + first_round, start=r.start + first_start) for r in own]
         for earlier, other in zip(metas, dirs):
-            for key in ("mode", "classes", "repeats"):
+            for key in ("mode", "classes", "repeats", "injector"):
                 unknown = UNKNOWN_META.get(key, "?")
                 mine, theirs = meta.get(key, unknown), earlier.get(key, unknown)
                 if unknown not in (mine, theirs) and mine != theirs:
@@ -500,10 +516,10 @@ def load_runs(dirs: Sequence[Path]) -> tuple[list[WindowResult], dict[str, Any]]
         "finished": max((m["finished"] for m in known), default="?"),
         "mode": metas[0]["mode"], "classes": metas[0]["classes"],
         "rounds": len({r.round for r in results}), "concurrency": metas[0]["concurrency"],
-        **({"repeats": metas[0]["repeats"]} if len({m.get("repeats", "?") for m in metas} - {"?"}) == 1 else {}),
+        **_agreed(metas, "repeats"),
         "machine": "; ".join(machines) if len(machines) > 1 else machines[0],
         "fresh_servers": all(m.get("fresh_servers") for m in metas),
-        **({"injector": metas[0]["injector"]} if len({m.get("injector", "?") for m in metas} - {"?"}) == 1 else {}),
+        **_agreed(metas, "injector"),
         "runs": [str(d) for d in dirs],
     }
 

@@ -85,7 +85,40 @@ def test_several_runs_render_as_one_set_with_every_start_its_own(tmp_path):
         (folder / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(ValueError, match=r"f measured repeats 2, .*e 1"):
         load_runs([one, two])
-    assert load_runs([one, a])[1]["repeats"] == 1
+    assert load_runs([one, one])[1]["repeats"] == 1
+    assert "repeats" not in load_runs([one, a])[1]  # a run that did not record it: unknown, not 1
+
+
+def test_runs_with_another_injector_are_refused_and_an_unrecorded_one_says_so(tmp_path):
+    """--injector none and gpu measure different A/As: never pooled. A run that died before its
+    tables keeps its meta (meta.json), so its render still says what it measured."""
+    from specgate_lab.calibrate import load_runs, render_markdown, save_windows
+
+    rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
+
+    def run(folder, meta_file, **meta):
+        folder.mkdir()
+        save_windows(folder / "windows.jsonl", [WindowResult(0, 0.0, "coding", "duet", 1.0, 0.99, 1.01, 6, 1.0, "t")])
+        base = {"started": "s", "finished": "f", "mode": "no_spec", "classes": ["coding"], "rounds": 1,
+                "concurrency": 1, "machine": "m", **meta}
+        if meta_file == "summary.json":
+            (folder / meta_file).write_text(json.dumps({"meta": base, "rows": []}))
+        elif meta_file == "meta.json":
+            (folder / meta_file).write_text(json.dumps(base))
+        return folder
+
+    gpu = run(tmp_path / "gpu", "summary.json", injector="gpu", repeats=1)
+    crashed = run(tmp_path / "crashed", "meta.json", injector="none", repeats=1)
+    with pytest.raises(ValueError, match=r"crashed measured injector 'none', .*gpu 'gpu'"):
+        load_runs([gpu, crashed])
+    results, meta = load_runs([crashed])
+    text = render_markdown(rig, summarize(results, [0.03]), meta)
+    assert "No injector on either side" in text and "1 repeat(s)" in text and "own difference" in text
+    bare = run(tmp_path / "bare", None)  # no meta at all: joins, and the injector is not claimed
+    results, meta = load_runs([crashed, bare])
+    assert "injector" not in meta and "repeats" not in meta
+    text = render_markdown(rig, summarize(results, [0.03]), meta)
+    assert "Injector: not recorded" in text and "repeats not recorded" in text
 
 
 @pytest.mark.parametrize("follow_up", [False, True])
@@ -264,12 +297,12 @@ def test_the_normal_model_extrapolates_from_how_far_the_upper_ends_sit_from_the_
     half = windows([0.94, 0.96, 0.945, 0.955, 0.95, 0.94, 0.96])
     assert 0.3 < normal_model_rate(half, 0.05)[0] < 0.7
     assert normal_model_rate(aa[:4], 0.05) is None  # too few windows to fit a spread
-    # The H200's A/A windows: upper ends ~70 SDs above the line, past the root finder's bracket. The
+    # Upper ends ~100 SDs above the line (the H200 duet's A/A: ~60), past the root finder's bracket. The
     # bound is then the bracket's own (a rate of 0 to double precision), not an error after the run.
     tight = windows([0.9910, 0.9913, 0.9907, 0.9911, 0.9909, 0.9912, 0.9908, 0.9910])
     assert normal_model_rate(tight, 0.03) == (0.0, 0.0)
     slowed = windows([h - 0.05 for h in (0.9910, 0.9913, 0.9907, 0.9911, 0.9909)], level=0.05)
-    assert normal_model_rate(slowed, 0.03)[1] > 0.99  # far below the line: detection bounded near 1
+    assert normal_model_rate(slowed, 0.03) == (1.0, 1.0)  # far below the line: detection certain
     # It uses the interval that decides: a first look decided at 0.95 keeps its own upper end.
     decided = [WindowResult(i, 0.0, "coding", "duet", 1.0, 0.97, 1.01, 24, None, "t", first_ci_low=0.96,
                             first_ci_high=1.02 + i / 100, start=i) for i in range(6)]
@@ -331,6 +364,9 @@ def test_calibrate_refuses_tolerances_that_are_not_fractions(capsys):
 
     assert main(["calibrate", "--tolerances", "5"]) == 2
     assert "--tolerances '5'" in capsys.readouterr().err
+    # --injector none with a slowdown level: refused as an argument error, before anything starts
+    assert main(["calibrate", "--injector", "none", "--levels", "0,0.05"]) == 2
+    assert "--injector none measures the A/A only" in capsys.readouterr().err
 
 
 def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_what_it_measured(tmp_path, monkeypatch):
