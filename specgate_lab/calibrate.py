@@ -213,14 +213,25 @@ def summarize(results: Sequence[WindowResult], tolerances: Sequence[float], marg
     return rows
 
 
+# Per injector: the sentence that opens the table's legend, and what `server TPOT x` then measures.
 INJECTOR_TEXT = {
-    "cpu": "Injected slowdown: specgate_lab.inject lengthens every engine step of the candidate server by that "
-           "fraction of the step's own duration, waiting on the host. ",
-    "gpu": "Injected slowdown: specgate_lab.inject enqueues GPU work of that fraction of each model step's own GPU "
-           "time on the candidate's model-runner stream. ",
-    "none": "No injector on either side: every window is an A/A of two identical servers. ",
-    "?": "Injector: not recorded (a run that ended before writing its meta), or not the same in every run. ",
+    "cpu": ("Injected slowdown: specgate_lab.inject lengthens every engine step of the candidate server by that "
+            "fraction of the step's own duration, waiting on the host. ", "what the injection really did"),
+    "gpu": ("Injected slowdown: specgate_lab.inject enqueues GPU work of that fraction of each model step's own "
+            "GPU time on the candidate's model-runner stream. ", "what the injection really did"),
+    "none": ("No injector on either side: every window is an A/A of two identical servers. ",
+             "the two servers' own difference"),
+    "?": ("Injector: not recorded (a run that ended before writing its meta), or not the same in every run. ",
+          "any injection's effect and the servers' own difference"),
 }
+
+
+def check_injector(injector: str, levels: Sequence[float]) -> None:
+    """An injector calibrate knows, and levels it can serve ("none" serves the A/A only)."""
+    if injector not in ("cpu", "gpu", "none"):
+        raise ValueError(f"injector must be 'cpu', 'gpu' or 'none', got {injector!r}")
+    if injector == "none" and any(levels):
+        raise ValueError(f"--injector none measures the A/A only: give --levels 0 (got {list(levels)})")
 
 
 def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -228,14 +239,12 @@ def render_markdown(rig: Rig, rows: list[dict[str, Any]], meta: dict[str, Any]) 
 
     repeats = f"{meta['repeats']} repeat(s) x prompts per class" if meta.get("repeats") else "repeats not recorded"
     starts = "both servers started again for every round" if meta.get("fresh_servers") else "one start of both servers"
-    tpot_means = {"none": "the two servers' own difference", "cpu": "what the injection really did",
-                  "gpu": "what the injection really did"}.get(meta.get("injector", "?"),
-                                                              "any injection's effect and the servers' own difference")
+    injector_text, tpot_means = INJECTOR_TEXT.get(meta.get("injector", "?"), INJECTOR_TEXT["?"])
     head = (f"# Calibration of rig {rig.name}\n\n"
             f"{meta['started']} to {meta['finished']}; mode {meta['mode']}; classes {', '.join(meta['classes'])}; "
             f"{meta['rounds']} round(s); protocol: {repeats}, max_tokens {rig.protocol.max_tokens}, "
             f"concurrency {meta['concurrency']}; machine: {meta['machine']}; {starts}.\n\n"
-            + INJECTOR_TEXT.get(meta.get("injector", "?"), INJECTOR_TEXT["?"]) +
+            + injector_text +
             "`server TPOT x`: vLLM's own time per output token, candidate over reference, median (range) over "
             f"the windows: {tpot_means}. `fail @ tol t`: "
             "windows whose ratio interval lies wholly below 1 - t (at 0 % these are false alarms, otherwise "
@@ -298,10 +307,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     from specgate.server import VLLMServer, spec_for_mode
     from specgate.sleep import SleepController, run, with_sleep_mode
 
-    if injector not in ("cpu", "gpu", "none"):
-        raise ValueError(f"injector must be 'cpu', 'gpu' or 'none', got {injector!r}")
-    if injector == "none" and any(levels):
-        raise ValueError(f"injector 'none' measures the A/A only (level 0), got levels {list(levels)}")
+    check_injector(injector, levels)
     alternate = rig.arrangement.name == "alternate"
     paired_design = "alternation" if alternate else "duet"
 

@@ -192,8 +192,8 @@ def calibrate(args: argparse.Namespace) -> int:
             else list(cal.DEFAULT_TOLERANCES)
         if not tolerances or any(not 0 < t < 1 for t in tolerances):
             raise ValueError(f"--tolerances {args.tolerances!r}: give fractions between 0 and 1, e.g. 0.05")
-        if args.injector == "none" and any(levels) and args.render is None:
-            raise ValueError(f"--injector none measures the A/A only: give --levels 0 (got {args.levels!r})")
+        if args.render is None:
+            cal.check_injector(args.injector, levels)
     except (SpecgateError, ValueError) as exc:
         print(f"specgate_lab calibrate: {exc}", file=sys.stderr)
         return 2
