@@ -177,7 +177,7 @@ class AcceptanceEntry(_Model):
     accepted_per_position: list[float] | None = None
 
 
-LEVEL_HISTORY = 10
+LEVEL_HISTORY = 30
 
 
 class RatioEntry(_Model):

@@ -33,7 +33,28 @@ def main(argv: list[str] | None = None) -> int:
     adopt.add_argument("report", type=Path, help="a run's report.json")
     adopt.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     adopt.add_argument("--modes", default=None, help="comma-separated subset of the report's modes")
+    history = sub.add_parser("build-history", help="run N fresh-start sessions of a rig one after the other, each "
+                             "storing its windows: the history of starts the stored-level gate decides with (extra "
+                             "arguments after -- go to pytest)")
+    history.add_argument("--rig", required=True)
+    history.add_argument("--starts", type=_positive_int, default=10, help="fresh starts to store (default 10)")
+    history.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
+    history.add_argument("--runs", type=Path, default=None,
+                         help="where each start's run folder goes (default .specgate/history/<rig>)")
     args, rest = parser.parse_known_args(argv)
+
+    if args.command == "build-history":
+        from specgate.errors import SpecgateError
+        from specgate.history import build_history
+
+        try:
+            return build_history(args.rig, args.starts, fixtures_dir=_fixtures_dir(),
+                                 baselines=args.baselines or _project_root() / "baselines.json",
+                                 runs_dir=args.runs or _project_root() / ".specgate" / "history" / args.rig,
+                                 pytest_args=[a for a in rest if a != "--"])
+        except SpecgateError as exc:
+            print(f"specgate: {exc}", file=sys.stderr)
+            return 4
 
     if args.command == "plan":
         return plan_session_command(args.rig, rest, keep_servers=args.specgate_keep_servers)
@@ -74,6 +95,13 @@ def main(argv: list[str] | None = None) -> int:
             _prepare_untrained_head(prepare_model())
         return int(pytest.main(["-m", tier, "--specgate-rig", args.rig, str(root / "perf_tests"), *rest]))
     return 2
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
 
 
 def _project_root() -> Path:

@@ -32,6 +32,8 @@ from specgate.baselines import (
 )
 from specgate.config import Rig
 from specgate.design import window_design
+from specgate.history import MIN_STARTS as HISTORY_MIN_STARTS
+from specgate.history import StartHistory
 from specgate.measure import ClassMeasurement
 from specgate.outcome import Outcome
 from specgate.paired import (
@@ -348,22 +350,27 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
             shift=stored_ratio.ratio, extra_log_spread=spread, strata=samples.prompts, keys=samples.keys,
             **common), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
-    history = _history_spread(baseline.level_history)
+    history = StartHistory(tuple(baseline.level_history))
     confidence = window_confidence(gates.confidence, m)
-    if history is not None:
-        dof = len(baseline.level_history) - 1
-        spread, source = start_spread(float(np.expm1(history)), confidence=confidence, dof=dof), (
-            f"level vs stored samples; start-to-start spread {history * 100:.1f} % from "
-            f"{len(baseline.level_history)} stored runs (t, {dof} df = {spread_quantile(confidence, dof):.2f})")
+    level_threshold = 1 - (gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance)
+    shift = 1.0
+    if history.usable:
+        # against the mean of the stored starts (the stored samples scaled to it), allowing for where
+        # a new start may land: the history's own spread, t at its real degrees of freedom
+        shift = history.center / baseline.median
+        spread, source = history.half_width(confidence), (
+            f"level vs the mean of the stored starts ({history.center:.1f} tok/s); "
+            f"{history.describe(level_threshold, confidence)}; this mode and class only (not pooled)")
     else:
         spread = start_spread(gates.start_noise, confidence=confidence)
-        source = ("level vs stored samples; start noise "
+        source = (f"level vs stored samples ({history.starts} stored start(s); a history is used from "
+                  f"{HISTORY_MIN_STARTS} on, `python -m specgate build-history`); start noise "
                   + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
-                     "unknown (fewer than 3 stored runs, no start_noise): the interval holds this run's noise only"))
-    level_threshold = 1 - (gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance)
+                     "unknown (no start_noise): the interval holds this run's noise only"))
     return _at_stored_host_pace(_stored_resolution(ratio_result(
         "throughput", m, samples.measured, samples.reference, threshold=level_threshold,
         reference_label="stored level", design=source, note=samples.note, extra_log_spread=float(spread),
+        shift=shift,
         **common), 1 - level_threshold), m, baseline, gates.host_pace_tolerance)
 
 
