@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     servers.add_argument("--stop-all", action="store_true", help="stop every kept server")
     adopt = sub.add_parser("adopt-baselines", help="write the windows measured in a saved report.json as "
                            "baselines (e.g. those an interrupted --specgate-update-baselines run finished)")
-    adopt.add_argument("report", type=Path, help="a run's report.json")
+    adopt.add_argument("report", type=Path, help="a run's report.json (or report.json.gz)")
     adopt.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     adopt.add_argument("--modes", default=None, help="comma-separated subset of the report's modes")
     history = sub.add_parser("build-history", help="run N fresh-start sessions of a rig one after the other, each "
@@ -215,7 +216,8 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
     from specgate.gates import entries_from_report
 
     try:
-        report = json.loads(report_path.read_text())
+        raw = report_path.read_bytes()
+        report = json.loads(gzip.decompress(raw) if report_path.suffix == ".gz" else raw)
     except (OSError, ValueError) as exc:
         print(f"specgate: cannot read report {report_path}: {exc}", file=sys.stderr)
         return 1

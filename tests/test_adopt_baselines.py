@@ -2,6 +2,7 @@
 measured. Exercised on the real report of such a run (GPU lab, pipeline-parallel rig, cut short
 while its third mode hung vLLM)."""
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
-INTERRUPTED = ROOT / "fixtures" / "recorded" / "gpu" / "reports" / "pp2-update-interrupted.json"
+INTERRUPTED = ROOT / "fixtures" / "recorded" / "gpu" / "reports" / "pp2-update-interrupted.json.gz"
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def baselines(tmp_path: Path) -> Path:
 
 def test_adopts_the_finished_windows_of_an_interrupted_run(baselines: Path, capsys) -> None:
     before = load_baselines(baselines)
-    report = json.loads(INTERRUPTED.read_text())
+    report = json.loads(gzip.decompress(INTERRUPTED.read_bytes()))
     assert report["complete"] is False
 
     assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines)]) == 0
@@ -50,7 +51,7 @@ def test_modes_subset(baselines: Path, capsys) -> None:
     assert "2 baseline(s) written" in capsys.readouterr().out
     after = load_baselines(baselines).rigs["h200x2-smollm2-pp2"]
     assert after.get("no_spec") == before.get("no_spec")  # the mode left out is untouched
-    report = json.loads(INTERRUPTED.read_text())
+    report = json.loads(gzip.decompress(INTERRUPTED.read_bytes()))
     adopted = {m["prompt_class"]: sorted(r["decode_tokens_per_s"] for r in m["records"])
                for m in report["measurements"] if m["mode"] == "no_spec_pp2"}
     assert {c: sorted(after["no_spec_pp2"][c]["1"].decode_tokens_per_s) for c in adopted} == adopted
@@ -60,7 +61,7 @@ def test_a_report_from_before_the_rename_is_adopted_under_no_spec(baselines: Pat
     """A report.json whose no-speculation mode is still called "baseline": its windows are stored
     as no_spec's (where the rig's tests look them up), with a note; --modes takes the old name."""
     old = tmp_path / "old-report.json"
-    old.write_text(json.dumps(with_old_mode_name(json.loads(INTERRUPTED.read_text()))))
+    old.write_text(json.dumps(with_old_mode_name(json.loads(gzip.decompress(INTERRUPTED.read_bytes())))))
     assert '"mode": "baseline"' in old.read_text()
     assert main(["adopt-baselines", str(old), "--baselines", str(baselines), "--modes", "baseline"]) == 0
     out = capsys.readouterr().out

@@ -5,6 +5,7 @@ GPU lab's in fixtures/recorded/gpu/reports (rig h200-smollm2, 4 modes x 2 classe
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import re
 from pathlib import Path
@@ -19,21 +20,25 @@ pytestmark = pytest.mark.fast
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 REPORTS = RECORDED / "cpu" / "reports"
-RENDERED = ["cpu/reports/run1-update.json", "cpu/reports/run2-plain.json", "gpu/reports/run1-update.json",
-            "gpu/reports/run2-plain.json", "gpu/reports/run3-xdist.json"]
+RENDERED = ["cpu/reports/run1-update.json.gz", "cpu/reports/run2-plain.json.gz", "gpu/reports/run1-update.json.gz",
+            "gpu/reports/run2-plain.json.gz", "gpu/reports/run3-xdist.json.gz"]
 # Time to first token of the recorded runs: ~0.1-1 s on 2 CPU cores, 20-80 ms on the H200.
 TTFT_MS = {"cpu": (100, 2000), "gpu": (10, 500)}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
 def _load(name: str) -> dict[str, Any]:
-    return json.loads((REPORTS / name).read_text())
+    return _read(REPORTS / f"{name}.gz")
 
 
 @pytest.fixture(scope="module", params=RENDERED)
 def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    report = json.loads((RECORDED / request.param).read_text())
-    out = tmp_path_factory.mktemp(request.param.replace("/", "-").removesuffix(".json"))
+    report = _read(RECORDED / request.param)
+    out = tmp_path_factory.mktemp(request.param.replace("/", "-").removesuffix(".json.gz"))
     return report, out, render_all(report, out)
 
 
@@ -176,7 +181,7 @@ def test_two_levels_and_a_failed_gate_with_a_pipe(tmp_path: Path) -> None:
 def test_a_report_from_before_the_rename_renders_the_same(name: str, tmp_path: Path) -> None:
     """report.json files that name the no-speculation mode "baseline" (written before it became
     no_spec) render as they did: the same summary with the old name, and every plot."""
-    report = json.loads((RECORDED / name).read_text())
+    report = _read(RECORDED / name)
     old = with_old_mode_name(report)
     assert "baseline" in json.dumps(old["rig"]) and "no_spec" not in json.dumps(old)
 

@@ -2,7 +2,7 @@
 (specgate_lab/scripts/core-canary.py beside an A/A `specgate_lab calibrate`), from its run folder.
 
 Usage: ``python -m specgate_lab.analyses.canary_analysis RUN_FOLDER [--phase-by window|request]``
-(standard library only), e.g. ``.evidence/docs/lab/2026-12-01-h200-visit6/canary135``. Reads
+(standard library only), e.g. ``docs/lab/2026-12-01-h200-visit6/canary135`` from history (docs/journal/README.md). Reads
 measurements.jsonl.gz (the calibration windows), pin.log (the perf_counter times at which the
 servers were pinned and at which the candidate's engine core main thread moved onto the
 reference's CPU) and canary-4/6/12.jsonl.gz ([bin start perf_counter s, iterations, p25 ns] per

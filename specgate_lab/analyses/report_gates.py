@@ -1,10 +1,9 @@
 """Every gate of saved report.json files, one line each: the figures the journal quotes
-(docs/journal/), re-derived from the raw reports on the evidence branch. Run from the repository root:
+(docs/journal/), re-derived from the reports kept in docs/evidence/. Run from the repository root:
 
-    git worktree add .evidence evidence        # once
-    python -m specgate_lab.analyses.report_gates .evidence/docs/calibration/cpu-2026-12-01c/run-*-report.json.gz
+    python -m specgate_lab.analyses.report_gates docs/evidence/calibration/cpu-2026-12-01c/run-*-report.json.gz
     python -m specgate_lab.analyses.report_gates --gate backfire \
-        .evidence/docs/lab/2026-12-02-h200-visit14/K*/report.json.gz
+        docs/evidence/lab/2026-12-02-h200-visit14/K*/report.json.gz
 
 Per gate: the report, mode, class, concurrency, gate, verdict, ratio with its interval and confidence,
 and pairs (standard library only)."""

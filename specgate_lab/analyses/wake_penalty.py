@@ -1,8 +1,8 @@
 """Is the first request after a sleep-mode wake slower, and by how much does that move an alternation
 window's ratio? The figures behind docs/alternation.md's "no warm-up after a wake", re-derived from
-the raw reports on the evidence branch. Run from the repository root:
+lab reports that were kept only on an unpublished branch and are lost (docs/journal/README.md), so
+the commands below, as they ran, no longer find their input:
 
-    git worktree add .evidence evidence        # once
     E=.evidence/docs/lab
     python -m specgate_lab.analyses.wake_penalty $E/2026-12-03-h200-same-lease/V5/A1/report.json \
         $E/2026-12-03-h200-reuse/V4/A*/report.json.gz $E/2026-12-03-h200-alternation/A1/report.json.gz

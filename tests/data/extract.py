@@ -1,17 +1,17 @@
-"""Re-extract the fast tier's small copies of real reports from the evidence branch.
+"""Re-extract the fast tier's small copies of real reports from git history.
 
-The raw reports live on the ``evidence`` branch (``git worktree add .evidence evidence``); the
-tests read trimmed copies kept here at the same relative path (``docs/lab/X`` -> ``tests/data/lab/X``):
+The raw reports are in main's history before commit e43f83e, which moved them out of the tree; the
+tests read trimmed copies kept here at the same relative path (``docs/lab/X`` -> ``tests/data/lab/X``),
+fuller than docs/evidence's:
 every request record keeps its timings, token counts and derived rates, but not its generated text
 or the receive time of each chunk (only the first and the last, which the decode rate is made of).
 
-    python tests/data/extract.py            # from .evidence/, into tests/data/
+    python tests/data/extract.py            # from e43f83e^, into tests/data/
 """
 
 import gzip
 import json
-import shutil
-import sys
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -64,16 +64,22 @@ def trim(report: dict) -> dict:
     return report
 
 
-def main(source: Path = ROOT / ".evidence" / "docs") -> None:
+def from_history(name: str, commit: str = "e43f83e") -> bytes:
+    """``docs/<name>`` as it was just before ``commit`` deleted it."""
+    return subprocess.run(["git", "show", f"{commit}^:docs/{name}"], cwd=ROOT, check=True,
+                          capture_output=True).stdout
+
+
+def main() -> None:
     for name in REPORTS:
-        report = trim(json.loads(gzip.decompress((source / name).read_bytes())))
+        report = trim(json.loads(gzip.decompress(from_history(name))))
         out = HERE / name
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(gzip.compress(json.dumps(report).encode(), 9, mtime=0))
     for name in COPIED:
         (HERE / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / name, HERE / name)
+        (HERE / name).write_bytes(from_history(name))
 
 
 if __name__ == "__main__":
-    main(*(Path(arg) for arg in sys.argv[1:2]))
+    main()
