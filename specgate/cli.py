@@ -1,4 +1,7 @@
-"""``python -m specgate``: prepare the embedded model, run a tier, render a saved report."""
+"""``python -m specgate``: prepare the embedded model, plan or run a rig's perf tests, list or stop
+kept servers, adopt a saved report's windows as baselines, store a rig's history of fresh starts,
+write the JSON schemas of report.json and baselines.json. (A saved report renders again with
+``pytest --specgate-report-only=PATH``.)"""
 
 from __future__ import annotations
 
@@ -42,7 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     history.add_argument("--runs", type=Path, default=None,
                          help="where each start's run folder goes (default .specgate/history/<rig>)")
+    schema = sub.add_parser("schema", help="print the JSON schema of report.json or baselines.json, or write "
+                            "both (--out FOLDER)")
+    schema.add_argument("name", nargs="?", choices=["report", "baselines"], help="the schema to print")
+    schema.add_argument("--out", type=Path, default=None, help="write report.schema.json and "
+                        "baselines.schema.json into this folder")
     args, rest = parser.parse_known_args(argv)
+
+    if args.command == "schema":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        return schema_command(args.name, args.out, parser)
 
     if args.command == "build-history":
         from specgate.errors import SpecgateError
@@ -206,6 +219,19 @@ def _renamed_in(report: dict) -> dict:
                               **({"partner": {**m["partner"], "mode": name(m["partner"].get("mode"))}}
                                  if isinstance(m.get("partner"), dict) else {})}
                              for m in report.get("measurements", [])]}
+
+
+def schema_command(name: str | None, out: Path | None, parser: argparse.ArgumentParser) -> int:
+    from specgate.schemas import schema_text, write_schemas
+
+    if (name is None) == (out is None):
+        parser.error("schema: give a NAME to print, or --out FOLDER to write both")
+    if out is not None:
+        for path in write_schemas(out):
+            print(path)
+        return 0
+    sys.stdout.write(schema_text(name))
+    return 0
 
 
 def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ TREE_BUDGET_BYTES = 20_000_000  # the whole tracked tree, evidence and fixtures 
 # Where a cited repository path starts; anything else (/tmp/..., .specgate/runs/..., ~/...) is an
 # output or a user's path, not the repository's.
 TOP = ("docs", "specgate", "specgate_lab", "tests", "fixtures", "benchmarks", "perf_tests", ".ci", "lab")
-CITED = re.compile(r"(?<![\w./$~-])((?:%s)/[\w./*?{},\[\]-]*)" % "|".join(re.escape(t) for t in TOP))
+CITED = re.compile(r"(?<![\w./$~-])((?:" + "|".join(map(re.escape, TOP)) + r")/[\w./*?{},\[\]-]*)")
 # A path in git history (`git archive REV PATH`, `git show REV:PATH`): checked against that commit.
 HISTORY = re.compile(r"git (?:archive (\S+) |show (\S+):)([\w./-]+)")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -97,3 +97,19 @@ def test_the_tracked_tree_stays_within_its_budget() -> None:
     assert total <= TREE_BUDGET_BYTES, (
         f"the tracked tree holds {total:,} bytes, over its {TREE_BUDGET_BYTES:,}; largest: "
         + ", ".join(f"{f.relative_to(ROOT)} ({sizes[f]:,})" for f in largest))
+
+
+def test_every_specgate_command_the_docs_cite_exists(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m specgate NAME`` in README and docs, and the help's own description, name only
+    subcommands the CLI has."""
+    from specgate.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = capsys.readouterr().out
+    commands = set(re.search(r"\{([a-z,-]+)\}", help_text).group(1).split(","))
+    cited = {(doc.relative_to(ROOT), name) for doc in _docs()
+             for name in re.findall(r"python -m specgate ([a-z][a-z-]*)", doc.read_text())}
+    assert cited and not {c for c in cited if c[1] not in commands}, commands
+    description = help_text.split("\n\n")[1]
+    assert "render" not in description or "--specgate-report-only" in description, description
