@@ -8,8 +8,8 @@ path (``docs/calibration/X`` -> ``docs/evidence/calibration/X``):
   fields but its telemetry (only the window's GPU utilisation) and, per request record,
   only ``request_id`` and ``decode_tokens_per_s``: what ``specgate_lab.analyses.report_gates`` and
   ``lab/2026-12-02-h200-visit11/figures.py`` read;
-- a calibration run's ``windows.jsonl`` as it was, and its ``summary.json`` as ``meta.json`` (the
-  meta only; ``calibrate --render`` computes the tables again);
+- a calibration run's ``windows.jsonl`` as it was, and its ``summary.json`` with its meta only
+  (``calibrate --render`` computes the tables' rows again);
 - the small scripts and text files the journal cites.
 
 Server logs, plots, per-request telemetry (measurements.jsonl.gz), canaries and py-spy dumps stay in
@@ -65,7 +65,7 @@ def kept_as(name: str) -> str | None:
         return str(rel)
     if path.name == "summary.json" and (path.parent.name.startswith("calibration")
                                         or path.parent.name == "cpu-2026-11-30"):
-        return str(rel.with_name("meta.json"))
+        return str(rel)
     return None
 
 
@@ -75,8 +75,8 @@ def write(commit: str, name: str, target: Path) -> None:
     if target.name.endswith("report.json.gz"):
         report = trim_report(json.loads(gzip.decompress(raw)))
         raw = gzip.compress(json.dumps(report, separators=(",", ":")).encode(), 9, mtime=0)
-    elif target.name == "meta.json":
-        raw = (json.dumps(json.loads(raw)["meta"], indent=1) + "\n").encode()
+    elif target.name == "summary.json":
+        raw = (json.dumps({"meta": json.loads(raw)["meta"]}, indent=1) + "\n").encode()
     target.write_bytes(raw)
 
 
