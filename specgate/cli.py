@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
                           "starts, windows, requests, tokens, an estimated duration (extra arguments go to pytest's "
                           "selection: -k EXPR, -m EXPR, --specgate-vllm-url URL, ...)")
     plan.add_argument("--rig", default="cpu-smollm2")
+    plan.add_argument("--host-memory-gib", type=float, default=None, metavar="GIB",
+                      help="plan for a host with this much available memory (default: this host's)")
     plan.add_argument("--specgate-keep-servers", action="store_true",
                       help="count the kept servers a --specgate-keep-servers session would reuse as no start")
     servers = sub.add_parser("servers", help="list the servers kept running between sessions "
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return 4
 
     if args.command == "plan":
-        return plan_session_command(args.rig, rest, keep_servers=args.specgate_keep_servers)
+        return plan_session_command(args.rig, rest, keep_servers=args.specgate_keep_servers,
+                                    host_gib=args.host_memory_gib)
     if args.command == "servers":
         from specgate.registry import servers_command
 
@@ -130,7 +133,8 @@ def _fixtures_dir() -> Path:
     return resolve_fixtures_dir(None, _project_root())
 
 
-def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers: bool = False) -> int:
+def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers: bool = False,
+                         host_gib: float | None = None) -> int:
     """``specgate plan``: collect the perf tests of ``rig_name`` as ``pytest -m TIER`` (with the
     extra arguments' selection) would, start nothing, and print the session's plan."""
     import contextlib
@@ -148,7 +152,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 1
-    capture = PlanCapture(keep_servers=keep_servers)
+    capture = PlanCapture(keep_servers=keep_servers, host_gib=host_gib)
     # test paths given (as `tox -e cpu` names perf_tests/test_speculative_perf.py): those, else perf_tests/
     given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
     paths = [] if given else [str(root / "perf_tests")]
@@ -163,6 +167,14 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})", file=sys.stderr)
         return 1 if code else 0
     print(capture.plan.render())
+    if capture.specgate.rig.arrangement.name == "alternate":
+        from specgate.plan import paths
+
+        store = None
+        with contextlib.suppress(SpecgateError):
+            store = capture.specgate.store
+        for line in paths(capture.specgate.rig, capture.windows, capture.rates[0], store=store, host_gib=host_gib):
+            print(line)
     return 0
 
 

@@ -319,6 +319,9 @@ class Estimate(_Strict):
     # level 1): the plan counts each window's swaps at it, and the turns are sized with it until the
     # session has measured a swap. The default is the lab's H200 with a 15.5 B model (0.7 s + 0.9 s).
     swap_s: float = Field(default=EXPECTED_SWAP_S, gt=0)
+    # GiB/s at which a level-2 wake reads the weights again from the model's files (the plan's
+    # estimate of such a wake: the weights' size over this); None: level-2 wakes are not estimated.
+    weights_read_gib_per_s: float | None = Field(default=None, gt=0)
 
     def startup_for(self, speculative: bool) -> float:
         if speculative and self.speculative_startup_s is not None:

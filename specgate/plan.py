@@ -14,6 +14,7 @@ on what the first look reads: the estimate adds the share of them the rig expect
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +24,16 @@ from typing import TYPE_CHECKING, Any
 from specgate.duet import alternation_block, alternation_swaps
 from specgate.duet import plan as duet_plan
 from specgate.durations import format_elapsed
+from specgate.host_memory import (
+    PIN_GIB_PER_S,
+    LevelChoice,
+    Sleeper,
+    choose_levels,
+    first_sleep_s,
+    host_available_gib,
+    level2_wake_s,
+    level_line,
+)
 
 if TYPE_CHECKING:
     from specgate.config import Rig
@@ -80,11 +91,18 @@ class SessionPlan:
     other_tests: int = 0  # selected tests that measure no window (fault tests, unit tests)
     notes: tuple[str, ...] = field(default=())
     follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
+    # sleep mode (an alternation): the host memory line, each server's level, the first level-1
+    # sleeps' time (counted), and the refusal of servers that need level 1 and cannot have it
+    host_lines: tuple[str, ...] = ()
+    first_sleeps_s: float = 0.0
+    refusal: str | None = None
+    sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, level) in an alternation
+    level2_wake_s: float | None = None  # one level-2 wake of this rig's weights, when known
 
     @property
     def startup_s(self) -> float:
         return sum(s.startup_s for s in self.servers if not s.reused) + STOP_S * len(
-            [s for s in self.servers if not s.reused])
+            [s for s in self.servers if not s.reused]) + self.first_sleeps_s
 
     @property
     def requests(self) -> int:
@@ -153,6 +171,9 @@ class SessionPlan:
             elif self.follow_up_s:
                 summary += f" (up to {format_elapsed(total + self.follow_up_s)} if every follow-up round runs)"
         lines.append(summary)
+        lines += [f"  {line}" for line in self.host_lines]
+        if self.refusal:
+            lines.append(f"  REFUSED before any start: {self.refusal}")
         if self.other_tests:
             lines.append(f"  and {self.other_tests} other test(s) that measure no window (not estimated)")
         lines += [f"  note: {n}" for n in self.notes]
@@ -220,11 +241,13 @@ def _request_s(rig: Rig, rate: float | None, prompt_chars: float = FIRST_TOKEN_P
     return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
 
 
-def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int) -> int:
-    """An alternation window's swaps, in the turns the measurement will choose (specgate.measure)."""
+def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int, swap_s: float | None = None) -> int:
+    """An alternation window's swaps, in the turns the measurement will choose (specgate.measure):
+    a longer swap (a level-2 wake) makes fewer, longer turns."""
     protocol = rig.protocol
     block = protocol.alternation_block or alternation_block(
-        request_s=request_s, swap_s=rig.estimate.swap_s, concurrency=concurrency, keys=keys)
+        request_s=request_s, swap_s=swap_s if swap_s is not None else rig.estimate.swap_s,
+        concurrency=concurrency, keys=keys)
     return alternation_swaps(keys=keys, block=block, concurrency=concurrency, repeats=protocol.repeats)
 
 
@@ -234,13 +257,35 @@ def _switches(requests: int, concurrency: int, seed: int) -> int:
     return sum(1 for a, b in itertools.pairwise(turns) if a.side != b.side)
 
 
+def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
+    """The servers of an alternation as the host-memory rule sees them: the rig's one weights size
+    (``sleep_host_memory_gib``, else the model folder's weight files), and why one cannot wake
+    from level 2 (a drafter, or dummy weights)."""
+    from specgate.design import drafter_in, dummy_weights
+    from specgate.sleep import weights_gib_in_folder
+
+    weights = rig.sleep_host_memory_gib or weights_gib_in_folder(rig.model)
+    modes = {m.name: m for m in rig.modes}
+    out = []
+    for server in servers:
+        argv = list(rig.argv_prefix) + list(rig.mode_extra_args.get(server.mode, ()))
+        mode = modes[server.mode]
+        drafter = mode.speculative_config is not None and drafter_in(
+            ["--speculative-config", json.dumps(mode.speculative_config)])
+        why = ("a drafter's weights would not come back" if drafter else
+               "dummy weights cannot be reloaded" if dummy_weights(argv) else "")
+        out.append(Sleeper(server.label, weights, why))
+    return out
+
+
 def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float], *,
                  attached: bool = False, reused: Iterable[str] = (), other_tests: int = 0,
-                 rate_note: str | None = None) -> SessionPlan:
+                 rate_note: str | None = None, host_gib: float | None = None) -> SessionPlan:
     """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run).
 
     ``rates``: decode tok/s per window (see :func:`stored_rates`); ``attached``: --specgate-vllm-url (no
-    server starts); ``reused``: labels of kept servers this session will reuse (no start)."""
+    server starts); ``reused``: labels of kept servers this session will reuse (no start);
+    ``host_gib``: the host's available memory (default: read it) for the sleep levels."""
     protocol, reference = rig.protocol, rig.reference_mode
     selected = list(dict.fromkeys(windows))
     design = rig.design
@@ -262,6 +307,23 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     if design == "duet" and selected and not attached:
         need(reference, reference)  # started first, live for the whole session
     duet_covered = {(c, n) for m, c, n in selected if design == "duet" and m != reference}
+    choice: LevelChoice | None = None
+    if alternating and not attached:
+        for key in selected:  # every server the selection starts, in order
+            mode = key[0]
+            if mode not in modes:
+                continue
+            if design != "ab":
+                need(mode, mode)
+                if mode != reference:
+                    need(reference, reference)
+            else:
+                need(f"{mode}@candidate", mode), need(f"{mode}@reference", mode)
+        asleep = sleepers(rig, servers.values())
+        choice = choose_levels(asleep, host_available_gib() if host_gib is None else host_gib, forced=rig.sleep_level,
+                               prefer=[label for label in servers if label.endswith("@reference") or label in reused])
+        wakes = {s.label: (level2_wake_s(s.weights_gib, rig.estimate.weights_read_gib_per_s)
+                           if choice.levels[s.label] == 2 else 0.0) for s in asleep}
     plans: list[WindowPlan] = []
     warmed: set[str] = set()
     warmup_s: float | None = 0.0
@@ -286,12 +348,17 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
         if all(t is not None for t in times):
             seconds = sum(rounds * t for t in times)  # type: ignore[operator]
             if len(sides) == 2 and alternating:
-                swaps = _alternation_swaps(rig, max(times), prompts[prompt_class], concurrency)  # type: ignore[type-var]
-                seconds += swaps * rig.estimate.swap_s
+                # a level-2 wake whose time is unknown counts as the rig's swap_s (its line says so)
+                wake = [wakes.get(label) or 0.0 for label, _ in sides] if choice is not None else [0.0, 0.0]
+                swap_s = rig.estimate.swap_s + sum(wake) / 2
+                swaps = _alternation_swaps(rig, max(times), prompts[prompt_class], concurrency,  # type: ignore[type-var]
+                                           swap_s=swap_s)
+                seconds += swaps * swap_s
             elif len(sides) == 2:
                 seconds += protocol.settle_s * protocol.repeats * _switches(
                     prompts[prompt_class], concurrency, protocol.seed or 0)
-            seconds += WINDOW_OVERHEAD_S
+            if seconds is not None:
+                seconds += WINDOW_OVERHEAD_S
         follow = None
         if len(sides) == 2 and seconds is not None and not attached:
             extra = rig.follow_up_rounds(mode, prompt_class, backfire=design == "duet")
@@ -310,18 +377,32 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     notes = [rate_note] if rate_note and plans else []
     if attached:
         notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
+    host_lines: list[str] = []
+    first_sleeps = 0.0
+    refusal = None
+    if choice is not None:
+        host_lines.append(choice.host_line())
+        host_lines.append("sleep levels: " + "; ".join(level_line(s, choice.levels[s.label], wakes[s.label])
+                                                      for s in asleep))
+        first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in asleep
+                           if choice.levels[s.label] == 1 and s.label not in reused)
+        refusal = choice.refusal(asleep)
     if alternating and not attached:
         first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
                  "model on the lab's H200), counted in the swaps" if rig.sleep_level == 2 else
-                 "each server's first sleep, before its first window, copies its weights to host memory (~24 s "
-                 "for 29 GiB on the lab's H200) and is not counted")
+                 "each server's first level-1 sleep copies its weights to host memory (counted with the starts, "
+                 f"at ~{PIN_GIB_PER_S:g} GiB/s)")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
                      f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
     return SessionPlan(rig=rig.name, design=rig.arrangement.name if alternating else design,
                        servers=tuple(servers.values()), windows=tuple(plans),
                        warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,
                        other_tests=other_tests, notes=tuple(notes),
-                       follow_up_share=rig.estimate.follow_up_share if not attached else 0.0)
+                       follow_up_share=rig.estimate.follow_up_share if not attached else 0.0,
+                       host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
+                       sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
+                       level2_wake_s=level2_wake_s(asleep[0].weights_gib, rig.estimate.weights_read_gib_per_s)
+                       if choice is not None and asleep else None)
 
 
 def windows_of(items: Sequence) -> tuple[list[WindowKey], int]:
@@ -346,3 +427,73 @@ def window_key(item) -> WindowKey | None:
     if prompt_class is None:
         return None
     return (mode.name, prompt_class.name, int(params.get("concurrency", 1)))
+
+
+# -- the paths to a verdict on a one-server rig, side by side --------------------------------------
+def _history_catches(rig: Rig, store, windows: Sequence[WindowKey]) -> str:
+    """What the plain run's stored-level gate catches with the history stored for the reference
+    mode's windows of this selection (the fewest starts among them)."""
+    from specgate.baselines import lookup
+    from specgate.history import MIN_STARTS, StartHistory
+
+    threshold = 1 - (rig.gates.level_tolerance if rig.gates.level_tolerance is not None
+                     else rig.gates.throughput_tolerance)
+    classes = sorted({(c, n) for _, c, n in windows})
+    histories = []
+    for prompt_class, concurrency in classes:
+        entry = lookup(store, rig.name, rig.reference_mode, prompt_class, concurrency) if store else None
+        histories.append(StartHistory(tuple(entry.level_history if entry else ())))
+    if not histories:
+        return "no window selected"
+    fewest = min(histories, key=lambda h: h.starts)
+    if not fewest.usable:
+        return (f"stored level: {fewest.starts} stored start(s) for {rig.reference_mode} on some class: catches "
+                f"nothing useful until {MIN_STARTS}+ are stored on this machine (`python -m specgate "
+                f"build-history --rig {rig.name}`); backfire decided live")
+    worst = max(histories, key=lambda h: h.catches(threshold))
+    return f"stored level: {worst.describe(threshold)} (the weakest class); backfire decided live"
+
+
+def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
+          host_gib: float | None = None) -> list[str]:
+    """Each path to a verdict for this selection, side by side: a plain run against stored figures,
+    an A/B that starts its reference afresh, and an A/B whose reference a previous session kept
+    (``--specgate-keep-servers``: only the candidate loads). Each with its starts, windows, swaps,
+    duration, host memory and what it can catch."""
+    from specgate.config import AB, Side
+
+    host = host_available_gib() if host_gib is None else host_gib
+    plain_rig = rig.model_copy(update={"ab": None})
+    ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": AB(candidate=Side(python="<candidate>"))})
+    fresh = plan_session(ab_rig, windows, rates, host_gib=host)
+    kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
+    tolerance = rig.gates.ab_tolerance if rig.gates.ab_tolerance is not None else rig.gates.throughput_tolerance
+    live = f"A/B: decided live on paired requests against the {tolerance * 100:g} % line"
+    rows = [("plain run, stored figures", plan_session(plain_rig, windows, rates, host_gib=host),
+             _history_catches(plain_rig, store, windows)),
+            ("A/B, fresh reference", fresh, live),
+            ("A/B, reference kept", plan_session(ab_rig, windows, rates, host_gib=host, reused=kept_labels),
+             f"{live}; the reference is the one a --specgate-keep-servers session left")]
+    lines = [f"paths to a verdict (host memory available: {host:,.0f} GiB):"]
+    for name, p, catches in rows:
+        starts = [s for s in p.servers if not s.reused]
+        kept = len(p.servers) - len(starts)
+        duration = p.expected_s
+        levels = dict(p.sleep_levels)
+        if name.endswith("kept") and any(levels.get(label) == 2 for label in kept_labels):
+            lines.append(f"  {name}: not on this host: a kept server asleep at level 2 has dropped its weights and "
+                         "starts again, so the reference is kept only at level 1 (see host memory)")
+            continue
+        ones = sum(1 for v in levels.values() if v == 1)
+        twos = len(levels) - ones
+        wake = (f", wake ~{format_elapsed(p.level2_wake_s)} each" if p.level2_wake_s is not None else
+                ", wake time unknown: set [estimate] weights_read_gib_per_s") if twos else ""
+        lines.append(
+            f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")
+            + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "
+            + (f"about {format_elapsed(duration)}" if duration is not None else "duration unknown")
+            + (f"; host memory: level 1 for {ones}, level 2 for {twos}{wake}" if levels else "")
+            + (f" ({p.host_lines[0].removeprefix('host memory: ')})" if p.host_lines else "")
+            + (f"; REFUSED: {p.refusal}" if p.refusal else "")
+            + f"; catches: {catches}")
+    return lines

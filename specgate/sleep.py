@@ -59,14 +59,11 @@ from specgate.design import drafter_in, dummy_weights, gpu_memory_utilization
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.durations import format_elapsed
 from specgate.errors import ServerError, ServerStartError
+from specgate.host_memory import GiB, host_available_gib, level1_need_gib
 
-GiB = 1024 ** 3
 # A sleep or wake may take minutes on a big model (the first level-1 sleep copies every weight to
 # host memory: 23.5 s for 28.9 GiB on the H200; ~75 GB per GPU for Kimi on 8 GPUs).
 SWAP_TIMEOUT_S = 1800.0
-# Level 1 when the host's available memory is at least the weights times this, plus HOST_RESERVE_GIB.
-HOST_MARGIN = 1.10
-HOST_RESERVE_GIB = 8.0
 # A sleeping server keeps ~1 GiB per GPU (CUDA context, buffers): a wake needs its own share of
 # the GPU free within this fraction of the GPU's memory.
 GPU_FREE_SLACK = 0.03
@@ -110,19 +107,13 @@ def choose_level(need_gib: float | None, available_gib: float, *, forced: int | 
     if need_gib is None:
         return 1, (f"level 1: the weights' size is not known (set sleep_host_memory_gib in the rig); the host "
                    f"has {available_gib:.0f} GiB available")
-    wanted = need_gib * HOST_MARGIN + HOST_RESERVE_GIB
+    wanted = level1_need_gib([need_gib])
     if available_gib >= wanted:
         return 1, (f"level 1: the host has {available_gib:.0f} GiB available for the sleeping server's "
                    f"{need_gib:.1f} GiB of weights")
     return 2, (f"level 2 (weights discarded, reloaded from the model's files at every wake; slower swaps, timed): "
                f"level 1 would keep {need_gib:.1f} GiB of weights in host memory (with headroom {wanted:.0f} GiB) "
                f"and the host has {available_gib:.0f} GiB available")
-
-
-def host_available_gib() -> float:
-    import psutil
-
-    return psutil.virtual_memory().available / GiB
 
 
 def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:

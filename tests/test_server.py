@@ -271,7 +271,8 @@ def test_progress_reports_elapsed_time(fake: Path, tmp_path: Path, reaper: Reape
     assert re.search(r"ready on port \d+ after \d+s", lines[-1])
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (59.9, "59s"), (60, "1m00s"), (5405, "90m05s")])
+@pytest.mark.parametrize(("seconds", "text"),
+                         [(0, "0s"), (59.9, "59s"), (60, "1m00s"), (5405, "90m05s"), (8616, "2h23m")])
 def test_format_elapsed(seconds: float, text: str) -> None:
     assert format_elapsed(seconds) == text
 

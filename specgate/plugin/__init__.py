@@ -107,6 +107,7 @@ class _Ordering:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if any(cost.window_key(item) is not None for item in items):
             cost.order_items(items, [c.name for c in get_session(config).rig.prompt_classes])
+            cost.refuse_short_host(config, get_session(config), items)
 
 
 @pytest.hookimpl(trylast=True)

@@ -98,12 +98,28 @@ def rates_of(specgate: SpecgateSession) -> tuple[dict[WindowKey, float], str | N
 
 
 def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = (),
-               rates: tuple[dict[WindowKey, float], str | None] | None = None) -> SessionPlan:
+               rates: tuple[dict[WindowKey, float], str | None] | None = None,
+               host_gib: float | None = None) -> SessionPlan:
     """``rates``: rates_of(specgate) when the caller has them already (it reads the host's canary)."""
     windows, other = windows_of(items)
     rates, note = rates if rates is not None else rates_of(specgate)
     return plan_session(specgate.rig, windows, rates, attached=specgate.options.attach_url is not None,
-                        reused=reused, other_tests=other, rate_note=note)
+                        reused=reused, other_tests=other, rate_note=note, host_gib=host_gib)
+
+
+def refuse_short_host(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.Item]) -> None:
+    """Before any server starts: the selection's alternation, planned against this host's available
+    memory, must not need level 2 for a server that cannot wake from it (a drafter, dummy weights):
+    one usage error naming the rig file, the servers and the memory that would allow them."""
+    if specgate.options.attach_url is not None or hasattr(config, "workerinput"):
+        return
+    rig = specgate.rig
+    if rig.arrangement.name != "alternate":
+        return
+    windows, _ = windows_of(items)
+    plan = plan_session(rig, windows, {})
+    if plan.refusal:
+        raise pytest.UsageError(f"specgate: {rig.path}: {plan.refusal} (checked before any server starts)")
 
 
 def session_state(specgate: SpecgateSession):
@@ -228,9 +244,10 @@ def _bound_follow_ups(specgate: SpecgateSession, cost: SessionCost, key: WindowK
 class PlanCapture:
     """A plugin for ``specgate plan``: the plan of the collected selection, kept instead of printed."""
 
-    def __init__(self, *, keep_servers: bool = False) -> None:
+    def __init__(self, *, keep_servers: bool = False, host_gib: float | None = None) -> None:
         self.plan: SessionPlan | None = None
         self.keep_servers = keep_servers
+        self.host_gib = host_gib
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -244,4 +261,7 @@ class PlanCapture:
             from specgate.registry import reusable_labels
 
             reused = reusable_labels(specgate)
-        self.plan = build_plan(specgate, session.items, reused=reused)
+        self.specgate = specgate
+        self.windows, _ = windows_of(session.items)
+        self.rates = rates_of(specgate)
+        self.plan = build_plan(specgate, session.items, reused=reused, rates=self.rates, host_gib=self.host_gib)
