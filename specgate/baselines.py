@@ -60,6 +60,9 @@ class Fingerprint(_Model):
     torch_version: str | None = None
     cuda_version: str | None = None
     cpu_model: str | None = None
+    # which machine, not only its kind (specgate.fingerprint.machine_id): a level stored on one host
+    # of a GPU model is not another host's (two leases of one machine kind read 3.7 % apart)
+    machine: str | None = None
     date: str | None = None
     commit: str | None = None
     note: str | None = None
@@ -82,15 +85,15 @@ class Fingerprint(_Model):
 # What a difference means for a comparison with a stored figure (see comparability):
 SAME = "same"
 OTHER_SETUP = "other_setup"  # software or configuration: vLLM, torch, CUDA, driver, args, env, model
-OTHER_MACHINE = "other_machine"  # another CPU model, GPU model or GPU count
+OTHER_MACHINE = "other_machine"  # another CPU model, GPU model or GPU count, or another host
 OTHER_MEASUREMENT = "other_measurement"  # other prompt texts or another protocol: not the same quantity
 _RANK = {SAME: 0, OTHER_SETUP: 1, OTHER_MACHINE: 2, OTHER_MEASUREMENT: 3}
 # Fields that existed before the others: compared even where one side is None (as before).
 _LEGACY_KEYS = ("accelerator", "accelerator_count", "driver", "vllm_version", "model", "speculative_config",
                 "concurrent_servers")
 _KIND_OF = {"accelerator": OTHER_MACHINE, "accelerator_count": OTHER_MACHINE, "cpu_model": OTHER_MACHINE,
-            "prompts": OTHER_MEASUREMENT, "protocol": OTHER_MEASUREMENT}
-_NEW_KEYS = ("cpu_model", "torch_version", "cuda_version", "server_args", "env")
+            "machine": OTHER_MACHINE, "prompts": OTHER_MEASUREMENT, "protocol": OTHER_MEASUREMENT}
+_NEW_KEYS = ("cpu_model", "machine", "torch_version", "cuda_version", "server_args", "env")
 
 
 def _prompt_differences(stored: dict[str, PromptDigest], now: dict[str, PromptDigest]) -> list[str]:

@@ -53,6 +53,35 @@ def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
         return "unknown", 0, None
 
 
+def machine_id(tier: str, visible: str | None = None) -> str | None:
+    """Which machine this is, not only its kind: on the gpu tier the UUIDs of the server's GPUs (two
+    hosts of one GPU model read apart, so a history of starts belongs to one), else the host's
+    /etc/machine-id or its name. None where none can be read."""
+    if tier == "gpu":
+        try:
+            with nvml() as pynvml:
+                count = pynvml.nvmlDeviceGetCount()
+                entries = [e.strip() for e in (visible or "").split(",") if is_gpu_id(e.strip())] or \
+                    [str(i) for i in range(count)]
+                uuids = []
+                for e in entries:
+                    handle = (pynvml.nvmlDeviceGetHandleByIndex(int(e)) if e.isdigit()
+                              else pynvml.nvmlDeviceGetHandleByUUID(e))
+                    uuid = pynvml.nvmlDeviceGetUUID(handle)
+                    uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
+                if uuids:
+                    return ",".join(sorted(uuids))
+        except Exception:  # no NVML: fall back to the host
+            pass
+    try:
+        text = Path("/etc/machine-id").read_text().strip()
+        if text:
+            return f"machine-id {text}"
+    except OSError:
+        pass
+    return f"host {platform.node()}" if platform.node() else None
+
+
 def git_commit(cwd: Path) -> str | None:
     """The commit under test: ``SPECGATE_COMMIT`` when set (a copied tree whose ``.git`` is not the
     code's, as on the GPU lab machine), else ``git describe --always --dirty`` ("651a65d-dirty"
@@ -139,5 +168,5 @@ def collect(*, tier: str, model: str, speculative_config: dict[str, Any] | None,
         accelerator=accelerator, accelerator_count=count, driver=driver, vllm_version=vllm_version,
         model=Path(model).name, speculative_config=speculative_config, concurrent_servers=concurrent_servers,
         torch_version=torch_version, cuda_version=cuda_version, cpu_model=cpu_model(),
-        date=dt.date.today().isoformat(), commit=git_commit(repo), **measurement,
+        machine=machine_id(tier, gpus), date=dt.date.today().isoformat(), commit=git_commit(repo), **measurement,
     )

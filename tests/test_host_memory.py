@@ -111,3 +111,14 @@ def test_the_session_refuses_a_drafter_mode_before_any_server_starts(tmp_path):
     assert "eagle3 cannot sleep at level 2" in out and "checked before any server starts" in out
     assert "kimi-eagle.toml" in out
     assert not mark.exists()
+
+
+def test_a_level_stored_on_another_host_of_the_same_kind_is_another_machine():
+    from specgate.baselines import OTHER_MACHINE, SAME, Fingerprint, comparability
+
+    here = Fingerprint(accelerator="NVIDIA H200", accelerator_count=1, machine="GPU-aaaa")
+    assert comparability(here, here.model_copy()).kind == SAME
+    other = comparability(here, here.model_copy(update={"machine": "GPU-bbbb"}))
+    assert other.kind == OTHER_MACHINE and "machine: stored 'GPU-aaaa', now 'GPU-bbbb'" in other.differences[0]
+    # an entry stored before the key existed is not another machine (unknown is no difference)
+    assert comparability(here.model_copy(update={"machine": None}), here).kind == SAME
