@@ -342,12 +342,20 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                                 partner.untimed, ref_label=partner.mode)
         spread, design = _stored_ratio_spread(baseline, stored_ratio, gates.start_noise,
                                               window_confidence(gates.confidence, m))
+        ratios = StartHistory(tuple(baseline.ratio_history))
+        shift = stored_ratio.ratio
+        if ratios.usable:  # against the mean of the stored sessions' ratios, with their own spread
+            shift = ratios.center
+            spread = ratios.half_width(window_confidence(gates.confidence, m))
+            design = (f"the mean of {ratios.starts} stored ratios; " + ratios.describe(threshold).replace(
+                "start-to-start", "session-to-session").replace("stored starts", "stored sessions")
+                + "; this mode and class only (not pooled)")
         return _at_stored_host_pace(_stored_resolution(ratio_result(
             "throughput", m, samples.measured, samples.reference, threshold=threshold,
-            reference_label=f"its stored ratio to {partner.mode} ({stored_ratio.ratio:.3f})",
+            reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
             design=f"{window_design(rig, m, 'duet')} ratio to {partner.mode} vs the stored ratio; {design}",
             note=samples.note,
-            shift=stored_ratio.ratio, extra_log_spread=spread, strata=samples.prompts, keys=samples.keys,
+            shift=shift, extra_log_spread=spread, strata=samples.prompts, keys=samples.keys,
             **common), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     history = StartHistory(tuple(baseline.level_history))

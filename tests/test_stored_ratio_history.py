@@ -13,6 +13,7 @@ from specgate.baselines import load_baselines, lookup
 from specgate.cli import main
 from specgate.config import load_rig
 from specgate.gates import check_throughput
+from specgate.history import StartHistory
 from specgate.measure import ClassMeasurement
 from specgate.outcome import Outcome
 
@@ -78,14 +79,17 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
     assert round(one.details["ratio"], 3) == 0.942 and 0.97 < one.details["ci_high"] < 0.98
     assert "session-to-session spread unknown (fewer than 3 stored ratios, no start_noise)" in one.message
 
-    # the stored ratio is s3's again (1.628 with the prompts as strata), with the spread of three
+    # with three stored, the comparison is with their mean (s1b's own ratio among them), widened by
+    # their spread: an estimate with 2 degrees of freedom, scaled by t = 4.30 (not 1.96) x sqrt(1 + 1/3)
     _adopt(all_three, s1b, s2, s3)
-    three = check_throughput(rig, window, lookup(load_baselines(all_three), RIG, "draft_al30", "coding", 1))
-    assert three.details["ratio"] == pytest.approx(one.details["ratio"])
+    entry = lookup(load_baselines(all_three), RIG, "draft_al30", "coding", 1)
+    three = check_throughput(rig, window, entry)
+    mean = StartHistory(tuple(entry.ratio_history)).center
+    assert three.details["ratio"] == pytest.approx(one.details["ratio"] * entry.ratio_to_reference.ratio / mean)
     assert three.outcome is Outcome.UNDECIDED and three.details["verdict"] == "undecided"
     assert three.details["ci_low"] < one.details["ci_low"] and three.details["ci_high"] > 1.0
-    # the spread of 3 stored ratios is an estimate with 2 degrees of freedom: scaled by t = 4.30, not 1.96
-    assert "session-to-session spread 3.3 % from 3 stored ratios (t, 2 df = 4.30)" in three.message
+    assert "the mean of 3 stored ratios; 3 stored sessions, session-to-session spread 3." in three.message
+    assert "(t, 2 df = 4.30)" in three.message
 
 
 def test_with_fewer_than_3_stored_ratios_the_rigs_start_noise_stands_in_for_the_sessions(tmp_path, baselines):

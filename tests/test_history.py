@@ -1,0 +1,54 @@
+"""specgate.history and the stored-level gate with a history of starts: the lab's 10 stored starts
+(baselines.json, rig h200-wide15b-history) and two of the plain runs replayed against them on the
+H200 (docs/evidence/lab/2026-12-04-h200-history), decided again by today's gate code."""
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from specgate.baselines import load_baselines, lookup
+from specgate.config import load_rig
+from specgate.gates import check_throughput
+from specgate.history import StartHistory
+from specgate.measure import ClassMeasurement
+from specgate.outcome import Outcome
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parent.parent
+RIG = "h200-wide15b-history"
+EVIDENCE = ROOT / "docs" / "evidence" / "lab" / "2026-12-04-h200-history"
+
+
+def _window(name: str) -> ClassMeasurement:
+    # the window as the report kept it, every request's record whole but its text (not read by the gate)
+    with gzip.open(EVIDENCE / f"{name}.window.json.gz", "rt") as f:
+        return ClassMeasurement.from_dict(json.load(f))
+
+
+def test_the_prediction_interval_of_a_history():
+    history = StartHistory((100.0, 101.0, 99.0))
+    assert history.starts == 3 and history.dof == 2 and history.usable
+    assert history.center == pytest.approx(math.exp(sum(map(math.log, (100, 101, 99))) / 3))
+    # t(2) at 95 % x sd x sqrt(1 + 1/3)
+    assert history.half_width(0.95) == pytest.approx(4.3027 * history.log_sd * math.sqrt(4 / 3), rel=1e-3)
+    assert not StartHistory((100.0, 101.0)).usable
+
+
+def test_the_lab_rig_holds_ten_stored_starts():
+    entry = lookup(load_baselines(ROOT / "baselines.json"), RIG, "no_spec", "coding", 1)
+    assert len(entry.level_history) >= 10
+
+
+@pytest.mark.parametrize(("replay", "outcome"), [("replay-01", Outcome.FAIL), ("replay-03", Outcome.PASS)])
+def test_plain_runs_against_the_stored_starts_decide(replay, outcome):
+    # replay-01 ran with every GPU step 5 % longer, replay-03 with nothing changed (the campaign's log)
+    rig = load_rig(RIG, ROOT / "fixtures")
+    entry = lookup(load_baselines(ROOT / "baselines.json"), RIG, "no_spec", "coding", 1)
+    result = check_throughput(rig, _window(replay), entry)
+    assert result.outcome is outcome, result.message
+    assert "10 stored starts, start-to-start spread 0.05 %" in result.message
+    assert "catches a true level ratio <= 0.968" in result.message and "not pooled" in result.message
