@@ -86,7 +86,9 @@ class LevelChoice:
                 f"{self.need_all_gib:,.0f} GiB ({HOST_MARGIN:g} x weights + {HOST_RESERVE_GIB:g} GiB); "
                 f"{self.available_gib:,.0f} GiB available")
         if self.short_gib > 0:
-            line += f": {self.short_gib:,.0f} GiB short"
+            fit = sum(1 for level in self.levels.values() if level == 1)
+            line += (f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} fit at level 1 (fewer modes "
+                     "with -k, or an A/B of one mode at a time, keeps every server at level 1)")
         return line
 
     def refusal(self, sleepers: Sequence[Sleeper]) -> str | None:
