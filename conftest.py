@@ -8,3 +8,19 @@ and pytest skips it when the entry point already registered it under the same na
 """
 
 pytest_plugins = ["specgate.plugin"]
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/ holds specgate's own tests, every one marked ``fast``, whose modules import the dev extra
+    (hypothesis). A run whose ``-m`` expression can select no fast test (``pytest -m gpu``,
+    ``pytest -m cpu``) does not collect them: a perf run needs only the extra it names."""
+    tests = config.rootpath / "tests"
+    if not config.option.markexpr or collection_path.parent != tests:
+        return None  # pytest asks for each entry of tests/ (a testpaths entry itself is never ignored)
+    try:
+        from _pytest.mark.expression import Expression  # pytest's own -m grammar (it has no public API)
+
+        selects_fast = Expression.compile(config.option.markexpr).evaluate(lambda name, **kwargs: name == "fast")
+    except Exception:  # another pytest's internals, or an expression pytest itself reports: collect as usual
+        return None
+    return None if selects_fast else True

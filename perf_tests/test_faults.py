@@ -211,3 +211,28 @@ def test_pytest_timeout_fails_the_test_and_still_tears_the_server_down(tmp_path,
     assert child.returncode == pytest.ExitCode.TESTS_FAILED, out
     assert "Timeout" in out and servers
     assert not any(_alive(p) for p in servers), f"server processes survived the timeout: {servers}"
+
+
+def test_a_server_killed_during_a_window_breaks_the_job_not_a_gate(tmp_path, record_property):
+    # A dead server is a broken job (exit code 6), never "a gate said no" (1): CI retries or fixes the
+    # runner for 6, and looks at the change for 1 (specgate.exit_codes, docs/reports-and-ci.md).
+    child, _ = _run_pytest(tmp_path)
+    seen: list[str] = []
+    try:
+        _wait_for_line(child, "[specgate] mode no_spec, class coding", 180, seen)
+        api_servers = [p for p in _servers_under(child.pid) if p.ppid() == child.pid]
+        assert api_servers, "no API server process found to kill"
+        killed_at = time.monotonic()
+        for proc in api_servers:
+            proc.kill()  # SIGKILL, as the lab's server was killed in the middle of a window
+        out, _ = child.communicate(timeout=120)
+        record_property("seconds_to_exit", round(time.monotonic() - killed_at, 1))
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    output = "".join(seen) + out
+    assert child.returncode == 6, output  # specgate.exit_codes.ExitCode.JOB_BROKEN
+    assert "JOB BROKEN (exit code 6" in output and "window no_spec / coding / c1 not measured" in output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert [(f["mode"], f["prompt_class"]) for f in report["failures"]] == [("no_spec", "coding")]
+    assert not any(_alive(p) for p in api_servers)

@@ -10,10 +10,25 @@ import gzip
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
+
+from specgate.exit_codes import ExitCode
+
+USAGE = int(ExitCode.USAGE_ERROR)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with specgate's usage-error code (argparse's own, 2, is pytest's "interrupted")."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(USAGE, f"{self.prog}: error: {message}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specgate", description=__doc__)
+    """Exit codes as a pytest run's (specgate.exit_codes): 4 for a bad argument or input file, 6 when
+    the job broke (the model could not be prepared), 5 when ``plan`` selects no perf test."""
+    parser = _Parser(prog="specgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare-model", help="fetch and convert SmolLM2-135M-Instruct for the cpu tier")
     prep.add_argument("--cache", type=Path, default=None, help="model cache (default $SPECGATE_MODEL_CACHE "
@@ -78,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "servers":
         from specgate.registry import servers_command
 
-        return servers_command(names=args.stop, stop_all=args.stop_all)
+        return USAGE if servers_command(names=args.stop, stop_all=args.stop_all) else 0  # 1: an unknown name
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
@@ -89,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             _prepare_untrained_head(model)
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)
-            return 1
+            return int(ExitCode.JOB_BROKEN)
         return 0
     if args.command == "adopt-baselines":
         return adopt_baselines(args.report, args.baselines or _project_root() / "baselines.json",
@@ -105,13 +120,13 @@ def main(argv: list[str] | None = None) -> int:
             tier = load_rig(args.rig, _fixtures_dir()).tier
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)
-            return 1
+            return USAGE
         if tier == "cpu":
             from specgate.model_prep import prepare_model
 
             _prepare_untrained_head(prepare_model())
         return int(pytest.main(["-m", tier, "--specgate-rig", args.rig, str(root / "perf_tests"), *rest]))
-    return 2
+    return USAGE
 
 
 def _positive_int(text: str) -> int:
@@ -151,7 +166,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         tier = load_rig(rig_name, _fixtures_dir()).tier
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
-        return 1
+        return USAGE
     capture = PlanCapture(keep_servers=keep_servers, host_gib=host_gib)
     # test paths given (as `tox -e cpu` names perf_tests/test_speculative_perf.py): those, else perf_tests/
     given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
@@ -165,7 +180,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     if capture.plan is None:
         print(out.getvalue(), end="")
         print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})", file=sys.stderr)
-        return 1 if code else 0
+        return int(code) if code not in (ExitCode.OK, ExitCode.GATE_FAILED) else int(ExitCode.NO_TESTS)
     print(capture.plan.render())
     if capture.specgate.rig.arrangement.name == "alternate":
         from specgate.plan import paths
@@ -258,10 +273,10 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
         report = json.loads(gzip.decompress(raw) if report_path.suffix == ".gz" else raw)
     except (OSError, ValueError) as exc:
         print(f"specgate: cannot read report {report_path}: {exc}", file=sys.stderr)
-        return 1
+        return USAGE
     if not isinstance(report, dict) or "specgate_report" not in report:
         print(f"specgate: {report_path} is not a specgate report.json", file=sys.stderr)
-        return 1
+        return USAGE
     if _old_mode_name_in(report):
         report, modes = _renamed_in(report), [NO_SPEC if m == OLD_NO_SPEC else m for m in modes or []] or None
         print(f"note: {report_path} names the no-speculation mode by its old name {OLD_NO_SPEC!r}; "
@@ -270,21 +285,21 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
         stored = load_baselines(baselines_path)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
-        return 1
+        return USAGE
     try:
         entries = entries_from_report(report, modes=modes, stored=stored)
     except (KeyError, TypeError, ValueError) as exc:
         print(f"specgate: {report_path}: a measurement is malformed ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return 1
+        return USAGE
     if not entries:
         print(f"specgate: {report_path} holds no measured window" + (f" of modes {modes}" if modes else ""),
               file=sys.stderr)
-        return 1
+        return USAGE
     try:
         merge_updates(baselines_path, entries)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
-        return 1
+        return USAGE
     if not report.get("complete", True):
         print(f"note: {report_path} is from a run that did not finish; only its finished windows are adopted")
     for (rig, mode, prompt_class, concurrency), entry in sorted(entries.items()):

@@ -587,6 +587,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
     for gate_class in rig.gates.classes:
         if gate_class not in classes:
             raise ConfigError(path, f"gates.classes.{gate_class}", "unknown prompt class")
+    _check_window_pairs(selected, rig.protocol.repeats, path, fixtures_dir / "prompts.toml")
     mode_names = [m.name for m in modes]
     if rig.reference_mode not in mode_names:
         if rig.reference_mode == OLD_NO_SPEC and NO_SPEC in mode_names:
@@ -616,6 +617,21 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None
     check_sleep_level(built)
     return built
+
+
+def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Path, prompts_path: Path) -> None:
+    """Refuse a rig whose windows can never decide: a window pairs each request key (prompt x
+    repeat) once, the paired gates need MIN_PAIRS pairs for an interval, and a follow-up round is
+    only given to a window whose first look has one, so the first look must reach it."""
+    from specgate.paired import MIN_PAIRS
+
+    short = [(c.name, len(c.prompts)) for c in classes if len(c.prompts) * repeats < MIN_PAIRS]
+    if short:
+        listed = ", ".join(f"{name} ({n} prompt(s) x {repeats} = {n * repeats} pairs)" for name, n in short)
+        needed = max(-(-MIN_PAIRS // n) for _, n in short)
+        raise ConfigError(path, "protocol.repeats", f"a window of {listed} can never reach the {MIN_PAIRS} pairs a "
+                          f"paired gate needs to decide: set repeats = {needed} or more, or give the class more "
+                          f"prompts in {prompts_path}")
 
 
 def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:

@@ -53,8 +53,8 @@ EXACT_UP_TO = 60  # exact null distribution below this many pairs, normal approx
 # quantile of the same distribution): r < threshold * exp(-(1 + p / q) * upper_spread).
 POWER = 0.95
 
-# "slower" (fails) | "faster" | "equal" | "not slower" | "undecided", or with fewer than MIN_PAIRS
-# pairs "slower (threshold only)" (fails) | "not slower (threshold only)".
+# "slower" (fails) | "faster" | "equal" | "not slower" | "undecided" (also with fewer than MIN_PAIRS
+# pairs: no interval, so no decision).
 Verdict = str
 
 
@@ -159,11 +159,10 @@ def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.9
     ratio = math.exp(estimate)
     k, coverage = _interval_rank(d.size, confidence) if d.size >= MIN_PAIRS else (0, 0.0)
     if k < 1:
-        # No interval (fewer than MIN_PAIRS pairs): the point ratio against the threshold is all
-        # there is; the message says the decision has no interval and no known resolution.
-        passed = not ratio < threshold
-        return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, passed,
-                           "not slower (threshold only)" if passed else "slower (threshold only)", None, None)
+        # No interval (fewer than MIN_PAIRS pairs): undecided. A point ratio against the threshold
+        # would pass a regression, or fail a good build, on one hiccup request; the message gives
+        # the ratio and says why nothing was decided.
+        return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "undecided", None, None)
     return _decide(estimate, walsh[k - 1] - extra_log_spread, walsh[walsh.size - k] + extra_log_spread,
                    n=int(d.size), coverage=coverage, threshold=threshold, equivalence_margin=equivalence_margin,
                    method=METHOD, quantiles=_normal_quantiles(coverage))
@@ -374,7 +373,7 @@ def describe(result: PairedRatio, *, reference_label: str) -> str:
     head = f"{result.ratio:.3f}x {reference_label} ({change_text(result.ratio)}"
     if result.ci_low is None or result.ci_high is None:
         return (f"{head}; threshold {result.threshold:.2f}; {result.n} pair(s), too few for an interval "
-                f"(at least {MIN_PAIRS}): decided by the threshold alone, resolution unknown)")
+                f"(at least {MIN_PAIRS}): undecided, a point ratio decides nothing)")
     resolution = "resolution unknown"
     if result.detectable is not None:
         level = (1.0 - result.confidence) / 2 * 100

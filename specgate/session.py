@@ -66,6 +66,8 @@ class SpecgateSession:
     progress: Callable[[str], None] = lambda line: None
     measurements: dict[MeasureKey, ClassMeasurement] = field(default_factory=dict)
     failures: dict[MeasureKey, BaseException] = field(default_factory=dict)
+    # servers that could not start: {"server": label, "error": message} (the job broke: exit_codes)
+    server_failures: list[dict[str, str]] = field(default_factory=list)
     results: list[GateResult] = field(default_factory=list)
     # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "outcome",
     # "message"}; kind: specgate.outcome's NOT_STORED | STORING, "fingerprint", "other machine",
@@ -84,6 +86,8 @@ class SpecgateSession:
     worker_reports: list[dict[str, Any]] = field(default_factory=list)
     # xdist controller: a deferred cross-mode gate failed (the run exits as failed)
     deferred_failed: bool = False
+    # a rig, mode or prompts file refused while the perf tests were parametrized (a usage error)
+    config_error: SpecgateError | None = None
     _rig: Rig | None = None
     _store: BaselineFile | None = None
     _measurer: Measurer | None = None
@@ -269,6 +273,11 @@ class SpecgateSession:
                                "message": message, **({"details": details} if details else {}),
                                **({"declared": declared} if declared else {})})
 
+    def record_server_failure(self, label: str, error: BaseException) -> None:
+        """A server that could not start (or be woken for its first turn): the job broke."""
+        self.server_failures.append({"server": label, "error": str(error) or type(error).__name__})
+        self._write_partial_report()
+
     def queue_update(self, m: ClassMeasurement, entry: BaselineEntry) -> None:
         self.pending_updates[(self.rig.name, m.mode, m.prompt_class, m.concurrency)] = entry
 
@@ -317,6 +326,7 @@ class SpecgateSession:
         failures = {(f["mode"], f["prompt_class"], f["concurrency"]): f
                     for r in [own, *self.worker_reports] for f in r["failures"]}
         own["failures"] = [f for k, f in failures.items() if k not in seen]
+        own["server_failures"] = [f for r in [own, *self.worker_reports] for f in r.get("server_failures", [])]
         return own
 
     def _own_report_data(self, *, complete: bool) -> dict[str, Any]:
@@ -337,6 +347,7 @@ class SpecgateSession:
             "deferred_tests": self.deferred_tests,
             "failures": [{"mode": k[0], "prompt_class": k[1], "concurrency": k[2], "error": str(e)}
                          for k, e in self.failures.items()],
+            "server_failures": list(self.server_failures),
             "gates": [r.to_dict() for r in self.results],
             "undecided": list(self.undecided),
             "outcome_policy": self.outcome_policy,

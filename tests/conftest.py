@@ -1,4 +1,10 @@
-"""Settings for specgate's own tests (tests/ only: the perf tiers never load this file).
+"""Settings for specgate's own tests (tests/ only).
+
+pytest loads this file at start-up whenever ``tests`` is one of its paths (it is in ``testpaths``), so
+a perf run from the repository root loads it too, in an environment that may hold only the ``[gpu]``
+or ``[cpu]`` extra: it imports nothing beyond specgate's own dependencies at load. Hypothesis (the
+``dev`` extra) is configured when it is installed, and the root conftest keeps a perf run from
+collecting tests/ at all (``pytest -m gpu`` could select none of its tests).
 
 Hypothesis runs under a profile, so the example count is chosen in one place:
 
@@ -20,11 +26,15 @@ import os
 # worker ran an in-process run first (tests/test_cost.py failed so under -n 1).
 import numpy  # noqa: F401
 import pytest
-from hypothesis import settings
 
-settings.register_profile("fast", max_examples=30, deadline=None)
-settings.register_profile("thorough", max_examples=500, deadline=None)
-settings.load_profile(os.environ.get("SPECGATE_HYPOTHESIS", "fast"))
+try:
+    from hypothesis import settings
+except ImportError:  # no dev extra: a perf run's environment; tests/ is not collected there
+    settings = None
+if settings is not None:
+    settings.register_profile("fast", max_examples=30, deadline=None)
+    settings.register_profile("thorough", max_examples=500, deadline=None)
+    settings.load_profile(os.environ.get("SPECGATE_HYPOTHESIS", "fast"))
 
 
 @pytest.fixture

@@ -80,7 +80,7 @@ def test_bad_report_is_named_and_baselines_untouched(tmp_path: Path, baselines: 
     if content is not None:
         report.write_text(content)
     before = baselines.read_bytes()
-    assert main(["adopt-baselines", str(report), "--baselines", str(baselines)]) == 1
+    assert main(["adopt-baselines", str(report), "--baselines", str(baselines)]) == 4  # usage error
     err = capsys.readouterr().err
     assert message in err and str(report) in err
     assert baselines.read_bytes() == before
@@ -88,7 +88,7 @@ def test_bad_report_is_named_and_baselines_untouched(tmp_path: Path, baselines: 
 
 def test_no_window_of_the_asked_modes(baselines: Path, capsys) -> None:
     before = baselines.read_bytes()
-    assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines), "--modes", "ngram"]) == 1
+    assert main(["adopt-baselines", str(INTERRUPTED), "--baselines", str(baselines), "--modes", "ngram"]) == 4
     assert "holds no measured window of modes ['ngram']" in capsys.readouterr().err
     assert baselines.read_bytes() == before
 

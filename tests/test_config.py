@@ -410,3 +410,17 @@ def test_an_alternation_block_that_is_not_a_multiple_of_every_concurrency_level_
     err = _load_fails(fx, "h200-wide15b-alternate")
     assert err.key == "protocol" and str(rig_file) in str(err)
     assert "alternation_block = 4 must be a multiple of every concurrency level [1, 3]" in str(err)
+
+
+def test_a_rig_whose_windows_can_never_reach_six_pairs_is_refused(fx: Path) -> None:
+    # 3 prompts x 1 repeat = 3 pairs per window: every paired gate would stay undecided (specgate.paired)
+    _append(fx / "prompts.toml", "[classes.tiny]\ndescription = \"three prompts\"\n" + "".join(
+        f'[[classes.tiny.prompts]]\nid = "p{i}"\ntext = "Write a long story number {i}."\n' for i in range(3)))
+    rig_file = fx / "rigs" / "cpu-smollm2-quick.toml"
+    _replace(rig_file, 'classes = ["coding", "extraction"]', 'classes = ["coding", "tiny"]')
+    err = _load_fails(fx, "cpu-smollm2-quick")
+    assert err.path == str(rig_file) and err.key == "protocol.repeats"
+    assert "tiny (3 prompt(s) x 1 = 3 pairs)" in str(err) and "coding" not in str(err).split("window of")[1]
+    assert "set repeats = 2 or more" in str(err) and str(fx / "prompts.toml") in str(err)
+    _replace(rig_file, "repeats = 1\n", "repeats = 2\n")
+    assert load_rig("cpu-smollm2-quick", fx, model_cache=fx / "cache").protocol.repeats == 2

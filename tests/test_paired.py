@@ -2,13 +2,17 @@
 non-inferiority verdicts and the stated resolution."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from specgate.config import load_rig
 from specgate.paired import MIN_PAIRS, _interval_rank, describe, paired_ratio, verdict_text, walsh_averages
 
 pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize(("n", "k"), [(6, 1), (8, 4), (12, 14), (20, 53)])
@@ -73,11 +77,29 @@ def test_equal_within_reports_the_margin():
     assert result.equal_within <= 0.011
 
 
-def test_fewer_than_six_pairs_decide_by_threshold_alone_and_say_so():
-    result = paired_ratio([46.4], [62.6], threshold=1.0)
-    assert result.ci_high is None and not result.passed and result.verdict == "slower (threshold only)"
-    assert "too few for an interval" in describe(result, reference_label="no speculation")
+@pytest.mark.parametrize("factor", [0.5, 1.0, 2.0])
+def test_fewer_than_six_pairs_decide_nothing_and_say_so(factor):
+    # a point ratio far below, at or far above the threshold: no interval, so never pass nor fail
+    for n in range(1, MIN_PAIRS):
+        reference = np.linspace(40, 60, n)
+        result = paired_ratio(reference * factor, reference, threshold=1.0)
+        assert result.ci_low is None and result.ci_high is None and result.verdict == "undecided"
+        assert result.ratio == pytest.approx(factor)
+        assert f"{n} pair(s), too few for an interval (at least 6): undecided" in describe(
+            result, reference_label="no speculation")
     assert MIN_PAIRS == 6
+    assert paired_ratio(np.linspace(40, 60, 6) * 0.5, np.linspace(40, 60, 6), threshold=1.0).verdict == "slower"
+
+
+def test_fewer_than_six_pairs_make_the_gate_undecided():
+    from specgate.gates import backfire_decision
+    from specgate.outcome import Outcome
+
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    for factor in (0.5, 2.0):
+        result = backfire_decision(rig, "ngram", "coding", 1, [30.0 * factor] * 5, [30.0] * 5)
+        assert result.outcome is Outcome.UNDECIDED, result.message
+        assert "5 pair(s), too few for an interval" in result.message
 
 
 def test_shift_and_extra_spread():

@@ -73,13 +73,13 @@ def test_tier_marker_comes_from_the_rig(perf_project):
     assert sum("::" in line for line in result.outlines) == 28, result.stdout.str()
 
 
-def test_corrupt_rig_file_is_a_collection_error_naming_file_and_key(perf_project):
+def test_corrupt_rig_file_is_a_usage_error_naming_file_and_key(perf_project):
     rig = perf_project.path / "fixtures" / "rigs" / "cpu-smollm2.toml"
     rig.write_text(rig.read_text().replace("startup_timeout_s = 600", "startup_timeout_s = 'soon'"))
     before = rig.read_bytes()
     result = perf_project.runpytest("--collect-only", "-m", "cpu", "-p", "no:cacheprovider")
-    assert result.ret != 0
-    result.stdout.fnmatch_lines(["*cpu-smollm2.toml: startup_timeout_s: *"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cpu-smollm2.toml: startup_timeout_s: *"])
     assert rig.read_bytes() == before
 
 
@@ -89,9 +89,9 @@ def test_unknown_rig_lists_the_known_ones(perf_project, tier):
     # perf ones): that check must not turn the refusal into an INTERNALERROR
     perf_project.makepyfile(test_other="def test_other():\n    assert True\n")
     result = perf_project.runpytest("--collect-only", "-m", tier, "--specgate-rig", "nope", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*no rig named 'nope'*cpu-smollm2*h200-smollm2*"])
+    result.stderr.fnmatch_lines(["*no rig named 'nope'*cpu-smollm2*h200-smollm2*"])
     assert "INTERNALERROR" not in result.stdout.str()
-    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error, naming the rig file
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # bad input, naming the rig file (not an interrupted run)
 
 
 def test_a_rig_file_outside_the_fixtures_folder_is_taken_by_path(perf_project, tmp_path_factory):
@@ -117,8 +117,8 @@ def test_the_fixtures_folder_comes_from_the_environment_and_a_bad_one_is_named(p
     assert ok.ret == 0, ok.stdout.str()
     monkeypatch.delenv("SPECGATE_FIXTURES")
     lost = perf_project.runpytest("--collect-only", "-q", "-m", "cpu", "-p", "no:cacheprovider")
-    assert lost.ret != 0
-    lost.stdout.fnmatch_lines([f"*{perf_project.path / 'fixtures'} is not a specgate fixtures folder (no modes.toml "
+    assert lost.ret == pytest.ExitCode.USAGE_ERROR
+    lost.stderr.fnmatch_lines([f"*{perf_project.path / 'fixtures'} is not a specgate fixtures folder (no modes.toml "
                                "and no prompts.toml)*--specgate-fixtures DIR*SPECGATE_FIXTURES*"])
 
 

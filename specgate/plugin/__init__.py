@@ -26,6 +26,7 @@ import json
 import pytest
 
 from specgate.errors import ConfigError
+from specgate.exit_codes import session_exit_code
 from specgate.plugin import cost
 from specgate.plugin.configure import configure_session, get_session
 from specgate.plugin.controller import decide_deferred_gates, deferred_test_reports
@@ -81,7 +82,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     specgate = get_session(config)
     deselect_speculative_only(config, items, specgate)
-    if any(item.get_closest_marker("perf") for item in items):
+    if specgate.config_error is not None or any(item.get_closest_marker("perf") for item in items):
         refuse_bad_inputs(config, specgate)
 
 
@@ -91,6 +92,8 @@ def refuse_bad_inputs(config: pytest.Config, specgate) -> None:
     (it would crash and be restarted): its perf tests fail at setup with the message instead, and
     the controller refuses first where it can tell a perf run (pytest_sessionstart)."""
     try:
+        if specgate.config_error is not None:
+            raise specgate.config_error
         specgate.validate_inputs()
     except ConfigError as exc:
         if hasattr(config, "workerinput"):
@@ -190,6 +193,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if specgate.deferred_failed:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     write_run_output(specgate, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    # specgate.exit_codes: a job that broke (a server that could not start or died, a window not
+    # measured) exits JOB_BROKEN, not as a gate that said no
+    session.exitstatus = session_exit_code(session.exitstatus, specgate.report_data(complete=True))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

