@@ -63,7 +63,8 @@ def render(folder: Path, threshold: float = 0.97) -> str:
     lines = [f"stored starts: {history.starts}, levels {min(stored):.2f}-{max(stored):.2f} tok/s "
              f"(mean {history.center:.2f}), start-to-start spread {history.log_sd * 100:.3f} %",
              f"  {history.describe(threshold)}",
-             "", "| replay | injector | level tok/s | ratio to stored | 95 % CI | outcome |", "|---|---|---|---|---|---|"]
+             "", "| replay | injector | level tok/s | ratio to stored | 95 % CI | outcome |",
+             "|---|---|---|---|---|---|"]
     injected = _injected((folder / "campaign.log").read_text())
     counts = {True: [0, 0], False: [0, 0]}  # injected -> [failed, sessions]
     for p in sorted(folder.glob("replay-*.report.json.gz")):
