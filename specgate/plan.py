@@ -59,6 +59,11 @@ class ServerPlan:
     startup_s: float
     reused: bool = False  # a kept server whose fingerprint matches (specgate.registry): no start
 
+    @property
+    def side(self) -> str | None:
+        """An A/B's side ("reference" or "candidate"), None off an A/B."""
+        return self.label.partition("@")[2] or None
+
 
 @dataclass(frozen=True)
 class WindowPlan:
@@ -144,6 +149,14 @@ class SessionPlan:
             lines.append("  servers: " + ", ".join(
                 f"{s.label} ({'kept, reused' if s.reused else 'start ~' + format_elapsed(s.startup_s)})"
                 for s in self.servers))
+        kept = [s.label for s in self.servers if s.side == "reference" and s.reused]
+        if kept:
+            # the pre-merge path (README, A/B for upgrades): main's build stays loaded, only candidates load
+            fresh = [s for s in self.servers if s.side == "reference" and not s.reused]
+            starting = [s.label for s in self.servers if not s.reused]
+            lines.append(f"  reference kept: {len(fresh)} starts ({', '.join(kept)} reused "
+                         f"{'asleep' if self.design == 'alternate' else 'live'}); "
+                         + (f"starting: {', '.join(starting)}" if starting else "nothing starts"))
         width = max([len(w.name) for w in self.windows] + [6])
         if self.windows:
             lines.append(f"  {'window':<{width}}  {'design':<6}  {'requests':>8}  {'tokens':>7}  "

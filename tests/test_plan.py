@@ -130,6 +130,32 @@ def test_kept_servers_and_attached_ones_cost_no_start():
     assert attached.servers == () and attached.startup_s == 0
 
 
+def test_an_ab_with_its_reference_kept_starts_only_the_candidate_and_says_so():
+    # the pre-merge path: main's build kept loaded from an earlier session, each candidate loads alone
+    from specgate.config import AB, Side
+
+    rig = load_rig("cpu-smollm2-eagle3", ROOT / "fixtures")
+    ab = rig.model_copy(update={"ab": AB(candidate=Side(env={"SPECGATE_SLOWDOWN": "0.0"}))})
+    window = [("eagle3", "coding", 1)]
+    kept = plan_session(ab, window, {}, reused=["eagle3@reference"])
+    assert [(s.label, s.side, s.reused) for s in kept.servers] == [
+        ("eagle3@candidate", "candidate", False), ("eagle3@reference", "reference", True)]
+    assert kept.startup_s == rig.estimate.startup_for(True) + STOP_S
+    text = kept.render()
+    assert "reference kept: 0 starts (eagle3@reference reused live); starting: eagle3@candidate" in text
+    assert "total: 1 server start(s)" in text
+    # nothing kept: both sides start, and no such line
+    fresh = plan_session(ab, window, {}).render()
+    assert "reference kept" not in fresh and "total: 2 server start(s)" in fresh
+    # a one-server rig: the kept reference waits asleep (vLLM sleep mode) for its turns
+    alternating = load_rig("h200-wide15b-alternate", ROOT / "fixtures")
+    assert alternating.ab is None and alternating.arrangement.name == "alternate"
+    slept = alternating.model_copy(update={"ab": AB(candidate=Side(env={"SPECGATE_GPU_SLOWDOWN": "0.05"}))})
+    text = plan_session(slept, [("draft1l_al30_async", "coding", 1)], {},
+                        reused=["draft1l_al30_async@reference"]).render()
+    assert "reference kept: 0 starts (draft1l_al30_async@reference reused asleep)" in text
+
+
 def test_the_plan_command_prints_the_estimate_of_a_selection_and_starts_nothing():
     run = subprocess.run([sys.executable, "-m", "specgate", "plan", "--rig", "cpu-smollm2", "-k", "extraction"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
