@@ -87,9 +87,15 @@ class LevelChoice:
                 f"{self.available_gib:,.0f} GiB available")
         if self.short_gib > 0:
             fit = sum(1 for level in self.levels.values() if level == 1)
-            line += (f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} fit at level 1 (fewer modes "
-                     "with -k, or an A/B of one mode at a time, keeps every server at level 1)")
+            line += f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} fit at level 1"
+            line += (" (fewer modes with -k, or an A/B of one mode at a time, keeps every server at level 1)" if fit
+                     else f" (one alone needs {level1_need_gib([self._weights_each()]):,.0f} GiB)"
+                     if self.levels else "")
         return line
+
+    def _weights_each(self) -> float:
+        """One server's weights, from the rule's figure for all of them (one weights size per rig)."""
+        return ((self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB) / HOST_MARGIN / max(1, len(self.levels))
 
     def refusal(self, sleepers: Sequence[Sleeper]) -> str | None:
         """The refusal of the servers that need level 1 and cannot have it, or None."""

@@ -44,6 +44,8 @@ def test_the_kimi_plain_run_at_512_gib_and_1_5_tb(host_gib, levels, short):
     line = plan.host_lines[0]
     assert "needs 1,240 GiB" in line and f"{host_gib:,} GiB available" in line
     assert (short in line) if short else ("short" not in line)
+    if short:
+        assert "0 of 2 fit at level 1 (one alone needs 624 GiB)" in line
     if 2 in levels.values():
         # a level-2 wake reads the 560 GiB again at the rig's 0.31 GiB/s: ~30 min, and turns grow to
         # a whole pass per side (the fewest swaps) instead of one request
