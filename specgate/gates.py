@@ -47,7 +47,14 @@ from specgate.paired import (
     strongest_pair,
     verdict_text,
 )
-from specgate.stats import compare_acceptance, compare_outputs, match_by_key, summarize
+from specgate.stats import (
+    compare_acceptance,
+    compare_outputs,
+    match_by_key,
+    paired_acceptance,
+    request_acceptance,
+    summarize,
+)
 
 
 @dataclass
@@ -503,6 +510,76 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
                       "; ".join(c.message for c in shown) + f" [{family_text}]",
                       details={"checks": [c.to_dict() for c in checks], "family_confidence": family,
                                "check_confidence": each, "undecided": outcome is Outcome.UNDECIDED})
+
+
+def request_acceptances(m: ClassMeasurement) -> dict[str, tuple[int, int]]:
+    """Each request's (accepted draft tokens, decode steps) by request key, read from its stream
+    (:func:`specgate.stats.request_acceptance`); requests with no decode step are left out."""
+    counts = {}
+    for key, record in zip(m.sample_keys, m.records):
+        found = request_acceptance(record.completion_tokens, len(record.chunk_times))
+        if found is not None:
+            counts[key] = found
+    return counts
+
+
+def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]) -> str | None:
+    """Why the accepted tokens counted from ``m``'s streams are not vLLM's, or None when they agree:
+    their sum against the spec-decode counter over the window, within 10 % plus one draft's tokens per
+    request (a request cut at max_tokens drops the accepted tokens of its last step from its
+    output; vLLM counts them). A client that reads late sees steps merged into one chunk and counts
+    too many accepted tokens."""
+    if m.acceptance is None or not counts:
+        return None
+    counted = sum(a for a, _ in counts.values())
+    server = m.acceptance.accepted_tokens
+    per_draft = m.acceptance.draft_tokens / m.acceptance.drafts if m.acceptance.drafts else 0.0
+    slack = 0.10 * server + per_draft * len(m.records)
+    if abs(counted - server) <= slack:
+        return None
+    side = f" ({m.side} side)" if m.side != "subject" else ""
+    return (f"{m.mode}{side}: its streams show {counted} accepted draft tokens where vLLM counted {server:.0f} "
+            f"(allowed: ±{slack:.0f}, 10 % plus {per_draft:.3g} per request)")
+
+
+def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
+    """An A/B's acceptance gate: the candidate's accepted tokens per decode step against the
+    reference side's, on the same requests, per request (:func:`specgate.stats.paired_acceptance`).
+    Where the streams' counts disagree with vLLM's counters (a client that read chunks late), the
+    window-wide counters decide instead (:func:`check_acceptance`), drafts counted as trials."""
+    partner = m.partner
+    assert partner is not None and partner.side == "reference", "an A/B window has the reference side as partner"
+    gates = rig.gates.for_class(m.prompt_class)
+    subject = f"{m.mode} on {m.prompt_class}"
+    if m.acceptance is None:
+        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
+                          f"{subject}: the server exported no spec-decode counters; is speculation on?")
+    ours, theirs = request_acceptances(m), request_acceptances(partner)
+    mismatch = [why for w, c in ((m, ours), (partner, theirs)) if (why := stream_count_mismatch(w, c))]
+    keys = [k for k in theirs if k in ours]
+    if mismatch or len(keys) < 2:
+        from specgate.baselines import Fingerprint
+
+        why = "; ".join(mismatch) if mismatch else f"only {len(keys)} request(s) with decode steps on both sides"
+        result = check_acceptance(rig, m, baseline_entry(partner, Fingerprint()), reference_label="reference side")
+        result.message = f"{result.message} [per-request counts not used: {why}]"
+        result.details["per_request"] = None
+        return result
+    comparison = paired_acceptance([ours[k] for k in keys], [theirs[k] for k in keys],
+                                   tolerance=gates.acceptance_tolerance, subject=subject,
+                                   confidence=window_confidence(gates.confidence, m))
+    outcome = (Outcome.UNDECIDED if not comparison.decided else Outcome.PASS if comparison.passed else Outcome.FAIL)
+    now, then = m.acceptance, partner.acceptance
+    counters = (f"vLLM's counters: acceptance rate {now.acceptance_rate:.3f} vs {then.acceptance_rate:.3f}, mean "
+                f"acceptance length {now.mean_acceptance_length:.2f} vs {then.mean_acceptance_length:.2f}"
+                if then is not None else "the reference side exported no spec-decode counters")
+    design = window_design(rig, m, "A/B duet, requests alternated") + _looks_text(m)
+    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
+                      f"{comparison.message} [{counters}; {design}]",
+                      details={**comparison.to_dict(), "per_request": True, "design": design,
+                               "verdict": "undecided" if outcome is Outcome.UNDECIDED else outcome.value,
+                               "confidence": window_confidence(gates.confidence, m),
+                               "undecided": outcome is Outcome.UNDECIDED})
 
 
 def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:

@@ -63,7 +63,9 @@ class Comparison:
         return (self.ratio - 1.0) * 100.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "change_pct": self.change_pct}
+        """JSON-safe: a ratio that cannot be formed (nothing accepted on the reference side) is None."""
+        data = {**asdict(self), "change_pct": self.change_pct}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()}
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,9 @@ def compare_acceptance(
     head = (f"{subject}: {metric} {measured:.3g} ({count} of {trials:.0f} {trial_label}, {confidence * 100:g} % "
             f"interval {ci_low:.3g}-{ci_high:.3g}) vs {reference:.3g} {reference_label}")
     rule = f"fails when the interval lies below {line}; {METHOD_BINOMIAL}"
-    if measured >= reference or ci_low >= line.value:
+    # The speed gates' rule: a point at or above the reference is no pass while the interval still
+    # reaches below the fail line (10 of 20 against a stored 0.5 cannot tell 0.5 from 0.45).
+    if ci_low >= line.value:
         passed, decided, message = True, True, f"{head} (ratio {ratio:.3f}, {change}; {rule})"
     elif ci_high < line.value:
         passed, decided = False, True
@@ -252,7 +256,9 @@ def _compare_two_samples(measured: float, reference: float, counts: tuple[float,
             f"{line.label} ({_count_text(x2)} of {n2:.0f}): ratio {ratio:.3f} ({confidence * 100:.4g} % CI "
             f"{ci_low:.3f}-{ci_high:.3f}, {change_text(ratio, up='higher', down='lower')})")
     rule = f"fails when the interval lies below {line.threshold:.3g} ({line}); {METHOD_TWO_SAMPLE}"
-    if measured >= reference or ci_low >= line.threshold:
+    # No pass on the point alone: 10 of 20 against 10 of 20 reads ratio 1.000 (CI 0.443-2.258), which
+    # cannot tell no change from a drop of the tolerance: undecided, by the speed gates' rule.
+    if ci_low >= line.threshold:
         passed, decided, message = True, True, f"{head}; {rule}"
     elif ci_high < line.threshold:
         passed, decided, message = False, True, f"{head}: the whole interval is below {line.threshold:.3g}; {rule}"
@@ -263,6 +269,82 @@ def _compare_two_samples(measured: float, reference: float, counts: tuple[float,
     return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)}, passed=passed, ci_low=ci_low,
                       ci_high=ci_high, n_measured=round(n1), method=METHOD_TWO_SAMPLE, message=message,
                       decided=decided)
+
+
+METHOD_PAIRED_REQUESTS = ("per-request accepted tokens per step, paired by request key; ratio of sums with a "
+                          "cluster-robust (per-request) delta-method t interval")
+
+
+def request_acceptance(completion_tokens: int, chunks: int) -> tuple[int, int] | None:
+    """One request's (accepted draft tokens, decode steps) from its stream: each engine step sends
+    one chunk holding one verified token plus the draft tokens it accepted, and the first chunk is
+    the prefill's one token. So accepted = tokens - chunks, steps = chunks - 1. None for a request
+    with fewer than two chunks (no decode step seen). A client that reads late may see two steps
+    merged into one chunk; the gate checks the sum against vLLM's own counters first."""
+    if chunks < 2 or completion_tokens < chunks:
+        return None
+    return completion_tokens - chunks, chunks - 1
+
+
+def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequence[tuple[float, float]], *,
+                      tolerance: float, subject: str, confidence: float = 0.95,
+                      reference_label: str = "reference side", gate: str = "acceptance") -> Comparison:
+    """Accepted tokens per decode step, candidate over reference, on the same requests: item i of
+    both sides is one request key's (accepted, steps). The statistic is the ratio of the two sides'
+    ratios of sums, (A_c / S_c) / (A_r / S_r); its standard error is cluster-robust, each request a
+    cluster (the delta method: pair i's influence on the ratio, summed over pairs, with Student's t
+    at n - 1 degrees of freedom). A request's drafts are not independent trials (one rejection ends
+    a draft, and one prompt's drafts succeed or fail together), so counting drafts as trials gives
+    intervals far too narrow for a drop and far too wide for no change; per request, two identical
+    builds, which accept the same tokens on every request, give a ratio of exactly 1 with no width.
+
+    The speed gates' rules: FAIL when the whole interval lies below 1 - ``tolerance``, PASS when
+    none of it does, otherwise undecided (``decided`` False)."""
+    from scipy.stats import t as student_t
+
+    if len(measured) != len(reference):
+        raise ValueError(f"paired acceptance needs equal lengths, got {len(measured)} and {len(reference)}")
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance for the acceptance of {subject} must be in [0, 1), got {tolerance!r}")
+    m = np.asarray(measured, dtype=float).reshape(-1, 2)
+    r = np.asarray(reference, dtype=float).reshape(-1, 2)
+    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(r)) and np.all(m >= 0) and np.all(r >= 0)):
+        raise ValueError(f"per-request acceptance counts must be finite and non-negative: {m.tolist()} vs {r.tolist()}")
+    threshold = 1.0 - tolerance
+    n = len(m)
+    a_c, s_c, a_r, s_r = m[:, 0].sum(), m[:, 1].sum(), r[:, 0].sum(), r[:, 1].sum()
+    common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n,
+              "method": METHOD_PAIRED_REQUESTS}
+    if n < 2 or s_c <= 0 or s_r <= 0 or a_r <= 0:
+        why = (f"{n} paired request(s)" if n < 2 else "no decode steps on one side" if min(s_c, s_r) <= 0
+               else f"the {reference_label} accepted no draft token")
+        rate_c, rate_r = (a_c / s_c if s_c > 0 else 0.0), (a_r / s_r if s_r > 0 else 0.0)
+        return Comparison(**common, passed=False, measured=rate_c, reference=rate_r, ratio=math.nan, ci_low=None,
+                          ci_high=None, decided=False,
+                          message=f"{subject}: accepted tokens per step cannot be compared: {why}; "
+                                  f"{METHOD_PAIRED_REQUESTS}")
+    rate_c, rate_r = a_c / s_c, a_r / s_r
+    ratio = rate_c / rate_r
+    # d ratio = ratio * (dA_c / A_c - dS_c / S_c - dA_r / A_r + dS_r / S_r), with A_c's term written
+    # without dividing by A_c (a candidate that accepted nothing has ratio 0, not an error).
+    influence = (m[:, 0] * s_r / (s_c * a_r) - ratio * m[:, 1] / s_c - ratio * r[:, 0] / a_r + ratio * r[:, 1] / s_r)
+    se = math.sqrt(n / (n - 1) * float(np.sum(influence ** 2)))
+    q = float(student_t.ppf(0.5 + confidence / 2, n - 1))
+    ci_low, ci_high = max(0.0, ratio - q * se), ratio + q * se
+    change = change_text(ratio, up="higher", down="lower")
+    head = (f"{subject}: accepted tokens per step {rate_c:.3f} ({a_c:.0f} over {s_c:.0f} steps) vs {rate_r:.3f} "
+            f"{reference_label} ({a_r:.0f} over {s_r:.0f}), same {n} requests: ratio {ratio:.3f} "
+            f"({confidence * 100:.4g} % CI {ci_low:.3f}-{ci_high:.3f}, t {n - 1} df = {q:.2f}; {change})")
+    rule = f"fails when the interval lies below {threshold:.3g} ({tolerance * 100:g} % lower); {METHOD_PAIRED_REQUESTS}"
+    if ci_high < threshold:
+        passed, decided, message = False, True, f"{head}: the whole interval is below {threshold:.3g}; {rule}"
+    elif ci_low >= threshold:
+        passed, decided, message = True, True, f"{head}; {rule}"
+    else:
+        passed, decided = False, False
+        message = f"{head}: undecided, the interval holds {threshold:.3g}; {rule}"
+    return Comparison(**common, passed=passed, measured=rate_c, reference=rate_r, ratio=ratio, ci_low=ci_low,
+                      ci_high=ci_high, message=message, decided=decided)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def test_wilson_interval_is_scipys(k, n):
     assert wilson_interval(k, n, 0.95) == pytest.approx((expected.low, expected.high))
 
 
-def test_a_clear_drop_fails_a_small_drop_in_a_small_window_is_undecided_no_drop_passes():
+def test_a_clear_drop_fails_a_small_drop_in_a_small_window_is_undecided_no_drop_passes_on_its_interval():
     common = {"tolerance": 0.05, "subject": "ngram on coding", "metric": "position 1 rate"}
     failed = compare_acceptance(0.4, 0.5, counts=(400, 1000), **common)
     assert failed.decided and not failed.passed and failed.method == METHOD_BINOMIAL
@@ -42,8 +42,11 @@ def test_a_clear_drop_fails_a_small_drop_in_a_small_window_is_undecided_no_drop_
     assert not open_.decided
     assert "too few drafts to gate" in open_.message and "spans the fail line 0.219" in open_.message
     assert "about 5100 drafts would resolve a 5 % drop" in open_.message
+    # no drop on the point is no pass while the interval reaches below the fail line (issue 47)
     same = compare_acceptance(10 / 13, 10 / 13, counts=(10, 13), **common)
-    assert same.decided and same.passed
+    assert not same.decided and not same.passed
+    clear = compare_acceptance(0.8, 0.5, counts=(800, 1000), **common)
+    assert clear.decided and clear.passed
     # without counts (old callers): the fixed tolerance, as before
     assert compare_acceptance(0.74, 0.769, tolerance=0.05, subject="s", metric="m").decided
 
@@ -87,9 +90,12 @@ def test_a_thirteen_draft_window_one_token_lower_is_undecided(rig):
     assert "too few drafts to gate" in result.message
 
 
-def test_the_same_rates_pass_and_a_large_window_that_dropped_fails(rig):
+def test_the_same_rates_in_a_small_window_are_undecided_a_large_one_passes_one_that_dropped_fails(rig):
+    # 13 drafts at the stored rates: the interval still reaches below the fail line (issue 47)
     same = check_acceptance(rig, _window(_stats(13, [10, 9, 7, 7, 3])), _entry(STORED))
-    assert same.passed and not same.details["undecided"]
+    assert same.outcome is Outcome.UNDECIDED and not same.passed
+    large = check_acceptance(rig, _window(_stats(13000, [10000, 9000, 7000, 7000, 3000])), _entry(STORED))
+    assert large.passed and not large.details["undecided"]
     dropped = check_acceptance(rig, _window(_stats(2000, [1200, 1000, 800, 700, 300])), _entry(STORED))
     assert not dropped.passed and not dropped.details["undecided"]
     assert "position 1 rate 0.6 (1200 of 2000 drafts" in dropped.message

@@ -134,15 +134,14 @@ class GateKeeper:
 
         if self._update(m, "acceptance"):
             return
-        if m.partner is not None and m.partner.side == "reference":  # A/B: against the reference side's window
-            from specgate.baselines import Fingerprint
-            from specgate.gates import baseline_entry
+        if m.partner is not None and m.partner.side == "reference":  # A/B: the same requests, per request
+            from specgate.gates import ab_acceptance
 
-            stored, label = baseline_entry(m.partner, Fingerprint()), "reference side"
-        else:
-            stored, label = self._stored(m, "acceptance"), "stored"
-            self._comparable(m, stored, "acceptance")
-        self._finish(check_acceptance(self.rig, m, stored, reference_label=label))
+            self._finish(ab_acceptance(self.rig, m))
+            return
+        stored = self._stored(m, "acceptance")
+        self._comparable(m, stored, "acceptance")
+        self._finish(check_acceptance(self.rig, m, stored, reference_label="stored"))
 
     def _reference(self, m):
         if m.partner is not None and m.partner.side != "reference" and m.partner.mode == self.rig.reference_mode:
