@@ -30,3 +30,9 @@ def test_backfire(class_measurement, gatekeeper):
 def test_lossless(class_measurement, gatekeeper):
     """Greedy outputs match the no-speculation mode's (within the rig's allowed share)."""
     gatekeeper.lossless(class_measurement)
+
+
+@pytest.mark.live_reference
+def test_ttft(class_measurement, gatekeeper):
+    """Time to first token against a live reference (an A/B's reference side, or no speculation)."""
+    gatekeeper.ttft(class_measurement)

@@ -178,6 +178,7 @@ class ClassGate(_Strict):
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     start_noise: float | None = Field(default=None, ge=0, lt=1)
     acceptance_tolerance: float | None = Field(default=None, ge=0, lt=1)
+    ttft_tolerance: float | None = Field(default=None, ge=0, lt=10)
     min_speedup: float | None = Field(default=None, gt=0)
     min_identical_share: float | None = Field(default=None, ge=0, le=1)
 
@@ -202,6 +203,10 @@ class Gates(_Strict):
     # leaves only the request-to-request noise of this run (see docs/statistics.md).
     start_noise: float = Field(default=0.0, ge=0, lt=1)
     acceptance_tolerance: float = Field(default=0.05, ge=0, lt=1)
+    # The TTFT gate (specgate.gates.check_ttft) fails when the whole interval of the TTFT ratio
+    # (measured / live reference) lies above 1 + this. TTFT holds a prefill, which a drafter's own
+    # prefill or a config change lengthens while decode tok/s holds.
+    ttft_tolerance: float = Field(default=0.10, ge=0, lt=10)
     min_speedup: float = Field(default=1.0, gt=0)
     min_identical_share: float = Field(default=0.5, ge=0, le=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)

@@ -1,4 +1,4 @@
-"""The four gates, each a decision on one measurement with a one-line reason.
+"""The five gates, each a decision on one measurement with a one-line reason.
 
 - throughput: decode tok/s against the stored baseline, decided on the paired ratio (Hodges-Lehmann
   estimate with its Wilcoxon interval; a duet ratio between two modes with the prompts as strata;
@@ -7,7 +7,9 @@
   baseline, one-sided (only lower fails);
 - backfire: a speculative mode against the no-speculation mode measured in the same session on
   the same prompts; a rig may declare a known backfire, which is then reported, not failed;
-- lossless: greedy outputs of a speculative mode against the no-speculation mode.
+- lossless: greedy outputs of a speculative mode against the no-speculation mode;
+- ttft: time to first token against a live reference (an A/B's reference side, or no speculation),
+  paired, one-sided (only longer fails).
 
 Each check returns a :class:`GateResult` with one :class:`specgate.outcome.Outcome`; the plugin
 maps it to the test's outcome (specgate.outcome.pytest_action) and keeps every result for the report.
@@ -624,6 +626,64 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
             result.outcome = Outcome.DECLARED_BACKFIRE
             result.message = f"{result.message} [declared backfire: {declared.reason}]"
     return result
+
+
+TTFT_VERDICTS = {"slower": "longer", "faster": "shorter", "not slower": "not longer", "equal": "equal",
+                 "undecided": "undecided"}
+
+
+def check_ttft(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+    """Time to first token, ``m`` against ``reference`` on the same requests: in an A/B the same
+    mode on the reference side, else the no-speculation window (its duet partner, or a window of
+    its own with the rig's start noise added). A drafter's prefill or a config change can lengthen
+    TTFT while decode tok/s holds. Decided as the speed gates are (specgate.paired: Hodges-Lehmann
+    within one mode, the prompts as strata between two), on 1 / TTFT, and reported as the TTFT
+    ratio (measured / reference; higher is worse): FAIL when the whole interval lies above
+    1 + ttft_tolerance, PASS when none of it does, otherwise undecided."""
+    gates = rig.gates.for_class(m.prompt_class)
+    ab = reference.side == "reference"
+    label = "the reference side" if ab else "no speculation"
+    subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
+    ours = {k: r.ttft_s for k, r in zip(m.sample_keys, m.records) if r.ttft_s and r.ttft_s > 0}
+    theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s and r.ttft_s > 0}
+    matched = match_by_key(ours, theirs)
+    duet = m.partner is reference
+    if ab:
+        design, spread = window_design(rig, m, "A/B duet, requests alternated"), 0.0
+    elif duet:
+        design, spread = window_design(rig, m, "duet with no speculation, requests alternated"), 0.0
+    else:
+        spread = start_spread(gates.start_noise, confidence=window_confidence(gates.confidence, m))
+        design = "windows one after the other" + (
+            f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known")
+    design = f"{design}{_looks_text(m)}"
+    if not matched.paired or len(matched.measured) < 2:
+        return undecided_result("ttft", m, f"{subject}: TTFT undecided: {len(matched.measured)} request(s) with a "
+                                f"first token on both sides share a key", design=design)
+    limit = 1.0 + gates.ttft_tolerance
+    strata = None if ab else [k.rsplit("#", 1)[0] for k in matched.keys or []]
+    speed = paired_ratio([1 / t for t in matched.measured], [1 / t for t in matched.reference],
+                         threshold=1 / limit, confidence=window_confidence(gates.confidence, m),
+                         equivalence_margin=gates.equivalence_margin, extra_log_spread=spread, strata=strata)
+    ratio = 1 / speed.ratio
+    ci_low = 1 / speed.ci_high if speed.ci_high else None
+    ci_high = 1 / speed.ci_low if speed.ci_low else None
+    verdict = TTFT_VERDICTS.get(speed.verdict, speed.verdict.replace("slower", "longer"))
+    pct = (ratio - 1) * 100
+    change = "no change" if round(pct, 1) == 0 else f"{abs(pct):.1f} % {'longer' if pct > 0 else 'shorter'}"
+    ours_ms = float(np.median(matched.measured)) * 1000
+    theirs_ms = float(np.median(matched.reference)) * 1000
+    interval = (f"{speed.confidence * 100:.1f} % CI {ci_low:.3f}-{ci_high:.3f}" if ci_low is not None
+                else f"no interval under {speed.n} pairs")
+    message = (f"{subject}: TTFT {verdict}: {ratio:.3f}x {label} ({change}; {interval}; fails above "
+               f"{limit:.2f}; {speed.n} pairs; median {ours_ms:.0f} vs {theirs_ms:.0f} ms; {speed.method}) [{design}]")
+    outcome = (Outcome.UNDECIDED if speed.verdict == "undecided" else Outcome.PASS if speed.passed
+               else Outcome.FAIL)
+    details = {"ratio": ratio, "ci_low": ci_low, "ci_high": ci_high, "limit": limit, "tolerance": gates.ttft_tolerance,
+               "confidence": speed.confidence, "n": speed.n, "verdict": verdict, "method": speed.method,
+               "median_ttft_ms": ours_ms, "reference_median_ttft_ms": theirs_ms, "reference_label": label,
+               "design": design, "undecided": outcome is Outcome.UNDECIDED}
+    return GateResult("ttft", m.mode, m.prompt_class, m.concurrency, outcome, message, details=details)
 
 
 def check_lossless(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:

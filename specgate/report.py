@@ -124,6 +124,27 @@ def acceptance_table(report: dict[str, Any], fmt: str = "simple") -> str:
         rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate", "per-position rate %"], fmt)
 
 
+def ttft_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """The TTFT gate per mode, class and concurrency: both sides' median TTFT, the paired ratio with
+    its interval and the verdict, the numbers the gate's message gives (specgate.gates.check_ttft)."""
+    rows = []
+    for gate in [*report["gates"], *report.get("undecided", [])]:
+        d = gate.get("details") or {}
+        if gate["gate"] != "ttft" or d.get("ratio") is None:
+            continue
+        interval = f" ({d['ci_low']:.3f}-{d['ci_high']:.3f})" if d.get("ci_low") is not None else ""
+        verdict = "FAIL" if gate.get("outcome") == "fail" or gate.get("passed") is False and "kind" not in gate \
+            else d.get("verdict", "")
+        rows.append([gate["mode"], gate["prompt_class"], gate["concurrency"], d.get("reference_label", ""),
+                     f"{d['median_ttft_ms']:.0f}", f"{d['reference_median_ttft_ms']:.0f}",
+                     f"{d['ratio']:.3f}{interval}", f"{d['limit']:.2f}", verdict])
+    if not rows:
+        return ""
+    return ("time to first token: paired ratio measured / reference (higher is longer), median ms per side\n"
+            + _table(rows, ["mode", "class", "conc.", "against", "TTFT ms", "ref. ms", "ratio (CI)", "fails above",
+                            "verdict"], fmt))
+
+
 def _median_ttft_ms(measurement: dict[str, Any]) -> float | None:
     values = [r["ttft_s"] for r in measurement["records"] if r.get("ttft_s") is not None]
     return statistics.median(values) * 1000 if values else None
@@ -384,6 +405,9 @@ def render_text(report: dict[str, Any]) -> str:
     acceptance = acceptance_table(report)
     if acceptance:
         parts.append(acceptance)
+    ttft = ttft_table(report)
+    if ttft:
+        parts.append(ttft)
     windows = window_table(report)
     if windows:
         parts.append(windows)
@@ -405,6 +429,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     acceptance = acceptance_table(report, "github")
     if acceptance:
         parts.append(acceptance)
+    ttft = ttft_table(report, "github")
+    if ttft:
+        parts.append(ttft)
     windows = window_table(report, "github")
     if windows:
         parts.append(windows)

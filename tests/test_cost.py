@@ -24,10 +24,10 @@ def test_each_window_runs_its_gates_backfire_first_and_each_server_still_starts_
     ids = _ids(collected)
     assert ids[:5] == ["test_backfire[ngram-coding-c1]", "test_throughput[ngram-coding-c1]",
                        "test_lossless[ngram-coding-c1]", "test_acceptance[ngram-coding-c1]",
-                       "test_backfire[ngram-math-c1]"]
+                       "test_ttft[ngram-coding-c1]", "test_backfire[ngram-math-c1]"][:5]
     # every ngram test before every no_spec one: one block per server
     modes = [i.split("[")[1].split("-")[0] for i in ids]
-    assert modes == ["ngram"] * 24 + ["no_spec"] * 6
+    assert modes == ["ngram"] * 30 + ["no_spec"] * 6
     plan = perf_project.runpytest("--setup-plan", "-m", "cpu", "-p", "no:cacheprovider")
     assert sum("SETUP    S vllm_server" in line for line in plan.outlines) == 2, plan.stdout.str()
 
@@ -47,7 +47,7 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
         "-m", "cpu", "-k", "coding", "-p", "no:cacheprovider", f"--specgate-baselines={ROOT / 'baselines.json'}",
         "--specgate-session-budget=1", f"--specgate-run-dir={run_dir}", "-rs")
     out = result.stdout.str()
-    result.assert_outcomes(skipped=5)  # 4 ngram gates, no_spec's throughput: no server started
+    result.assert_outcomes(skipped=6)  # 5 ngram gates, no_spec's throughput: no server started
     assert "backfire gate undecided (not run): ngram on coding (concurrency 1) not run: the session's time budget" \
         in out
     assert "(with the start of no_spec, ngram)" in out  # the first window would start both servers
@@ -55,10 +55,10 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
     assert report["measurements"] == [] and report["servers"] == {}
     not_run = sorted((u["gate"], u["mode"]) for u in report["undecided"] if u["kind"] == "not run")
     assert not_run == [("acceptance", "ngram"), ("backfire", "ngram"), ("lossless", "ngram"),
-                       ("throughput", "ngram"), ("throughput", "no_spec")]
+                       ("throughput", "ngram"), ("throughput", "no_spec"), ("ttft", "ngram")]
     # the summary (report.json's, merged across xdist workers) lists each with its reason, and counts them
     assert "NOT RUN backfire [ngram-coding-c1]: " in out
-    assert "DECIDED NOTHING: 5 gate(s): 5 not run (skipped)" in out
+    assert "DECIDED NOTHING: 6 gate(s): 6 not run (skipped)" in out
 
 
 def test_the_plan_is_printed_before_anything_starts(perf_project, no_plots, tmp_path):

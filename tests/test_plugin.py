@@ -32,8 +32,8 @@ def test_setup_plan_starts_exactly_one_server_per_mode(perf_project):
     # a duet rig: the reference server starts first (with ngram's partner) and its own tests,
     # which reuse the reference side of ngram's windows, come last
     assert modes == ["Mode('ngram')", "Mode('no_spec')"]
-    # 6 classes: throughput for both modes, plus acceptance/backfire/lossless for ngram.
-    assert sum(1 for line in result.outlines if "test_perf.py::" in line) == 6 * 2 + 6 * 3
+    # 6 classes: throughput for both modes, plus acceptance/backfire/lossless/ttft for ngram.
+    assert sum(1 for line in result.outlines if "test_perf.py::" in line) == 6 * 2 + 6 * 4
 
 
 def test_an_option_path_that_loses_the_project_config_is_refused(pytester, tmp_path_factory):
@@ -62,15 +62,16 @@ def test_an_option_path_that_loses_the_project_config_is_refused(pytester, tmp_p
 
 def test_fast_marker_deselects_every_perf_test(perf_project):
     result = perf_project.runpytest("--collect-only", "-q", "-m", "fast", "-p", "no:cacheprovider")
-    # 30 perf tests, plus the 18 speculative-only gates of the no-speculation mode (always dropped).
-    assert "no tests collected (48 deselected)" in result.stdout.str()
+    # 36 perf tests, plus the 24 speculative-only or live-reference gates of the no-speculation mode
+    # (dropped outside an A/B).
+    assert "no tests collected (60 deselected)" in result.stdout.str()
 
 
 def test_tier_marker_comes_from_the_rig(perf_project):
     result = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--specgate-rig", "h200-smollm2",
                                     "-p", "no:cacheprovider")
-    # The lab rig runs 2 classes: 5 modes x 2 throughput + 3 speculative modes x 3 gates x 2.
-    assert sum("::" in line for line in result.outlines) == 28, result.stdout.str()
+    # The lab rig runs 2 classes: 5 modes x 2 throughput + 3 speculative modes x 4 gates x 2.
+    assert sum("::" in line for line in result.outlines) == 34, result.stdout.str()
 
 
 def test_corrupt_rig_file_is_a_usage_error_naming_file_and_key(perf_project):

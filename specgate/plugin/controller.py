@@ -1,4 +1,4 @@
-"""The xdist controller's part: the cross-mode gates (backfire, lossless) that workers deferred,
+"""The xdist controller's part: the cross-mode gates (backfire, lossless, ttft) that workers deferred,
 decided once every worker is done, and reported as test results of their own.
 """
 
@@ -57,7 +57,7 @@ def decide_deferred_gates(specgate: SpecgateSession) -> bool:
     """xdist controller: the backfire and lossless gates workers deferred, on the merged windows.
     Returns True when one of them failed, by its outcome or by the policy for an outcome that
     decides nothing (the run then exits as failed)."""
-    from specgate.gates import check_backfire, check_lossless
+    from specgate.gates import check_backfire, check_lossless, check_ttft
     from specgate.measure import ClassMeasurement
 
     merged = specgate.report_data(complete=True)
@@ -70,7 +70,8 @@ def decide_deferred_gates(specgate: SpecgateSession) -> bool:
         if mine is None or ref is None:
             continue  # the missing window is already reported as NOT MEASURED
         m, r = ClassMeasurement.from_dict(mine), ClassMeasurement.from_dict(ref)
-        for result in (check_backfire(specgate.rig, m, r), check_lossless(specgate.rig, m, r)):
+        for result in (check_backfire(specgate.rig, m, r), check_lossless(specgate.rig, m, r),
+                       check_ttft(specgate.rig, m, r)):
             specgate.record(result)  # an undecided one is listed as undecided, never as passed
             failed |= pytest_action(result.outcome, specgate.outcome_policy,
                                     declared=result.declared is not None) == "failed"

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from specgate.session import SpecgateSession
 
 NOT_RUN = Outcome.NOT_RUN.value  # the undecided kind of a gate the session's budget left out
-GATE_ORDER = ("backfire", "throughput", "lossless", "acceptance")
+GATE_ORDER = ("backfire", "throughput", "lossless", "acceptance", "ttft")
 
 COST_KEY = pytest.StashKey["SessionCost"]()
 

@@ -179,6 +179,20 @@ class GateKeeper:
                           f"{result.message}", stacklevel=1)
         self._finish(result)
 
+    def ttft(self, m) -> None:
+        """TTFT against a live reference: an A/B's reference side, else the no-speculation mode. The
+        no-speculation mode outside an A/B has no live reference: nothing to decide, said so."""
+        __tracebackhide__ = True
+        from specgate.gates import check_ttft
+
+        if m.partner is not None and m.partner.side == "reference":
+            self._finish(check_ttft(self.rig, m, m.partner))
+            return
+        if m.mode == self.rig.reference_mode:
+            pytest.skip(f"{m.mode} is the reference: its TTFT is compared only in an A/B (the same mode on the "
+                        "reference side)")
+        self._finish(check_ttft(self.rig, m, self._reference(m)))
+
     def lossless(self, m) -> None:
         __tracebackhide__ = True
         from specgate.gates import check_lossless

@@ -38,11 +38,18 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
 
 
 def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], session: SpecgateSession) -> None:
-    """Drop speculative-only gates of the no-speculation mode (see parametrize_perf_test)."""
+    """Drop speculative-only gates of the no-speculation mode (see parametrize_perf_test), and the
+    gates that need a live reference (``live_reference``) where it has none: outside an A/B."""
     keep, drop = [], []
+    try:
+        ab = session.rig.design == "ab"
+    except ConfigError:
+        ab = False  # refused with its file and key by the input check (refuse_bad_inputs)
     for item in items:
         mode = getattr(item, "callspec", None) and item.callspec.params.get("mode")
-        if item.get_closest_marker("speculative_only") and mode is not None and not mode.is_speculative:
+        only_speculative = item.get_closest_marker("speculative_only") or (
+            item.get_closest_marker("live_reference") and not ab)
+        if only_speculative and mode is not None and not mode.is_speculative:
             drop.append(item)
         else:
             keep.append(item)
