@@ -177,6 +177,7 @@ class ClassGate(_Strict):
     ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     start_noise: float | None = Field(default=None, ge=0, lt=1)
+    start_pair_spread: float | None = Field(default=None, ge=0, lt=1)
     acceptance_tolerance: float | None = Field(default=None, ge=0, lt=1)
     ttft_tolerance: float | None = Field(default=None, ge=0, lt=10)
     min_speedup: float | None = Field(default=None, gt=0)
@@ -194,6 +195,21 @@ class OutcomePolicy(_Strict):
     not_stored: Literal["skip", "fail"] = "fail"
     other_machine: Literal["skip", "fail"] = "skip"
     not_run: Literal["skip", "fail"] = "skip"
+
+
+GateSetting = Literal["gate", "report", "auto"]
+
+
+class GatingTable(_Strict):
+    """``[gates.gating]``: per gate, ``gate`` (an undecided fails the run), ``report`` (never fails
+    the run) or ``auto`` (gate where it can decide on this rig); unset: the outcome policy alone
+    (specgate.gating)."""
+
+    throughput: GateSetting | None = None
+    acceptance: GateSetting | None = None
+    backfire: GateSetting | None = None
+    ttft: GateSetting | None = None
+    lossless: GateSetting | None = None
 
 
 class Gates(_Strict):
@@ -217,6 +233,12 @@ class Gates(_Strict):
     # side, live at once) fails below 1 - this; None: throughput_tolerance. Its own key because its
     # statistic is the one a calibration measures directly (`specgate_lab calibrate`).
     ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
+    # The A/B gates compare two servers started once each: two fresh servers of one build read
+    # apart by their start order (on the lab's GPU 1.0 % both ways: the one started second ran
+    # faster in an alternation, slower in a duet), an offset one window's pairs cannot see. This is
+    # its relative SD: the A/B throughput interval is widened by z x ln(1 + this) on both ends.
+    # 0 (the default): not folded in, and the verdict says so; gpu rigs measured like the lab's: 0.01.
+    start_pair_spread: float = Field(default=0.0, ge=0, lt=1)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
     # The client's decode rate (1 / mean time per output token of a window's requests) and vLLM's
@@ -238,6 +260,23 @@ class Gates(_Strict):
     # "fail" (every one of them), or a table per outcome ({not_stored = "skip", undecided = "fail"}).
     # Default: OutcomePolicy's (not stored fails, the others skip). --specgate-undecided overrides it.
     undecided: Literal["skip", "fail"] | OutcomePolicy = OutcomePolicy()
+    # Which gates fail the run (specgate.gating): "auto" (those that can decide on this rig; the
+    # others are reported only), "gate", "report", or a table per gate; unset: every FAIL fails the
+    # run and a gate that decided nothing follows `undecided`. --specgate-gating overrides it.
+    gating: GateSetting | GatingTable | None = None
+    # The session's bound on a false FAIL anywhere among the gates that can fail it (Bonferroni:
+    # each gate's confidence becomes 1 - 2 x this / their number). Unset: each gate keeps
+    # `confidence`, and the summary states the bound that gives.
+    family_false_alarm: float | None = Field(default=None, gt=0, lt=0.5)
+
+    @property
+    def gating_setting(self) -> dict[str, str]:
+        """The gating per gate that sets one (specgate.gating.GATES), {} when none does."""
+        if self.gating is None:
+            return {}
+        if isinstance(self.gating, str):
+            return dict.fromkeys(GatingTable.model_fields, self.gating)
+        return {k: v for k, v in self.gating.model_dump().items() if v is not None}
 
     @property
     def outcome_policy(self) -> dict[str, str]:

@@ -69,6 +69,10 @@ class GateResult:
     message: str
     declared: str | None = None  # reason of a declared (accepted) backfire
     details: dict[str, Any] = field(default_factory=dict)
+    # Whether it gates the run: "gate", "report" (never fails it) or None (the outcome policy
+    # alone), and why (specgate.gating; set when the session records it)
+    gating: str | None = None
+    gating_reason: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -83,7 +87,8 @@ class GateResult:
         return {"gate": self.gate, "mode": self.mode, "prompt_class": self.prompt_class,
                 "concurrency": self.concurrency, "outcome": self.outcome.value, "passed": self.passed,
                 "verdict": self.verdict, "message": self.message, "declared": self.declared,
-                "details": self.details}
+                "details": self.details,
+                **({"gating": self.gating, "gating_reason": self.gating_reason} if self.gating else {})}
 
 
 @dataclass
@@ -456,10 +461,30 @@ def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
         return untimed
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
-    return ratio_result("throughput", m, samples.measured, samples.reference, threshold=1 - gates.ab_gate_tolerance,
-                        reference_label="the reference side",
-                        design=window_design(rig, m, "A/B duet, requests alternated"),
-                        note=samples.note, confidence=gates.confidence, margin=gates.equivalence_margin)
+    spread, start_text = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m))
+    result = ratio_result("throughput", m, samples.measured, samples.reference, threshold=1 - gates.ab_gate_tolerance,
+                          reference_label="the reference side",
+                          design=f"{window_design(rig, m, 'A/B duet, requests alternated')}; {start_text}",
+                          note=samples.note, confidence=gates.confidence, margin=gates.equivalence_margin,
+                          extra_log_spread=spread)
+    result.details["start_pair"] = {"first": (m.extra.get("start_order") or {}).get("first"),
+                                    "seed": (m.extra.get("start_order") or {}).get("seed"),
+                                    "spread": gates.start_pair_spread, "widened_log": spread}
+    return result
+
+
+def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float) -> tuple[float, str]:
+    """How far (log units) to widen an A/B interval for the offset between its two servers' starts
+    (``start_pair_spread``), and the verdict's words for it and for the start order."""
+    order = m.extra.get("start_order") or {}
+    first = f"the {order['first']} side started first (seed {order['seed']})" if order.get("first") else (
+        "start order not recorded")
+    if not relative_sd:
+        return 0.0, (f"{first}; start-pair offset not folded in (start_pair_spread = 0; two fresh servers of one "
+                     "build have read 1 % apart by start order)")
+    spread = spread_quantile(confidence) * math.log1p(relative_sd)
+    return spread, (f"{first}; start-pair spread {relative_sd * 100:g} % folded in (z = "
+                    f"{spread_quantile(confidence):.2f}: ±{math.expm1(spread) * 100:.1f} %)")
 
 
 def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,

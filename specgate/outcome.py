@@ -99,8 +99,11 @@ def parse_policy(text: str) -> dict[str, Policy]:
 
 
 def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str, Policy] | None = None, *,
-                 declared: bool = False) -> str:
+                 declared: bool = False, gating: str | None = None) -> str:
     """The test report's line for a gate's outcome (the same on every path)."""
+    if gating == "report" and not declared and outcome is not Outcome.PASS:
+        return (f"{gate} gate {outcome.tag}, reported only ([gates] gating: this gate cannot decide on this rig, "
+                f"it never fails the run): {message}")
     if outcome is Outcome.FAIL:
         return f"{gate} gate: {message}"
     if outcome is Outcome.DECLARED_BACKFIRE:
@@ -110,25 +113,34 @@ def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str,
     head = f"{gate} gate undecided" + ("" if outcome is Outcome.UNDECIDED else f" ({outcome.value})")
     if declared:
         head += " [a declared backfire: reported, never fails the run]"
+    elif gating == "gate" and outcome is Outcome.UNDECIDED:
+        head += " [fails the run: this gate gates it and is still undecided ([gates] gating, --specgate-gating)]"
     elif pytest_action(outcome, policy) == "failed":
         head += (f" [fails the run: the policy for '{outcome.policy_key}' is 'fail' (--specgate-undecided, "
                  "[gates] undecided)]")
     return f"{head}: {message}"
 
 
-def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, *, declared: bool = False) -> Action:
+def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, *, declared: bool = False,
+                  gating: str | None = None) -> Action:
     """The pytest outcome of a gate: PASS passes, FAIL fails, a declared backfire is an expected
     failure, and a gate that decided nothing is skipped, or failed where ``policy`` (outcome key ->
     "skip" | "fail") says so. A ``declared`` backfire gate never fails the run: undecided, it is
-    skipped whatever the policy (its window takes no follow-up rounds, Rig.follow_up_rounds)."""
+    skipped whatever the policy (its window takes no follow-up rounds, Rig.follow_up_rounds).
+    ``gating`` (specgate.gating): "report" never fails the run (a FAIL is skipped, and listed as
+    failed in the summary), "gate" fails an UNDECIDED one whatever the policy."""
     if outcome is Outcome.PASS:
         return "passed"
-    if outcome is Outcome.FAIL:
-        return "failed"
     if outcome is Outcome.DECLARED_BACKFIRE:
         return "xfailed"
+    if gating == "report":
+        return "skipped"
+    if outcome is Outcome.FAIL:
+        return "failed"
     if declared:
         return "skipped"
+    if gating == "gate" and outcome is Outcome.UNDECIDED:
+        return "failed"
     if policy is None:
         from specgate.config import OutcomePolicy
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from specgate.gating import gating_lines
 from specgate.measure import client_decode_rate
 from specgate.outcome import NOT_STORED, STORING
 from specgate.report_figures import change_percent, median_rate
@@ -355,7 +356,8 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for gate in report["gates"]:
         if not gate["passed"]:
-            tag = "DECLARED" if gate.get("declared") else "FAILED"
+            tag = "DECLARED" if gate.get("declared") else (
+                "FAILED (reported only, never fails the run)" if gate.get("gating") == "report" else "FAILED")
             where = f"{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}"
             lines.append(f"{tag} {gate['gate']} [{where}]: {gate['message'].splitlines()[0]}")
     for failure in report.get("failures", []):
@@ -383,20 +385,33 @@ def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
     entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
     if not entries:
         return []
-    counts: dict[tuple[Outcome, bool], int] = defaultdict(int)
-    for u in entries:  # a declared backfire never fails the run (specgate.outcome.pytest_action)
-        counts[(Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u)), "declared" in u)] += 1
+    from specgate.outcome import pytest_action
+
+    counts: dict[tuple[Outcome, bool, str], int] = defaultdict(int)
     policy = report.get("outcome_policy") or {}
-    parts = [f"{n} {outcome.value}" + (" of a declared backfire (skipped)" if declared else
-                                       f" ({'FAILED' if policy.get(outcome.policy_key) == 'fail' else 'skipped'})")
-             for (outcome, declared), n in counts.items()]
+    for u in entries:  # a declared backfire never fails the run (specgate.outcome.pytest_action)
+        outcome = Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u))
+        action = pytest_action(outcome, policy, declared="declared" in u, gating=u.get("gating"))
+        counts[(outcome, "declared" in u, "FAILED" if action == "failed" else "skipped")] += 1
+    parts = [f"{n} {outcome.value}" + (" of a declared backfire (skipped)" if declared else f" ({action})")
+             for (outcome, declared, action), n in counts.items()]
     return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)}; what each does to the exit code: "
-            "[gates] undecided in the rig, or --specgate-undecided"]
+            "[gates] undecided and [gates] gating in the rig, or --specgate-undecided and --specgate-gating"]
+
+
+def start_order_lines(report: dict[str, Any]) -> list[str]:
+    """An A/B's start order: which side's server started first, per mode, and the seed that chose it."""
+    order = report.get("start_order")
+    if not order or not order.get("first"):
+        return []
+    firsts = ", ".join(f"{mode}: {side}" for mode, side in sorted(order["first"].items()))
+    return [f"START ORDER (side started first, seed {order['seed']}; --specgate-start-seed to repeat it): {firsts}"]
 
 
 def render_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
-        lines = failed_gate_lines(report)  # failures, and gates that decided nothing (NOT RUN: the budget)
+        # failures, and gates that decided nothing (NOT RUN: the budget), and which of them gate the run
+        lines = failed_gate_lines(report) + gating_lines(report)
         return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
     rig = report["rig"]
     parts = [f"specgate: rig {rig['name']} ({rig['tier']} tier, model {rig['model']})"
@@ -417,7 +432,7 @@ def render_text(report: dict[str, Any]) -> str:
     breakeven = breakeven_table(report)
     if breakeven:
         parts.append(breakeven)
-    lines = failed_gate_lines(report) + notice_lines(report)
+    lines = failed_gate_lines(report) + gating_lines(report) + start_order_lines(report) + notice_lines(report)
     if lines:
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
@@ -446,7 +461,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         parts.append("\n".join(f"- {line}" for line in lines))
     else:
         parts.append("All gates passed." if report["gates"] else "No gate ran.")
-    notices = notice_lines(report)
+    notices = gating_lines(report) + start_order_lines(report) + notice_lines(report)
     if notices:
         parts.append("\n".join(f"- {line}" for line in notices))
     return "\n\n".join(parts) + "\n"

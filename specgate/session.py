@@ -58,6 +58,10 @@ class SessionOptions:
     started_at: float = field(default_factory=time.monotonic)
     # --specgate-undecided: outcome key -> "skip" | "fail" (overrides the rig's [gates] undecided)
     undecided_policy: dict[str, str] | None = None
+    # --specgate-start-seed: picks which side of an A/B starts first, per mode (None: drawn per session)
+    start_seed: int | None = None
+    # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
+    gating: dict[str, str] | None = None
 
 
 @dataclass
@@ -88,6 +92,13 @@ class SpecgateSession:
     deferred_failed: bool = False
     # a rig, mode or prompts file refused while the perf tests were parametrized (a usage error)
     config_error: SpecgateError | None = None
+    # A/B: the side whose server started first, per mode ("reference" | "candidate"), by first_side
+    start_order: dict[str, str] = field(default_factory=dict)
+    started_first: dict[str, Any] = field(default_factory=dict)  # mode -> its A/B candidate server, started first
+    _start_seed: int | None = None
+    # specgate.gating.Family: the gates that can fail the run, counted at collection (plan_family)
+    family: Any = None
+    _gating: dict[tuple[str, str, str, int], tuple[str | None, str]] = field(default_factory=dict)
     _rig: Rig | None = None
     _store: BaselineFile | None = None
     _measurer: Measurer | None = None
@@ -170,6 +181,56 @@ class SpecgateSession:
                 return m.partner
         return None
 
+    @property
+    def gating_setting(self) -> dict[str, str]:
+        """Per gate "auto" | "gate" | "report": the rig's [gates] gating, the option's over it."""
+        return {**self.rig.gates.gating_setting, **(self.options.gating or {})}
+
+    def gating_of(self, gate: str, mode: str, prompt_class: str, concurrency: int) -> tuple[str | None, str]:
+        """Whether this gate test gates the run ("gate"), is reported only ("report"), or follows the
+        outcome policy alone (None), and why (specgate.gating.resolve); one answer per session."""
+        key = (gate, mode, prompt_class, concurrency)
+        if key not in self._gating:
+            from specgate.gating import resolve
+
+            self._gating[key] = resolve(self.gating_setting, self.rig, self.store, *key)
+        return self._gating[key]
+
+    def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
+        """Count the selected gate tests that can fail the run (all of them where no gating is set)
+        and fix each gate's confidence for the family ([gates] family_false_alarm), before any
+        server starts: every later interval (follow-up rounds' decisions included) uses it."""
+        from specgate.gating import family
+
+        gating = sum(1 for t in tests if self.gating_of(*t)[0] != "report")
+        gates = self.rig.gates
+        self.family = family(gates.confidence, gates.family_false_alarm, gating)
+        if self.family.confidence != gates.confidence:
+            self._rig = self.rig.model_copy(update={"gates": gates.model_copy(
+                update={"confidence": self.family.confidence})})
+
+    @property
+    def start_seed(self) -> int:
+        """The seed of the A/B start order: --specgate-start-seed, else drawn once for the session."""
+        if self._start_seed is None:
+            import secrets
+
+            self._start_seed = self.options.start_seed if self.options.start_seed is not None else secrets.randbelow(
+                10**6)
+        return self._start_seed
+
+    def first_side(self, mode: str) -> str:
+        """Which side of an A/B starts ``mode``'s server first: "reference" or "candidate", picked by
+        the session's seed. Two fresh servers of one build read about 1 % apart by start order (the
+        one started second: 1.0 % faster in an alternation, 1.0 % slower in a duet, on the lab's
+        GPU), an offset no interval of one window holds; a fixed order would put it on one side every
+        run. Recorded in ``start_order`` (report.json, the summary)."""
+        import random
+
+        side = random.Random(f"{self.start_seed}:{mode}").choice(("reference", "candidate"))
+        self.start_order[mode] = side
+        return side
+
     def measure(self, server: Any, mode: Mode, prompt_class: PromptClass, concurrency: int, *,
                 partner: Any = None, partner_mode: Mode | None = None, partner_side: str = "partner",
                 **kwargs: Any) -> ClassMeasurement:
@@ -191,6 +252,9 @@ class SpecgateSession:
                 self.failures[key] = exc
                 self._share(key, {"error": str(exc)})
                 raise
+            if partner_side == "reference" and mode.name in self.start_order:  # an A/B window
+                self.measurements[key].extra["start_order"] = {"first": self.start_order[mode.name],
+                                                               "seed": self.start_seed}
             self._share(key, self.measurements[key].to_dict())
             self._write_partial_report()
         return self.measurements[key]
@@ -250,6 +314,9 @@ class SpecgateSession:
     def record(self, result: GateResult) -> None:
         """Keep a gate's result: a decided one in ``results``, one that decided nothing in
         ``undecided`` (with its kind), so no report counts it as passed."""
+        if result.gating is None:
+            result.gating, result.gating_reason = self.gating_of(result.gate, result.mode, result.prompt_class,
+                                                                 result.concurrency)
         if result.outcome.decided:
             self.results.append(result)
             return
@@ -259,6 +326,7 @@ class SpecgateSession:
             "too few drafts" if result.gate == "acceptance" and result.outcome is Outcome.UNDECIDED
             else OUTCOME_KINDS[result.outcome])
         self.record_undecided(result.gate, result, kind, result.message, result.details, declared=result.declared)
+        self.undecided[-1].update(gating=result.gating, gating_reason=result.gating_reason)
 
     def record_undecided(self, gate: str, m: ClassMeasurement | GateResult, kind: str, message: str,
                          details: dict[str, Any] | None = None, *, declared: str | None = None) -> None:
@@ -268,10 +336,12 @@ class SpecgateSession:
         tables and plots show the number its message shows."""
         from specgate.outcome import outcome_of_kind
 
+        gating, why = self.gating_of(gate, m.mode, m.prompt_class, m.concurrency)
         self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
                                "concurrency": m.concurrency, "kind": kind, "outcome": outcome_of_kind(kind).value,
                                "message": message, **({"details": details} if details else {}),
-                               **({"declared": declared} if declared else {})})
+                               **({"declared": declared} if declared else {}),
+                               **({"gating": gating, "gating_reason": why} if gating else {})})
 
     def record_server_failure(self, label: str, error: BaseException) -> None:
         """A server that could not start (or be woken for its first turn): the job broke."""
@@ -327,6 +397,13 @@ class SpecgateSession:
                     for r in [own, *self.worker_reports] for f in r["failures"]}
         own["failures"] = [f for k, f in failures.items() if k not in seen]
         own["server_failures"] = [f for r in [own, *self.worker_reports] for f in r.get("server_failures", [])]
+        if "family" not in own:  # the controller collects nothing: a worker counted the family
+            own.update({k: r[k] for r in self.worker_reports for k in ("family", "gating") if k in r})
+        orders = [r["start_order"] for r in [own, *self.worker_reports] if r.get("start_order")]
+        if orders:  # each worker draws its own seed unless --specgate-start-seed gives one
+            own["start_order"] = {"seed": orders[0]["seed"] if len({o["seed"] for o in orders}) == 1
+                                  else sorted({o["seed"] for o in orders}),
+                                  "first": {k: v for o in orders for k, v in o["first"].items()}}
         return own
 
     def _own_report_data(self, *, complete: bool) -> dict[str, Any]:
@@ -351,6 +428,9 @@ class SpecgateSession:
             "gates": [r.to_dict() for r in self.results],
             "undecided": list(self.undecided),
             "outcome_policy": self.outcome_policy,
+            **({"start_order": {"seed": self.start_seed, "first": dict(self.start_order)}} if self.start_order else {}),
+            **({"family": self.family.to_dict()} if self.family is not None else {}),
+            **({"gating": self.gating_setting} if self.gating_setting else {}),
         }
 
     @property

@@ -152,6 +152,7 @@ def test_an_undecided_backfire_gate_still_gives_the_tables_its_number(window, ri
     result = check_backfire(rig, m, m.partner)
     session = SpecgateSession.__new__(SpecgateSession)
     session.undecided = []
+    session._gating = {("backfire", m.mode, m.prompt_class, m.concurrency): (None, "no gating set")}
     session.record_undecided("backfire", m, "undecided", result.message, result.details)
     report = {"rig": {"reference_mode": "no_spec", "modes": {"no_spec": None, "ngram": {}}},
               "measurements": [m.to_dict(), m.partner.to_dict()], "gates": [], "undecided": session.undecided}

@@ -115,8 +115,16 @@ class _Ordering:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The selection is known: print the session's plan; progress lines from now on."""
-    cost.start(session.config, get_session(session.config), session.items)
+    """The selection is known: count the gates that can fail the run (specgate.gating), print the
+    session's plan; progress lines from now on."""
+    specgate = get_session(session.config)
+    gate_tests = [key for item in session.items if (key := cost.gate_key(item)) is not None]
+    if gate_tests:
+        try:
+            specgate.plan_family(gate_tests)
+        except ConfigError:
+            pass  # refused with its file and key by the input check (refuse_bad_inputs)
+    cost.start(session.config, specgate, session.items)
 
 
 # -- the run -------------------------------------------------------------------------------------

@@ -90,6 +90,8 @@ def configure_session(config: pytest.Config) -> None:
         record_dir=config.getoption("specgate_record_responses"), ab=ab_from_options(config),
         time_budget_s=session_budget_s(config),
         undecided_policy=config.getoption("specgate_undecided"),
+        start_seed=config.getoption("specgate_start_seed"),
+        gating=config.getoption("specgate_gating"),
         keep_servers=bool(config.getoption("specgate_keep_servers")),
     )
     if options.keep_servers and (workerinput or getattr(config.option, "numprocesses", None)):

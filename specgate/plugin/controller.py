@@ -34,8 +34,9 @@ def deferred_test_reports(specgate: SpecgateSession) -> list[pytest.TestReport]:
                 continue
             outcome, message = found
             declared = gate == "backfire" and specgate.rig.declared_backfire_for(mode, prompt_class) is not None
-            action = pytest_action(outcome, policy, declared=declared)
-            text = (f"{outcome_text(gate, outcome, message, policy, declared=declared)} "
+            gating = specgate.gating_of(gate, mode, prompt_class, concurrency)[0]
+            action = pytest_action(outcome, policy, declared=declared, gating=gating)
+            text = (f"{outcome_text(gate, outcome, message, policy, declared=declared, gating=gating)} "
                     "(decided on the xdist controller)")
             base = nodeid.split("@")[0]  # without xdist's "@<group>" suffix
             controller_id = f"{base[:-1]}-controller]" if base.endswith("]") else f"{base}[controller]"
@@ -73,8 +74,8 @@ def decide_deferred_gates(specgate: SpecgateSession) -> bool:
         for result in (check_backfire(specgate.rig, m, r), check_lossless(specgate.rig, m, r),
                        check_ttft(specgate.rig, m, r)):
             specgate.record(result)  # an undecided one is listed as undecided, never as passed
-            failed |= pytest_action(result.outcome, specgate.outcome_policy,
-                                    declared=result.declared is not None) == "failed"
+            failed |= pytest_action(result.outcome, specgate.outcome_policy, declared=result.declared is not None,
+                                    gating=result.gating) == "failed"
     specgate.deferred_failed = failed
     return failed
 

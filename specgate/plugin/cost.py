@@ -55,6 +55,12 @@ def gate_of(item: pytest.Item) -> str:
     return getattr(item, "originalname", item.name.split("[")[0]).removeprefix("test_")
 
 
+def gate_key(item: pytest.Item) -> tuple[str, str, str, int] | None:
+    """A perf test's gate and window (gate, mode, class, concurrency), or None for other tests."""
+    key = window_key(item)
+    return None if key is None else (gate_of(item), *key)
+
+
 def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
     """Reorder, in place, each run of consecutive perf tests of one mode: by window (class, then
     concurrency), then by gate (GATE_ORDER). Runs of different modes keep their places, so pytest's

@@ -68,8 +68,16 @@ def partner_server(mode, specgate_session: SpecgateSession, server_turns,
         yield None
     elif rig.design == "duet":
         yield None if mode.name == rig.reference_mode else request.getfixturevalue("reference_server")
-    else:  # A/B: the reference side starts first
+    elif session.first_side(mode.name) == "reference":  # A/B: the session's seed picks the side started first
         yield from serve(session, mode, side="reference", turns=server_turns)
+    else:  # the candidate first: started here, handed to vllm_server, torn down after the reference
+        first = serve(session, mode, side="candidate", turns=server_turns)
+        session.started_first[mode.name] = next(first)
+        try:
+            yield from serve(session, mode, side="reference", turns=server_turns)
+        finally:
+            session.started_first.pop(mode.name, None)
+            first.close()
 
 
 @pytest.fixture(scope="session")
@@ -81,6 +89,9 @@ def vllm_server(mode, partner_server, specgate_session: SpecgateSession, server_
     session, rig = specgate_session, specgate_session.rig
     if rig.design == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
         yield request.getfixturevalue("reference_server")
+        return
+    if mode.name in session.started_first:  # an A/B whose candidate side started first (partner_server)
+        yield session.started_first[mode.name]
         return
     yield from serve(session, mode, side="candidate" if rig.design == "ab" else None, turns=server_turns)
 

@@ -56,15 +56,17 @@ class GateKeeper:
             message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store them "
                        f"with: pytest -m {self.rig.tier} --specgate-rig {self.rig.name} --specgate-update-baselines")
             self.session.record_undecided(gate, m, NOT_STORED, message)
-            self._act(gate, Outcome.NOT_STORED, message)
+            self._act(gate, Outcome.NOT_STORED, message, m=m)
         return entry
 
-    def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False) -> None:
-        """End the test as ``outcome`` says under the session's policy (the one mapping)."""
+    def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None) -> None:
+        """End the test as ``outcome`` says under the session's policy and the gate's gating (the
+        one mapping). ``m``: the window (or result) whose gate this is."""
         __tracebackhide__ = True
         policy = self.session.outcome_policy
-        action = pytest_action(outcome, policy, declared=declared)
-        text = outcome_text(gate, outcome, message, policy, declared=declared)
+        gating = self.session.gating_of(gate, m.mode, m.prompt_class, m.concurrency)[0] if m is not None else None
+        action = pytest_action(outcome, policy, declared=declared, gating=gating)
+        text = outcome_text(gate, outcome, message, policy, declared=declared, gating=gating)
         if action == "skipped":
             pytest.skip(text)
         if action == "xfailed":
@@ -75,7 +77,7 @@ class GateKeeper:
     def _finish(self, result) -> None:
         __tracebackhide__ = True
         self.session.record(result)  # one that decided nothing is listed as such, never as passed
-        self._act(result.gate, result.outcome, result.message, declared=result.declared is not None)
+        self._act(result.gate, result.outcome, result.message, declared=result.declared is not None, m=result)
 
     def throughput(self, m) -> None:
         __tracebackhide__ = True
@@ -96,7 +98,7 @@ class GateKeeper:
             # machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
             note = f"{self._stored_entry(m, fit)}; not compared; refresh it with: {self._refresh(m)}"
             self.session.record_undecided("throughput", m, "other machine", note)
-            self._act("throughput", Outcome.OTHER_MACHINE, note)
+            self._act("throughput", Outcome.OTHER_MACHINE, note, m=m)
         result = check_throughput(self.rig, m, stored)
         result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median, self._refresh(m)))
         self._finish(result)
@@ -122,7 +124,7 @@ class GateKeeper:
                 self._finish(GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
                                         f"{note} (--specgate-strict-fingerprint)"))
             self.session.record_undecided(gate, m, "fingerprint", note)  # not comparable: undecided
-            self._act(gate, Outcome.UNDECIDED, note)
+            self._act(gate, Outcome.UNDECIDED, note, m=m)
             pytest.fail(note, pytrace=False)
         if fit.kind != SAME and gate == "throughput":
             warnings.warn(self._stored_entry(m, fit), stacklevel=1)

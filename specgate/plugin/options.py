@@ -50,6 +50,15 @@ def parse_rig_name(value: str) -> str:
     return value
 
 
+def parse_gating_option(value: str) -> dict[str, str]:
+    from specgate.gating import parse_gating
+
+    try:
+        return parse_gating(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_outcome_policy(value: str) -> dict[str, str]:
     from specgate.outcome import parse_policy
 
@@ -174,5 +183,15 @@ def add_options(parser: pytest.Parser) -> None:
                          "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge gating), or per "
                          "outcome, e.g. not_stored=skip,undecided=fail (default: the rig's [gates] undecided, "
                          "else not_stored=fail and the others skip)")
+    group.addoption("--specgate-gating", type=parse_gating_option, default=None, metavar="auto|gate|report",
+                    help="which gates fail the run: 'auto' (those that can decide on this rig: an A/B, backfire, TTFT, "
+                         "stored figures with 3 runs of history; the others are reported only), 'gate' (an undecided "
+                         "one fails the run), 'report' (never fails it), or per gate, e.g. "
+                         "throughput=gate,acceptance=report (default: the rig's [gates] gating, else unset: every "
+                         "FAIL fails the run and --specgate-undecided says what one that decided nothing does)")
+    group.addoption("--specgate-start-seed", type=int, default=None, metavar="N",
+                    help="A/B: the seed that picks, per mode, which side's server starts first (two fresh identical "
+                         "servers read about 1 %% apart by start order); reported in the summary and report.json "
+                         "(default: drawn for each session)")
     group.addoption("--specgate-report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")

@@ -1,0 +1,162 @@
+"""Which gates gate the run, and the session's false-alarm bound over them.
+
+A gate *gates* the run when its outcome sets the exit code. The rig's ``[gates] gating`` (or
+``--specgate-gating``) says, per gate, ``gate``, ``report`` or ``auto``:
+
+- ``gate``: a FAIL fails the run, and so does an UNDECIDED (after its follow-up rounds): a gate a
+  team relies on before a merge must not let the run go green having decided nothing;
+- ``report``: the gate is reported (summary, report.json) and never fails the run, whatever it
+  says: a gate that cannot decide on this rig (a comparison with stored figures that have no
+  history yet) would otherwise turn every plain run red under ``undecided = "fail"``;
+- ``auto``: ``gate`` where the gate can decide on this rig, else ``report``. Live comparisons can:
+  an A/B's throughput, acceptance (per request) and TTFT, backfire and TTFT against the live
+  no-speculation mode, lossless. A comparison with stored figures can when their history lets it
+  (at least 3 stored runs: the interval then carries the measured start-to-start spread).
+
+Unset (the default), every gate's FAIL fails the run and a gate that decided nothing follows the
+outcome policy (``[gates] undecided``), as before. The other outcomes that decide nothing (not
+stored, other machine, not run) follow the outcome policy under ``gate`` too.
+
+The family: each gate that gates the run fails falsely at most (1 - confidence) / 2 of the time
+(one-sided; repeated intervals over a window's two looks keep it so). Over m of them, at most m
+times that (Bonferroni). ``[gates] family_false_alarm = F`` holds the session's bound at F: each
+gate's confidence becomes 1 - 2 F / m, m counted from the selected tests before any server starts.
+Either way the summary states the bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Gating = Literal["gate", "report"]
+Setting = Literal["gate", "report", "auto"]
+GATES = ("throughput", "acceptance", "backfire", "ttft", "lossless")
+MIN_HISTORY = 3  # stored runs from which a stored-figure comparison carries its measured spread
+
+
+def parse_gating(text: str) -> dict[str, Setting]:
+    """``auto``, ``gate`` or ``report`` (every gate), or per gate: ``throughput=gate,acceptance=report``.
+    Raises ValueError naming what is wrong."""
+    text = text.strip()
+    values = ("gate", "report", "auto")
+    if text in values:
+        return dict.fromkeys(GATES, text)  # type: ignore[arg-type]
+    setting: dict[str, Setting] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in GATES or value not in values:
+            raise ValueError(f"{part!r}: expected 'auto', 'gate', 'report' or GATE=auto|gate|report with GATE one "
+                             f"of {', '.join(GATES)}")
+        setting[key] = value  # type: ignore[assignment]
+    if not setting:
+        raise ValueError("empty gating: expected 'auto', 'gate', 'report' or GATE=auto|gate|report,...")
+    return setting
+
+
+def can_decide(rig: Any, store: Any, gate: str, mode: str, prompt_class: str, concurrency: int) -> tuple[bool, str]:
+    """Whether ``gate`` of this window can decide on this rig, and why, known before anything starts:
+    from the rig (an A/B, a live reference) and the stored figures' history."""
+    ab = rig.design == "ab"
+    if gate in ("backfire", "lossless"):
+        return True, "a live no-speculation reference in the same session"
+    if gate == "ttft":
+        return True, "the A/B's live reference side" if ab else "a live no-speculation reference"
+    if ab:
+        return True, ("the A/B's reference side, the same requests per request" if gate == "acceptance"
+                      else "the A/B's live reference side")
+    if gate == "acceptance":
+        return False, "stored figures (window-wide counters: drafts as trials, no pairing)"
+    from specgate.baselines import lookup
+
+    entry = lookup(store, rig.name, mode, prompt_class, concurrency) if store is not None else None
+    if entry is None:
+        return False, "no stored figures"
+    duet_ratio = entry.ratio_to_reference is not None and rig.design == "duet" and mode != rig.reference_mode
+    runs = len(entry.ratio_history if duet_ratio else entry.level_history)
+    what = "stored ratios" if duet_ratio else "stored levels"
+    if runs >= MIN_HISTORY:
+        return True, f"{runs} {what} give the session-to-session spread"
+    return False, f"stored figures with {runs} of the {MIN_HISTORY} {what} their spread needs"
+
+
+def resolve(setting: dict[str, Setting] | None, rig: Any, store: Any, gate: str, mode: str, prompt_class: str,
+            concurrency: int) -> tuple[Gating | None, str]:
+    """The gating of one gate test: "gate", "report", or None where no gating is set (the outcome
+    policy alone decides), with the reason."""
+    if not setting or gate not in setting:
+        return None, "no gating set: the outcome policy ([gates] undecided)"
+    value = setting[gate]
+    if value != "auto":
+        return value, f"gating = {value!r} for {gate}"
+    decides, why = can_decide(rig, store, gate, mode, prompt_class, concurrency)
+    return ("gate" if decides else "report"), why
+
+
+@dataclass(frozen=True)
+class Family:
+    """The gates that may fail the run, counted before anything starts, and the per-gate one-sided
+    false-alarm level that gives the session's bound."""
+
+    gating: int  # gate tests that may fail the run
+    confidence: float  # each gate's two-sided confidence
+    controlled: float | None  # [gates] family_false_alarm, None: not controlled
+
+    @property
+    def per_gate(self) -> float:
+        return (1 - self.confidence) / 2
+
+    @property
+    def bound(self) -> float:
+        return min(1.0, self.gating * self.per_gate)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gating_decisions": self.gating, "confidence": self.confidence, "per_gate_one_sided": self.per_gate,
+                "bound": self.bound, "family_false_alarm": self.controlled}
+
+    def text(self) -> str:
+        if not self.gating:
+            return "FALSE ALARMS: no gate of this run can fail it"
+        head = (f"FALSE ALARMS: {self.gating} gate(s) can fail this run, each falsely at most "
+                f"{self.per_gate * 100:.3g} % of the time (one-sided, confidence {self.confidence * 100:.4g} %)")
+        if self.controlled is not None:
+            return (f"{head}: a false FAIL anywhere in the session at most {self.bound * 100:.3g} % "
+                    f"(Bonferroni; [gates] family_false_alarm = {self.controlled:g})")
+        return (f"{head}: a false FAIL anywhere in the session at most {self.bound * 100:.3g} % (Bonferroni, "
+                "not controlled: set [gates] family_false_alarm to hold it)")
+
+
+def family(confidence: float, controlled: float | None, gating: int) -> Family:
+    """The family over ``gating`` gates at the rig's ``confidence``; with ``controlled`` (F), each
+    gate's confidence 1 - 2 F / gating, never below the rig's."""
+    if controlled is None or gating == 0:
+        return Family(gating, confidence, controlled)
+    return Family(gating, max(confidence, 1 - 2 * controlled / gating), controlled)
+
+
+def gating_lines(report: dict[str, Any]) -> list[str]:
+    """The summary's lines: which gates gated the run (by gate and reason), which were reported
+    only, and the family's false-alarm bound."""
+    from collections import Counter
+
+    entries = [*report.get("gates", []), *report.get("undecided", [])]
+    gated: Counter = Counter()
+    reported: Counter = Counter()
+    for e in entries:
+        if e.get("gating") == "gate":
+            gated[(e["gate"], e.get("gating_reason", ""))] += 1
+        elif e.get("gating") == "report":
+            reported[(e["gate"], e.get("gating_reason", ""))] += 1
+    lines = []
+    if gated or reported:
+        if gated:
+            lines.append(f"GATED THE RUN: {sum(gated.values())} gate(s): "
+                         + "; ".join(f"{gate} x{n} ({why})" for (gate, why), n in sorted(gated.items())))
+        if reported:
+            lines.append(f"REPORTED ONLY (never fail the run): {sum(reported.values())} gate(s): "
+                         + "; ".join(f"{gate} x{n} ({why})" for (gate, why), n in sorted(reported.items())))
+    fam = report.get("family")
+    if fam:
+        lines.append(Family(fam["gating_decisions"], fam["confidence"], fam.get("family_false_alarm")).text())
+    return lines

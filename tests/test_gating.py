@@ -1,0 +1,249 @@
+"""Issue 47, items 2, 6 and 7: a policy per gate (the gates that can decide on this rig gate the
+run, the others are reported only), the session's false-alarm bound over the gates that gate, and
+the A/B's start order (seeded, reported) with the start-pair spread stated or folded in."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from fixture_copy import copy_fixtures
+
+from specgate.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry
+from specgate.client import RequestRecord
+from specgate.config import AB, Gates, load_rig
+from specgate.errors import ConfigError
+from specgate.gates import ab_throughput
+from specgate.gating import can_decide, family, gating_lines, parse_gating, resolve
+from specgate.measure import ClassMeasurement
+from specgate.outcome import Outcome, outcome_text, pytest_action
+from specgate.report import render_markdown, start_order_lines
+from specgate.session import SessionOptions, SpecgateSession
+
+pytestmark = pytest.mark.fast
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- 2: a policy per gate -------------------------------------------------------------------------
+def test_the_option_reads_one_setting_or_one_per_gate():
+    assert set(parse_gating("auto").values()) == {"auto"}
+    assert parse_gating("throughput=gate, acceptance=report") == {"throughput": "gate", "acceptance": "report"}
+    with pytest.raises(ValueError, match="GATE=auto|gate|report"):
+        parse_gating("speed=gate")
+    with pytest.raises(ValueError, match="expected 'auto'"):
+        parse_gating("throughput=sometimes")
+
+
+@pytest.mark.parametrize(("table", "key"), [('{ throughput = "sometimes" }', "gates.gating"),
+                                            ('{ thruput = "gate" }', "gates.gating"),
+                                            ('"always"', "gates.gating")])
+def test_a_bad_gating_in_the_rig_is_refused_naming_the_file_and_key(tmp_path, table, key):
+    fixtures = copy_fixtures(tmp_path / "fixtures")
+    rig = fixtures / "rigs" / "cpu-smollm2.toml"
+    rig.write_text(rig.read_text().replace("[gates]\n", f"[gates]\ngating = {table}\n", 1))
+    with pytest.raises(ConfigError) as caught:
+        load_rig("cpu-smollm2", fixtures)
+    assert str(rig) in str(caught.value) and key in str(caught.value)
+
+
+def test_the_rig_sets_the_gating_per_gate_and_the_option_overrides_it(tmp_path):
+    assert Gates().gating_setting == {}
+    assert Gates(gating="auto").gating_setting["ttft"] == "auto"
+    assert Gates(gating={"throughput": "report"}).gating_setting == {"throughput": "report"}
+    session = SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+        run_dir=tmp_path / "run", repo_root=ROOT, gating={"backfire": "report"}))
+    assert session.gating_setting == {"backfire": "report"}
+
+
+# outcome -> pytest's action under gating "report", "gate", and none (the default policy)
+ACTIONS = {
+    Outcome.PASS: ("passed", "passed", "passed"),
+    Outcome.FAIL: ("skipped", "failed", "failed"),
+    Outcome.DECLARED_BACKFIRE: ("xfailed", "xfailed", "xfailed"),
+    Outcome.UNDECIDED: ("skipped", "failed", "skipped"),
+    Outcome.NOT_STORED: ("skipped", "failed", "failed"),  # "gate" leaves it to the outcome policy
+    Outcome.OTHER_MACHINE: ("skipped", "skipped", "skipped"),
+    Outcome.NOT_RUN: ("skipped", "skipped", "skipped"),
+}
+
+
+@pytest.mark.parametrize("outcome", list(Outcome))
+def test_report_never_fails_the_run_gate_fails_an_undecided_one(outcome):
+    assert tuple(pytest_action(outcome, None, gating=g) for g in ("report", "gate", None)) == ACTIONS[outcome]
+    # "report" holds under --specgate-undecided=fail too: a gate that cannot decide never turns the run red
+    assert pytest_action(outcome, dict.fromkeys(("undecided", "not_stored", "other_machine", "not_run"), "fail"),
+                         gating="report") == ACTIONS[outcome][0]
+
+
+def test_the_test_report_says_why_a_gate_did_or_did_not_fail_the_run():
+    assert "reported only" in outcome_text("throughput", Outcome.FAIL, "m", gating="report")
+    assert "this gate gates it and is still undecided" in outcome_text("ttft", Outcome.UNDECIDED, "m", gating="gate")
+
+
+def _ab_rig():
+    rig = load_rig("cpu-smollm2-quick", ROOT / "fixtures")
+    return rig.model_copy(update={"ab": AB()})
+
+
+def _store(rig_name: str, ratios: list[float]) -> BaselineFile:
+    entry = BaselineEntry(decode_tokens_per_s=[30.0], median=30.0, mad=0.0, n=1, ratio_history=ratios,
+                          ratio_to_reference=RatioEntry(reference_mode="no_spec", ratio=1.0, ci_low=0.9, ci_high=1.1,
+                                                        n=6) if ratios else None)
+    return BaselineFile(schema_version=SCHEMA_VERSION, rigs={rig_name: {"ngram": {"coding": {"1": entry}}}})
+
+
+def test_auto_gates_the_live_comparisons_and_stored_figures_with_history_only():
+    duet = load_rig("cpu-smollm2-quick", ROOT / "fixtures")
+    ab = _ab_rig()
+    assert can_decide(ab, None, "throughput", "ngram", "coding", 1)[0]
+    assert can_decide(ab, None, "acceptance", "ngram", "coding", 1)[0]
+    assert can_decide(duet, None, "backfire", "ngram", "coding", 1)[0]
+    assert can_decide(duet, None, "ttft", "ngram", "coding", 1)[0]
+    assert not can_decide(duet, None, "acceptance", "ngram", "coding", 1)[0]
+    fresh, why = can_decide(duet, _store(duet.name, [1.0]), "throughput", "ngram", "coding", 1)
+    assert not fresh and "with 1 of the 3 stored ratios" in why
+    assert can_decide(duet, _store(duet.name, [1.0, 1.02, 0.99]), "throughput", "ngram", "coding", 1)[0]
+    assert not can_decide(duet, _store(duet.name, []), "throughput", "no_spec", "coding", 1)[0]
+    assert resolve({"throughput": "auto"}, duet, None, "throughput", "ngram", "coding", 1) == (
+        "report", "no stored figures")
+    assert resolve({"throughput": "gate"}, duet, None, "throughput", "ngram", "coding", 1)[0] == "gate"
+    assert resolve({}, duet, None, "throughput", "ngram", "coding", 1)[0] is None
+
+
+UNDECIDED_GATES = textwrap.dedent('''
+    import pytest
+    from specgate.gates import GateResult
+    from specgate.outcome import Outcome
+
+
+    @pytest.mark.parametrize("gate", ["throughput", "backfire"])
+    def test_gate(gatekeeper, gate):
+        gatekeeper._finish(GateResult(gate, "ngram", "coding", 1, Outcome.UNDECIDED, f"{gate}: interval across"))
+''')
+
+
+def test_under_auto_an_undecided_live_gate_fails_the_run_a_stored_one_is_reported(pytester):
+    copy_fixtures(pytester.path / "fixtures")
+    pytester.makepyfile(test_gate=UNDECIDED_GATES)
+    run_dir = pytester.path / "run"
+    result = pytester.runpytest("-p", "no:cacheprovider", "--specgate-gating=auto", "--specgate-undecided=fail",
+                                f"--specgate-run-dir={run_dir}", "-rA")
+    result.assert_outcomes(failed=1, skipped=1)
+    out = result.stdout.str()
+    assert "backfire gate undecided [fails the run: this gate gates it and is still undecided" in out
+    assert "throughput gate UNDECIDED, reported only" in out
+    assert "GATED THE RUN: 1 gate(s): backfire x1 (a live no-speculation reference in the same session)" in out
+    assert "REPORTED ONLY (never fail the run): 1 gate(s): throughput x1 (no stored figures)" in out
+    report = json.loads((run_dir / "report.json").read_text())
+    assert {u["gate"]: u["gating"] for u in report["undecided"]} == {"throughput": "report", "backfire": "gate"}
+    assert report["gating"]["throughput"] == "auto"
+    plain = pytester.runpytest("-p", "no:cacheprovider")
+    plain.assert_outcomes(skipped=2)  # no gating set: the outcome policy (undecided skips)
+    assert pytester.runpytest("--specgate-gating=maybe").ret == pytest.ExitCode.USAGE_ERROR
+
+
+# -- 6: the family ---------------------------------------------------------------------------------
+def test_the_family_is_held_at_its_bound_or_its_bound_is_stated():
+    loose = family(0.95, None, 36)
+    assert loose.per_gate == pytest.approx(0.025) and loose.bound == pytest.approx(0.9)
+    assert "at most 90 % (Bonferroni, not controlled" in loose.text()
+    held = family(0.95, 0.05, 36)
+    assert held.bound == pytest.approx(0.05) and held.confidence == pytest.approx(1 - 0.1 / 36)
+    assert "at most 5 % (Bonferroni; [gates] family_false_alarm = 0.05)" in held.text()
+    assert family(0.95, 0.05, 1).confidence == 0.95  # never below the rig's own confidence
+    assert "no gate of this run can fail it" in family(0.95, 0.05, 0).text()
+
+
+def test_the_session_counts_the_gates_that_gate_and_every_later_interval_uses_their_confidence(tmp_path):
+    fixtures = copy_fixtures(tmp_path / "fixtures")
+    rig_file = fixtures / "rigs" / "cpu-smollm2-quick.toml"
+    rig_file.write_text(rig_file.read_text().replace("[gates]\n", '[gates]\ngating = "auto"\nfamily_false_alarm = '
+                                                     '0.05\n', 1))
+    session = SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2-quick", fixtures_dir=fixtures, baselines_path=tmp_path / "b.json",
+        run_dir=tmp_path / "run", repo_root=ROOT))
+    tests = [(g, "ngram", c, 1) for g in ("throughput", "acceptance", "backfire", "ttft", "lossless")
+             for c in ("coding", "extraction")] + [("throughput", "no_spec", c, 1) for c in ("coding", "extraction")]
+    session.plan_family(tests)
+    # backfire, ttft, lossless on 2 classes gate; stored-figure throughput and acceptance are reported
+    assert session.family.gating == 6
+    assert session.rig.gates.confidence == pytest.approx(1 - 0.1 / 6)
+    assert session.rig.gates.for_class("coding").confidence == pytest.approx(1 - 0.1 / 6)
+    report = session.report_data(complete=True)
+    assert report["family"]["bound"] == pytest.approx(0.05)
+    assert any("FALSE ALARMS: 6 gate(s) can fail this run" in line for line in gating_lines(report))
+
+
+# -- 7: the start order ----------------------------------------------------------------------------
+def test_the_side_started_first_comes_from_the_seed_and_is_reported(tmp_path):
+    def session(seed):
+        return SpecgateSession(SessionOptions(
+            rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+            run_dir=tmp_path / "run", repo_root=ROOT, start_seed=seed))
+
+    picks = {seed: session(seed).first_side("ngram") for seed in range(20)}
+    assert set(picks.values()) == {"reference", "candidate"}  # both orders occur
+    assert all(session(seed).first_side("ngram") == side for seed, side in picks.items())  # and repeat
+    s = session(7)
+    s.first_side("ngram")
+    s.first_side("no_spec")
+    report = s.report_data(complete=True)
+    assert report["start_order"] == {"seed": 7, "first": dict(s.start_order)}
+    (line,) = start_order_lines(report)
+    assert "seed 7" in line and f"ngram: {s.start_order['ngram']}" in line
+    assert SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+        run_dir=tmp_path / "run", repo_root=ROOT)).start_seed >= 0  # drawn when not given
+
+
+def _ab_window(side: str, tps: list[float]) -> ClassMeasurement:
+    records = [RequestRecord(request_id=f"ngram/coding/p{i}#0", mode="ngram", prompt_class="coding", prompt_id=f"p{i}",
+                             concurrency=1, started_at=0.0, first_token_at=0.5, last_token_at=0.5 + 47 / t,
+                             finished_at=0.5 + 47 / t, chunk_times=[0.5, 0.5 + 47 / t], prompt_tokens=10,
+                             completion_tokens=48, text="x", finish_reason="length") for i, t in enumerate(tps)]
+    return ClassMeasurement(rig="cpu-smollm2-quick", mode="ngram", prompt_class="coding", concurrency=1,
+                            records=records, acceptance=None, server_decode_tokens_per_s=None,
+                            server_metric_source=None, wall_s=1.0, design="duet", side=side)
+
+
+def test_the_ab_verdict_states_the_start_order_and_folds_in_the_start_pair_spread():
+    rig = _ab_rig()
+    tps = [20.0, 20.4, 19.8, 20.2, 20.1, 19.9, 20.3, 20.0]
+    m = _ab_window("subject", [t * 1.002 for t in tps])
+    m.partner = _ab_window("reference", tps)
+    m.extra["start_order"] = {"first": "candidate", "seed": 7}
+    stated = ab_throughput(rig, m)
+    assert "the candidate side started first (seed 7); start-pair offset not folded in (start_pair_spread = 0" \
+        in stated.message
+    assert stated.details["start_pair"] == {"first": "candidate", "seed": 7, "spread": 0.0, "widened_log": 0.0}
+    widened_rig = rig.model_copy(update={"gates": rig.gates.model_copy(update={"start_pair_spread": 0.01})})
+    widened = ab_throughput(widened_rig, m)
+    assert "start-pair spread 1 % folded in (z = " in widened.message
+    grow = widened.details["start_pair"]["widened_log"]
+    assert grow > 0.019
+    import math
+
+    assert math.log(widened.details["ci_high"]) - math.log(stated.details["ci_high"]) == pytest.approx(grow)
+    assert f"{widened.details['ci_low']:.3f}-{widened.details['ci_high']:.3f}" in widened.message
+
+
+def test_the_markdown_summary_carries_the_gating_family_and_start_order(tmp_path):
+    session = SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+        run_dir=tmp_path / "run", repo_root=ROOT, start_seed=3, gating={"backfire": "gate"}))
+    session.first_side("ngram")
+    session.plan_family([("backfire", "ngram", "coding", 1)])
+    m = _ab_window("subject", [20.0] * 6)
+    session.record_undecided("backfire", m, "undecided", "backfire: interval across")
+    report = json.loads(json.dumps(session.report_data(complete=True)))
+    report["measurements"] = [m.to_dict()]
+    report["rig"]["modes"] = {"ngram": {}}
+    text = render_markdown(report)
+    assert "GATED THE RUN: 1 gate(s): backfire x1" in text
+    assert "FALSE ALARMS: 1 gate(s) can fail this run" in text and "START ORDER" in text
+    assert "1 undecided (FAILED)" in text
