@@ -571,7 +571,7 @@ def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]
 
 def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
     """An A/B's acceptance gate: the candidate's accepted tokens per decode step against the
-    reference side's, on the same requests, per request (:func:`specgate.stats.paired_acceptance`).
+    reference side's, on the same requests, clustered by prompt (:func:`specgate.stats.paired_acceptance`).
     Where the streams' counts disagree with vLLM's counters (a client that read chunks late), the
     window-wide counters decide instead (:func:`check_acceptance`), drafts counted as trials."""
     partner = m.partner
@@ -584,17 +584,25 @@ def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
     ours, theirs = request_acceptances(m), request_acceptances(partner)
     mismatch = [why for w, c in ((m, ours), (partner, theirs)) if (why := stream_count_mismatch(w, c))]
     keys = [k for k in theirs if k in ours]
-    if mismatch or len(keys) < 2:
+    # The clusters are the prompts: a greedy prompt's repeats accept the same tokens (one cluster,
+    # not several independent ones), so each prompt's requests are summed on both sides first.
+    by_prompt: dict[str, list[list[int]]] = {}
+    for key in keys:
+        sums = by_prompt.setdefault(key.rsplit("#", 1)[0], [[0, 0], [0, 0]])
+        for side, counts in ((0, ours[key]), (1, theirs[key])):
+            sums[side][0] += counts[0]
+            sums[side][1] += counts[1]
+    if mismatch or len(by_prompt) < 2:
         from specgate.baselines import Fingerprint
 
-        why = "; ".join(mismatch) if mismatch else f"only {len(keys)} request(s) with decode steps on both sides"
+        why = "; ".join(mismatch) if mismatch else f"only {len(by_prompt)} prompt(s) with decode steps on both sides"
         result = check_acceptance(rig, m, baseline_entry(partner, Fingerprint()), reference_label="reference side")
         result.message = f"{result.message} [per-request counts not used: {why}]"
         result.details["per_request"] = None
         return result
-    comparison = paired_acceptance([ours[k] for k in keys], [theirs[k] for k in keys],
+    comparison = paired_acceptance([tuple(c[0]) for c in by_prompt.values()], [tuple(c[1]) for c in by_prompt.values()],
                                    tolerance=gates.acceptance_tolerance, subject=subject,
-                                   confidence=window_confidence(gates.confidence, m))
+                                   confidence=window_confidence(gates.confidence, m), unit="prompts")
     outcome = (Outcome.UNDECIDED if not comparison.decided else Outcome.PASS if comparison.passed else Outcome.FAIL)
     now, then = m.acceptance, partner.acceptance
     counters = (f"vLLM's counters: acceptance rate {now.acceptance_rate:.3f} vs {then.acceptance_rate:.3f}, mean "

@@ -271,8 +271,8 @@ def _compare_two_samples(measured: float, reference: float, counts: tuple[float,
                       decided=decided)
 
 
-METHOD_PAIRED_REQUESTS = ("per-request accepted tokens per step, paired by request key; ratio of sums with a "
-                          "cluster-robust (per-request) delta-method t interval")
+METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired on the same requests; ratio of "
+                          "sums with a cluster-robust (per-prompt) delta-method t interval")
 
 
 def request_acceptance(completion_tokens: int, chunks: int) -> tuple[int, int] | None:
@@ -288,9 +288,11 @@ def request_acceptance(completion_tokens: int, chunks: int) -> tuple[int, int] |
 
 def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequence[tuple[float, float]], *,
                       tolerance: float, subject: str, confidence: float = 0.95,
-                      reference_label: str = "reference side", gate: str = "acceptance") -> Comparison:
+                      reference_label: str = "reference side", gate: str = "acceptance",
+                      unit: str = "requests") -> Comparison:
     """Accepted tokens per decode step, candidate over reference, on the same requests: item i of
-    both sides is one request key's (accepted, steps). The statistic is the ratio of the two sides'
+    both sides is one cluster's (accepted, steps): a request key, or a prompt's requests summed
+    (``unit`` names them in the message). The statistic is the ratio of the two sides'
     ratios of sums, (A_c / S_c) / (A_r / S_r); its standard error is cluster-robust, each request a
     cluster (the delta method: pair i's influence on the ratio, summed over pairs, with Student's t
     at n - 1 degrees of freedom). A request's drafts are not independent trials (one rejection ends
@@ -316,7 +318,7 @@ def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequen
     common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n,
               "method": METHOD_PAIRED_REQUESTS}
     if n < 2 or s_c <= 0 or s_r <= 0 or a_r <= 0:
-        why = (f"{n} paired request(s)" if n < 2 else "no decode steps on one side" if min(s_c, s_r) <= 0
+        why = (f"{n} paired {unit}" if n < 2 else "no decode steps on one side" if min(s_c, s_r) <= 0
                else f"the {reference_label} accepted no draft token")
         rate_c, rate_r = (a_c / s_c if s_c > 0 else 0.0), (a_r / s_r if s_r > 0 else 0.0)
         return Comparison(**common, passed=False, measured=rate_c, reference=rate_r, ratio=math.nan, ci_low=None,
@@ -333,7 +335,7 @@ def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequen
     ci_low, ci_high = max(0.0, ratio - q * se), ratio + q * se
     change = change_text(ratio, up="higher", down="lower")
     head = (f"{subject}: accepted tokens per step {rate_c:.3f} ({a_c:.0f} over {s_c:.0f} steps) vs {rate_r:.3f} "
-            f"{reference_label} ({a_r:.0f} over {s_r:.0f}), same {n} requests: ratio {ratio:.3f} "
+            f"{reference_label} ({a_r:.0f} over {s_r:.0f}), same {n} {unit}: ratio {ratio:.3f} "
             f"({confidence * 100:.4g} % CI {ci_low:.3f}-{ci_high:.3f}, t {n - 1} df = {q:.2f}; {change})")
     rule = f"fails when the interval lies below {threshold:.3g} ({tolerance * 100:g} % lower); {METHOD_PAIRED_REQUESTS}"
     if ci_high < threshold:

@@ -142,7 +142,7 @@ def test_an_ab_of_identical_builds_passes_on_the_same_requests(rig):
     result = ab_acceptance(rig, _ab(_window("subject", chunks), _window("reference", chunks)))
     assert result.outcome is Outcome.PASS
     assert result.details["per_request"] and result.details["ratio"] == 1.0
-    assert "same 6 requests: ratio 1.000" in result.message
+    assert "same 6 prompts: ratio 1.000" in result.message
 
 
 def test_an_ab_whose_candidate_accepts_less_fails(rig):
@@ -166,3 +166,14 @@ def test_streams_that_disagree_with_the_counters_fall_back_to_the_counters(rig):
 def test_request_acceptances_are_keyed_like_the_speed_samples():
     window = _window("subject", [20, 1, 14])
     assert request_acceptances(window) == {"p0#0": (28, 19), "p2#0": (34, 13)}
+
+
+def test_a_prompts_repeats_are_one_cluster_not_independent_requests(rig):
+    def window(side: str, chunks: list[int]) -> ClassMeasurement:
+        w = _window(side, chunks * 3)
+        for i, record in enumerate(w.records):  # 3 repeats of 4 prompts, each repeat the same counts
+            record.request_id = f"ngram/coding/p{i % 4}#{i // 4}"
+        return w
+
+    result = ab_acceptance(rig, _ab(window("subject", [22, 30, 16, 40]), window("reference", [20, 30, 14, 40])))
+    assert "same 4 prompts" in result.message and result.details["n_measured"] == 4
