@@ -57,15 +57,19 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     """"pass", "FAIL throughput,backfire", "declared backfire", plus the gates that decided
     nothing ("throughput: no stored figures"); "-" when no gate ran."""
     decided = [g for g in gates if "kind" not in g]
-    failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared")]
+    failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared") and g.get("gating") != "report"]
     declared = [g["gate"] for g in decided if not g["passed"] and g.get("declared")]
+    reported = [g["gate"] for g in decided if not g["passed"] and not g.get("declared") and g.get("gating") == "report"]
     parts = []
     if failed:
         parts.append("FAIL " + ",".join(failed))
-    elif declared:
-        parts.append("declared backfire")
-    elif decided:
-        parts.append("pass")
+    if reported:  # specgate.gating: a gate that cannot decide on this rig never fails the run
+        parts.append("failed, reported only: " + ",".join(reported))
+    if not failed and not reported:
+        if declared:
+            parts.append("declared backfire")
+        elif decided:
+            parts.append("pass")
     parts += [f"{g['gate']}: {undecided_kind(g)}" for g in gates if "kind" in g]
     return ", ".join(parts) or "-"
 
@@ -134,8 +138,7 @@ def ttft_table(report: dict[str, Any], fmt: str = "simple") -> str:
         if gate["gate"] != "ttft" or d.get("ratio") is None:
             continue
         interval = f" ({d['ci_low']:.3f}-{d['ci_high']:.3f})" if d.get("ci_low") is not None else ""
-        verdict = "FAIL" if gate.get("outcome") == "fail" or gate.get("passed") is False and "kind" not in gate \
-            else d.get("verdict", "")
+        verdict = "FAIL" if gate.get("outcome") == "fail" else d.get("verdict", "")
         rows.append([gate["mode"], gate["prompt_class"], gate["concurrency"], d.get("reference_label", ""),
                      f"{d['median_ttft_ms']:.0f}", f"{d['reference_median_ttft_ms']:.0f}",
                      f"{d['ratio']:.3f}{interval}", f"{d['limit']:.2f}", verdict])

@@ -58,7 +58,8 @@ def perf_project(pytester: pytest.Pytester) -> pytest.Pytester:
     copy_fixtures(pytester.path / "fixtures")
     perf_tests = Path(__file__).resolve().parents[1] / "perf_tests" / "test_speculative_perf.py"
     pytester.makepyfile(test_perf=perf_tests.read_text())
-    pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n    live_reference: l\n")
+    pytester.makeini("[pytest]\nmarkers =\n    perf: p\n    cpu: c\n    gpu: g\n    speculative_only: s\n"
+                     "    live_reference: l\n")
     return pytester
 
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_option_reads_one_setting_or_one_per_gate():
     assert set(parse_gating("auto").values()) == {"auto"}
     assert parse_gating("throughput=gate, acceptance=report") == {"throughput": "gate", "acceptance": "report"}
-    with pytest.raises(ValueError, match="GATE=auto|gate|report"):
+    with pytest.raises(ValueError, match=r"GATE=auto\|gate\|report"):
         parse_gating("speed=gate")
     with pytest.raises(ValueError, match="expected 'auto'"):
         parse_gating("throughput=sometimes")
@@ -247,3 +247,12 @@ def test_the_markdown_summary_carries_the_gating_family_and_start_order(tmp_path
     assert "GATED THE RUN: 1 gate(s): backfire x1" in text
     assert "FALSE ALARMS: 1 gate(s) can fail this run" in text and "START ORDER" in text
     assert "1 undecided (FAILED)" in text
+
+
+def test_the_speed_table_tells_a_reported_only_failure_from_one_that_failed_the_run():
+    from specgate.report import _verdict_text
+
+    gate = {"gate": "throughput", "passed": False, "declared": None}
+    assert _verdict_text([gate]) == "FAIL throughput"
+    assert _verdict_text([{**gate, "gating": "report"}]) == "failed, reported only: throughput"
+    assert _verdict_text([{**gate, "gate": "backfire", "passed": True}]) == "pass"

@@ -120,10 +120,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     specgate = get_session(session.config)
     gate_tests = [key for item in session.items if (key := cost.gate_key(item)) is not None]
     if gate_tests:
-        try:
+        import contextlib
+
+        with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
             specgate.plan_family(gate_tests)
-        except ConfigError:
-            pass  # refused with its file and key by the input check (refuse_bad_inputs)
     cost.start(session.config, specgate, session.items)
 
 
