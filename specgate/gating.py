@@ -32,7 +32,6 @@ from typing import Any, Literal
 Gating = Literal["gate", "report"]
 Setting = Literal["gate", "report", "auto"]
 GATES = ("throughput", "acceptance", "backfire", "ttft", "lossless")
-MIN_HISTORY = 3  # stored runs from which a stored-figure comparison carries its measured spread
 
 
 def parse_gating(text: str) -> dict[str, Setting]:
@@ -73,12 +72,14 @@ def can_decide(rig: Any, store: Any, gate: str, mode: str, prompt_class: str, co
     entry = lookup(store, rig.name, mode, prompt_class, concurrency) if store is not None else None
     if entry is None:
         return False, "no stored figures"
+    from specgate.history import MIN_STARTS
+
     duet_ratio = entry.ratio_to_reference is not None and rig.design == "duet" and mode != rig.reference_mode
     runs = len(entry.ratio_history if duet_ratio else entry.level_history)
-    what = "stored ratios" if duet_ratio else "stored levels"
-    if runs >= MIN_HISTORY:
+    what = "stored ratios" if duet_ratio else "stored starts (levels)"
+    if runs >= MIN_STARTS:  # the gate's interval then carries their measured spread (specgate.history)
         return True, f"{runs} {what} give the session-to-session spread"
-    return False, f"stored figures with {runs} of the {MIN_HISTORY} {what} their spread needs"
+    return False, f"stored figures with {runs} of the {MIN_STARTS} {what} their spread needs"
 
 
 def resolve(setting: dict[str, Setting] | None, rig: Any, store: Any, gate: str, mode: str, prompt_class: str,
