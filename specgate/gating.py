@@ -63,7 +63,7 @@ def can_decide(rig: Any, store: Any, gate: str, mode: str, prompt_class: str, co
     if gate == "ttft":
         return True, "the A/B's live reference side" if ab else "a live no-speculation reference"
     if ab:
-        return True, ("the A/B's reference side, the same requests per request" if gate == "acceptance"
+        return True, ("the A/B's reference side, counted per request on the same requests" if gate == "acceptance"
                       else "the A/B's live reference side")
     if gate == "acceptance":
         return False, "stored figures (window-wide counters: drafts as trials, no pairing)"
