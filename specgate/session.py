@@ -326,7 +326,8 @@ class SpecgateSession:
             "too few drafts" if result.gate == "acceptance" and result.outcome is Outcome.UNDECIDED
             else OUTCOME_KINDS[result.outcome])
         self.record_undecided(result.gate, result, kind, result.message, result.details, declared=result.declared)
-        self.undecided[-1].update(gating=result.gating, gating_reason=result.gating_reason)
+        if result.gating:
+            self.undecided[-1].update(gating=result.gating, gating_reason=result.gating_reason)
 
     def record_undecided(self, gate: str, m: ClassMeasurement | GateResult, kind: str, message: str,
                          details: dict[str, Any] | None = None, *, declared: str | None = None) -> None:
