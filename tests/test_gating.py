@@ -256,3 +256,40 @@ def test_the_speed_table_tells_a_reported_only_failure_from_one_that_failed_the_
     assert _verdict_text([gate]) == "FAIL throughput"
     assert _verdict_text([{**gate, "gating": "report"}]) == "failed, reported only: throughput"
     assert _verdict_text([{**gate, "gate": "backfire", "passed": True}]) == "pass"
+
+
+class _Events(list):
+    def serve(self, session, mode, *, side=None, turns=None):
+        self.append(f"start {side}")
+        try:
+            yield f"{mode.name}@{side}"
+        finally:
+            self.append(f"stop {side}")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_side_the_seed_picks_starts_first_and_every_server_is_stopped(tmp_path, monkeypatch, seed):
+    from specgate.plugin import fixtures
+
+    events = _Events()
+    monkeypatch.setattr(fixtures, "serve", events.serve)
+    session = SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2-quick", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+        run_dir=tmp_path / "run", repo_root=ROOT, start_seed=seed, ab=AB()))
+    mode = session.rig.mode("ngram")
+    first = SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2-quick", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+        run_dir=tmp_path / "run", repo_root=ROOT, start_seed=seed)).first_side("ngram")
+    assert first == {0: "reference", 1: "candidate"}[seed]  # both paths of partner_server
+    partner = fixtures.partner_server.__wrapped__(mode, session, None, None)
+    reference = next(partner)
+    server = fixtures.vllm_server.__wrapped__(mode, reference, session, None, None)
+    candidate = next(server)
+    assert (reference, candidate) == ("ngram@reference", "ngram@candidate")
+    assert events == [f"start {first}", f"start {'candidate' if first == 'reference' else 'reference'}"]
+    assert session.start_order == {"ngram": first}
+    for gen in (server, partner):  # pytest tears down the dependent fixture first
+        with pytest.raises(StopIteration):
+            next(gen)
+    assert sorted(e for e in events if e.startswith("stop")) == ["stop candidate", "stop reference"]
+    assert not session.started_first
