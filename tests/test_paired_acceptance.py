@@ -194,7 +194,8 @@ def test_real_ab_windows_decide_again_as_they_did(run, expected):
     import gzip
     import json
 
-    report = json.loads(gzip.open(RECORDED / f"{run}-report.json.gz").read())
+    with gzip.open(RECORDED / f"{run}-report.json.gz") as handle:
+        report = json.loads(handle.read())
     rig = load_rig("cpu-smollm2-quick", ROOT / "fixtures")
     for data in report["measurements"]:
         m = ClassMeasurement.from_dict(data)
