@@ -197,12 +197,14 @@ class SpecgateSession:
         return self._gating[key]
 
     def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
-        """Count the selected gate tests that can fail the run (all of them where no gating is set)
-        and fix each gate's confidence for the family ([gates] family_false_alarm), before any
+        """Count the selected gates with an interval that can fail the run (all of them where no gating
+        is set; not lossless, not a declared backfire) and fix each gate's confidence for the family ([gates] family_false_alarm), before any
         server starts: every later interval (follow-up rounds' decisions included) uses it."""
         from specgate.gating import family
 
-        gating = sum(1 for t in tests if self.gating_of(*t)[0] != "report")
+        # lossless compares outputs (no interval, no false-alarm level); a declared backfire never fails
+        gating = sum(1 for t in tests if t[0] != "lossless" and self.gating_of(*t)[0] != "report"
+                     and not (t[0] == "backfire" and self.rig.declared_backfire_for(t[1], t[2]) is not None))
         gates = self.rig.gates
         self.family = family(gates.confidence, gates.family_false_alarm, gating)
         if self.family.confidence != gates.confidence:

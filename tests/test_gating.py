@@ -170,13 +170,14 @@ def test_the_session_counts_the_gates_that_gate_and_every_later_interval_uses_th
     tests = [(g, "ngram", c, 1) for g in ("throughput", "acceptance", "backfire", "ttft", "lossless")
              for c in ("coding", "extraction")] + [("throughput", "no_spec", c, 1) for c in ("coding", "extraction")]
     session.plan_family(tests)
-    # backfire, ttft, lossless on 2 classes gate; stored-figure throughput and acceptance are reported
-    assert session.family.gating == 6
-    assert session.rig.gates.confidence == pytest.approx(1 - 0.1 / 6)
-    assert session.rig.gates.for_class("coding").confidence == pytest.approx(1 - 0.1 / 6)
+    # backfire on extraction (coding's is a declared backfire, never failing) and ttft on 2 classes;
+    # lossless has no interval; stored-figure throughput and acceptance are reported only
+    assert session.family.gating == 3
+    assert session.rig.gates.confidence == pytest.approx(1 - 0.1 / 3)
+    assert session.rig.gates.for_class("coding").confidence == pytest.approx(1 - 0.1 / 3)
     report = session.report_data(complete=True)
     assert report["family"]["bound"] == pytest.approx(0.05)
-    assert any("FALSE ALARMS: 6 gate(s) can fail this run" in line for line in gating_lines(report))
+    assert any("FALSE ALARMS: 3 gate(s) can fail this run" in line for line in gating_lines(report))
 
 
 # -- 7: the start order ----------------------------------------------------------------------------
@@ -237,8 +238,9 @@ def test_the_markdown_summary_carries_the_gating_family_and_start_order(tmp_path
         rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
         run_dir=tmp_path / "run", repo_root=ROOT, start_seed=3, gating={"backfire": "gate"}))
     session.first_side("ngram")
-    session.plan_family([("backfire", "ngram", "coding", 1)])
+    session.plan_family([("backfire", "ngram", "extraction", 1)])
     m = _ab_window("subject", [20.0] * 6)
+    m.prompt_class = "extraction"
     session.record_undecided("backfire", m, "undecided", "backfire: interval across")
     report = json.loads(json.dumps(session.report_data(complete=True)))
     report["measurements"] = [m.to_dict()]
