@@ -17,9 +17,10 @@ Unset (the default), every gate's FAIL fails the run and a gate that decided not
 outcome policy (``[gates] undecided``), as before. The other outcomes that decide nothing (not
 stored, other machine, not run) follow the outcome policy under ``gate`` too.
 
-The family: each gate that gates the run fails falsely at most (1 - confidence) / 2 of the time
-(one-sided; repeated intervals over a window's two looks keep it so). Over m of them, at most m
-times that (Bonferroni). ``[gates] family_false_alarm = F`` holds the session's bound at F: each
+The family: each gate with an interval that can fail the run (not lossless, which compares
+outputs; not a declared backfire, which never fails it) fails falsely at most (1 - confidence) / 2
+of the time (one-sided; repeated intervals over a window's two looks keep it so). Over m of them,
+at most m times that (Bonferroni). ``[gates] family_false_alarm = F`` holds the session's bound at F: each
 gate's confidence becomes 1 - 2 F / m, m counted from the selected tests before any server starts.
 Either way the summary states the bound.
 """
