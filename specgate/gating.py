@@ -151,6 +151,11 @@ def gating_lines(report: dict[str, Any]) -> list[str]:
         elif e.get("gating") == "report":
             reported[(e["gate"], e.get("gating_reason", ""))] += 1
     lines = []
+    if entries and not gated and not reported:  # no gating set: the outcome policy alone
+        fails = sorted(k for k, v in (report.get("outcome_policy") or {}).items() if v == "fail")
+        lines.append(f"GATED THE RUN: every failed gate ([gates] gating unset), and of the outcomes that decide "
+                     f"nothing: {', '.join(fails) if fails else 'none'} ([gates] undecided); --specgate-gating=auto "
+                     "gates the run on the gates that can decide on this rig")
     if gated or reported:
         if gated:
             lines.append(f"GATED THE RUN: {sum(gated.values())} gate(s): "

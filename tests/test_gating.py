@@ -295,3 +295,10 @@ def test_the_side_the_seed_picks_starts_first_and_every_server_is_stopped(tmp_pa
             next(gen)
     assert sorted(e for e in events if e.startswith("stop")) == ["stop candidate", "stop reference"]
     assert not session.started_first
+
+
+def test_with_no_gating_set_the_summary_says_what_gated_the_run():
+    report = {"gates": [{"gate": "backfire", "passed": True}], "undecided": [],
+              "outcome_policy": {"undecided": "skip", "not_stored": "fail", "other_machine": "skip", "not_run": "skip"}}
+    (line,) = gating_lines(report)
+    assert "every failed gate ([gates] gating unset), and of the outcomes that decide nothing: not_stored" in line
