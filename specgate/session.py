@@ -198,8 +198,9 @@ class SpecgateSession:
 
     def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
         """Count the selected gates with an interval that can fail the run (all of them where no gating
-        is set; not lossless, not a declared backfire) and fix each gate's confidence for the family ([gates] family_false_alarm), before any
-        server starts: every later interval (follow-up rounds' decisions included) uses it."""
+        is set; not lossless, not a declared backfire) and fix each gate's confidence for the family
+        ([gates] family_false_alarm), before any server starts: every later interval (follow-up
+        rounds' decisions included) uses it."""
         from specgate.gating import family
 
         # lossless compares outputs (no interval, no false-alarm level); a declared backfire never fails

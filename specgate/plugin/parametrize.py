@@ -43,10 +43,10 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], s
     keep, drop = [], []
     ab = False
     if any(item.get_closest_marker("live_reference") for item in items):  # a perf run: the rig is read
-        try:
+        import contextlib
+
+        with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
             ab = session.rig.design == "ab"
-        except ConfigError:
-            pass  # refused with its file and key by the input check (refuse_bad_inputs)
     for item in items:
         mode = getattr(item, "callspec", None) and item.callspec.params.get("mode")
         only_speculative = item.get_closest_marker("speculative_only") or (
