@@ -206,11 +206,16 @@ class SpecgateSession:
         # lossless compares outputs (no interval, no false-alarm level); a declared backfire never fails
         gating = sum(1 for t in tests if t[0] != "lossless" and self.gating_of(*t)[0] != "report"
                      and not (t[0] == "backfire" and self.rig.declared_backfire_for(t[1], t[2]) is not None))
+        self._use_family(family(self.rig.gates.confidence, self.rig.gates.family_false_alarm, gating))
+
+    def _use_family(self, chosen: Any) -> None:
+        """Every gate of the session decides at the family's confidence (the xdist controller's
+        deferred gates too, from the workers' count)."""
+        self.family = chosen
         gates = self.rig.gates
-        self.family = family(gates.confidence, gates.family_false_alarm, gating)
-        if self.family.confidence != gates.confidence:
-            self._rig = self.rig.model_copy(update={"gates": gates.model_copy(
-                update={"confidence": self.family.confidence})})
+        if chosen.confidence != gates.confidence:
+            held = gates.model_copy(update={"confidence": chosen.confidence})
+            self._rig = self.rig.model_copy(update={"gates": held})
 
     @property
     def start_seed(self) -> int:
@@ -378,6 +383,11 @@ class SpecgateSession:
         self.worker_reports.append(output["report"])
         for key, entry in output.get("updates", []):
             self.pending_updates[tuple(key)] = BaselineEntry.model_validate(entry)  # type: ignore[index]
+        family = output["report"].get("family")
+        if family is not None and self.family is None:  # the controller collects nothing: the workers' count
+            from specgate.gating import Family
+
+            self._use_family(Family(family["gating_decisions"], family["confidence"], family["family_false_alarm"]))
 
     # -- the run's JSON report -------------------------------------------------------------
     def report_data(self, *, complete: bool, merge: bool = True) -> dict[str, Any]:

@@ -302,3 +302,18 @@ def test_with_no_gating_set_the_summary_says_what_gated_the_run():
               "outcome_policy": {"undecided": "skip", "not_stored": "fail", "other_machine": "skip", "not_run": "skip"}}
     (line,) = gating_lines(report)
     assert "every failed gate ([gates] gating unset), and of the outcomes that decide nothing: not_stored" in line
+
+
+def test_the_xdist_controller_decides_deferred_gates_at_the_workers_family_confidence(tmp_path):
+    def session(**kw):
+        return SpecgateSession(SessionOptions(
+            rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+            run_dir=tmp_path / "run", repo_root=ROOT, **kw))
+
+    worker = session(gating={"backfire": "gate", "ttft": "gate"})
+    worker.options.worker_id = "gw0"
+    worker._use_family(family(0.95, 0.05, 10))
+    controller = session()
+    controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
+    assert controller.rig.gates.confidence == pytest.approx(0.99)
+    assert controller.report_data(complete=True)["family"]["gating_decisions"] == 10
