@@ -82,6 +82,10 @@ class GateResult(_Open):
     message: str
     declared: Any = None
     details: dict[str, Any] = Field(default_factory=dict, description="the comparison: ratio, interval, n, ...")
+    gating: Literal["gate", "report"] | None = Field(
+        default=None, description="gate: it could fail the run (an undecided one too); report: it never could; "
+        "absent: no gating set, the outcome policy alone (specgate.gating)")
+    gating_reason: str | None = Field(default=None, description="why it gated the run or was reported only")
 
 
 class Failure(_Open):
@@ -124,6 +128,12 @@ class ReportFile(_Open):
     undecided: list[dict[str, Any]] = []
     outcome_policy: dict[str, str] | None = Field(default=None, description="gate -> how an undecided verdict counts")
     breakeven: list[dict[str, Any]] | None = Field(default=None, description="derived: renderers recompute it")
+    gating: dict[str, str] | None = Field(default=None, description="gate -> auto | gate | report, where set")
+    family: dict[str, Any] | None = Field(
+        default=None, description="the gates with an interval that can fail the run (gating_decisions), each one's "
+        "confidence and one-sided false-alarm level, the session's Bonferroni bound, family_false_alarm if set")
+    start_order: dict[str, Any] | None = Field(
+        default=None, description="an A/B's start order: seed, and first: mode -> the side started first")
 
 
 SCHEMAS = {"report": ReportFile, "baselines": BaselineFile}
