@@ -332,6 +332,7 @@ class SpecgateSession:
 
         kind = result.details.get("undecided_kind") or (
             "too few drafts" if result.gate == "acceptance" and result.outcome is Outcome.UNDECIDED
+            and not result.details.get("per_request")
             else OUTCOME_KINDS[result.outcome])
         self.record_undecided(result.gate, result, kind, result.message, result.details, declared=result.declared)
         if result.gating:
