@@ -350,8 +350,8 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
                 f"{-math.expm1(spell.mean_residual) * 100:.1f} % under their prompts' other requests ({other_label}'s "
                 f"then: {math.expm1(then) * 100:+.1f} %; a run this slow from the order alone: p = "
                 f"{spell.p_value:.3f}). The pairs do not cancel a spell on one side, so this window's ratio holds "
-                f"it: on the GPU lab's VM such spells were one vCPU running 1.5x slower for ~20 s under a "
-                f"host-bound engine core (docs/journal/lab/2026-12-02-h200-visit14.md)")
+                f"it: on a shared VM one vCPU running slower for a while under a host-bound engine core is "
+                f"such a spell")
     return lines
 
 

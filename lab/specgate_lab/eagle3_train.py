@@ -32,7 +32,8 @@ from pathlib import Path
 from specgate.errors import SpecgateError
 from specgate_lab.eagle3 import HeadShape, build_head, save_head, unrolled_loss
 
-CORPUS_TEMPLATES = Path(__file__).resolve().parent.parent / "fixtures" / "eagle3" / "corpus.toml"
+# the checkout's fixtures/ (the lab runs from a checkout: lab/specgate_lab/ is two folders below its root)
+CORPUS_TEMPLATES = Path(__file__).resolve().parents[2] / "fixtures" / "eagle3" / "corpus.toml"
 
 
 def expand_prompts(path: Path, count: int, *, seed: int = 0) -> list[dict]:

@@ -3,11 +3,11 @@
 # device tool ends a call's processes when it returns, except those of a new session), so one
 # campaign runs on through several calls with no idle gap between segments:
 #   CAL_ARGS="--mode no_spec --injector gpu --levels 0,0.05 --repeats 1 --classes coding" \
-#     setsid bash specgate_lab/scripts/gpu-lab-campaign.sh NAME "RIG ROUNDS SEED" ... </dev/null >/dev/null 2>&1 &
+#     setsid bash lab/scripts/gpu-lab-campaign.sh NAME "RIG ROUNDS SEED" ... </dev/null >/dev/null 2>&1 &
 # Each segment is one `python -m specgate_lab calibrate` (one start of both servers, ROUNDS rounds)
 # into /root/runs/NAME/segK-RIG; the campaign's own log is /root/runs/NAME/campaign.log.
-# While it runs, and at the end: bash specgate_lab/scripts/gpu-lab-collect.sh NAME (packs it into $OUT).
-# Stop it early (the budget's end): bash specgate_lab/scripts/gpu-lab-collect.sh NAME --stop: no
+# While it runs, and at the end: bash lab/scripts/gpu-lab-collect.sh NAME (packs it into $OUT).
+# Stop it early (the budget's end): bash lab/scripts/gpu-lab-collect.sh NAME --stop: no
 # further segment starts, and the running calibrate gets SIGTERM, stops its servers and writes the
 # tables of the windows it measured.
 set -uo pipefail

@@ -5,9 +5,8 @@ streamed text completion (raw SSE bytes, as the server sent them) and the ``/met
 before and after them. The fast tier replays these through the client and the metrics parser,
 so parsing is tested against what vLLM really emits, with no server.
 
-    python -m specgate_lab record --rig cpu-smollm2 --out fixtures/recorded/cpu
-
-or, during a perf run (no extra server start): ``pytest ... --specgate-record-responses fixtures/recorded/gpu``.
+During a perf run (no extra server start): ``pytest ... --specgate-record-responses=fixtures/recorded/gpu``;
+or each mode's server started for it alone (:func:`record_rig`).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ PROMPT = "Copy this list exactly, then add two more items in the same style: red
 
 def record_rig(rig: Rig, out_dir: Path, *, modes: list[str] | None = None, max_tokens: int = 48,
                log=print) -> list[Path]:
-    """Start each mode's server in turn and record it (``python -m specgate_lab record``)."""
+    """Start each mode's server in turn and record it."""
     import tempfile
 
     logs = Path(tempfile.mkdtemp(prefix="specgate-record-"))  # server logs stay out of fixtures/

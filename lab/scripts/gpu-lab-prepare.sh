@@ -2,36 +2,38 @@
 # Prepare the GPU lab machine for specgate, once per visit, right after the kit's device-setup.sh
 # (../shared/gpu-lab/README.md). Idempotent and quick (no model weights are written); gpu-lab-run.sh
 # runs it again before every run, so a run on a machine that was only staged still works.
-#   bash specgate_lab/scripts/gpu-lab-prepare.sh            (from the repository root on the lab machine)
+#   bash lab/scripts/gpu-lab-prepare.sh            (from the repository root on the lab machine)
 # - /root/vllm-cache: vLLM's compile cache (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR), kept between the
 #   runs of one visit while the machine stays warm;
 # - /root/extra: packages from .gpu-lab/extra/pkg when that folder is carried (httpx-sse, httpx-aiohttp:
 #   unpacked wheels, e.g. `pip download --no-deps httpx-sse httpx-aiohttp` then unzip each into
 #   .gpu-lab/extra/pkg; the image has aiohttp), and declares
-#   specgate's vLLM plugin (the slowdown injector, specgate_lab/inject.py), since
-#   specgate is on PYTHONPATH, not installed, and vLLM finds plugins through entry points;
+#   the lab's vLLM plugin (the slowdown injector, lab/specgate_lab/inject.py), since
+#   specgate and specgate_lab are on PYTHONPATH, not installed, and vLLM finds plugins through entry points;
 # - /root/models/llama8b-dummy, llama8b-dummy-draft4l, -draft1l and llama8b-dummy-eagle3: the GPU-bound rig's
 #   Llama-3-8B-shaped model, its 4-layer and 1-layer drafts and an EAGLE-3 head of its shape, config and SmolLM2's tokenizer only (vLLM fills the weights with
 #   --load-format dummy); /root/models/wide15b-dummy and -draft1l: the same at width 6144 (--shape wide15b);
 # - prints what the lab machine is (versions, GPU clocks and limits, the telemetry readers found) and
 #   keeps it in /root/runs/lab-machine.txt (copied to $OUT when set).
 set -euo pipefail
-export PYTHONPATH="/root/site:/root/extra:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="/root/site:/root/extra:$PWD:$PWD/lab" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export VLLM_CACHE_ROOT=/root/vllm-cache TORCHINDUCTOR_CACHE_DIR=/root/vllm-cache/inductor
 mkdir -p /root/vllm-cache /root/extra /root/runs
 # Pure-Python packages specgate needs that the lab image lacks (httpx-sse, httpx-aiohttp), when the run carries
 # the git-ignored .gpu-lab/extra (unpacked wheels under pkg/).
 if [ -d .gpu-lab/extra/pkg ]; then cp -r .gpu-lab/extra/pkg/. /root/extra/; fi
-# py-spy (the binary from PyPI's py_spy wheel, under .gpu-lab/extra/bin) for specgate_lab/scripts/core-canary.py's
+# py-spy (the binary from PyPI's py_spy wheel, under .gpu-lab/extra/bin) for lab/scripts/core-canary.py's
 # profile bursts (PYSPY=1 in gpu-lab-run.sh).
 if [ -d .gpu-lab/extra/bin ]; then mkdir -p /root/extra/bin && cp .gpu-lab/extra/bin/* /root/extra/bin/; fi
 python3 -c "import httpx_sse, httpx_aiohttp" 2>/dev/null || {
   echo "gpu-lab-prepare: httpx_sse or httpx_aiohttp is missing: carry .gpu-lab/extra once (see the script's header)" >&2
   exit 1; }
-if ! grep -qs "specgate_lab.inject:register" /root/extra/specgate_lab-0.dist-info/entry_points.txt; then
+# The lab's entry points as lab/pyproject.toml declares them (the injector's variables in a kept server's
+# fingerprint: specgate.server_env).
+if ! grep -qs "specgate.server_env" /root/extra/specgate_lab-0.dist-info/entry_points.txt; then
   mkdir -p /root/extra/specgate_lab-0.dist-info
   printf 'Metadata-Version: 2.1\nName: specgate-lab\nVersion: 0\n' > /root/extra/specgate_lab-0.dist-info/METADATA
-  printf '[vllm.general_plugins]\nspecgate_slowdown = specgate_lab.inject:register\n' \
+  printf '[vllm.general_plugins]\nspecgate_slowdown = specgate_lab.inject:register\n[specgate.server_env]\nspecgate_slowdown = specgate_lab.inject:ENV_PREFIXES\n' \
     > /root/extra/specgate_lab-0.dist-info/entry_points.txt
 fi
 if [ ! -f /root/models/llama8b-dummy/config.json ] || [ ! -f /root/models/llama8b-dummy-draft4l/config.json ] \

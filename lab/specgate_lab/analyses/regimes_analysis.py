@@ -3,7 +3,7 @@ docs/journal/lab/2026-12-01-h200-visit5.md, from the calibration's measurements.
 
 Usage: ``python -m specgate_lab.analyses.regimes_analysis measurements.jsonl.gz [--pinned-from N]``
 (standard library only). Prints, per window, the per-pair log-ratio spread (before / after window N
-when the servers were pinned part-way, specgate_lab/scripts/pin-servers-after.py); how much a request's rate
+when the servers were pinned part-way, lab/scripts/pin-servers-after.py); how much a request's rate
 predicts the next one on the same server and on the other server; and the engine core's CPU share,
 involuntary context switches, GPU utilisation and power in the slowest, middle and fastest third
 of the requests (from the per-request telemetry, specgate/telemetry.py).

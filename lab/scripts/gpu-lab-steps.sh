@@ -2,11 +2,11 @@
 # A lab visit's steps, one after the other, detached from the device call that starts them (as
 # gpu-lab-campaign.sh runs calibrate segments), so pytest sessions follow each other with no idle
 # gap between device calls:
-#   setsid bash specgate_lab/scripts/gpu-lab-steps.sh NAME STEPS_FILE </dev/null >/dev/null 2>&1 &
+#   setsid bash lab/scripts/gpu-lab-steps.sh NAME STEPS_FILE </dev/null >/dev/null 2>&1 &
 # STEPS_FILE holds one shell command per line (# comments and blank lines skipped), each run with
 # bash in the repository, its output in /root/runs/NAME/stepK.log; a gpu-lab-run.sh step's own run
 # folder goes under /root/runs/NAME/ when its name is NAME/STEP. The log is /root/runs/NAME/campaign.log.
-# Collect and stop exactly as a campaign: bash specgate_lab/scripts/gpu-lab-collect.sh NAME [--stop]
+# Collect and stop exactly as a campaign: bash lab/scripts/gpu-lab-collect.sh NAME [--stop]
 # (--stop interrupts the running step's process group with SIGINT: pytest tears its servers down).
 set -uo pipefail
 name="$1"; steps="$2"

@@ -1,8 +1,8 @@
 """A real, known-size regression inside vLLM: a vLLM general plugin that lengthens every engine
 step by a set fraction of that step's own measured duration.
 
-Registered under the entry-point group ``vllm.general_plugins`` (pyproject.toml), so every vLLM
-process of an environment where specgate is installed runs :func:`register`. It is inert unless
+Registered under the entry-point group ``vllm.general_plugins`` (lab/pyproject.toml), so every vLLM
+process of an environment where the lab (``specgate-lab``) is installed runs :func:`register`. It is inert unless
 the server's environment sets one of:
 
 - ``SPECGATE_SLOWDOWN=0.10``: each engine step takes 10 % longer (a fraction in [0, 5]);
@@ -56,6 +56,9 @@ ENV_FRACTION = "SPECGATE_SLOWDOWN"
 ENV_FILE = "SPECGATE_SLOWDOWN_FILE"
 ENV_GPU_FRACTION = "SPECGATE_GPU_SLOWDOWN"
 ENV_GPU_FILE = "SPECGATE_GPU_SLOWDOWN_FILE"
+# specgate's group specgate.server_env: an inherited variable of these names changes what a server runs,
+# so a kept server's fingerprint holds it.
+ENV_PREFIXES = (ENV_FRACTION, ENV_GPU_FRACTION)
 # The model runners the GPU mode patches, v2 (vLLM 0.26's default) first; whichever exist.
 GPU_RUNNER_MODULES = ("vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner")
 GPU_RUNNER_METHODS = ("execute_model", "sample_tokens")

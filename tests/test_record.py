@@ -1,11 +1,11 @@
-"""record_server: what `--specgate-record-responses` and `python -m specgate_lab record` save from a running server."""
+"""record_server: what `--specgate-record-responses` saves from a running server."""
 
 import json
 
 import httpx
 import pytest
 
-from specgate_lab.record import record_server
+from specgate.record import record_server
 
 pytestmark = pytest.mark.fast
 

@@ -91,7 +91,11 @@ def test_wait_spins_the_last_part_precisely():
     assert now["t"] >= 0.001
 
 
-def test_declared_as_a_vllm_general_plugin():
-    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    plugins = project["project"]["entry-points"]["vllm.general_plugins"]
-    assert plugins["specgate_slowdown"] == "specgate_lab.inject:register"
+def test_declared_as_a_vllm_general_plugin_and_its_variables_as_server_env():
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    entry_points = project["project"]["entry-points"]
+    assert entry_points["vllm.general_plugins"]["specgate_slowdown"] == "specgate_lab.inject:register"
+    assert entry_points["specgate.server_env"]["specgate_slowdown"] == "specgate_lab.inject:ENV_PREFIXES"
+    # every variable the injector reads is covered by a prefix the fingerprint keeps
+    assert all(name.startswith(inject.ENV_PREFIXES)
+               for name in (inject.ENV_FRACTION, inject.ENV_FILE, inject.ENV_GPU_FRACTION, inject.ENV_GPU_FILE))

@@ -1,7 +1,7 @@
 """Lab experiment: pin live vLLM servers' processes to fixed cores part-way through a calibration,
 so the windows before and after compare the same two servers unpinned and pinned.
 
-    python3 specgate_lab/scripts/pin-servers-after.py WINDOWS_JSONL AFTER_WINDOWS CLIENT_PID LOG
+    python3 lab/scripts/pin-servers-after.py WINDOWS_JSONL AFTER_WINDOWS CLIENT_PID LOG
 
 Waits until WINDOWS_JSONL (a running `python -m specgate_lab calibrate`'s windows.jsonl) holds AFTER_WINDOWS lines,
 then pins, by physical core (both SMT siblings of a core go together):

@@ -1,7 +1,7 @@
 """Where does a slow request's engine step go? py-spy bursts set beside a duet window's requests.
 
 Usage: ``python -m specgate_lab.analyses.pyspy_analysis RUN_FOLDER [--mode MODE] [--top N]`` (standard library
-only), on a lab session run with ``HELPER=core-canary.py PYSPY=1`` (specgate_lab/scripts/gpu-lab-run.sh). Reads
+only), on a lab session run with ``HELPER=core-canary.py PYSPY=1`` (lab/scripts/gpu-lab-run.sh). Reads
 report.json(.gz) (the window's requests: perf_counter start and end, and one chunk time per streamed
 engine step), pyspy.jsonl (a line per 1-s burst: its perf_counter start and end, the CPU seconds each
 engine-core thread used in it), pin.log (the candidate's engine core's pid) and pyspy/<n>.txt (py-spy's

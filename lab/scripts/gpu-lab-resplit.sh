@@ -1,6 +1,6 @@
 #!/bin/bash
 # Split the GPU lab kit into parts small enough to travel beside this repository's tracked tree.
-#   bash specgate_lab/scripts/gpu-lab-resplit.sh [PART_MIB]        (default 23; after ../shared/gpu-lab/build-bundle.sh)
+#   bash lab/scripts/gpu-lab-resplit.sh [PART_MIB]        (default 23; after ../shared/gpu-lab/build-bundle.sh)
 # A device call carries the tracked tree (~40 MB: lab reports and the trained EAGLE-3 head) plus one
 # part, 64 MiB at most. build-bundle.sh names parts with one digit, so it cannot make the 11 or more
 # parts that fit beside this tree; this re-splits its bundle (kept in $GPU_LAB_WORK, default

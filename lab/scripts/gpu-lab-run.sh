@@ -1,6 +1,6 @@
 #!/bin/bash
 # Run the gpu tier on the GPU lab machine (see ../shared/gpu-lab/README.md), after staging.
-#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py [SHARE_AFTER=0] [PYSPY=1] [MEMCANARY=1]] bash specgate_lab/scripts/gpu-lab-run.sh NAME [pytest args...]
+#   SPECGATE_COMMIT=<sha> [RIG=h200-smollm2] [LAB_TIMEOUT_S=540] [HELPER=core-canary.py [SHARE_AFTER=0] [PYSPY=1] [MEMCANARY=1]] bash lab/scripts/gpu-lab-run.sh NAME [pytest args...]
 # HELPER=core-canary.py: the servers pinned, canaries timed beside them; both engine cores on one CPU
 # after SHARE_AFTER windows (0, the default: from the start; a number above the windows run: never);
 # PYSPY=1: 1-s py-spy profiles of the candidate's engine core back to back (/root/extra/bin/py-spy).
@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$run/gpu-before.cs
 start=$(date +%s)
 if [ -n "${HELPER:-}" ]; then
   ( while [ ! -f "$run/pytest.pid" ]; do sleep 0.2; done
-    python3 "specgate_lab/scripts/$HELPER" "$run/windows.jsonl" "${SHARE_AFTER:-0}" "$(cat "$run/pytest.pid")" "$run/pin.log" ) &
+    python3 "lab/scripts/$HELPER" "$run/windows.jsonl" "${SHARE_AFTER:-0}" "$(cat "$run/pytest.pid")" "$run/pin.log" ) &
 fi
 timeout -s INT -k 30 "${LAB_TIMEOUT_S:-540}" bash -c 'echo $$ > "$1/pytest.pid"; shift; exec "$@"' _ "$run" \
   python3 -m pytest -p specgate.plugin -c pyproject.toml --rootdir "$PWD" perf_tests -m gpu --specgate-rig "$rig" -p no:cacheprovider --specgate-run-dir "$run" \

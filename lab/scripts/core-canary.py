@@ -1,8 +1,8 @@
 """Lab experiment (issue 12): is the 135M rig's ~400/~600 tok/s regime the CPU core's own speed?
 
-    python3 specgate_lab/scripts/core-canary.py WINDOWS_JSONL SHARE_AFTER CALIBRATION_PID LOG
+    python3 lab/scripts/core-canary.py WINDOWS_JSONL SHARE_AFTER CALIBRATION_PID LOG
 
-(the arguments of specgate_lab/scripts/pin-servers-after.py; run by specgate_lab/scripts/gpu-lab-regimes.sh with
+(the arguments of lab/scripts/pin-servers-after.py; run by lab/scripts/gpu-lab-regimes.sh with
 HELPER=core-canary.py).
 Beside a running A/A `python -m specgate_lab calibrate` (two servers of one mode, duet windows), once both
 servers answer /health:

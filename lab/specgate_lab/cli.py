@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         return prepare_shape(args)
     if args.command == "record":
         from specgate.config import load_rig
-        from specgate_lab.record import record_rig
+        from specgate.record import record_rig
 
         fixtures = _fixtures_dir()
         rig = load_rig(args.rig, fixtures)

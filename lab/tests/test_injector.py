@@ -1,4 +1,4 @@
-"""The slowdown injector (specgate_lab/inject.py) against a real vLLM on CPU: a server started with
+"""The slowdown injector (lab/specgate_lab/inject.py) against a real vLLM on CPU: a server started with
 SPECGATE_SLOWDOWN_FILE, requests alternated between fraction 0 and 0.5 (pairs of the same prompt),
 decided with the gates' own paired statistic. Each engine step 50 % longer must show as a clear
 slowdown of the client-measured decode rate, and of vLLM's own time per output token."""
@@ -17,7 +17,7 @@ from specgate_lab.inject import ENV_FILE
 
 pytestmark = [pytest.mark.cpu, pytest.mark.faults]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FRACTION = 0.5
 
 

@@ -2,7 +2,7 @@
 # Pack a running or finished gpu-lab-campaign.sh campaign (or gpu-lab-steps.sh visit) into $OUT/NAME.tgz (server logs trimmed to
 # their last MB), print its log and the windows measured so far; with --stop, end it first (see
 # gpu-lab-campaign.sh) and wait for the running calibrate to write its tables.
-#   bash specgate_lab/scripts/gpu-lab-collect.sh NAME [--stop]
+#   bash lab/scripts/gpu-lab-collect.sh NAME [--stop]
 set -uo pipefail
 run="/root/runs/$1"
 if [ "${2:-}" = "--stop" ]; then

@@ -62,7 +62,7 @@ def main() -> None:
             from specgate.config import load_rig
             from specgate.server import VLLMServer, spec_for_mode
 
-            rig = load_rig(args.rig, Path(__file__).resolve().parent.parent / "fixtures")
+            rig = load_rig(args.rig, Path(__file__).resolve().parents[3] / "fixtures")
             log_dir = Path(tempfile.mkdtemp(prefix="specgate-peak-"))
             server = stack.enter_context(VLLMServer(spec_for_mode(rig, rig.mode(rig.reference_mode),
                                                                   log_dir=log_dir), progress=print))

@@ -2,13 +2,12 @@
 
 - ``calibrate``: false alarms and power of each gate on real servers (A/A duets, injected slowdowns);
 - ``inject``: the vLLM general plugin that injects a slowdown of known size (CPU or GPU side);
-- ``record``: real vLLM responses for the fast tier's replay tests;
 - ``model_shapes``: dummy-weight models of large shapes for the GPU lab's GPU-bound rigs;
 - ``eagle3``, ``eagle3_train``: an EAGLE-3 draft head, untrained (a backfire fixture) or trained;
 - ``analyses/``: one-off analyses of lab runs, each ``python -m specgate_lab.analyses.NAME --help``;
-- ``scripts/``: the GPU lab machine's shell scripts, run from the repository root.
+- ``lab/scripts/`` (beside this package, not in it): the GPU lab machine's shell scripts, run from the
+  repository root.
 
-Commands: ``python -m specgate_lab --help``. The product (``specgate``) never imports this package
-at load; the few product paths that use a lab tool (the untrained EAGLE-3 head of ``prepare-model``,
-``--specgate-record-responses``) import it when they run.
+Commands: ``python -m specgate_lab --help``. A distribution of its own (lab/pyproject.toml): the product
+(``specgate``) imports nothing from it; the lab plugs in through entry points (``specgate.extensions``).
 """

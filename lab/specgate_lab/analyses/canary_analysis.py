@@ -1,5 +1,5 @@
 """Is a request's rate its engine core's CPU speed? The figures of a core-canary run
-(specgate_lab/scripts/core-canary.py beside an A/A `specgate_lab calibrate`), from its run folder.
+(lab/scripts/core-canary.py beside an A/A `specgate_lab calibrate`), from its run folder.
 
 Usage: ``python -m specgate_lab.analyses.canary_analysis RUN_FOLDER [--phase-by window|request]``
 (standard library only), e.g. ``docs/lab/2026-12-01-h200-visit6/canary135`` from history (docs/journal/README.md). Reads

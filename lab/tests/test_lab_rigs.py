@@ -33,7 +33,7 @@ def test_lab_rigs_run_with_cuda_graphs_and_two_servers_fit(name: str) -> None:
 def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> None:
     rig = load_rig("h200-llama8b-dummy", FIXTURES)
     assert _arg(rig, "--load-format") == "dummy" and _arg(rig, "--dtype") == "bfloat16"
-    assert rig.model == "/root/models/llama8b-dummy"  # specgate_lab/scripts/gpu-lab-prepare.sh writes it
+    assert rig.model == "/root/models/llama8b-dummy"  # lab/scripts/gpu-lab-prepare.sh writes it
     synthetic = {m.name: m.speculative_config for m in rig.modes
                  if m.speculative_config and m.speculative_config.get("rejection_sample_method") == "synthetic"}
     assert len(synthetic) >= 2
@@ -44,7 +44,7 @@ def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> N
         # Drafts prepare-shape writes (the 8B shape cut to 4 or 1 layers; the lab's prepare script
         # writes each folder a mode names) or the kit's SmolLM2 (same vocabulary).
         # An EAGLE-3 mode's head is prepare-shape's dummy head of the target's shape.
-        prepare = (FIXTURES.parent / "specgate_lab" / "scripts" / "gpu-lab-prepare.sh").read_text()
+        prepare = (FIXTURES.parent / "lab" / "scripts" / "gpu-lab-prepare.sh").read_text()
         if spec["method"] == "eagle3":
             assert spec["model"] == "/root/models/llama8b-dummy-eagle3", name
             assert f"--dummy-llama8b-eagle3 {spec['model']}" in prepare
@@ -75,7 +75,7 @@ def test_gpu_bound_rig_runs_the_weightless_8b_model_with_known_acceptance() -> N
 
 def test_the_wide_rig_runs_the_draft_path_on_folders_the_lab_prepare_script_writes() -> None:
     rig = load_rig("h200-wide15b-dummy", FIXTURES)
-    prepare = (FIXTURES.parent / "specgate_lab" / "scripts" / "gpu-lab-prepare.sh").read_text()
+    prepare = (FIXTURES.parent / "lab" / "scripts" / "gpu-lab-prepare.sh").read_text()
     assert _arg(rig, "--load-format") == "dummy" and "--shape wide15b" in prepare
     assert f"--dummy-llama8b {rig.model}" in prepare
     drafts = {m.name: m.speculative_config for m in rig.modes if m.speculative_config}

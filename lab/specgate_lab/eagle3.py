@@ -282,3 +282,18 @@ def write_untrained_head(target_dir: Path, out_dir: Path, *, draft_vocab: int = 
     cfg = json.loads((Path(target_dir) / "config.json").read_text())
     return save_head(head, out_dir, meta={"kind": "untrained", "seed": seed, "target": str(target_dir)},
                      bos=cfg.get("bos_token_id"), eos=cfg.get("eos_token_id"))
+
+
+def prepare_untrained_head(model: Path) -> None:
+    """specgate's ``model_prepared`` hook: the EAGLE-3 backfire fixture beside the cpu tier's model
+    (``<model>-eagle3-untrained``, the cpu-smollm2-eagle3 rig's), random weights and a valid config,
+    seconds to write. Skipped where torch is missing (a fast-tier environment)."""
+    out = model.with_name(model.name + "-eagle3-untrained")
+    if (out / HEAD_MARKER).exists():
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(f"untrained EAGLE-3 head not written (no torch here): {out}")
+        return
+    print(f"untrained EAGLE-3 head written: {write_untrained_head(model, out)}")
