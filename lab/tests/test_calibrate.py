@@ -132,7 +132,7 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
 
     from specgate import server
     from specgate_lab import calibrate
-    from tests.test_duet_window import StandInServer
+    from standins import StandInServer
 
     root = Path(__file__).resolve().parents[2]
     rig = load_rig("cpu-smollm2", root / "fixtures")
@@ -207,7 +207,7 @@ def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkey
 
     from specgate import server
     from specgate_lab import calibrate
-    from tests.test_duet_window import StandInServer
+    from standins import StandInServer
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
@@ -249,7 +249,7 @@ def test_injector_none_loads_no_slowdown_on_either_side(tmp_path, monkeypatch, i
     from specgate import server
     from specgate_lab import calibrate
     from specgate_lab.inject import ENV_FILE, ENV_GPU_FILE
-    from tests.test_duet_window import StandInServer
+    from standins import StandInServer
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
@@ -375,7 +375,7 @@ def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_w
     from specgate import server
     from specgate.measure import Measurer
     from specgate_lab import calibrate
-    from tests.test_duet_window import StandInServer
+    from standins import StandInServer
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
