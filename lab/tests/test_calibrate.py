@@ -130,9 +130,10 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
     import contextlib
     import gzip
 
+    from standins import StandInServer
+
     from specgate import server
     from specgate_lab import calibrate
-    from standins import StandInServer
 
     root = Path(__file__).resolve().parents[2]
     rig = load_rig("cpu-smollm2", root / "fixtures")
@@ -205,9 +206,10 @@ def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkey
     previous pair stopped first, one server after the other), and say which start measured them."""
     import contextlib
 
+    from standins import StandInServer
+
     from specgate import server
     from specgate_lab import calibrate
-    from standins import StandInServer
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
@@ -246,10 +248,11 @@ def test_injector_none_loads_no_slowdown_on_either_side(tmp_path, monkeypatch, i
     candidate's does); a level above 0 is refused before any server starts."""
     import contextlib
 
+    from standins import StandInServer
+
     from specgate import server
     from specgate_lab import calibrate
     from specgate_lab.inject import ENV_FILE, ENV_GPU_FILE
-    from standins import StandInServer
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
@@ -372,10 +375,11 @@ def test_calibrate_refuses_tolerances_that_are_not_fractions(capsys):
 def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_what_it_measured(tmp_path, monkeypatch):
     import contextlib
 
+    from standins import StandInServer
+
     from specgate import server
     from specgate.measure import Measurer
     from specgate_lab import calibrate
-    from standins import StandInServer
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={
