@@ -250,9 +250,8 @@ class Gates(_Strict):
     # A stored figure from another session (a level, or a duet ratio to the reference) is compared
     # only when this window's host ran specgate's CPU canary (specgate.telemetry.canary_reader, its
     # fastest reading in the window) within this fraction of the stored windows' (their median):
-    # a host-bound mode's speed is its host's too (docs/journal/lab/2026-12-02-h200-visit13.md: a host
-    # running CPU work 1.8x slower
-    # took the 1-layer draft's ratio from 2.31 to 1.85 while the GPU-bound reference moved 1 %).
+    # a host-bound mode's speed is its host's too (a host running CPU work 1.8x slower took a 1-layer
+    # draft's ratio from 2.31 to 1.85 while the GPU-bound reference moved 1 %).
     # Outside it the gate is undecided and says what the comparison gave. None: not checked.
     host_pace_tolerance: float | None = Field(default=0.25, gt=0, lt=10)
     classes: dict[str, ClassGate] = {}
