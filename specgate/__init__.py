@@ -13,10 +13,9 @@ The product, by layer:
 - report: ``report``, ``report_figures``, ``plots``;
 - plan and progress: ``plan``, ``progress``, ``session`` (one run's state);
 - ``plugin/``: the pytest plugin (options, fixtures, parametrization, the gatekeeper, the output);
+- ``record``: a running server's raw responses, for replay tests;
+- ``extensions``: the entry-point groups other distributions plug into (specgate imports none by name);
 - ``cli``: ``python -m specgate`` (prepare-model, run, plan, servers, adopt-baselines).
-
-The lab's tools (calibration, the slowdown injector, recording, EAGLE-3 training, the GPU lab's
-scripts and analyses) are the ``specgate_lab`` package: ``python -m specgate_lab --help``.
 """
 
 __version__ = "0.1.0"

@@ -97,11 +97,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "prepare-model":
         from specgate.errors import SpecgateError
+        from specgate.extensions import run_model_prepared
         from specgate.model_prep import prepare_model
 
         try:
-            model = prepare_model(args.cache, force=args.force)
-            _prepare_untrained_head(model)
+            run_model_prepared(prepare_model(args.cache, force=args.force))
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)
             return int(ExitCode.JOB_BROKEN)
@@ -122,9 +122,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"specgate: {exc}", file=sys.stderr)
             return USAGE
         if tier == "cpu":
+            from specgate.extensions import run_model_prepared
             from specgate.model_prep import prepare_model
 
-            _prepare_untrained_head(prepare_model())
+            try:
+                run_model_prepared(prepare_model())
+            except SpecgateError as exc:
+                print(f"specgate: {exc}", file=sys.stderr)
+                return 1
         return int(pytest.main(["-m", tier, "--specgate-rig", args.rig, str(root / "perf_tests"), *rest]))
     return USAGE
 
@@ -191,22 +196,6 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         for line in paths(capture.specgate.rig, capture.windows, capture.rates[0], store=store, host_gib=host_gib):
             print(line)
     return 0
-
-
-def _prepare_untrained_head(model: Path) -> None:
-    """The EAGLE-3 backfire fixture beside the model (``<model>-eagle3-untrained``): random weights,
-    valid config, seconds to write. Skipped where torch is missing (the fast tier's environment)."""
-    from specgate_lab.eagle3 import HEAD_MARKER, write_untrained_head
-
-    out = model.with_name(model.name + "-eagle3-untrained")
-    if (out / HEAD_MARKER).exists():
-        return
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print(f"untrained EAGLE-3 head not written (no torch here): {out}")
-        return
-    print(f"untrained EAGLE-3 head written: {write_untrained_head(model, out)}")
 
 
 def _old_mode_name_in(report: dict) -> bool:

@@ -108,8 +108,8 @@ class RigMode(_Strict):
     description: str | None = None
     speculative_config: dict[str, Any] | None = None
     extra_args: tuple[str, ...] = ()
-    # Environment of this mode's server, over the rig's: e.g. SPECGATE_SLOWDOWN = "0.05" makes a
-    # no-speculation mode a real regression of known size (specgate_lab.inject) for an A/A-style check.
+    # Environment of this mode's server, over the rig's: e.g. a vLLM setting, or a plugin's that makes
+    # the mode a regression of known size for an A/A-style check.
     env: dict[str, str] = {}
 
 
@@ -231,7 +231,7 @@ class Gates(_Strict):
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # The A/B throughput gate (a mode on the candidate side against the same mode on the reference
     # side, live at once) fails below 1 - this; None: throughput_tolerance. Its own key because its
-    # statistic is the one a calibration measures directly (`specgate_lab calibrate`).
+    # statistic is the one a calibration measures directly (two sides, one with a known slowdown).
     ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # The A/B gates compare two servers started once each: two fresh servers of one build read
     # apart by their start order (on the lab's GPU 1.0 % both ways: the one started second ran
@@ -250,9 +250,8 @@ class Gates(_Strict):
     # A stored figure from another session (a level, or a duet ratio to the reference) is compared
     # only when this window's host ran specgate's CPU canary (specgate.telemetry.canary_reader, its
     # fastest reading in the window) within this fraction of the stored windows' (their median):
-    # a host-bound mode's speed is its host's too (docs/journal/lab/2026-12-02-h200-visit13.md: a host
-    # running CPU work 1.8x slower
-    # took the 1-layer draft's ratio from 2.31 to 1.85 while the GPU-bound reference moved 1 %).
+    # a host-bound mode's speed is its host's too (a host running CPU work 1.8x slower took a 1-layer
+    # draft's ratio from 2.31 to 1.85 while the GPU-bound reference moved 1 %).
     # Outside it the gate is undecided and says what the comparison gave. None: not checked.
     host_pace_tolerance: float | None = Field(default=0.25, gt=0, lt=10)
     classes: dict[str, ClassGate] = {}
@@ -682,7 +681,7 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
     """A rig that forces ``sleep_level = 2`` on an alternation must not run servers that cannot
     wake from it: a drafter (vLLM's reload_weights reloads the target model only) or
     ``--load-format dummy`` weights (vLLM 0.26 cannot reload them, and a server woken without them
-    generated no text on the H200). Refused before anything starts, naming the mode, the A/B side
+    generates no text). Refused before anything starts, naming the mode, the A/B side
     and the part of the rig that sets them; ``ab_from`` names the command line's A/B options where
     they set the sides. (A level 2 chosen at run time for host memory is refused by specgate.sleep.)"""
     if rig.sleep_level != 2 or rig.arrangement.name != "alternate":

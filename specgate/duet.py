@@ -1,7 +1,7 @@
 """The duet: two live servers measured in one window, requests alternated between them.
 
-Two servers compared one after the other differ by whatever changed in between (on the GPU lab
-the same build measured 389 and 576 tok/s five minutes apart). In a duet both are live and the
+Two servers compared one after the other differ by whatever changed in between (on a shared GPU
+machine the same build can measure 389 and 576 tok/s five minutes apart). In a duet both are live and the
 client alternates: prompt by prompt at concurrency 1 (never both generating at once), whole
 rounds of N requests at concurrency N. The order is balanced, ABBA by pair (A first, then B
 first, ...), and seeded, so neither side always runs first, after an idle gap, or second, right
@@ -59,8 +59,8 @@ def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: 
     ``concurrency`` at a time.
 
     ``first`` ("subject" or "partner") fixes which side group 0 starts with instead of the seed: an
-    alternation starts with the side that is awake, which saves a swap (on the H200, 6 pairs a
-    window at 1.5 s a swap: one swap a window instead of two, 10 % of the window instead of 18 %).
+    alternation starts with the side that is awake, which saves a swap (6 pairs a window at 1.5 s a
+    swap: one swap a window instead of two, 10 % of the window instead of 18 %).
     A window of one group then ends on the other side, so the next starts there: the first side
     still alternates from window to window.
     """

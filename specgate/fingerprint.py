@@ -84,7 +84,7 @@ def machine_id(tier: str, visible: str | None = None) -> str | None:
 
 def git_commit(cwd: Path) -> str | None:
     """The commit under test: ``SPECGATE_COMMIT`` when set (a copied tree whose ``.git`` is not the
-    code's, as on the GPU lab machine), else ``git describe --always --dirty`` ("651a65d-dirty"
+    code's), else ``git describe --always --dirty`` ("651a65d-dirty"
     when tracked files differ from that commit)."""
     if os.environ.get("SPECGATE_COMMIT"):
         return os.environ["SPECGATE_COMMIT"]

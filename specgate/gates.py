@@ -153,7 +153,7 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
     ±x %" (or, from "slower", "not slower"), and a mode at break-even would otherwise be "faster" or
     "slower" in one session and "equal" in the next as the server starts move its ratio by a percent
     or two (cpu explanatory: "faster" in some fresh-clone runs, 0.975 (0.956-0.995) "slower" in one
-    on another VM, "equal" in others; docs/journal/calibration/cpu-2026-12-01d.md, cpu-2026-12-02d.md).
+    on another VM, "equal" in others).
     A backfire window with a pair standing out (one hiccup request
     moving the ratio by 1 % or more, :func:`specgate.paired.strongest_pair`) follows up too, so its
     ratio is not one request's. "Equal", or "slower" and "faster" beyond the margin, are otherwise
@@ -306,8 +306,8 @@ def _stored_ratio_spread(baseline: BaselineEntry, stored: RatioEntry, start_nois
     that is wider: from 3 stored ratios on, theirs (two sessions, one per side, as for levels);
     before, the rig's ``start_noise`` for the four server starts behind the two ratios. The
     spread of stored ratios holds each session's window noise and its server starts' offsets,
-    which one window's pairs cannot see (docs/journal/lab/2026-12-01-h200-visit6.md: 1.528-1.630 over seven
-    sessions on the GPU-bound rig, each window's interval about +-1.5 %; on the cpu tier ngram's
+    which one window's pairs cannot see (1.528-1.630 over seven sessions on a GPU-bound rig, each
+    window's interval about +-1.5 %; on the cpu tier ngram's
     coding ratio moved 1.145 -> 1.006 between two runs of a busy 2-vCPU VM)."""
     own = 0.0
     if stored.ci_low and stored.ci_high:
@@ -419,8 +419,7 @@ def host_canary_us(m: ClassMeasurement) -> float | None:
     """The host's pace during window ``m``: the fastest reading of specgate's CPU canary there
     (microseconds; specgate.telemetry.canary_reader), or None where no canary ran. The fastest, not
     the median: on the 2-vCPU cpu tier the servers' own work delays the canary by 37-52 us (median)
-    from window to window of one run, while its fastest reading stays at 31.8-32.8 us
-    (docs/journal/calibration/cpu-2026-12-02c.md)."""
+    from window to window of one run, while its fastest reading stays at 31.8-32.8 us."""
     window = (m.extra.get("telemetry") or {}).get("window") or {}
     values = window.get("cpu_canary_us")
     return float(values[0]) if values else None

@@ -28,8 +28,8 @@ class GpuReading:
 
 
 def load_pynvml() -> Any | None:
-    """nvidia-ml-py's module, else vLLM's vendored copy of it (the GPU lab's image may lack the
-    former; its vLLM has the latter); None without either."""
+    """nvidia-ml-py's module, else vLLM's vendored copy of it (an image may lack the
+    former; vLLM has the latter); None without either."""
     try:
         import pynvml
 

@@ -359,7 +359,7 @@ class Measurer:
     def _before_window(sleeper: Any, subject: Server, partner: Server) -> dict[str, Any] | None:
         """An alternation's swap before its window (outside the window's swaps), where the window
         would otherwise begin with a server's first sleep: the awake server has not slept yet (just
-        started; its weights are copied to host memory, 17-24 s on the H200), or it is neither of the
+        started; its weights are copied to host memory, ~20 s for a 15B model), or it is neither of the
         window's two. Every measured turn then runs on a server woken from sleep. Returns the swap."""
         awake = sleeper.awake
         if awake is subject or awake is partner:
@@ -397,8 +397,8 @@ class Measurer:
 
         async def swap_to(side: str) -> None:
             """An alternation's swap before a turn, outside every request's timing. No warm-up after
-            a wake: on the H200 the first request after one was 0.3-2 % slower than the rest of its
-            turn, which moved a window's ratio by at most 0.2 % (docs/alternation.md)."""
+            a wake: the first request after one was 0.3-2 % slower than the rest of its turn, which
+            moved a window's ratio by at most 0.2 % (docs/alternation.md)."""
             swap = await sleeper.activate(servers[side])
             if swap is not None:
                 swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - on_done.started, 3)})

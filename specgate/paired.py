@@ -247,8 +247,7 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
     slowest against its own side's other repeats of that prompt: a hiccup slows a request, it
     does not speed one up. Removing a pair changes only its own prompt's mean, so the estimate
     without it is the estimate plus that mean's change over the number of prompts: at 6 prompts x
-    2 repeats one request decoding 19 % slow moves the estimate by ~1.8 % (an EAGLE-3 window of
-    docs/journal/lab/2026-12-01-h200-visit9.md)."""
+    2 repeats one request decoding 19 % slow moves the estimate by ~1.8 % (seen in an EAGLE-3 window)."""
     m = np.log(np.asarray(measured, dtype=float))
     r = np.log(np.asarray(reference, dtype=float))
     d = m - r - math.log(shift)

@@ -213,7 +213,7 @@ def estimate_rates(store, rig: Rig, *, canary_us: float | None) -> tuple[dict[Wi
     fastest reading of specgate.telemetry's canary). Where the rig states ``[estimate] tokens_per_s``,
     a figure stored with no canary or another one gives way to it: on the cpu rig the stored figures
     came from a machine whose fingerprint reads the same (AMD EPYC, 2 cores) and ran slower: a window
-    planned from them at ~3m took ~2m on the CI kind (docs/journal/calibration/cpu-2026-12-03d.md).
+    planned from them at ~3m took ~2m on the CI kind.
     Without a rig rate the stored figures are all the plan has, and are used as they are."""
     if rig.estimate.tokens_per_s is None:
         return stored_rates(store, rig.name), None
@@ -402,7 +402,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
         refusal = choice.refusal(asleep)
     if alternating and not attached:
         first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
-                 "model on the lab's H200), counted in the swaps" if rig.sleep_level == 2 else
+                 "model from a local disk), counted in the swaps" if rig.sleep_level == 2 else
                  "each server's first level-1 sleep copies its weights to host memory (counted with the starts, "
                  f"at ~{PIN_GIB_PER_S:g} GiB/s)")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "

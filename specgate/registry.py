@@ -40,11 +40,10 @@ from specgate.errors import ServerDiedError
 from specgate.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, read_log_tail
 
 STATE_ENV = "SPECGATE_STATE_DIR"
-# Inherited variables that change what a server does (as specgate.fingerprint reads them), and the GPUs.
-# specgate's own injector (SPECGATE_SLOWDOWN, SPECGATE_GPU_SLOWDOWN and their _FILE forms), the import
-# path and the Hugging Face settings change what a server runs too.
-_INHERITED = re.compile(r"^(VLLM_|SPECGATE_(GPU_)?SLOWDOWN|HF_|PYTHONPATH$|OMP_NUM_THREADS$|MKL_NUM_THREADS$"
-                        r"|CUDA_VISIBLE_DEVICES$)")
+# Inherited variables that change what a server does (as specgate.fingerprint reads them), and the GPUs;
+# the import path and the Hugging Face settings change what a server runs too, and so do the variables
+# installed plugins declare (specgate.extensions, group specgate.server_env).
+_INHERITED = re.compile(r"^(VLLM_|HF_|PYTHONPATH$|OMP_NUM_THREADS$|MKL_NUM_THREADS$|CUDA_VISIBLE_DEVICES$)")
 STOP_GRACE_S = 30.0
 
 
@@ -107,10 +106,15 @@ def draft_model(argv: Iterable[str]) -> str | None:
 
 
 def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: str,
-                environ: Mapping[str, str] | None = None) -> tuple[str, dict[str, Any]]:
-    """The hash that decides reuse, and what went into it."""
+                environ: Mapping[str, str] | None = None,
+                plugin_env: tuple[str, ...] | None = None) -> tuple[str, dict[str, Any]]:
+    """The hash that decides reuse, and what went into it. ``plugin_env``: the variable-name prefixes
+    plugins read in a server (default: those the installed ``specgate.server_env`` plugins declare)."""
+    from specgate.extensions import server_env_prefixes
+
     environ = os.environ if environ is None else environ
-    inherited = {k: v for k, v in environ.items() if _INHERITED.match(k)}
+    prefixes = server_env_prefixes() if plugin_env is None else plugin_env
+    inherited = {k: v for k, v in environ.items() if _INHERITED.match(k) or k.startswith(prefixes)}
     parts = {"rig": rig, "label": label, "argv": list(spec.argv), "host": spec.host,
              "env": dict(sorted({**inherited, **spec.env}.items())), "vllm": build, "model": model_state(model)}
     draft = draft_model(spec.argv)

@@ -216,12 +216,12 @@ def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
 
 
 # An engine core using this much CPU per second of its server's requests keeps a CPU busy: its
-# speed is the host's as much as the accelerator's (GPU lab, docs/journal/lab/: vLLM's draft_model path
-# 1.03-1.05, EAGLE-3 0.81-0.88, and only the former followed the host's speed).
+# speed is the host's as much as the accelerator's (vLLM's draft_model path reads 1.03-1.05 and follows
+# the host's speed; EAGLE-3 reads 0.81-0.88).
 HOST_BOUND_CPU_S_PER_S = 0.95
 # A SLOW SPELL notice needs a run this unlikely from the order alone and this much slower than the
-# partner's requests in the same span (log units): over the 64 reports of docs/journal/ (357 windows: lab
-# visits, cpu runs, calibrations) these flag three draft windows only, two from one slow host.
+# partner's requests in the same span (log units): over 357 recorded windows these flag three draft
+# windows only, two from one slow host.
 SPELL_P = 0.01
 SPELL_SIZE = 0.03
 
@@ -350,8 +350,8 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
                 f"{-math.expm1(spell.mean_residual) * 100:.1f} % under their prompts' other requests ({other_label}'s "
                 f"then: {math.expm1(then) * 100:+.1f} %; a run this slow from the order alone: p = "
                 f"{spell.p_value:.3f}). The pairs do not cancel a spell on one side, so this window's ratio holds "
-                f"it: on the GPU lab's VM such spells were one vCPU running 1.5x slower for ~20 s under a "
-                f"host-bound engine core (docs/journal/lab/2026-12-02-h200-visit14.md)")
+                f"it: on a shared VM one vCPU running slower for a while under a host-bound engine core is "
+                f"such a spell")
     return lines
 
 

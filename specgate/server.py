@@ -5,8 +5,8 @@ session, so the API server and every engine-core worker it forks share one proce
 teardown can signal at once. Output goes to a per-mode log file, never to an undrained pipe.
 Readiness means ``/health`` answers, ``/v1/models`` lists the served name and one real
 generation succeeds; any exit while waiting fails at once, quoting the log's tail. So does a fatal
-engine error in the log: vLLM can keep its API server up with a dead or hung engine (seen on the
-GPU lab: a pipeline-parallel worker crashed and the first generation hung forever), so the wait
+engine error in the log: vLLM can keep its API server up with a dead or hung engine (a
+pipeline-parallel worker that crashed left the first generation hanging forever), so the wait
 never blocks on one request: the first generation runs beside the loop that reports progress,
 watches the process and the log, and enforces the startup deadline.
 
@@ -143,9 +143,8 @@ def check_local_paths(rig: Rig, mode: Mode) -> None:
     if missing:
         raise ServerStartError(
             f"rig {rig.name}, mode {mode.name}: no such folder: {'; '.join(missing)}. Write it first "
-            "(python -m specgate prepare-model: the cpu tier's model and the untrained EAGLE-3 head; "
-            "python -m specgate_lab train-eagle3: a trained head; the GPU lab: "
-            "specgate_lab/scripts/gpu-lab-prepare.sh)")
+            "(python -m specgate prepare-model writes the cpu tier's model and what installed plugins prepare "
+            "beside it; the rig file's comments say where its other folders come from)")
 
 
 class VLLMServer:

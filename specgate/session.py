@@ -230,8 +230,8 @@ class SpecgateSession:
     def first_side(self, mode: str) -> str:
         """Which side of an A/B starts ``mode``'s server first: "reference" or "candidate", picked by
         the session's seed. Two fresh servers of one build read about 1 % apart by start order (the
-        one started second: 1.0 % faster in an alternation, 1.0 % slower in a duet, on the lab's
-        GPU), an offset no interval of one window holds; a fixed order would put it on one side every
+        one started second: 1.0 % faster in an alternation, 1.0 % slower in a duet, on one GPU
+        machine), an offset no interval of one window holds; a fixed order would put it on one side every
         run. Recorded in ``start_order`` (report.json, the summary)."""
         import random
 

@@ -8,12 +8,8 @@ timing): ``POST /sleep?level=N`` on the awake one, a check that it sleeps (``GET
 that the GPUs' memory came free (NVML), then ``POST /wake_up`` on the other and a check that it is
 awake. Every swap is timed; the window keeps them (``extra["alternation"]["swaps"]``).
 
-Measured on one H200 (vLLM 0.26.0, a 15.5B bf16 model, two servers at 0.8 each): the first level-1
-sleep of a server took 23.5 s (28.9 GiB of weights copied to pinned host memory, KV cache
-discarded, 1.1 GB left on the GPU); after that, sleep 0.66-0.71 s and wake 0.89-0.93 s, and a
-128-token generation took 1.10-1.12 s on either server before and after every swap. So no
-warm-up after a wake: later windows saw the first request after a wake 0.3-2 % slower than the
-rest of its turn, which moves a window's ratio by at most 0.2 % (docs/alternation.md).
+A server's first level-1 sleep copies its weights to host memory (tens of seconds for a large
+model); later swaps take about a second, and no warm-up follows a wake (docs/alternation.md).
 
 Levels (vLLM's sleep mode docs): level 1 offloads the weights to host memory and discards the
 KV cache; level 2 discards both and keeps only the model's buffers. At level 1 the host must hold
@@ -24,9 +20,8 @@ so specgate wakes the weights (``/wake_up?tags=weights``), reloads them from the
 (``POST /collective_rpc`` with method ``reload_weights``, the RLHF path of the worker), then
 wakes the KV cache (``/wake_up?tags=kv_cache``); that wake reads the weights from disk every time
 and is timed like any swap. A server with ``--load-format dummy`` weights never sleeps at level 2:
-vLLM 0.26 refuses their reload (NotImplementedError), and woken without it, on the H200, it
-decoded at the same speed but generated no text, so no request had a decode rate
-(docs/journal/lab/2026-12-03-h200-same-lease.md). Such a rig is refused when it loads
+vLLM 0.26 refuses their reload (NotImplementedError), and woken without it the server decodes
+but generates no text, so no request has a decode rate. Such a rig is refused when it loads
 (``sleep_level = 2``), and a level 2 chosen for host memory is refused before the sleep.
 
 Drafters (read in vLLM's source, v1 ``gpu_worker.py`` and the model runners; to be confirmed on
@@ -356,7 +351,7 @@ class SleepController:
             self.progress(f"alternation: {server.label} sleeps at {turn.level_why}")
             if turn.level == 1:
                 self.progress(f"alternation: putting {server.label} to sleep for the first time (its weights are "
-                              "copied to host memory: ~24 s for 29 GiB on the lab's H200)")
+                              "copied to host memory: ~24 s for 29 GiB)")
         started = time.monotonic()
         async with self._client(server) as client:
             await self._post(client, server, "/sleep", "go to sleep", params={"level": turn.level})
@@ -383,7 +378,7 @@ class SleepController:
         dummy, drafter = dummy_weights(_argv(server)), drafter_in(_argv(server))
         if level == 2 and (dummy or drafter):
             cause = ("its weights are dummy (--load-format dummy), which vLLM 0.26 cannot reload, and a server woken "
-                     "without them generates no text (on the H200: 128 tokens, no text, so no decode rate)" if dummy
+                     "without them generates no text (tokens, but no text, so no decode rate)" if dummy
                      else "its drafter's weights would not come back (vLLM's reload_weights reloads the target model "
                      "only)")
             fix = (f"Set sleep_level = 1 or leave it unset in {rig.path}" if rig.sleep_level == 2 else

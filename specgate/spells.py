@@ -1,12 +1,12 @@
 """A slow spell inside one window: a stretch of time in which one server's requests ran slower than
 the same prompts' other requests of the window, while its duet partner's did not.
 
-On the GPU lab's VM a vCPU runs CPU-bound work 1.5-1.8x slower for tens of seconds at a time. A
+On a shared VM a vCPU can run CPU-bound work 1.5-1.8x slower for tens of seconds at a time. A
 host-bound engine core (vLLM's draft-model path) slows with its vCPU; its partner, on another vCPU,
-does not, so the pairs do not cancel it (docs/journal/lab/2026-12-02-h200-visit14.md: 24 of one window's 48 draft
-requests, 16-38 s into the window, ran 11.8 % slower while the draft engine's own vCPU ran a canary
-1.5x slower). The window's ratio then holds the spell, and a ratio from another session is not
-comparable with it. This module finds such a stretch and says how unlikely it is by chance.
+does not, so the pairs do not cancel it (24 of one window's 48 draft requests, 16-38 s into the
+window, ran 11.8 % slower while the draft engine's own vCPU ran a canary 1.5x slower). The
+window's ratio then holds the spell, and a ratio from another session is not comparable with it.
+This module finds such a stretch and says how unlikely it is by chance.
 
 The statistic: each request's log decode rate minus the median of its prompt's requests in the
 window (the residual), in start order; the contiguous run of requests with the largest sum of

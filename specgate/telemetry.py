@@ -11,7 +11,7 @@ A :class:`Telemetry` sampler is a background thread that reads, every ``interval
   and the 1-minute load (psutil);
 - on every rig, a canary: the time this process takes for a fixed piece of Python work (the
   fastest of a few tries, microseconds). A host that runs CPU work slower for a while (a shared or
-  oversubscribed VM: the GPU lab's VM once ran every vCPU 1.8x slower for minutes) shows here,
+  oversubscribed VM can run every vCPU 1.8x slower for minutes) shows here,
   and a host-bound server (an engine core whose step loop keeps a CPU busy) slows with it;
 - for each server of the window (its process and every child: API server, engine core, workers):
   the CPU it last ran on, its CPU seconds and its involuntary context switches (psutil; the last

@@ -2,6 +2,7 @@
 pytest-benchmark's does); and the package has no import circle."""
 
 import ast
+import functools
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.fast
 
 PACKAGE = Path(__file__).resolve().parent.parent / "specgate"
-LAB = PACKAGE.parent / "specgate_lab"
+LAB = PACKAGE.parent / "lab" / "specgate_lab"
 HEAVY = ("numpy", "pydantic", "httpx", "aiohttp", "scipy", "matplotlib", "tabulate", "psutil", "prometheus_client")
 
 
@@ -52,7 +53,8 @@ def test_a_pytest_run_without_perf_tests_loads_light(tmp_path):
 
 # -- the import graph ------------------------------------------------------------------------
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    root = LAB.parent if path.is_relative_to(LAB) else PACKAGE.parent
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -103,13 +105,20 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@functools.cache
+def _trees() -> dict[str, tuple[Path, ast.Module]]:
+    """Every module of the product and the lab, parsed once for this file's tests."""
+    return {_module_name(p): (p, ast.parse(p.read_text(), str(p)))
+            for p in (*PACKAGE.rglob("*.py"), *LAB.rglob("*.py"))}
+
+
+@functools.cache
 def _import_graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    # the product and the lab together (the lab's machine scripts are no package's modules)
-    paths = {_module_name(p): p for p in (*PACKAGE.rglob("*.py"), *LAB.rglob("*.py"))
-             if "scripts" not in p.relative_to(LAB.parent).parts}
+    # the product and the lab together: a circle through both would be one too
+    trees = _trees()
     at_load, anywhere = {}, {}
-    for name, path in paths.items():
-        load, deferred = _edges(ast.parse(path.read_text(), str(path)), set(paths))
+    for name, (_, tree) in trees.items():
+        load, deferred = _edges(tree, set(trees))
         at_load[name], anywhere[name] = load - {name}, (load | deferred) - {name}
     return at_load, anywhere
 
@@ -129,10 +138,37 @@ def test_the_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_the_product_imports_the_lab_only_where_a_lab_tool_runs():
-    # specgate is the product: no module of it imports specgate_lab when it loads (the untrained
-    # EAGLE-3 head of prepare-model and --specgate-record-responses import it when they run)
-    at_load, _ = _import_graphs()
-    assert {name: sorted(m for m in deps if m.startswith("specgate_lab"))
-            for name, deps in at_load.items() if name.startswith("specgate.") or name == "specgate"} == {
-        name: [] for name in at_load if name.startswith("specgate.") or name == "specgate"}
+def _imported_names(tree: ast.Module) -> list[tuple[int, str]]:
+    """Every module an import statement names, at any level (module, function, class, TYPE_CHECKING)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in (
+                "import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+            found.append((node.lineno, str(node.args[0].value)))
+    return found
+
+
+def test_the_product_imports_nothing_from_the_lab():
+    # specgate is the product; the lab (lab/, distribution specgate-lab) plugs in through entry points
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}: {name}"
+             for module, (path, tree) in sorted(_trees().items()) if module.split(".")[0] == "specgate"
+             for line, name in _imported_names(tree) if name.split(".")[0] == "specgate_lab"]
+    assert found == []
+
+
+def test_the_lab_import_scan_sees_function_level_and_dynamic_imports():
+    tree = ast.parse(textwrap.dedent("""
+        import os
+
+        def f():
+            from specgate_lab.record import record_server
+            import specgate_lab.eagle3 as e
+
+        importlib.import_module("specgate_lab.inject")
+    """))
+    assert sorted(n for _, n in _imported_names(tree) if n.startswith("specgate_lab")) == [
+        "specgate_lab.eagle3", "specgate_lab.inject", "specgate_lab.record"]

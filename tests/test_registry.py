@@ -69,7 +69,7 @@ def test_the_fingerprint_covers_argv_environment_build_model_and_mode(fake, tmp_
     assert inherited[1]["env"] == {"VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
-def test_the_fingerprint_covers_the_drafter_s_files_and_an_inherited_slowdown(fake, tmp_path):
+def test_the_fingerprint_covers_the_drafter_s_files_and_a_plugin_s_inherited_variables(fake, tmp_path):
     rig = _rig(tmp_path)
     draft = tmp_path / "draft"
     draft.mkdir()
@@ -78,9 +78,10 @@ def test_the_fingerprint_covers_the_drafter_s_files_and_an_inherited_slowdown(fa
     same = _digest(spec, rig)
     (draft / "model.safetensors").write_text("retrained into the same folder")
     assert _digest(spec, rig) != same  # a head written again is another server
-    env = {"SPECGATE_GPU_SLOWDOWN": "0.05", "PYTHONPATH": "/lab", "HF_HUB_OFFLINE": "1", "HOME": "/root"}
-    inherited = fingerprint(spec, rig="r", label="m", model="x", build="b", environ=env)[1]["env"]
-    assert inherited == {"HF_HUB_OFFLINE": "1", "PYTHONPATH": "/lab", "SPECGATE_GPU_SLOWDOWN": "0.05"}
+    env = {"SLOWER_GPU": "0.05", "PYTHONPATH": "/lab", "HF_HUB_OFFLINE": "1", "HOME": "/root", "SLOW": "1"}
+    inherited = fingerprint(spec, rig="r", label="m", model="x", build="b", environ=env,
+                            plugin_env=("SLOWER_",))[1]["env"]
+    assert inherited == {"HF_HUB_OFFLINE": "1", "PYTHONPATH": "/lab", "SLOWER_GPU": "0.05"}
 
 
 def test_a_kept_server_is_reused_on_its_fingerprint_and_replaced_on_another(fake, tmp_path, folder, reaper):

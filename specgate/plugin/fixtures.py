@@ -194,7 +194,7 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
 def _record(session: SpecgateSession, server, mode) -> None:
     import httpx
 
-    from specgate_lab.record import record_server
+    from specgate.record import record_server
 
     record_dir = session.options.record_dir
     try:

@@ -87,7 +87,7 @@ def parse_duration(value: str) -> float:
 def parse_env_assignment(value: str) -> tuple[str, str]:
     name, sep, val = value.partition("=")
     if not sep or not name or not name.replace("_", "").isalnum():
-        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE, e.g. SPECGATE_SLOWDOWN=0.10")
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE, e.g. VLLM_CPU_KVCACHE_SPACE=4")
     return name, val
 
 
@@ -154,7 +154,7 @@ def add_options(parser: pytest.Parser) -> None:
                          "gpus_per_server of them for its servers")
     group.addoption("--specgate-record-responses", type=Path, default=None, metavar="DIR",
                     help="also record each started server's raw responses and /metrics into DIR, for the "
-                         "fast tier's replay tests (as `python -m specgate_lab record`, without extra starts)")
+                         "fast tier's replay tests (no extra server start)")
     for side in AB_SIDES:
         group.addoption(f"--specgate-ab-{side}-python", default=None, metavar="PYTHON",
                         help=f"A/B: the {side} side's python (its vLLM build's environment); "
@@ -163,7 +163,7 @@ def add_options(parser: pytest.Parser) -> None:
                         help=f"A/B: extra `vllm serve` arguments of the {side} side (one quoted string)")
         group.addoption(f"--specgate-ab-{side}-env", type=parse_env_assignment, action="append", default=None,
                         metavar="NAME=VALUE", help=f"A/B: an environment variable of the {side} side's servers "
-                        "(repeatable), e.g. SPECGATE_SLOWDOWN=0.10 for a real injected slowdown")
+                        "(repeatable), e.g. VLLM_CPU_KVCACHE_SPACE=4")
         group.addoption(f"--specgate-ab-{side}-spec", type=parse_spec_assignment, action="append", default=None,
                         metavar="KEY=VALUE", help=f"A/B: a speculative-config key of the {side} side's speculative "
                         "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
