@@ -628,6 +628,18 @@ def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -
                              note=samples.note, duet=duet, m=m, strata=samples.prompts, keys=samples.keys)
 
 
+def _design_and_spread(rig: Rig, m: ClassMeasurement, gates, *, ab: bool, duet: bool) -> tuple[str, float]:
+    """How a window compared its two sides, and the start noise added when they were not live at
+    once (windows one after the other)."""
+    if ab:
+        return window_design(rig, m, "A/B duet, requests alternated"), 0.0
+    if duet:
+        return window_design(rig, m, "duet with no speculation, requests alternated"), 0.0
+    spread = start_spread(gates.start_noise, confidence=window_confidence(gates.confidence, m))
+    noise = f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known"
+    return "windows one after the other" + noise, spread
+
+
 def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, measured: list[float],
                       reference: list[float], *, note: str = "", duet: bool = False,
                       m: ClassMeasurement | None = None, paired: bool = True,
@@ -640,12 +652,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
         m = ClassMeasurement(rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
                              records=[], acceptance=None, server_decode_tokens_per_s=None,
                              server_metric_source=None, wall_s=0.0)
-    if duet:
-        design, spread = window_design(rig, m, "duet with no speculation, requests alternated"), 0.0
-    else:
-        spread = start_spread(gates.start_noise, confidence=window_confidence(gates.confidence, m))
-        design = "windows one after the other" + (
-            f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known")
+    design, spread = _design_and_spread(rig, m, gates, ab=False, duet=duet)
     result = ratio_result("backfire", m, measured, reference, threshold=gates.min_speedup,
                           reference_label="no speculation", design=design, note=note,
                           confidence=gates.confidence, margin=gates.equivalence_margin, extra_log_spread=spread,
@@ -680,14 +687,7 @@ def check_ttft(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> Ga
     theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s and r.ttft_s > 0}
     matched = match_by_key(ours, theirs)
     duet = m.partner is reference
-    if ab:
-        design, spread = window_design(rig, m, "A/B duet, requests alternated"), 0.0
-    elif duet:
-        design, spread = window_design(rig, m, "duet with no speculation, requests alternated"), 0.0
-    else:
-        spread = start_spread(gates.start_noise, confidence=window_confidence(gates.confidence, m))
-        design = "windows one after the other" + (
-            f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known")
+    design, spread = _design_and_spread(rig, m, gates, ab=ab, duet=duet)
     design = f"{design}{_looks_text(m)}"
     if not matched.paired or len(matched.measured) < 2:
         return undecided_result("ttft", m, f"{subject}: TTFT undecided: {len(matched.measured)} request(s) with a "

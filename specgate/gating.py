@@ -38,21 +38,9 @@ GATES = ("throughput", "acceptance", "backfire", "ttft", "lossless")
 def parse_gating(text: str) -> dict[str, Setting]:
     """``auto``, ``gate`` or ``report`` (every gate), or per gate: ``throughput=gate,acceptance=report``.
     Raises ValueError naming what is wrong."""
-    text = text.strip()
-    values = ("gate", "report", "auto")
-    if text in values:
-        return dict.fromkeys(GATES, text)  # type: ignore[arg-type]
-    setting: dict[str, Setting] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, _, value = part.partition("=")
-        key, value = key.strip(), value.strip()
-        if key not in GATES or value not in values:
-            raise ValueError(f"{part!r}: expected 'auto', 'gate', 'report' or GATE=auto|gate|report with GATE one "
-                             f"of {', '.join(GATES)}")
-        setting[key] = value  # type: ignore[assignment]
-    if not setting:
-        raise ValueError("empty gating: expected 'auto', 'gate', 'report' or GATE=auto|gate|report,...")
-    return setting
+    from specgate.outcome import parse_assignments
+
+    return parse_assignments(text, GATES, ("auto", "gate", "report"), what="GATE")  # type: ignore[return-value]
 
 
 def can_decide(rig: Any, store: Any, gate: str, mode: str, prompt_class: str, concurrency: int) -> tuple[bool, str]:

@@ -78,24 +78,35 @@ def outcome_of_kind(kind: str) -> Outcome:
     return KIND_OUTCOMES.get(kind, Outcome.UNDECIDED)
 
 
+def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tuple[str, ...], *,
+                      what: str, normalize: bool = False) -> dict[str, str]:
+    """One VALUE for every key, or ``KEY=VALUE,KEY=VALUE`` for some (the command line's and the rig's
+    per-outcome and per-gate settings). Raises ValueError naming the part that is wrong."""
+    text = text.strip()
+    if text in values:
+        return dict.fromkeys(keys, text)
+    out: dict[str, str] = {}
+    choices = "|".join(values)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if normalize:
+            key = key.replace("-", "_").replace(" ", "_")
+        if key not in keys or value not in values:
+            raise ValueError(f"{part!r}: expected {', '.join(repr(v) for v in values)} or {what}={choices} with "
+                             f"{what} one of {', '.join(keys)}")
+        out[key] = value
+    if not out:
+        raise ValueError(f"empty {what.lower()} setting: expected {', '.join(repr(v) for v in values)} or "
+                         f"{what}={choices},...")
+    return out
+
+
 def parse_policy(text: str) -> dict[str, Policy]:
     """``fail`` or ``skip`` (every outcome that decides nothing), or per outcome:
     ``not_stored=skip,undecided=fail``. Raises ValueError naming what is wrong."""
-    keys = [o.policy_key for o in NOT_DECIDED]
-    text = text.strip()
-    if text in ("skip", "fail"):
-        return dict.fromkeys(keys, text)  # type: ignore[arg-type]
-    policy: dict[str, Policy] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, _, value = part.partition("=")
-        key, value = key.strip().replace("-", "_").replace(" ", "_"), value.strip()
-        if key not in keys or value not in ("skip", "fail"):
-            raise ValueError(f"{part!r}: expected 'skip', 'fail' or OUTCOME=skip|fail with OUTCOME one of "
-                             f"{', '.join(keys)}")
-        policy[key] = value  # type: ignore[assignment]
-    if not policy:
-        raise ValueError("empty policy: expected 'skip', 'fail' or OUTCOME=skip|fail,...")
-    return policy
+    return parse_assignments(text, [o.policy_key for o in NOT_DECIDED], ("skip", "fail"),  # type: ignore[return-value]
+                             what="OUTCOME", normalize=True)
 
 
 def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str, Policy] | None = None, *,
