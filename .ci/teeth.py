@@ -20,8 +20,8 @@ RIG = "cpu-smollm2-teeth"
 MODE, CLASS = "no_spec", "coding"
 # Two server starts and a window's first look (12 pairs) take ~4 minutes on 2 vCPUs. The A/A has only
 # to not fail: its budget leaves no room for follow-up rounds. The slowdown's leaves room for the
-# rig's 4 (36 pairs, ~4 more minutes), so a window whose first look is undecided can still decide.
-BUDGET = {"aa": "6m", "slowdown": "10m"}
+# rig's 8 (60 pairs, ~8 more minutes), so a window whose first look is undecided can still decide.
+BUDGET = {"aa": "6m", "slowdown": "13m"}
 INJECTOR_MARK = "[specgate_lab.inject]"  # what the plugin prints in a server it slows
 
 
