@@ -291,43 +291,22 @@ def _untimed_window(gate: str, rig: Rig, m: ClassMeasurement, *others: ClassMeas
                             + "; ".join(reasons), design="client timings checked against the server's")
 
 
-def _history_spread(history: list[float]) -> float | None:
-    """The start-to-start spread of a rig's level (SD of log window medians over its stored runs),
-    or None with fewer than 3 runs."""
-    if len(history) < 3:
-        return None
-    return float(np.std(np.log(history), ddof=1))
-
-
-def _stored_ratio_spread(baseline: BaselineEntry, stored: RatioEntry, start_noise: float,
-                         confidence: float) -> tuple[float, str]:
-    """How far to widen a duet ratio's interval when it is compared with a ratio stored from
-    another session: the stored window's own interval, or the session-to-session spread when
-    that is wider: from 3 stored ratios on, theirs (two sessions, one per side, as for levels);
-    before, the rig's ``start_noise`` for the four server starts behind the two ratios. The
-    spread of stored ratios holds each session's window noise and its server starts' offsets,
-    which one window's pairs cannot see (1.528-1.630 over seven sessions on a GPU-bound rig, each
-    window's interval about +-1.5 %; on the cpu tier ngram's
-    coding ratio moved 1.145 -> 1.006 between two runs of a busy 2-vCPU VM)."""
+def _stored_ratio_spread(stored: RatioEntry, start_noise: float, confidence: float) -> tuple[float, str]:
+    """How far to widen a duet ratio's interval when it is compared with one ratio stored from
+    another session (fewer than 3 stored: with more, their own spread decides, specgate.history):
+    the stored window's own interval, or the rig's ``start_noise`` for the four server starts behind
+    the two ratios when that is wider. A session's offset is what one window's pairs cannot see
+    (1.528-1.630 over seven sessions on a GPU-bound rig, each window's interval about +-1.5 %)."""
     own = 0.0
     if stored.ci_low and stored.ci_high:
         own = float(np.log(stored.ci_high) - np.log(stored.ci_low)) / 2
-    history = _history_spread(baseline.ratio_history)
-    if history is None:
-        if not start_noise:
-            return own, ("its interval added; session-to-session spread unknown (fewer than 3 stored ratios, "
-                         "no start_noise): the interval holds the two windows' noise only")
-        between = start_spread(start_noise, starts=4, confidence=confidence)
-        text = (f"session-to-session spread from the rig's start noise ({start_noise * 100:g} % per start, four "
-                f"starts, z = {spread_quantile(confidence):.2f}) until 3 ratios are stored" if between > own else
-                "its interval added (wider than the rig's start noise for four starts)")
-        return max(own, between), text
-    dof = len(baseline.ratio_history) - 1
-    between = start_spread(float(np.expm1(history)), confidence=confidence, dof=dof)
-    text = (f"session-to-session spread {history * 100:.1f} % from {len(baseline.ratio_history)} stored ratios "
-            f"(t, {dof} df = {spread_quantile(confidence, dof):.2f})"
-            if between > own else "its interval added (wider than the spread of "
-            f"{len(baseline.ratio_history)} stored ratios, {history * 100:.1f} %)")
+    if not start_noise:
+        return own, ("its interval added; session-to-session spread unknown (fewer than 3 stored ratios, "
+                     "no start_noise): the interval holds the two windows' noise only")
+    between = start_spread(start_noise, starts=4, confidence=confidence)
+    text = (f"session-to-session spread from the rig's start noise ({start_noise * 100:g} % per start, four "
+            f"starts, z = {spread_quantile(confidence):.2f}) until 3 ratios are stored" if between > own else
+            "its interval added (wider than the rig's start noise for four starts)")
     return max(own, between), text
 
 
@@ -354,11 +333,12 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
-        spread, design = _stored_ratio_spread(baseline, stored_ratio, gates.start_noise,
-                                              window_confidence(gates.confidence, m))
         ratios = StartHistory(tuple(baseline.ratio_history))
-        shift = stored_ratio.ratio
-        if ratios.usable:  # against the mean of the stored sessions' ratios, with their own spread
+        if not ratios.usable:
+            shift = stored_ratio.ratio
+            spread, design = _stored_ratio_spread(stored_ratio, gates.start_noise,
+                                                  window_confidence(gates.confidence, m))
+        else:  # against the mean of the stored sessions' ratios, with their own spread
             shift = ratios.center
             spread = ratios.half_width(window_confidence(gates.confidence, m))
             design = (f"the mean of {ratios.starts} stored ratios; " + ratios.describe(threshold).replace(
