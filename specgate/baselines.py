@@ -1,17 +1,26 @@
 """``baselines.json``: the stored reference every gate compares with.
 
-Layout (schema version 1): rig -> mode -> prompt class -> concurrency level -> entry. An entry
-keeps the per-request decode tok/s samples (keyed, so a new run can be paired request by
-request), their robust summary, the acceptance figures and the fingerprint of the setup it was
-measured on. The file is validated with pydantic on load (errors name the file and the key) and
-is only ever written by an explicit update, merged and replaced atomically (temp file + rename).
+Layout (schema version 2): rig -> mode -> prompt class -> concurrency -> a list of histories, oldest
+first. A history (:class:`BaselineEntry`) is one machine's and one build's: its stored starts (each
+naming its machine, build, suite commit and date), the last start's per-request decode tok/s samples
+(keyed, so a new run can be paired request by request), their robust summary, the acceptance figures
+and the fingerprint of the setup it was measured on. Only the newest history of a machine that is not
+``superseded`` gates that machine's runs; a history whose machine is unknown never gates
+(:func:`gating_history`). Storing a start never appends across machines or builds
+(:func:`place_start`). A schema-1 file (one entry per window) is read as one history per window.
+
+The file is validated strictly with pydantic on load (no coercion; errors name the file and the key)
+and is only ever written by an explicit update, merged and replaced atomically (temp file + rename).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import hashlib
 import json
 import os
+import re
 import stat
 import statistics
 import tempfile
@@ -23,11 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationErro
 
 from specgate.errors import ConfigError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+SCHEMA_VERSIONS = (1, 2)  # 1 is read and migrated (one history per window)
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "46.4" is not a tok/s figure, nor "1" a schema version (the committed JSON schema agrees)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class PromptDigest(_Model):
@@ -180,7 +191,8 @@ class AcceptanceEntry(_Model):
     accepted_per_position: list[float] | None = None
 
 
-LEVEL_HISTORY = 30
+LEVEL_HISTORY = 30  # starts kept per history (the oldest dropped)
+HISTORIES_KEPT = 12  # histories kept per window (the oldest superseded ones dropped)
 
 
 class RatioEntry(_Model):
@@ -191,8 +203,49 @@ class RatioEntry(_Model):
     n: int = Field(ge=1)
 
 
+# the fingerprint's fields that make up the server's configuration (the build's digest)
+_CONFIG_KEYS = ("model", "speculative_config", "server_args", "env", "torch_version", "cuda_version", "driver",
+                "concurrent_servers")
+
+
+class Build(_Model):
+    """What was served: vLLM's version and commit, and a digest of the server's configuration (model,
+    speculative config, extra arguments, environment, torch/CUDA/driver, servers side by side)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)  # hashable: a history's identity
+    vllm_version: str | None = None
+    vllm_commit: str | None = None
+    config_digest: str | None = None
+
+    @classmethod
+    def of(cls, fingerprint: Fingerprint) -> Build:
+        config = {k: getattr(fingerprint, k) for k in _CONFIG_KEYS}
+        digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        version = fingerprint.vllm_version
+        commit = re.search(r"\+g([0-9a-f]{7,40})", version or "")
+        return cls(vllm_version=version, vllm_commit=commit.group(1) if commit else None, config_digest=digest)
+
+    def describe(self) -> str:
+        version = f"vLLM {self.vllm_version or '?'}" + (f" ({self.vllm_commit})" if self.vllm_commit else "")
+        return f"{version}, config {self.config_digest or '?'}"
+
+
+class StoredStart(_Model):
+    """One fresh start's figures for a window, and where and on what they were measured."""
+
+    level: PositiveFloat  # the window's median decode tok/s
+    ratio: PositiveFloat | None = None  # its paired ratio to the no-speculation partner (duet windows)
+    canary_us: PositiveFloat | None = None  # the host's pace (specgate's CPU canary, fastest reading)
+    machine: str | None = None  # specgate.fingerprint.machine_id; None: unknown, never gates
+    build: Build = Build()
+    suite_commit: str | None = None  # specgate's own commit
+    date: str | None = None
+
+
 class BaselineEntry(_Model):
-    decode_tokens_per_s: list[float] = Field(min_length=1)  # one sample per request
+    """One history of a window: one machine's and one build's stored starts, the last start's samples."""
+
+    decode_tokens_per_s: list[float] = Field(min_length=1)  # one sample per request (the last start's)
     sample_keys: list[str] | None = None  # "prompt-id#repeat", aligned with the samples
     median: float = Field(gt=0)
     mad: float = Field(ge=0)
@@ -203,16 +256,42 @@ class BaselineEntry(_Model):
     # A duet window's paired ratio against the live reference (Hodges-Lehmann, specgate.paired)
     # and its interval: what the throughput gate of a speculative mode compares with.
     ratio_to_reference: RatioEntry | None = None
-    # The window medians of the last LEVEL_HISTORY runs that stored this entry (oldest first),
-    # this one's included: the level trend check takes its tolerance from their spread.
-    level_history: list[float] = []
-    # Likewise the paired ratios to the reference of the last LEVEL_HISTORY duet windows stored:
-    # from 3 on, their spread is the session-to-session noise the stored-ratio gate allows for.
-    ratio_history: list[float] = []
-    # The host's pace behind the last LEVEL_HISTORY windows stored, this one's included: specgate's
-    # CPU canary, the window's fastest reading in microseconds (specgate.telemetry.canary_reader).
-    # Empty in entries written before it was kept, and where no canary ran.
-    host_canary_us: list[PositiveFloat] = Field(default=[], max_length=LEVEL_HISTORY)
+    # The stored starts, oldest first (the last LEVEL_HISTORY); the level gate allows for their
+    # spread (specgate.history). Each names its machine and build, and all of them are one's.
+    starts: list[StoredStart] = Field(default=[], max_length=LEVEL_HISTORY)
+    # Why this history no longer gates (a later update started a new one on its machine), or None.
+    superseded: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_schema_1(cls, data: Any) -> Any:
+        """A schema-1 entry (level_history, ratio_history, host_canary_us as bare lists) as one history:
+        its starts take the entry's machine and build (as the file stored them, possibly mixed: a
+        schema-1 history named no machine per start), the last one its date and commit."""
+        if not isinstance(data, dict) or not ({"level_history", "ratio_history", "host_canary_us"} & data.keys()):
+            return data
+        data = dict(data)
+        levels = list(data.pop("level_history", None) or [])
+        ratios = list(data.pop("ratio_history", None) or [])
+        canaries = list(data.pop("host_canary_us", None) or [])
+        if "starts" in data:
+            raise ValueError("both starts and the schema-1 keys level_history/ratio_history/host_canary_us")
+        if not levels:
+            levels = [data.get("median")] if isinstance(data.get("median"), int | float) else []
+        fingerprint = data.get("fingerprint") or {}
+        fp = fingerprint if isinstance(fingerprint, Fingerprint) else Fingerprint.model_validate(fingerprint)
+        build = Build.of(fp).model_dump()
+        count = len(levels)
+        starts = []
+        for i, level in enumerate(levels):
+            back = count - i  # aligned from the newest
+            last = back == 1
+            starts.append({"level": level, "ratio": ratios[-back] if back <= len(ratios) else None,
+                           "canary_us": canaries[-back] if back <= len(canaries) else None,
+                           "machine": fp.machine, "build": build, "suite_commit": fp.commit if last else None,
+                           "date": fp.date if last else None})
+        data["starts"] = starts
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:
@@ -220,18 +299,64 @@ class BaselineEntry(_Model):
             raise ValueError(f"n={self.n} but {len(self.decode_tokens_per_s)} samples")
         if self.sample_keys is not None and len(self.sample_keys) != self.n:
             raise ValueError("sample_keys must have one key per sample")
+        mixed = {(s.machine, s.build) for s in self.starts}
+        if len(mixed) > 1:  # a history is one machine's and one build's (place_start keeps them apart)
+            raise ValueError("starts of several machines or builds in one history: "
+                             + "; ".join(sorted(f"{m or 'unknown machine'} / {b.describe()}" for m, b in mixed)))
         return self
+
+    # -- the history, read --------------------------------------------------------------------
+    @property
+    def machine(self) -> str | None:
+        return self.starts[-1].machine if self.starts else self.fingerprint.machine
+
+    @property
+    def build(self) -> Build:
+        return self.starts[-1].build if self.starts else Build.of(self.fingerprint)
+
+    @property
+    def level_history(self) -> list[float]:
+        """The stored starts' levels (window medians), oldest first."""
+        return [s.level for s in self.starts]
+
+    @property
+    def ratio_history(self) -> list[float]:
+        """The stored starts' ratios to the no-speculation partner (duet windows), oldest first."""
+        return [s.ratio for s in self.starts if s.ratio is not None]
+
+    @property
+    def host_canary_us(self) -> list[float]:
+        return [s.canary_us for s in self.starts if s.canary_us is not None]
+
+    def describe(self) -> str:
+        """"machine M, vLLM V, config D: N starts (first - last)"."""
+        dates = [s.date for s in self.starts if s.date]
+        when = f" ({dates[0]} to {dates[-1]})" if len(dates) > 1 else f" ({dates[0]})" if dates else ""
+        return (f"{self.machine or 'unknown machine'}, {self.build.describe()}: {len(self.starts)} stored "
+                f"start(s){when}" + (f"; superseded: {self.superseded}" if self.superseded else ""))
 
 
 class BaselineFile(_Model):
     schema_version: int
-    # rig -> mode -> prompt class -> concurrency (as a string) -> entry
-    rigs: dict[str, dict[str, dict[str, dict[str, BaselineEntry]]]] = {}
+    # rig -> mode -> prompt class -> concurrency (as a string) -> histories, oldest first
+    rigs: dict[str, dict[str, dict[str, dict[str, list[BaselineEntry]]]]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        """Schema 1 (one entry per window) as schema 2 (one history per window)."""
+        if isinstance(data, dict) and data.get("schema_version") == 1 and type(data.get("schema_version")) is int:
+            rigs = {rig: {mode: {cls_: {level: [entry] for level, entry in levels.items()}
+                                 for cls_, levels in classes.items()} for mode, classes in modes.items()}
+                    for rig, modes in (data.get("rigs") or {}).items()} if isinstance(data.get("rigs"), dict) else {}
+            return {**data, "schema_version": SCHEMA_VERSION, "rigs": rigs}
+        return data
 
     @model_validator(mode="after")
     def _known_version(self) -> BaselineFile:
         if self.schema_version != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {self.schema_version} is not supported (expected {SCHEMA_VERSION})")
+            raise ValueError(f"schema_version {self.schema_version} is not supported (expected one of "
+                             f"{', '.join(map(str, SCHEMA_VERSIONS))})")
         return self
 
 
@@ -259,8 +384,66 @@ def load_baselines(path: Path) -> BaselineFile:
     return store
 
 
-def lookup(store: BaselineFile, rig: str, mode: str, prompt_class: str, concurrency: int) -> BaselineEntry | None:
-    return store.rigs.get(rig, {}).get(mode, {}).get(prompt_class, {}).get(str(concurrency))
+def histories(store: BaselineFile, rig: str, mode: str, prompt_class: str, concurrency: int) -> list[BaselineEntry]:
+    """Every stored history of the window, oldest first (superseded ones and other machines' included)."""
+    return store.rigs.get(rig, {}).get(mode, {}).get(prompt_class, {}).get(str(concurrency), [])
+
+
+def gating_history(found: list[BaselineEntry], machine: str | None) -> BaselineEntry | None:
+    """The history that gates a run on ``machine``: its newest one not superseded. None when the
+    machine is unknown or has none (a history whose machine is unknown never gates)."""
+    if machine is None:
+        return None
+    return next((h for h in reversed(found) if h.machine == machine and h.superseded is None), None)
+
+
+ANY_MACHINE = object()
+
+
+def lookup(store: BaselineFile, rig: str, mode: str, prompt_class: str, concurrency: int,
+           machine: Any = ANY_MACHINE) -> BaselineEntry | None:
+    """The window's history that gates ``machine`` (:func:`gating_history`); with no machine given,
+    the newest history not superseded, whichever machine's (figures that do not depend on the host:
+    acceptance, a seed's hand-written entry, the plan's estimates)."""
+    found = histories(store, rig, mode, prompt_class, concurrency)
+    if machine is not ANY_MACHINE:
+        return gating_history(found, machine)
+    return next((h for h in reversed(found) if h.superseded is None), None)
+
+
+def place_start(found: list[BaselineEntry], new: BaselineEntry, *, new_history: bool, when: str
+                ) -> tuple[list[BaselineEntry], str]:
+    """Store ``new`` (one start's entry) among a window's histories, and say what was done.
+
+    It extends the machine's gating history when that one is of the same build and ``new_history`` is
+    False (``--specgate-regen-baselines``, ``build-history``, ``adopt-baselines``). Otherwise it
+    starts a history: on a machine with none ("starts this machine's history"), after a change of
+    build, or on an update (``--specgate-update-baselines``: a deliberate change accepted), which
+    supersedes the machine's previous history (kept, labelled, no longer gating). A start whose machine
+    is unknown is never appended to anything."""
+    machine = new.machine
+    current = gating_history(found, machine)
+    if current is not None and not new_history and current.build == new.build:
+        merged = new.model_copy(update={"starts": [*current.starts, *new.starts][-LEVEL_HISTORY:]})
+        kept = [merged if h is current else h for h in found]
+        return kept, f"start {len(merged.starts)} of {machine}'s history ({new.build.describe()})"
+    out = list(found)
+    if machine is None:
+        said = "a history of its own (this machine is unknown: it never gates)"
+    elif current is None:
+        said = (f"a new history for {machine} (no history of this machine was stored"
+                + (f"; {len(found)} of other machines are kept apart)" if found else ")"))
+    else:
+        why = ("--specgate-update-baselines: a deliberate change accepted" if new_history else
+               f"the build changed: {current.build.describe()} -> {new.build.describe()}")
+        label = f"by the history started {when} ({why})"
+        out = [h.model_copy(update={"superseded": label}) if h is current else h for h in found]
+        said = (f"a new history for {machine} ({why}); its previous one ({len(current.starts)} start(s)) is kept, "
+                "superseded, and no longer gates")
+    out.append(new)
+    while len(out) > HISTORIES_KEPT:  # the oldest that cannot gate go first (superseded, unknown machine)
+        out.remove(next((h for h in out if h.superseded or h.machine is None), out[0]))
+    return out, said
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -295,14 +478,20 @@ def with_suppressed_unlink(path: str) -> None:
         os.unlink(path)
 
 
-def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineEntry]) -> BaselineFile:
-    """Merge ``updates`` into the file as it is on disk now (re-read, so concurrent edits to other
-    keys survive) and replace it atomically. Returns the new content."""
+def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineEntry], *,
+                  new_history: bool = False) -> tuple[BaselineFile, dict[tuple[str, str, str, int], str]]:
+    """Store each update (one start's entry) into the file as it is on disk now (re-read, so
+    concurrent edits to other keys survive; :func:`place_start` per window) and replace it atomically.
+    Returns the new content and, per window, what was done."""
     store = load_baselines(path)
+    when = dt.date.today().isoformat()
+    said = {}
     for (rig, mode, prompt_class, concurrency), entry in updates.items():
-        store.rigs.setdefault(rig, {}).setdefault(mode, {}).setdefault(prompt_class, {})[str(concurrency)] = entry
+        windows = store.rigs.setdefault(rig, {}).setdefault(mode, {}).setdefault(prompt_class, {})
+        windows[str(concurrency)], said[(rig, mode, prompt_class, concurrency)] = place_start(
+            windows.get(str(concurrency), []), entry, new_history=new_history, when=when)
     atomic_write_json(path, store.model_dump(mode="json", exclude_none=True))
-    return store
+    return store, said
 
 
 # A run this much faster than its stored figure means the figure no longer describes the rig

@@ -18,24 +18,17 @@ maps it to the test's outcome (specgate.outcome.pytest_action) and keeps every r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from specgate.baselines import (
-    LEVEL_HISTORY,
-    AcceptanceEntry,
-    BaselineEntry,
-    BaselineFile,
-    Fingerprint,
-    RatioEntry,
-    lookup,
-)
+from specgate.baselines import BaselineEntry, Fingerprint, RatioEntry
 from specgate.config import Rig
 from specgate.design import window_design
 from specgate.history import MIN_STARTS as HISTORY_MIN_STARTS
-from specgate.history import StartHistory
+from specgate.history import StartHistory, history_steps
+from specgate.host_pace import at_stored_host_pace
+from specgate.matching import match_samples
 from specgate.measure import ClassMeasurement
 from specgate.outcome import Outcome
 from specgate.paired import (
@@ -43,6 +36,7 @@ from specgate.paired import (
     change_text,
     describe,
     paired_ratio,
+    predicted_ratio,
     repeated_coverage,
     spread_quantile,
     start_spread,
@@ -57,71 +51,8 @@ from specgate.stats import (
     request_acceptance,
     summarize,
 )
-
-
-@dataclass
-class GateResult:
-    gate: str  # throughput | acceptance | backfire | lossless
-    mode: str
-    prompt_class: str
-    concurrency: int
-    outcome: Outcome
-    message: str
-    declared: str | None = None  # reason of a declared (accepted) backfire
-    details: dict[str, Any] = field(default_factory=dict)
-    # Whether it gates the run: "gate", "report" (never fails it) or None (the outcome policy
-    # alone), and why (specgate.gating; set when the session records it)
-    gating: str | None = None
-    gating_reason: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        """Derived: the outcome is PASS (an undecided gate has not passed)."""
-        return self.outcome is Outcome.PASS
-
-    @property
-    def verdict(self) -> str:
-        return "FAIL" if self.outcome is Outcome.FAIL else self.outcome.value
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gate": self.gate, "mode": self.mode, "prompt_class": self.prompt_class,
-                "concurrency": self.concurrency, "outcome": self.outcome.value, "passed": self.passed,
-                "verdict": self.verdict, "message": self.message, "declared": self.declared,
-                "details": self.details,
-                **({"gating": self.gating, "gating_reason": self.gating_reason} if self.gating else {})}
-
-
-@dataclass
-class Samples:
-    """The two samples a throughput or backfire comparison decides on, and how they were matched."""
-    measured: list[float]
-    reference: list[float]
-    paired: bool
-    note: str = ""  # requests left out, said in the gate's message ("" when none)
-    keys: list[str] | None = None  # each pair's request key ("prompt-id#repeat"), None when unpaired
-
-    @property
-    def prompts(self) -> list[str] | None:
-        """Each pair's prompt (its key without the repeat): the strata of a comparison of two modes."""
-        return [key.rsplit("#", 1)[0] for key in self.keys] if self.keys is not None else None
-
-
-def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: list[float],
-                  ref_untimed: dict[str, str] | None = None, ref_label: str = "stored") -> Samples:
-    """Measured and reference decode rates, paired request by request where the keys allow
-    (``stats.match_by_key``). A request without a decode rate (one token, or every token in
-    one chunk) drops out of its side; ``note`` names every request left out and why."""
-    if ref_keys is not None and len(ref_keys) == len(ref_values):
-        reference = dict(zip(ref_keys, ref_values))
-    else:  # no keys stored: keep every sample, unpaired
-        reference = {f"#{i}": v for i, v in enumerate(ref_values)}
-    matched = match_by_key(m.timed_samples, reference)
-    untimed = {**{f"{k} ({ref_label})": why for k, why in (ref_untimed or {}).items()}, **m.untimed}
-    parts = [f"without a decode rate: {', '.join(f'{k} ({why})' for k, why in untimed.items())}"] if untimed else []
-    if matched.one_sided:
-        parts.append(f"paired on {len(matched.measured)} requests, left out (timed on one side only): "
-                     f"{', '.join(matched.one_sided)}")
-    return Samples(matched.measured, matched.reference, matched.paired, "; ".join(parts), matched.keys)
+from specgate.storing import baseline_entry
+from specgate.verdict import GateResult
 
 
 def _with_note(message: str, note: str) -> str:
@@ -143,60 +74,6 @@ def _looks_text(m: ClassMeasurement) -> str:
     if m.follow_up_skipped:
         return f"; first look of two (repeated intervals); its follow-up was skipped: {m.follow_up_skipped}"
     return "; first look of two (repeated intervals)"
-
-
-def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
-    """Why a duet window's first look should get its follow-up rounds, or None: the gate that
-    decides on its pairs (an A/B's throughput; backfire against the live no-speculation partner)
-    is undecided, or, for backfire, "faster" or "slower" with an interval and estimate inside the
-    equivalence margin (:func:`reaches_into_margin`): narrower, that interval may read "equal within
-    ±x %" (or, from "slower", "not slower"), and a mode at break-even would otherwise be "faster" or
-    "slower" in one session and "equal" in the next as the server starts move its ratio by a percent
-    or two (cpu explanatory: "faster" in some fresh-clone runs, 0.975 (0.956-0.995) "slower" in one
-    on another VM, "equal" in others).
-    A backfire window with a pair standing out (one hiccup request
-    moving the ratio by 1 % or more, :func:`specgate.paired.strongest_pair`) follows up too, so its
-    ratio is not one request's. "Equal", or "slower" and "faster" beyond the margin, are otherwise
-    settled: more pairs would not change the words."""
-    partner = m.partner
-    if partner is None:
-        return None
-    backfire = partner.side != "reference"
-    if not backfire:
-        result = ab_throughput(rig, m)
-    elif partner.mode == rig.reference_mode and rig.mode(m.mode).is_speculative:
-        result = check_backfire(rig, m, partner)
-    else:
-        return None
-    d = result.details
-    if d.get("ci_low") is None:
-        return None
-    interval = (f"{d['ratio']:.3f}x ({d['confidence'] * 100:.1f} % CI {d['ci_low']:.3f}-{d['ci_high']:.3f}, "
-                f"threshold {d['threshold']:.2f})")
-    if d.get("verdict") == "undecided" or (backfire and d.get("verdict") == "not slower"):
-        return f"the {result.gate} gate is {d['verdict']} after {d['n']} pairs: {interval}"
-    margin = rig.gates.for_class(m.prompt_class).equivalence_margin
-    if backfire and reaches_into_margin(d, margin):
-        return (f"the {result.gate} gate's '{d['verdict']}' after {d['n']} pairs reaches into the equivalence "
-                f"margin (±{margin * 100:g} %): {interval}")
-    if backfire and (pair := d.get("strongest_pair")):
-        # The strata estimate weighs each request by 1 / (prompts x its prompt's repeats): more
-        # repeats of every prompt dilute the pair that stands out (one hiccup request on the GPU-bound
-        # rig: 1.7 % at 12 pairs).
-        return f"{interval} after {d['n']} pairs: {pair['text']}"
-    return None
-
-
-def reaches_into_margin(details: dict, margin: float) -> bool:
-    """A 'faster' whose interval and estimate both lie below 1 + ``margin``, or a 'slower' whose
-    interval and estimate both lie above 1 - ``margin``: with more pairs it may read "equal within
-    ±x %". One whose estimate is beyond the margin (math on the cpu tier, ~1.08-1.15x; a real 10 %
-    backfire) would keep its word, so it is settled however far its interval reaches."""
-    if details.get("verdict") == "faster":
-        return details["ci_low"] < 1.0 + margin and details["ratio"] < 1.0 + margin
-    if details.get("verdict") == "slower":
-        return details["ci_high"] > 1.0 - margin and details["ratio"] > 1.0 - margin
-    return False
 
 
 def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,
@@ -317,63 +194,95 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
       candidate / reference, against 1 - ab_tolerance (default throughput_tolerance);
     - a duet with the live no-speculation reference, with a stored ratio: this window's paired
       ratio against the stored one (the ratio is what a change to the mode moves);
-    - otherwise the level: this window's tok/s against the stored samples, paired by request key,
-      the interval widened by the spread of the rig's own stored history of levels (or by the
-      rig's start_noise while it has fewer than 3 stored runs).
+    - otherwise the level: this window's median tok/s against the stored history's.
+
+    Against a history of 3 or more stored starts (``baseline``: this machine's and this build's,
+    specgate.baselines.gating_history), a new start is judged by the history's prediction interval
+    alone (specgate.paired.predicted_ratio): the stored starts' spread already holds each window's
+    noise. With fewer, the stored window's samples are paired with this one's, the interval widened
+    by the rig's start noise.
     """
     gates = rig.gates.for_class(m.prompt_class)
     common = {"confidence": gates.confidence, "margin": gates.equivalence_margin}
-    threshold = 1 - gates.throughput_tolerance
+    confidence = window_confidence(gates.confidence, m)
     partner = m.partner
     if partner is not None and partner.side == "reference":
         return ab_throughput(rig, m)
     if (untimed := _untimed_window("throughput", rig, m, partner)) is not None:
         return untimed
     stored_ratio = baseline.ratio_to_reference
+    steps = step_text(baseline)
     if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
+        threshold = 1 - gates.throughput_tolerance
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
         ratios = StartHistory(tuple(baseline.ratio_history))
-        if not ratios.usable:
-            shift = stored_ratio.ratio
-            spread, design = _stored_ratio_spread(stored_ratio, gates.start_noise,
-                                                  window_confidence(gates.confidence, m))
-        else:  # against the mean of the stored sessions' ratios, with their own spread
-            shift = ratios.center
-            spread = ratios.half_width(window_confidence(gates.confidence, m))
-            design = (f"the mean of {ratios.starts} stored ratios; " + ratios.describe(threshold).replace(
-                "start-to-start", "session-to-session").replace("stored starts", "stored sessions")
-                + "; this mode and class only (not pooled)")
-        return _at_stored_host_pace(_stored_resolution(ratio_result(
+        head = f"{window_design(rig, m, 'duet')} ratio to {partner.mode} vs the stored ratio"
+        if ratios.usable and len(samples.measured) == len(samples.reference) and samples.measured:
+            now = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
+                               confidence=confidence)
+            design = (f"{head}; this window's ratio ({now.ratio:.3f}x) against the mean of {ratios.starts} stored "
+                      f"ratios; " + ratios.describe(threshold).replace("start-to-start", "session-to-session")
+                      + f"; this mode and class only (not pooled); {baseline.describe()}{steps}")
+            return at_stored_host_pace(_stored_resolution(_against_history(
+                m, math.log(now.ratio / ratios.center), ratios, threshold=threshold, confidence=confidence,
+                margin=gates.equivalence_margin, label=f"the stored ratios' mean to {partner.mode} "
+                f"({ratios.center:.3f})", design=design, note=samples.note), gates.throughput_tolerance),
+                m, baseline, gates.host_pace_tolerance)
+        shift = stored_ratio.ratio
+        spread, design = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
+        return at_stored_host_pace(_stored_resolution(ratio_result(
             "throughput", m, samples.measured, samples.reference, threshold=threshold,
             reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
-            design=f"{window_design(rig, m, 'duet')} ratio to {partner.mode} vs the stored ratio; {design}",
-            note=samples.note,
+            design=f"{head}; {design}; {baseline.describe()}{steps}", note=samples.note,
             shift=shift, extra_log_spread=spread, strata=samples.prompts, keys=samples.keys,
             **common), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
-    samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
+    level_tolerance = gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance
+    level_threshold = 1 - level_tolerance
     history = StartHistory(tuple(baseline.level_history))
-    confidence = window_confidence(gates.confidence, m)
-    level_threshold = 1 - (gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance)
-    shift = 1.0
-    if history.usable:
-        # against the mean of the stored starts (the stored samples scaled to it), allowing for where
-        # a new start may land: the history's own spread, t at its real degrees of freedom
-        shift = history.center / baseline.median
-        spread, source = history.half_width(confidence), (
-            f"level vs the mean of the stored starts ({history.center:.1f} tok/s); "
-            f"{history.describe(level_threshold, confidence)}; this mode and class only (not pooled)")
-    else:
-        spread = start_spread(gates.start_noise, confidence=confidence)
-        source = (f"level vs stored samples ({history.starts} stored start(s); a history is used from "
-                  f"{HISTORY_MIN_STARTS} on, `python -m specgate build-history`); start noise "
-                  + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
-                     "unknown (no start_noise): the interval holds this run's noise only"))
-    return _at_stored_host_pace(_stored_resolution(ratio_result(
+    if history.usable and m.decode_tokens_per_s:
+        level = summarize(m.decode_tokens_per_s).median
+        design = (f"level vs the mean of the stored starts; {history.describe(level_threshold, confidence)}; "
+                  f"this mode and class only (not pooled); {baseline.describe()}{steps}")
+        return at_stored_host_pace(_stored_resolution(_against_history(
+            m, math.log(level / history.center), history, threshold=level_threshold, confidence=confidence,
+            margin=gates.equivalence_margin, label=f"the stored starts' mean level ({history.center:.1f} tok/s; "
+            f"this start {level:.1f})", design=design), level_tolerance), m, baseline, gates.host_pace_tolerance)
+    samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
+    spread = start_spread(gates.start_noise, confidence=confidence)
+    source = (f"level vs stored samples ({history.starts} stored start(s); a history is used from "
+              f"{HISTORY_MIN_STARTS} on, `python -m specgate build-history`); start noise "
+              + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
+                 "unknown (no start_noise): the interval holds this run's noise only") + f"{steps}")
+    return at_stored_host_pace(_stored_resolution(ratio_result(
         "throughput", m, samples.measured, samples.reference, threshold=level_threshold,
         reference_label="stored level", design=source, note=samples.note, extra_log_spread=float(spread),
-        shift=shift,
-        **common), 1 - level_threshold), m, baseline, gates.host_pace_tolerance)
+        **common), level_tolerance), m, baseline, gates.host_pace_tolerance)
+
+
+def step_text(baseline: BaselineEntry) -> str:
+    """"; the history has a step ..." where a change-point shows in its stored levels, else ""."""
+    found = history_steps(baseline.level_history)
+    return f"; {found}" if found else ""
+
+
+def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, *, threshold: float,
+                     confidence: float, margin: float, label: str, design: str, note: str = "") -> GateResult:
+    """The throughput gate of a new start against a history of stored starts: its log ratio to the
+    history's mean (``estimate``) within the history's prediction interval alone."""
+    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts, threshold=threshold,
+                             confidence=confidence, equivalence_margin=margin)
+    subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
+    head = f"{m.mode} is {change_text(result.ratio)} than its history on {m.prompt_class}" if not result.passed \
+        else subject
+    design = f"{design}{_looks_text(m)}"
+    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=label)} [{design}]"
+    outcome = Outcome.UNDECIDED if result.verdict == "undecided" else (
+        Outcome.PASS if result.passed else Outcome.FAIL)
+    details = {**result.to_dict(), "design": design, "reference_label": label, "history_starts": history.starts,
+               "history_spread": history.log_sd, "undecided": result.verdict == "undecided"}
+    return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, outcome, _with_note(message, note),
+                      details=details)
 
 
 def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
@@ -390,44 +299,6 @@ def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
                       "tolerance: no speed gate on its own; gate speed on a live comparison (A/B, or the "
                       "backfire duet)]")
     return result
-
-
-HOST_PACE = "other host pace"  # the undecided kind of a comparison held back by the host's pace
-
-
-def host_canary_us(m: ClassMeasurement) -> float | None:
-    """The host's pace during window ``m``: the fastest reading of specgate's CPU canary there
-    (microseconds; specgate.telemetry.canary_reader), or None where no canary ran. The fastest, not
-    the median: on the 2-vCPU cpu tier the servers' own work delays the canary by 37-52 us (median)
-    from window to window of one run, while its fastest reading stays at 31.8-32.8 us."""
-    window = (m.extra.get("telemetry") or {}).get("window") or {}
-    values = window.get("cpu_canary_us")
-    return float(values[0]) if values else None
-
-
-def _at_stored_host_pace(result: GateResult, m: ClassMeasurement, baseline: BaselineEntry,
-                         tolerance: float | None) -> GateResult:
-    """``result`` (a comparison with stored figures) as it stands when this window's host ran at the
-    stored windows' pace (their canary's median, within ± ``tolerance``); otherwise undecided, saying
-    what the comparison gave: it would measure the two hosts as well as the build."""
-    now = host_canary_us(m)
-    if tolerance is None or now is None or not baseline.host_canary_us:
-        return result
-    stored = float(np.median(baseline.host_canary_us))
-    factor = now / stored
-    result.details["host_pace"] = {"canary_us": now, "stored_canary_us": stored, "factor": factor,
-                                   "stored_windows": len(baseline.host_canary_us), "tolerance": tolerance}
-    if abs(factor - 1) <= tolerance:
-        return result
-    pace = f"{factor:.2f}x as long: a slower host" if factor > 1 else f"{1 / factor:.2f}x as fast: a faster host"
-    message = (f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency}): undecided: this window's host took "
-               f"{now:.1f} us for specgate's CPU canary against {stored:.1f} us behind the stored figures "
-               f"({pace}; the rig allows ±{tolerance * 100:g} %, host_pace_tolerance), so the comparison would "
-               f"measure the hosts as well as the build. It gave: {result.message}")
-    details = {**result.details, "verdict": "undecided", "undecided": True, "undecided_kind": HOST_PACE,
-               "decided_as": result.details.get("verdict")}
-    return GateResult(result.gate, result.mode, result.prompt_class, result.concurrency, Outcome.OTHER_MACHINE,
-                      message, details=details)
 
 
 def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
@@ -572,8 +443,6 @@ def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
             sums[side][0] += counts[0]
             sums[side][1] += counts[1]
     if mismatch or len(by_prompt) < 2:
-        from specgate.baselines import Fingerprint
-
         why = "; ".join(mismatch) if mismatch else f"only {len(by_prompt)} prompt(s) with decode steps on both sides"
         result = check_acceptance(rig, m, baseline_entry(partner, Fingerprint()), reference_label="reference side")
         result.message = f"{result.message} [per-request counts not used: {why}]"
@@ -708,59 +577,3 @@ def check_lossless(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -
                       Outcome.PASS if result.passed else Outcome.FAIL, result.message,
                       details={"identical_share": result.identical_share,
                                "first_divergence": result.first_divergence})
-
-
-def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: BaselineEntry | None = None
-                   ) -> BaselineEntry:
-    """The stored form of a window; ``previous`` (the entry it replaces) hands on its history of
-    levels, this window's median appended (the last LEVEL_HISTORY kept)."""
-    summary = summarize(m.decode_tokens_per_s)
-    acceptance = None
-    if m.acceptance is not None:
-        acceptance = AcceptanceEntry(
-            mean_acceptance_length=m.acceptance.mean_acceptance_length,
-            acceptance_rate=m.acceptance.acceptance_rate,
-            per_position_rates=list(m.acceptance.per_position_rates),
-            drafts=m.acceptance.drafts, draft_tokens=m.acceptance.draft_tokens,
-            accepted_per_position=list(m.acceptance.accepted_per_position))
-    keys = [k for k, r in zip(m.sample_keys, m.records) if r.decode_tokens_per_s is not None]
-    ratio = None
-    if m.partner is not None and m.partner.side != "reference":  # a duet with the no-speculation mode
-        samples = match_samples(m, list(m.partner.timed_samples), list(m.partner.timed_samples.values()))
-        if samples.paired and samples.measured:  # the ratio the gates show for this window (two modes: strata)
-            r = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
-                             confidence=window_confidence(0.95, m))
-            ratio = RatioEntry(reference_mode=m.partner.mode, ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high,
-                               n=r.n)
-    canary = host_canary_us(m)
-    canaries = [*(previous.host_canary_us if previous else []), *([canary] if canary else [])][-LEVEL_HISTORY:]
-    ratios = []
-    if ratio is not None:
-        same_reference = previous is not None and previous.ratio_to_reference is not None and (
-            previous.ratio_to_reference.reference_mode == ratio.reference_mode)
-        ratios = [*(previous.ratio_history if same_reference else []), ratio.ratio][-LEVEL_HISTORY:]
-    return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys, median=summary.median,
-                         mad=summary.mad, n=summary.n, acceptance=acceptance, ratio_to_reference=ratio,
-                         level_history=[*(previous.level_history if previous else []), summary.median][-LEVEL_HISTORY:],
-                         ratio_history=ratios, host_canary_us=canaries,
-                         fingerprint=fingerprint.for_window(m.prompt_class, m.concurrency))
-
-
-def entries_from_report(report: dict[str, Any], *, modes: list[str] | None = None,
-                        stored: BaselineFile | None = None) -> dict[tuple[str, str, str, int], BaselineEntry]:
-    """Baseline entries from a saved ``report.json``: every measured window (of ``modes``, if
-    given), with the fingerprint its server had. Lets an interrupted ``--specgate-update-baselines`` run
-    keep the windows that finished, or promote a chosen run's figures to baselines. Entries
-    already ``stored`` lend their level and ratio histories, as ``--specgate-update-baselines`` does."""
-    entries = {}
-    fingerprints = report.get("fingerprints", {})
-    for data in report.get("measurements", []):
-        if modes and data["mode"] not in modes:
-            continue
-        m = ClassMeasurement.from_dict(data)
-        if not m.decode_tokens_per_s:
-            continue  # no request produced a decode rate: nothing to store
-        fingerprint = Fingerprint.model_validate(fingerprints.get(m.mode) or {})
-        previous = lookup(stored, m.rig, m.mode, m.prompt_class, m.concurrency) if stored else None
-        entries[(m.rig, m.mode, m.prompt_class, m.concurrency)] = baseline_entry(m, fingerprint, previous)
-    return entries

@@ -10,8 +10,10 @@ A gate *gates* the run when its outcome sets the exit code. The rig's ``[gates] 
   history yet) would otherwise turn every plain run red under ``undecided = "fail"``;
 - ``auto``: ``gate`` where the gate can decide on this rig, else ``report``. Live comparisons can:
   an A/B's throughput, acceptance (per request) and TTFT, backfire and TTFT against the live
-  no-speculation mode, lossless. A comparison with stored figures can when their history lets it
-  (at least 3 stored runs: the interval then carries the measured start-to-start spread).
+  no-speculation mode, lossless. A comparison with stored figures can when this machine's history
+  lets it: at least 3 stored starts, and a prediction interval narrower than the gate's tolerance
+  (an A/A then passes and a slowdown of twice the tolerance fails). A history of an unknown machine
+  or of another machine never gates.
 
 Unset (the default), every gate's FAIL fails the run and a gate that decided nothing follows the
 outcome policy (``[gates] undecided``), as before. The other outcomes that decide nothing (not
@@ -27,8 +29,13 @@ Either way the summary states the bound.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from specgate.baselines import lookup
+from specgate.history import MIN_STARTS, StartHistory
+from specgate.outcome import parse_assignments
 
 Gating = Literal["gate", "report"]
 Setting = Literal["gate", "report", "auto"]
@@ -38,14 +45,14 @@ GATES = ("throughput", "acceptance", "backfire", "ttft", "lossless")
 def parse_gating(text: str) -> dict[str, Setting]:
     """``auto``, ``gate`` or ``report`` (every gate), or per gate: ``throughput=gate,acceptance=report``.
     Raises ValueError naming what is wrong."""
-    from specgate.outcome import parse_assignments
-
     return parse_assignments(text, GATES, ("auto", "gate", "report"), what="GATE")  # type: ignore[return-value]
 
 
-def can_decide(rig: Any, store: Any, gate: str, mode: str, prompt_class: str, concurrency: int) -> tuple[bool, str]:
+def can_decide(rig: Any, store: Any, gate: str, mode: str, prompt_class: str, concurrency: int,
+               machine: str | None = None) -> tuple[bool, str]:
     """Whether ``gate`` of this window can decide on this rig, and why, known before anything starts:
-    from the rig (an A/B, a live reference) and the stored figures' history."""
+    from the rig (an A/B, a live reference) and the stored history of this ``machine``: its prediction
+    interval's half-width against the gate's tolerance, not a count of starts."""
     ab = rig.design == "ab"
     if gate in ("backfire", "lossless"):
         return True, "a live no-speculation reference in the same session"
@@ -56,23 +63,26 @@ def can_decide(rig: Any, store: Any, gate: str, mode: str, prompt_class: str, co
                       else "the A/B's live reference side")
     if gate == "acceptance":
         return False, "stored figures (window-wide counters: drafts as trials, no pairing)"
-    from specgate.baselines import lookup
-
-    entry = lookup(store, rig.name, mode, prompt_class, concurrency) if store is not None else None
+    entry = lookup(store, rig.name, mode, prompt_class, concurrency, machine=machine) if store is not None else None
     if entry is None:
-        return False, "no stored figures"
-    from specgate.history import MIN_STARTS
-
+        return False, ("no stored history of this machine" if machine else "this machine cannot be identified")
+    gates = rig.gates.for_class(prompt_class)
     duet_ratio = entry.ratio_to_reference is not None and rig.design == "duet" and mode != rig.reference_mode
-    runs = len(entry.ratio_history if duet_ratio else entry.level_history)
+    history = StartHistory(tuple(entry.ratio_history if duet_ratio else entry.level_history))
+    tolerance = gates.throughput_tolerance if duet_ratio or gates.level_tolerance is None else gates.level_tolerance
     what = "stored ratios" if duet_ratio else "stored starts (levels)"
-    if runs >= MIN_STARTS:  # the gate's interval then carries their measured spread (specgate.history)
-        return True, f"{runs} {what} give the session-to-session spread"
-    return False, f"stored figures with {runs} of the {MIN_STARTS} {what} their spread needs"
+    if not history.usable:
+        return False, f"{history.starts} of the {MIN_STARTS} {what} a prediction interval needs"
+    half = math.expm1(history.half_width(gates.confidence))
+    if half >= tolerance:
+        return False, (f"{history.starts} {what}: their prediction interval (±{half * 100:.2f} %) is not narrower "
+                       f"than the {tolerance * 100:g} % tolerance")
+    return True, (f"{history.starts} {what}: their prediction interval (±{half * 100:.2f} %) is narrower than the "
+                  f"{tolerance * 100:g} % tolerance")
 
 
 def resolve(setting: dict[str, Setting] | None, rig: Any, store: Any, gate: str, mode: str, prompt_class: str,
-            concurrency: int) -> tuple[Gating | None, str]:
+            concurrency: int, machine: str | None = None) -> tuple[Gating | None, str]:
     """The gating of one gate test: "gate", "report", or None where no gating is set (the outcome
     policy alone decides), with the reason."""
     if not setting or gate not in setting:
@@ -80,7 +90,7 @@ def resolve(setting: dict[str, Setting] | None, rig: Any, store: Any, gate: str,
     value = setting[gate]
     if value != "auto":
         return value, f"gating = {value!r} for {gate}"
-    decides, why = can_decide(rig, store, gate, mode, prompt_class, concurrency)
+    decides, why = can_decide(rig, store, gate, mode, prompt_class, concurrency, machine)
     return ("gate" if decides else "report"), why
 
 

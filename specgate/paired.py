@@ -76,6 +76,7 @@ class PairedRatio:
     method: str = METHOD
     quantile: float | None = None  # the interval's two-sided quantile (z at its coverage, or t at its df)
     quantile_name: str = "z"  # "z" or "t, <df> df"
+    unit: str = "pairs"  # what n counts: pairs of requests, or stored starts (a prediction interval)
 
     @property
     def change_pct(self) -> float:
@@ -309,6 +310,23 @@ def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: 
                        within if verdict == "equal" else None, detectable, method, quantile, quantile_name)
 
 
+PREDICTION_METHOD = "a new start against its history: t(n-1) x s x sqrt(1 + 1/n), s the stored starts' spread"
+
+
+def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshold: float, confidence: float,
+                    equivalence_margin: float) -> PairedRatio:
+    """A new start's figure (``estimate``: its log ratio to the mean of ``starts`` stored starts) judged
+    by the history's prediction interval alone, ``half_width`` in log units (specgate.history): the
+    spread of the stored starts already holds each window's own noise, so the window's interval is not
+    added on top. Decided by the same rules as a paired ratio (:func:`_decide`); ``n`` counts starts."""
+    dof = starts - 1
+    quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), f"t, {dof} df")
+    decided = _decide(estimate, estimate - half_width, estimate + half_width, n=starts, coverage=confidence,
+                      threshold=threshold, equivalence_margin=equivalence_margin, method=PREDICTION_METHOD,
+                      quantiles=quantiles)
+    return PairedRatio(**{**asdict(decided), "unit": "stored starts"})
+
+
 @cache
 def repeated_coverage(confidence: float, first_share: float) -> float:
     """The coverage each look of a two-look window uses so that both looks' intervals hold at once
@@ -347,6 +365,7 @@ def start_spread(relative_sd: float, starts: int = 2, *, confidence: float = 0.9
     return spread_quantile(confidence, dof) * math.sqrt(starts) * math.log1p(relative_sd)
 
 
+@cache
 def spread_quantile(confidence: float, dof: int | None = None) -> float:
     """The two-sided quantile :func:`start_spread` scales by: t at ``dof``, else normal."""
     if dof is None:
@@ -379,7 +398,7 @@ def describe(result: PairedRatio, *, reference_label: str) -> str:
         resolution = (f"catches a true ratio <= {result.detectable:.3f} 95 % of the time at this spread, "
                       f"one-sided at {level:.2g} % ({result.quantile_name} = {result.quantile:.2f})")
     return (f"{head}; {result.confidence * 100:.1f} % CI {result.ci_low:.3f}-{result.ci_high:.3f}; "
-            f"threshold {result.threshold:.2f}; {result.n} pairs; {result.method}; {resolution})")
+            f"threshold {result.threshold:.2f}; {result.n} {result.unit}; {result.method}; {resolution})")
 
 
 def verdict_text(result: PairedRatio) -> str:

@@ -12,11 +12,12 @@ from fixture_copy import copy_fixtures
 from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
 from specgate.client import RequestRecord
 from specgate.config import load_rig
-from specgate.gates import baseline_entry, check_acceptance
+from specgate.gates import check_acceptance
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
 from specgate.outcome import Outcome
 from specgate.stats import METHOD_BINOMIAL, compare_acceptance, wilson_interval
+from specgate.storing import baseline_entry
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -127,7 +128,7 @@ def test_baselines_keep_the_raw_counts_and_old_entries_load():
 GATE_TEST = textwrap.dedent('''
     from specgate.baselines import Fingerprint, merge_updates
     from specgate.client import RequestRecord
-    from specgate.gates import baseline_entry
+    from specgate.storing import baseline_entry
     from specgate.measure import ClassMeasurement
     from specgate.metrics import AcceptanceStats
 

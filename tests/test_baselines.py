@@ -41,10 +41,11 @@ def _entry(samples: list[float], **extra: object) -> BaselineEntry:
 def _valid_file() -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
-        "rigs": {"cpu-smollm2": {"ngram": {"coding": {"1": {
+        "rigs": {"cpu-smollm2": {"ngram": {"coding": {"1": [{
             "decode_tokens_per_s": [20.0, 21.0], "sample_keys": ["a#0", "b#0"], "median": 20.5, "mad": 0.5,
             "n": 2, "acceptance": {"mean_acceptance_length": 1.8, "acceptance_rate": 0.16},
-            "fingerprint": {"accelerator": "cpu", "accelerator_count": 2}}}}}},
+            "fingerprint": {"accelerator": "cpu", "accelerator_count": 2},
+            "starts": [{"level": 20.5, "machine": "machine-id a1"}]}]}}}},
     }
 
 
@@ -70,7 +71,7 @@ def test_round_trip(tmp_path: Path) -> None:
                                               per_position_rates=[0.6, 0.4, 0.2]),
                    fingerprint=Fingerprint(accelerator="cpu", accelerator_count=2, vllm_version="0.32.0",
                                            speculative_config={"method": "ngram", "k": 5}, date="2025-01-01"))
-    returned = merge_updates(path, {("cpu-smollm2", "ngram", "coding", 1): entry})
+    returned, _ = merge_updates(path, {("cpu-smollm2", "ngram", "coding", 1): entry})
     assert lookup(returned, "cpu-smollm2", "ngram", "coding", 1) == entry
     loaded = load_baselines(path)
     assert lookup(loaded, "cpu-smollm2", "ngram", "coding", 1) == entry
@@ -145,7 +146,7 @@ def test_invalid_json_names_line_column_and_path(tmp_path: Path) -> None:
 
 
 def _corrupt(data: dict, how: str) -> dict:
-    entry = data["rigs"]["cpu-smollm2"]["ngram"]["coding"]["1"]
+    entry = data["rigs"]["cpu-smollm2"]["ngram"]["coding"]["1"][0]
     if how == "n":
         entry["n"] = 3
     elif how == "median":
@@ -153,7 +154,11 @@ def _corrupt(data: dict, how: str) -> dict:
     elif how == "extra":
         entry["medain"] = 20.0
     elif how == "version":
-        data["schema_version"] = 2
+        data["schema_version"] = 3
+    elif how == "version-text":
+        data["schema_version"] = "2"
+    elif how == "median-text":
+        entry["median"] = "20.5"
     elif how == "rate":
         entry["acceptance"]["acceptance_rate"] = 1.5
     elif how == "type":
@@ -161,19 +166,21 @@ def _corrupt(data: dict, how: str) -> dict:
     elif how == "keys":
         entry["sample_keys"] = ["only-one"]
     elif how == "canary":
-        entry["host_canary_us"] = [25.4, -1.0]
+        entry["starts"][0]["canary_us"] = -1.0
     return data
 
 
 @pytest.mark.parametrize(("how", "key", "words"), [
-    ("n", "rigs.cpu-smollm2.ngram.coding.1", "n=3 but 2 samples"),
-    ("median", "rigs.cpu-smollm2.ngram.coding.1.median", "greater than 0"),
-    ("extra", "rigs.cpu-smollm2.ngram.coding.1.medain", "Extra inputs are not permitted"),
-    ("version", None, "schema_version 2 is not supported"),
-    ("rate", "rigs.cpu-smollm2.ngram.coding.1.acceptance.acceptance_rate", "less than or equal to 1"),
-    ("type", "rigs.cpu-smollm2.ngram.coding.1.decode_tokens_per_s", "list"),
-    ("keys", "rigs.cpu-smollm2.ngram.coding.1", "one key per sample"),
-    ("canary", "rigs.cpu-smollm2.ngram.coding.1.host_canary_us.1", "greater than 0"),
+    ("n", "rigs.cpu-smollm2.ngram.coding.1.0", "n=3 but 2 samples"),
+    ("median", "rigs.cpu-smollm2.ngram.coding.1.0.median", "greater than 0"),
+    ("median-text", "rigs.cpu-smollm2.ngram.coding.1.0.median", "valid number"),  # no coercion
+    ("extra", "rigs.cpu-smollm2.ngram.coding.1.0.medain", "Extra inputs are not permitted"),
+    ("version", None, "schema_version 3 is not supported"),
+    ("version-text", "schema_version", "valid integer"),
+    ("rate", "rigs.cpu-smollm2.ngram.coding.1.0.acceptance.acceptance_rate", "less than or equal to 1"),
+    ("type", "rigs.cpu-smollm2.ngram.coding.1.0.decode_tokens_per_s", "list"),
+    ("keys", "rigs.cpu-smollm2.ngram.coding.1.0", "one key per sample"),
+    ("canary", "rigs.cpu-smollm2.ngram.coding.1.0.starts.0.canary_us", "greater than 0"),
 ])
 def test_schema_errors_name_the_dotted_key(tmp_path: Path, how: str, key: str | None, words: str) -> None:
     path = tmp_path / "baselines.json"

@@ -12,9 +12,10 @@ from standins import StandInServer
 
 from specgate.baselines import Fingerprint
 from specgate.config import load_rig
-from specgate.gates import baseline_entry, check_backfire, check_throughput
+from specgate.gates import check_backfire, check_throughput
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.outcome import Outcome
+from specgate.storing import baseline_entry
 
 pytestmark = pytest.mark.fast
 

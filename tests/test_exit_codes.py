@@ -48,7 +48,7 @@ def test_a_broken_job_outranks_a_failed_gate_and_nothing_else():
 GATE = textwrap.dedent('''
     import os
 
-    from specgate.gates import GateResult
+    from specgate.verdict import GateResult
     from specgate.outcome import Outcome
 
 

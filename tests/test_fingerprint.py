@@ -148,7 +148,7 @@ GATE_TESTS = textwrap.dedent('''
     from specgate.baselines import Fingerprint, merge_updates
     from specgate.client import RequestRecord
     from specgate.fingerprint import measured_with
-    from specgate.gates import baseline_entry
+    from specgate.storing import baseline_entry
     from specgate.measure import ClassMeasurement
 
 
@@ -208,9 +208,9 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
 
 def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
     from specgate.baselines import merge_updates
-    from specgate.gates import baseline_entry
     from specgate.plugin.gatekeeper import GateKeeper
     from specgate.session import SessionOptions, SpecgateSession
+    from specgate.storing import baseline_entry
 
     m = window("no_spec", "math", [30.0] * 6)
     session = SpecgateSession(SessionOptions(

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from specgate.config import ClassGate, load_rig
-from specgate.gates import check_backfire, follow_up_reason
+from specgate.follow_up import follow_up_reason
+from specgate.gates import check_backfire
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.paired import paired_log_ratio, repeated_coverage
 from tests.test_duet_window import StandInServer
@@ -268,7 +269,7 @@ def test_an_ab_window_follows_up_only_when_undecided():
     ("equal", 1.010, 0.990, 1.030, False),
 ])
 def test_only_a_faster_or_slower_inside_the_margin_reaches_into_it(verdict, ratio, low, high, unsettled):
-    from specgate.gates import reaches_into_margin
+    from specgate.follow_up import reaches_into_margin
 
     details = {"verdict": verdict, "ratio": ratio, "ci_low": low, "ci_high": high}
     assert reaches_into_margin(details, 0.05) is unsettled

@@ -117,7 +117,7 @@ def test_auto_gates_the_live_comparisons_and_stored_figures_with_history_only():
 
 UNDECIDED_GATES = textwrap.dedent('''
     import pytest
-    from specgate.gates import GateResult
+    from specgate.verdict import GateResult
     from specgate.outcome import Outcome
 
 

@@ -15,9 +15,11 @@ import pytest
 
 from specgate.baselines import Fingerprint
 from specgate.config import load_rig
-from specgate.gates import baseline_entry, check_throughput, host_canary_us
+from specgate.gates import check_throughput
+from specgate.host_pace import host_canary_us
 from specgate.measure import ClassMeasurement
 from specgate.outcome import Outcome
+from specgate.storing import baseline_entry
 
 pytestmark = pytest.mark.fast
 
@@ -89,7 +91,7 @@ def test_a_faster_host_is_undecided_too_and_none_turns_the_check_off(rig, stored
 
 
 def test_the_run_lists_it_as_other_host_pace_not_as_inconclusive(rig, stored_j2, tmp_path) -> None:
-    from specgate.gates import HOST_PACE
+    from specgate.host_pace import HOST_PACE
     from specgate.plugin.gatekeeper import GateKeeper
     from specgate.report import failed_gate_lines
     from specgate.session import SessionOptions, SpecgateSession

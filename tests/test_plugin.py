@@ -174,7 +174,7 @@ def test_worker_reports_are_merged_on_the_controller(tmp_path):
     worker.options.worker_id = "gw1"
     worker.measurements[("ngram", "coding", 1)] = _measurement("ngram", [40.0] * 3)
     worker.queue_update(worker.measurements[("ngram", "coding", 1)],
-                        __import__("specgate.gates", fromlist=["baseline_entry"]).baseline_entry(
+                        __import__("specgate.storing", fromlist=["baseline_entry"]).baseline_entry(
                             worker.measurements[("ngram", "coding", 1)],
                             __import__("specgate.baselines", fromlist=["Fingerprint"]).Fingerprint()))
     controller.measurements[("no_spec", "coding", 1)] = _measurement("no_spec", [30.0] * 3)

@@ -93,7 +93,7 @@ def test_without_repeats_there_is_no_strata_estimate_to_move():
 
 
 def test_a_backfire_window_with_a_pair_standing_out_gets_its_follow_up_rounds():
-    from specgate.gates import follow_up_reason
+    from specgate.follow_up import follow_up_reason
 
     data = json.loads(gzip.decompress((VISIT9 / "E2" / "report.json.gz").read_bytes()))
     rig = load_rig("h200-llama8b-dummy", ROOT / "fixtures")

@@ -16,7 +16,7 @@ from fixture_copy import copy_fixtures
 from specgate.baselines import AcceptanceEntry, BaselineEntry
 from specgate.client import RequestRecord
 from specgate.config import Gates, load_rig
-from specgate.gates import GateResult, check_acceptance
+from specgate.gates import check_acceptance
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
 from specgate.outcome import KIND_OUTCOMES, Outcome, parse_policy, pytest_action
@@ -25,6 +25,7 @@ from specgate.plugin.gatekeeper import GateKeeper
 from specgate.report import failed_gate_lines
 from specgate.session import SessionOptions, SpecgateSession
 from specgate.stats import compare_acceptance
+from specgate.verdict import GateResult
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -197,7 +198,7 @@ def test_the_policy_comes_from_the_rig_and_the_option_overrides_it(tmp_path):
 
 
 UNDECIDED_GATE = textwrap.dedent('''
-    from specgate.gates import GateResult
+    from specgate.verdict import GateResult
     from specgate.outcome import Outcome
 
 
@@ -332,7 +333,8 @@ def test_overall_and_per_position_checks_are_one_decision_at_a_stated_family_wis
 # -- 6: stored-figure gates say when they catch nothing useful -------------------------------------
 def test_a_stored_figure_gate_that_catches_nothing_useful_says_so(rig):
     from specgate.baselines import Fingerprint
-    from specgate.gates import baseline_entry, check_throughput
+    from specgate.gates import check_throughput
+    from specgate.storing import baseline_entry
 
     wobble = [1.02, 0.98, 1.01, 0.99, 1.03, 0.97]
     stored = baseline_entry(_window("no_spec", "coding", [30.0 * w for w in wobble]), Fingerprint())

@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from specgate.config import Rig, Side
-from specgate.gates import match_samples, window_confidence
+from specgate.gates import window_confidence
+from specgate.matching import match_samples
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.paired import paired_ratio, start_spread
 from specgate.telemetry import window_sampler

@@ -10,14 +10,16 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from specgate.errors import SpecgateError
 from specgate.plugin.configure import get_session
-from specgate.plugin.gatekeeper import GateKeeper
 from specgate.session import SpecgateSession
+
+if TYPE_CHECKING:
+    from specgate.plugin.gatekeeper import GateKeeper
 
 
 @pytest.fixture(scope="session")
@@ -278,5 +280,9 @@ def _benchmark_info(m) -> dict[str, Any]:
 
 @pytest.fixture
 def gatekeeper(specgate_session: SpecgateSession) -> GateKeeper:
+    # The one lazy import of the gates: this module loads into every pytest run of the environment
+    # (pytest_plugins), and the gates bring numpy, scipy and pydantic; a perf test's first gate loads them.
+    from specgate.plugin.gatekeeper import GateKeeper
+
     return GateKeeper(specgate_session)
 

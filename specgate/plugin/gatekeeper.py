@@ -10,8 +10,28 @@ import warnings
 
 import pytest
 
+from specgate.baselines import (
+    OTHER_MACHINE,
+    OTHER_MEASUREMENT,
+    SAME,
+    Fingerprint,
+    baseline_notes,
+    comparability,
+    histories,
+    lookup,
+)
+from specgate.gates import (
+    ab_acceptance,
+    check_acceptance,
+    check_backfire,
+    check_lossless,
+    check_throughput,
+    check_ttft,
+)
 from specgate.outcome import NOT_STORED, STORING, Outcome, outcome_text, pytest_action
 from specgate.session import SpecgateSession
+from specgate.storing import baseline_entry
+from specgate.verdict import GateResult
 
 
 class GateKeeper:
@@ -28,35 +48,51 @@ class GateKeeper:
         return f"the stored entry of {self._where(m)} {fit.describe()}"
 
     def _update(self, m, gate: str) -> bool:
-        """In update mode, queue the measured values as the new stored entry; True when the gate is done."""
-        from specgate.gates import baseline_entry
-
+        """In update mode, queue the measured values as one start to store; True when the gate is done.
+        Where the start goes (this machine's history, or a new one) is said when the run stores it."""
         update = self.session.options.update
         if update == "off":
             return False
-        fingerprint = self.session.fingerprints.get(m.mode)
-        from specgate.baselines import Fingerprint, lookup
-
-        previous = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
-        entry = baseline_entry(m, fingerprint or Fingerprint(), previous)
+        entry = baseline_entry(m, self.session.fingerprints.get(m.mode) or Fingerprint())
         self.session.queue_update(m, entry)
         message = (f"this run's figures of {self._where(m)} will be stored in {self.session.options.baselines_path} "
-                   f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n})")
+                   f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n}; "
+                   + ("a new history: an update accepts a deliberate change)" if update == "update" else
+                      "one more start of this machine's history of this build, or a new one)"))
         self.session.record_undecided(gate, m, STORING, message)
         if update == "update":
             pytest.fail(f"{message}; this test fails so an update never passes silently: run again without "
                         "--specgate-update-baselines", pytrace=False)
         return True
 
-    def _stored(self, m, gate: str):
-        from specgate.baselines import lookup
+    def _build_history(self) -> str:
+        return f"python -m specgate build-history --rig {self.rig.name} --starts 10"
 
-        entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
-        if entry is None:
-            message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store them "
-                       f"with: pytest -m {self.rig.tier} --specgate-rig {self.rig.name} --specgate-update-baselines")
+    def _stored(self, m, gate: str):
+        """The stored history this window is compared with: this machine's (the speed gates), or the
+        newest of any machine (acceptance does not depend on the host). A window with no history of
+        this machine is OTHER_MACHINE, naming whose histories are stored and the command that starts
+        this machine's; one with nothing stored is NOT_STORED."""
+        found = histories(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
+        if not found:
+            message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store a "
+                       f"history of starts with: {self._build_history()} (or one start: pytest -m {self.rig.tier} "
+                       f"--specgate-rig {self.rig.name} --specgate-update-baselines)")
             self.session.record_undecided(gate, m, NOT_STORED, message)
             self._act(gate, Outcome.NOT_STORED, message, m=m)
+        if gate != "throughput":
+            return lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency) or found[-1]
+        now = self.session.fingerprints.get(m.mode)
+        machine = now.machine if now is not None else None
+        entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency, machine=machine)
+        if entry is None:
+            stored = "; ".join(h.describe() for h in found[-3:])
+            why = ("this run's machine cannot be identified, and a history of an unknown machine never gates"
+                   if machine is None else f"no history of this machine ({machine}) is stored: only {stored}")
+            note = (f"{self._where(m)}: other machine: {why}; not compared (a level is one machine's); start this "
+                    f"machine's history with: {self._build_history()}")
+            self.session.record_undecided(gate, m, "other machine", note)
+            self._act(gate, Outcome.OTHER_MACHINE, note, m=m)
         return entry
 
     def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None) -> None:
@@ -81,9 +117,6 @@ class GateKeeper:
 
     def throughput(self, m) -> None:
         __tracebackhide__ = True
-        from specgate.baselines import baseline_notes
-        from specgate.gates import check_throughput
-
         if self._update(m, "throughput"):
             return
         if m.partner is not None and m.partner.side == "reference":  # A/B: the live reference side decides
@@ -91,12 +124,11 @@ class GateKeeper:
             return
         stored = self._stored(m, "throughput")
         fit = self._comparable(m, stored, "throughput")
-        from specgate.baselines import OTHER_MACHINE
-
         if fit.kind == OTHER_MACHINE:
             # A level or a speedup ratio from another CPU or GPU says nothing about this one (one dev
             # machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
-            note = f"{self._stored_entry(m, fit)}; not compared; refresh it with: {self._refresh(m)}"
+            note = (f"{self._stored_entry(m, fit)}; not compared; start this machine's history with: "
+                    f"{self._build_history()}")
             self.session.record_undecided("throughput", m, "other machine", note)
             self._act("throughput", Outcome.OTHER_MACHINE, note, m=m)
         result = check_throughput(self.rig, m, stored)
@@ -111,16 +143,12 @@ class GateKeeper:
         """Refuse a stored figure measured on other prompts or with another protocol (the gate is
         undecided, naming what differs); another machine or setup is reported, and refused under
         --specgate-strict-fingerprint. The one decision is baselines.comparability."""
-        from specgate.baselines import OTHER_MEASUREMENT, SAME, comparability
-
         now = self.session.fingerprints.get(m.mode)
         fit = comparability(stored.fingerprint, now and now.for_window(m.prompt_class, m.concurrency))
         strict = fit.kind != SAME and gate == "throughput" and self.session.options.strict_fingerprint
         if fit.kind == OTHER_MEASUREMENT or strict:
             note = f"{self._stored_entry(m, fit)}; refresh it with: {self._refresh(m)}"
             if strict:  # refused on purpose: a failed gate, listed as FAILED, never as undecided
-                from specgate.gates import GateResult
-
                 self._finish(GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
                                         f"{note} (--specgate-strict-fingerprint)"))
             self.session.record_undecided(gate, m, "fingerprint", note)  # not comparable: undecided
@@ -132,13 +160,9 @@ class GateKeeper:
 
     def acceptance(self, m) -> None:
         __tracebackhide__ = True
-        from specgate.gates import check_acceptance
-
         if self._update(m, "acceptance"):
             return
         if m.partner is not None and m.partner.side == "reference":  # A/B: the same requests, per request
-            from specgate.gates import ab_acceptance
-
             self._finish(ab_acceptance(self.rig, m))
             return
         stored = self._stored(m, "acceptance")
@@ -173,8 +197,6 @@ class GateKeeper:
 
     def backfire(self, m) -> None:
         __tracebackhide__ = True
-        from specgate.gates import check_backfire
-
         result = check_backfire(self.rig, m, self._reference(m))
         if result.outcome is Outcome.PASS and result.declared:
             warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "
@@ -185,8 +207,6 @@ class GateKeeper:
         """TTFT against a live reference: an A/B's reference side, else the no-speculation mode. The
         no-speculation mode outside an A/B has no live reference: nothing to decide, said so."""
         __tracebackhide__ = True
-        from specgate.gates import check_ttft
-
         if m.partner is not None and m.partner.side == "reference":
             self._finish(check_ttft(self.rig, m, m.partner))
             return
@@ -197,7 +217,5 @@ class GateKeeper:
 
     def lossless(self, m) -> None:
         __tracebackhide__ = True
-        from specgate.gates import check_lossless
-
         self._finish(check_lossless(self.rig, m, self._reference(m)))
 
