@@ -1,11 +1,15 @@
 """Plots of a run, drawn from its JSON report (``SpecgateSession.report_data``) like the tables.
 
-- :func:`plot_throughput`: per prompt class and mode, the median decode tok/s per request with its
-  interquartile range, and every request as a dot; one panel per concurrency level;
+- :func:`plot_forest`: the run's main picture, every gate's ratio (this run / what it compared
+  against) with its interval against its threshold, one row per mode / class / concurrency / gate,
+  coloured by outcome;
+- :func:`plot_throughput`: per prompt class and mode (in an A/B, a mode's reference side beside its
+  candidate), the median decode tok/s per request with its interquartile range, and every request
+  as a dot; one panel per concurrency level;
 - :func:`plot_acceptance`: per-position acceptance rate (accepted at draft position i / drafts)
   for every (mode, class) of the speculative modes; one panel per concurrency level.
 
-Both return the path written, or None when there is nothing to draw (no file is written then).
+Each returns the path written, or None when there is nothing to draw (no file is written then).
 
 matplotlib is imported inside the functions (it costs a few hundred milliseconds, and most of
 specgate never draws). Figures are plain ``matplotlib.figure.Figure`` objects on an explicit Agg
@@ -15,6 +19,7 @@ save and the host process's backend is never changed.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -84,38 +89,91 @@ def _title(report: dict[str, Any]) -> str:
     return f"specgate: rig {rig['name']} ({what}){partial}"
 
 
+def _suptitle(fig, width_in: float, title: str, subtitle: str, fontsize: float) -> None:
+    """The figure's title and subtitle, the subtitle wrapped to the figure's width: constrained
+    layout makes room for a title's height, never its width, so a long line is cut at both edges."""
+    import textwrap
+
+    # an average character of the default sans-serif is about 0.55 of its size wide
+    chars = max(40, int(width_in * 72 / (fontsize * 0.56)))
+    fig.suptitle("\n".join([title, *textwrap.wrap(subtitle, chars)]), fontsize=fontsize)
+
+
 # -- throughput -------------------------------------------------------------------------------
+def _ab_reference(m: dict[str, Any]) -> dict[str, Any] | None:
+    """An A/B window's reference side (its partner), or None."""
+    partner = m.get("partner")
+    return partner if isinstance(partner, dict) and partner.get("side") == "reference" else None
+
+
+def _ab_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
+    """The A/B throughput gate's paired ratio on this window (decided or undecided), or None."""
+    for g in [*report.get("gates", []), *report.get("undecided", [])]:
+        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
+                ("throughput", mode, prompt_class, level) and (g.get("details") or {}).get("ratio"):
+            return float(g["details"]["ratio"])
+    return None
+
+
+def _throughput_series(report: dict[str, Any], measurements: list[dict[str, Any]]
+                       ) -> list[tuple[str, str, dict[tuple[str, int], dict[str, Any]]]]:
+    """The bars of each prompt class, in order: (label, kind, windows by (class, concurrency)); kind
+    is "reference" (no speculation), "ab-reference" and "ab-candidate" (the two sides of an A/B of a
+    mode, its reference side beside its candidate) or "mode"."""
+    reference = report["rig"]["reference_mode"]
+    series = []
+    for mode in _modes(report, measurements):
+        own = {(m["prompt_class"], m["concurrency"]): m for m in measurements if m["mode"] == mode}
+        sides = {k: ref for k, m in own.items() if (ref := _ab_reference(m)) is not None and request_rates(ref)}
+        if sides:
+            series.append((f"{mode} @ reference side", "ab-reference", sides))
+            series.append((f"{mode} @ candidate", "ab-candidate", own))
+        else:
+            series.append((f"{mode} (no speculation)" if mode == reference else mode,
+                           "reference" if mode == reference else "mode", own))
+    return series
+
+
 def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
-    """Grouped bars per prompt class (one per mode, reference first): median decode tok/s per
-    request, IQR as error bars, each request as a dot, the change against the reference above
-    the speculative bars (red where a gate failed). One panel per concurrency level."""
+    """Grouped bars per prompt class (one per mode, reference first; in an A/B the reference side
+    of a mode beside its candidate): median decode tok/s per request, IQR as error bars, each request
+    as a dot, the change against the reference above the speculative or candidate bars (red where a
+    gate failed). One panel per concurrency level."""
+    fig = throughput_figure(report)
+    return None if fig is None else _save(fig, path)
+
+
+def throughput_figure(report: dict[str, Any]):
+    """:func:`plot_throughput`'s figure, not saved; None when there is nothing to draw."""
     measurements = [m for m in report.get("measurements", []) if request_rates(m)]
     if not measurements:
         return None
     reference = report["rig"]["reference_mode"]
-    modes = _modes(report, measurements)
+    series = _throughput_series(report, measurements)
+    ab = any(kind == "ab-candidate" for _, kind, _ in series)
     levels = sorted({m["concurrency"] for m in measurements})
     classes = list(dict.fromkeys(m["prompt_class"] for m in measurements))
     failed = _failed(report)
-    speculative = [m for m in modes if m != reference]
-    colors = {mode: MODE_COLORS[i % len(MODE_COLORS)] for i, mode in enumerate(speculative)}
-    colors[reference] = REFERENCE_COLOR
+    colors: dict[str, str] = {}
+    palette = itertools.cycle(MODE_COLORS)
+    for label, kind, _ in series:  # an A/B's two sides share their mode's colour (the reference hatched)
+        colors[label] = REFERENCE_COLOR if kind == "reference" else (
+            colors[next(reversed(colors))] if kind == "ab-candidate" else next(palette))
 
     import numpy as np
 
-    width_in = max(7.0, 1.0 + len(classes) * (0.5 + 0.45 * len(modes)))
-    fig = _figure(width_in, 0.6 + 3.6 * len(levels))
+    width_in = max(7.0, 1.0 + len(classes) * (0.5 + 0.45 * len(series)))
+    fig = _figure(width_in, 0.9 + 3.6 * len(levels))
     axes = fig.subplots(len(levels), 1, squeeze=False)[:, 0]
-    bar_w = 0.8 / len(modes)
+    bar_w = 0.8 / len(series)
     rng = np.random.default_rng(0)  # fixed jitter: the same report draws the same picture
     for ax, level in zip(axes, levels, strict=True):
-        by = {(m["mode"], m["prompt_class"]): m for m in measurements if m["concurrency"] == level}
-        level_classes = [c for c in classes if any((mode, c) in by for mode in modes)]
+        level_classes = [c for c in classes if any((c, level) in w for _, _, w in series)]
         top = 0.0
-        for i, mode in enumerate(modes):
+        for i, (label, kind, windows) in enumerate(series):
             xs, medians, lows, highs = [], [], [], []
             for j, prompt_class in enumerate(level_classes):
-                m = by.get((mode, prompt_class))
+                m = windows.get((prompt_class, level))
                 if m is None:
                     continue
                 values = request_rates(m)
@@ -128,32 +186,44 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
                 jitter = rng.uniform(-bar_w * 0.22, bar_w * 0.22, len(values))
                 ax.scatter(x + jitter, values, s=9, color="black", alpha=0.55, linewidths=0, zorder=3)
                 top = max(top, q3, *values)
-                ref = by.get((reference, prompt_class))
-                if mode != reference and ref is not None:
-                    change = change_percent(report, mode, prompt_class, level, median, median_rate(ref))
+                mode = m["mode"]
+                change = None
+                if kind == "ab-candidate":
+                    ratio = _ab_ratio(report, mode, prompt_class, level)
+                    ref_side = _ab_reference(m)
+                    ref_median = median_rate(ref_side) if ref_side else None
+                    ratio = ratio or (median / ref_median if ref_median else None)
+                    change = None if ratio is None else (ratio - 1) * 100
+                elif kind == "mode":
+                    ref = next((w.get((prompt_class, level)) for _, k, w in series if k == "reference"), None)
+                    if ref is not None:
+                        change = change_percent(report, mode, prompt_class, level, median, median_rate(ref))
+                if change is not None:
                     bad = (mode, prompt_class, level) in failed
                     ax.annotate(f"{change:+.0f} %" + (" FAIL" if bad else ""),
                                 (x, max(q3, *values)), xytext=(0, 3), textcoords="offset points",
                                 ha="center", va="bottom", fontsize=7.5, rotation=90 if bad else 0,
                                 color=FAIL_COLOR if bad else "#333333",
                                 fontweight="bold" if bad else "normal", zorder=4)
-            label = f"{mode} (no speculation)" if mode == reference else mode
-            ax.bar(xs, medians, width=bar_w * 0.92, color=colors[mode], label=label, zorder=2,
-                   yerr=[lows, highs], error_kw={"elinewidth": 1.2, "capsize": 3, "ecolor": "#222222"})
+            side = {"ab-reference": {"alpha": 0.45, "hatch": "//", "edgecolor": colors[label]}}.get(kind, {})
+            ax.bar(xs, medians, width=bar_w * 0.92, color=colors[label], label=label, zorder=2,
+                   yerr=[lows, highs], error_kw={"elinewidth": 1.2, "capsize": 3, "ecolor": "#222222"}, **side)
         ax.set_xticks(range(len(level_classes)))
         ax.set_xticklabels(level_classes, rotation=20 if len(level_classes) > 6 else 0,
                            ha="right" if len(level_classes) > 6 else "center")
         ax.set_xlim(-0.6, len(level_classes) - 0.4)
-        ax.set_ylim(0, top * 1.18 if top > 0 else 1)
+        ax.set_ylim(0, top * 1.22 if top > 0 else 1)
         ax.set_xlabel("prompt class")
         ax.set_ylabel("decode tok/s per request")
         ax.set_title(f"concurrency {level}", fontsize=10)
         ax.grid(axis="y", alpha=0.3, zorder=0)
         ax.set_axisbelow(True)
         ax.legend(loc="best", fontsize=8.5, frameon=True, framealpha=0.9)
-    fig.suptitle(f"{_title(report)}\ndecode tok/s per request: bar = median, whiskers = IQR, "
-                 f"dots = requests, label = the backfire gate's paired ratio to {reference}", fontsize=10.5)
-    return _save(fig, path)
+    what = ("label = the A/B throughput gate's paired ratio, candidate to reference side" if ab else
+            f"label = the backfire gate's paired ratio to {reference}")
+    _suptitle(fig, width_in, _title(report),
+              f"decode tok/s per request: bar = median, whiskers = IQR, dots = requests; {what}", 10.5)
+    return fig
 
 
 # -- acceptance -------------------------------------------------------------------------------
@@ -193,5 +263,108 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
         ax.set_title(f"concurrency {level}", fontsize=9.5)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    fig.suptitle(f"{_title(report)}\nper-position acceptance rate (vLLM spec-decode counters)", fontsize=11)
+    _suptitle(fig, max(9.5, 6.5 + 0.5 * k_max), _title(report),
+              "per-position acceptance rate (vLLM spec-decode counters)", 11)
     return _save(fig, path)
+
+
+# -- forest: every gate's ratio -----------------------------------------------------------------
+OUTCOME_COLORS = {"pass": "#2a9d3f", "fail": FAIL_COLOR, "declared backfire": "#e08a00", "undecided": "#6a51a3",
+                  "not stored": "#8c8c8c", "other machine": "#8c8c8c", "not run": "#8c8c8c"}
+FAIL_SHADE = "#f3c9c9"
+
+
+def plot_forest(report: dict[str, Any], path: Path) -> Path | None:
+    """The run's main picture: one row per gate (mode / class / concurrency / gate vs what it compared
+    against), its ratio this run / reference with the interval, the row's fail region shaded up to its
+    threshold (below it; above it for TTFT, where higher is worse), coloured by outcome; on the right
+    the figures and the outcome. A gate without a ratio (nothing stored, lossless) keeps its row, with
+    its outcome written where its ratio would be. None when no gate ran."""
+    fig = forest_figure(report)
+    return None if fig is None else _save(fig, path)
+
+
+def forest_figure(report: dict[str, Any]):
+    """:func:`plot_forest`'s figure, not saved; None when no gate ran. Its y tick labels are the
+    rows' labels (:attr:`specgate.comparisons.GateComparison.label`), top to bottom."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from specgate.comparisons import gate_comparisons
+
+    rows = gate_comparisons(report)
+    if not rows:
+        return None
+    xs = [v for c in rows for v in (c.ratio, c.ci_low, c.ci_high, c.threshold) if v is not None and v > 0]
+    lo, hi = min([1.0, *xs]), max([1.0, *xs])
+    lo, hi = lo / (hi / lo) ** 0.06 / 1.02, hi * (hi / lo) ** 0.06 * 1.02
+
+    label_chars = max(len(c.label) for c in rows)
+    right = [f"{c.ratio_text}  {c.n}  {c.outcome_text}" if c.ratio is not None
+             else f"{c.measured if c.measured != '-' else 'no ratio'}  {c.outcome_text}" for c in rows]
+    width_in = min(22.0, 5.5 + 0.066 * label_chars + 0.066 * max(len(t) for t in right))
+    fig = _figure(width_in, 2.2 + 0.3 * len(rows))
+    ax = fig.subplots()
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
+    for y, c in enumerate(rows):
+        color = OUTCOME_COLORS.get(c.outcome.value, "#8c8c8c")
+        if c.threshold is not None:
+            if c.fails_above:
+                ax.fill_betweenx([y - 0.42, y + 0.42], c.threshold, hi, color=FAIL_SHADE, linewidth=0, zorder=0)
+            else:
+                ax.fill_betweenx([y - 0.42, y + 0.42], lo, c.threshold, color=FAIL_SHADE, linewidth=0, zorder=0)
+            ax.plot([c.threshold, c.threshold], [y - 0.42, y + 0.42], color=FAIL_COLOR, linewidth=1.6, zorder=2)
+        if c.ratio is None:
+            ax.text(1.0, y, f"  no ratio: {c.tag}", va="center", ha="left", fontsize=8, color=color,
+                    style="italic", zorder=3)
+            continue
+        if c.ci_low is not None and c.ci_high is not None:
+            ax.plot([c.ci_low, c.ci_high], [y, y], color=color, linewidth=2.4, solid_capstyle="butt", zorder=3)
+            ax.plot([c.ci_low, c.ci_high], [y, y], linestyle="none", marker="|", markersize=9, color=color, zorder=3)
+        ax.plot([c.ratio], [y], marker="D", markersize=6.5, color=color, markeredgecolor="white",
+                markeredgewidth=0.7, zorder=4)
+    for y in range(1, len(rows)):  # a rule between modes (and concurrency levels)
+        if (rows[y].concurrency, rows[y].mode) != (rows[y - 1].concurrency, rows[y - 1].mode):
+            ax.axhline(y - 0.5, color="#555555", linewidth=0.6, zorder=1)
+    ax.axvline(1.0, color="#333333", linestyle="--", linewidth=0.9, zorder=1)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([c.label for c in rows], fontsize=8.5)
+    ax.tick_params(axis="y", length=0)
+    ax.grid(axis="x", alpha=0.25)
+    ax.set_xlabel("ratio this run / reference (log scale); TTFT: this run's TTFT / reference's, higher is worse")
+    _ratio_ticks(ax, lo, hi)
+    twin = ax.twinx()
+    twin.set_ylim(ax.get_ylim())
+    twin.set_yticks(range(len(rows)))
+    twin.set_yticklabels(right, fontsize=8.5)
+    twin.tick_params(axis="y", length=0)
+    for tick, c in zip(twin.get_yticklabels(), rows, strict=True):
+        tick.set_color(OUTCOME_COLORS.get(c.outcome.value, "#555555"))
+    present = list(dict.fromkeys(c.outcome for c in rows))
+    handles = [Line2D([], [], marker="D", linestyle="-", color=OUTCOME_COLORS.get(o.value, "#8c8c8c"),
+                      label=o.value) for o in present]
+    handles += [Patch(facecolor=FAIL_SHADE, label="fails there (interval wholly inside)"),
+                Line2D([], [], color=FAIL_COLOR, linewidth=1.6, label="threshold")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), fontsize=8.5, frameon=False)
+    _suptitle(fig, width_in, _title(report),
+              "every gate: the ratio this run / what it compared against (the A/B's reference side, no "
+              "speculation, or stored figures), diamond = estimate, bar = interval; on the right the ratio "
+              "(interval), what it rests on and the outcome", 10.5)
+    return fig
+
+
+def _ratio_ticks(ax, lo: float, hi: float) -> None:
+    """Plain ratio ticks (0.9, 1, 1.1 ...) on the log axis instead of powers of ten."""
+    import numpy as np
+    from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullLocator
+
+    span = np.log10(hi / lo)
+    step = 0.02 if span < 0.08 else 0.05 if span < 0.25 else 0.1 if span < 0.5 else 0.25 if span < 1 else 0.5
+    ticks = [t for t in np.arange(np.floor(lo / step) * step, hi + step, step) if lo <= t <= hi and t > 0]
+    if len(ticks) > 14:
+        ticks = ticks[:: int(np.ceil(len(ticks) / 14))]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%.2f" if step < 0.1 else "%.1f"))
+    ax.xaxis.set_minor_locator(NullLocator())

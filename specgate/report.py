@@ -17,15 +17,18 @@ from typing import Any
 
 from tabulate import tabulate
 
+from specgate.comparisons import gate_comparisons
 from specgate.gating import gating_lines
 from specgate.measure import client_decode_rate
 from specgate.outcome import NOT_STORED, STORING
 from specgate.report_figures import change_percent, median_rate
+from specgate.saved_report import missing_line
 from specgate.spells import slow_spell, span_mean_residual
 
 # Table formats whose cells are separated by "|": a "|" inside a cell must be escaped there
 # (tabulate does not), or GitHub splits the cell in two.
 PIPE_FORMATS = ("github", "pipe")
+HTML_NAME = "report.html"  # the self-contained page beside report.json (specgate.html_report)
 
 
 def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
@@ -72,6 +75,28 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
             parts.append("pass")
     parts += [f"{g['gate']}: {undecided_kind(g)}" for g in gates if "kind" in g]
     return ", ".join(parts) or "-"
+
+
+VERDICT_TITLE = ("verdicts, one row per gate: what it compared against (the A/B's reference side, no speculation, "
+                 "or stored figures), both sides' figures (decode tok/s median per request, TTFT ms, acceptance), "
+                 "the ratio this run / reference with its interval (CI), the line it fails past, what the ratio "
+                 "rests on, and the outcome")
+VERDICT_HEADERS = ["mode", "class", "conc.", "gate", "against", "reference", "this run", "ratio (CI)", "fails",
+                   "n", "outcome"]
+
+
+def verdict_rows(report: dict[str, Any]) -> list[list[Any]]:
+    """The verdict table's cells (:func:`verdict_table`), one row per gate entry of the report."""
+    return [[c.mode, c.prompt_class, c.concurrency, c.gate_text, c.against, c.reference, c.measured, c.ratio_text,
+             c.threshold_text, c.n, c.outcome_text] for c in gate_comparisons(report)]
+
+
+def verdict_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Every gate, passing ones included: what it compared against, both sides' figures, the ratio
+    with its interval, the threshold, the pairs and the outcome (specgate.comparisons); "" when no
+    gate ran."""
+    rows = verdict_rows(report)
+    return VERDICT_TITLE + "\n" + _table(rows, VERDICT_HEADERS, fmt) if rows else ""
 
 
 def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
@@ -244,7 +269,9 @@ def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
     requests = list((telemetry.get("requests") or {}).values())
     own = max(engines, key=lambda label: sum(r.get(k, 0.0) for r in requests for k in engines[label]))
     cpu_s = sum(window[k] for k in engines[own])
-    busy_s = sum(r["finished_at"] - r["started_at"] for r in m["records"])
+    # a trimmed report (the kept evidence) holds no timestamps: no busy time to divide by
+    busy_s = sum(r["finished_at"] - r["started_at"] for r in m.get("records") or []
+                 if r.get("finished_at") is not None and r.get("started_at") is not None)
     return cpu_s / busy_s if cpu_s and busy_s > 0 else None
 
 
@@ -318,9 +345,9 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _series(window: dict[str, Any]) -> tuple[list[float], list[float], list[str]]:
-    timed = [r for r in window.get("records") or [] if r.get("decode_tokens_per_s")]
+    timed = [r for r in window.get("records") or [] if r.get("decode_tokens_per_s") and r.get("started_at") is not None]
     return ([r["started_at"] for r in timed], [r["decode_tokens_per_s"] for r in timed],
-            [r["prompt_id"] for r in timed])
+            [r.get("prompt_id") or r.get("request_id", "").rsplit("#", 1)[0] for r in timed])
 
 
 def spell_lines(report: dict[str, Any]) -> list[str]:
@@ -411,80 +438,82 @@ def start_order_lines(report: dict[str, Any]) -> list[str]:
     return [f"START ORDER (side started first, seed {order['seed']}; --specgate-start-seed to repeat it): {firsts}"]
 
 
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The gate and notice lines under the tables: failed and undecided gates, what gated the run,
+    the start order, stored figures from elsewhere, host-bound windows, slow spells, and what an
+    older report lacks."""
+    return (failed_gate_lines(report) + gating_lines(report) + start_order_lines(report) + notice_lines(report)
+            + missing_line(report))
+
+
+def detail_tables(report: dict[str, Any], fmt: str = "simple") -> list[str]:
+    """The tables after the verdict table, those with something to show: speed, acceptance, TTFT,
+    per window, environment, break-even."""
+    if not report["measurements"]:
+        return []
+    tables = (speed_table(report, fmt), acceptance_table(report, fmt), ttft_table(report, fmt),
+              window_table(report, fmt), environment_table(report, fmt), breakeven_table(report, fmt))
+    return [t for t in tables if t]
+
+
 def render_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
         # failures, and gates that decided nothing (NOT RUN: the budget), and which of them gate the run
         lines = failed_gate_lines(report) + gating_lines(report)
         return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
     rig = report["rig"]
-    parts = [f"specgate: rig {rig['name']} ({rig['tier']} tier, model {rig['model']})"
-             + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]"),
-             speed_table(report)]
-    acceptance = acceptance_table(report)
-    if acceptance:
-        parts.append(acceptance)
-    ttft = ttft_table(report)
-    if ttft:
-        parts.append(ttft)
-    windows = window_table(report)
-    if windows:
-        parts.append(windows)
-    environment = environment_table(report)
-    if environment:
-        parts.append(environment)
-    breakeven = breakeven_table(report)
-    if breakeven:
-        parts.append(breakeven)
-    lines = failed_gate_lines(report) + gating_lines(report) + start_order_lines(report) + notice_lines(report)
+    parts = [f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier, model {rig.get('model', '?')})"
+             + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]")]
+    verdicts = verdict_table(report)
+    if verdicts:
+        parts.append(verdicts)
+    parts += detail_tables(report)
+    lines = summary_lines(report)
     if lines:
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
 
 def render_markdown(report: dict[str, Any]) -> str:
+    """summary.md and the GitHub job summary: the verdict table first, a link to the page
+    (report.html, in the run's artifact on CI), then the other tables and the lines."""
     parts = [f"## specgate: rig `{report['rig']['name']}`" +
-             ("" if report.get("complete", True) else " (partial run)"), speed_table(report, "github")]
-    acceptance = acceptance_table(report, "github")
-    if acceptance:
-        parts.append(acceptance)
-    ttft = ttft_table(report, "github")
-    if ttft:
-        parts.append(ttft)
-    windows = window_table(report, "github")
-    if windows:
-        parts.append(windows)
-    environment = environment_table(report, "github")
-    if environment:
-        parts.append(environment)
-    breakeven = breakeven_table(report, "github")
-    if breakeven:
-        parts.append(breakeven)
+             ("" if report.get("complete", True) else " (partial run)")]
+    verdicts = verdict_table(report, "github")
+    if verdicts:
+        parts.append(verdicts)
+    parts.append(f"The full report, with the plots and the run's facts: [{HTML_NAME}]({HTML_NAME}), beside "
+                 "report.json (in a CI run, in the run's artifact).")
+    parts += detail_tables(report, "github")
     lines = failed_gate_lines(report)
     if lines:
         parts.append("\n".join(f"- {line}" for line in lines))
     else:
         parts.append("All gates passed." if report["gates"] else "No gate ran.")
-    notices = gating_lines(report) + start_order_lines(report) + notice_lines(report)
+    notices = gating_lines(report) + start_order_lines(report) + notice_lines(report) + missing_line(report)
     if notices:
         parts.append("\n".join(f"- {line}" for line in notices))
     return "\n\n".join(parts) + "\n"
 
 
 def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """Write ``summary.md`` (:func:`render_markdown`), ``throughput.png`` and ``acceptance.png``
-    into ``out_dir``; return what was written: ``{"summary": ..., "throughput": ...,
-    "acceptance": ...}``, a plot left out when there is nothing to draw (no measurement with
-    tok/s; no speculative mode with acceptance figures), and a stale file of that name removed.
-    A plot that cannot be drawn is a warning, not an error: the summary is written first and
-    stays."""
-    from specgate.plots import plot_acceptance, plot_throughput
+    """Write ``summary.md`` (:func:`render_markdown`), the plots ``forest.png`` (every gate's ratio
+    against its threshold), ``throughput.png`` and ``acceptance.png``, and ``report.html`` (all of it
+    on one self-contained page, specgate.html_report) into ``out_dir``; return what was written:
+    ``{"summary": ..., "forest": ..., "throughput": ..., "acceptance": ..., "html": ...}``, a plot left
+    out when there is nothing to draw (no gate; no measurement with tok/s; no speculative mode with
+    acceptance figures), and a stale file of that name removed. A plot or page that cannot be drawn
+    is a warning, not an error: the summary is written first and stays."""
+    from specgate import plots
+    from specgate.html_report import write_html
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = out_dir / "summary.md"
     summary.write_text(render_markdown(report))
     written: dict[str, Path] = {"summary": summary}
-    for name, draw in (("throughput", plot_throughput), ("acceptance", plot_acceptance)):
+    for name, draw in (("forest", plots.plot_forest), ("throughput", plots.plot_throughput),
+                       ("acceptance", plots.plot_acceptance)):
         target = out_dir / f"{name}.png"
         try:
             path = draw(report, target)
@@ -495,4 +524,9 @@ def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
             target.unlink(missing_ok=True)
         else:
             written[name] = Path(path)
+    try:
+        written["html"] = write_html(report, out_dir / HTML_NAME, written, headers=VERDICT_HEADERS,
+                                     lines=summary_lines(report), tables="\n\n".join(detail_tables(report)))
+    except Exception as exc:  # like a plot: never at the cost of the summary
+        warnings.warn(f"specgate: could not write {out_dir / HTML_NAME}: {type(exc).__name__}: {exc}", stacklevel=2)
     return written

@@ -40,12 +40,13 @@ if settings is not None:
 @pytest.fixture
 def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     """For tests of a whole in-process run (pytester) that check its verdicts and report, not its
-    pictures: the run draws no plot (render_all then writes the summary only). Drawing them costs
+    pictures: the run draws no plot (render_all then writes the summary and the page only). Drawing them costs
     ~0.5 s of matplotlib per run; tests/test_plots.py draws every plot from recorded reports."""
     import specgate.plots
 
     monkeypatch.setattr(specgate.plots, "plot_throughput", lambda report, path: None)
     monkeypatch.setattr(specgate.plots, "plot_acceptance", lambda report, path: None)
+    monkeypatch.setattr(specgate.plots, "plot_forest", lambda report, path: None)
 
 
 @pytest.fixture

@@ -62,12 +62,13 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
 
 
-def test_render_all_writes_summary_and_both_plots(rendered) -> None:
+def test_render_all_writes_summary_plots_and_page(rendered) -> None:
     report, out, written = rendered
-    assert written == {"summary": out / "summary.md", "throughput": out / "throughput.png",
-                       "acceptance": out / "acceptance.png"}
+    assert written == {"summary": out / "summary.md", "forest": out / "forest.png",
+                       "throughput": out / "throughput.png", "acceptance": out / "acceptance.png",
+                       "html": out / "report.html"}
     assert written["summary"].read_text() == render_markdown(report)
-    for name in ("throughput", "acceptance"):
+    for name in ("forest", "throughput", "acceptance"):
         assert _is_png(written[name]), name
         assert written[name].stat().st_size > 20_000, name  # a drawn figure, not an empty canvas
 
@@ -81,7 +82,7 @@ def test_no_figure_is_left_open(rendered) -> None:
 def test_markdown_tables_are_rectangular(rendered) -> None:
     _, _, written = rendered
     tables = _tables(written["summary"].read_text())
-    assert len(tables) == 4  # speed, acceptance, per window, break-even
+    assert len(tables) == 5  # verdicts, speed, acceptance, per window, break-even
     for table in tables:
         width = len(_cells(table[0]))
         assert all(len(_cells(line)) == width for line in table), table
@@ -141,21 +142,22 @@ def test_no_speculative_mode_no_acceptance_plot(tmp_path: Path) -> None:
     report["gates"] = [g for g in report["gates"] if g["mode"] == "no_spec"]
     (tmp_path / "acceptance.png").write_bytes(PNG_MAGIC)  # stale, from an earlier render
     written = render_all(report, tmp_path)
-    assert set(written) == {"summary", "throughput"}
+    assert set(written) == {"summary", "forest", "throughput", "html"}
     assert _is_png(written["throughput"])
     assert not (tmp_path / "acceptance.png").exists()
     assert "acceptance (" not in written["summary"].read_text()
 
 
 def test_nothing_measured_draws_nothing(tmp_path: Path) -> None:
-    from specgate.plots import plot_acceptance, plot_throughput
+    from specgate.plots import plot_acceptance, plot_forest, plot_throughput
 
     report = _load("run2-plain.json")
     report["measurements"], report["gates"] = [], []
     assert plot_throughput(report, tmp_path / "t.png") is None
     assert plot_acceptance(report, tmp_path / "a.png") is None
+    assert plot_forest(report, tmp_path / "f.png") is None
     assert list(tmp_path.iterdir()) == []
-    assert set(render_all(report, tmp_path / "out")) == {"summary"}
+    assert set(render_all(report, tmp_path / "out")) == {"summary", "html"}
 
 
 def test_two_levels_and_a_failed_gate_with_a_pipe(tmp_path: Path) -> None:
@@ -191,4 +193,4 @@ def test_a_report_from_before_the_rename_renders_the_same(name: str, tmp_path: P
     assert words(render_text(old)) == words(render_text(report))
     assert words(render_markdown(old)) == words(render_markdown(report))
     if name == RENDERED[-1]:  # the plots too, once (matplotlib costs a second a report)
-        assert set(render_all(old, tmp_path)) == {"summary", "throughput", "acceptance"}
+        assert set(render_all(old, tmp_path)) == {"summary", "forest", "throughput", "acceptance", "html"}

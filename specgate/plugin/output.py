@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -40,12 +41,14 @@ def has_perf_work(session: SpecgateSession) -> bool:
 
 
 def render_saved_report(path: Path) -> int:
-    """--specgate-report-only: render a saved report again (summary, Markdown, plots); the exit code."""
+    """--specgate-report-only: render a saved report again (summary, Markdown, plots), plain or
+    gzip-compressed (``report.json.gz``); the exit code: 0, or 4 (a usage error) naming what the file
+    lacks when it cannot be rendered."""
     from specgate.report import render_all, render_text
-    from specgate.session import load_report
+    from specgate.saved_report import read_saved_report
 
     try:
-        report = load_report(path)
+        report = read_saved_report(path)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return int(pytest.ExitCode.USAGE_ERROR)
@@ -74,12 +77,21 @@ def write_run_output(specgate: SpecgateSession, *, interrupted: bool) -> None:
 
     path = specgate.write_report(complete=not interrupted)
     written = render_all(specgate.report_data(complete=not interrupted), specgate.options.run_dir)
-    markdown = written["summary"].read_text()
     summary_env = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_env:
         with contextlib.suppress(OSError), open(summary_env, "a") as handle:
-            handle.write(markdown)
+            handle.write(step_summary(written["summary"].read_text(), os.environ))
     specgate.progress(f"report: {path}")
+
+
+def step_summary(markdown: str, environ: Mapping[str, str]) -> str:
+    """What the GitHub job summary gets: summary.md, whose link to report.html resolves beside
+    report.json only, and where GitHub names the run, the run's page, whose artifacts hold it."""
+    server, repo, run = (environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    if not (server and repo and run):
+        return markdown
+    return (f"{markdown}\nThe page (report.html, with the plots and the run's facts) is in this run's artifacts: "
+            f"{server}/{repo}/actions/runs/{run}#artifacts\n")
 
 
 def write_summary(terminalreporter, specgate: SpecgateSession, *, interrupted: bool) -> None:

@@ -1,0 +1,107 @@
+"""``--specgate-report-only`` on every report the project keeps (issue 53): docs/evidence holds them
+gzip-compressed and trimmed (records with decode tok/s only), many written by older versions of
+specgate. Each renders (the terminal summary and summary.md for all; the plots and the page for a
+few, matplotlib being the slow part), says what it lacks, and an unreadable file exits 4 naming why."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specgate.comparisons import gate_comparisons
+from specgate.errors import SpecgateError
+from specgate.plugin.output import render_saved_report
+from specgate.report import render_markdown, render_text
+from specgate.saved_report import missing_parts, read_saved_report
+
+pytestmark = pytest.mark.fast
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIDENCE = sorted(ROOT.glob("docs/evidence/**/*report*.json*"))
+# One of each kind: a GPU A/B, a cpu run with backfire duets and stored figures, a stored-history replay.
+IN_FULL = ["docs/evidence/lab/2026-12-01-h200-draft4l/ab/report.json.gz",
+           "docs/evidence/calibration/cpu-2026-12-01b/run-a-report.json.gz",
+           "docs/evidence/lab/2026-12-04-h200-history/replay-02.report.json.gz"]
+
+
+def test_the_evidence_is_there() -> None:
+    assert len(EVIDENCE) >= 90, EVIDENCE  # 98 when this was written
+    assert all(ROOT / name in EVIDENCE for name in IN_FULL)
+
+
+@pytest.mark.parametrize("path", EVIDENCE, ids=[str(p.relative_to(ROOT / "docs/evidence")) for p in EVIDENCE])
+def test_every_kept_report_renders(path: Path) -> None:
+    report = read_saved_report(path)
+    text = render_text(report)
+    markdown = render_markdown(report)
+    entries = [*report["gates"], *report.get("undecided", [])]
+    assert len(gate_comparisons(report)) == len(entries)
+    if entries:
+        assert text.count("\n", text.index("verdicts, one row per gate")) >= len(entries)
+    trimmed = any("started_at" not in r for m in report["measurements"] for r in m["records"])
+    if trimmed:  # the kept evidence is trimmed: the summary says what it could not show
+        assert "NOT IN THIS REPORT" in text and "request timestamps" in markdown
+        assert any("request timestamps" in part for part in missing_parts(report))
+
+
+@pytest.mark.parametrize("name", IN_FULL)
+def test_report_only_renders_a_kept_report_in_full(name: str, tmp_path: Path, capsys) -> None:
+    copy = tmp_path / Path(name).name
+    shutil.copyfile(ROOT / name, copy)
+    assert render_saved_report(copy) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("specgate: rig ")
+    assert (tmp_path / "summary.md").is_file() and (tmp_path / "throughput.png").is_file()
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "forest.png").is_file()
+
+
+def test_report_only_through_pytest_reads_gzip(pytester: pytest.Pytester) -> None:
+    """The command the docs give, on a compressed report: exit 0 (it was a UnicodeDecodeError, exit 1)."""
+    copy = pytester.path / "report.json.gz"
+    shutil.copyfile(ROOT / IN_FULL[0], copy)
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--specgate-report-only={copy}")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["verdicts, one row per gate*", "*draft_al30*throughput*0.972 (0.932-1.006)*"])
+
+
+def _gz(path: Path, data: object) -> Path:
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return path
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"\x1f\x8b\x08\x00truncated", "cannot read the report"),
+    (b"\xff\xfe not utf-8", "cannot read the report: UnicodeDecodeError"),
+    (b"{not json", "cannot read the report: JSONDecodeError"),
+    (b'{"gates": []}', "not a specgate report"),
+    (b'{"specgate_report": 1, "rig": {"name": "r"}, "gates": []}', "without measurements, rig.reference_mode"),
+])
+def test_an_unreadable_report_exits_4_naming_why(content: bytes, says: str, tmp_path: Path, capsys) -> None:
+    path = tmp_path / "report.json"
+    path.write_bytes(content)
+    with pytest.raises(SpecgateError, match=r"cannot|not a|without"):
+        read_saved_report(path)
+    assert render_saved_report(path) == 4
+    err = capsys.readouterr().err
+    assert says in err and str(path) in err
+
+
+def test_compressed_is_told_by_its_bytes_not_its_name(tmp_path: Path) -> None:
+    report = read_saved_report(ROOT / IN_FULL[0])
+    assert read_saved_report(_gz(tmp_path / "report.json", report)) == report
+    plain = tmp_path / "plain.json.gz"
+    plain.write_text(json.dumps(report))
+    assert read_saved_report(plain) == report
+
+
+def test_a_live_report_lacks_nothing() -> None:
+    """A report of today's specgate (an A/B with its start order and fingerprints) says nothing is missing."""
+    report = read_saved_report(ROOT / "tests/data/calibration/cpu-2026-12-04-acceptance/k3-48-auto-report.json.gz")
+    assert missing_parts(report) == []
+    assert "NOT IN THIS REPORT" not in render_text(report)
