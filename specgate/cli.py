@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                           "starts, windows, requests, tokens, an estimated duration (extra arguments go to pytest's "
                           "selection: -k EXPR, -m EXPR, --specgate-vllm-url URL, ...)")
     plan.add_argument("--rig", default="cpu-smollm2")
-    plan.add_argument("--host-memory-gib", type=float, default=None, metavar="GIB",
+    plan.add_argument("--host-memory-gib", type=_host_memory_gib, default=None, metavar="GIB",
                       help="plan for a host with this much available memory (default: this host's)")
     plan.add_argument("--specgate-keep-servers", action="store_true",
                       help="count the kept servers a --specgate-keep-servers session would reuse as no start")
@@ -62,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     history.add_argument("--runs", type=Path, default=None,
                          help="where each start's run folder goes (default .specgate/history/<rig>)")
+    shown = sub.add_parser("history", help="show a rig's stored histories: per machine and window, the levels "
+                           "over the starts (a table and a PNG), the spread, what the level gate catches, a step "
+                           "or a drift")
+    shown.add_argument("--rig", required=True)
+    shown.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
+    shown.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/history/<rig>)")
     schema = sub.add_parser("schema", help="print the JSON schema of report.json or baselines.json, or write "
                             "both (--out FOLDER)")
     schema.add_argument("name", nargs="?", choices=["report", "baselines"], help="the schema to print")
@@ -86,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)
             return 4
+
+    if args.command == "history":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        return history_command(args.rig, args.baselines or _project_root() / "baselines.json",
+                               args.out or _project_root() / ".specgate" / "history" / args.rig)
 
     if args.command == "plan":
         return plan_session_command(args.rig, rest, keep_servers=args.specgate_keep_servers,
@@ -141,6 +154,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _host_memory_gib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount of memory in GiB (a number, 0 or more)")
+    return value
+
+
 def _project_root() -> Path:
     """The folder a command works in: the current one (a checkout, or any project holding fixtures/,
     perf_tests/ and baselines.json), as pytest's rootdir would be."""
@@ -156,14 +179,19 @@ def _fixtures_dir() -> Path:
 def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers: bool = False,
                          host_gib: float | None = None) -> int:
     """``specgate plan``: collect the perf tests of ``rig_name`` as ``pytest -m TIER`` (with the
-    extra arguments' selection) would, start nothing, and print the session's plan."""
+    extra arguments' selection) would, start nothing, and print the session's plan. On a rig whose
+    servers take turns: its arrangements side by side, the cheapest that can decide printed in full
+    (specgate.plan.choose_arrangement), and the paths to a verdict. Exit 4 when the plan refuses a
+    mode (the session would refuse it before any start)."""
     import contextlib
     import io
+    import os
 
     import pytest
 
     from specgate.config import load_rig
     from specgate.errors import SpecgateError
+    from specgate.host_memory import HOST_MEMORY_ENV
     from specgate.plugin.cost import PlanCapture
 
     root = _project_root()
@@ -177,25 +205,52 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
     paths = [] if given else [str(root / "perf_tests")]
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier, "--specgate-rig", rig_name,
-                            f"--rootdir={root}",
-                            *(["-c", str(root / "pyproject.toml")] if (root / "pyproject.toml").is_file() else []),
-                            *pytest_args, *paths], plugins=[capture])
+    # the session's own check before any start (sleep levels against host memory) reads the host the plan is for
+    stand_in = os.environ.get(HOST_MEMORY_ENV)
+    if host_gib is not None:
+        os.environ[HOST_MEMORY_ENV] = repr(host_gib)
+    try:
+        with contextlib.redirect_stdout(out):
+            code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier, "--specgate-rig",
+                                rig_name, f"--rootdir={root}",
+                                *(["-c", str(root / "pyproject.toml")] if (root / "pyproject.toml").is_file() else []),
+                                *pytest_args, *paths], plugins=[capture])
+    finally:
+        if stand_in is None:
+            os.environ.pop(HOST_MEMORY_ENV, None)
+        else:
+            os.environ[HOST_MEMORY_ENV] = stand_in
     if capture.plan is None:
         print(out.getvalue(), end="")
+        if code == ExitCode.USAGE_ERROR:  # refused at collection (pytest printed why): no plan to show
+            print(f"specgate: the session of rig {rig_name} is refused before any server starts (above)",
+                  file=sys.stderr)
+            return USAGE
         print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})", file=sys.stderr)
         return int(code) if code not in (ExitCode.OK, ExitCode.GATE_FAILED) else int(ExitCode.NO_TESTS)
-    print(capture.plan.render())
-    if capture.specgate.rig.arrangement.name == "alternate":
-        from specgate.plan import paths
+    plan = capture.plan
+    rig = capture.specgate.rig
+    if rig.arrangement.name == "alternate" and plan.servers:
+        from specgate.plan import arrangement_lines, arrangements, choose_arrangement, paths
 
         store = None
         with contextlib.suppress(SpecgateError):
             store = capture.specgate.store
-        for line in paths(capture.specgate.rig, capture.windows, capture.rates[0], store=store, host_gib=host_gib):
+        options = arrangements(rig, capture.windows, capture.rates[0], store=store, host_gib=host_gib,
+                               reused=[s.label for s in plan.servers if s.reused], keep_servers=keep_servers,
+                               other_tests=plan.other_tests, rate_note=capture.rates[1])
+        chosen = choose_arrangement(options)
+        plan = chosen.plan
+        print(plan.render())
+        for line in [*arrangement_lines(options, chosen),
+                     *paths(rig, capture.windows, capture.rates[0], store=store, host_gib=host_gib)]:
             print(line)
-    return 0
+    else:
+        print(plan.render())
+    if plan.refusal:
+        print(f"specgate: refused before any server starts: {plan.refusal}", file=sys.stderr)
+        return USAGE
+    return USAGE if code == ExitCode.USAGE_ERROR else 0  # an input the session refuses (pytest printed it)
 
 
 def _old_mode_name_in(report: dict) -> bool:
@@ -237,6 +292,30 @@ def _renamed_in(report: dict) -> dict:
                              for m in report.get("measurements", [])]}
 
 
+def history_command(rig_name: str, baselines: Path, out: Path) -> int:
+    """Print the rig's stored histories and write their PNG; 4 for an unknown rig or a bad file."""
+    from specgate.baselines import load_baselines
+    from specgate.config import load_rig
+    from specgate.errors import SpecgateError
+    from specgate.history_view import history_text, plot_history
+
+    try:
+        rig = load_rig(rig_name, _fixtures_dir())
+        if not baselines.exists():
+            raise SpecgateError(f"{baselines}: no such baselines file (--baselines PATH)")
+        store = load_baselines(baselines)
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return USAGE
+    gates = rig.gates
+    threshold = 1 - (gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance)
+    print(history_text(store, rig_name, threshold, gates.confidence))
+    path = plot_history(store, rig_name, out, gates.confidence)
+    if path is not None:
+        print(f"plot: {path}")
+    return 0
+
+
 def schema_command(name: str | None, out: Path | None, parser: argparse.ArgumentParser) -> int:
     from specgate.schemas import schema_text, write_schemas
 
@@ -255,7 +334,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
     from specgate.baselines import load_baselines, merge_updates
     from specgate.config import NO_SPEC, OLD_NO_SPEC
     from specgate.errors import SpecgateError
-    from specgate.gates import entries_from_report
+    from specgate.storing import entries_from_report
 
     try:
         raw = report_path.read_bytes()
@@ -276,7 +355,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
         print(f"specgate: {exc}", file=sys.stderr)
         return USAGE
     try:
-        entries = entries_from_report(report, modes=modes, stored=stored)
+        entries = entries_from_report(report, modes=modes)
     except (KeyError, TypeError, ValueError) as exc:
         print(f"specgate: {report_path}: a measurement is malformed ({type(exc).__name__}: {exc})", file=sys.stderr)
         return USAGE
@@ -285,13 +364,14 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
               file=sys.stderr)
         return USAGE
     try:
-        merge_updates(baselines_path, entries)
+        _, said = merge_updates(baselines_path, entries)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return USAGE
     if not report.get("complete", True):
         print(f"note: {report_path} is from a run that did not finish; only its finished windows are adopted")
     for (rig, mode, prompt_class, concurrency), entry in sorted(entries.items()):
-        print(f"{rig} / {mode} / {prompt_class} / c{concurrency}: median {entry.median:.1f} tok/s, n={entry.n}")
+        print(f"{rig} / {mode} / {prompt_class} / c{concurrency}: median {entry.median:.1f} tok/s, n={entry.n}, "
+              f"stored as {said[(rig, mode, prompt_class, concurrency)]}")
     print(f"{len(entries)} baseline(s) written to {baselines_path}")
     return 0

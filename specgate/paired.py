@@ -397,7 +397,8 @@ def describe(result: PairedRatio, *, reference_label: str) -> str:
         level = (1.0 - result.confidence) / 2 * 100
         resolution = (f"catches a true ratio <= {result.detectable:.3f} 95 % of the time at this spread, "
                       f"one-sided at {level:.2g} % ({result.quantile_name} = {result.quantile:.2f})")
-    return (f"{head}; {result.confidence * 100:.1f} % CI {result.ci_low:.3f}-{result.ci_high:.3f}; "
+    interval = "prediction interval" if result.method == PREDICTION_METHOD else "CI"
+    return (f"{head}; {result.confidence * 100:.1f} % {interval} {result.ci_low:.3f}-{result.ci_high:.3f}; "
             f"threshold {result.threshold:.2f}; {result.n} {result.unit}; {result.method}; {resolution})")
 
 

@@ -5,15 +5,19 @@ and the fixtures are thin wrappers over it (the pytest-benchmark pattern)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from specgate.errors import SpecgateError
+from specgate.errors import ConfigError, SpecgateError
 from specgate.outcome import Outcome
 
 # The plugin builds a session in every pytest run of the environment, perf tests or not: the
@@ -21,8 +25,8 @@ from specgate.outcome import Outcome
 if TYPE_CHECKING:
     from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint
     from specgate.config import AB, Mode, PromptClass, Rig
-    from specgate.gates import GateResult
     from specgate.measure import ClassMeasurement, Measurer
+    from specgate.verdict import GateResult
 
 UpdateMode = Literal["off", "update", "regen"]
 MeasureKey = tuple[str, str, int]  # mode, prompt class, concurrency
@@ -36,6 +40,9 @@ class SessionOptions:
     run_dir: Path
     repo_root: Path
     update: UpdateMode = "off"
+    # --specgate-baselines given: a path that names no file is refused (unless the run stores), where
+    # the default baselines.json of a project that has stored nothing yet is not
+    baselines_given: bool = False
     strict_fingerprint: bool = False
     attach_url: str | None = None
     attach_mode: str | None = None
@@ -99,6 +106,7 @@ class SpecgateSession:
     # specgate.gating.Family: the gates that can fail the run, counted at collection (plan_family)
     family: Any = None
     _gating: dict[tuple[str, str, str, int], tuple[str | None, str]] = field(default_factory=dict)
+    _pythons_import_vllm: bool = False  # the A/B sides' pythons were seen to import vLLM (once a session)
     _rig: Rig | None = None
     _store: BaselineFile | None = None
     _measurer: Measurer | None = None
@@ -125,12 +133,71 @@ class SpecgateSession:
             self._store = load_baselines(self.options.baselines_path)
         return self._store
 
-    def validate_inputs(self) -> None:
+    @functools.cached_property
+    def machine(self) -> str | None:
+        """This host's identity as a stored history names it (specgate.fingerprint.machine_id), read
+        before any server starts: which stored history may gate this session's plain runs."""
+        from specgate.fingerprint import machine_id
+
+        return machine_id(self.rig.tier, self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    def validate_inputs(self, *, imports: bool = True) -> None:
         """Read and validate every file the session needs (the rig, the mode library, the prompts,
-        baselines.json) before any server starts: a bad one is one ConfigError naming the file and
-        the key, not a traceback in every test after the servers spent minutes (or, on a large
-        rig, an hour) starting. Reading never writes: a file that fails stays as it was."""
+        baselines.json) and the A/B sides' pythons before any server starts: a bad one is one
+        ConfigError naming the file and the key, not a traceback in every test after the servers
+        spent minutes (or, on a large rig, an hour) starting. Reading never writes: a file that
+        fails stays as it was. ``imports``: also check that each side's python imports vLLM (seconds
+        each; a run that starts no server, such as --collect-only, leaves it out)."""
         _ = self.rig, self.store
+        self._check_baselines_path()
+        self._check_side_pythons(imports=imports)
+
+    def _check_baselines_path(self) -> None:
+        """A --specgate-baselines file that does not exist would leave every stored-figure gate with
+        nothing to compare (a typo reads as "not stored"); a run that stores creates it, in a folder
+        that must exist for the write at the session's end."""
+        path = self.options.baselines_path
+        if path.exists() or not self.options.baselines_given:
+            return
+        if self.options.update == "off":
+            raise ConfigError(path, None, "no such baselines file (--specgate-baselines): name an existing one, or "
+                              "store this run's figures there with --specgate-update-baselines or "
+                              "--specgate-regen-baselines")
+        if not path.parent.is_dir():
+            raise ConfigError(path, None, f"the folder {path.parent} does not exist, so this run's figures "
+                              f"(--specgate-{self.options.update}-baselines) could not be stored there")
+
+    def _check_side_pythons(self, *, imports: bool) -> None:
+        """Each A/B side's python exists, is executable and (``imports``) imports vLLM, so that a
+        mistyped environment fails here, not after the other side's server spent minutes loading."""
+        rig = self.rig
+        if rig.ab is None or self.options.attach_url:
+            return
+        sides = {name: side for name in ("reference", "candidate") if (side := getattr(rig.ab, name)).python}
+        for name, side in sides.items():
+            if rig.argv_prefix[0] != sys.executable:  # specgate.server.spec_for_mode swaps ${python} only
+                raise ConfigError(rig.path, "server_command", f"the A/B {name} side's python "
+                                  f"({self._side_python_key(name)}) replaces ${{python}} there, but it starts with "
+                                  f'{rig.argv_prefix[0]!r}: begin it with "${{python}}"')
+            _check_executable(side.python, self._side_python_refusal(name, side.python))
+        if not imports or self._pythons_import_vllm:
+            return
+        for name, side in sides.items():
+            self.progress(f"checking that the A/B {name} side's python imports vllm: {side.python}")
+            _check_imports_vllm(side.python, {**os.environ, **rig.env, **side.env},
+                                self._side_python_refusal(name, side.python))
+        self._pythons_import_vllm = True
+
+    def _side_python_key(self, name: str) -> str:
+        return f"--specgate-ab-{name}-python" if self.options.ab is not None else f"ab.{name}.python"
+
+    def _side_python_refusal(self, name: str, python: str) -> Callable[[str], ConfigError]:
+        """The error for the A/B side ``name``'s python, naming where it was given: the command line's
+        option (with the python's path), or the rig file and its key."""
+        if self.options.ab is not None:
+            return lambda message: ConfigError(python, None, f"the A/B {name} side's python "
+                                               f"({self._side_python_key(name)}) {message}")
+        return lambda message: ConfigError(self.rig.path, self._side_python_key(name), f"{python!r} {message}")
 
     @property
     def measurer(self) -> Measurer:
@@ -139,7 +206,7 @@ class SpecgateSession:
             from specgate.telemetry import window_sampler
 
             gpus = self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
-            from specgate.gates import follow_up_reason
+            from specgate.follow_up import follow_up_reason
 
             rig = self.rig
             budget = self.options.time_budget_s
@@ -193,7 +260,7 @@ class SpecgateSession:
         if key not in self._gating:
             from specgate.gating import resolve
 
-            self._gating[key] = resolve(self.gating_setting, self.rig, self.store, *key)
+            self._gating[key] = resolve(self.gating_setting, self.rig, self.store, *key, machine=self.machine)
         return self._gating[key]
 
     def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
@@ -368,7 +435,10 @@ class SpecgateSession:
             return None
         from specgate.baselines import merge_updates
 
-        merge_updates(self.options.baselines_path, self.pending_updates)
+        _, said = merge_updates(self.options.baselines_path, self.pending_updates,
+                                new_history=self.options.update == "update")
+        for (_, mode, prompt_class, concurrency), what in sorted(said.items()):
+            self.progress(f"stored {mode} / {prompt_class} / c{concurrency} as {what}")
         self.pending_updates.clear()
         return self.options.baselines_path
 
@@ -466,6 +536,39 @@ class SpecgateSession:
         data["breakeven"] = from_report(data)  # derived, for readers of report.json; renderers recompute it
         atomic_write_json(self.report_path, data)
         return self.report_path
+
+
+# `import vllm` takes seconds (torch, transformers); a cold disk or a busy host can make it a minute.
+VLLM_IMPORT_TIMEOUT_S = 180.0
+
+
+def _check_executable(python: str, refused: Callable[[str], ConfigError]) -> None:
+    """``python`` names an executable file: a path, or a name found on PATH (as the server's start would)."""
+    found = python if os.sep in python else shutil.which(python)
+    if found is None:
+        raise refused("is not on PATH: give the path of the environment's python, e.g. /venvs/vllm-next/bin/python")
+    path = Path(found)
+    if not path.exists():
+        raise refused("does not exist: give the path of the environment's python, e.g. /venvs/vllm-next/bin/python")
+    if path.is_dir():
+        raise refused("is a folder: give the python inside it, e.g. its bin/python")
+    if not os.access(path, os.X_OK):
+        raise refused("is not executable")
+
+
+def _check_imports_vllm(python: str, env: dict[str, str], refused: Callable[[str], ConfigError]) -> None:
+    """``python -c "import vllm"`` succeeds within VLLM_IMPORT_TIMEOUT_S, in the server's environment."""
+    try:
+        done = subprocess.run([python, "-c", "import vllm"], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=VLLM_IMPORT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise refused(f"did not finish `import vllm` within {VLLM_IMPORT_TIMEOUT_S:.0f} s") from None
+    except OSError as exc:
+        raise refused(f"could not run: {exc}") from None
+    if done.returncode != 0:
+        lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        raise refused(f"cannot import vllm (exit code {done.returncode}: {lines[-1] if lines else 'no output'}): "
+                      "install the side's vLLM build in that environment")
 
 
 def default_run_dir(root: Path, rig_name: str) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from old_reports import with_old_mode_name
 
-from specgate.baselines import load_baselines, lookup
+from specgate.baselines import histories, load_baselines, lookup
 from specgate.cli import main
 
 pytestmark = pytest.mark.fast
@@ -54,7 +54,7 @@ def test_modes_subset(baselines: Path, capsys) -> None:
     report = json.loads(gzip.decompress(INTERRUPTED.read_bytes()))
     adopted = {m["prompt_class"]: sorted(r["decode_tokens_per_s"] for r in m["records"])
                for m in report["measurements"] if m["mode"] == "no_spec_pp2"}
-    assert {c: sorted(after["no_spec_pp2"][c]["1"].decode_tokens_per_s) for c in adopted} == adopted
+    assert {c: sorted(after["no_spec_pp2"][c]["1"][-1].decode_tokens_per_s) for c in adopted} == adopted
 
 
 def test_a_report_from_before_the_rename_is_adopted_under_no_spec(baselines: Path, tmp_path: Path, capsys) -> None:
@@ -93,19 +93,20 @@ def test_no_window_of_the_asked_modes(baselines: Path, capsys) -> None:
     assert baselines.read_bytes() == before
 
 
-def test_an_old_duet_report_continues_the_stored_ratio_history(baselines: Path, tmp_path: Path, capsys) -> None:
+def test_an_old_duet_report_is_stored_apart_from_the_stored_history(baselines: Path, tmp_path: Path, capsys) -> None:
     """A real lab report from before the rename (GPU-bound rig, duet windows against "baseline"):
-    the stored ratio's reference becomes no_spec and its history grows by the window, instead of
-    starting again under the old name (where the rig's gates would never find it)."""
+    the stored ratio's reference becomes no_spec (where the rig's gates find it). The report names no
+    machine, so its window is a history of its own: the stored history (of no named machine either)
+    is kept as it was, never appended to (issue 51: no command appends across machines)."""
     import gzip
 
     report = tmp_path / "s3.json"
     report.write_bytes(gzip.decompress((DATA / "lab/2026-12-01-h200-draft4l/s3/report.json.gz").read_bytes()))
     assert '"mode": "baseline"' in report.read_text()
     key = ("h200-llama8b-dummy", "draft_al30", "coding", 1)
-    before = lookup(load_baselines(baselines), *key)
+    before = histories(load_baselines(baselines), *key)
     assert main(["adopt-baselines", str(report), "--baselines", str(baselines), "--modes", "draft_al30"]) == 0
-    after = lookup(load_baselines(baselines), *key)
-    assert after.ratio_to_reference.reference_mode == "no_spec"
-    assert len(after.ratio_history) == min(len(before.ratio_history) + 1, 10)
-    assert after.ratio_history[:-1] == before.ratio_history[-len(after.ratio_history) + 1:]
+    assert "stored as a history of its own (this machine is unknown: it never gates)" in capsys.readouterr().out
+    after = histories(load_baselines(baselines), *key)
+    assert after[:-1] == before and len(after[-1].starts) == 1
+    assert after[-1].ratio_to_reference.reference_mode == "no_spec" and len(after[-1].ratio_history) == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fixture_copy import copy_fixtures
 
-from specgate.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry
+from specgate.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry, StoredStart
 from specgate.client import RequestRecord
 from specgate.config import AB, Gates, load_rig
 from specgate.errors import ConfigError
@@ -90,11 +90,15 @@ def _ab_rig():
     return rig.model_copy(update={"ab": AB()})
 
 
-def _store(rig_name: str, ratios: list[float]) -> BaselineFile:
-    entry = BaselineEntry(decode_tokens_per_s=[30.0], median=30.0, mad=0.0, n=1, ratio_history=ratios,
+MACHINE = "machine-id stand-in"
+
+
+def _store(rig_name: str, ratios: list[float], machine: str | None = MACHINE) -> BaselineFile:
+    entry = BaselineEntry(decode_tokens_per_s=[30.0], median=30.0, mad=0.0, n=1,
+                          starts=[StoredStart(level=30.0, ratio=r, machine=machine) for r in ratios],
                           ratio_to_reference=RatioEntry(reference_mode="no_spec", ratio=1.0, ci_low=0.9, ci_high=1.1,
                                                         n=6) if ratios else None)
-    return BaselineFile(schema_version=SCHEMA_VERSION, rigs={rig_name: {"ngram": {"coding": {"1": entry}}}})
+    return BaselineFile(schema_version=SCHEMA_VERSION, rigs={rig_name: {"ngram": {"coding": {"1": [entry]}}}})
 
 
 def test_auto_gates_the_live_comparisons_and_stored_figures_with_history_only():
@@ -105,12 +109,23 @@ def test_auto_gates_the_live_comparisons_and_stored_figures_with_history_only():
     assert can_decide(duet, None, "backfire", "ngram", "coding", 1)[0]
     assert can_decide(duet, None, "ttft", "ngram", "coding", 1)[0]
     assert not can_decide(duet, None, "acceptance", "ngram", "coding", 1)[0]
-    fresh, why = can_decide(duet, _store(duet.name, [1.0]), "throughput", "ngram", "coding", 1)
-    assert not fresh and "with 1 of the 3 stored ratios" in why
-    assert can_decide(duet, _store(duet.name, [1.0, 1.02, 0.99]), "throughput", "ngram", "coding", 1)[0]
-    assert not can_decide(duet, _store(duet.name, []), "throughput", "no_spec", "coding", 1)[0]
+    fresh, why = can_decide(duet, _store(duet.name, [1.0]), "throughput", "ngram", "coding", 1, MACHINE)
+    assert not fresh and "1 of the 3 stored ratios a prediction interval needs" in why
+    # issue 51: the prediction interval's half-width against the tolerance decides, not a count of starts
+    narrow, why = can_decide(duet, _store(duet.name, [1.0, 1.002, 0.999]), "throughput", "ngram", "coding", 1,
+                             MACHINE)
+    assert narrow and "narrower than the" in why
+    wide, why = can_decide(duet, _store(duet.name, [1.0, 1.06, 0.95] * 2), "throughput", "ngram", "coding", 1,
+                           MACHINE)
+    assert not wide and "is not narrower than the" in why
+    # a history of another machine, or of one unknown, never gates
+    assert not can_decide(duet, _store(duet.name, [1.0, 1.002, 0.999]), "throughput", "ngram", "coding", 1,
+                          "machine-id other")[0]
+    assert not can_decide(duet, _store(duet.name, [1.0, 1.002, 0.999], None), "throughput", "ngram", "coding", 1,
+                          None)[0]
+    assert not can_decide(duet, _store(duet.name, []), "throughput", "no_spec", "coding", 1, MACHINE)[0]
     assert resolve({"throughput": "auto"}, duet, None, "throughput", "ngram", "coding", 1) == (
-        "report", "no stored figures")
+        "report", "this machine cannot be identified")
     assert resolve({"throughput": "gate"}, duet, None, "throughput", "ngram", "coding", 1)[0] == "gate"
     assert resolve({}, duet, None, "throughput", "ngram", "coding", 1)[0] is None
 
@@ -138,7 +153,7 @@ def test_under_auto_an_undecided_live_gate_fails_the_run_a_stored_one_is_reporte
     assert "backfire gate undecided [fails the run: this gate gates it and is still undecided" in out
     assert "throughput gate UNDECIDED, reported only" in out
     assert "GATED THE RUN: 1 gate(s): backfire x1 (a live no-speculation reference in the same session)" in out
-    assert "REPORTED ONLY (never fail the run): 1 gate(s): throughput x1 (no stored figures)" in out
+    assert "REPORTED ONLY (never fail the run): 1 gate(s): throughput x1 (no stored history of this machine)" in out
     report = json.loads((run_dir / "report.json").read_text())
     assert {u["gate"]: u["gating"] for u in report["undecided"]} == {"throughput": "report", "backfire": "gate"}
     assert report["gating"]["throughput"] == "auto"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.baselines import load_baselines
+from specgate.baselines import StoredStart, load_baselines
 from specgate.config import load_rig
 from specgate.durations import format_elapsed
 from specgate.host_memory import PIN_GIB_PER_S
@@ -59,7 +59,7 @@ def test_the_kimi_rig_costs_its_loads_and_its_windows_at_the_stored_rates():
     assert 2.5 * 3600 < plan.total_s < 2.8 * 3600  # 2 h of loads, 16 min of first sleeps, ~25 min of windows
     text = plan.render()
     assert "ngram (start ~90m00s)" in text and f"about {format_elapsed(plan.total_s)}" in text and "take turns" in text
-    assert "no_spec level 1" in text and "ngram level 1" in text
+    assert "no_spec sleep level 1" in text and "ngram sleep level 1" in text
 
 
 def test_an_alternation_window_counts_the_swaps_its_turns_make():
@@ -165,6 +165,17 @@ def test_the_plan_command_prints_the_estimate_of_a_selection_and_starts_nothing(
     assert "about " in run.stdout
 
 
+@pytest.mark.parametrize("gib", ["-1", "-0.5", "nan", "lots"])
+def test_a_host_memory_that_is_not_an_amount_is_a_usage_error(capsys, gib):
+    from specgate.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["plan", "--rig", "kimi-k25-int4-8x-rtx6000", f"--host-memory-gib={gib}"])
+    assert refused.value.code == 4  # argparse's own would be 2, pytest's "interrupted"
+    assert f"--host-memory-gib: {gib!r} is not an amount of memory in GiB (a number, 0 or more)" in \
+        capsys.readouterr().err
+
+
 def test_stored_figures_count_only_at_this_hosts_pace_where_the_rig_states_a_rate():
     """The cpu rig's stored figures carry no CPU canary and came from a 1.7x slower machine whose
     fingerprint reads the same: where the rig states a rate, the plan sets them aside for it."""
@@ -177,10 +188,12 @@ def test_stored_figures_count_only_at_this_hosts_pace_where_the_rig_states_a_rat
     plan = plan_session(rig, [("ngram", "coding", 1)], rates, rate_note=note)
     assert plan.windows[0].rate_source == "rig's [estimate]" and f"note: {note}" in plan.render()
     # figures stored at this host's pace (canary within host_pace_tolerance, 25 %) are used; others not
-    entry = store.rigs["cpu-smollm2"]["ngram"]["coding"]["1"]
-    store.rigs["cpu-smollm2"]["ngram"]["coding"]["1"] = entry.model_copy(update={"host_canary_us": [24.0, 26.0]})
-    store.rigs["cpu-smollm2"]["ngram"]["math"]["1"] = store.rigs["cpu-smollm2"]["ngram"]["math"]["1"].model_copy(
-        update={"host_canary_us": [40.0]})
+    def paced(entry, *canaries):
+        return entry.model_copy(update={"starts": [StoredStart(level=entry.median, canary_us=c) for c in canaries]})
+
+    entry = store.rigs["cpu-smollm2"]["ngram"]["coding"]["1"][-1]
+    store.rigs["cpu-smollm2"]["ngram"]["coding"]["1"] = [paced(entry, 24.0, 26.0)]
+    store.rigs["cpu-smollm2"]["ngram"]["math"]["1"] = [paced(store.rigs["cpu-smollm2"]["ngram"]["math"]["1"][-1], 40.0)]
     rates, note = estimate_rates(store, rig, canary_us=25.0)
     assert rates == {("ngram", "coding", 1): entry.median}
     assert "10 with no host pace recorded and 1 at another host pace" in note

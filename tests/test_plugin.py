@@ -288,7 +288,8 @@ def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):
     assert not (tmp_path / "baselines.json").exists()  # written once, at the end of the session
     updating.flush_updates()
     stored = json.loads((tmp_path / "baselines.json").read_text())
-    assert stored["rigs"]["cpu-smollm2"]["no_spec"]["coding"]["1"]["n"] == 6
+    (history,) = stored["rigs"]["cpu-smollm2"]["no_spec"]["coding"]["1"]
+    assert history["n"] == 6 and history["starts"][0]["machine"] == updating.machine
 
     GateKeeper(_session(tmp_path)).throughput(_measurement("no_spec", [x * 1.01 for x in measured]))
 

@@ -24,9 +24,17 @@ LAB = ROOT / "tests" / "data" / "lab" / "2026-12-01-h200-draft4l"
 RIG = "h200-llama8b-dummy"
 
 
+MACHINE = "GPU-lab-h200"  # the three sessions ran on one lease; their reports predate the machine's key
+
+
 def _report(tmp_path: Path, session: str) -> Path:
+    """The session's report, its fingerprints naming the lease's machine (stored starts of one machine
+    and build make one history: specgate.baselines.place_start)."""
+    data = json.loads(gzip.decompress((LAB / session / "report.json.gz").read_bytes()))
+    for fingerprint in data.get("fingerprints", {}).values():
+        fingerprint["machine"] = MACHINE
     out = tmp_path / f"{session}.json"
-    out.write_bytes(gzip.decompress((LAB / session / "report.json.gz").read_bytes()))
+    out.write_text(json.dumps(data))
     return out
 
 
@@ -79,8 +87,8 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
     assert round(one.details["ratio"], 3) == 0.942 and 0.97 < one.details["ci_high"] < 0.98
     assert "session-to-session spread unknown (fewer than 3 stored ratios, no start_noise)" in one.message
 
-    # with three stored, the comparison is with their mean (s1b's own ratio among them), widened by
-    # their spread: an estimate with 2 degrees of freedom, scaled by t = 4.30 (not 1.96) x sqrt(1 + 1/3)
+    # with three stored, the comparison is with their mean (s1b's own ratio among them), within their
+    # prediction interval alone: 2 degrees of freedom, t = 4.30 (not 1.96) x s x sqrt(1 + 1/3)
     _adopt(all_three, s1b, s2, s3)
     entry = lookup(load_baselines(all_three), RIG, "draft_al30", "coding", 1)
     three = check_throughput(rig, window, entry)
@@ -88,7 +96,8 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
     assert three.details["ratio"] == pytest.approx(one.details["ratio"] * entry.ratio_to_reference.ratio / mean)
     assert three.outcome is Outcome.UNDECIDED and three.details["verdict"] == "undecided"
     assert three.details["ci_low"] < one.details["ci_low"] and three.details["ci_high"] > 1.0
-    assert "the mean of 3 stored ratios; 3 stored sessions, session-to-session spread 3." in three.message
+    assert "against the mean of 3 stored ratios; 3 stored starts, session-to-session spread 3.26 %" in three.message
+    assert "95.0 % prediction interval 0.819-1.133" in three.message
     assert "(t, 2 df = 4.30)" in three.message
 
 

@@ -53,7 +53,7 @@ class GateKeeper:
         update = self.session.options.update
         if update == "off":
             return False
-        entry = baseline_entry(m, self.session.fingerprints.get(m.mode) or Fingerprint())
+        entry = baseline_entry(m, self.session.fingerprints.get(m.mode) or Fingerprint(machine=self.session.machine))
         self.session.queue_update(m, entry)
         message = (f"this run's figures of {self._where(m)} will be stored in {self.session.options.baselines_path} "
                    f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n}; "
@@ -83,7 +83,7 @@ class GateKeeper:
         if gate != "throughput":
             return lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency) or found[-1]
         now = self.session.fingerprints.get(m.mode)
-        machine = now.machine if now is not None else None
+        machine = now.machine if now is not None else self.session.machine
         entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency, machine=machine)
         if entry is None:
             stored = "; ".join(h.describe() for h in found[-3:])
