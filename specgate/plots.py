@@ -316,9 +316,10 @@ def forest_figure(report: dict[str, Any]):
             else:
                 ax.fill_betweenx([y - 0.42, y + 0.42], lo, c.threshold, color=FAIL_SHADE, linewidth=0, zorder=0)
             ax.plot([c.threshold, c.threshold], [y - 0.42, y + 0.42], color=FAIL_COLOR, linewidth=1.6, zorder=2)
-        if c.ratio is None:
-            ax.text(1.0, y, f"  no ratio: {c.tag}", va="center", ha="left", fontsize=8, color=color,
-                    style="italic", zorder=3)
+        if c.ratio is None:  # written mid-axis (axes x, data y): it never runs past the axis's edge
+            ax.text(0.5, y, f"no ratio: {c.tag}", transform=ax.get_yaxis_transform(), va="center", ha="center",
+                    fontsize=8, color=color, style="italic", zorder=3,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85})
             continue
         if c.ci_low is not None and c.ci_high is not None:
             ax.plot([c.ci_low, c.ci_high], [y, y], color=color, linewidth=2.4, solid_capstyle="butt", zorder=3)
