@@ -1,12 +1,15 @@
-"""Host memory for sleep mode: what level 1 needs for the servers that sleep at once, the level
-each server gets, and what a level-2 wake costs; one rule for ``plan``, the session's preflight
-and the sleep controller (specgate.sleep).
+"""Host memory for sleep mode: what level 1 needs for the servers loaded at once, the level each
+server gets, and what a level-2 wake costs; one rule for ``plan``, the session's preflight and the
+sleep controller (specgate.sleep).
 
-Level 1 keeps a sleeping server's weights in pinned host memory. In an alternation every server of
-the session stays loaded, one awake at a time, and during a swap the server going to sleep copies
+Level 1 keeps a sleeping server's weights in pinned host memory. In an alternation the servers
+loaded at once take turns, one awake at a time, and during a swap the server going to sleep copies
 its weights out while the others' are still held: at the peak the host holds the weights of every
-server that sleeps at level 1. The rule: available host memory >= HOST_MARGIN x (the sum of their
-weights) + HOST_RESERVE_GIB. Level 2 keeps nothing on the host; its wake reads the weights from the
+loaded server that sleeps at level 1. Which servers are loaded at once: a mode's servers stop after
+its last window, so a plain run's reference and one mode's server, or an A/B's two sides of one
+mode (with any kept server beside them); with ``--specgate-keep-servers`` every server of the
+session stays loaded. The rule: available host memory >= HOST_MARGIN x (the sum of their weights)
++ HOST_RESERVE_GIB. Level 2 keeps nothing on the host; its wake reads the weights from the
 model's files again (weights / the rig's ``[estimate] weights_read_gib_per_s``). A server with a
 drafter or ``--load-format dummy`` weights cannot wake from level 2, so it needs level 1 or is
 refused before anything starts.
@@ -14,7 +17,7 @@ refused before anything starts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specgate.durations import format_elapsed
@@ -65,75 +68,97 @@ class Sleeper:
 @dataclass(frozen=True)
 class LevelChoice:
     levels: dict[str, int]  # label -> sleep level
-    need_all_gib: float | None  # level 1 for every server; None when a size is unknown
-    need_chosen_gib: float  # level 1 for the servers that got it
+    need_all_gib: float | None  # level 1 for the servers loaded at once (the most); None when a size is unknown
+    need_chosen_gib: float  # level 1 for those of them that got it
     available_gib: float
     refused: tuple[str, ...] = ()  # labels that need level 1 and cannot have it
     forced: int | None = None
+    loaded: tuple[str, ...] = ()  # the servers loaded at once when the host holds the most (all: empty)
+    need_refused_gib: float = 0.0  # level 1 for the servers that need it, those loaded at once
 
     @property
     def short_gib(self) -> float:
         return max(0.0, (self.need_all_gib or 0.0) - self.available_gib)
 
-    def host_line(self) -> str:
-        """The host memory in one line: needed against available, and what the host lacks."""
+    @property
+    def at_once(self) -> int:
+        """How many servers are loaded at once, at the most."""
+        return len(self.loaded) or len(self.levels)
+
+    def host_line(self, loaded_why: str = "") -> str:
+        """The host memory in one line: needed against available, and what the host lacks.
+        ``loaded_why``: which servers are loaded at once, in words."""
         if self.forced is not None:
             return f"host memory: {self.available_gib:,.0f} GiB available; sleep_level = {self.forced}, set by the rig"
         if self.need_all_gib is None:
             return (f"host memory: {self.available_gib:,.0f} GiB available; the weights' size is not known "
-                    "(set sleep_host_memory_gib in the rig), so level 1 is assumed to fit")
-        line = (f"host memory: level 1 for all {len(self.levels)} sleeping server(s) needs "
+                    "(set sleep_host_memory_gib in the rig), so sleep level 1 is assumed to fit")
+        why = f" ({loaded_why})" if loaded_why else ""
+        line = (f"host memory: sleep level 1 for the {self.at_once} server(s) loaded at once{why} needs "
                 f"{self.need_all_gib:,.0f} GiB ({HOST_MARGIN:g} x weights + {HOST_RESERVE_GIB:g} GiB); "
                 f"{self.available_gib:,.0f} GiB available")
         if self.short_gib > 0:
             fit = sum(1 for level in self.levels.values() if level == 1)
-            line += f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} fit at level 1"
-            line += (" (fewer modes with -k, or an A/B of one mode at a time, keeps every server at level 1)" if fit
-                     else f" (one alone needs {level1_need_gib([self._weights_each()]):,.0f} GiB)"
-                     if self.levels else "")
+            line += f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} sleep at sleep level 1"
+            if not fit and self.levels:
+                line += f" (one alone needs {level1_need_gib([self._weights_each()]):,.0f} GiB)"
         return line
 
     def _weights_each(self) -> float:
-        """One server's weights, from the rule's figure for all of them (one weights size per rig)."""
-        return ((self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB) / HOST_MARGIN / max(1, len(self.levels))
+        """One server's weights, from the rule's figure for those loaded at once (one weights size per rig)."""
+        return ((self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB) / HOST_MARGIN / max(1, self.at_once)
 
-    def refusal(self, sleepers: Sequence[Sleeper]) -> str | None:
-        """The refusal of the servers that need level 1 and cannot have it, or None."""
+    def refusal(self, sleepers: Sequence[Sleeper], *, instead: str = "") -> str | None:
+        """The refusal of the servers that need level 1 and cannot have it, or None. ``instead``: another
+        way to run them, added to the advice."""
         if not self.refused:
             return None
         whom = [s for s in sleepers if s.label in self.refused]
-        need = level1_need_gib([s.weights_gib or 0.0 for s in sleepers if s.needs_level1])
-        return (f"{', '.join(s.label for s in whom)} cannot sleep at level 2 ({whom[0].needs_level1}) and level 1 "
-                f"for the servers that need it takes {need:,.0f} GiB of host memory; this host has "
-                f"{self.available_gib:,.0f} GiB available. Run it on a host with {need:,.0f} GiB available, "
-                "select fewer modes (-k), or leave it out of this rig")
+        need = self.need_refused_gib or level1_need_gib([s.weights_gib or 0.0 for s in sleepers if s.needs_level1])
+        fewer = "select fewer modes (-k), " if not self.loaded else ""
+        return (f"{', '.join(s.label for s in whom)} cannot sleep at sleep level 2 ({whom[0].needs_level1}) and "
+                f"sleep level 1 for the servers that need it, loaded at once, takes {need:,.0f} GiB of host memory; "
+                f"this host has {self.available_gib:,.0f} GiB available. Run it on a host with {need:,.0f} GiB "
+                f"available, {fewer}{instead + ', ' if instead else ''}or leave it out of this rig")
 
 
 def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: int | None = None,
-                  prefer: Sequence[str] = ()) -> LevelChoice:
-    """Level 1 for every server when the host holds all their weights; else level 1 first for the
-    servers that cannot wake from level 2, then for those in ``prefer`` (a kept reference: kept
-    only at level 1), then the others in order while they fit; level 2 for the rest. A forced
-    level (the rig's ``sleep_level``) is taken as it is."""
-    sizes = [s.weights_gib for s in sleepers]
-    need_all = None if any(w is None for w in sizes) else level1_need_gib(sizes)  # type: ignore[arg-type]
+                  prefer: Sequence[str] = (), at_once: Sequence[Sequence[str]] | None = None) -> LevelChoice:
+    """Level 1 for every server when the host holds the weights of those loaded at once; else level 1
+    first for the servers that cannot wake from level 2, then for those in ``prefer`` (a kept
+    reference: kept only at level 1), then the others in order, each while it fits beside the
+    level-1 servers loaded with it; level 2 for the rest. A forced level (the rig's ``sleep_level``)
+    is taken as it is.
+
+    ``at_once``: the sets of labels loaded at the same time, in the session's order (a mode's
+    servers stop after its last window); None: every server at once (``--specgate-keep-servers``)."""
+    groups = [[s.label for s in sleepers]] if at_once is None else [list(g) for g in at_once if g]
+    weights = {s.label: s.weights_gib for s in sleepers}
+    known = all(w is not None for w in weights.values())
+
+    def need(labels: Iterable[str]) -> float:
+        return level1_need_gib([weights[label] or 0.0 for label in labels])
+
+    peak = max(groups, key=need, default=[])
+    need_all = need(peak) if known else None
     if forced is not None:
         levels = {s.label: forced for s in sleepers}
     elif need_all is None or need_all <= available_gib:
         levels = {s.label: 1 for s in sleepers}
     else:
-        levels, chosen = {}, []
+        levels = {}
         for s in sorted(sleepers, key=lambda s: (not s.needs_level1, s.label not in prefer)):
-            if level1_need_gib([*chosen, s.weights_gib or 0.0]) <= available_gib:
-                levels[s.label] = 1
-                chosen.append(s.weights_gib or 0.0)
-            else:
-                levels[s.label] = 2
+            beside = [[label for label in g if levels.get(label) == 1] for g in groups if s.label in g]
+            levels[s.label] = 1 if all(need([*g, s.label]) <= available_gib for g in beside) else 2
         levels = {s.label: levels[s.label] for s in sleepers}
     # a forced level 2 on such servers is refused when the rig loads (specgate.config.check_sleep_level)
     refused = () if forced is not None else tuple(s.label for s in sleepers if s.needs_level1 and levels[s.label] == 2)
-    chosen_gib = level1_need_gib([s.weights_gib or 0.0 for s in sleepers if levels[s.label] == 1])
-    return LevelChoice(levels, need_all, chosen_gib, available_gib, refused, forced)
+    needs_one = {s.label for s in sleepers if s.needs_level1}
+    chosen_gib = max((need(label for label in g if levels[label] == 1) for g in groups), default=0.0)
+    return LevelChoice(levels, need_all, chosen_gib, available_gib, refused, forced,
+                       loaded=tuple(peak) if set(peak) != set(weights) else (),
+                       need_refused_gib=max((need(label for label in g if label in needs_one) for g in groups),
+                                            default=0.0))
 
 
 def level2_wake_s(weights_gib: float | None, read_gib_per_s: float | None) -> float | None:
@@ -150,7 +175,7 @@ def first_sleep_s(weights_gib: float | None) -> float | None:
 def level_line(sleeper: Sleeper, level: int, wake_s: float | None) -> str:
     if level == 1:
         first = first_sleep_s(sleeper.weights_gib)
-        return f"{sleeper.label} level 1" + (f" (first sleep ~{format_elapsed(first)})" if first else "")
+        return f"{sleeper.label} sleep level 1" + (f" (first sleep ~{format_elapsed(first)})" if first else "")
     wake = f"wake ~{format_elapsed(wake_s)}" if wake_s is not None else \
         "wake time unknown, counted as swap_s: set [estimate] weights_read_gib_per_s"
-    return f"{sleeper.label} level 2 ({wake})"
+    return f"{sleeper.label} sleep level 2 ({wake})"

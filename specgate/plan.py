@@ -9,6 +9,10 @@ else the rig's own ``[estimate] tokens_per_s``, else the median of the rig's sto
 its tokens at that rate plus the rig's time to a first token. Follow-up rounds (duet rigs) depend
 on what the first look reads: the estimate adds the share of them the rig expects
 (``[estimate] follow_up_share``), and the bound if every one runs is shown beside it.
+
+On a rig whose servers take turns (vLLM sleep mode), ``plan`` also weighs the other arrangements of
+the selection (:func:`arrangements`): a plain run one server at a time, an A/B one mode at a time or
+with every server loaded; it prints the cheapest that can decide (:func:`choose_arrangement`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from specgate.host_memory import (
     choose_levels,
     first_sleep_s,
     host_available_gib,
+    level1_need_gib,
     level2_wake_s,
     level_line,
 )
@@ -103,6 +108,9 @@ class SessionPlan:
     refusal: str | None = None
     sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, level) in an alternation
     level2_wake_s: float | None = None  # one level-2 wake of this rig's weights, when known
+    weights_gib: float | None = None  # one server's weights (the rig states one size), when known
+    level1_need_gib: float | None = None  # host memory for sleep level 1 of the servers loaded at once
+    loaded_at_once: int = 0  # the most servers an alternation holds loaded at once
 
     @property
     def startup_s(self) -> float:
@@ -194,10 +202,12 @@ class SessionPlan:
 
 
 def _stored_entries(store, rig_name: str) -> dict[WindowKey, Any]:
-    return {(mode, prompt_class, int(level)): entry
-            for mode, classes in store.rigs.get(rig_name, {}).items()
-            for prompt_class, levels in classes.items()
-            for level, entry in levels.items()}
+    """The stored entry of each window of ``rig_name`` that the plan's estimates read (baselines.lookup)."""
+    from specgate.baselines import lookup
+
+    keys = [(mode, prompt_class, int(level)) for mode, classes in store.rigs.get(rig_name, {}).items()
+            for prompt_class, levels in classes.items() for level in levels]
+    return {key: entry for key in keys if (entry := lookup(store, rig_name, *key)) is not None}
 
 
 def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
@@ -293,12 +303,17 @@ def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
 
 def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float], *,
                  attached: bool = False, reused: Iterable[str] = (), other_tests: int = 0,
-                 rate_note: str | None = None, host_gib: float | None = None) -> SessionPlan:
+                 rate_note: str | None = None, host_gib: float | None = None,
+                 keep_servers: bool | None = None) -> SessionPlan:
     """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run).
 
     ``rates``: decode tok/s per window (see :func:`stored_rates`); ``attached``: --specgate-vllm-url (no
     server starts); ``reused``: labels of kept servers this session will reuse (no start);
-    ``host_gib``: the host's available memory (default: read it) for the sleep levels."""
+    ``host_gib``: the host's available memory (default: read it) for the sleep levels;
+    ``keep_servers``: --specgate-keep-servers, every server staying loaded after its mode's last window
+    (None: when the session reuses a kept server, which only that option does). Without it a mode's
+    servers stop after its last window, so an alternation holds only the reference (a plain run's)
+    or the kept servers beside one mode's servers."""
     protocol, reference = rig.protocol, rig.reference_mode
     selected = list(dict.fromkeys(windows))
     design = rig.design
@@ -321,20 +336,33 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
         need(reference, reference)  # started first, live for the whole session
     duet_covered = {(c, n) for m, c, n in selected if design == "duet" and m != reference}
     choice: LevelChoice | None = None
+    loaded_why = ""
     if alternating and not attached:
-        for key in selected:  # every server the selection starts, in order
+        own: dict[str, list[str]] = {}  # each mode's servers, in the order the selection starts them
+        for key in selected:
             mode = key[0]
             if mode not in modes:
                 continue
             if design != "ab":
-                need(mode, mode)
+                labels = [need(mode, mode)]
                 if mode != reference:
                     need(reference, reference)
             else:
-                need(f"{mode}@candidate", mode), need(f"{mode}@reference", mode)
+                labels = [need(f"{mode}@candidate", mode), need(f"{mode}@reference", mode)]
+            own.setdefault(mode, labels)
+        keep = bool(reused) if keep_servers is None else keep_servers
+        # loaded the whole session: kept servers reused, and a plain run's reference (live throughout)
+        always = [label for label in servers if label in reused or (design != "ab" and label == reference)]
+        groups: list[list[str]] = []  # the servers loaded at once, as each mode's servers start
+        for labels in own.values():
+            groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups else always), *labels])))
+        loaded_why = ("every server of the session: --specgate-keep-servers keeps each one loaded" if keep else
+                      ("one mode's two sides" if design == "ab" else "the reference and one mode's server")
+                      + (", beside the kept server(s)" if reused else "") + ": a mode's servers stop after its windows")
         asleep = sleepers(rig, servers.values())
         choice = choose_levels(asleep, host_available_gib() if host_gib is None else host_gib, forced=rig.sleep_level,
-                               prefer=[label for label in servers if label.endswith("@reference") or label in reused])
+                               prefer=[label for label in servers if label.endswith("@reference") or label in reused],
+                               at_once=groups or None)
         wakes = {s.label: (level2_wake_s(s.weights_gib, rig.estimate.weights_read_gib_per_s)
                            if choice.levels[s.label] == 2 else 0.0) for s in asleep}
     plans: list[WindowPlan] = []
@@ -394,12 +422,13 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     first_sleeps = 0.0
     refusal = None
     if choice is not None:
-        host_lines.append(choice.host_line())
+        host_lines.append(choice.host_line(loaded_why if len(asleep) > 1 else ""))
         host_lines.append("sleep levels: " + "; ".join(level_line(s, choice.levels[s.label], wakes[s.label])
                                                       for s in asleep))
         first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in asleep
                            if choice.levels[s.label] == 1 and s.label not in reused)
-        refusal = choice.refusal(asleep)
+        one_by_one = f"run it one server at a time, with no sleep mode ({sequential_how(rig)})"
+        refusal = choice.refusal(asleep, instead="" if design == "ab" else one_by_one)
     if alternating and not attached:
         first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
                  "model from a local disk), counted in the swaps" if rig.sleep_level == 2 else
@@ -415,7 +444,10 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                        host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
                        sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
                        level2_wake_s=level2_wake_s(asleep[0].weights_gib, rig.estimate.weights_read_gib_per_s)
-                       if choice is not None and asleep else None)
+                       if choice is not None and asleep else None,
+                       weights_gib=asleep[0].weights_gib if choice is not None and asleep else None,
+                       level1_need_gib=choice.need_all_gib if choice is not None else None,
+                       loaded_at_once=choice.at_once if choice is not None else 0)
 
 
 def windows_of(items: Sequence) -> tuple[list[WindowKey], int]:
@@ -442,49 +474,163 @@ def window_key(item) -> WindowKey | None:
     return (mode.name, prompt_class.name, int(params.get("concurrency", 1)))
 
 
+# -- arrangements: how a one-server rig's session holds its servers, side by side ----------------
+def sequential_how(rig: Rig) -> str:
+    """How to run a rig that takes turns (design = "alternate") one server at a time instead."""
+    return (f'a copy of the rig with design = "sequential", under the same file name and given by path '
+            f"(--specgate-rig=DIR/{rig.path.name}), so its stored figures stay this rig's")
+
+
+@dataclass(frozen=True)
+class Arrangement:
+    """One way to run a selection on a rig whose servers cannot share the GPUs, planned."""
+
+    name: str  # "taking turns", "taking turns, one mode at a time", "one after the other", ...
+    how: str  # how a session runs it
+    plan: SessionPlan
+    compares: str  # how its comparison of the two sides is decided, in a few words
+    stored: str = ""  # what its gates against stored figures catch (a plain run)
+
+    @property
+    def catches(self) -> str:
+        return "; ".join(part for part in (self.stored, self.compares) if part)
+
+    @property
+    def paired(self) -> bool:
+        """Both sides measured in one window (taking turns), not from two starts one after the other."""
+        return self.plan.design != "sequential"
+
+    @property
+    def at_sleep_level_2(self) -> list[str]:
+        return [label for label, level in self.plan.sleep_levels if level == 2]
+
+    def line(self, *, chosen: bool = False) -> str:
+        p = self.plan
+        starts = len([s for s in p.servers if not s.reused])
+        duration = p.expected_s
+        twos = self.at_sleep_level_2
+        sleep = ("no sleep mode" if not p.sleep_levels else
+                 "every server at sleep level 1" if not twos else
+                 f"sleep level 2 for {', '.join(twos)}" + (f" (wake ~{format_elapsed(p.level2_wake_s)} each)"
+                                                           if p.level2_wake_s is not None else ""))
+        return (f"{self.name}{' (chosen)' if chosen else ''}: {starts} start(s), {len(p.windows)} window(s)"
+                + (f", {sum(w.swaps for w in p.windows)} swap(s)" if p.sleep_levels else "")
+                + (f", about {format_elapsed(duration)}" if duration is not None else ", duration unknown")
+                + f"; {sleep}" + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; {self.compares}")
+
+
+def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
+                 host_gib: float | None = None, reused: Iterable[str] = (), keep_servers: bool = False,
+                 other_tests: int = 0, rate_note: str | None = None) -> list[Arrangement]:
+    """The ways this selection of an alternating rig can run, each planned, the session as asked first.
+
+    A plain run takes turns (the rig's design), or runs one server at a time (design = "sequential"):
+    no sleep mode, each mode's windows against its own stored figures, backfire across two starts.
+    An A/B compares in one window, so it takes turns, either one mode at a time (a mode's two
+    servers stop after its windows) or with every server loaded (--specgate-keep-servers)."""
+    host = host_available_gib() if host_gib is None else host_gib
+    common: dict[str, Any] = {"other_tests": other_tests, "rate_note": rate_note, "host_gib": host}
+    reused = tuple(reused)
+    if rig.ab is not None:
+        live = _ab_catches(rig)
+        one = Arrangement("taking turns, one mode at a time",
+                          "without --specgate-keep-servers (each mode's two servers stop after its windows)",
+                          plan_session(rig, windows, rates, keep_servers=False, **common), live)
+        every = Arrangement("taking turns, every server loaded",
+                            "with --specgate-keep-servers (every server stays loaded, asleep, for a later session)",
+                            plan_session(rig, windows, rates, reused=reused, keep_servers=True, **common), live)
+        return [every, one] if keep_servers else [one, every]
+    stored = _history_catches(rig, store, windows)
+    turns = Arrangement("taking turns", f'the rig as it is (design = "{rig.design_key or "auto"}")',
+                        plan_session(rig, windows, rates, reused=reused, keep_servers=keep_servers, **common),
+                        "backfire decided live, both modes in one window", stored)
+    noise = rig.gates.start_noise
+    allowed = (f"the rig's start_noise ({noise * 100:g} % a start)" if noise else
+               "no start spread (the rig states no start_noise)")
+    sequential = Arrangement(
+        "one after the other", sequential_how(rig),
+        # one server at a time measures the reference first (SpecgateSession.modes_to_run)
+        plan_session(rig.model_copy(update={"design_key": "sequential"}),
+                     sorted(windows, key=lambda key: key[0] != rig.reference_mode), rates, **common),
+        f"backfire across two starts, allowing {allowed}; the gate does not use the stored histories' spread",
+        _history_catches(rig, store, windows, modes=sorted({m for m, _, _ in windows})))
+    return [turns, sequential]
+
+
+def choose_arrangement(options: Sequence[Arrangement]) -> Arrangement:
+    """The cheapest arrangement that can decide (refuses no mode). One that takes turns with every
+    sleeping server at sleep level 1 comes first: it compares both sides in one window, and one
+    after the other saves only its first sleeps and swaps. Where every one refuses a mode, the first
+    (the session as asked), refused."""
+    deciding = [o for o in options if o.plan.refusal is None]
+    if not deciding:
+        return options[0]
+    level_one = [o for o in deciding if o.paired and not o.at_sleep_level_2]
+    expected = {id(o): o.plan.expected_s for o in options}
+    return min(level_one or deciding, key=lambda o: (expected[id(o)] is None, expected[id(o)] or 0.0))
+
+
+def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> list[str]:
+    """The arrangements side by side, the chosen one marked, and how to run it when it is not the
+    session as asked."""
+    lines = ["arrangements (chosen: the cheapest that can decide, taking turns at sleep level 1 first):"]
+    lines += [f"  {o.line(chosen=o is chosen)}" for o in options]
+    if chosen is not options[0]:
+        lines.append(f"to run the chosen one: {chosen.how}")
+    return lines
+
+
 # -- the paths to a verdict on a one-server rig, side by side --------------------------------------
-def _history_catches(rig: Rig, store, windows: Sequence[WindowKey]) -> str:
-    """What the plain run's stored-level gate catches with the history stored for the reference
-    mode's windows of this selection (the fewest starts among them)."""
+def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Sequence[str] | None = None) -> str:
+    """What the stored-level gate catches with the history stored for ``modes``' windows of this
+    selection (default: the reference mode's, a plain run's only level gate; the fewest starts
+    among them)."""
     from specgate.baselines import lookup
     from specgate.history import MIN_STARTS, StartHistory
 
     threshold = 1 - (rig.gates.level_tolerance if rig.gates.level_tolerance is not None
                      else rig.gates.throughput_tolerance)
+    modes = [rig.reference_mode] if modes is None else list(modes)
     classes = sorted({(c, n) for _, c, n in windows})
     histories = []
-    for prompt_class, concurrency in classes:
-        entry = lookup(store, rig.name, rig.reference_mode, prompt_class, concurrency) if store else None
-        histories.append(StartHistory(tuple(entry.level_history if entry else ())))
+    for mode in modes:
+        for prompt_class, concurrency in classes:
+            entry = lookup(store, rig.name, mode, prompt_class, concurrency) if store else None
+            histories.append((mode, StartHistory(tuple(entry.level_history if entry else ()))))
     if not histories:
         return "no window selected"
-    fewest = min(histories, key=lambda h: h.starts)
+    fewest_mode, fewest = min(histories, key=lambda h: h[1].starts)
     if not fewest.usable:
-        return (f"stored level: {fewest.starts} stored start(s) for {rig.reference_mode} on some class: catches "
+        return (f"stored level: {fewest.starts} stored start(s) for {fewest_mode} on some class: catches "
                 f"nothing useful until {MIN_STARTS}+ are stored on this machine (`python -m specgate "
-                f"build-history --rig {rig.name}`); backfire decided live")
-    worst = max(histories, key=lambda h: h.catches(threshold))
-    return f"stored level: {worst.describe(threshold)} (the weakest class); backfire decided live"
+                f"build-history --rig {rig.name}`)")
+    _, worst = max(histories, key=lambda h: h[1].catches(threshold))
+    return f"stored level: {worst.describe(threshold)} (the weakest {'class' if len(modes) == 1 else 'window'})"
+
+
+def _ab_catches(rig: Rig) -> str:
+    tolerance = rig.gates.ab_tolerance if rig.gates.ab_tolerance is not None else rig.gates.throughput_tolerance
+    return f"A/B: decided live on paired requests against the {tolerance * 100:g} % line"
 
 
 def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
           host_gib: float | None = None) -> list[str]:
-    """Each path to a verdict for this selection, side by side: a plain run against stored figures,
-    an A/B that starts its reference afresh, and an A/B whose reference a previous session kept
-    (``--specgate-keep-servers``: only the candidate loads). Each with its starts, windows, swaps,
-    duration, host memory and what it can catch."""
+    """Each path to a verdict for this selection, side by side: a plain run against stored figures
+    (taking turns or one after the other, whichever :func:`choose_arrangement` picks), an A/B that
+    starts its reference afresh (one mode at a time), and an A/B whose reference a previous session
+    kept (``--specgate-keep-servers``: only the candidate loads, and every server stays loaded). Each
+    with its starts, windows, swaps, duration, host memory and what it can catch."""
     from specgate.config import AB, Side
 
     host = host_available_gib() if host_gib is None else host_gib
-    plain_rig = rig.model_copy(update={"ab": None})
+    plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates, store=store,
+                                            host_gib=host))
     ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": AB(candidate=Side(python="<candidate>"))})
-    fresh = plan_session(ab_rig, windows, rates, host_gib=host)
+    fresh = plan_session(ab_rig, windows, rates, host_gib=host, keep_servers=False)
     kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
-    tolerance = rig.gates.ab_tolerance if rig.gates.ab_tolerance is not None else rig.gates.throughput_tolerance
-    live = f"A/B: decided live on paired requests against the {tolerance * 100:g} % line"
-    rows = [("plain run, stored figures", plan_session(plain_rig, windows, rates, host_gib=host),
-             _history_catches(plain_rig, store, windows)),
-            ("A/B, fresh reference", fresh, live),
+    live = _ab_catches(rig)
+    rows = [(f"plain run, stored figures, {plain.name}", plain.plan, plain.catches),
+            ("A/B, fresh reference, one mode at a time", fresh, live),
             ("A/B, reference kept", plan_session(ab_rig, windows, rates, host_gib=host, reused=kept_labels),
              f"{live}; the reference is the one a --specgate-keep-servers session left")]
     lines = [f"paths to a verdict (host memory available: {host:,.0f} GiB):"]
@@ -494,19 +640,24 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
         duration = p.expected_s
         levels = dict(p.sleep_levels)
         if name.endswith("kept") and any(levels.get(label) == 2 for label in kept_labels):
-            lines.append(f"  {name}: not on this host: a kept server asleep at level 2 has dropped its weights and "
-                         "starts again, so the reference is kept only at level 1 (see host memory)")
+            lines.append(f"  {name}: not on this host: a kept server asleep at sleep level 2 has dropped its weights "
+                         "and starts again, so the reference is kept only at sleep level 1 (see host memory)")
             continue
         ones = sum(1 for v in levels.values() if v == 1)
         twos = len(levels) - ones
         wake = (f", wake ~{format_elapsed(p.level2_wake_s)} each" if p.level2_wake_s is not None else
                 ", wake time unknown: set [estimate] weights_read_gib_per_s") if twos else ""
+        memory = ("; no sleep mode" if not levels else
+                  f"; host memory: sleep level 1 for {ones}, sleep level 2 for {twos}{wake}"
+                  + (f" ({p.level1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at once)"
+                     if p.level1_need_gib is not None else ""))
+        if name.endswith("kept") and twos and p.weights_gib is not None \
+                and level1_need_gib([p.weights_gib, p.weights_gib]) <= host:
+            memory += (f"; with one mode's reference kept (an A/B of one mode, -k MODE) its candidate fits beside "
+                       f"it at sleep level 1 ({level1_need_gib([p.weights_gib, p.weights_gib]):,.0f} GiB)")
         lines.append(
             f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")
             + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "
             + (f"about {format_elapsed(duration)}" if duration is not None else "duration unknown")
-            + (f"; host memory: level 1 for {ones}, level 2 for {twos}{wake}" if levels else "")
-            + (f" ({p.host_lines[0].removeprefix('host memory: ')})" if p.host_lines else "")
-            + (f"; REFUSED: {p.refusal}" if p.refusal else "")
-            + f"; catches: {catches}")
+            + memory + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; catches: {catches}")
     return lines

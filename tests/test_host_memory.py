@@ -9,9 +9,27 @@ from pathlib import Path
 import pytest
 
 from specgate.baselines import load_baselines
+from specgate.cli import main
 from specgate.config import AB, Side, load_rig
-from specgate.host_memory import HOST_MARGIN, HOST_RESERVE_GIB, Sleeper, choose_levels, level1_need_gib
-from specgate.plan import paths, plan_session, stored_rates
+from specgate.durations import format_elapsed
+from specgate.host_memory import (
+    HOST_MARGIN,
+    HOST_RESERVE_GIB,
+    PIN_GIB_PER_S,
+    Sleeper,
+    choose_levels,
+    level1_need_gib,
+)
+from specgate.plan import (
+    SESSION_OVERHEAD_S,
+    STOP_S,
+    WINDOW_OVERHEAD_S,
+    arrangements,
+    choose_arrangement,
+    paths,
+    plan_session,
+    stored_rates,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -45,7 +63,7 @@ def test_the_kimi_plain_run_at_512_gib_and_1_5_tb(host_gib, levels, short):
     assert "needs 1,240 GiB" in line and f"{host_gib:,} GiB available" in line
     assert (short in line) if short else ("short" not in line)
     if short:
-        assert "0 of 2 fit at level 1 (one alone needs 624 GiB)" in line
+        assert "0 of 2 sleep at sleep level 1 (one alone needs 624 GiB)" in line
     if 2 in levels.values():
         # a level-2 wake reads the 560 GiB again at the rig's 0.31 GiB/s: ~30 min, and turns grow to
         # a whole pass per side (the fewest swaps) instead of one request
@@ -58,15 +76,20 @@ def test_the_kimi_plain_run_at_512_gib_and_1_5_tb(host_gib, levels, short):
 
 def test_an_ab_keeps_its_reference_at_level_1_first_and_the_paths_stand_side_by_side():
     rig, windows, rates = _kimi(ab=True)
-    fresh = plan_session(rig, windows, rates, host_gib=1536)
-    levels = dict(fresh.sleep_levels)
-    # four servers need 2,472 GiB; 1.5 TB holds two: the reference side's, which a later session reuses
+    every = plan_session(rig, windows, rates, host_gib=1536, keep_servers=True)
+    levels = dict(every.sleep_levels)
+    # four servers loaded at once (--specgate-keep-servers) need 2,472 GiB; 1.5 TB holds two: the
+    # reference side's, which a later session reuses
     assert levels == {"ngram@candidate": 2, "ngram@reference": 1, "no_spec@candidate": 2, "no_spec@reference": 1}
     lines = paths(rig, windows, rates, host_gib=1536)
     plain, ab, kept = lines[1:]
-    assert plain.startswith("  plain run, stored figures: 2 start(s)") and "catches nothing useful until 3+" in plain
-    assert ab.startswith("  A/B, fresh reference: 4 start(s)")
+    assert plain.startswith("  plain run, stored figures, taking turns: 2 start(s)")
+    assert "catches nothing useful until 3+" in plain
+    assert ab.startswith("  A/B, fresh reference, one mode at a time: 4 start(s)")
+    assert "sleep level 1 for 4, sleep level 2 for 0" in ab
     assert kept.startswith("  A/B, reference kept: 2 start(s), reference kept (2 server(s), 0 starts)")
+    # two kept references and a candidate do not fit; one mode's reference and its candidate do
+    assert "sleep level 2 for 2" in kept and "with one mode's reference kept" in kept
     # at 512 GiB the reference would sleep at level 2 and start again: no kept path there
     assert "not on this host" in paths(rig, windows, rates, host_gib=512)[3]
 
@@ -76,15 +99,148 @@ def test_a_drafter_that_would_need_level_2_is_refused_naming_the_memory_that_all
     at_512 = choose_levels(sleepers, 512)
     assert at_512.refused == ("eagle3",)
     message = at_512.refusal(sleepers)
-    assert "eagle3 cannot sleep at level 2" in message and "takes 624 GiB" in message and "512 GiB available" in message
+    assert "eagle3 cannot sleep at sleep level 2" in message and "takes 624 GiB" in message
+    assert "512 GiB available" in message
     at_700 = choose_levels(sleepers, 700)  # the drafter first at level 1, no_spec at level 2
     assert at_700.levels == {"no_spec": 2, "eagle3": 1} and at_700.refusal(sleepers) is None
+
+
+def test_one_mode_at_a_time_each_server_gets_sleep_level_1_beside_those_loaded_with_it():
+    # a plain run of three modes: the reference stays loaded, each mode's server stops after its windows
+    sleepers = [Sleeper("no_spec", WEIGHTS), Sleeper("ngram", WEIGHTS),
+                Sleeper("eagle3", WEIGHTS, "a drafter's weights would not come back")]
+    at_once = [["no_spec", "ngram"], ["no_spec", "eagle3"]]
+    choice = choose_levels(sleepers, 700, at_once=at_once)
+    # the drafter first: it takes sleep level 1 beside the reference, which then sleeps at level 2; ngram
+    # is never loaded beside the drafter, so it fits at sleep level 1 beside the level-2 reference
+    assert choice.levels == {"no_spec": 2, "ngram": 1, "eagle3": 1} and choice.refused == ()
+    assert choice.need_all_gib == level1_need_gib([WEIGHTS, WEIGHTS]) and choice.at_once == 2
+    # every server at once (--specgate-keep-servers) would hold all three: the same host sleeps two at level 2
+    assert sorted(choose_levels(sleepers, 700).levels.values()) == [1, 2, 2]
+    # a host that holds two servers holds every pair: all at sleep level 1
+    assert set(choose_levels(sleepers, level1_need_gib([WEIGHTS, WEIGHTS]), at_once=at_once).levels.values()) == {1}
+
+
+def _window_s(rig, rates, key, sides: int = 1) -> float:
+    """A window's requests one after the other at the stored rate, each with the rig's time to a first
+    token scaled to the class's prompts (specgate.plan's rule), and its overhead."""
+    requests = sides * rig.protocol.repeats * _prompts(rig, key[1])
+    return requests * _request_s(rig, rates[key], key[1]) + WINDOW_OVERHEAD_S
+
+
+def _prompts(rig, prompt_class: str) -> int:
+    return len(next(c for c in rig.prompt_classes if c.name == prompt_class).prompts)
+
+
+def _request_s(rig, rate: float, prompt_class: str) -> float:
+    prompts = next(c for c in rig.prompt_classes if c.name == prompt_class).prompts
+    return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * sum(len(p.text) for p in prompts) / len(
+        prompts) / 500
+
+
+def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_loads_and_its_windows(monkeypatch, capsys):
+    rig, windows, rates = _kimi()
+    options = arrangements(rig, windows, rates, host_gib=512)
+    turns, one_by_one = options
+    chosen = choose_arrangement(options)
+    # taking turns would sleep both servers at sleep level 2 (each wake reads 560 GiB again): listed, not chosen
+    assert chosen is one_by_one and set(dict(turns.plan.sleep_levels).values()) == {2}
+    plan = chosen.plan
+    assert plan.design == "sequential" and plan.sleep_levels == () and plan.first_sleeps_s == 0
+    assert [s.label for s in plan.servers] == ["no_spec", "ngram"]  # the reference first
+    assert len(plan.windows) == 8 and all(w.design == "solo" and w.swaps == 0 for w in plan.windows)
+    # its two loads, its eight windows of one server each, each server's warm-up on its first class
+    loads = rig.estimate.startup_for(False) + rig.estimate.startup_for(True) + 2 * STOP_S
+    windows_s = sum(_window_s(rig, rates, key) for key in windows)
+    warmup_s = sum(rig.protocol.warmup_requests * _request_s(rig, rates[(mode, "coding", 1)], "coding")
+                   for mode in ("no_spec", "ngram"))
+    assert plan.expected_s == pytest.approx(loads + windows_s + warmup_s + SESSION_OVERHEAD_S)
+    assert turns.plan.expected_s > plan.expected_s + 5 * 3600  # the level-2 wakes: hours
+
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "--rig", KIMI, "--host-memory-gib", "512"]) == 0
+    out = capsys.readouterr().out
+    session, _, rest = out.partition("\narrangements")
+    assert f"rig {KIMI} (sequential): 2 server(s), 8 window(s)" in session
+    assert f"about {format_elapsed(plan.expected_s)}" in session and "sleep level 2" not in session
+    assert "one after the other (chosen): 2 start(s), 8 window(s)" in rest
+    assert f"taking turns: 2 start(s), 4 window(s), 12 swap(s), about {format_elapsed(turns.plan.expected_s)}" in rest
+    assert 'to run the chosen one: a copy of the rig with design = "sequential"' in rest
+
+
+def _candidate_python(folder: Path) -> str:
+    """A stand-in for a candidate environment's python: the session checks that it runs
+    ``import vllm`` (it exits 0); a plan starts nothing with it."""
+    python = folder / "python"
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    return str(python)
+
+
+def test_the_kimi_ab_at_1_5_tb_takes_turns_one_mode_at_a_time_every_server_at_sleep_level_1(tmp_path, monkeypatch,
+                                                                                           capsys):
+    rig, windows, rates = _kimi(ab=True)
+    options = arrangements(rig, windows, rates, host_gib=1536)
+    chosen = choose_arrangement(options)
+    (every,) = [o for o in options if o is not chosen]
+    assert chosen.name == "taking turns, one mode at a time"
+    assert dict(chosen.plan.sleep_levels) == {f"{mode}@{side}": 1 for mode in ("ngram", "no_spec")
+                                              for side in ("candidate", "reference")}
+    # one mode's two sides loaded at once need 1,240 GiB of the 1,536; all four at once would need 2,472
+    assert chosen.plan.loaded_at_once == 2 and chosen.plan.level1_need_gib == level1_need_gib([WEIGHTS] * 2)
+    assert every.plan.level1_need_gib == level1_need_gib([WEIGHTS] * 4) > 1536
+    assert set(every.at_sleep_level_2) == {"ngram@candidate", "no_spec@candidate"}
+    # each of the four servers copies its weights to host memory once, and every swap is a level-1 one
+    assert chosen.plan.first_sleeps_s == pytest.approx(4 * WEIGHTS / PIN_GIB_PER_S)
+    assert chosen.plan.expected_s < every.plan.expected_s
+
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "--rig", KIMI, "--host-memory-gib", "1536",
+                 f"--specgate-ab-candidate-python={_candidate_python(tmp_path)}"]) == 0
+    out = capsys.readouterr().out
+    session, _, rest = out.partition("\narrangements")
+    assert "sleep level 1 for the 2 server(s) loaded at once" in session and "sleep level 2" not in session
+    assert f"about {format_elapsed(chosen.plan.expected_s)}" in session
+    assert "taking turns, one mode at a time (chosen): 4 start(s), 8 window(s)" in rest
+    assert "every server at sleep level 1" in rest
 
 
 EAGLE_MODE = """
 [modes.eagle3]
 speculative_config = { model = "/models/kimi-k2.5-eagle3", num_speculative_tokens = 3 }
 """
+
+
+def _kimi_with_eagle(tmp_path: Path, server_command: str | None = None) -> Path:
+    """A fixtures folder holding the Kimi rig with an EAGLE-3 mode, as ``kimi-eagle``."""
+    text = (ROOT / "fixtures" / "rigs" / f"{KIMI}.toml").read_text()
+    if server_command is not None:
+        text = text.replace('server_command = ["${python}", "-m", "vllm.entrypoints.cli.main", "serve"]',
+                            f'server_command = ["{server_command}"]')
+    fixtures = tmp_path / "fixtures"
+    (fixtures / "rigs").mkdir(parents=True)
+    for name in ("modes.toml", "prompts.toml"):
+        (fixtures / name).write_text((ROOT / "fixtures" / name).read_text())
+    (fixtures / "rigs" / "kimi-eagle.toml").write_text(text + EAGLE_MODE)
+    return fixtures
+
+
+@pytest.mark.parametrize(("is_ab", "refused"), [(False, "eagle3 cannot"),
+                                                (True, "eagle3@candidate, eagle3@reference cannot")])
+def test_the_plan_exits_4_when_it_refuses_a_mode(tmp_path, monkeypatch, capsys, is_ab, refused):
+    # 512 GiB cannot hold the drafter's weights at sleep level 1, and it cannot wake from sleep level 2
+    fixtures = _kimi_with_eagle(tmp_path)
+    ab = [f"--specgate-ab-candidate-python={_candidate_python(tmp_path)}"] if is_ab else []
+    rig = ["--rig", str(fixtures / "rigs" / "kimi-eagle.toml"), f"--specgate-fixtures={fixtures}"]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("SPECGATE_HOST_MEMORY_GIB", raising=False)
+    code = main(["plan", *rig, "--host-memory-gib", "512", *ab])
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert f"{refused} sleep at sleep level 2" in err and "checked before any server starts" in err
+    assert "SPECGATE_HOST_MEMORY_GIB" not in os.environ  # the stand-in for the planned host is put back
+    # a host that holds the drafter and the server loaded with it: planned, nothing refused
+    assert main(["plan", *rig, "--host-memory-gib", "1536", *ab, "-k", "eagle3"]) == 0
 
 
 def test_the_session_refuses_a_drafter_mode_before_any_server_starts(tmp_path):
@@ -95,14 +251,7 @@ def test_the_session_refuses_a_drafter_mode_before_any_server_starts(tmp_path):
     server = tmp_path / "server.sh"
     server.write_text(f"#!/bin/sh\ntouch {mark}\nsleep 60\n")
     server.chmod(0o755)
-    text = (ROOT / "fixtures" / "rigs" / f"{KIMI}.toml").read_text()
-    text = text.replace('server_command = ["${python}", "-m", "vllm.entrypoints.cli.main", "serve"]',
-                        f'server_command = ["{server}"]') + EAGLE_MODE
-    fixtures = tmp_path / "fixtures"
-    (fixtures / "rigs").mkdir(parents=True)
-    for name in ("modes.toml", "prompts.toml"):
-        (fixtures / name).write_text((ROOT / "fixtures" / name).read_text())
-    (fixtures / "rigs" / "kimi-eagle.toml").write_text(text)
+    fixtures = _kimi_with_eagle(tmp_path, str(server))
     env = {**os.environ, "SPECGATE_HOST_MEMORY_GIB": "512"}
     run = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--specgate-rig=kimi-eagle",
                           f"--specgate-fixtures={fixtures}", f"--specgate-run-dir={tmp_path / 'run'}",
@@ -110,7 +259,7 @@ def test_the_session_refuses_a_drafter_mode_before_any_server_starts(tmp_path):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     out = run.stdout + run.stderr
     assert run.returncode == 4, out
-    assert "eagle3 cannot sleep at level 2" in out and "checked before any server starts" in out
+    assert "eagle3 cannot sleep at sleep level 2" in out and "checked before any server starts" in out
     assert "kimi-eagle.toml" in out
     assert not mark.exists()
 
