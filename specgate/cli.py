@@ -350,7 +350,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
         print(f"note: {report_path} names the no-speculation mode by its old name {OLD_NO_SPEC!r}; "
               f"its windows are adopted as {NO_SPEC!r}'s")
     try:
-        stored = load_baselines(baselines_path)
+        load_baselines(baselines_path)  # a bad file: exit 4 before the report is read for windows
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return USAGE

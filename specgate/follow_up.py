@@ -3,12 +3,37 @@ second look with repeated intervals) because the gate deciding on its pairs coul
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from specgate.config import Rig
-from specgate.gates import ab_throughput, check_backfire
+from specgate.gates import ab_acceptance, ab_throughput, check_backfire, check_ttft
 from specgate.measure import ClassMeasurement
+from specgate.outcome import Outcome
 
 
-def follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
+def follow_up_reason(rig: Rig, m: ClassMeasurement, selected: Collection[str] | None = None) -> str | None:
+    """Why a duet window's first look should get its follow-up rounds, or None: its speed gate could
+    still change its words (:func:`speed_follow_up_reason`), or its TTFT gate, or an A/B's acceptance
+    gate, is undecided with an interval that more pairs narrow (a TTFT pass also needs
+    specgate.gates.TTFT_MIN_PAIRS_TO_PASS pairs). ``selected``: the gates the session decides on this
+    window (None: all); a gate not selected takes no rounds."""
+    reason = speed_follow_up_reason(rig, m)
+    partner = m.partner
+    if reason is not None or partner is None:
+        return reason
+    checks = [check_ttft(rig, m, partner)] if selected is None or "ttft" in selected else []
+    if (partner.side == "reference" and rig.mode(m.mode).is_speculative and m.acceptance is not None
+            and (selected is None or "acceptance" in selected)):
+        checks.append(ab_acceptance(rig, m))
+    for result in checks:
+        d = result.details
+        if result.outcome is Outcome.UNDECIDED and (d.get("ci_low") is not None or d.get("checks")
+                                                    or d.get("per_request")):
+            return f"the {result.gate} gate is undecided after the first look: {result.message}"
+    return None
+
+
+def speed_follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
     """Why a duet window's first look should get its follow-up rounds, or None: the gate that
     decides on its pairs (an A/B's throughput; backfire against the live no-speculation partner)
     is undecided, or, for backfire, "faster" or "slower" with an interval and estimate inside the

@@ -532,6 +532,7 @@ def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, 
     return result
 
 
+TTFT_MIN_PAIRS_TO_PASS = 12  # below this a TTFT pass is undecided (follow-up rounds add pairs)
 TTFT_VERDICTS = {"slower": "longer", "faster": "shorter", "not slower": "not longer", "equal": "equal",
                  "undecided": "undecided"}
 
@@ -576,6 +577,11 @@ def check_ttft(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> Ga
                f"{limit:.2f}; {speed.n} pairs; median {ours_ms:.0f} vs {theirs_ms:.0f} ms; {speed.method}) [{design}]")
     outcome = (Outcome.UNDECIDED if speed.verdict == "undecided" else Outcome.PASS if speed.passed
                else Outcome.FAIL)
+    if outcome is Outcome.PASS and speed.n < TTFT_MIN_PAIRS_TO_PASS:
+        # at 6 pairs the signed-rank interval is the range of the pairs: one stall decides it
+        outcome, verdict = Outcome.UNDECIDED, "undecided"
+        message = (f"{subject}: TTFT undecided: it would pass, but a pass needs {TTFT_MIN_PAIRS_TO_PASS} pairs and "
+                   f"this window has {speed.n} ({ratio:.3f}x {label}; {interval}; fails above {limit:.2f}) [{design}]")
     details = {"ratio": ratio, "ci_low": ci_low, "ci_high": ci_high, "limit": limit, "tolerance": gates.ttft_tolerance,
                "confidence": speed.confidence, "n": speed.n, "verdict": verdict, "method": speed.method,
                "median_ttft_ms": ours_ms, "reference_median_ttft_ms": theirs_ms, "reference_label": label,

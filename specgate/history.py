@@ -20,8 +20,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np

@@ -105,6 +105,8 @@ class SpecgateSession:
     _start_seed: int | None = None
     # specgate.gating.Family: the gates that can fail the run, counted at collection (plan_family)
     family: Any = None
+    # (gate, mode, prompt class, concurrency) of every selected gate test (plan_family), None before
+    selected_tests: list[tuple[str, str, str, int]] | None = None
     _gating: dict[tuple[str, str, str, int], tuple[str | None, str]] = field(default_factory=dict)
     _pythons_import_vllm: bool = False  # the A/B sides' pythons were seen to import vLLM (once a session)
     _rig: Rig | None = None
@@ -211,7 +213,7 @@ class SpecgateSession:
             rig = self.rig
             budget = self.options.time_budget_s
             self._measurer = Measurer(rig, progress=self.progress, telemetry=window_sampler(rig.tier, gpus),
-                                      follow_up=lambda m: follow_up_reason(rig, m),
+                                      follow_up=lambda m: follow_up_reason(rig, m, self.gates_selected_for(m)),
                                       deadline=None if budget is None else self.options.started_at + budget)
         return self._measurer
 
@@ -270,10 +272,19 @@ class SpecgateSession:
         rounds' decisions included) uses it."""
         from specgate.gating import family
 
+        self.selected_tests = list(tests)
         # lossless compares outputs (no interval, no false-alarm level); a declared backfire never fails
         gating = sum(1 for t in tests if t[0] != "lossless" and self.gating_of(*t)[0] != "report"
                      and not (t[0] == "backfire" and self.rig.declared_backfire_for(t[1], t[2]) is not None))
         self._use_family(family(self.rig.gates.confidence, self.rig.gates.family_false_alarm, gating))
+
+    def gates_selected_for(self, m: Any) -> set[str] | None:
+        """The gates this session's selection runs on window ``m`` (None before the selection is known:
+        every gate). A follow-up round is taken only for a gate that will be decided."""
+        if self.selected_tests is None:
+            return None
+        return {g for g, mode, prompt_class, c in self.selected_tests
+                if (mode, prompt_class, c) == (m.mode, m.prompt_class, m.concurrency)}
 
     def _use_family(self, chosen: Any) -> None:
         """Every gate of the session decides at the family's confidence (the xdist controller's

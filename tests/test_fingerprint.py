@@ -154,7 +154,8 @@ GATE_TESTS = textwrap.dedent('''
 
     def fingerprint(rig, **changes):
         return Fingerprint(accelerator="AMD EPYC", accelerator_count=2, cpu_model="AMD EPYC",
-                           model="smollm2-135m", machine="machine-id stand-in", **{**measured_with(rig, rig.mode("no_spec"), environ={}),
+                           model="smollm2-135m", machine="machine-id stand-in",
+                           **{**measured_with(rig, rig.mode("no_spec"), environ={}),
                                                     **changes})
 
 

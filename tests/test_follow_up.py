@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specgate.config import ClassGate, load_rig
-from specgate.follow_up import follow_up_reason
+from specgate.follow_up import speed_follow_up_reason
 from specgate.gates import check_backfire
 from specgate.measure import ClassMeasurement, Measurer
 from specgate.paired import paired_log_ratio, repeated_coverage
@@ -58,10 +58,10 @@ def test_an_interval_inside_the_margin_is_equal_even_when_it_excludes_one():
 def test_run_cs_undecided_explanatory_asks_for_a_follow_up_and_a_decided_class_does_not():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     run_c = real_windows("c")
-    reason = follow_up_reason(rig, as_first_look(run_c["explanatory"]))
+    reason = speed_follow_up_reason(rig, as_first_look(run_c["explanatory"]))
     assert reason is not None and "backfire gate is undecided after 12 pairs" in reason
     assert "97.1 % CI" in reason  # the first look's repeated interval, not the one-look 95 %
-    assert follow_up_reason(rig, as_first_look(run_c["coding"])) is None
+    assert speed_follow_up_reason(rig, as_first_look(run_c["coding"])) is None
     # one look (no follow-up planned): the gate keeps its 95 % and says nothing about looks
     plain = check_backfire(rig, run_c["coding"], run_c["coding"].partner)
     assert plain.details["confidence"] == pytest.approx(0.95) and "look" not in plain.message
@@ -176,9 +176,9 @@ def test_an_ab_window_follows_up_on_its_throughput_gate():
     m = as_first_look(real_windows("c")["explanatory"])
     m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
     strict = rig.model_copy(update={"gates": rig.gates.model_copy(update={"ab_tolerance": 0.0})})
-    reason = follow_up_reason(strict, m)
+    reason = speed_follow_up_reason(strict, m)
     assert reason is not None and reason.startswith("the throughput gate is undecided after 12 pairs")
-    assert follow_up_reason(rig, m) is None  # at the rig's 3 % it is decided at the first look
+    assert speed_follow_up_reason(rig, m) is None  # at the rig's 3 % it is decided at the first look
 
 
 def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
@@ -219,14 +219,14 @@ def test_a_faster_first_look_reaching_into_the_margin_is_followed_up():
     details = check_backfire(rig, explanatory, explanatory.partner).details
     assert details["verdict"] == "faster" and 1.0 < details["ci_low"] < 1.05
     assert details["confidence"] == pytest.approx(repeated_coverage(0.95, 0.2))
-    reason = follow_up_reason(rig, explanatory)
+    reason = speed_follow_up_reason(rig, explanatory)
     assert reason is not None and "reaches into the equivalence margin (±5 %)" in reason
     assert reason.endswith("after 24 pairs reaches into the equivalence margin (±5 %): "
                            "1.028x (97.3 % CI 1.005-1.051, threshold 1.00)")
     # coding, 1.200 (1.16-1.24): faster beyond the margin, settled
     coding = run_k_window("coding", share)
     assert check_backfire(rig, coding, coding.partner).details["ci_low"] > 1.05
-    assert follow_up_reason(rig, coding) is None
+    assert speed_follow_up_reason(rig, coding) is None
 
 
 def test_a_slower_first_look_inside_the_margin_is_followed_up_too():
@@ -241,7 +241,7 @@ def test_a_slower_first_look_inside_the_margin_is_followed_up_too():
     assert window.first_look_share == pytest.approx(0.2) and window.follow_up is None
     details = check_backfire(rig, window, window.partner).details
     assert details["verdict"] == "slower" and 0.95 < details["ci_high"] < 1.0
-    reason = follow_up_reason(rig, window)
+    reason = speed_follow_up_reason(rig, window)
     assert reason == ("the backfire gate's 'slower' after 12 pairs reaches into the equivalence margin (±5 %): "
                       "0.975x (97.3 % CI 0.956-0.995, threshold 1.00)")
 
@@ -256,7 +256,7 @@ def test_an_ab_window_follows_up_only_when_undecided():
     from specgate.gates import ab_throughput
 
     assert ab_throughput(rig, m).details["verdict"] == "not slower"
-    assert follow_up_reason(rig, m) is None
+    assert speed_follow_up_reason(rig, m) is None
 
 
 @pytest.mark.parametrize(("verdict", "ratio", "low", "high", "unsettled"), [
@@ -290,3 +290,33 @@ def test_the_ab_gate_decides_at_its_own_tolerance():
     per_class = rig.model_copy(update={"gates": rig.gates.model_copy(update={
         "classes": {"explanatory": ClassGate(ab_tolerance=0.10)}})})
     assert ab_throughput(per_class, m).details["threshold"] == pytest.approx(0.90)
+
+
+def test_a_window_whose_ttft_is_undecided_follows_up_when_its_ttft_gate_is_selected():
+    # Issue 52: TTFT decides like speed. Run B's coding window: its backfire verdict is settled at the
+    # first look, its TTFT (ngram against no speculation, 12 pairs: 1.161x, 0.843-1.601) is not; the
+    # rounds go to a gate the session decides, so a selection without the TTFT gate takes none for it.
+    from specgate.follow_up import follow_up_reason
+    from specgate.gates import check_ttft
+
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    m = as_first_look(real_windows("b")["coding"])
+    assert speed_follow_up_reason(rig, m) is None
+    assert check_ttft(rig, m, m.partner).outcome.value == "undecided"
+    reason = follow_up_reason(rig, m, {"backfire", "ttft"})
+    assert reason is not None and reason.startswith("the ttft gate is undecided after the first look: ngram on coding")
+    assert follow_up_reason(rig, m, {"backfire", "throughput"}) is None
+
+
+def test_a_ttft_pass_needs_12_pairs():
+    from specgate.gates import TTFT_MIN_PAIRS_TO_PASS, check_ttft
+    from specgate.outcome import Outcome
+
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    m = real_windows("c")["coding"]
+    same = dataclasses.replace(m.partner, mode=m.mode, side="reference")  # an A/A: the same requests on both sides
+    window = dataclasses.replace(same, side="subject", partner=same)
+    assert check_ttft(rig, window, same).outcome is Outcome.PASS  # 12 pairs, equal
+    short = dataclasses.replace(window, records=window.records[:TTFT_MIN_PAIRS_TO_PASS - 2])
+    result = check_ttft(rig, short, same)
+    assert result.outcome is Outcome.UNDECIDED and "a pass needs 12 pairs and this window has 10" in result.message

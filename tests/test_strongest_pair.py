@@ -93,18 +93,18 @@ def test_without_repeats_there_is_no_strata_estimate_to_move():
 
 
 def test_a_backfire_window_with_a_pair_standing_out_gets_its_follow_up_rounds():
-    from specgate.follow_up import follow_up_reason
+    from specgate.follow_up import speed_follow_up_reason
 
     data = json.loads(gzip.decompress((VISIT9 / "E2" / "report.json.gz").read_bytes()))
     rig = load_rig("h200-llama8b-dummy", ROOT / "fixtures")
     windows = {m.mode: m for m in map(ClassMeasurement.from_dict, data["measurements"]) if m.partner is not None}
-    reason = follow_up_reason(rig, windows["eagle3_al30"])
+    reason = speed_follow_up_reason(rig, windows["eagle3_al30"])
     assert reason is not None and reason.startswith("2.396x (95.0 % CI 2.296-2.501, threshold 1.00) after 12 pairs: "
                                                     "one pair stands out")
     assert "bst-insert-delete#1" in reason
     # eagle3_al15 and draft_al30 of the same session: faster beyond the margin, nothing stands out
-    assert follow_up_reason(rig, windows["eagle3_al15"]) is None
-    assert follow_up_reason(rig, windows["draft_al30"]) is None
+    assert speed_follow_up_reason(rig, windows["eagle3_al15"]) is None
+    assert speed_follow_up_reason(rig, windows["draft_al30"]) is None
 
 
 def test_a_pair_off_a_window_of_identical_pairs_is_named_without_a_factor():
