@@ -1,14 +1,10 @@
-"""What each gate of a run compared, as the verdict table, the forest plot and the HTML report show
-it: one :class:`GateComparison` per gate entry of a report (``gates`` and ``undecided`` alike,
-passing gates included), read from the entry's ``details`` and the report's windows.
-
-The reference a gate compared against is one of: the A/B's reference side, the no-speculation mode
-(backfire, and TTFT or lossless outside an A/B), or stored figures (a stored level, a stored ratio to
-the no-speculation mode, or older stored samples). A report written by an older specgate holds less:
-its ``details`` may lack the reference's name or be absent (an undecided gate of before issue 36),
-so the ratio, interval, threshold and pairs are then read from the gate's message, which has said
-them in one form since the paired gates were introduced ("0.972x the reference side (...; 95.8 %
-CI 0.932-1.006; threshold 0.97; 12 pairs; ...)"); what neither holds stays empty ("-").
+"""What each gate of a run compared, for the verdict table, the forest plot and report.html: one
+:class:`GateComparison` per gate entry (``gates`` and ``undecided``, passing gates included), from the
+entry's ``details`` and the report's windows. It compared against the A/B's reference side, the
+no-speculation mode, or stored figures (a level, a ratio to no speculation, older samples). An older
+report's entry may have no ``details`` (an undecided gate before issue 36): its ratio, interval,
+threshold and pairs are then read from its message ("0.972x the reference side (...; 95.8 % CI
+0.932-1.006; threshold 0.97; 12 pairs; ...)"); what neither holds stays "-".
 """
 
 from __future__ import annotations
@@ -22,14 +18,12 @@ from specgate.outcome import NOT_STORED, STORING, Outcome, outcome_of_kind
 from specgate.report_figures import median_rate
 
 GATE_ORDER = ("throughput", "backfire", "acceptance", "ttft", "lossless")
-# report.json files written before these names (issue 16)
-_OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING, "inconclusive": "undecided"}
+# report.json files written before these names (issue 16) render with them (--specgate-report-only)
+OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING, "inconclusive": "undecided"}
 _KIND_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "UNDECIDED (other protocol)",
               "too few drafts": "UNDECIDED", "other host pace": "OTHER MACHINE (host pace)"}
 
-# The paired gates' message: "<subject>: <verdict>: 0.972x the reference side (2.8 % slower; 95.8 % CI
-# 0.932-1.006; threshold 0.97; 12 pairs; ...)", TTFT's "... fails above 1.10; 6 pairs ...", and the
-# first paired gates' "31.8 tok/s vs 33.3 baseline (ratio 0.971, ...; 95 % CI 0.75-0.99; threshold 0.85; n=6/6; ...)".
+# the paired gates' messages; TTFT's says "fails above 1.10", the first ones' "(ratio 0.971, ...; n=6/6)"
 _RATIO_X = re.compile(r"(\d+(?:\.\d+)?)x (the reference side|no speculation|stored level|"
                       r"its stored ratio to \S+ \(\d+(?:\.\d+)?\)|stored|[a-z][\w ]*?) \(")
 _RATIO_WORD = re.compile(r"\bratio (\d+(?:\.\d+)?)")
@@ -123,8 +117,9 @@ def _num(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _kind(entry: dict[str, Any]) -> str:
-    return _OLD_KINDS.get(entry["kind"], entry["kind"])
+def undecided_kind(entry: dict[str, Any]) -> str:
+    """An undecided entry's kind, an old report.json's name mapped to today's."""
+    return OLD_KINDS.get(entry["kind"], entry["kind"])
 
 
 def outcome_of(entry: dict[str, Any]) -> Outcome:
@@ -136,15 +131,15 @@ def outcome_of(entry: dict[str, Any]) -> Outcome:
         except ValueError:
             pass
     if "kind" in entry:
-        return outcome_of_kind(_kind(entry))
+        return outcome_of_kind(undecided_kind(entry))
     if entry.get("passed"):
         return Outcome.PASS
     return Outcome.DECLARED_BACKFIRE if entry.get("declared") else Outcome.FAIL
 
 
 def _tag(entry: dict[str, Any], outcome: Outcome) -> str:
-    if "kind" in entry and _kind(entry) in _KIND_TAGS:
-        return _KIND_TAGS[_kind(entry)]
+    if "kind" in entry and undecided_kind(entry) in _KIND_TAGS:
+        return _KIND_TAGS[undecided_kind(entry)]
     return {Outcome.FAIL: "FAIL", Outcome.DECLARED_BACKFIRE: "DECLARED"}.get(outcome, outcome.value.upper())
 
 

@@ -33,31 +33,29 @@ TEMPLATE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{ title }}</title>
 <style>
-  body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5rem auto;
-         max-width: 1500px; padding: 0 1rem; color: #1d1d1f; line-height: 1.4; }
-  h1 { font-size: 1.45rem; margin-bottom: .2rem; }
-  h2 { font-size: 1.15rem; margin-top: 2rem; border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
-  .sub { color: #555; margin-top: 0; }
-  .counts span { display: inline-block; margin: .15rem .4rem .15rem 0; padding: .1rem .55rem;
-                 border-radius: .8rem; font-weight: 600; font-size: .9rem; }
-  table { border-collapse: collapse; font-size: .86rem; margin: .5rem 0; }
-  th, td { border: 1px solid #d0d0d0; padding: .25rem .5rem; text-align: left; vertical-align: top; }
-  th { background: #f3f3f3; position: sticky; top: 0; }
-  td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-  tr.pass td.outcome, span.pass { background: #dff3e3; color: #17692a; }
-  tr.fail td.outcome, span.fail { background: #fadcdc; color: #a00000; }
-  tr.declared td.outcome, span.declared { background: #fdebd0; color: #8a5300; }
-  tr.undecided td.outcome, span.undecided { background: #e8e2f4; color: #4a3585; }
-  tr.nodecision td.outcome, span.nodecision { background: #ececec; color: #444; }
-  td.outcome { font-weight: 600; white-space: nowrap; }
-  figure { margin: 1rem 0 2rem; }
-  figure img { max-width: 100%; height: auto; border: 1px solid #e3e3e3; }
-  figcaption { color: #555; font-size: .9rem; }
-  pre { background: #f7f7f7; padding: .6rem; overflow-x: auto; font-size: .8rem; }
-  ul.lines li { margin: .2rem 0; }
-  .msg { white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: .8rem; }
-  dl.facts { display: grid; grid-template-columns: max-content auto; gap: .2rem 1rem; font-size: .9rem; }
-  dl.facts dt { font-weight: 600; } dl.facts dd { margin: 0; }
+body{font-family:system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;margin:1.5rem auto;max-width:1500px;padding:0 1rem;color:#1d1d1f;line-height:1.4;}
+h1{font-size:1.45rem;margin-bottom:.2rem;}
+h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;}
+.sub{color:#555;margin-top:0;}
+.counts span{display:inline-block;margin:.15rem .4rem .15rem 0;padding:.1rem .55rem;border-radius:.8rem;font-weight:600;font-size:.9rem;}
+table{border-collapse:collapse;font-size:.86rem;margin:.5rem 0;}
+th, td{border:1px solid #d0d0d0;padding:.25rem .5rem;text-align:left;vertical-align:top;}
+th{background:#f3f3f3;position:sticky;top:0;}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;}
+tr.pass td.outcome, span.pass{background:#dff3e3;color:#17692a;}
+tr.fail td.outcome, span.fail{background:#fadcdc;color:#a00000;}
+tr.declared td.outcome, span.declared{background:#fdebd0;color:#8a5300;}
+tr.undecided td.outcome, span.undecided{background:#e8e2f4;color:#4a3585;}
+tr.nodecision td.outcome, span.nodecision{background:#ececec;color:#444;}
+td.outcome{font-weight:600;white-space:nowrap;}
+figure{margin:1rem 0 2rem;}
+figure img{max-width:100%;height:auto;border:1px solid #e3e3e3;}
+figcaption{color:#555;font-size:.9rem;}
+pre{background:#f7f7f7;padding:.6rem;overflow-x:auto;font-size:.8rem;}
+ul.lines li{margin:.2rem 0;}
+.msg{white-space:pre-wrap;font-family:ui-monospace, monospace;font-size:.8rem;}
+dl.facts{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem;font-size:.9rem;}
+dl.facts dt{font-weight:600;} dl.facts dd{margin:0;}
 </style>
 </head>
 <body>

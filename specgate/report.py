@@ -17,7 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from specgate.comparisons import gate_comparisons
+from specgate.comparisons import gate_comparisons, undecided_kind
 from specgate.gating import gating_lines
 from specgate.measure import client_decode_rate
 from specgate.outcome import NOT_STORED, STORING
@@ -38,15 +38,8 @@ def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
     return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
-# report.json files written before these names (issue 16) render with them (--specgate-report-only)
-OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING, "inconclusive": "undecided"}
 UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
                   "too few drafts": "UNDECIDED", "undecided": "UNDECIDED", "not run": "NOT RUN"}
-
-
-def undecided_kind(entry: dict[str, Any]) -> str:
-    """An undecided entry's kind, an old report.json's name mapped to today's."""
-    return OLD_KINDS.get(entry["kind"], entry["kind"])
 
 
 def _verdicts(report: dict[str, Any]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
