@@ -9,10 +9,7 @@ else the rig's own ``[estimate] tokens_per_s``, else the median of the rig's sto
 its tokens at that rate plus the rig's time to a first token. Follow-up rounds (duet rigs) depend
 on what the first look reads: the estimate adds the share of them the rig expects
 (``[estimate] follow_up_share``), and the bound if every one runs is shown beside it.
-
-On a rig whose servers take turns (vLLM sleep mode), ``plan`` also weighs the other arrangements of
-the selection (:func:`arrangements`): a plain run one server at a time, an A/B one mode at a time or
-with every server loaded; it prints the cheapest that can decide (:func:`choose_arrangement`).
+On a rig whose servers take turns, ``plan`` weighs the selection's :func:`arrangements`.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ from specgate.host_memory import (
     choose_levels,
     first_sleep_s,
     host_available_gib,
-    level1_need_gib,
     level2_wake_s,
     level_line,
 )
@@ -108,7 +104,6 @@ class SessionPlan:
     refusal: str | None = None
     sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, level) in an alternation
     level2_wake_s: float | None = None  # one level-2 wake of this rig's weights, when known
-    weights_gib: float | None = None  # one server's weights (the rig states one size), when known
     level1_need_gib: float | None = None  # host memory for sleep level 1 of the servers loaded at once
     loaded_at_once: int = 0  # the most servers an alternation holds loaded at once
 
@@ -310,10 +305,8 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     ``rates``: decode tok/s per window (see :func:`stored_rates`); ``attached``: --specgate-vllm-url (no
     server starts); ``reused``: labels of kept servers this session will reuse (no start);
     ``host_gib``: the host's available memory (default: read it) for the sleep levels;
-    ``keep_servers``: --specgate-keep-servers, every server staying loaded after its mode's last window
-    (None: when the session reuses a kept server, which only that option does). Without it a mode's
-    servers stop after its last window, so an alternation holds only the reference (a plain run's)
-    or the kept servers beside one mode's servers."""
+    ``keep_servers``: --specgate-keep-servers, every server staying loaded (None: when a kept server
+    is reused, which only that option does); else a mode's servers stop after its last window."""
     protocol, reference = rig.protocol, rig.reference_mode
     selected = list(dict.fromkeys(windows))
     design = rig.design
@@ -445,7 +438,6 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                        sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
                        level2_wake_s=level2_wake_s(asleep[0].weights_gib, rig.estimate.weights_read_gib_per_s)
                        if choice is not None and asleep else None,
-                       weights_gib=asleep[0].weights_gib if choice is not None and asleep else None,
                        level1_need_gib=choice.need_all_gib if choice is not None else None,
                        loaded_at_once=choice.at_once if choice is not None else 0)
 
@@ -485,19 +477,18 @@ def sequential_how(rig: Rig) -> str:
 class Arrangement:
     """One way to run a selection on a rig whose servers cannot share the GPUs, planned."""
 
-    name: str  # "taking turns", "taking turns, one mode at a time", "one after the other", ...
+    name: str
     how: str  # how a session runs it
     plan: SessionPlan
-    compares: str  # how its comparison of the two sides is decided, in a few words
-    stored: str = ""  # what its gates against stored figures catch (a plain run)
+    compares: str  # how the two sides are compared
+    stored: str = ""  # what a plain run's gates against stored figures catch
 
     @property
     def catches(self) -> str:
         return "; ".join(part for part in (self.stored, self.compares) if part)
 
     @property
-    def paired(self) -> bool:
-        """Both sides measured in one window (taking turns), not from two starts one after the other."""
+    def paired(self) -> bool:  # both sides in one window
         return self.plan.design != "sequential"
 
     @property
@@ -522,12 +513,9 @@ class Arrangement:
 def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
                  host_gib: float | None = None, reused: Iterable[str] = (), keep_servers: bool = False,
                  other_tests: int = 0, rate_note: str | None = None) -> list[Arrangement]:
-    """The ways this selection of an alternating rig can run, each planned, the session as asked first.
-
-    A plain run takes turns (the rig's design), or runs one server at a time (design = "sequential"):
-    no sleep mode, each mode's windows against its own stored figures, backfire across two starts.
-    An A/B compares in one window, so it takes turns, either one mode at a time (a mode's two
-    servers stop after its windows) or with every server loaded (--specgate-keep-servers)."""
+    """The ways this selection of an alternating rig can run, the session as asked first: a plain run
+    takes turns or runs one server at a time (no sleep mode, backfire across two starts); an A/B takes
+    turns one mode at a time or with every server loaded (--specgate-keep-servers)."""
     host = host_available_gib() if host_gib is None else host_gib
     common: dict[str, Any] = {"other_tests": other_tests, "rate_note": rate_note, "host_gib": host}
     reused = tuple(reused)
@@ -549,7 +537,7 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
                "no start spread (the rig states no start_noise)")
     sequential = Arrangement(
         "one after the other", sequential_how(rig),
-        # one server at a time measures the reference first (SpecgateSession.modes_to_run)
+        # the reference first, as SpecgateSession.modes_to_run
         plan_session(rig.model_copy(update={"design_key": "sequential"}),
                      sorted(windows, key=lambda key: key[0] != rig.reference_mode), rates, **common),
         f"backfire across two starts, allowing {allowed}; the gate does not use the stored histories' spread",
@@ -558,21 +546,15 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
 
 
 def choose_arrangement(options: Sequence[Arrangement]) -> Arrangement:
-    """The cheapest arrangement that can decide (refuses no mode). One that takes turns with every
-    sleeping server at sleep level 1 comes first: it compares both sides in one window, and one
-    after the other saves only its first sleeps and swaps. Where every one refuses a mode, the first
-    (the session as asked), refused."""
-    deciding = [o for o in options if o.plan.refusal is None]
-    if not deciding:
-        return options[0]
+    """The cheapest arrangement that refuses no mode, taking turns at sleep level 1 first (both sides
+    in one window; one after the other saves only first sleeps and swaps); all refused: the first."""
+    deciding = [o for o in options if o.plan.refusal is None] or [options[0]]
     level_one = [o for o in deciding if o.paired and not o.at_sleep_level_2]
-    expected = {id(o): o.plan.expected_s for o in options}
-    return min(level_one or deciding, key=lambda o: (expected[id(o)] is None, expected[id(o)] or 0.0))
+    return min(level_one or deciding, key=lambda o: (o.plan.expected_s is None, o.plan.expected_s or 0.0))
 
 
 def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> list[str]:
-    """The arrangements side by side, the chosen one marked, and how to run it when it is not the
-    session as asked."""
+    """The arrangements, the chosen one marked, and how to run it when it is not the session as asked."""
     lines = ["arrangements (chosen: the cheapest that can decide, taking turns at sleep level 1 first):"]
     lines += [f"  {o.line(chosen=o is chosen)}" for o in options]
     if chosen is not options[0]:
@@ -616,10 +598,9 @@ def _ab_catches(rig: Rig) -> str:
 def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
           host_gib: float | None = None) -> list[str]:
     """Each path to a verdict for this selection, side by side: a plain run against stored figures
-    (taking turns or one after the other, whichever :func:`choose_arrangement` picks), an A/B that
-    starts its reference afresh (one mode at a time), and an A/B whose reference a previous session
-    kept (``--specgate-keep-servers``: only the candidate loads, and every server stays loaded). Each
-    with its starts, windows, swaps, duration, host memory and what it can catch."""
+    (as :func:`choose_arrangement` picks), an A/B that starts its reference afresh (one mode at a
+    time), and an A/B whose reference a previous session kept (``--specgate-keep-servers``: only the
+    candidate loads). Each with its starts, windows, swaps, duration, host memory and what it catches."""
     from specgate.config import AB, Side
 
     host = host_available_gib() if host_gib is None else host_gib
@@ -651,10 +632,6 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
                   f"; host memory: sleep level 1 for {ones}, sleep level 2 for {twos}{wake}"
                   + (f" ({p.level1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at once)"
                      if p.level1_need_gib is not None else ""))
-        if name.endswith("kept") and twos and p.weights_gib is not None \
-                and level1_need_gib([p.weights_gib, p.weights_gib]) <= host:
-            memory += (f"; with one mode's reference kept (an A/B of one mode, -k MODE) its candidate fits beside "
-                       f"it at sleep level 1 ({level1_need_gib([p.weights_gib, p.weights_gib]):,.0f} GiB)")
         lines.append(
             f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")
             + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "

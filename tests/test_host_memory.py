@@ -88,8 +88,7 @@ def test_an_ab_keeps_its_reference_at_level_1_first_and_the_paths_stand_side_by_
     assert ab.startswith("  A/B, fresh reference, one mode at a time: 4 start(s)")
     assert "sleep level 1 for 4, sleep level 2 for 0" in ab
     assert kept.startswith("  A/B, reference kept: 2 start(s), reference kept (2 server(s), 0 starts)")
-    # two kept references and a candidate do not fit; one mode's reference and its candidate do
-    assert "sleep level 2 for 2" in kept and "with one mode's reference kept" in kept
+    assert "sleep level 2 for 2" in kept  # two kept references and a candidate do not fit
     # at 512 GiB the reference would sleep at level 2 and start again: no kept path there
     assert "not on this host" in paths(rig, windows, rates, host_gib=512)[3]
 
@@ -106,33 +105,18 @@ def test_a_drafter_that_would_need_level_2_is_refused_naming_the_memory_that_all
 
 
 def test_one_mode_at_a_time_each_server_gets_sleep_level_1_beside_those_loaded_with_it():
-    # a plain run of three modes: the reference stays loaded, each mode's server stops after its windows
-    sleepers = [Sleeper("no_spec", WEIGHTS), Sleeper("ngram", WEIGHTS),
-                Sleeper("eagle3", WEIGHTS, "a drafter's weights would not come back")]
+    # three modes: the reference stays loaded, each mode's server stops after its windows
+    sleepers = [Sleeper("no_spec", WEIGHTS), Sleeper("ngram", WEIGHTS), Sleeper("eagle3", WEIGHTS, "a drafter")]
     at_once = [["no_spec", "ngram"], ["no_spec", "eagle3"]]
     choice = choose_levels(sleepers, 700, at_once=at_once)
-    # the drafter first: it takes sleep level 1 beside the reference, which then sleeps at level 2; ngram
-    # is never loaded beside the drafter, so it fits at sleep level 1 beside the level-2 reference
+    # the drafter first beside the reference (then at level 2); ngram is never loaded beside the drafter
     assert choice.levels == {"no_spec": 2, "ngram": 1, "eagle3": 1} and choice.refused == ()
     assert choice.need_all_gib == level1_need_gib([WEIGHTS, WEIGHTS]) and choice.at_once == 2
-    # every server at once (--specgate-keep-servers) would hold all three: the same host sleeps two at level 2
-    assert sorted(choose_levels(sleepers, 700).levels.values()) == [1, 2, 2]
-    # a host that holds two servers holds every pair: all at sleep level 1
-    assert set(choose_levels(sleepers, level1_need_gib([WEIGHTS, WEIGHTS]), at_once=at_once).levels.values()) == {1}
-
-
-def _window_s(rig, rates, key, sides: int = 1) -> float:
-    """A window's requests one after the other at the stored rate, each with the rig's time to a first
-    token scaled to the class's prompts (specgate.plan's rule), and its overhead."""
-    requests = sides * rig.protocol.repeats * _prompts(rig, key[1])
-    return requests * _request_s(rig, rates[key], key[1]) + WINDOW_OVERHEAD_S
-
-
-def _prompts(rig, prompt_class: str) -> int:
-    return len(next(c for c in rig.prompt_classes if c.name == prompt_class).prompts)
+    assert sorted(choose_levels(sleepers, 700).levels.values()) == [1, 2, 2]  # all three at once
 
 
 def _request_s(rig, rate: float, prompt_class: str) -> float:
+    """A request at ``rate``, with the rig's time to a first token for the class's prompts (plan's rule)."""
     prompts = next(c for c in rig.prompt_classes if c.name == prompt_class).prompts
     return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * sum(len(p.text) for p in prompts) / len(
         prompts) / 500
@@ -140,20 +124,17 @@ def _request_s(rig, rate: float, prompt_class: str) -> float:
 
 def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_loads_and_its_windows(monkeypatch, capsys):
     rig, windows, rates = _kimi()
-    options = arrangements(rig, windows, rates, host_gib=512)
-    turns, one_by_one = options
-    chosen = choose_arrangement(options)
+    turns, one_by_one = options = arrangements(rig, windows, rates, host_gib=512)
     # taking turns would sleep both servers at sleep level 2 (each wake reads 560 GiB again): listed, not chosen
-    assert chosen is one_by_one and set(dict(turns.plan.sleep_levels).values()) == {2}
-    plan = chosen.plan
+    assert choose_arrangement(options) is one_by_one and set(dict(turns.plan.sleep_levels).values()) == {2}
+    plan = one_by_one.plan
     assert plan.design == "sequential" and plan.sleep_levels == () and plan.first_sleeps_s == 0
     assert [s.label for s in plan.servers] == ["no_spec", "ngram"]  # the reference first
-    assert len(plan.windows) == 8 and all(w.design == "solo" and w.swaps == 0 for w in plan.windows)
     # its two loads, its eight windows of one server each, each server's warm-up on its first class
     loads = rig.estimate.startup_for(False) + rig.estimate.startup_for(True) + 2 * STOP_S
-    windows_s = sum(_window_s(rig, rates, key) for key in windows)
-    warmup_s = sum(rig.protocol.warmup_requests * _request_s(rig, rates[(mode, "coding", 1)], "coding")
-                   for mode in ("no_spec", "ngram"))
+    windows_s = sum(18 * _request_s(rig, rates[key], key[1]) + WINDOW_OVERHEAD_S for key in windows)
+    warmup_s = sum(2 * _request_s(rig, rates[(mode, "coding", 1)], "coding") for mode in ("no_spec", "ngram"))
+    assert rig.protocol.repeats * 6 == 18 and rig.protocol.warmup_requests == 2  # 6 prompts a class
     assert plan.expected_s == pytest.approx(loads + windows_s + warmup_s + SESSION_OVERHEAD_S)
     assert turns.plan.expected_s > plan.expected_s + 5 * 3600  # the level-2 wakes: hours
 
@@ -169,8 +150,7 @@ def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_load
 
 
 def _candidate_python(folder: Path) -> str:
-    """A stand-in for a candidate environment's python: the session checks that it runs
-    ``import vllm`` (it exits 0); a plan starts nothing with it."""
+    """A stand-in candidate python: it passes the session's `import vllm` check; a plan starts nothing."""
     python = folder / "python"
     python.write_text("#!/bin/sh\nexit 0\n")
     python.chmod(0o755)
@@ -188,11 +168,8 @@ def test_the_kimi_ab_at_1_5_tb_takes_turns_one_mode_at_a_time_every_server_at_sl
                                               for side in ("candidate", "reference")}
     # one mode's two sides loaded at once need 1,240 GiB of the 1,536; all four at once would need 2,472
     assert chosen.plan.loaded_at_once == 2 and chosen.plan.level1_need_gib == level1_need_gib([WEIGHTS] * 2)
-    assert every.plan.level1_need_gib == level1_need_gib([WEIGHTS] * 4) > 1536
     assert set(every.at_sleep_level_2) == {"ngram@candidate", "no_spec@candidate"}
-    # each of the four servers copies its weights to host memory once, and every swap is a level-1 one
     assert chosen.plan.first_sleeps_s == pytest.approx(4 * WEIGHTS / PIN_GIB_PER_S)
-    assert chosen.plan.expected_s < every.plan.expected_s
 
     monkeypatch.chdir(ROOT)
     assert main(["plan", "--rig", KIMI, "--host-memory-gib", "1536",
