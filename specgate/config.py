@@ -36,6 +36,8 @@ OLD_NO_SPEC = "baseline"
 
 
 class _Strict(BaseModel):
+    # A file's values are validated with no coercion (see _validate): "3" is not a count and true is
+    # not 1. Objects built in code stay lax, so a list given where a tuple is declared still fits.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -412,6 +414,14 @@ class RigFile(_Strict):
     ab: AB | None = None
     estimate: Estimate = Estimate()
 
+    @field_validator("sleep_level", mode="before")
+    @classmethod
+    def _level_not_a_boolean(cls, value: Any) -> Any:
+        # pydantic matches true to the literal 1 even in strict mode (True == 1 in Python)
+        if isinstance(value, bool):
+            raise ValueError("Input should be 1 or 2")
+        return value
+
 
 class Rig(_Strict):
     """A rig resolved against the mode library and prompt file: what the plugin runs."""
@@ -522,13 +532,45 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def _validate(model: type[BaseModel], data: Mapping[str, Any], path: Path) -> Any:
+    """A file's data validated strictly: no value is coerced to the type its key wants (``repeats =
+    "3"`` is refused, ``repeats = true`` is not 1 repeat), except that a float key takes an integer
+    (``min_speedup = 1``). Validated as JSON, where strict mode takes an array for a tuple (TOML
+    has no tuples; strict validation of Python objects would refuse every array); a TOML date or
+    time, which JSON lacks, arrives as its text."""
     try:
-        return model.model_validate(data)
+        return model.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or None
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise ConfigError(path, key, f"{first['msg']}{more}") from None
+        raise ConfigError(path, key, f"{first['msg']}{_given(first)}{more}") from None
+
+
+def _given(error: Any) -> str:
+    """What a type error was given, as the file spells it: a quoted number or a boolean where a
+    number belongs reads like the number in a hurried look at the file."""
+    if not (error["type"].endswith("_type") or error["type"] == "literal_error"):
+        return ""
+    value = error["input"]
+    if isinstance(value, bool):
+        return f", not the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f", not the string {json.dumps(value)}" + (" (drop the quotes)" if _is_number(value) else "")
+    if isinstance(value, int | float):
+        return f", not {'the integer' if isinstance(value, int) else 'the float'} {value!r}"
+    if isinstance(value, list):
+        return ", not an array"
+    if isinstance(value, dict):
+        return ", not a table"
+    return ""
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def load_prompt_classes(path: Path) -> dict[str, PromptClass]:

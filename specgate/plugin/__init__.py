@@ -82,19 +82,64 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     specgate = get_session(config)
     deselect_speculative_only(config, items, specgate)
+    deselect_tiers_not_asked_for(config, items)
     if specgate.config_error is not None or any(item.get_closest_marker("perf") for item in items):
         refuse_bad_inputs(config, specgate)
+
+
+TIER_WORDS = ("cpu", "gpu", "perf", "faults")
+_TIERLESS = pytest.StashKey[int]()
+
+
+def deselect_tiers_not_asked_for(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A run whose -m expression names no tier (a bare ``pytest``, ``-m "not bench"``) starts no
+    vLLM server: the tests marked cpu, gpu or perf (perf tests, fault tests) need one, and minutes
+    to hours of a machine, so a run asks for them by name (``-m cpu``, ``-m gpu``). Those the -m
+    expression would have kept are deselected here, and the run says so in one line
+    (pytest_report_collectionfinish); the others pytest's -m deselects as usual."""
+    words = (config.option.markexpr or "").replace("(", " ").replace(")", " ").split()
+    if any(word in TIER_WORDS for word in words):
+        return
+    keep, drop = [], []
+    for item in items:
+        marks = {mark.name for mark in item.iter_markers()}
+        tiered = bool(marks & {"cpu", "gpu", "perf"}) and "fast" not in marks
+        (drop if tiered and _selected_by_markexpr(config.option.markexpr, marks) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+        config.stash[_TIERLESS] = len(drop)
+
+
+def _selected_by_markexpr(markexpr: str, marks: set[str]) -> bool:
+    if not markexpr:
+        return True
+    try:
+        from _pytest.mark.expression import Expression  # pytest's own -m grammar (it has no public API)
+
+        return Expression.compile(markexpr).evaluate(lambda name, **kwargs: name in marks and not kwargs)
+    except Exception:  # another pytest's internals: deselect it here rather than start a server
+        return True
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+    count = config.stash.get(_TIERLESS, 0)
+    if not count:
+        return None
+    return (f"specgate: {count} test(s) marked cpu, gpu or perf deselected: they start vLLM servers, so a run "
+            "selects them with -m cpu or -m gpu")
 
 
 def refuse_bad_inputs(config: pytest.Config, specgate) -> None:
     """Every file the perf tests need, read and validated before any server starts (the session's
     validate_inputs): one usage error naming the file and key. An xdist worker cannot stop the run
     (it would crash and be restarted): its perf tests fail at setup with the message instead, and
-    the controller refuses first where it can tell a perf run (pytest_sessionstart)."""
+    the controller refuses first where it can tell a perf run (pytest_sessionstart). The A/B sides'
+    pythons are tried on `import vllm` only where servers may start (not --collect-only, --setup-plan)."""
     try:
         if specgate.config_error is not None:
             raise specgate.config_error
-        specgate.validate_inputs()
+        specgate.validate_inputs(imports=not (config.option.collectonly or getattr(config.option, "setupplan", False)))
     except ConfigError as exc:
         if hasattr(config, "workerinput"):
             specgate.options.worker_refusal = f"specgate: {exc}"

@@ -82,6 +82,7 @@ def configure_session(config: pytest.Config) -> None:
         rig_name=rig_name,
         fixtures_dir=resolve_fixtures_dir(config.getoption("specgate_fixtures"), root),
         baselines_path=config.getoption("specgate_baselines") or root / "baselines.json",
+        baselines_given=config.getoption("specgate_baselines") is not None,
         run_dir=run_dir, worker_id=workerinput["workerid"] if workerinput else None,
         worker_count=int(workerinput["workercount"]) if workerinput else 1,
         repo_root=root, update=update, strict_fingerprint=config.getoption("specgate_strict_fingerprint"),
