@@ -31,7 +31,10 @@ PASSING_AB = ROOT / "docs/evidence/calibration/cpu-2026-12-04-kept-reference/K2-
 AB_WITH_TTFT = ROOT / "tests/data/calibration/cpu-2026-12-04-acceptance/k3-48-auto-report.json.gz"
 BACKFIRE = ROOT / "docs/evidence/lab/2026-12-01-h200-visit5/s4/report.json.gz"
 STORED = ROOT / "docs/evidence/lab/2026-12-04-h200-history/replay-02.report.json.gz"
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian's package (apt-get install -y chromium), else a Chromium or Chrome on PATH (GitHub's runners
+# carry google-chrome)
+BROWSERS = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+CHROMIUM = next((found for name in BROWSERS if (found := shutil.which(name))), None)
 
 
 def _entries(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -172,13 +175,13 @@ def test_the_job_summary_links_the_page() -> None:
 
 def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", f"--user-data-dir={profile}", *args],
         capture_output=True, text=True, timeout=60, check=False)
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no headless browser: {CHROMIUM} is not installed "
+@pytest.mark.skipif(CHROMIUM is None, reason=f"no headless browser: none of {', '.join(BROWSERS)} is installed "
                     "(apt-get install -y chromium)")
 def test_the_page_opens_in_a_real_browser(tmp_path: Path) -> None:
     report = read_saved_report(AB_WITH_TTFT)
