@@ -5,11 +5,9 @@ sleep controller (specgate.sleep).
 Level 1 keeps a sleeping server's weights in pinned host memory. In an alternation the servers
 loaded at once take turns, one awake at a time, and during a swap the server going to sleep copies
 its weights out while the others' are still held: at the peak the host holds the weights of every
-loaded server that sleeps at level 1. Which servers are loaded at once: a mode's servers stop after
-its last window, so a plain run's reference and one mode's server, or an A/B's two sides of one
-mode (with any kept server beside them); with ``--specgate-keep-servers`` every server of the
-session stays loaded. The rule: available host memory >= HOST_MARGIN x (the sum of their weights)
-+ HOST_RESERVE_GIB. Level 2 keeps nothing on the host; its wake reads the weights from the
+loaded server that sleeps at level 1 (a mode's servers stop after its last window, unless
+``--specgate-keep-servers``). The rule: available host memory >= HOST_MARGIN x (the sum of their
+weights) + HOST_RESERVE_GIB. Level 2 keeps nothing on the host; its wake reads the weights from the
 model's files again (weights / the rig's ``[estimate] weights_read_gib_per_s``). A server with a
 drafter or ``--load-format dummy`` weights cannot wake from level 2, so it needs level 1 or is
 refused before anything starts.
@@ -86,8 +84,7 @@ class LevelChoice:
         return len(self.loaded) or len(self.levels)
 
     def host_line(self, loaded_why: str = "") -> str:
-        """The host memory in one line: needed against available, and what the host lacks.
-        ``loaded_why``: which servers are loaded at once, in words."""
+        """The host memory in one line: needed against available, and what the host lacks."""
         if self.forced is not None:
             return f"host memory: {self.available_gib:,.0f} GiB available; sleep_level = {self.forced}, set by the rig"
         if self.need_all_gib is None:
@@ -109,8 +106,7 @@ class LevelChoice:
         return ((self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB) / HOST_MARGIN / max(1, self.at_once)
 
     def refusal(self, sleepers: Sequence[Sleeper], *, instead: str = "") -> str | None:
-        """The refusal of the servers that need level 1 and cannot have it, or None. ``instead``: another
-        way to run them, added to the advice."""
+        """The refusal of the servers that need level 1 and cannot have it (``instead``: another way), or None."""
         if not self.refused:
             return None
         whom = [s for s in sleepers if s.label in self.refused]
@@ -128,10 +124,7 @@ def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: 
     first for the servers that cannot wake from level 2, then for those in ``prefer`` (a kept
     reference: kept only at level 1), then the others in order, each while it fits beside the
     level-1 servers loaded with it; level 2 for the rest. A forced level (the rig's ``sleep_level``)
-    is taken as it is.
-
-    ``at_once``: the sets of labels loaded at the same time, in the session's order (a mode's
-    servers stop after its last window); None: every server at once (``--specgate-keep-servers``)."""
+    is taken as it is. ``at_once``: the sets of labels loaded together (None: all of them)."""
     groups = [[s.label for s in sleepers]] if at_once is None else [list(g) for g in at_once if g]
     weights = {s.label: s.weights_gib for s in sleepers}
     known = all(w is not None for w in weights.values())

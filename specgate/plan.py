@@ -331,7 +331,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     choice: LevelChoice | None = None
     loaded_why = ""
     if alternating and not attached:
-        own: dict[str, list[str]] = {}  # each mode's servers, in the order the selection starts them
+        own: dict[str, list[str]] = {}  # each mode's servers, in order
         for key in selected:
             mode = key[0]
             if mode not in modes:
@@ -344,12 +344,12 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                 labels = [need(f"{mode}@candidate", mode), need(f"{mode}@reference", mode)]
             own.setdefault(mode, labels)
         keep = bool(reused) if keep_servers is None else keep_servers
-        # loaded the whole session: kept servers reused, and a plain run's reference (live throughout)
+        # loaded throughout: kept servers reused, a plain run's reference
         always = [label for label in servers if label in reused or (design != "ab" and label == reference)]
-        groups: list[list[str]] = []  # the servers loaded at once, as each mode's servers start
+        groups: list[list[str]] = []  # the servers loaded at once, as each mode's start
         for labels in own.values():
             groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups else always), *labels])))
-        loaded_why = ("every server of the session: --specgate-keep-servers keeps each one loaded" if keep else
+        loaded_why = ("every server: --specgate-keep-servers keeps each one loaded" if keep else
                       ("one mode's two sides" if design == "ab" else "the reference and one mode's server")
                       + (", beside the kept server(s)" if reused else "") + ": a mode's servers stop after its windows")
         asleep = sleepers(rig, servers.values())
@@ -468,7 +468,7 @@ def window_key(item) -> WindowKey | None:
 
 # -- arrangements: how a one-server rig's session holds its servers, side by side ----------------
 def sequential_how(rig: Rig) -> str:
-    """How to run a rig that takes turns (design = "alternate") one server at a time instead."""
+    """How to run a rig that takes turns one server at a time instead."""
     return (f'a copy of the rig with design = "sequential", under the same file name and given by path '
             f"(--specgate-rig=DIR/{rig.path.name}), so its stored figures stay this rig's")
 
@@ -485,7 +485,7 @@ class Arrangement:
 
     @property
     def catches(self) -> str:
-        return "; ".join(part for part in (self.stored, self.compares) if part)
+        return f"{self.stored}; {self.compares}" if self.stored else self.compares
 
     @property
     def paired(self) -> bool:  # both sides in one window
@@ -496,17 +496,13 @@ class Arrangement:
         return [label for label, level in self.plan.sleep_levels if level == 2]
 
     def line(self, *, chosen: bool = False) -> str:
-        p = self.plan
-        starts = len([s for s in p.servers if not s.reused])
-        duration = p.expected_s
-        twos = self.at_sleep_level_2
-        sleep = ("no sleep mode" if not p.sleep_levels else
-                 "every server at sleep level 1" if not twos else
-                 f"sleep level 2 for {', '.join(twos)}" + (f" (wake ~{format_elapsed(p.level2_wake_s)} each)"
-                                                           if p.level2_wake_s is not None else ""))
-        return (f"{self.name}{' (chosen)' if chosen else ''}: {starts} start(s), {len(p.windows)} window(s)"
+        p, twos = self.plan, self.at_sleep_level_2
+        sleep = ("no sleep mode" if not p.sleep_levels else f"sleep level 2 for {', '.join(twos)}" if twos
+                 else "every server at sleep level 1")
+        return (f"{self.name}{' (chosen)' if chosen else ''}: {len([s for s in p.servers if not s.reused])} "
+                f"start(s), {len(p.windows)} window(s)"
                 + (f", {sum(w.swaps for w in p.windows)} swap(s)" if p.sleep_levels else "")
-                + (f", about {format_elapsed(duration)}" if duration is not None else ", duration unknown")
+                + (f", about {format_elapsed(p.expected_s)}" if p.expected_s is not None else ", duration unknown")
                 + f"; {sleep}" + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; {self.compares}")
 
 
@@ -521,11 +517,9 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
     reused = tuple(reused)
     if rig.ab is not None:
         live = _ab_catches(rig)
-        one = Arrangement("taking turns, one mode at a time",
-                          "without --specgate-keep-servers (each mode's two servers stop after its windows)",
+        one = Arrangement("taking turns, one mode at a time", "without --specgate-keep-servers",
                           plan_session(rig, windows, rates, keep_servers=False, **common), live)
-        every = Arrangement("taking turns, every server loaded",
-                            "with --specgate-keep-servers (every server stays loaded, asleep, for a later session)",
+        every = Arrangement("taking turns, every server loaded", "with --specgate-keep-servers",
                             plan_session(rig, windows, rates, reused=reused, keep_servers=True, **common), live)
         return [every, one] if keep_servers else [one, every]
     stored = _history_catches(rig, store, windows)
@@ -564,9 +558,8 @@ def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> li
 
 # -- the paths to a verdict on a one-server rig, side by side --------------------------------------
 def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Sequence[str] | None = None) -> str:
-    """What the stored-level gate catches with the history stored for ``modes``' windows of this
-    selection (default: the reference mode's, a plain run's only level gate; the fewest starts
-    among them)."""
+    """What the stored-level gate catches with the history of ``modes``' windows of this selection
+    (default: the reference mode's; the fewest starts among them)."""
     from specgate.baselines import lookup
     from specgate.history import MIN_STARTS, StartHistory
 

@@ -125,12 +125,12 @@ def _request_s(rig, rate: float, prompt_class: str) -> float:
 def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_loads_and_its_windows(monkeypatch, capsys):
     rig, windows, rates = _kimi()
     turns, one_by_one = options = arrangements(rig, windows, rates, host_gib=512)
-    # taking turns would sleep both servers at sleep level 2 (each wake reads 560 GiB again): listed, not chosen
+    # taking turns would sleep both at sleep level 2 (each wake reads 560 GiB again): listed, not chosen
     assert choose_arrangement(options) is one_by_one and set(dict(turns.plan.sleep_levels).values()) == {2}
     plan = one_by_one.plan
     assert plan.design == "sequential" and plan.sleep_levels == () and plan.first_sleeps_s == 0
     assert [s.label for s in plan.servers] == ["no_spec", "ngram"]  # the reference first
-    # its two loads, its eight windows of one server each, each server's warm-up on its first class
+    # its two loads, eight windows of one server, each server's warm-up on its first class
     loads = rig.estimate.startup_for(False) + rig.estimate.startup_for(True) + 2 * STOP_S
     windows_s = sum(18 * _request_s(rig, rates[key], key[1]) + WINDOW_OVERHEAD_S for key in windows)
     warmup_s = sum(2 * _request_s(rig, rates[(mode, "coding", 1)], "coding") for mode in ("no_spec", "ngram"))
@@ -150,7 +150,7 @@ def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_load
 
 
 def _candidate_python(folder: Path) -> str:
-    """A stand-in candidate python: it passes the session's `import vllm` check; a plan starts nothing."""
+    """A candidate python that passes the session's `import vllm` check."""
     python = folder / "python"
     python.write_text("#!/bin/sh\nexit 0\n")
     python.chmod(0o755)
@@ -166,7 +166,7 @@ def test_the_kimi_ab_at_1_5_tb_takes_turns_one_mode_at_a_time_every_server_at_sl
     assert chosen.name == "taking turns, one mode at a time"
     assert dict(chosen.plan.sleep_levels) == {f"{mode}@{side}": 1 for mode in ("ngram", "no_spec")
                                               for side in ("candidate", "reference")}
-    # one mode's two sides loaded at once need 1,240 GiB of the 1,536; all four at once would need 2,472
+    # one mode's two sides need 1,240 GiB of the 1,536; all four at once would need 2,472
     assert chosen.plan.loaded_at_once == 2 and chosen.plan.level1_need_gib == level1_need_gib([WEIGHTS] * 2)
     assert set(every.at_sleep_level_2) == {"ngram@candidate", "no_spec@candidate"}
     assert chosen.plan.first_sleeps_s == pytest.approx(4 * WEIGHTS / PIN_GIB_PER_S)
@@ -189,7 +189,6 @@ speculative_config = { model = "/models/kimi-k2.5-eagle3", num_speculative_token
 
 
 def _kimi_with_eagle(tmp_path: Path, server_command: str | None = None) -> Path:
-    """A fixtures folder holding the Kimi rig with an EAGLE-3 mode, as ``kimi-eagle``."""
     text = (ROOT / "fixtures" / "rigs" / f"{KIMI}.toml").read_text()
     if server_command is not None:
         text = text.replace('server_command = ["${python}", "-m", "vllm.entrypoints.cli.main", "serve"]',
@@ -216,7 +215,7 @@ def test_the_plan_exits_4_when_it_refuses_a_mode(tmp_path, monkeypatch, capsys, 
     assert code == 4, err
     assert f"{refused} sleep at sleep level 2" in err and "checked before any server starts" in err
     assert "SPECGATE_HOST_MEMORY_GIB" not in os.environ  # the stand-in for the planned host is put back
-    # a host that holds the drafter and the server loaded with it: planned, nothing refused
+    # a host that holds the drafter and the server loaded with it: nothing refused
     assert main(["plan", *rig, "--host-memory-gib", "1536", *ab, "-k", "eagle3"]) == 0
 
 
