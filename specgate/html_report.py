@@ -33,11 +33,13 @@ TEMPLATE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{ title }}</title>
 <style>
-body{font-family:system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;margin:1.5rem auto;max-width:1500px;padding:0 1rem;color:#1d1d1f;line-height:1.4;}
+body{font-family:system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;margin:1.5rem auto;max-width:1500px;
+padding:0 1rem;color:#1d1d1f;line-height:1.4;}
 h1{font-size:1.45rem;margin-bottom:.2rem;}
 h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;}
 .sub{color:#555;margin-top:0;}
-.counts span{display:inline-block;margin:.15rem .4rem .15rem 0;padding:.1rem .55rem;border-radius:.8rem;font-weight:600;font-size:.9rem;}
+.counts span{display:inline-block;margin:.15rem .4rem .15rem 0;padding:.1rem .55rem;border-radius:.8rem;
+font-weight:600;font-size:.9rem;}
 table{border-collapse:collapse;font-size:.86rem;margin:.5rem 0;}
 th, td{border:1px solid #d0d0d0;padding:.25rem .5rem;text-align:left;vertical-align:top;}
 th{background:#f3f3f3;position:sticky;top:0;}
