@@ -446,14 +446,14 @@ def place_start(found: list[BaselineEntry], new: BaselineEntry, *, new_history: 
     return out, said
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
+def atomic_write_json(path: Path, data: Any, *, indent: int = 2) -> None:
     """Write to a temp file in the same folder, fsync, then rename over the target: a reader (or a
     crash at any moment) sees the old file or the new one, never a partial one."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False)
+            json.dump(data, handle, indent=indent, sort_keys=False)
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
@@ -490,7 +490,8 @@ def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineE
         windows = store.rigs.setdefault(rig, {}).setdefault(mode, {}).setdefault(prompt_class, {})
         windows[str(concurrency)], said[(rig, mode, prompt_class, concurrency)] = place_start(
             windows.get(str(concurrency), []), entry, new_history=new_history, when=when)
-    atomic_write_json(path, store.model_dump(mode="json", exclude_none=True))
+    # one space a level: a history's starts nest nine levels deep, and the file is committed
+    atomic_write_json(path, store.model_dump(mode="json", exclude_none=True), indent=1)
     return store, said
 
 

@@ -18,6 +18,7 @@ maps it to the test's outcome (specgate.outcome.pytest_action) and keeps every r
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from specgate.design import window_design
 from specgate.history import MIN_STARTS as HISTORY_MIN_STARTS
 from specgate.history import StartHistory, history_steps
 from specgate.host_pace import at_stored_host_pace
-from specgate.matching import match_samples
+from specgate.matching import Samples, match_samples
 from specgate.measure import ClassMeasurement
 from specgate.outcome import Outcome
 from specgate.paired import (
@@ -76,29 +77,56 @@ def _looks_text(m: ClassMeasurement) -> str:
     return "; first look of two (repeated intervals)"
 
 
-def ratio_result(gate: str, m: ClassMeasurement, measured: list[float], reference: list[float], *,
-                 threshold: float, reference_label: str, design: str, confidence: float, margin: float,
-                 note: str = "", shift: float = 1.0, extra_log_spread: float = 0.0,
-                 subject: str | None = None, fail_phrase: str | None = None,
-                 strata: list[str] | None = None, keys: list[str] | None = None) -> GateResult:
-    """A gate decided on paired log ratios (specgate.paired): one statistic, one message.
-    ``strata`` (each pair's prompt) for comparisons of two different modes: see
-    :func:`specgate.paired.stratified_log_ratio`; with ``keys`` (each pair's request key) the
-    message also names a pair that alone moves that estimate by 1 % or more."""
-    subject = subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
+@dataclass(frozen=True)
+class Rule:
+    """The line a ratio is held against: its threshold, the interval's coverage before the window's
+    looks are counted (``window_confidence``), and the equivalence margin of "equal within"."""
+
+    threshold: float
+    confidence: float
+    margin: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One paired comparison a gate decides on: the two sides' samples and how to read them.
+    ``two_modes``: two different modes (the prompts as strata, specgate.paired.stratified_log_ratio;
+    the message then names a pair that alone moves the estimate by 1 % or more). ``shift`` divides
+    every pair's ratio (a ratio against a stored one); ``extra_log_spread`` widens the interval for
+    what the pairs cannot see (start noise, a stored window's interval)."""
+
+    gate: str
+    samples: Samples
+    rule: Rule
+    reference_label: str
+    design: str
+    shift: float = 1.0
+    extra_log_spread: float = 0.0
+    subject: str | None = None
+    fail_phrase: str | None = None  # the FAIL's head, "{change}" filled in ("26 % slower")
+    two_modes: bool = False
+
+
+def ratio_result(m: ClassMeasurement, c: Comparison) -> GateResult:
+    """A gate decided on paired log ratios (specgate.paired): one statistic, one message."""
+    measured, reference, note = c.samples.measured, c.samples.reference, c.samples.note
+    strata = c.samples.prompts if c.two_modes else None
+    subject = c.subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     if len(measured) != len(reference):
-        return undecided_result(gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
+        return undecided_result(c.gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
                                 f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?)",
-                                design=design, note=note)
-    result = paired_ratio(measured, reference, threshold=threshold, confidence=window_confidence(confidence, m),
-                          equivalence_margin=margin, shift=shift, extra_log_spread=extra_log_spread, strata=strata)
+                                design=c.design, note=note)
+    result = paired_ratio(measured, reference, threshold=c.rule.threshold,
+                          confidence=window_confidence(c.rule.confidence, m), equivalence_margin=c.rule.margin,
+                          shift=c.shift, extra_log_spread=c.extra_log_spread, strata=strata)
+    gate, fail_phrase, reference_label, keys = c.gate, c.fail_phrase, c.reference_label, c.samples.keys
     head = fail_phrase.format(change=change_text(result.ratio)) if (fail_phrase and not result.passed) else subject
-    design = f"{design}{_looks_text(m)}"
+    design = f"{c.design}{_looks_text(m)}"
     message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{design}]"
     details = {**result.to_dict(), "design": design, "reference_label": reference_label,
                "undecided": result.verdict == "undecided"}
     if strata is not None and keys is not None and len(keys) == len(measured):
-        strongest = _strongest_pair_text(measured, reference, strata, keys, shift=shift)
+        strongest = _strongest_pair_text(measured, reference, strata, keys, shift=c.shift)
         if strongest is not None:
             details["strongest_pair"], text = strongest
             note = f"{note}; {text}" if note else text
@@ -203,7 +231,6 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     by the rig's start noise.
     """
     gates = rig.gates.for_class(m.prompt_class)
-    common = {"confidence": gates.confidence, "margin": gates.equivalence_margin}
     confidence = window_confidence(gates.confidence, m)
     partner = m.partner
     if partner is not None and partner.side == "reference":
@@ -214,6 +241,7 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     steps = step_text(baseline)
     if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
         threshold = 1 - gates.throughput_tolerance
+        rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
         ratios = StartHistory(tuple(baseline.ratio_history))
@@ -225,39 +253,36 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                       f"ratios; " + ratios.describe(threshold).replace("start-to-start", "session-to-session")
                       + f"; this mode and class only (not pooled); {baseline.describe()}{steps}")
             return at_stored_host_pace(_stored_resolution(_against_history(
-                m, math.log(now.ratio / ratios.center), ratios, threshold=threshold, confidence=confidence,
-                margin=gates.equivalence_margin, label=f"the stored ratios' mean to {partner.mode} "
-                f"({ratios.center:.3f})", design=design, note=samples.note), gates.throughput_tolerance),
-                m, baseline, gates.host_pace_tolerance)
+                m, math.log(now.ratio / ratios.center), ratios, rule, label=f"the stored ratios' mean to "
+                f"{partner.mode} ({ratios.center:.3f})", design=design, note=samples.note),
+                gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
         shift = stored_ratio.ratio
         spread, design = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
-        return at_stored_host_pace(_stored_resolution(ratio_result(
-            "throughput", m, samples.measured, samples.reference, threshold=threshold,
-            reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
-            design=f"{head}; {design}; {baseline.describe()}{steps}", note=samples.note,
-            shift=shift, extra_log_spread=spread, strata=samples.prompts, keys=samples.keys,
-            **common), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
+        return at_stored_host_pace(_stored_resolution(ratio_result(m, Comparison(
+            "throughput", samples, rule, reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
+            design=f"{head}; {design}; {baseline.describe()}{steps}", shift=shift, extra_log_spread=spread,
+            two_modes=True)), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
     level_tolerance = gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance
     level_threshold = 1 - level_tolerance
+    rule = Rule(level_threshold, gates.confidence, gates.equivalence_margin)
     history = StartHistory(tuple(baseline.level_history))
     if history.usable and m.decode_tokens_per_s:
         level = summarize(m.decode_tokens_per_s).median
         design = (f"level vs the mean of the stored starts; {history.describe(level_threshold, confidence)}; "
                   f"this mode and class only (not pooled); {baseline.describe()}{steps}")
         return at_stored_host_pace(_stored_resolution(_against_history(
-            m, math.log(level / history.center), history, threshold=level_threshold, confidence=confidence,
-            margin=gates.equivalence_margin, label=f"the stored starts' mean level ({history.center:.1f} tok/s; "
-            f"this start {level:.1f})", design=design), level_tolerance), m, baseline, gates.host_pace_tolerance)
+            m, math.log(level / history.center), history, rule, label=f"the stored starts' mean level "
+            f"({history.center:.1f} tok/s; this start {level:.1f})", design=design), level_tolerance),
+            m, baseline, gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     spread = start_spread(gates.start_noise, confidence=confidence)
     source = (f"level vs stored samples ({history.starts} stored start(s); a history is used from "
               f"{HISTORY_MIN_STARTS} on, `python -m specgate build-history`); start noise "
               + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
                  "unknown (no start_noise): the interval holds this run's noise only") + f"{steps}")
-    return at_stored_host_pace(_stored_resolution(ratio_result(
-        "throughput", m, samples.measured, samples.reference, threshold=level_threshold,
-        reference_label="stored level", design=source, note=samples.note, extra_log_spread=float(spread),
-        **common), level_tolerance), m, baseline, gates.host_pace_tolerance)
+    return at_stored_host_pace(_stored_resolution(ratio_result(m, Comparison(
+        "throughput", samples, rule, reference_label="stored level", design=source,
+        extra_log_spread=float(spread))), level_tolerance), m, baseline, gates.host_pace_tolerance)
 
 
 def step_text(baseline: BaselineEntry) -> str:
@@ -266,12 +291,13 @@ def step_text(baseline: BaselineEntry) -> str:
     return f"; {found}" if found else ""
 
 
-def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, *, threshold: float,
-                     confidence: float, margin: float, label: str, design: str, note: str = "") -> GateResult:
+def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *, label: str,
+                     design: str, note: str = "") -> GateResult:
     """The throughput gate of a new start against a history of stored starts: its log ratio to the
     history's mean (``estimate``) within the history's prediction interval alone."""
-    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts, threshold=threshold,
-                             confidence=confidence, equivalence_margin=margin)
+    confidence = window_confidence(rule.confidence, m)
+    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts,
+                             threshold=rule.threshold, confidence=confidence, equivalence_margin=rule.margin)
     subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     head = f"{m.mode} is {change_text(result.ratio)} than its history on {m.prompt_class}" if not result.passed \
         else subject
@@ -312,11 +338,10 @@ def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
     spread, start_text = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m))
-    result = ratio_result("throughput", m, samples.measured, samples.reference, threshold=1 - gates.ab_gate_tolerance,
-                          reference_label="the reference side",
-                          design=f"{window_design(rig, m, 'A/B duet, requests alternated')}; {start_text}",
-                          note=samples.note, confidence=gates.confidence, margin=gates.equivalence_margin,
-                          extra_log_spread=spread)
+    result = ratio_result(m, Comparison(
+        "throughput", samples, Rule(1 - gates.ab_gate_tolerance, gates.confidence, gates.equivalence_margin),
+        reference_label="the reference side",
+        design=f"{window_design(rig, m, 'A/B duet, requests alternated')}; {start_text}", extra_log_spread=spread))
     result.details["start_pair"] = {"first": (m.extra.get("start_order") or {}).get("first"),
                                     "seed": (m.extra.get("start_order") or {}).get("seed"),
                                     "spread": gates.start_pair_spread, "widened_log": spread}
@@ -488,9 +513,7 @@ def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -
         return untimed
     ref = reference.timed_samples
     samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
-    duet = m.partner is reference
-    return backfire_decision(rig, m.mode, m.prompt_class, m.concurrency, samples.measured, samples.reference,
-                             note=samples.note, duet=duet, m=m, strata=samples.prompts, keys=samples.keys)
+    return backfire_decision(rig, m, samples, duet=m.partner is reference)
 
 
 def _design_and_spread(rig: Rig, m: ClassMeasurement, gates, *, ab: bool, duet: bool) -> tuple[str, float]:
@@ -505,24 +528,24 @@ def _design_and_spread(rig: Rig, m: ClassMeasurement, gates, *, ab: bool, duet: 
     return "windows one after the other" + noise, spread
 
 
-def backfire_decision(rig: Rig, mode: str, prompt_class: str, concurrency: int, measured: list[float],
-                      reference: list[float], *, note: str = "", duet: bool = False,
-                      m: ClassMeasurement | None = None, paired: bool = True,
-                      strata: list[str] | None = None, keys: list[str] | None = None) -> GateResult:
-    """The backfire gate on bare samples (also used to replay stored figures, like the seed case):
-    FAIL when the paired ratio's upper bound is below min_speedup. ``strata``: each pair's prompt
-    (two modes compared: the prompts as strata, :func:`specgate.paired.stratified_log_ratio`)."""
+def bare_window(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1) -> ClassMeasurement:
+    """A window with no requests of its own: the subject of a gate replayed on bare samples (stored
+    figures, like the seed case's)."""
+    return ClassMeasurement(rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency, records=[],
+                            acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0)
+
+
+def backfire_decision(rig: Rig, m: ClassMeasurement, samples: Samples, *, duet: bool = False) -> GateResult:
+    """The backfire gate on ``samples`` of window ``m`` (also replayed on stored figures, like the seed
+    case, with :func:`bare_window`): FAIL when the paired ratio's upper bound is below min_speedup, the
+    prompts as strata (two modes compared)."""
+    mode, prompt_class = m.mode, m.prompt_class
     gates = rig.gates.for_class(prompt_class)
-    if m is None:
-        m = ClassMeasurement(rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
-                             records=[], acceptance=None, server_decode_tokens_per_s=None,
-                             server_metric_source=None, wall_s=0.0)
     design, spread = _design_and_spread(rig, m, gates, ab=False, duet=duet)
-    result = ratio_result("backfire", m, measured, reference, threshold=gates.min_speedup,
-                          reference_label="no speculation", design=design, note=note,
-                          confidence=gates.confidence, margin=gates.equivalence_margin, extra_log_spread=spread,
-                          subject=f"{mode} on {prompt_class}", strata=strata, keys=keys,
-                          fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}")
+    result = ratio_result(m, Comparison(
+        "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
+        reference_label="no speculation", design=design, extra_log_spread=spread, subject=f"{mode} on {prompt_class}",
+        fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}", two_modes=True))
     declared = rig.declared_backfire_for(mode, prompt_class)
     if declared is not None:
         result.declared = declared.reason

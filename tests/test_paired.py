@@ -92,12 +92,14 @@ def test_fewer_than_six_pairs_decide_nothing_and_say_so(factor):
 
 
 def test_fewer_than_six_pairs_make_the_gate_undecided():
-    from specgate.gates import backfire_decision
+    from specgate.gates import backfire_decision, bare_window
+    from specgate.matching import Samples
     from specgate.outcome import Outcome
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     for factor in (0.5, 2.0):
-        result = backfire_decision(rig, "ngram", "coding", 1, [30.0 * factor] * 5, [30.0] * 5)
+        result = backfire_decision(rig, bare_window(rig, "ngram", "coding"),
+                                   Samples([30.0 * factor] * 5, [30.0] * 5, paired=True))
         assert result.outcome is Outcome.UNDECIDED, result.message
         assert "5 pair(s), too few for an interval" in result.message
 

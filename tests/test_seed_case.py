@@ -11,7 +11,8 @@ import pytest
 
 from specgate.baselines import load_baselines, lookup
 from specgate.config import load_rig
-from specgate.gates import backfire_decision
+from specgate.gates import backfire_decision, bare_window
+from specgate.matching import Samples
 from specgate.outcome import Outcome
 
 pytestmark = pytest.mark.fast
@@ -38,8 +39,8 @@ def test_seed_ngram_is_slower_on_every_class_and_one_pair_decides_nothing(kimi, 
     ngram = lookup(store, RIG, "ngram", prompt_class, 1)
     assert no_spec is not None and ngram is not None, f"seed figures for {prompt_class} missing from baselines.json"
 
-    result = backfire_decision(kimi, "ngram", prompt_class, 1, ngram.decode_tokens_per_s,
-                               no_spec.decode_tokens_per_s)
+    result = backfire_decision(kimi, bare_window(kimi, "ngram", prompt_class),
+                               Samples(ngram.decode_tokens_per_s, no_spec.decode_tokens_per_s, paired=True))
 
     assert result.outcome is Outcome.UNDECIDED and not result.passed
     assert f"({EXPECTED_SLOWDOWN[prompt_class]} % slower;" in result.message
@@ -62,8 +63,8 @@ def test_a_declared_backfire_of_one_pair_is_undecided_and_keeps_its_reason(kimi,
     no_spec = lookup(store, RIG, "no_spec", "coding", 1)
     ngram = lookup(store, RIG, "ngram", "coding", 1)
 
-    result = backfire_decision(declared, "ngram", "coding", 1, ngram.decode_tokens_per_s,
-                               no_spec.decode_tokens_per_s)
+    result = backfire_decision(declared, bare_window(declared, "ngram", "coding"),
+                               Samples(ngram.decode_tokens_per_s, no_spec.decode_tokens_per_s, paired=True))
 
     assert result.declared == "MoE verification cost; see SEED-FACTS"
     assert result.outcome is Outcome.UNDECIDED  # only a decided FAIL becomes a declared backfire
