@@ -16,7 +16,8 @@ pytestmark = pytest.mark.fast
 
 PACKAGE = Path(__file__).resolve().parent.parent / "specgate"
 LAB = PACKAGE.parent / "lab" / "specgate_lab"
-HEAVY = ("numpy", "pydantic", "httpx", "aiohttp", "scipy", "matplotlib", "tabulate", "psutil", "prometheus_client")
+HEAVY = ("numpy", "pydantic", "httpx", "aiohttp", "scipy", "matplotlib", "tabulate", "psutil", "prometheus_client",
+         "ruptures", "jinja2")
 
 
 def _heavy_loaded(code: str, cwd: Path) -> list[str]:
