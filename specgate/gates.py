@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from specgate.baselines import BaselineEntry, Fingerprint, RatioEntry
+from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint, RatioEntry, lookup
 from specgate.config import Rig
 from specgate.design import window_design
 from specgate.history import MIN_STARTS as HISTORY_MIN_STARTS
@@ -506,24 +506,52 @@ def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
                                "undecided": outcome is Outcome.UNDECIDED})
 
 
-def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+StartHistories = tuple[StartHistory, StartHistory]  # (this mode's, no speculation's) stored starts
+
+
+def stored_start_histories(store: BaselineFile, rig: Rig, m: ClassMeasurement, machine: str | None
+                           ) -> StartHistories | None:
+    """This machine's stored histories of starts of window ``m``'s mode and of no speculation on its
+    class (specgate.baselines.lookup), when both are long enough to give a spread; else None."""
+    found = [lookup(store, rig.name, mode, m.prompt_class, m.concurrency, machine=machine)
+             for mode in (m.mode, rig.reference_mode)]
+    pair = tuple(StartHistory(tuple(h.level_history)) if h is not None else None for h in found)
+    return pair if all(h is not None and h.usable for h in pair) else None  # type: ignore[return-value]
+
+
+def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement,
+                   starts: StartHistories | None = None) -> GateResult:
     """``m`` against the no-speculation window ``reference``: its duet partner when the two were
-    alternated, else a window measured before or after it (the start noise of the rig added)."""
+    alternated, else a window measured before or after it: then the two servers' start offsets are
+    allowed for, from the two modes' stored histories on this machine (``starts``) where there are
+    some, else from the rig's start noise."""
     if (untimed := _untimed_window("backfire", rig, m, reference)) is not None:
         return untimed
     ref = reference.timed_samples
     samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
-    return backfire_decision(rig, m, samples, duet=m.partner is reference)
+    return backfire_decision(rig, m, samples, duet=m.partner is reference, starts=starts)
 
 
-def _design_and_spread(rig: Rig, m: ClassMeasurement, gates, *, ab: bool, duet: bool) -> tuple[str, float]:
+def _design_and_spread(rig: Rig, m: ClassMeasurement, gates, *, ab: bool, duet: bool,
+                       starts: StartHistories | None = None) -> tuple[str, float]:
     """How a window compared its two sides, and the start noise added when they were not live at
-    once (windows one after the other)."""
+    once (windows one after the other): two new starts' offsets, each as far as its mode's stored
+    history spreads (t at the shorter history's degrees of freedom x the root of the two prediction
+    variances), or the rig's start noise for two starts."""
     if ab:
         return window_design(rig, m, "A/B duet, requests alternated"), 0.0
     if duet:
         return window_design(rig, m, "duet with no speculation, requests alternated"), 0.0
-    spread = start_spread(gates.start_noise, confidence=window_confidence(gates.confidence, m))
+    confidence = window_confidence(gates.confidence, m)
+    if starts is not None:
+        mine, theirs = starts
+        dof = min(mine.dof, theirs.dof)
+        spread = spread_quantile(confidence, dof) * math.sqrt(
+            (mine.log_sd ** 2) * (1 + 1 / mine.starts) + (theirs.log_sd ** 2) * (1 + 1 / theirs.starts))
+        return (f"windows one after the other; the two starts' offsets from this machine's stored histories "
+                f"({mine.starts} and {theirs.starts} starts, spread {mine.log_sd * 100:.2f} % and "
+                f"{theirs.log_sd * 100:.2f} %, t({dof})) added: ±{math.expm1(spread) * 100:.2f} %"), spread
+    spread = start_spread(gates.start_noise, confidence=confidence)
     noise = f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known"
     return "windows one after the other" + noise, spread
 
@@ -535,13 +563,14 @@ def bare_window(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1) ->
                             acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0)
 
 
-def backfire_decision(rig: Rig, m: ClassMeasurement, samples: Samples, *, duet: bool = False) -> GateResult:
+def backfire_decision(rig: Rig, m: ClassMeasurement, samples: Samples, *, duet: bool = False,
+                      starts: StartHistories | None = None) -> GateResult:
     """The backfire gate on ``samples`` of window ``m`` (also replayed on stored figures, like the seed
     case, with :func:`bare_window`): FAIL when the paired ratio's upper bound is below min_speedup, the
     prompts as strata (two modes compared)."""
     mode, prompt_class = m.mode, m.prompt_class
     gates = rig.gates.for_class(prompt_class)
-    design, spread = _design_and_spread(rig, m, gates, ab=False, duet=duet)
+    design, spread = _design_and_spread(rig, m, gates, ab=False, duet=duet, starts=starts)
     result = ratio_result(m, Comparison(
         "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
         reference_label="no speculation", design=design, extra_log_spread=spread, subject=f"{mode} on {prompt_class}",

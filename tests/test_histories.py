@@ -198,3 +198,34 @@ def test_the_history_command_refuses_an_unknown_rig_and_a_missing_file(tmp_path,
     assert main(["history", "--rig", "no-such-rig", f"--out={tmp_path}"]) == 4
     assert main(["history", "--rig", "h200-wide15b-history", f"--baselines={tmp_path / 'none.json'}"]) == 4
     assert "none.json: no such baselines file" in capsys.readouterr().err
+
+
+def test_a_backfire_across_two_starts_allows_for_both_modes_stored_spread():
+    # Windows one after the other (one server at a time: the Kimi plan at 512 GiB): each mode's start
+    # lands as far off as its stored history spreads on this machine, and the gate allows for both.
+    import dataclasses
+    import gzip
+
+    from specgate.gates import check_backfire, stored_start_histories
+
+    rig = load_rig("cpu-smollm2", ROOT / "fixtures")
+    report = json.loads(gzip.decompress((ROOT / "fixtures/recorded/cpu/reports/run2-plain.json.gz").read_bytes()))
+    windows = {m["mode"]: ClassMeasurement.from_dict(m) for m in report["measurements"]
+               if m["prompt_class"] == "coding"}
+    ngram, no_spec = (dataclasses.replace(windows[mode], partner=None) for mode in ("ngram", "no_spec"))
+    store = load_baselines(ROOT / "baselines.json").model_copy(deep=True)
+    for mode, levels in (("ngram", [20.0, 20.4, 19.8, 20.2]), ("no_spec", [30.0, 30.3, 29.8])):
+        store.rigs["cpu-smollm2"][mode]["coding"]["1"] = [_start(v, "GPU-a") for v in levels[:1]]
+        for v in levels[1:]:
+            found, _ = place_start(store.rigs["cpu-smollm2"][mode]["coding"]["1"], _start(v, "GPU-a"),
+                                   new_history=False, when="2026-12-04")
+            store.rigs["cpu-smollm2"][mode]["coding"]["1"] = found
+    starts = stored_start_histories(store, rig, ngram, "GPU-a")
+    assert starts is not None and [h.starts for h in starts] == [4, 3]
+    assert stored_start_histories(store, rig, ngram, "GPU-b") is None  # another machine's: the rig's noise
+    plain = check_backfire(rig, ngram, no_spec)
+    allowed = check_backfire(rig, ngram, no_spec, starts)
+    assert allowed.details["ratio"] == pytest.approx(plain.details["ratio"])
+    assert "the two starts' offsets from this machine's stored histories (4 and 3 starts" in allowed.message
+    assert "start noise 10 % added" in plain.message
+    assert allowed.details["ci_high"] - allowed.details["ci_low"] < plain.details["ci_high"] - plain.details["ci_low"]

@@ -27,6 +27,7 @@ from specgate.gates import (
     check_lossless,
     check_throughput,
     check_ttft,
+    stored_start_histories,
 )
 from specgate.outcome import NOT_STORED, STORING, Outcome, outcome_text, pytest_action
 from specgate.session import SpecgateSession
@@ -65,6 +66,11 @@ class GateKeeper:
                         "--specgate-update-baselines", pytrace=False)
         return True
 
+    def _machine(self, m) -> str | None:
+        """The machine window ``m`` was measured on: its server's fingerprint's, else this session's."""
+        now = self.session.fingerprints.get(m.mode)
+        return now.machine if now is not None else self.session.machine
+
     def _build_history(self) -> str:
         return f"python -m specgate build-history --rig {self.rig.name} --starts 10"
 
@@ -82,8 +88,7 @@ class GateKeeper:
             self._act(gate, Outcome.NOT_STORED, message, m=m)
         if gate != "throughput":
             return lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency) or found[-1]
-        now = self.session.fingerprints.get(m.mode)
-        machine = now.machine if now is not None else self.session.machine
+        machine = self._machine(m)
         entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency, machine=machine)
         if entry is None:
             stored = "; ".join(h.describe() for h in found[-3:])
@@ -197,7 +202,10 @@ class GateKeeper:
 
     def backfire(self, m) -> None:
         __tracebackhide__ = True
-        result = check_backfire(self.rig, m, self._reference(m))
+        reference = self._reference(m)
+        starts = None if m.partner is reference else stored_start_histories(
+            self.session.store, self.rig, m, self._machine(m))
+        result = check_backfire(self.rig, m, reference, starts)
         if result.outcome is Outcome.PASS and result.declared:
             warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "
                           f"{result.message}", stacklevel=1)
