@@ -144,7 +144,11 @@ def refuse_bad_inputs(config: pytest.Config, specgate) -> None:
         if hasattr(config, "workerinput"):
             specgate.options.worker_refusal = f"specgate: {exc}"
             return
+        config.stash[_REFUSED] = True
         raise pytest.UsageError(f"specgate: {exc} (checked before any server starts)") from None
+
+
+_REFUSED = pytest.StashKey[bool]()  # refuse_bad_inputs stopped the run: nothing more is planned or loaded
 
 
 class _Ordering:
@@ -162,6 +166,8 @@ class _Ordering:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The selection is known: count the gates that can fail the run (specgate.gating), print the
     session's plan; progress lines from now on."""
+    if session.config.stash.get(_REFUSED, False):
+        return  # pytest calls this hook even when the selection raised; a refused run plans nothing
     specgate = get_session(session.config)
     gate_tests = [key for item in session.items if (key := cost.gate_key(item)) is not None]
     if gate_tests:
