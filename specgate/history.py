@@ -25,7 +25,6 @@ from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
-import ruptures
 
 from specgate.baselines import BaselineFile, histories, load_baselines
 from specgate.config import load_rig
@@ -98,6 +97,10 @@ def change_points(levels: Sequence[float]) -> list[int]:
     robustly from successive differences (so a step does not inflate it); at least 2 starts a side."""
     if len(levels) < 4:
         return []
+    # lazily: ruptures brings scipy's numpy.fft, which a process can load only once, and pytest's
+    # in-process runs (pytester) unload what a run imported; only a history with 4+ starts needs it
+    import ruptures
+
     x = np.log(np.asarray(levels, dtype=float))
     sigma = 1.4826 * float(np.median(np.abs(np.diff(x)))) / math.sqrt(2)
     if sigma <= 0:

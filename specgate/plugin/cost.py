@@ -110,7 +110,8 @@ def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: t
     windows, other = windows_of(items)
     rates, note = rates if rates is not None else rates_of(specgate)
     return plan_session(specgate.rig, windows, rates, attached=specgate.options.attach_url is not None,
-                        reused=reused, other_tests=other, rate_note=note, host_gib=host_gib)
+                        reused=reused, other_tests=other, rate_note=note, host_gib=host_gib,
+                        keep_servers=specgate.options.keep_servers)
 
 
 def refuse_short_host(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.Item]) -> None:
@@ -123,7 +124,7 @@ def refuse_short_host(config: pytest.Config, specgate: SpecgateSession, items: l
     if rig.arrangement.name != "alternate":
         return
     windows, _ = windows_of(items)
-    plan = plan_session(rig, windows, {})
+    plan = plan_session(rig, windows, {}, keep_servers=specgate.options.keep_servers)
     if plan.refusal:
         raise pytest.UsageError(f"specgate: {rig.path}: {plan.refusal} (checked before any server starts)")
 
