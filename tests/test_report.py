@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from specgate.client import RequestRecord
 from specgate.errors import RequestError
-from specgate.gates import GateResult
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
 from specgate.outcome import NOT_STORED, STORING, Outcome
 from specgate.report import render_markdown, render_text, speed_table
 from specgate.session import SessionOptions, SpecgateSession, load_report
+from specgate.verdict import GateResult
 
 pytestmark = pytest.mark.fast
 
