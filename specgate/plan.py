@@ -469,8 +469,7 @@ def window_key(item) -> WindowKey | None:
 # -- arrangements: how a one-server rig's session holds its servers, side by side ----------------
 def sequential_how(rig: Rig) -> str:
     """How to run a rig that takes turns one server at a time instead."""
-    return (f'a copy of the rig with design = "sequential", under the same file name and given by path '
-            f"(--specgate-rig=DIR/{rig.path.name}), so its stored figures stay this rig's")
+    return f"pytest -m {rig.tier} --specgate-rig={rig.name} --specgate-design=sequential"
 
 
 @dataclass(frozen=True)

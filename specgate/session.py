@@ -69,6 +69,8 @@ class SessionOptions:
     start_seed: int | None = None
     # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
     gating: dict[str, str] | None = None
+    # --specgate-design: the arrangement of the servers over the rig's own design (None: the rig's)
+    design: str | None = None
 
 
 @dataclass
@@ -124,6 +126,8 @@ class SpecgateSession:
 
                 rig = rig.model_copy(update={"ab": self.options.ab})
                 check_sleep_level(rig, ab_from=" (the --specgate-ab-* options)")
+            if self.options.design is not None:  # --specgate-design: the same rig, its servers arranged otherwise
+                rig = rig.model_copy(update={"design_key": self.options.design})
             self._rig = rig
         return self._rig
 

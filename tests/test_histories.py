@@ -229,3 +229,18 @@ def test_a_backfire_across_two_starts_allows_for_both_modes_stored_spread():
     assert "the two starts' offsets from this machine's stored histories (4 and 3 starts" in allowed.message
     assert "start noise 10 % added" in plain.message
     assert allowed.details["ci_high"] - allowed.details["ci_low"] < plain.details["ci_high"] - plain.details["ci_low"]
+
+
+def test_the_design_option_runs_the_rig_one_server_at_a_time_as_the_plan_says(tmp_path):
+    # the Kimi plan at 512 GiB picks one server at a time; one flag runs it, the rig's file and its
+    # stored figures unchanged
+    from specgate.session import SessionOptions, SpecgateSession
+
+    def session(design):
+        return SpecgateSession(SessionOptions(
+            rig_name="kimi-k25-int4-8x-rtx6000", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
+            run_dir=tmp_path / "run", repo_root=ROOT, design=design))
+
+    assert session(None).rig.arrangement.name == "alternate"
+    chosen = session("sequential").rig
+    assert chosen.arrangement.name == "sequential" and chosen.path == session(None).rig.path

@@ -146,7 +146,8 @@ def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_load
     assert f"about {format_elapsed(plan.expected_s)}" in session and "sleep level 2" not in session
     assert "one after the other (chosen): 2 start(s), 8 window(s)" in rest
     assert f"taking turns: 2 start(s), 4 window(s), 12 swap(s), about {format_elapsed(turns.plan.expected_s)}" in rest
-    assert 'to run the chosen one: a copy of the rig with design = "sequential"' in rest
+    assert ("to run the chosen one: pytest -m gpu --specgate-rig=kimi-k25-int4-8x-rtx6000 --specgate-design=sequential"
+            in rest)
 
 
 def _candidate_python(folder: Path) -> str:

@@ -93,6 +93,7 @@ def configure_session(config: pytest.Config) -> None:
         undecided_policy=config.getoption("specgate_undecided"),
         start_seed=config.getoption("specgate_start_seed"),
         gating=config.getoption("specgate_gating"),
+        design=config.getoption("specgate_design"),
         keep_servers=bool(config.getoption("specgate_keep_servers")),
     )
     if options.keep_servers and (workerinput or getattr(config.option, "numprocesses", None)):
