@@ -319,12 +319,20 @@ def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshol
     by the history's prediction interval alone, ``half_width`` in log units (specgate.history): the
     spread of the stored starts already holds each window's own noise, so the window's interval is not
     added on top. Decided by the same rules as a paired ratio (:func:`_decide`); ``n`` counts starts."""
-    dof = starts - 1
-    quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), f"t, {dof} df")
-    decided = _decide(estimate, estimate - half_width, estimate + half_width, n=starts, coverage=confidence,
-                      threshold=threshold, equivalence_margin=equivalence_margin, method=PREDICTION_METHOD,
-                      quantiles=quantiles)
-    return PairedRatio(**{**asdict(decided), "unit": "stored starts"})
+    return interval_ratio(estimate, half_width, n=starts, unit="stored starts", dof=starts - 1, threshold=threshold,
+                          confidence=confidence, equivalence_margin=equivalence_margin, method=PREDICTION_METHOD)
+
+
+def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof: int | None, threshold: float,
+                   confidence: float, equivalence_margin: float, method: str) -> PairedRatio:
+    """A log-ratio ``estimate`` with a symmetric interval of ``half_width`` (log units) built elsewhere
+    (a prediction interval, start pairs combined), decided by the same rules as a paired ratio
+    (:func:`_decide`), its quantiles Student's t at ``dof`` (None: normal). ``n`` counts ``unit``."""
+    name = f"t, {dof} df" if dof is not None else "z"
+    quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), name)
+    decided = _decide(estimate, estimate - half_width, estimate + half_width, n=n, coverage=confidence,
+                      threshold=threshold, equivalence_margin=equivalence_margin, method=method, quantiles=quantiles)
+    return PairedRatio(**{**asdict(decided), "unit": unit})
 
 
 @cache

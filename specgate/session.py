@@ -67,6 +67,7 @@ class SessionOptions:
     undecided_policy: dict[str, str] | None = None
     # --specgate-start-seed: picks which side of an A/B starts first, per mode (None: drawn per session)
     start_seed: int | None = None
+    first_side: str | None = None  # --specgate-first-side: "reference" | "candidate" over the seed's pick
     # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
     gating: dict[str, str] | None = None
     # --specgate-design: the arrangement of the servers over the rig's own design (None: the rig's)
@@ -317,7 +318,7 @@ class SpecgateSession:
         run. Recorded in ``start_order`` (report.json, the summary)."""
         import random
 
-        side = random.Random(f"{self.start_seed}:{mode}").choice(("reference", "candidate"))
+        side = self.options.first_side or random.Random(f"{self.start_seed}:{mode}").choice(("reference", "candidate"))
         self.start_order[mode] = side
         return side
 

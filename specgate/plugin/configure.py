@@ -92,6 +92,7 @@ def configure_session(config: pytest.Config) -> None:
         time_budget_s=session_budget_s(config),
         undecided_policy=config.getoption("specgate_undecided"),
         start_seed=config.getoption("specgate_start_seed"),
+        first_side=config.getoption("specgate_first_side"),
         gating=config.getoption("specgate_gating"),
         design=config.getoption("specgate_design"),
         keep_servers=bool(config.getoption("specgate_keep_servers")),

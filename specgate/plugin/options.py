@@ -198,5 +198,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="A/B: the seed that picks, per mode, which side's server starts first (two fresh identical "
                          "servers read about 1 %% apart by start order); reported in the summary and report.json "
                          "(default: drawn for each session)")
+    group.addoption("--specgate-first-side", choices=("reference", "candidate"), default=None,
+                    help="A/B: the side whose server starts first for every mode, over the seed's pick (`python -m "
+                         "specgate start-pairs` alternates it from one start pair to the next)")
     group.addoption("--specgate-report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json; runs no test")
