@@ -29,8 +29,9 @@ def rig():
 def _report(ratio: float, half: float = 0.02) -> dict:
     details = {"ratio": ratio, "ci_low": ratio * (1 - half), "ci_high": ratio * (1 + half), "confidence": 0.95,
                "n": 12, "reference_label": "the reference side", "verdict": "equal"}
-    return {"specgate_report": 1, "rig": {"name": "cpu-smollm2-teeth"}, "measurements": [], "gates": [{"gate": "throughput", "mode": "no_spec", "prompt_class": "coding",
-                                             "concurrency": 1, "outcome": "pass", "details": details}]}
+    gate = {"gate": "throughput", "mode": "no_spec", "prompt_class": "coding", "concurrency": 1, "outcome": "pass",
+            "details": details}
+    return {"specgate_report": 1, "rig": {"name": "cpu-smollm2-teeth"}, "measurements": [], "gates": [gate]}
 
 
 def _with_spread(rig, spread: float):
