@@ -74,7 +74,25 @@ def main(argv: list[str] | None = None) -> int:
     schema.add_argument("name", nargs="?", choices=["report", "baselines"], help="the schema to print")
     schema.add_argument("--out", type=Path, default=None, help="write report.schema.json and "
                         "baselines.schema.json into this folder")
+    advise = sub.add_parser("advise", help="from a run's report (a speculative mode and no speculation): the "
+                            "predicted tok/s ratio of each mode at every k up to the served one, per class, with "
+                            "intervals, the best k and a PNG; --seed: what the seed case's published figures allow")
+    advise.add_argument("--rig", default=None, help="the rig the report is of (with --seed: default the seed's)")
+    advise.add_argument("--report", type=Path, default=None, help="a run's report.json (or report.json.gz)")
+    advise.add_argument("--seed", action="store_true", help="advise from the seed case's published figures")
+    advise.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/advice/<rig>)")
     args, rest = parser.parse_known_args(argv)
+
+    if args.command == "advise":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        if args.seed == (args.report is not None) or (args.report is not None and args.rig is None):
+            parser.error("advise: give --rig NAME --report PATH, or --seed")
+        from specgate.advice import advise_command
+
+        return advise_command(rig=args.rig, report=args.report, seed=args.seed, out=args.out,
+                              fixtures_dir=_fixtures_dir(), root=_project_root())
+
 
     if args.command == "schema":
         if rest:
