@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     history.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     history.add_argument("--runs", type=Path, default=None,
                          help="where each start's run folder goes (default .specgate/history/<rig>)")
+    pairs = sub.add_parser("start-pairs", help="an A/B over K start pairs: K sessions, each starting both sides "
+                           "afresh, the side started first alternating, their throughput ratios combined into one "
+                           "verdict per window (extra arguments after -- go to pytest: the --specgate-ab-* options)")
+    pairs.add_argument("--rig", required=True)
+    pairs.add_argument("--pairs", type=_positive_int, default=2, help="start pairs (default 2)")
+    pairs.add_argument("--runs", type=Path, default=None,
+                       help="where each start pair's run folder goes (default .specgate/start-pairs/<rig>)")
     shown = sub.add_parser("history", help="show a rig's stored histories: per machine and window, the levels "
                            "over the starts (a table and a PNG), the spread, what the level gate catches, a step "
                            "or a drift")
@@ -93,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         return advise_command(rig=args.rig, report=args.report, seed=args.seed, out=args.out,
                               fixtures_dir=_fixtures_dir(), root=_project_root())
 
-
     if args.command == "schema":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -111,6 +117,19 @@ def main(argv: list[str] | None = None) -> int:
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)
             return 4
+
+    if args.command == "start-pairs":
+        from specgate.config import load_rig
+        from specgate.errors import SpecgateError
+        from specgate.start_pairs import run_start_pairs
+
+        try:
+            rig = load_rig(args.rig, _fixtures_dir())
+        except SpecgateError as exc:
+            print(f"specgate: {exc}", file=sys.stderr)
+            return USAGE
+        return run_start_pairs(rig, args.pairs, runs_dir=args.runs or _project_root() / ".specgate" / "start-pairs"
+                               / args.rig, pytest_args=[a for a in rest if a != "--"])
 
     if args.command == "history":
         if rest:

@@ -281,7 +281,14 @@ class SpecgateSession:
         # lossless compares outputs (no interval, no false-alarm level); a declared backfire never fails
         gating = sum(1 for t in tests if t[0] != "lossless" and self.gating_of(*t)[0] != "report"
                      and not (t[0] == "backfire" and self.rig.declared_backfire_for(t[1], t[2]) is not None))
-        self._use_family(family(self.rig.gates.confidence, self.rig.gates.family_false_alarm, gating))
+        setting = self.gating_setting
+        controlled = self.rig.gates.family_false_alarm
+        if controlled is None and "auto" in setting.values():
+            from specgate.gating import AUTO_FAMILY_FALSE_ALARM
+
+            controlled = AUTO_FAMILY_FALSE_ALARM
+        self._use_family(family(self.rig.gates.confidence, controlled, gating,
+                                undecided_red=any(v in ("auto", "gate") for v in setting.values())))
 
     def gates_selected_for(self, m: Any) -> set[str] | None:
         """The gates this session's selection runs on window ``m`` (None before the selection is known:
@@ -474,7 +481,8 @@ class SpecgateSession:
         if family is not None and self.family is None:  # the controller collects nothing: the workers' count
             from specgate.gating import Family
 
-            self._use_family(Family(family["gating_decisions"], family["confidence"], family["family_false_alarm"]))
+            self._use_family(Family(family["gating_decisions"], family["confidence"], family["family_false_alarm"],
+                                    family.get("undecided_red", False)))
 
     # -- the run's JSON report -------------------------------------------------------------
     def report_data(self, *, complete: bool, merge: bool = True) -> dict[str, Any]:

@@ -332,3 +332,23 @@ def test_the_xdist_controller_decides_deferred_gates_at_the_workers_family_confi
     controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
     assert controller.rig.gates.confidence == pytest.approx(0.99)
     assert controller.report_data(complete=True)["family"]["gating_decisions"] == 10
+
+
+def test_under_auto_the_red_rate_is_held_by_default_and_the_undecided_part_is_stated(tmp_path):
+    # Issue 52: the GPU A/B workflow's 30 gates at 2.5 % each would bound a false red at 75 %; under
+    # gating = "auto" the session holds false FAILs at 5 % unless the rig says otherwise, and says that
+    # a gating gate left undecided turns the run red too
+    fixtures = copy_fixtures(tmp_path / "fixtures")
+    rig_file = fixtures / "rigs" / "cpu-smollm2-quick.toml"
+    rig_file.write_text(rig_file.read_text().replace("[gates]\n", '[gates]\ngating = "auto"\n', 1))
+    session = SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2-quick", fixtures_dir=fixtures, baselines_path=tmp_path / "b.json",
+        run_dir=tmp_path / "run", repo_root=ROOT))
+    session.plan_family([("backfire", "ngram", "extraction", 1), ("ttft", "ngram", "coding", 1),
+                         ("ttft", "ngram", "extraction", 1)])
+    report = session.report_data(complete=True)
+    assert report["family"]["family_false_alarm"] == 0.05 and report["family"]["bound"] == pytest.approx(0.05)
+    assert report["family"]["undecided_red"] is True
+    text = " ".join(gating_lines(report))
+    assert "a false FAIL anywhere in the session at most 5 %" in text
+    assert "stays undecided after its follow-up rounds turns it red as well" in text
