@@ -3,6 +3,7 @@ stream, its /metrics before and after) through an httpx.MockTransport, logging e
 shared journal, so tests can check the order a window sent its requests in."""
 
 import asyncio
+import gzip
 import json
 from pathlib import Path
 
@@ -18,7 +19,8 @@ class StandInServer:
     def __init__(self, mode: str, journal: list):
         self.label, self.base_url, self.api_key = mode, f"http://{mode}.test", None
         self.stream = (RECORDED / f"{mode}-chat-stream.sse").read_bytes()
-        self.metrics = [(RECORDED / f"{mode}-metrics-{w}.txt").read_text() for w in ("before", "after")]
+        self.metrics = [gzip.decompress((RECORDED / f"{mode}-metrics-{w}.txt.gz").read_bytes()).decode()
+                        for w in ("before", "after")]
         self.metric_calls = 0
         self.journal = journal
         self.transport = httpx.MockTransport(self.handle)

@@ -1,5 +1,6 @@
 """record_server: what `--specgate-record-responses` saves from a running server."""
 
+import gzip
 import json
 
 import httpx
@@ -27,14 +28,15 @@ def test_record_server_saves_raw_streams_requests_and_metrics_window(tmp_path):
                             transport=httpx.MockTransport(handler))
 
     assert sorted(p.name for p in written) == sorted([
-        "ngram-metrics-before.txt", "ngram-chat-stream.sse", "ngram-chat-request.json",
-        "ngram-completions-stream.sse", "ngram-completions-request.json", "ngram-metrics-after.txt"])
+        "ngram-metrics-before.txt.gz", "ngram-chat-stream.sse", "ngram-chat-request.json",
+        "ngram-completions-stream.sse", "ngram-completions-request.json", "ngram-metrics-after.txt.gz"])
     assert [path for _, path, _ in seen] == ["/metrics", "/v1/chat/completions", "/v1/completions", "/metrics"]
     assert {auth for *_, auth in seen} == {"Bearer k"}
     assert (tmp_path / "gpu" / "ngram-chat-stream.sse").read_bytes() == SSE  # byte for byte
     chat = json.loads((tmp_path / "gpu" / "ngram-chat-request.json").read_text())
     assert chat["model"] == "smol" and chat["stream_options"] == {"include_usage": True}
-    assert (tmp_path / "gpu" / "ngram-metrics-after.txt").read_text() == "vllm:generation_tokens_total 4.0\n"
+    after = gzip.decompress((tmp_path / "gpu" / "ngram-metrics-after.txt.gz").read_bytes())
+    assert after == b"vllm:generation_tokens_total 4.0\n"
 
 
 def test_record_server_fails_loudly_on_an_http_error(tmp_path):

@@ -2,6 +2,7 @@
 the client and the metrics parser: what vLLM really sends, with no server and no network."""
 
 import asyncio
+import gzip
 import json
 from pathlib import Path
 
@@ -15,7 +16,12 @@ pytestmark = pytest.mark.fast
 
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded"
 STREAMS = sorted(RECORDED.glob("*/*-stream.sse"))
-WINDOWS = sorted(RECORDED.glob("*/*-metrics-before.txt"))
+WINDOWS = sorted(RECORDED.glob("*/*-metrics-before.txt.gz"))
+
+
+def _text(path: Path) -> str:
+    """A recorded /metrics page (kept gzipped: specgate.record)."""
+    return gzip.decompress(path.read_bytes()).decode()
 
 
 def _usage_in(raw: bytes) -> dict:
@@ -47,12 +53,12 @@ def _replay(raw: bytes, api: str):
 
 
 def _window_acceptance(folder: Path, mode: str) -> AcceptanceStats | None:
-    before = folder / f"{mode}-metrics-before.txt"
-    after = folder / f"{mode}-metrics-after.txt"
+    before = folder / f"{mode}-metrics-before.txt.gz"
+    after = folder / f"{mode}-metrics-after.txt.gz"
     if not (before.exists() and after.exists()):
         return None
-    delta = metrics_delta(parse_metrics(before.read_text(), source=str(before)),
-                          parse_metrics(after.read_text(), source=str(after)), label=f"recorded {mode}")
+    delta = metrics_delta(parse_metrics(_text(before), source=str(before)),
+                          parse_metrics(_text(after), source=str(after)), label=f"recorded {mode}")
     return AcceptanceStats.from_delta(delta)
 
 
@@ -83,8 +89,8 @@ def test_recorded_stream_replays_with_usage_token_counts(path):
 def test_recorded_metrics_window(before_path):
     after_path = before_path.with_name(before_path.name.replace("-before", "-after"))
     mode = before_path.name.split("-metrics-")[0]
-    before = parse_metrics(before_path.read_text(), source=str(before_path))
-    after = parse_metrics(after_path.read_text(), source=str(after_path))
+    before = parse_metrics(_text(before_path), source=str(before_path))
+    after = parse_metrics(_text(after_path), source=str(after_path))
 
     delta = metrics_delta(before, after, label=f"recorded {mode}")
     acceptance = AcceptanceStats.from_delta(delta)
