@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from specgate.plots import save_figure
+
 DPI = 110
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 MEASURED_EDGE = "#111111"
@@ -98,10 +100,4 @@ def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, 
                 Line2D([], [], color=BREAK_EVEN_COLOR, linestyle=":", label="1.0: no speculation (break-even)")]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8.5, frameon=False)
     fig.suptitle(f"{title}\n{subtitle}", fontsize=10.5)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fig.savefig(path, format="png", dpi=DPI)
-    finally:
-        fig.clear()  # no pyplot: nothing registered; drop the artists now rather than at GC
-    return path
+    return save_figure(fig, path)

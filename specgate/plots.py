@@ -71,7 +71,8 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (its folder made) and drop its artists."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -140,7 +141,7 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
     as a dot, the change against the reference above the speculative or candidate bars (red where a
     gate failed). One panel per concurrency level."""
     fig = throughput_figure(report)
-    return None if fig is None else _save(fig, path)
+    return None if fig is None else save_figure(fig, path)
 
 
 def throughput_figure(report: dict[str, Any]):
@@ -265,7 +266,7 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     _suptitle(fig, max(9.5, 6.5 + 0.5 * k_max), _title(report),
               "per-position acceptance rate (vLLM spec-decode counters)", 11)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # -- forest: every gate's ratio -----------------------------------------------------------------
@@ -281,7 +282,7 @@ def plot_forest(report: dict[str, Any], path: Path) -> Path | None:
     the figures and the outcome. A gate without a ratio (nothing stored, lossless) keeps its row, with
     its outcome written where its ratio would be. None when no gate ran."""
     fig = forest_figure(report)
-    return None if fig is None else _save(fig, path)
+    return None if fig is None else save_figure(fig, path)
 
 
 def forest_figure(report: dict[str, Any]):

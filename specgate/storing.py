@@ -15,20 +15,11 @@ from specgate.baselines import (
     RatioEntry,
     StoredStart,
 )
+from specgate.host_pace import host_canary_us
 from specgate.matching import match_samples
 from specgate.measure import ClassMeasurement
 from specgate.paired import paired_ratio, repeated_coverage
 from specgate.stats import summarize
-
-
-def host_canary_us(m: ClassMeasurement) -> float | None:
-    """The host's pace during window ``m``: the fastest reading of specgate's CPU canary there
-    (microseconds; specgate.telemetry.canary_reader), or None where no canary ran. The fastest, not
-    the median: on the 2-vCPU cpu tier the servers' own work delays the canary by 37-52 us (median)
-    from window to window of one run, while its fastest reading stays at 31.8-32.8 us."""
-    window = (m.extra.get("telemetry") or {}).get("window") or {}
-    values = window.get("cpu_canary_us")
-    return float(values[0]) if values else None
 
 
 def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: BaselineEntry | None = None
