@@ -344,10 +344,8 @@ def history_command(rig_name: str, baselines: Path, out: Path) -> int:
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return USAGE
-    gates = rig.gates
-    threshold = 1 - (gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance)
-    print(history_text(store, rig_name, threshold, gates.confidence))
-    path = plot_history(store, rig_name, out, gates.confidence)
+    print(history_text(store, rig))
+    path = plot_history(store, rig_name, out, rig.gates.confidence)
     if path is not None:
         print(f"plot: {path}")
     return 0

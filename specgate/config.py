@@ -291,6 +291,12 @@ class Gates(_Strict):
         """The A/B throughput gate's tolerance: ab_tolerance, else throughput_tolerance."""
         return self.ab_tolerance if self.ab_tolerance is not None else self.throughput_tolerance
 
+    @property
+    def level_gate_tolerance(self) -> float:
+        """The stored-level gate's tolerance: level_tolerance, else throughput_tolerance (the one rule:
+        the gate, gating, plan, history and advice all read it here, per class via for_class)."""
+        return self.level_tolerance if self.level_tolerance is not None else self.throughput_tolerance
+
     def for_class(self, prompt_class: str) -> Gates:
         override = self.classes.get(prompt_class)
         if override is None:

@@ -262,7 +262,7 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
             "throughput", samples, rule, reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
             design=f"{head}; {design}; {baseline.describe()}{steps}", shift=shift, extra_log_spread=spread,
             two_modes=True)), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
-    level_tolerance = gates.level_tolerance if gates.level_tolerance is not None else gates.throughput_tolerance
+    level_tolerance = gates.level_gate_tolerance
     level_threshold = 1 - level_tolerance
     rule = Rule(level_threshold, gates.confidence, gates.equivalence_margin)
     history = StartHistory(tuple(baseline.level_history))

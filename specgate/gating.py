@@ -69,7 +69,7 @@ def can_decide(rig: Any, store: Any, gate: str, mode: str, prompt_class: str, co
     gates = rig.gates.for_class(prompt_class)
     duet_ratio = entry.ratio_to_reference is not None and rig.design == "duet" and mode != rig.reference_mode
     history = StartHistory(tuple(entry.ratio_history if duet_ratio else entry.level_history))
-    tolerance = gates.throughput_tolerance if duet_ratio or gates.level_tolerance is None else gates.level_tolerance
+    tolerance = gates.throughput_tolerance if duet_ratio else gates.level_gate_tolerance
     what = "stored ratios" if duet_ratio else "stored starts (levels)"
     if not history.usable:
         return False, f"{history.starts} of the {MIN_STARTS} {what} a prediction interval needs"

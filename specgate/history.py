@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from specgate.baselines import BaselineFile, histories, load_baselines
-from specgate.config import load_rig
+from specgate.config import Rig, load_rig
 from specgate.durations import format_elapsed
 from specgate.fingerprint import machine_id
 from specgate.paired import spread_quantile
@@ -125,14 +125,15 @@ def history_steps(levels: Sequence[float]) -> str:
             "is wider than the machine's start noise; if a change caused it, start a new history")
 
 
-def history_lines(store: BaselineFile, rig: str, threshold: float, machine: str | None = None) -> list[str]:
+def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> list[str]:
     """One line per stored window of ``rig`` and history (of ``machine`` only, when given): its
-    starts, spread and what its level gate catches."""
+    starts, spread and what its level gate catches (at its class's tolerance)."""
     lines = []
-    for mode, classes in sorted(store.rigs.get(rig, {}).items()):
+    for mode, classes in sorted(store.rigs.get(rig.name, {}).items()):
         for prompt_class, levels in sorted(classes.items()):
+            threshold = 1 - rig.gates.for_class(prompt_class).level_gate_tolerance
             for concurrency in sorted(levels):
-                for entry in histories(store, rig, mode, prompt_class, int(concurrency)):
+                for entry in histories(store, rig.name, mode, prompt_class, int(concurrency)):
                     if machine is not None and entry.machine != machine:
                         continue
                     history = StartHistory(tuple(entry.level_history))
@@ -150,8 +151,6 @@ def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: 
     Stops at the first session that fails (its exit code is returned); what earlier sessions
     stored stays stored (each writes baselines.json once, atomically, at its end)."""
     rig = load_rig(rig_name, fixtures_dir)
-    threshold = 1 - (rig.gates.level_tolerance if rig.gates.level_tolerance is not None
-                     else rig.gates.throughput_tolerance)
     machine = machine_id(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES"))
     print(f"specgate build-history: {whose_history(load_baselines(baselines), rig_name, machine)}", flush=True)
     started = time.monotonic()
@@ -167,7 +166,7 @@ def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: 
         elapsed = time.monotonic() - started
         print(f"specgate build-history: {k}/{starts} starts stored in {baselines} after "
               f"{format_elapsed(elapsed)} (~{format_elapsed(elapsed / k * (starts - k))} left)", flush=True)
-        for line in history_lines(load_baselines(baselines), rig_name, threshold, machine=machine):
+        for line in history_lines(load_baselines(baselines), rig, machine=machine):
             print(line, flush=True)
     return 0
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from specgate.baselines import BaselineEntry, BaselineFile, histories
+from specgate.config import Rig
 from specgate.history import MIN_STARTS, StartHistory, change_points, history_steps
 
 DPI = 110
@@ -35,11 +36,13 @@ def _status(entry: BaselineEntry) -> str:
     return "gates runs on this machine"
 
 
-def history_text(store: BaselineFile, rig: str, threshold: float, confidence: float = 0.95) -> str:
+def history_text(store: BaselineFile, rig: Rig) -> str:
     """The histories of ``rig`` as text: a block per window and history, its starts as a table."""
     blocks = []
-    for mode, prompt_class, concurrency in _windows(store, rig):
-        for entry in histories(store, rig, mode, prompt_class, concurrency):
+    for mode, prompt_class, concurrency in _windows(store, rig.name):
+        gates = rig.gates.for_class(prompt_class)
+        threshold, confidence = 1 - gates.level_gate_tolerance, gates.confidence
+        for entry in histories(store, rig.name, mode, prompt_class, concurrency):
             history = StartHistory(tuple(entry.level_history))
             head = f"{mode} / {prompt_class} / concurrency {concurrency}: {entry.describe()}; {_status(entry)}"
             rows = [[i + 1, s.date or "-", f"{s.level:.2f}", f"{s.ratio:.3f}" if s.ratio else "-",
@@ -56,7 +59,7 @@ def history_text(store: BaselineFile, rig: str, threshold: float, confidence: fl
             lines.append(steps[0].upper() + steps[1:] if steps else "no step or drift in the stored levels")
             blocks.append("\n".join(lines))
     if not blocks:
-        return f"no stored history of rig {rig}"
+        return f"no stored history of rig {rig.name}"
     return "\n\n".join(blocks)
 
 

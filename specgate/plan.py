@@ -562,8 +562,7 @@ def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Seque
     from specgate.baselines import lookup
     from specgate.history import MIN_STARTS, StartHistory
 
-    threshold = 1 - (rig.gates.level_tolerance if rig.gates.level_tolerance is not None
-                     else rig.gates.throughput_tolerance)
+    threshold = 1 - rig.gates.level_gate_tolerance
     modes = [rig.reference_mode] if modes is None else list(modes)
     classes = sorted({(c, n) for _, c, n in windows})
     histories = []
