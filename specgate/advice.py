@@ -36,7 +36,10 @@ from typing import Any
 
 from tabulate import tabulate
 
+from specgate.advice_plot import COLORS, RatioPanel, RatioSeries, draw_ratio_panels
+from specgate.config import load_rig
 from specgate.errors import SpecgateError
+from specgate.saved_report import read_saved_report
 from specgate.stats import wilson_interval
 
 CONSTANT = "k-independent cost"
@@ -421,7 +424,6 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
 def advise_file(path: Path | str, *, rig: str | None = None) -> Advice:
     """:func:`advise_report` on a saved report.json(.gz); AdviceError (or the reader's SpecgateError)
     naming the file. With ``rig``, the report must be that rig's."""
-    from specgate.saved_report import read_saved_report
 
     report = read_saved_report(path)
     if rig is not None and report["rig"].get("name") != rig:
@@ -713,7 +715,6 @@ def _interval(span: Span) -> tuple[float | None, float, float]:
 
 def plot_advice(advice: Advice, path: Path) -> Path | None:
     """The report's advice as a PNG at ``path`` (specgate.advice_plot); None (no file) without a window."""
-    from specgate.advice_plot import COLORS, RatioPanel, RatioSeries, draw_ratio_panels
 
     modes = list(dict.fromkeys(w.mode for w in advice.windows))
     color = {mode: COLORS[i % len(COLORS)] for i, mode in enumerate(modes)}
@@ -736,7 +737,6 @@ def plot_advice(advice: Advice, path: Path) -> Path | None:
 
 def plot_seed(seed: SeedAdvice, path: Path) -> Path | None:
     """The seed case's advice as a PNG: ranges only (hollow markers at their middles), no estimate."""
-    from specgate.advice_plot import COLORS, RatioPanel, RatioSeries, draw_ratio_panels
 
     big_k = seed.figures.k
     below = tuple(range(1, big_k))  # the served k is the star
@@ -764,7 +764,6 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
     advice cannot be drawn from, the message naming the file and the key."""
     import sys
 
-    from specgate.config import load_rig
 
     try:
         if seed:

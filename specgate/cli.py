@@ -13,7 +13,23 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from specgate.advice import advise_command
+from specgate.baselines import load_baselines, merge_updates
+from specgate.config import NO_SPEC, OLD_NO_SPEC, load_rig, read_toml
+from specgate.errors import SpecgateError
 from specgate.exit_codes import ExitCode
+from specgate.extensions import run_model_prepared
+from specgate.history import build_history
+from specgate.history_view import history_text, plot_history
+from specgate.host_memory import HOST_MEMORY_ENV
+from specgate.locations import resolve_fixtures_dir
+from specgate.model_prep import prepare_model
+from specgate.plan import arrangement_lines, arrangements, choose_arrangement, paths
+from specgate.plugin.cost import PlanCapture
+from specgate.registry import servers_command
+from specgate.schemas import schema_text, write_schemas
+from specgate.start_pairs import run_start_pairs
+from specgate.storing import entries_from_report
 
 USAGE = int(ExitCode.USAGE_ERROR)
 
@@ -95,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         if args.seed == (args.report is not None) or (args.report is not None and args.rig is None):
             parser.error("advise: give --rig NAME --report PATH, or --seed")
-        from specgate.advice import advise_command
 
         return advise_command(rig=args.rig, report=args.report, seed=args.seed, out=args.out,
                               fixtures_dir=_fixtures_dir(), root=_project_root())
@@ -106,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         return schema_command(args.name, args.out, parser)
 
     if args.command == "build-history":
-        from specgate.errors import SpecgateError
-        from specgate.history import build_history
 
         try:
             return build_history(args.rig, args.starts, fixtures_dir=_fixtures_dir(),
@@ -119,9 +132,6 @@ def main(argv: list[str] | None = None) -> int:
             return 4
 
     if args.command == "start-pairs":
-        from specgate.config import load_rig
-        from specgate.errors import SpecgateError
-        from specgate.start_pairs import run_start_pairs
 
         try:
             rig = load_rig(args.rig, _fixtures_dir())
@@ -141,14 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         return plan_session_command(args.rig, rest, keep_servers=args.specgate_keep_servers,
                                     host_gib=args.host_memory_gib)
     if args.command == "servers":
-        from specgate.registry import servers_command
 
         return USAGE if servers_command(names=args.stop, stop_all=args.stop_all) else 0  # 1: an unknown name
 
     if args.command == "prepare-model":
-        from specgate.errors import SpecgateError
-        from specgate.extensions import run_model_prepared
-        from specgate.model_prep import prepare_model
 
         try:
             run_model_prepared(prepare_model(args.cache, force=args.force))
@@ -162,8 +168,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         import pytest
 
-        from specgate.config import load_rig
-        from specgate.errors import SpecgateError
 
         root = _project_root()
         try:
@@ -172,8 +176,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"specgate: {exc}", file=sys.stderr)
             return USAGE
         if tier == "cpu":
-            from specgate.extensions import run_model_prepared
-            from specgate.model_prep import prepare_model
 
             try:
                 run_model_prepared(prepare_model())
@@ -208,7 +210,6 @@ def _project_root() -> Path:
 
 
 def _fixtures_dir() -> Path:
-    from specgate.locations import resolve_fixtures_dir
 
     return resolve_fixtures_dir(None, _project_root())
 
@@ -226,10 +227,6 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
 
     import pytest
 
-    from specgate.config import load_rig
-    from specgate.errors import SpecgateError
-    from specgate.host_memory import HOST_MEMORY_ENV
-    from specgate.plugin.cost import PlanCapture
 
     root = _project_root()
     try:
@@ -240,7 +237,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     capture = PlanCapture(keep_servers=keep_servers, host_gib=host_gib)
     # test paths given (as `tox -e cpu` names perf_tests/test_speculative_perf.py): those, else perf_tests/
     given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
-    paths = [] if given else [str(root / "perf_tests")]
+    test_paths = [] if given else [str(root / "perf_tests")]
     out = io.StringIO()
     # the session's own check before any start (sleep levels against host memory) reads the host the plan is for
     stand_in = os.environ.get(HOST_MEMORY_ENV)
@@ -251,7 +248,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
             code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier, "--specgate-rig",
                                 rig_name, f"--rootdir={root}",
                                 *(["-c", str(root / "pyproject.toml")] if (root / "pyproject.toml").is_file() else []),
-                                *pytest_args, *paths], plugins=[capture])
+                                *pytest_args, *test_paths], plugins=[capture])
     finally:
         if stand_in is None:
             os.environ.pop(HOST_MEMORY_ENV, None)
@@ -268,7 +265,6 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     plan = capture.plan
     rig = capture.specgate.rig
     if rig.arrangement.name == "alternate" and plan.servers:
-        from specgate.plan import arrangement_lines, arrangements, choose_arrangement, paths
 
         store = None
         with contextlib.suppress(SpecgateError):
@@ -294,8 +290,6 @@ def _old_mode_name_in(report: dict) -> bool:
     """A report.json written before the no-speculation mode was renamed: its rig has a mode of the
     old name without speculation and none of the new name, and this checkout's rig file of that
     name (if any) does not define a mode of the old name of its own (with ``from``)."""
-    from specgate.config import NO_SPEC, OLD_NO_SPEC, read_toml
-    from specgate.errors import SpecgateError
 
     rig = report.get("rig")
     if not isinstance(rig, dict) or not isinstance(rig.get("modes"), dict):
@@ -313,7 +307,6 @@ def _old_mode_name_in(report: dict) -> bool:
 
 def _renamed_in(report: dict) -> dict:
     """The report with the no-speculation mode under its new name, where adopting reads it."""
-    from specgate.config import NO_SPEC, OLD_NO_SPEC
 
     def name(mode: object) -> object:
         return NO_SPEC if mode == OLD_NO_SPEC else mode
@@ -331,10 +324,6 @@ def _renamed_in(report: dict) -> dict:
 
 def history_command(rig_name: str, baselines: Path, out: Path) -> int:
     """Print the rig's stored histories and write their PNG; 4 for an unknown rig or a bad file."""
-    from specgate.baselines import load_baselines
-    from specgate.config import load_rig
-    from specgate.errors import SpecgateError
-    from specgate.history_view import history_text, plot_history
 
     try:
         rig = load_rig(rig_name, _fixtures_dir())
@@ -352,7 +341,6 @@ def history_command(rig_name: str, baselines: Path, out: Path) -> int:
 
 
 def schema_command(name: str | None, out: Path | None, parser: argparse.ArgumentParser) -> int:
-    from specgate.schemas import schema_text, write_schemas
 
     if (name is None) == (out is None):
         parser.error("schema: give a NAME to print, or --out FOLDER to write both")
@@ -366,10 +354,6 @@ def schema_command(name: str | None, out: Path | None, parser: argparse.Argument
 
 def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str] | None = None) -> int:
 
-    from specgate.baselines import load_baselines, merge_updates
-    from specgate.config import NO_SPEC, OLD_NO_SPEC
-    from specgate.errors import SpecgateError
-    from specgate.storing import entries_from_report
 
     try:
         raw = report_path.read_bytes()

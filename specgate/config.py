@@ -23,9 +23,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specgate.design import argv_value, dummy_weights, loads_drafter
+from specgate.design import argv_value, choose_design, dummy_weights, loads_drafter
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.errors import ConfigError
+from specgate.locations import check_fixtures_dir, is_rig_path, rig_file, rig_name_of
+from specgate.paired import MIN_PAIRS
 
 DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load with speculation
 # The library's mode without speculation, every rig's default reference. It used to be called
@@ -472,7 +474,6 @@ class Rig(_Strict):
     @property
     def arrangement(self):
         """How the two servers of a comparison share the machine, and why (specgate.design)."""
-        from specgate.design import choose_design
 
         return choose_design(self)
 
@@ -633,7 +634,6 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
     """Load a rig resolved against the mode library and prompt file of ``fixtures_dir``: ``name`` is a
     rig of ``fixtures/rigs/`` (``<name>.toml``) or a path to a rig file anywhere (it contains ``/`` or
     ends in ``.toml``; the rig is then named by the file's stem)."""
-    from specgate.locations import check_fixtures_dir, is_rig_path, rig_file, rig_name_of
 
     rigs_dir = fixtures_dir / "rigs"
     path = rig_file(name, fixtures_dir)
@@ -714,7 +714,6 @@ def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Pa
     """Refuse a rig whose windows can never decide: a window pairs each request key (prompt x
     repeat) once, the paired gates need MIN_PAIRS pairs for an interval, and a follow-up round is
     only given to a window whose first look has one, so the first look must reach it."""
-    from specgate.paired import MIN_PAIRS
 
     short = [(c.name, len(c.prompts)) for c in classes if len(c.prompts) * repeats < MIN_PAIRS]
     if short:

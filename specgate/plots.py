@@ -23,6 +23,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from specgate.comparisons import gate_comparisons
 from specgate.report_figures import change_percent, median_rate, request_rates
 
 REFERENCE_COLOR = "#8c8c8c"
@@ -291,7 +292,6 @@ def forest_figure(report: dict[str, Any]):
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    from specgate.comparisons import gate_comparisons
 
     rows = gate_comparisons(report)
     if not rows:

@@ -36,8 +36,11 @@ from typing import Any
 import httpx
 import psutil
 
+from specgate.baselines import atomic_write_json
 from specgate.errors import ServerDiedError
+from specgate.extensions import server_env_prefixes
 from specgate.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, read_log_tail
+from specgate.sleep import with_sleep_mode
 
 STATE_ENV = "SPECGATE_STATE_DIR"
 # Inherited variables that change what a server does (as specgate.fingerprint reads them), and the GPUs;
@@ -110,7 +113,6 @@ def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: st
                 plugin_env: tuple[str, ...] | None = None) -> tuple[str, dict[str, Any]]:
     """The hash that decides reuse, and what went into it. ``plugin_env``: the variable-name prefixes
     plugins read in a server (default: those the installed ``specgate.server_env`` plugins declare)."""
-    from specgate.extensions import server_env_prefixes
 
     environ = os.environ if environ is None else environ
     prefixes = server_env_prefixes() if plugin_env is None else plugin_env
@@ -187,7 +189,6 @@ def load_all(folder: Path | None = None) -> list[KeptServer]:
 
 
 def write(kept: KeptServer, folder: Path | None = None) -> Path:
-    from specgate.baselines import atomic_write_json
 
     folder = folder or state_dir()
     folder.mkdir(parents=True, exist_ok=True)
@@ -393,7 +394,6 @@ def reusable_labels(specgate) -> tuple[str, ...]:
         for side in sides:
             spec = specgate.server_spec(mode, side)
             if alternating:  # as fixtures.serve starts them: with sleep mode
-                from specgate.sleep import with_sleep_mode
 
                 spec = with_sleep_mode(spec)
             label = f"{mode.name}@{side}" if side else mode.name

@@ -17,10 +17,13 @@ from typing import Any
 
 from tabulate import tabulate
 
+from specgate import plots
+from specgate.breakeven import from_report
 from specgate.comparisons import gate_comparisons, undecided_kind
 from specgate.gating import gating_lines
+from specgate.html_report import write_html
 from specgate.measure import client_decode_rate
-from specgate.outcome import NOT_STORED, STORING
+from specgate.outcome import NOT_STORED, STORING, Outcome, outcome_of_kind, pytest_action
 from specgate.report_figures import change_percent, median_rate
 from specgate.saved_report import missing_line
 from specgate.spells import slow_spell, span_mean_residual
@@ -217,7 +220,6 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
 def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
     """Per speculative window: acceptance length, decode steps/s, the step-cost ratio c and the
     break-even line (``specgate.breakeven``); "" when no window has what it needs."""
-    from specgate.breakeven import from_report
 
     rows = []
     for row in from_report(report):
@@ -403,12 +405,10 @@ def failed_gate_lines(report: dict[str, Any]) -> list[str]:
 def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
     """One line counting the gates that decided nothing, by outcome, and what the run's policy
     made of each (specgate.outcome): listed always, whether they were skipped or failed the run."""
-    from specgate.outcome import Outcome, outcome_of_kind
 
     entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
     if not entries:
         return []
-    from specgate.outcome import pytest_action
 
     counts: dict[tuple[Outcome, bool, str], int] = defaultdict(int)
     policy = report.get("outcome_policy") or {}
@@ -497,8 +497,6 @@ def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     out when there is nothing to draw (no gate; no measurement with tok/s; no speculative mode with
     acceptance figures), and a stale file of that name removed. A plot or page that cannot be drawn
     is a warning, not an error: the summary is written first and stays."""
-    from specgate import plots
-    from specgate.html_report import write_html
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,7 @@ from specgate.design import drafter_in, dummy_weights, gpu_memory_utilization
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.durations import format_elapsed
 from specgate.errors import ServerError, ServerStartError
+from specgate.gpu import is_gpu_id, nvml
 from specgate.host_memory import GiB, host_available_gib, level1_need_gib
 
 # A sleep or wake may take minutes on a big model (the first level-1 sleep copies every weight to
@@ -114,7 +115,6 @@ def choose_level(need_gib: float | None, available_gib: float, *, forced: int | 
 def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:
     """(GPU, free memory / total) for the visible GPUs (``gpus``: CUDA_VISIBLE_DEVICES style;
     None: every GPU), from NVML; None when NVML is not there."""
-    from specgate.gpu import is_gpu_id, nvml
 
     try:
         with nvml() as pynvml:
