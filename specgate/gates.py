@@ -45,6 +45,7 @@ from specgate.paired import (
     verdict_text,
 )
 from specgate.stats import (
+    Observed,
     compare_acceptance,
     compare_outputs,
     match_by_key,
@@ -385,22 +386,25 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
     stored_counts = bool(stored.drafts)
     # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
     # interval counts drafts as the trials (wider, never falsely narrow), on both sides.
-    specs = [dict(measured=now.acceptance_rate, reference=stored.acceptance_rate,
-                  counts=(now.acceptance_rate * now.drafts, now.drafts), trial_label="drafts (as trials)",
-                  reference_counts=(stored.acceptance_rate * stored.drafts, stored.drafts) if stored_counts else None,
+    specs = [dict(measured=Observed(now.acceptance_rate, (now.acceptance_rate * now.drafts, now.drafts)),
+                  reference=Observed(stored.acceptance_rate,
+                                     (stored.acceptance_rate * stored.drafts, stored.drafts) if stored_counts else None,
+                                     reference_label),
+                  trial_label="drafts (as trials)",
                   metric=f"acceptance rate (mean acceptance length {now.mean_acceptance_length:.2f} vs "
                          f"{stored.mean_acceptance_length:.2f})")]
     stored_accepted = stored.accepted_per_position or []
     for pos, (accepted, then) in enumerate(zip(now.accepted_per_position, stored.per_position_rates)):
         if then > 0:
             then_accepted = stored_accepted[pos] if pos < len(stored_accepted) else then * (stored.drafts or 0)
-            specs.append(dict(measured=accepted / now.drafts, reference=then, counts=(accepted, now.drafts),
-                              reference_counts=(then_accepted, stored.drafts) if stored_counts else None,
+            specs.append(dict(measured=Observed(accepted / now.drafts, (accepted, now.drafts)),
+                              reference=Observed(then, (then_accepted, stored.drafts) if stored_counts else None,
+                                                 reference_label),
                               metric=f"position {pos + 1} rate"))
     family = window_confidence(gates.confidence, m)
     each = 1.0 - (1.0 - family) / len(specs)
-    checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=subject, confidence=each,
-                                 reference_label=reference_label) for spec in specs]
+    checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=subject, confidence=each)
+              for spec in specs]
     failed = [c for c in checks if c.decided and not c.passed]
     open_checks = [c for c in checks if not c.decided]
     outcome = Outcome.FAIL if failed else Outcome.UNDECIDED if open_checks else Outcome.PASS

@@ -175,55 +175,61 @@ def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float
     return z * z * rate * (1 - rate) / (tolerance * rate) ** 2
 
 
+@dataclass(frozen=True)
+class Observed:
+    """One side of an acceptance comparison: the figure, the (successes, trials) it was counted from
+    when it is a proportion with known counts, and what messages call that side."""
+
+    value: float
+    counts: tuple[float, float] | None = None
+    label: str = "measured"
+
+
 def compare_acceptance(
-    measured: float,
-    reference: float,
+    measured: Observed,
+    reference: Observed,
     *,
     tolerance: float,
     subject: str,
     metric: str,
     gate: str = "acceptance",
-    reference_label: str = "stored",
-    counts: tuple[float, float] | None = None,
     confidence: float = 0.95,
     trial_label: str = "drafts",
-    reference_counts: tuple[float, float] | None = None,
 ) -> Comparison:
     """One-sided check of an acceptance figure against its stored one; higher acceptance never
     fails (an improvement, not a regression).
 
-    Without ``counts``: FAIL iff measured < reference * (1 - tolerance).
+    Without ``measured.counts``: FAIL iff measured < reference * (1 - tolerance).
 
-    With ``counts`` = (accepted, trials), ``measured`` is that proportion and the decision rests
-    on its Wilson interval at ``confidence``: FAIL when the whole interval lies below the fail
-    line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop at all),
-    and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a drop of
-    the tolerance from chance, and the message says about how many would.
+    With ``measured.counts`` = (accepted, trials), ``measured.value`` is that proportion and the
+    decision rests on its Wilson interval at ``confidence``: FAIL when the whole interval lies below
+    the fail line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop at
+    all), and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a drop
+    of the tolerance from chance, and the message says about how many would.
 
-    With ``reference_counts`` too, the reference is a sample of its own (stored figures, or an A/B's
+    With ``reference.counts`` too, the reference is a sample of its own (stored figures, or an A/B's
     reference side): the decision rests on the interval of the ratio of the two proportions
     (:func:`proportion_ratio_interval`) against 1 - tolerance, by the same three rules.
     """
-    _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject, metric=metric,
-                             reference_label=reference_label)
-    line = _FailLine(reference, tolerance, reference_label)
-    ratio = measured / reference
+    _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject, metric=metric)
+    line = _FailLine(reference.value, tolerance, reference.label)
+    ratio = measured.value / reference.value
     change = change_text(ratio, up="higher", down="lower")
-    common = {"gate": gate, "measured": float(measured), "reference": float(reference), "ratio": ratio,
+    common = {"gate": gate, "measured": float(measured.value), "reference": float(reference.value), "ratio": ratio,
               "threshold": line.threshold, "n_reference": 1}
-    if counts is None:
-        message = (f"{subject}: {metric} {measured:.3g} vs {reference:.3g} {reference_label} "
+    if measured.counts is None:
+        message = (f"{subject}: {metric} {measured.value:.3g} vs {reference.value:.3g} {reference.label} "
                    f"(ratio {ratio:.3f}, {change}; fails below {line}; {METHOD_ONE_SIDED})")
-        return Comparison(**common, passed=not measured < line.value, ci_low=None, ci_high=None, n_measured=1,
+        return Comparison(**common, passed=not measured.value < line.value, ci_low=None, ci_high=None, n_measured=1,
                           method=METHOD_ONE_SIDED, message=message)
-    successes, trials = counts
-    if reference_counts is not None and reference_counts[1] > 0 and reference_counts[0] > 0:
-        return _compare_two_samples(measured, reference, counts, reference_counts, line=line, common=common,
-                                    subject=subject, metric=metric, confidence=confidence, trial_label=trial_label)
+    successes, trials = measured.counts
+    if reference.counts is not None and reference.counts[1] > 0 and reference.counts[0] > 0:
+        return _compare_two_samples(measured, reference, line=line, common=common, subject=subject, metric=metric,
+                                    confidence=confidence, trial_label=trial_label)
     ci_low, ci_high = wilson_interval(successes, trials, confidence)
     count = f"{successes:.0f}" if float(successes).is_integer() else f"{successes:.3g}"
-    head = (f"{subject}: {metric} {measured:.3g} ({count} of {trials:.0f} {trial_label}, {confidence * 100:g} % "
-            f"interval {ci_low:.3g}-{ci_high:.3g}) vs {reference:.3g} {reference_label}")
+    head = (f"{subject}: {metric} {measured.value:.3g} ({count} of {trials:.0f} {trial_label}, "
+            f"{confidence * 100:g} % interval {ci_low:.3g}-{ci_high:.3g}) vs {reference.value:.3g} {reference.label}")
     rule = f"fails when the interval lies below {line}; {METHOD_BINOMIAL}"
     # The speed gates' rule: a point at or above the reference is no pass while the interval still
     # reaches below the fail line (10 of 20 against a stored 0.5 cannot tell 0.5 from 0.45).
@@ -234,7 +240,7 @@ def compare_acceptance(
         message = f"{head} (ratio {ratio:.3f}, {change}; the whole interval is below the fail line; {rule})"
     else:
         passed, decided = False, False
-        needed = trials_to_resolve(reference, tolerance, confidence)
+        needed = trials_to_resolve(reference.value, tolerance, confidence)
         message = (f"{head}: too few {trial_label} to gate (ratio {ratio:.3f}, {change}, but the interval spans "
                    f"the fail line {line}; about {float(f'{needed:.2g}'):.0f} {trial_label} would resolve a "
                    f"{tolerance * 100:g} % drop; {METHOD_BINOMIAL})")
@@ -246,15 +252,16 @@ def _count_text(x: float) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
 
 
-def _compare_two_samples(measured: float, reference: float, counts: tuple[float, float],
-                         reference_counts: tuple[float, float], *, line: _FailLine, common: dict[str, Any],
+def _compare_two_samples(measured: Observed, reference: Observed, *, line: _FailLine, common: dict[str, Any],
                          subject: str, metric: str, confidence: float, trial_label: str) -> Comparison:
-    """compare_acceptance's decision on two samples: the ratio's interval against 1 - tolerance."""
-    (x1, n1), (x2, n2) = counts, reference_counts
+    """compare_acceptance's decision on two samples, both with counts: the ratio's interval against
+    1 - tolerance."""
+    (x1, n1), (x2, n2) = measured.counts, reference.counts
     ratio, ci_low, ci_high = proportion_ratio_interval(x1, n1, x2, n2, confidence)
-    head = (f"{subject}: {metric} {measured:.3g} ({_count_text(x1)} of {n1:.0f} {trial_label}) vs {reference:.3g} "
-            f"{line.label} ({_count_text(x2)} of {n2:.0f}): ratio {ratio:.3f} ({confidence * 100:.4g} % CI "
-            f"{ci_low:.3f}-{ci_high:.3f}, {change_text(ratio, up='higher', down='lower')})")
+    change = change_text(ratio, up="higher", down="lower")
+    head = (f"{subject}: {metric} {measured.value:.3g} ({_count_text(x1)} of {n1:.0f} {trial_label}) vs "
+            f"{reference.value:.3g} {line.label} ({_count_text(x2)} of {n2:.0f}): ratio {ratio:.3f} "
+            f"({confidence * 100:.4g} % CI {ci_low:.3f}-{ci_high:.3f}, {change})")
     rule = f"fails when the interval lies below {line.threshold:.3g} ({line}); {METHOD_TWO_SAMPLE}"
     # No pass on the point alone: 10 of 20 against 10 of 20 reads ratio 1.000 (CI 0.443-2.258), which
     # cannot tell no change from a drop of the tolerance: undecided, by the speed gates' rule.
@@ -369,16 +376,16 @@ class _FailLine:
         return f"{self.value:.3g} = {self.label} - {self.tolerance * 100:g} %"
 
 
-def _check_acceptance_inputs(measured: float, reference: float, *, tolerance: float, subject: str, metric: str,
-                             reference_label: str) -> None:
-    for name, value in (("measured", measured), (reference_label, reference)):
+def _check_acceptance_inputs(measured: Observed, reference: Observed, *, tolerance: float, subject: str,
+                             metric: str) -> None:
+    for name, value in ((measured.label, measured.value), (reference.label, reference.value)):
         if not math.isfinite(value) or value < 0:
             raise ValueError(
                 f"{name} {metric} for {subject} must be a finite non-negative number, got {value!r}"
             )
-    if reference == 0:
+    if reference.value == 0:
         raise ValueError(
-            f"{reference_label} {metric} for {subject} is 0: there is nothing to compare against"
+            f"{reference.label} {metric} for {subject} is 0: there is nothing to compare against"
         )
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance for {metric} of {subject} must be in [0, 1), got {tolerance!r}")

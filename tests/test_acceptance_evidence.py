@@ -16,7 +16,7 @@ from specgate.gates import check_acceptance
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
 from specgate.outcome import Outcome
-from specgate.stats import METHOD_BINOMIAL, compare_acceptance, wilson_interval
+from specgate.stats import METHOD_BINOMIAL, Observed, compare_acceptance, wilson_interval
 from specgate.storing import baseline_entry
 
 pytestmark = pytest.mark.fast
@@ -35,21 +35,22 @@ def test_wilson_interval_is_scipys(k, n):
 
 def test_a_clear_drop_fails_a_small_drop_in_a_small_window_is_undecided_no_drop_passes_on_its_interval():
     common = {"tolerance": 0.05, "subject": "ngram on coding", "metric": "position 1 rate"}
-    failed = compare_acceptance(0.4, 0.5, counts=(400, 1000), **common)
+    failed = compare_acceptance(Observed(0.4, (400, 1000)), Observed(0.5, label="stored"), **common)
     assert failed.decided and not failed.passed and failed.method == METHOD_BINOMIAL
     assert "400 of 1000 drafts, 95 % interval 0.37-0.431" in failed.message
     # the seed's complaint: 13 drafts, where a rate rests on a couple of accepted tokens
-    open_ = compare_acceptance(2 / 13, 0.231, counts=(2, 13), **common)
+    open_ = compare_acceptance(Observed(2 / 13, (2, 13)), Observed(0.231, label="stored"), **common)
     assert not open_.decided
     assert "too few drafts to gate" in open_.message and "spans the fail line 0.219" in open_.message
     assert "about 5100 drafts would resolve a 5 % drop" in open_.message
     # no drop on the point is no pass while the interval reaches below the fail line (issue 47)
-    same = compare_acceptance(10 / 13, 10 / 13, counts=(10, 13), **common)
+    same = compare_acceptance(Observed(10 / 13, (10, 13)), Observed(10 / 13, label="stored"), **common)
     assert not same.decided and not same.passed
-    clear = compare_acceptance(0.8, 0.5, counts=(800, 1000), **common)
+    clear = compare_acceptance(Observed(0.8, (800, 1000)), Observed(0.5, label="stored"), **common)
     assert clear.decided and clear.passed
     # without counts (old callers): the fixed tolerance, as before
-    assert compare_acceptance(0.74, 0.769, tolerance=0.05, subject="s", metric="m").decided
+    assert compare_acceptance(Observed(0.74), Observed(0.769, label="stored"), tolerance=0.05, subject="s",
+                              metric="m").decided
 
 
 def _record(i: int) -> RequestRecord:

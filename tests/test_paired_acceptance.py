@@ -16,7 +16,7 @@ from specgate.gates import ab_acceptance, request_acceptances
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
 from specgate.outcome import Outcome
-from specgate.stats import METHOD_TWO_SAMPLE, compare_acceptance, paired_acceptance, request_acceptance
+from specgate.stats import METHOD_TWO_SAMPLE, Observed, compare_acceptance, paired_acceptance, request_acceptance
 
 pytestmark = pytest.mark.fast
 
@@ -25,15 +25,14 @@ COMMON = {"tolerance": 0.05, "subject": "ngram on coding"}
 
 
 def test_ten_of_twenty_against_ten_of_twenty_is_undecided():
-    result = compare_acceptance(0.5, 0.5, counts=(10, 20), reference_counts=(10, 20), metric="acceptance rate",
-                                **COMMON)
+    ten_of_20, stored = Observed(0.5, (10, 20)), Observed(0.5, (10, 20), "stored")
+    result = compare_acceptance(ten_of_20, stored, metric="acceptance rate", **COMMON)
     assert result.method == METHOD_TWO_SAMPLE
     assert not result.decided and not result.passed
     assert (round(result.ci_low, 3), round(result.ci_high, 3)) == (0.538, 1.859)
     assert "CI 0.538-1.859" in result.message and "too few drafts to gate" in result.message
     # the 0.443-2.258: the same counts at one check's share of the gate's 95 % (5 checks, Bonferroni)
-    wide = compare_acceptance(0.5, 0.5, counts=(10, 20), reference_counts=(10, 20), metric="acceptance rate",
-                              confidence=1 - 0.05 / 5, **COMMON)
+    wide = compare_acceptance(ten_of_20, stored, metric="acceptance rate", confidence=1 - 0.05 / 5, **COMMON)
     assert not wide.decided and (round(wide.ci_low, 3), round(wide.ci_high, 3)) == (0.443, 2.258)
 
 

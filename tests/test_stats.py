@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.stats import METHOD_ONE_SIDED, compare_acceptance, compare_outputs, match_by_key, summarize
+from specgate.stats import METHOD_ONE_SIDED, Observed, compare_acceptance, compare_outputs, match_by_key, summarize
 
 pytestmark = pytest.mark.fast
 
@@ -29,21 +29,23 @@ def test_summarize_rejects_empty_and_non_finite(bad: list[float]) -> None:
 
 
 def test_acceptance_is_one_sided() -> None:
+    stored = Observed(2.6, label="stored")
     higher = compare_acceptance(
-        3.1, 2.6, tolerance=0.1, subject="eagle on chat", metric="mean acceptance length"
+        Observed(3.1), stored, tolerance=0.1, subject="eagle on chat", metric="mean acceptance length"
     )
     assert higher.passed and higher.method == METHOD_ONE_SIDED
     lower = compare_acceptance(
-        2.0, 2.6, tolerance=0.1, subject="eagle on chat", metric="mean acceptance length"
+        Observed(2.0), stored, tolerance=0.1, subject="eagle on chat", metric="mean acceptance length"
     )
     assert not lower.passed
     assert lower.message.startswith(
         "eagle on chat: mean acceptance length 2 vs 2.6 stored (ratio 0.769, 23 % lower"
     )
     # Exactly at the tolerance (values exact in binary floating point) passes.
-    assert compare_acceptance(1.5, 2.0, tolerance=0.25, subject="s", metric="m").passed
+    two = Observed(2.0, label="stored")
+    assert compare_acceptance(Observed(1.5), two, tolerance=0.25, subject="s", metric="m").passed
     assert not compare_acceptance(
-        float(np.nextafter(1.5, 0.0)), 2.0, tolerance=0.25, subject="s", metric="m"
+        Observed(float(np.nextafter(1.5, 0.0))), two, tolerance=0.25, subject="s", metric="m"
     ).passed
 
 

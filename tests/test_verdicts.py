@@ -24,7 +24,7 @@ from specgate.paired import describe, paired_log_ratio, start_spread, stratified
 from specgate.plugin.gatekeeper import GateKeeper
 from specgate.report import failed_gate_lines
 from specgate.session import SessionOptions, SpecgateSession
-from specgate.stats import compare_acceptance
+from specgate.stats import Observed, compare_acceptance
 from specgate.verdict import GateResult
 
 pytestmark = pytest.mark.fast
@@ -322,8 +322,8 @@ def test_overall_and_per_position_checks_are_one_decision_at_a_stated_family_wis
     assert result.details["check_confidence"] == pytest.approx(1 - 0.05 / 4)
     assert "one decision over 4 checks (overall and per position), each at 98.75 % (Bonferroni): a false FAIL " \
            "at most 2.5 % of the time" in result.message
-    lone = compare_acceptance(1_040 / 1_500, 1_150 / 1_500, tolerance=0.05, subject="s", metric="position 2",
-                              counts=(1_040, 1_500), reference_counts=(1_150, 1_500), confidence=0.95)
+    now, stored = Observed(1_040 / 1_500, (1_040, 1_500)), Observed(1_150 / 1_500, (1_150, 1_500), "stored")
+    lone = compare_acceptance(now, stored, tolerance=0.05, subject="s", metric="position 2", confidence=0.95)
     assert lone.decided and not lone.passed
     position_2 = result.details["checks"][2]
     assert position_2["ci_low"] < 0.95 <= position_2["ci_high"] and not position_2["decided"]
