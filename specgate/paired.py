@@ -59,6 +59,15 @@ Verdict = str
 
 
 @dataclass(frozen=True)
+class Line:
+    """What a ratio is held against: the threshold it fails below (beyond noise), and the margin of
+    "equal within" (an interval inside 1 ± margin)."""
+
+    threshold: float
+    equivalence_margin: float
+
+
+@dataclass(frozen=True)
 class PairedRatio:
     """One paired comparison. ``ratio`` is exp(HL estimate of the log ratios): the one number
     shown for it everywhere (message, tables, plots, report.json)."""
@@ -165,8 +174,8 @@ def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.9
         # the ratio and says why nothing was decided.
         return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "undecided", None, None)
     return _decide(estimate, walsh[k - 1] - extra_log_spread, walsh[walsh.size - k] + extra_log_spread,
-                   n=int(d.size), coverage=coverage, threshold=threshold, equivalence_margin=equivalence_margin,
-                   method=METHOD, quantiles=_normal_quantiles(coverage))
+                   n=int(d.size), coverage=coverage, line=Line(threshold, equivalence_margin), method=METHOD,
+                   quantiles=_normal_quantiles(coverage))
 
 
 def _normal_quantiles(coverage: float) -> tuple[float, float, str]:
@@ -215,7 +224,7 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
     quantile = float(student_t.ppf(0.5 + confidence / 2, dof))
     half = quantile * standard_error
     return _decide(estimate, estimate - half - extra_log_spread, estimate + half + extra_log_spread,
-                   n=int(d.size), coverage=confidence, threshold=threshold, equivalence_margin=equivalence_margin,
+                   n=int(d.size), coverage=confidence, line=Line(threshold, equivalence_margin),
                    method=f"{STRATA_METHOD} ({len(groups)} prompts, {dof} df)",
                    quantiles=(quantile, float(student_t.ppf(POWER, dof)), f"t, {dof} df"))
 
@@ -280,15 +289,15 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
     return best
 
 
-def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: float, threshold: float,
-            equivalence_margin: float, method: str, quantiles: tuple[float, float, str]) -> PairedRatio:
+def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: float, line: Line, method: str,
+            quantiles: tuple[float, float, str]) -> PairedRatio:
     """The verdict from an estimate and its interval in log units (the same rules for every method).
     ``quantiles``: the interval's two-sided quantile, the one-sided POWER quantile, and their name."""
     ratio = math.exp(estimate)
     lo, hi = math.exp(lo_log), math.exp(hi_log)
     upper_spread = max(math.log(hi) - estimate, 0.0)
     quantile, power_quantile, quantile_name = quantiles
-    detectable = threshold * math.exp(-(1.0 + power_quantile / quantile) * upper_spread)
+    detectable = line.threshold * math.exp(-(1.0 + power_quantile / quantile) * upper_spread)
     within = max(1.0 - lo, hi - 1.0)
     # The threshold first: an interval that contains it has not excluded the regression the gate
     # is for, however narrow it is ("equal within ±3.9 %" at 0.961-1.010 against 0.97 passed a
@@ -296,17 +305,17 @@ def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: 
     # interval inside 1 ± margin says "no change that matters" whether or not it also excludes 1,
     # so a mode at break-even is "equal" in every session instead of "faster" in the one whose
     # interval happened to sit 1 % higher (cpu tier: 1.024 (1.010-1.037) after 0.997 and 1.001).
-    if hi < threshold:
+    if hi < line.threshold:
         verdict, passed = "slower", False
-    elif lo < threshold:
+    elif lo < line.threshold:
         verdict, passed = "undecided", True
-    elif within <= equivalence_margin:
+    elif within <= line.equivalence_margin:
         verdict, passed = "equal", True
-    elif lo > max(threshold, 1.0):
+    elif lo > max(line.threshold, 1.0):
         verdict, passed = "faster", True
     else:
         verdict, passed = "not slower", True
-    return PairedRatio(ratio, lo, hi, coverage, n, threshold, passed, verdict,
+    return PairedRatio(ratio, lo, hi, coverage, n, line.threshold, passed, verdict,
                        within if verdict == "equal" else None, detectable, method, quantile, quantile_name)
 
 
@@ -319,19 +328,19 @@ def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshol
     by the history's prediction interval alone, ``half_width`` in log units (specgate.history): the
     spread of the stored starts already holds each window's own noise, so the window's interval is not
     added on top. Decided by the same rules as a paired ratio (:func:`_decide`); ``n`` counts starts."""
-    return interval_ratio(estimate, half_width, n=starts, unit="stored starts", dof=starts - 1, threshold=threshold,
-                          confidence=confidence, equivalence_margin=equivalence_margin, method=PREDICTION_METHOD)
+    return interval_ratio(estimate, half_width, n=starts, unit="stored starts", dof=starts - 1,
+                          line=Line(threshold, equivalence_margin), confidence=confidence, method=PREDICTION_METHOD)
 
 
-def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof: int | None, threshold: float,
-                   confidence: float, equivalence_margin: float, method: str) -> PairedRatio:
+def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof: int | None, line: Line,
+                   confidence: float, method: str) -> PairedRatio:
     """A log-ratio ``estimate`` with a symmetric interval of ``half_width`` (log units) built elsewhere
     (a prediction interval, start pairs combined), decided by the same rules as a paired ratio
     (:func:`_decide`), its quantiles Student's t at ``dof`` (None: normal). ``n`` counts ``unit``."""
     name = f"t, {dof} df" if dof is not None else "z"
     quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), name)
-    decided = _decide(estimate, estimate - half_width, estimate + half_width, n=n, coverage=confidence,
-                      threshold=threshold, equivalence_margin=equivalence_margin, method=method, quantiles=quantiles)
+    decided = _decide(estimate, estimate - half_width, estimate + half_width, n=n, coverage=confidence, line=line,
+                      method=method, quantiles=quantiles)
     return PairedRatio(**{**asdict(decided), "unit": unit})
 
 

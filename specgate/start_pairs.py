@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.config import Rig
-from specgate.paired import describe, interval_ratio, spread_quantile, verdict_text
+from specgate.paired import Line, describe, interval_ratio, spread_quantile, verdict_text
 from specgate.session import load_report
 
 ORDERS = ("reference", "candidate")  # the side that starts first, alternating from one pair to the next
@@ -94,8 +94,8 @@ def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> 
         spread_text = (f"the rig's start-pair spread {gates.start_pair_spread * 100:g} %" if sigma else
                        "start-pair spread unknown (start_pair_spread = 0): the interval holds the windows' noise "
                        "only")
-    result = interval_ratio(estimate, half, n=k, unit="start pairs", dof=dof, threshold=threshold,
-                            confidence=confidence, equivalence_margin=gates.equivalence_margin, method=method)
+    result = interval_ratio(estimate, half, n=k, unit="start pairs", dof=dof,
+                            line=Line(threshold, gates.equivalence_margin), confidence=confidence, method=method)
     each = "; ".join(f"{p.first} first: {p.ratio:.3f}x" + (f" ({p.ci_low:.3f}-{p.ci_high:.3f}, {p.n} pairs)"
                                                            if p.ci_low and p.ci_high else "") for p in pairs)
     outcome = "undecided" if result.verdict == "undecided" else ("pass" if result.passed else "fail")
