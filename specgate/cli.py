@@ -24,7 +24,7 @@ from specgate.history_view import history_text, plot_history
 from specgate.host_memory import HOST_MEMORY_ENV
 from specgate.locations import resolve_fixtures_dir
 from specgate.model_prep import prepare_model
-from specgate.plan import arrangement_lines, arrangements, choose_arrangement, paths
+from specgate.plan import Conditions, arrangement_lines, arrangements, choose_arrangement, paths
 from specgate.plugin.cost import PlanCapture
 from specgate.registry import servers_command
 from specgate.schemas import schema_text, write_schemas
@@ -269,9 +269,9 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         store = None
         with contextlib.suppress(SpecgateError):
             store = capture.specgate.store
-        options = arrangements(rig, capture.windows, capture.rates[0], store=store, host_gib=host_gib,
-                               reused=[s.label for s in plan.servers if s.reused], keep_servers=keep_servers,
-                               other_tests=plan.other_tests, rate_note=capture.rates[1])
+        asked = Conditions(reused=[s.label for s in plan.servers if s.reused], keep_servers=keep_servers,
+                           host_gib=host_gib, other_tests=plan.other_tests, rate_note=capture.rates[1])
+        options = arrangements(rig, capture.windows, capture.rates[0], store=store, conditions=asked)
         chosen = choose_arrangement(options)
         plan = chosen.plan
         print(plan.render())

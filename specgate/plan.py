@@ -18,8 +18,8 @@ import itertools
 import json
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from specgate.duet import alternation_block, alternation_swaps
@@ -296,24 +296,39 @@ def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
     return out
 
 
-def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float], *,
-                 attached: bool = False, reused: Iterable[str] = (), other_tests: int = 0,
-                 rate_note: str | None = None, host_gib: float | None = None,
-                 keep_servers: bool | None = None) -> SessionPlan:
-    """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run).
+@dataclass(frozen=True)
+class Conditions:
+    """What a session is planned under beside its rig, windows and rates.
 
-    ``rates``: decode tok/s per window (see :func:`stored_rates`); ``attached``: --specgate-vllm-url (no
-    server starts); ``reused``: labels of kept servers this session will reuse (no start);
-    ``host_gib``: the host's available memory (default: read it) for the sleep levels;
-    ``keep_servers``: --specgate-keep-servers, every server staying loaded (None: when a kept server
-    is reused, which only that option does); else a mode's servers stop after its last window."""
+    ``attached``: --specgate-vllm-url (no server starts); ``reused``: labels of kept servers the
+    session will reuse (no start); ``keep_servers``: --specgate-keep-servers, every server staying
+    loaded (None: when a kept server is reused, which only that option does), else a mode's servers
+    stop after its last window; ``host_gib``: the host's available memory for the sleep levels (None:
+    read it); ``other_tests``: the selected tests that measure no window; ``rate_note``: why stored
+    rates were set aside (:func:`estimate_rates`), shown as a note."""
+
+    attached: bool = False
+    reused: Collection[str] = ()
+    keep_servers: bool | None = None
+    host_gib: float | None = None
+    other_tests: int = 0
+    rate_note: str | None = None
+
+
+def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float],
+                 conditions: Conditions | None = None) -> SessionPlan:
+    """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run), with
+    ``rates`` the decode tok/s per window (see :func:`stored_rates`), under ``conditions`` (default:
+    servers started afresh, on the host as read)."""
+    conditions = conditions or Conditions()
+    attached, keep_servers, host_gib = conditions.attached, conditions.keep_servers, conditions.host_gib
     protocol, reference = rig.protocol, rig.reference_mode
     selected = list(dict.fromkeys(windows))
     design = rig.design
     modes = {m.name: m for m in rig.modes}
     prompts = {c.name: len(c.prompts) for c in rig.prompt_classes}
     chars = {c.name: sum(len(p.text) for p in c.prompts) / len(c.prompts) for c in rig.prompt_classes}
-    reused = set(reused)
+    reused = set(conditions.reused)
     # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.design): swaps, no settle pauses
     alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternate"
 
@@ -408,7 +423,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
             rate_source=source, seconds=seconds, follow_up_seconds=follow,
             servers=tuple(label for label, _ in sides if not attached), swaps=swaps))
-    notes = [rate_note] if rate_note and plans else []
+    notes = [conditions.rate_note] if conditions.rate_note and plans else []
     if attached:
         notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
     host_lines: list[str] = []
@@ -432,7 +447,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     return SessionPlan(rig=rig.name, design=rig.arrangement.name if alternating else design,
                        servers=tuple(servers.values()), windows=tuple(plans),
                        warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,
-                       other_tests=other_tests, notes=tuple(notes),
+                       other_tests=conditions.other_tests, notes=tuple(notes),
                        follow_up_share=rig.estimate.follow_up_share if not attached else 0.0,
                        host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
                        sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
@@ -506,24 +521,27 @@ class Arrangement:
 
 
 def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
-                 host_gib: float | None = None, reused: Iterable[str] = (), keep_servers: bool = False,
-                 other_tests: int = 0, rate_note: str | None = None) -> list[Arrangement]:
-    """The ways this selection of an alternating rig can run, the session as asked first: a plain run
-    takes turns or runs one server at a time (no sleep mode, backfire across two starts); an A/B takes
-    turns one mode at a time or with every server loaded (--specgate-keep-servers)."""
-    host = host_available_gib() if host_gib is None else host_gib
-    common: dict[str, Any] = {"other_tests": other_tests, "rate_note": rate_note, "host_gib": host}
-    reused = tuple(reused)
+                 conditions: Conditions | None = None) -> list[Arrangement]:
+    """The ways this selection of an alternating rig can run, the session as asked (``conditions``:
+    its kept servers reused, --specgate-keep-servers, the host's memory, its other tests and rate
+    note; ``attached`` does not apply) first: a plain run takes turns or runs one server at a time (no
+    sleep mode, backfire across two starts); an A/B takes turns one mode at a time or with every
+    server loaded (--specgate-keep-servers)."""
+    asked = conditions or Conditions()
+    host = host_available_gib() if asked.host_gib is None else asked.host_gib
+    common = Conditions(other_tests=asked.other_tests, rate_note=asked.rate_note, host_gib=host)
+    reused, keep_servers = tuple(asked.reused), bool(asked.keep_servers)
     if rig.ab is not None:
         live = _ab_catches(rig)
         one = Arrangement("taking turns, one mode at a time", "without --specgate-keep-servers",
-                          plan_session(rig, windows, rates, keep_servers=False, **common), live)
+                          plan_session(rig, windows, rates, replace(common, keep_servers=False)), live)
         every = Arrangement("taking turns, every server loaded", "with --specgate-keep-servers",
-                            plan_session(rig, windows, rates, reused=reused, keep_servers=True, **common), live)
+                            plan_session(rig, windows, rates, replace(common, reused=reused, keep_servers=True)),
+                            live)
         return [every, one] if keep_servers else [one, every]
     stored = _history_catches(rig, store, windows)
     turns = Arrangement("taking turns", f'the rig as it is (design = "{rig.design_key or "auto"}")',
-                        plan_session(rig, windows, rates, reused=reused, keep_servers=keep_servers, **common),
+                        plan_session(rig, windows, rates, replace(common, reused=reused, keep_servers=keep_servers)),
                         "backfire decided live, both modes in one window", stored)
     noise = rig.gates.start_noise
     allowed = (f"the rig's start_noise ({noise * 100:g} % a start)" if noise else
@@ -532,7 +550,7 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
         "one after the other", sequential_how(rig),
         # the reference first, as SpecgateSession.modes_to_run
         plan_session(rig.model_copy(update={"design_key": "sequential"}),
-                     sorted(windows, key=lambda key: key[0] != rig.reference_mode), rates, **common),
+                     sorted(windows, key=lambda key: key[0] != rig.reference_mode), rates, common),
         f"backfire across two starts, allowing {allowed}; the gate does not use the stored histories' spread",
         _history_catches(rig, store, windows, modes=sorted({m for m, _, _ in windows})))
     return [turns, sequential]
@@ -596,14 +614,14 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
 
     host = host_available_gib() if host_gib is None else host_gib
     plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates, store=store,
-                                            host_gib=host))
+                                            conditions=Conditions(host_gib=host)))
     ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": AB(candidate=Side(python="<candidate>"))})
-    fresh = plan_session(ab_rig, windows, rates, host_gib=host, keep_servers=False)
+    fresh = plan_session(ab_rig, windows, rates, Conditions(host_gib=host, keep_servers=False))
     kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
     live = _ab_catches(rig)
     rows = [(f"plain run, stored figures, {plain.name}", plain.plan, plain.catches),
             ("A/B, fresh reference, one mode at a time", fresh, live),
-            ("A/B, reference kept", plan_session(ab_rig, windows, rates, host_gib=host, reused=kept_labels),
+            ("A/B, reference kept", plan_session(ab_rig, windows, rates, Conditions(host_gib=host, reused=kept_labels)),
              f"{live}; the reference is the one a --specgate-keep-servers session left")]
     lines = [f"paths to a verdict (host memory available: {host:,.0f} GiB):"]
     for name, p, catches in rows:

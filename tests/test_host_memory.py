@@ -24,6 +24,7 @@ from specgate.plan import (
     SESSION_OVERHEAD_S,
     STOP_S,
     WINDOW_OVERHEAD_S,
+    Conditions,
     arrangements,
     choose_arrangement,
     paths,
@@ -57,7 +58,7 @@ def test_the_rule_is_the_weights_of_every_server_asleep_at_once_with_margin_and_
 ])
 def test_the_kimi_plain_run_at_512_gib_and_1_5_tb(host_gib, levels, short):
     rig, windows, rates = _kimi()
-    plan = plan_session(rig, windows, rates, host_gib=host_gib)
+    plan = plan_session(rig, windows, rates, Conditions(host_gib=host_gib))
     assert dict(plan.sleep_levels) == levels
     line = plan.host_lines[0]
     assert "needs 1,240 GiB" in line and f"{host_gib:,} GiB available" in line
@@ -69,14 +70,14 @@ def test_the_kimi_plain_run_at_512_gib_and_1_5_tb(host_gib, levels, short):
         # a whole pass per side (the fewest swaps) instead of one request
         assert plan.level2_wake_s == pytest.approx(WEIGHTS / 0.31)
         assert "wake ~30m" in plan.host_lines[1]
-        level1 = plan_session(rig, windows, rates, host_gib=1536)
+        level1 = plan_session(rig, windows, rates, Conditions(host_gib=1536))
         assert plan.window(("ngram", "coding", 1)).swaps < level1.window(("ngram", "coding", 1)).swaps
     assert plan.refusal is None  # n-gram and no speculation can wake from level 2
 
 
 def test_an_ab_keeps_its_reference_at_level_1_first_and_the_paths_stand_side_by_side():
     rig, windows, rates = _kimi(ab=True)
-    every = plan_session(rig, windows, rates, host_gib=1536, keep_servers=True)
+    every = plan_session(rig, windows, rates, Conditions(host_gib=1536, keep_servers=True))
     levels = dict(every.sleep_levels)
     # four servers loaded at once (--specgate-keep-servers) need 2,472 GiB; 1.5 TB holds two: the
     # reference side's, which a later session reuses
@@ -124,7 +125,7 @@ def _request_s(rig, rate: float, prompt_class: str) -> float:
 
 def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_loads_and_its_windows(monkeypatch, capsys):
     rig, windows, rates = _kimi()
-    turns, one_by_one = options = arrangements(rig, windows, rates, host_gib=512)
+    turns, one_by_one = options = arrangements(rig, windows, rates, conditions=Conditions(host_gib=512))
     # taking turns would sleep both at sleep level 2 (each wake reads 560 GiB again): listed, not chosen
     assert choose_arrangement(options) is one_by_one and set(dict(turns.plan.sleep_levels).values()) == {2}
     plan = one_by_one.plan
@@ -161,7 +162,7 @@ def _candidate_python(folder: Path) -> str:
 def test_the_kimi_ab_at_1_5_tb_takes_turns_one_mode_at_a_time_every_server_at_sleep_level_1(tmp_path, monkeypatch,
                                                                                            capsys):
     rig, windows, rates = _kimi(ab=True)
-    options = arrangements(rig, windows, rates, host_gib=1536)
+    options = arrangements(rig, windows, rates, conditions=Conditions(host_gib=1536))
     chosen = choose_arrangement(options)
     (every,) = [o for o in options if o is not chosen]
     assert chosen.name == "taking turns, one mode at a time"

@@ -11,7 +11,7 @@ from specgate.baselines import StoredStart, load_baselines
 from specgate.config import load_rig
 from specgate.durations import format_elapsed
 from specgate.host_memory import PIN_GIB_PER_S
-from specgate.plan import SESSION_OVERHEAD_S, STOP_S, WINDOW_OVERHEAD_S, plan_session, stored_rates
+from specgate.plan import SESSION_OVERHEAD_S, STOP_S, WINDOW_OVERHEAD_S, Conditions, plan_session, stored_rates
 
 pytestmark = pytest.mark.fast
 
@@ -37,7 +37,7 @@ def test_the_kimi_rig_costs_its_loads_and_its_windows_at_the_stored_rates():
     rig, rates = _rig_and_rates("kimi-k25-int4-8x-rtx6000")
     # the two servers take turns on the 8 GPUs (sleep mode): every window is an alternation of both
     # on a host that holds both servers' weights at level 1 (1.5 TB): swaps of ~2 s
-    plan = plan_session(rig, _all_windows(rig, ["ngram", "no_spec"]), rates, host_gib=1536)
+    plan = plan_session(rig, _all_windows(rig, ["ngram", "no_spec"]), rates, Conditions(host_gib=1536))
     assert plan.design == "alternate"
     assert [(s.label, s.startup_s) for s in plan.servers] == [("no_spec", 1800.0), ("ngram", 5400.0)]
     assert len(plan.windows) == 4 and plan.requests == 4 * 36 and plan.tokens == 4 * 36 * 512
@@ -124,9 +124,9 @@ def test_without_stored_figures_the_rig_stated_rate_is_used_else_the_duration_is
 def test_kept_servers_and_attached_ones_cost_no_start():
     rig, rates = _rig_and_rates("kimi-k25-int4-8x-rtx6000")
     windows = _all_windows(rig, ["ngram", "no_spec"])
-    reused = plan_session(rig, windows, rates, reused=["no_spec", "ngram"])
+    reused = plan_session(rig, windows, rates, Conditions(reused=["no_spec", "ngram"]))
     assert reused.startup_s == 0 and "kept, reused" in reused.render()
-    attached = plan_session(rig, [("no_spec", "coding", 1)], rates, attached=True)
+    attached = plan_session(rig, [("no_spec", "coding", 1)], rates, Conditions(attached=True))
     assert attached.servers == () and attached.startup_s == 0
 
 
@@ -137,7 +137,7 @@ def test_an_ab_with_its_reference_kept_starts_only_the_candidate_and_says_so():
     rig = load_rig("cpu-smollm2-eagle3", ROOT / "fixtures")
     ab = rig.model_copy(update={"ab": AB(candidate=Side(env={"SPECGATE_SLOWDOWN": "0.0"}))})
     window = [("eagle3", "coding", 1)]
-    kept = plan_session(ab, window, {}, reused=["eagle3@reference"])
+    kept = plan_session(ab, window, {}, Conditions(reused=["eagle3@reference"]))
     assert [(s.label, s.side, s.reused) for s in kept.servers] == [
         ("eagle3@candidate", "candidate", False), ("eagle3@reference", "reference", True)]
     assert kept.startup_s == rig.estimate.startup_for(True) + STOP_S
@@ -152,7 +152,7 @@ def test_an_ab_with_its_reference_kept_starts_only_the_candidate_and_says_so():
     assert alternating.ab is None and alternating.arrangement.name == "alternate"
     slept = alternating.model_copy(update={"ab": AB(candidate=Side(env={"SPECGATE_GPU_SLOWDOWN": "0.05"}))})
     text = plan_session(slept, [("draft1l_al30_async", "coding", 1)], {},
-                        reused=["draft1l_al30_async@reference"]).render()
+                        Conditions(reused=["draft1l_al30_async@reference"])).render()
     assert "reference kept: 0 starts (draft1l_al30_async@reference reused asleep)" in text
 
 
@@ -185,7 +185,7 @@ def test_stored_figures_count_only_at_this_hosts_pace_where_the_rig_states_a_rat
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     rates, note = estimate_rates(store, rig, canary_us=25.0)
     assert rates == {} and "12 with no host pace recorded" in note and "tokens_per_s (20)" in note
-    plan = plan_session(rig, [("ngram", "coding", 1)], rates, rate_note=note)
+    plan = plan_session(rig, [("ngram", "coding", 1)], rates, Conditions(rate_note=note))
     assert plan.windows[0].rate_source == "rig's [estimate]" and f"note: {note}" in plan.render()
     # figures stored at this host's pace (canary within host_pace_tolerance, 25 %) are used; others not
     def paced(entry, *canaries):

@@ -22,7 +22,7 @@ import pytest
 
 from specgate.durations import format_elapsed
 from specgate.outcome import Outcome
-from specgate.plan import SessionPlan, WindowKey, estimate_rates, plan_session, window_key, windows_of
+from specgate.plan import Conditions, SessionPlan, WindowKey, estimate_rates, plan_session, window_key, windows_of
 from specgate.progress import SessionProgress
 
 if TYPE_CHECKING:
@@ -109,9 +109,9 @@ def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: t
     """``rates``: rates_of(specgate) when the caller has them already (it reads the host's canary)."""
     windows, other = windows_of(items)
     rates, note = rates if rates is not None else rates_of(specgate)
-    return plan_session(specgate.rig, windows, rates, attached=specgate.options.attach_url is not None,
-                        reused=reused, other_tests=other, rate_note=note, host_gib=host_gib,
-                        keep_servers=specgate.options.keep_servers)
+    return plan_session(specgate.rig, windows, rates, Conditions(
+        attached=specgate.options.attach_url is not None, reused=reused, keep_servers=specgate.options.keep_servers,
+        host_gib=host_gib, other_tests=other, rate_note=note))
 
 
 def refuse_short_host(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.Item]) -> None:
@@ -124,7 +124,7 @@ def refuse_short_host(config: pytest.Config, specgate: SpecgateSession, items: l
     if rig.arrangement.name != "alternate":
         return
     windows, _ = windows_of(items)
-    plan = plan_session(rig, windows, {}, keep_servers=specgate.options.keep_servers)
+    plan = plan_session(rig, windows, {}, Conditions(keep_servers=specgate.options.keep_servers))
     if plan.refusal:
         raise pytest.UsageError(f"specgate: {rig.path}: {plan.refusal} (checked before any server starts)")
 
