@@ -349,15 +349,18 @@ def awake_or_why(kept: KeptServer, timeout_s: float = 5.0) -> str | None:
             else "it sleeps, at a level its record does not hold")
 
 
-def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, python: str, progress: Callable[[str], None],
+def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callable[[str], None],
                     before_start: Callable[[], None] | None, stop_others: Iterable[str] = (),
                     refuse: Callable[[KeptServer], str | None] | None = None, folder: Path | None = None):
     """The server of ``spec`` for a --specgate-keep-servers session: a kept one of the same
     fingerprint (reused), else a new one that will be kept. Kept servers of this slot with another
     fingerprint are stopped first, and so are those labelled in ``stop_others`` (servers of the rig
-    that cannot share the GPUs with this one), and a match ``refuse`` gives a reason not to reuse."""
+    that cannot share the GPUs with this one), and a match ``refuse`` gives a reason not to reuse.
+    The vLLM build in the fingerprint is that of the spec's own command (``spec.argv[0]``), as
+    :func:`reusable_labels` reads it."""
     folder = folder or state_dir()
-    digest, parts = fingerprint(spec, rig=rig.name, label=mode_label, model=rig.model, build=vllm_build(python))
+    digest, parts = fingerprint(spec, rig=rig.name, label=mode_label, model=rig.model,
+                                build=vllm_build(spec.argv[0]))
     found = find(digest, folder)
     why = refuse(found) if found is not None and refuse is not None else None
     if found is not None and why is not None:

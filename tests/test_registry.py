@@ -88,7 +88,7 @@ def test_a_kept_server_is_reused_on_its_fingerprint_and_replaced_on_another(fake
     rig, lines = _rig(tmp_path), []
 
     def server_for(spec):
-        return kept_or_started(spec, rig=rig, mode_label="ngram", python=sys.executable, progress=lines.append,
+        return kept_or_started(spec, rig=rig, mode_label="ngram", progress=lines.append,
                                before_start=None, folder=folder)
 
     first = server_for(_spec(fake, tmp_path))
@@ -121,7 +121,7 @@ def test_a_reused_server_stopped_by_a_failed_swap_is_stopped_for_good(fake, tmp_
     rig = _rig(tmp_path)
 
     def server_for(spec):
-        return kept_or_started(spec, rig=rig, mode_label="ngram", python=sys.executable, progress=lambda line: None,
+        return kept_or_started(spec, rig=rig, mode_label="ngram", progress=lambda line: None,
                                before_start=None, folder=folder)
 
     with server_for(_spec(fake, tmp_path)) as first:
@@ -136,7 +136,7 @@ def test_a_reused_server_stopped_by_a_failed_swap_is_stopped_for_good(fake, tmp_
 def test_a_dead_kept_server_is_not_reused_and_its_record_is_dropped(fake, tmp_path, folder, reaper):
     rig = _rig(tmp_path)
     spec = _spec(fake, tmp_path)
-    with kept_or_started(spec, rig=rig, mode_label="ngram", python=sys.executable, progress=lambda line: None,
+    with kept_or_started(spec, rig=rig, mode_label="ngram", progress=lambda line: None,
                          before_start=None, folder=folder) as server:
         pid = server.process.pid
     [kept] = load_all(folder)
@@ -150,7 +150,7 @@ def test_a_kept_server_that_runs_but_does_not_answer_is_stopped_not_left_beside_
     rig, lines = _rig(tmp_path), []
 
     def server_for():
-        return kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+        return kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram",
                                progress=lines.append, before_start=None, folder=folder)
 
     with server_for() as first:
@@ -166,7 +166,7 @@ def test_a_kept_server_that_runs_but_does_not_answer_is_stopped_not_left_beside_
 
 def test_the_servers_command_lists_and_stops_kept_servers(fake, tmp_path, folder, reaper):
     rig, out = _rig(tmp_path), []
-    with kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+    with kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram",
                          progress=lambda line: None, before_start=None, folder=folder) as server:
         pid = server.process.pid
     assert registry.servers_command(names=[], stop_all=False, folder=folder, out=out.append) == 0
@@ -208,10 +208,10 @@ def test_the_vllm_build_is_read_from_the_server_command_s_python(tmp_path, monke
 def test_a_kept_server_a_session_may_not_reuse_is_stopped_and_started_again(fake, tmp_path, folder, reaper):
     # an alternation's kept server that sleeps at a level this session does not know
     rig, lines = _rig(tmp_path), []
-    with kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+    with kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram",
                          progress=lines.append, before_start=None, folder=folder) as server:
         pid = server.process.pid
-    again = kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+    again = kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram",
                             progress=lines.append, before_start=None, folder=folder,
                             refuse=lambda kept: "it sleeps, at a level this session does not know")
     assert isinstance(again, KeptVLLMServer) and _wait_gone(pid)
@@ -234,7 +234,7 @@ def test_an_alternation_s_server_left_asleep_at_level_one_is_reused_asleep(fake,
     rig, lines = _rig(tmp_path), []
 
     def server_for():
-        return kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram", python=sys.executable,
+        return kept_or_started(_spec(fake, tmp_path), rig=rig, mode_label="ngram",
                                progress=lines.append, before_start=None, folder=folder,
                                refuse=registry.awake_or_why)
 

@@ -189,8 +189,8 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
     label = f"{mode.name}@{side}" if side else mode.name
     one_at_a_time = rig.tier == "gpu" and rig.design == "sequential" and not alternating
     others = [m.name for m in rig.modes if m.name != mode.name] if one_at_a_time else []
-    return kept_or_started(spec, rig=rig, mode_label=label, python=spec.argv[0], progress=session.progress,
-                           before_start=guard, stop_others=others, refuse=awake_or_why if alternating else None)
+    return kept_or_started(spec, rig=rig, mode_label=label, progress=session.progress, before_start=guard,
+                           stop_others=others, refuse=awake_or_why if alternating else None)
 
 
 def _record(session: SpecgateSession, server, mode) -> None:
