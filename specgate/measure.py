@@ -42,6 +42,19 @@ class Server(Protocol):
     def log_tail(self, lines: int = ...) -> str: ...
 
 
+@dataclass(frozen=True)
+class Duet:
+    """The two live servers of a duet window and the modes they serve: the subject, and its partner
+    (the no-speculation reference, or the same mode on the reference side of an A/B), which
+    ``partner_side`` names in messages and records as the partner window's side."""
+
+    subject: Server
+    partner: Server
+    mode: Mode
+    partner_mode: Mode
+    partner_side: str = "partner"
+
+
 @dataclass
 class ClassMeasurement:
     """Everything measured for (mode, prompt class, concurrency) in one window."""
@@ -330,22 +343,22 @@ class Measurer:
         return self.telemetry(servers) if self.telemetry is not None else contextlib.nullcontext()
 
     # -- the duet -------------------------------------------------------------------------------
-    def measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
-                     prompt_class: PromptClass, concurrency: int, *, partner_side: str = "partner",
+    def measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, *,
                      run_rounds: RoundRunner = loop_rounds, turns: Any = None) -> ClassMeasurement:
-        """One window on two live servers, requests alternated (see :mod:`specgate.duet`). Returns
-        the subject's window with the partner's in ``partner``; request keys match side to side.
-        ``turns``: a specgate.sleep.SleepController when the two take turns on the same GPUs (an
-        alternation): turns of several requests, a swap before each turn on the other side."""
-        label = (f"mode {mode.name} vs {partner_mode.name} ({partner_side}), class {prompt_class.name}, "
-                 f"concurrency {concurrency}")
+        """One window on the two live servers of ``duet``, requests alternated (see
+        :mod:`specgate.duet`). Returns the subject's window with the partner's in ``partner``; request
+        keys match side to side. ``turns``: a specgate.sleep.SleepController when the two take turns on
+        the same GPUs (an alternation): turns of several requests, a swap before each turn on the other
+        side."""
+        subject, partner = duet.subject, duet.partner
+        label = (f"mode {duet.mode.name} vs {duet.partner_mode.name} ({duet.partner_side}), class "
+                 f"{prompt_class.name}, concurrency {concurrency}")
         if turns is not None:
             turns.check()
         for server in (subject, partner):
             server.check_alive()
         try:
-            return self._measure_duet(subject, partner, mode, partner_mode, prompt_class, concurrency,
-                                      partner_side, label, run_rounds, turns)
+            return self._measure_duet(duet, prompt_class, concurrency, label, run_rounds, turns)
         except RequestError as exc:
             for server in (subject, partner):
                 try:
@@ -368,10 +381,11 @@ class Measurer:
             return asyncio.run(sleeper.activate(partner if awake is subject else subject))
         return asyncio.run(sleeper.activate(partner))
 
-    def _measure_duet(self, subject: Server, partner: Server, mode: Mode, partner_mode: Mode,
-                      prompt_class: PromptClass, concurrency: int, partner_side: str, label: str,
+    def _measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, label: str,
                       run_rounds: RoundRunner, sleeper: Any) -> ClassMeasurement:
         protocol = self.rig.protocol
+        subject, partner, mode, partner_mode = duet.subject, duet.partner, duet.mode, duet.partner_mode
+        partner_side = duet.partner_side
         sides = [(subject, mode), (partner, partner_mode)]
         if sleeper is not None and sleeper.awake is partner:
             sides.reverse()  # the awake server warms up first: a swap only for the other's first warm-up

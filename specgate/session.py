@@ -341,9 +341,11 @@ class SpecgateSession:
         if key not in self.measurements:
             try:
                 if partner is not None:
+                    from specgate.measure import Duet  # here, not at load: the plugin's light load path
+
                     self.measurements[key] = self.measurer.measure_duet(
-                        server, partner, mode, partner_mode or mode, prompt_class, concurrency,
-                        partner_side=partner_side, **kwargs)
+                        Duet(server, partner, mode, partner_mode or mode, partner_side), prompt_class, concurrency,
+                        **kwargs)
                 else:
                     self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency, **kwargs)
             except SpecgateError as exc:

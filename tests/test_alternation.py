@@ -19,7 +19,7 @@ from specgate.design import choose_design, drafter_in, gpu_memory_utilization, l
 from specgate.duet import alternation_block, plan, swaps_in
 from specgate.errors import ConfigError, ServerStartError
 from specgate.gates import check_backfire
-from specgate.measure import Measurer
+from specgate.measure import Duet, Measurer
 from specgate.server import ServerSpec, spec_for_mode
 from specgate.sleep import SleepController, SleepError, choose_level, weights_gib_from_log, with_sleep_mode
 
@@ -426,7 +426,8 @@ def window(rig):
     turns = controller(rig)
     started(turns, reference, ngram)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
-    m = Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1, turns=turns)
+    m = Measurer(rig).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
+                                   turns=turns)
     return m, journal, coding
 
 
@@ -462,7 +463,7 @@ def test_a_window_on_warm_servers_swaps_only_where_its_turns_change_sides(rig, s
     started(turns, reference, ngram)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     measurer = Measurer(rig)
-    measure = lambda: measurer.measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"),  # noqa: E731
+    measure = lambda: measurer.measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")),  # noqa: E731
                                             coding, 1, turns=turns)
     measure()
     del journal[:]
@@ -486,7 +487,7 @@ def test_a_server_that_never_slept_takes_its_first_sleep_before_the_window(rig):
     turns = controller(no_warm_up)
     started(turns, reference, ngram)  # no_spec asleep, ngram just started: awake, never slept
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
-    m = Measurer(no_warm_up).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1,
+    m = Measurer(no_warm_up).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
                                           turns=turns)
     first_request = next(i for i, entry in enumerate(journal) if entry[0] == "start")
     assert ("sleep", "ngram", "1") in journal[:first_request]
@@ -506,7 +507,8 @@ def test_a_just_started_partner_warms_up_first_so_one_swap_wakes_the_subject_for
     started(turns, ngram, reference)  # ngram asleep, no_spec just started: awake, never slept
     del journal[:]
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
-    m = Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1, turns=turns)
+    m = Measurer(rig).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
+                                   turns=turns)
     starts = [i for i, entry in enumerate(journal) if entry[0] == "start"]
     assert [journal[i][1] for i in starts[:2]] == ["no_spec", "ngram"]  # the warm-ups, awake one first
     swaps_before = [e[:2] for e in journal[:starts[2]] if e[0] in ("sleep", "wake")]
@@ -526,7 +528,7 @@ def test_a_server_outside_the_window_sleeps_before_it(rig):
     turns = controller(no_warm_up)
     started(turns, reference, ngram, outsider)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
-    m = Measurer(no_warm_up).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1,
+    m = Measurer(no_warm_up).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
                                           turns=turns)
     [before] = m.extra["alternation"]["before_window"]
     assert before["from"] == "outsider" and before["first_sleep"] and before["to"] == "no_spec"
@@ -554,7 +556,7 @@ def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
     turns = controller(settling)
     started(turns, reference, ngram)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
-    m = Measurer(settling).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1,
+    m = Measurer(settling).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
                                         turns=turns)
     assert m.extra["alternation"]["swaps"] and settled == []
 
@@ -574,7 +576,8 @@ def test_a_side_that_fails_to_wake_fails_the_window_with_its_log(rig):
     started(turns, reference, ngram)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     with pytest.raises(SleepError, match="still sleeps") as failed:
-        Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1, turns=turns)
+        Measurer(rig).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
+                                   turns=turns)
     assert "no_spec: the last line of its log" in str(failed.value)
     assert reference.stopped and ngram.stopped
 

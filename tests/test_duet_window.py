@@ -13,7 +13,7 @@ from standins import StandInServer
 from specgate.baselines import Fingerprint
 from specgate.config import load_rig
 from specgate.gates import check_backfire, check_throughput
-from specgate.measure import ClassMeasurement, Measurer
+from specgate.measure import ClassMeasurement, Duet, Measurer
 from specgate.outcome import Outcome
 from specgate.storing import baseline_entry
 
@@ -38,7 +38,7 @@ def window(rig):
     journal = []
     ngram, reference = StandInServer("ngram", journal), StandInServer("no_spec", journal)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
-    m = Measurer(rig).measure_duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec"), coding, 1)
+    m = Measurer(rig).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1)
     return m, journal
 
 
@@ -133,8 +133,8 @@ def test_settle_s_waits_before_each_turn_on_the_other_server(rig, monkeypatch):
     settled = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"settle_s": 1.2, "repeats": 1})})
     journal = []
     coding = next(c for c in settled.prompt_classes if c.name == "coding")
-    Measurer(settled).measure_duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
-                                   settled.mode("ngram"), settled.mode("no_spec"), coding, 1)
+    Measurer(settled).measure_duet(Duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
+                                        settled.mode("ngram"), settled.mode("no_spec")), coding, 1)
     starts = [label for kind, label, _ in journal if kind == "start"]
     switches = sum(a != b for a, b in itertools.pairwise(starts))
     assert waits == [1.2] * switches and 0 < switches < len(starts) - 1  # ABBA: some turns stay on a side

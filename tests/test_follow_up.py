@@ -11,7 +11,7 @@ import pytest
 from specgate.config import ClassGate, load_rig
 from specgate.follow_up import speed_follow_up_reason
 from specgate.gates import check_backfire
-from specgate.measure import ClassMeasurement, Measurer
+from specgate.measure import ClassMeasurement, Duet, Measurer
 from specgate.paired import paired_log_ratio, repeated_coverage
 from tests.test_duet_window import StandInServer
 
@@ -96,8 +96,8 @@ def test_a_window_gets_its_follow_up_rounds_only_when_a_gate_asks(stand_in_rig, 
     coding = next(c for c in rig.prompt_classes if c.name == "extraction")  # not a declared backfire
     journal: list = []
     m = Measurer(rig, follow_up=follow_up).measure_duet(
-        StandInServer("ngram", journal), StandInServer("no_spec", journal), rig.mode("ngram"),
-        rig.mode("no_spec"), coding, 1)
+        Duet(StandInServer("ngram", journal), StandInServer("no_spec", journal), rig.mode("ngram"),
+             rig.mode("no_spec")), coding, 1)
     prompts, planned, extra = len(coding.prompts), rig.protocol.repeats, rig.protocol.backfire_follow_up_repeats
     assert extra == 8  # a backfire window's follow-up (the rig's A/B windows get follow_up_repeats)
     assert seen == [(planned * prompts, planned * prompts, planned / (planned + extra))]
@@ -124,8 +124,8 @@ def test_the_time_budget_skips_a_follow_up_that_would_not_fit_and_the_verdict_sa
     progress: list[str] = []
     m = Measurer(rig, follow_up=lambda first: "backfire undecided (test)", progress=progress.append,
                  deadline=time.monotonic() + budget_left_s).measure_duet(
-        StandInServer("ngram", journal), StandInServer("no_spec", journal), rig.mode("ngram"),
-        rig.mode("no_spec"), coding, 1)
+        Duet(StandInServer("ngram", journal), StandInServer("no_spec", journal), rig.mode("ngram"),
+             rig.mode("no_spec")), coding, 1)
     planned, extra = rig.protocol.repeats, rig.protocol.backfire_follow_up_repeats
     if budget_left_s:
         assert len(m.records) == (planned + extra) * len(coding.prompts) and m.follow_up_skipped is None
@@ -145,8 +145,8 @@ def test_without_a_follow_up_rule_a_window_has_one_look(stand_in_rig):
     rig = stand_in_rig
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     journal: list = []
-    m = Measurer(rig).measure_duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
-                                   rig.mode("ngram"), rig.mode("no_spec"), coding, 1)
+    m = Measurer(rig).measure_duet(Duet(StandInServer("ngram", journal), StandInServer("no_spec", journal),
+                                        rig.mode("ngram"), rig.mode("no_spec")), coding, 1)
     assert m.first_look_share is None and len(m.records) == rig.protocol.repeats * len(coding.prompts)
 
 
@@ -161,7 +161,8 @@ def test_a_declared_backfire_window_takes_no_follow_up_and_has_one_look(stand_in
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     asked: list = []
     m = Measurer(rig, follow_up=lambda first: asked.append(first) or "undecided (test)").measure_duet(
-        StandInServer("ngram", []), StandInServer("no_spec", []), rig.mode("ngram"), rig.mode("no_spec"), coding, 1)
+        Duet(StandInServer("ngram", []), StandInServer("no_spec", []), rig.mode("ngram"), rig.mode("no_spec")), coding,
+        1)
     assert asked == [] and m.follow_up is None and m.first_look_share is None
     assert len(m.records) == rig.protocol.repeats * len(coding.prompts)
     result = check_backfire(rig, m, m.partner)
@@ -190,8 +191,8 @@ def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     journal: list = []
     m = Measurer(rig, follow_up=lambda first: "undecided (test)").measure_duet(
-        StandInServer("ngram", journal), StandInServer("ngram", journal), rig.mode("ngram"), rig.mode("ngram"),
-        coding, 1, partner_side="reference")
+        Duet(StandInServer("ngram", journal), StandInServer("ngram", journal), rig.mode("ngram"), rig.mode("ngram"),
+             partner_side="reference"), coding, 1)
     planned, extra = rig.protocol.repeats, rig.protocol.follow_up_repeats
     assert extra == 3 and m.first_look_share == planned / (planned + extra)
     assert len(m.records) == (planned + extra) * len(coding.prompts)

@@ -49,7 +49,7 @@ from typing import Any
 from specgate.config import Rig, Side
 from specgate.gates import window_confidence
 from specgate.matching import match_samples
-from specgate.measure import ClassMeasurement, Measurer
+from specgate.measure import ClassMeasurement, Duet, Measurer
 from specgate.paired import paired_ratio, start_spread
 from specgate.telemetry import window_sampler
 from specgate_lab.inject import ENV_FILE, ENV_GPU_FILE
@@ -391,8 +391,8 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                     for prompt_class in prompt_classes:
                         progress(f"calibration round {round_index + 1}/{rounds}: slowdown {level * 100:g} % "
                                  f"on {prompt_class.name}")
-                        m = measurer.measure_duet(candidate, reference, mode, mode, prompt_class, concurrency,
-                                                  partner_side="reference", turns=turns[0])
+                        m = measurer.measure_duet(Duet(candidate, reference, mode, mode, "reference"), prompt_class,
+                                                  concurrency, turns=turns[0])
                         assert m.partner is not None
                         ratio, lo, hi, n = decide(m, m.partner, confidence=gates.confidence)
                         now = dt.datetime.now().isoformat(timespec="seconds")
