@@ -28,7 +28,7 @@ from specgate.plan import Conditions, arrangement_lines, arrangements, choose_ar
 from specgate.plugin.cost import PlanCapture
 from specgate.registry import servers_command
 from specgate.schemas import schema_text, write_schemas
-from specgate.start_pairs import run_start_pairs
+from specgate.start_pairs import combine_folder, run_start_pairs, write_combined
 from specgate.storing import entries_from_report
 
 USAGE = int(ExitCode.USAGE_ERROR)
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs.add_argument("--pairs", type=_positive_int, default=2, help="start pairs (default 2)")
     pairs.add_argument("--runs", type=Path, default=None,
                        help="where each start pair's run folder goes (default .specgate/start-pairs/<rig>)")
+    pairs.add_argument("--combine-only", action="store_true",
+                       help="run nothing: combine the kept reports of --runs' pair-NN folders again")
     shown = sub.add_parser("history", help="show a rig's stored histories: per machine and window, the levels "
                            "over the starts (a table and a PNG), the spread, what the level gate catches, a step "
                            "or a drift")
@@ -132,14 +134,15 @@ def main(argv: list[str] | None = None) -> int:
             return 4
 
     if args.command == "start-pairs":
-
         try:
             rig = load_rig(args.rig, _fixtures_dir())
         except SpecgateError as exc:
             print(f"specgate: {exc}", file=sys.stderr)
             return USAGE
-        return run_start_pairs(rig, args.pairs, runs_dir=args.runs or _project_root() / ".specgate" / "start-pairs"
-                               / args.rig, pytest_args=[a for a in rest if a != "--"])
+        runs = args.runs or _project_root() / ".specgate" / "start-pairs" / args.rig
+        if args.combine_only:
+            return write_combined(rig, combine_folder(rig, runs), runs)
+        return run_start_pairs(rig, args.pairs, runs_dir=runs, pytest_args=[a for a in rest if a != "--"])
 
     if args.command == "history":
         if rest:

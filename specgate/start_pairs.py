@@ -48,13 +48,17 @@ class PairRatio:
     ci_high: float | None
     confidence: float
     n: int
+    widened_log: float = 0.0  # what the session's own verdict added for the start-pair spread (log units)
 
     @property
     def log_se(self) -> float | None:
-        """The standard error of the log ratio its interval implies (normal at its coverage)."""
+        """The standard error of the log ratio its window's pairs imply (normal at the interval's
+        coverage), without what the session's verdict added for the start-pair spread: the combination
+        counts that spread once, over the K pairs."""
         if not self.ci_low or not self.ci_high:
             return None
-        return (math.log(self.ci_high) - math.log(self.ci_low)) / (2 * spread_quantile(self.confidence))
+        half = (math.log(self.ci_high) - math.log(self.ci_low)) / 2 - self.widened_log
+        return max(half, 0.0) / spread_quantile(self.confidence)
 
 
 def session_command(rig: Rig, first: str, run_dir: Path, pytest_args: Sequence[str]) -> list[str]:
@@ -113,9 +117,21 @@ def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]) -> 
     per_report = [(first, throughput_ratios(report)) for first, report in reports]
     keys = sorted(set.intersection(*(set(found) for _, found in per_report))) if per_report else []
     return [combine(rig, key, [PairRatio(first, d["ratio"], d.get("ci_low"), d.get("ci_high"),
-                                         d.get("confidence", 0.95), int(d.get("n", 0)))
+                                         d.get("confidence", 0.95), int(d.get("n", 0)),
+                                         float((d.get("start_pair") or {}).get("widened_log") or 0.0))
                                for first, found in per_report for d in [found[key]]])
             for key in keys]
+
+
+def combine_folder(rig: Rig, runs_dir: Path) -> list[dict[str, Any]]:
+    """The combination again from a start-pairs folder's kept reports (pair-NN/report.json, the first
+    side read from each report's start order)."""
+    reports = []
+    for folder in sorted(runs_dir.glob("pair-*")):
+        report = load_report(folder / "report.json")
+        first = next(iter(((report.get("start_order") or {}).get("first") or {}).values()), None)
+        reports.append((first or "?", report))
+    return combine_reports(rig, reports)
 
 
 def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path, pytest_args: Sequence[str] = ()) -> int:
@@ -133,7 +149,12 @@ def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path, pytest_args: Sequen
                   file=sys.stderr)
             return code
         reports.append((first, load_report(run_dir / "report.json")))
-    combined = combine_reports(rig, reports)
+    return write_combined(rig, combine_reports(rig, reports), runs_dir)
+
+
+def write_combined(rig: Rig, combined: list[dict[str, Any]], runs_dir: Path) -> int:
+    """Print the combined verdicts, write them to ``runs_dir``/combined.json; the exit code."""
+    pairs = max((g["start_pairs"] for g in combined), default=0)
     if not combined:
         print("specgate start-pairs: the sessions' reports hold no A/B throughput gate measured in every start "
               "pair (is the run an A/B? --specgate-ab-* or the rig's [ab])", file=sys.stderr)

@@ -84,3 +84,23 @@ def test_run_start_pairs_combines_the_sessions_and_exits_as_the_gates_say(rig, t
     assert out.count("FAIL") >= 1 and "3 start pairs" in out
     combined = json.loads((tmp_path / "combined.json").read_text())
     assert combined["start_pairs"] == 3 and combined["gates"][0]["outcome"] == "fail"
+
+
+def test_the_spread_a_session_folded_in_is_counted_once_and_a_kept_folder_combines_again(rig, tmp_path):
+    # each session's own verdict already widened its interval by the rig's start-pair spread
+    # (details.start_pair.widened_log); the combination takes the window's own noise without it
+    from specgate.start_pairs import combine_folder
+
+    spread = _with_spread(rig, 0.038)
+    widened = []
+    for k, (first, ratio) in enumerate((("reference", 0.996), ("candidate", 0.987)), start=1):
+        report = _report(ratio, half=0.011 + 0.073)  # the window's ±1.1 % and z x ln(1.038) on top
+        report["gates"][0]["details"]["start_pair"] = {"widened_log": 0.073}
+        report["start_order"] = {"seed": 1, "first": {"no_spec": first}}
+        (tmp_path / f"pair-{k:02d}").mkdir()
+        (tmp_path / f"pair-{k:02d}" / "report.json").write_text(json.dumps(report))
+        widened.append((first, report))
+    (once,) = combine_folder(spread, tmp_path)
+    assert [p["first"] for p in once["details"]["per_pair"]] == ["reference", "candidate"]
+    half = (once["details"]["ci_high"] - once["details"]["ci_low"]) / 2
+    assert 0.05 < half < 0.06  # z x sqrt(0.037^2 / 2 + noise / 4): about ±5.5 %, not ±8 %
