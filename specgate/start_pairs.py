@@ -19,6 +19,7 @@ gate FAILS), or the first session's that broke.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import statistics
@@ -124,11 +125,13 @@ def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]) -> 
 
 
 def combine_folder(rig: Rig, runs_dir: Path) -> list[dict[str, Any]]:
-    """The combination again from a start-pairs folder's kept reports (pair-NN/report.json, the first
-    side read from each report's start order)."""
+    """The combination again from a start-pairs folder's kept reports (pair-NN/report.json, or the
+    compact report.json.gz kept as evidence; the first side read from each report's start order)."""
     reports = []
     for folder in sorted(runs_dir.glob("pair-*")):
-        report = load_report(folder / "report.json")
+        kept = folder / "report.json.gz"
+        report = (json.loads(gzip.decompress(kept.read_bytes())) if kept.exists()
+                  else load_report(folder / "report.json"))
         first = next(iter(((report.get("start_order") or {}).get("first") or {}).values()), None)
         reports.append((first or "?", report))
     return combine_reports(rig, reports)
