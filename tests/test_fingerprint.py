@@ -217,7 +217,7 @@ def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
     session = SpecgateSession(SessionOptions(
         rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "baselines.json",
         run_dir=tmp_path / "run", repo_root=ROOT, strict_fingerprint=True))
-    now = _now(rig)
+    now = _now(rig).model_copy(update={"machine": "machine-id stand-in"})  # one machine's history
     merge_updates(session.options.baselines_path, {("cpu-smollm2", "no_spec", "math", 1): baseline_entry(
         m, now.model_copy(update={"accelerator": "Intel Xeon", "cpu_model": "Intel Xeon"}))})
     session.fingerprints["no_spec"] = now

@@ -69,7 +69,7 @@ class GateKeeper:
     def _machine(self, m) -> str | None:
         """The machine window ``m`` was measured on: its server's fingerprint's, else this session's."""
         now = self.session.fingerprints.get(m.mode)
-        return now.machine if now is not None else self.session.machine
+        return now.machine if now is not None and now.machine else self.session.machine
 
     def _build_history(self) -> str:
         return f"python -m specgate build-history --rig {self.rig.name} --starts 10"
