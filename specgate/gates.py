@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint, RatioEntry, lookup
-from specgate.config import Rig
 from specgate.design import window_design
 from specgate.history import MIN_STARTS as HISTORY_MIN_STARTS
 from specgate.history import StartHistory, history_steps
@@ -44,6 +43,7 @@ from specgate.paired import (
     strongest_pair,
     verdict_text,
 )
+from specgate.settings import WindowSettings
 from specgate.stats import (
     Observed,
     compare_acceptance,
@@ -96,6 +96,7 @@ class Comparison:
     every pair's ratio (a ratio against a stored one); ``extra_log_spread`` widens the interval for
     what the pairs cannot see (start noise, a stored window's interval)."""
 
+    window: ClassMeasurement
     gate: str
     samples: Samples
     rule: Rule
@@ -108,8 +109,9 @@ class Comparison:
     two_modes: bool = False
 
 
-def ratio_result(m: ClassMeasurement, c: Comparison) -> GateResult:
+def ratio_result(c: Comparison) -> GateResult:
     """A gate decided on paired log ratios (specgate.paired): one statistic, one message."""
+    m = c.window
     measured, reference, note = c.samples.measured, c.samples.reference, c.samples.note
     strata = c.samples.prompts if c.two_modes else None
     subject = c.subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
@@ -184,10 +186,11 @@ def timing_mismatch(m: ClassMeasurement, tolerance: float) -> str | None:
             f"CPU?), so this window's rates are not measurements")
 
 
-def _untimed_window(gate: str, rig: Rig, m: ClassMeasurement, *others: ClassMeasurement | None) -> GateResult | None:
+def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
+                    *others: ClassMeasurement | None) -> GateResult | None:
     """The undecided result of a speed gate whose window (or the one it is compared with) was
     timed wrongly (:func:`timing_mismatch`), else None."""
-    tolerance = rig.gates.for_class(m.prompt_class).client_server_tolerance
+    tolerance = settings.thresholds.client_server_tolerance
     if tolerance is None:
         return None
     reasons = [why for w in (m, *others) if w is not None and (why := timing_mismatch(w, tolerance))]
@@ -216,7 +219,7 @@ def _stored_ratio_spread(stored: RatioEntry, start_noise: float, confidence: flo
     return max(own, between), text
 
 
-def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
+def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
     """Decode speed, decided the strongest way the window allows:
 
     - an A/B duet (the partner is the same mode on the reference side): the paired ratio
@@ -231,12 +234,12 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
     noise. With fewer, the stored window's samples are paired with this one's, the interval widened
     by the rig's start noise.
     """
-    gates = rig.gates.for_class(m.prompt_class)
+    gates = settings.thresholds
     confidence = window_confidence(gates.confidence, m)
     partner = m.partner
     if partner is not None and partner.side == "reference":
-        return ab_throughput(rig, m)
-    if (untimed := _untimed_window("throughput", rig, m, partner)) is not None:
+        return ab_throughput(settings, m)
+    if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
         return untimed
     stored_ratio = baseline.ratio_to_reference
     steps = step_text(baseline)
@@ -246,7 +249,7 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
         ratios = StartHistory(tuple(baseline.ratio_history))
-        head = f"{window_design(rig, m, 'duet')} ratio to {partner.mode} vs the stored ratio"
+        head = f"{window_design(settings.arrangement, m, 'duet')} ratio to {partner.mode} vs the stored ratio"
         if ratios.usable and len(samples.measured) == len(samples.reference) and samples.measured:
             now = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
                                confidence=confidence)
@@ -259,11 +262,11 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
                 gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
         shift = stored_ratio.ratio
         spread, design = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
-        return at_stored_host_pace(_stored_resolution(ratio_result(m, Comparison(
-            "throughput", samples, rule, reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
+        return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
+            m, "throughput", samples, rule, reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
             design=f"{head}; {design}; {baseline.describe()}{steps}", shift=shift, extra_log_spread=spread,
             two_modes=True)), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
-    level_tolerance = gates.level_gate_tolerance
+    level_tolerance = settings.level_tolerance
     level_threshold = 1 - level_tolerance
     rule = Rule(level_threshold, gates.confidence, gates.equivalence_margin)
     history = StartHistory(tuple(baseline.level_history))
@@ -281,8 +284,8 @@ def check_throughput(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry) -> 
               f"{HISTORY_MIN_STARTS} on, `python -m specgate build-history`); start noise "
               + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
                  "unknown (no start_noise): the interval holds this run's noise only") + f"{steps}")
-    return at_stored_host_pace(_stored_resolution(ratio_result(m, Comparison(
-        "throughput", samples, rule, reference_label="stored level", design=source,
+    return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
+        m, "throughput", samples, rule, reference_label="stored level", design=source,
         extra_log_spread=float(spread))), level_tolerance), m, baseline, gates.host_pace_tolerance)
 
 
@@ -328,21 +331,22 @@ def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
     return result
 
 
-def ab_throughput(rig: Rig, m: ClassMeasurement) -> GateResult:
+def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     """An A/B duet's throughput gate: the candidate's paired ratio to the same mode on the
     reference side (``m.partner``), against 1 - ``Gates.ab_gate_tolerance``."""
-    gates = rig.gates.for_class(m.prompt_class)
+    gates = settings.thresholds
     partner = m.partner
     assert partner is not None and partner.side == "reference", "an A/B window has the reference side as partner"
-    if (untimed := _untimed_window("throughput", rig, m, partner)) is not None:
+    if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
         return untimed
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
     spread, start_text = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m))
-    result = ratio_result(m, Comparison(
-        "throughput", samples, Rule(1 - gates.ab_gate_tolerance, gates.confidence, gates.equivalence_margin),
+    result = ratio_result(Comparison(
+        m, "throughput", samples, Rule(1 - settings.ab_tolerance, gates.confidence, gates.equivalence_margin),
         reference_label="the reference side",
-        design=f"{window_design(rig, m, 'A/B duet, requests alternated')}; {start_text}", extra_log_spread=spread))
+        design=f"{window_design(settings.arrangement, m, 'A/B duet, requests alternated')}; {start_text}",
+        extra_log_spread=spread))
     result.details["start_pair"] = {"first": (m.extra.get("start_order") or {}).get("first"),
                                     "seed": (m.extra.get("start_order") or {}).get("seed"),
                                     "spread": gates.start_pair_spread, "widened_log": spread}
@@ -363,7 +367,7 @@ def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float) -> tu
                     f"{spread_quantile(confidence):.2f}: ±{math.expm1(spread) * 100:.1f} %)")
 
 
-def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
+def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry, *,
                      reference_label: str = "stored") -> GateResult:
     """Acceptance against the stored figures (or, in an A/B, the reference side's window, with
     ``reference_label`` "reference side") as one decision over the overall rate and every position's
@@ -373,7 +377,7 @@ def check_acceptance(rig: Rig, m: ClassMeasurement, baseline: BaselineEntry, *,
     the whole gate fails falsely at most (1 - confidence) / 2 of the time however many positions it
     checks. FAIL when any check's interval lies below 1 - tolerance; PASS when none reaches it;
     otherwise UNDECIDED (the counts cannot tell a drop of the tolerance from chance)."""
-    gates = rig.gates.for_class(m.prompt_class)
+    gates = settings.thresholds
     subject = f"{m.mode} on {m.prompt_class}"
     if m.acceptance is None:
         return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
@@ -464,14 +468,14 @@ def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]
     return None
 
 
-def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
+def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     """An A/B's acceptance gate: the candidate's accepted tokens per decode step against the
     reference side's, on the same requests, clustered by prompt (:func:`specgate.stats.paired_acceptance`).
     Where the streams' counts disagree with vLLM's counters (a client that read chunks late), the
     window-wide counters decide instead (:func:`check_acceptance`), drafts counted as trials."""
     partner = m.partner
     assert partner is not None and partner.side == "reference", "an A/B window has the reference side as partner"
-    gates = rig.gates.for_class(m.prompt_class)
+    gates = settings.thresholds
     subject = f"{m.mode} on {m.prompt_class}"
     if m.acceptance is None:
         return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
@@ -489,7 +493,7 @@ def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
             sums[side][1] += counts[1]
     if mismatch or len(by_prompt) < 2:
         why = "; ".join(mismatch) if mismatch else f"only {len(by_prompt)} prompt(s) with decode steps on both sides"
-        result = check_acceptance(rig, m, baseline_entry(partner, Fingerprint()), reference_label="reference side")
+        result = check_acceptance(settings, m, baseline_entry(partner, Fingerprint()), reference_label="reference side")
         result.message = f"{result.message} [per-request counts not used: {why}]"
         result.details["per_request"] = None
         return result
@@ -501,7 +505,7 @@ def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
     counters = (f"vLLM's counters: acceptance rate {now.acceptance_rate:.3f} vs {then.acceptance_rate:.3f}, mean "
                 f"acceptance length {now.mean_acceptance_length:.2f} vs {then.mean_acceptance_length:.2f}"
                 if then is not None else "the reference side exported no spec-decode counters")
-    design = window_design(rig, m, "A/B duet, requests alternated") + _looks_text(m)
+    design = window_design(settings.arrangement, m, "A/B duet, requests alternated") + _looks_text(m)
     return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
                       f"{comparison.message} [{counters}; {design}]",
                       details={**comparison.to_dict(), "per_request": True, "design": design,
@@ -513,39 +517,40 @@ def ab_acceptance(rig: Rig, m: ClassMeasurement) -> GateResult:
 StartHistories = tuple[StartHistory, StartHistory]  # (this mode's, no speculation's) stored starts
 
 
-def stored_start_histories(store: BaselineFile, rig: Rig, m: ClassMeasurement, machine: str | None
+def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: ClassMeasurement, machine: str | None
                            ) -> StartHistories | None:
     """This machine's stored histories of starts of window ``m``'s mode and of no speculation on its
     class (specgate.baselines.lookup), when both are long enough to give a spread; else None."""
-    found = [lookup(store, rig.name, mode, m.prompt_class, m.concurrency, machine=machine)
-             for mode in (m.mode, rig.reference_mode)]
+    found = [lookup(store, settings.rig, mode, m.prompt_class, m.concurrency, machine=machine)
+             for mode in (m.mode, settings.reference_mode)]
     pair = tuple(StartHistory(tuple(h.level_history)) if h is not None else None for h in found)
     return pair if all(h is not None and h.usable for h in pair) else None  # type: ignore[return-value]
 
 
-def check_backfire(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement,
+def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement,
                    starts: StartHistories | None = None) -> GateResult:
     """``m`` against the no-speculation window ``reference``: its duet partner when the two were
     alternated, else a window measured before or after it: then the two servers' start offsets are
     allowed for, from the two modes' stored histories on this machine (``starts``) where there are
     some, else from the rig's start noise."""
-    if (untimed := _untimed_window("backfire", rig, m, reference)) is not None:
+    if (untimed := _untimed_window("backfire", settings, m, reference)) is not None:
         return untimed
     ref = reference.timed_samples
     samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
-    return backfire_decision(rig, m, samples, duet=m.partner is reference, starts=starts)
+    return backfire_decision(settings, m, samples, duet=m.partner is reference, starts=starts)
 
 
-def _design_and_spread(rig: Rig, m: ClassMeasurement, gates, *, ab: bool, duet: bool,
+def _design_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: bool, duet: bool,
                        starts: StartHistories | None = None) -> tuple[str, float]:
     """How a window compared its two sides, and the start noise added when they were not live at
     once (windows one after the other): two new starts' offsets, each as far as its mode's stored
     history spreads (t at the shorter history's degrees of freedom x the root of the two prediction
     variances), or the rig's start noise for two starts."""
+    gates = settings.thresholds
     if ab:
-        return window_design(rig, m, "A/B duet, requests alternated"), 0.0
+        return window_design(settings.arrangement, m, "A/B duet, requests alternated"), 0.0
     if duet:
-        return window_design(rig, m, "duet with no speculation, requests alternated"), 0.0
+        return window_design(settings.arrangement, m, "duet with no speculation, requests alternated"), 0.0
     confidence = window_confidence(gates.confidence, m)
     if starts is not None:
         mine, theirs = starts
@@ -560,26 +565,27 @@ def _design_and_spread(rig: Rig, m: ClassMeasurement, gates, *, ab: bool, duet: 
     return "windows one after the other" + noise, spread
 
 
-def bare_window(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1) -> ClassMeasurement:
-    """A window with no requests of its own: the subject of a gate replayed on bare samples (stored
-    figures, like the seed case's)."""
-    return ClassMeasurement(rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency, records=[],
+def bare_window(settings: WindowSettings) -> ClassMeasurement:
+    """The window of ``settings`` with no requests of its own: the subject of a gate replayed on bare
+    samples (stored figures, like the seed case's)."""
+    return ClassMeasurement(rig=settings.rig, mode=settings.mode, prompt_class=settings.prompt_class,
+                            concurrency=settings.concurrency, records=[],
                             acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0)
 
 
-def backfire_decision(rig: Rig, m: ClassMeasurement, samples: Samples, *, duet: bool = False,
+def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Samples, *, duet: bool = False,
                       starts: StartHistories | None = None) -> GateResult:
     """The backfire gate on ``samples`` of window ``m`` (also replayed on stored figures, like the seed
     case, with :func:`bare_window`): FAIL when the paired ratio's upper bound is below min_speedup, the
     prompts as strata (two modes compared)."""
     mode, prompt_class = m.mode, m.prompt_class
-    gates = rig.gates.for_class(prompt_class)
-    design, spread = _design_and_spread(rig, m, gates, ab=False, duet=duet, starts=starts)
-    result = ratio_result(m, Comparison(
-        "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
+    gates = settings.thresholds
+    design, spread = _design_and_spread(settings, m, ab=False, duet=duet, starts=starts)
+    result = ratio_result(Comparison(
+        m, "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
         reference_label="no speculation", design=design, extra_log_spread=spread, subject=f"{mode} on {prompt_class}",
         fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}", two_modes=True))
-    declared = rig.declared_backfire_for(mode, prompt_class)
+    declared = settings.declared_backfire
     if declared is not None:
         result.declared = declared.reason
         if result.outcome is Outcome.FAIL:
@@ -593,7 +599,7 @@ TTFT_VERDICTS = {"slower": "longer", "faster": "shorter", "not slower": "not lon
                  "undecided": "undecided"}
 
 
-def check_ttft(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
     """Time to first token, ``m`` against ``reference`` on the same requests: in an A/B the same
     mode on the reference side, else the no-speculation window (its duet partner, or a window of
     its own with the rig's start noise added). A drafter's prefill or a config change can lengthen
@@ -601,7 +607,7 @@ def check_ttft(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> Ga
     within one mode, the prompts as strata between two), on 1 / TTFT, and reported as the TTFT
     ratio (measured / reference; higher is worse): FAIL when the whole interval lies above
     1 + ttft_tolerance, PASS when none of it does, otherwise undecided."""
-    gates = rig.gates.for_class(m.prompt_class)
+    gates = settings.thresholds
     ab = reference.side == "reference"
     label = "the reference side" if ab else "no speculation"
     subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
@@ -609,7 +615,7 @@ def check_ttft(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> Ga
     theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s and r.ttft_s > 0}
     matched = match_by_key(ours, theirs)
     duet = m.partner is reference
-    design, spread = _design_and_spread(rig, m, gates, ab=ab, duet=duet)
+    design, spread = _design_and_spread(settings, m, ab=ab, duet=duet)
     design = f"{design}{_looks_text(m)}"
     if not matched.paired or len(matched.measured) < 2:
         return undecided_result("ttft", m, f"{subject}: TTFT undecided: {len(matched.measured)} request(s) with a "
@@ -645,8 +651,8 @@ def check_ttft(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> Ga
     return GateResult("ttft", m.mode, m.prompt_class, m.concurrency, outcome, message, details=details)
 
 
-def check_lossless(rig: Rig, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
-    gates = rig.gates.for_class(m.prompt_class)
+def check_lossless(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+    gates = settings.thresholds
     ref_outputs = reference.outputs
     pairs = [(key, text, ref_outputs[key]) for key, text in m.outputs.items() if key in ref_outputs]
     result = compare_outputs(pairs, min_identical_share=gates.min_identical_share,

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from specgate.design import drafter_in, dummy_weights
 from specgate.duet import alternation_block, alternation_swaps
 from specgate.duet import plan as duet_plan
 from specgate.durations import format_elapsed
@@ -35,6 +36,7 @@ from specgate.host_memory import (
     level2_wake_s,
     level_line,
 )
+from specgate.lazy import baselines, config, history, sleep
 
 if TYPE_CHECKING:
     from specgate.config import Rig
@@ -198,11 +200,9 @@ class SessionPlan:
 
 def _stored_entries(store, rig_name: str) -> dict[WindowKey, Any]:
     """The stored entry of each window of ``rig_name`` that the plan's estimates read (baselines.lookup)."""
-    from specgate.baselines import lookup
-
     keys = [(mode, prompt_class, int(level)) for mode, classes in store.rigs.get(rig_name, {}).items()
             for prompt_class, levels in classes.items() for level in levels]
-    return {key: entry for key in keys if (entry := lookup(store, rig_name, *key)) is not None}
+    return {key: entry for key in keys if (entry := baselines.lookup(store, rig_name, *key)) is not None}
 
 
 def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
@@ -279,10 +279,7 @@ def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
     """The servers of an alternation as the host-memory rule sees them: the rig's one weights size
     (``sleep_host_memory_gib``, else the model folder's weight files), and why one cannot wake
     from level 2 (a drafter, or dummy weights)."""
-    from specgate.design import drafter_in, dummy_weights
-    from specgate.sleep import weights_gib_in_folder
-
-    weights = rig.sleep_host_memory_gib or weights_gib_in_folder(rig.model)
+    weights = rig.sleep_host_memory_gib or sleep.weights_gib_in_folder(rig.model)
     modes = {m.name: m for m in rig.modes}
     out = []
     for server in servers:
@@ -511,13 +508,13 @@ class Arrangement:
 
     def line(self, *, chosen: bool = False) -> str:
         p, twos = self.plan, self.at_sleep_level_2
-        sleep = ("no sleep mode" if not p.sleep_levels else f"sleep level 2 for {', '.join(twos)}" if twos
-                 else "every server at sleep level 1")
+        sleeping = ("no sleep mode" if not p.sleep_levels else f"sleep level 2 for {', '.join(twos)}" if twos
+                    else "every server at sleep level 1")
         return (f"{self.name}{' (chosen)' if chosen else ''}: {len([s for s in p.servers if not s.reused])} "
                 f"start(s), {len(p.windows)} window(s)"
                 + (f", {sum(w.swaps for w in p.windows)} swap(s)" if p.sleep_levels else "")
                 + (f", about {format_elapsed(p.expected_s)}" if p.expected_s is not None else ", duration unknown")
-                + f"; {sleep}" + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; {self.compares}")
+                + f"; {sleeping}" + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; {self.compares}")
 
 
 def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
@@ -577,23 +574,20 @@ def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> li
 def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Sequence[str] | None = None) -> str:
     """What the stored-level gate catches with the history of ``modes``' windows of this selection
     (default: the reference mode's; the fewest starts among them)."""
-    from specgate.baselines import lookup
-    from specgate.history import MIN_STARTS, StartHistory
-
     threshold = 1 - rig.gates.level_gate_tolerance
     modes = [rig.reference_mode] if modes is None else list(modes)
     classes = sorted({(c, n) for _, c, n in windows})
     histories = []
     for mode in modes:
         for prompt_class, concurrency in classes:
-            entry = lookup(store, rig.name, mode, prompt_class, concurrency) if store else None
-            histories.append((mode, StartHistory(tuple(entry.level_history if entry else ()))))
+            entry = baselines.lookup(store, rig.name, mode, prompt_class, concurrency) if store else None
+            histories.append((mode, history.StartHistory(tuple(entry.level_history if entry else ()))))
     if not histories:
         return "no window selected"
     fewest_mode, fewest = min(histories, key=lambda h: h[1].starts)
     if not fewest.usable:
         return (f"stored level: {fewest.starts} stored start(s) for {fewest_mode} on some class: catches "
-                f"nothing useful until {MIN_STARTS}+ are stored on this machine (`python -m specgate "
+                f"nothing useful until {history.MIN_STARTS}+ are stored on this machine (`python -m specgate "
                 f"build-history --rig {rig.name}`)")
     _, worst = max(histories, key=lambda h: h[1].catches(threshold))
     return f"stored level: {worst.describe(threshold)} (the weakest {'class' if len(modes) == 1 else 'window'})"
@@ -610,12 +604,11 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
     (as :func:`choose_arrangement` picks), an A/B that starts its reference afresh (one mode at a
     time), and an A/B whose reference a previous session kept (``--specgate-keep-servers``: only the
     candidate loads). Each with its starts, windows, swaps, duration, host memory and what it catches."""
-    from specgate.config import AB, Side
-
     host = host_available_gib() if host_gib is None else host_gib
     plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates, store=store,
                                             conditions=Conditions(host_gib=host)))
-    ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": AB(candidate=Side(python="<candidate>"))})
+    candidate_only = config.AB(candidate=config.Side(python="<candidate>"))
+    ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": candidate_only})
     fresh = plan_session(ab_rig, windows, rates, Conditions(host_gib=host, keep_servers=False))
     kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
     live = _ab_catches(rig)

@@ -20,10 +20,9 @@ from tabulate import tabulate
 from specgate import plots
 from specgate.breakeven import from_report
 from specgate.comparisons import gate_comparisons, undecided_kind
-from specgate.gating import gating_lines
 from specgate.html_report import write_html
 from specgate.measure import client_decode_rate
-from specgate.outcome import NOT_STORED, STORING, Outcome, outcome_of_kind, pytest_action
+from specgate.outcome import NOT_STORED, STORING, Outcome, gating_lines, outcome_of_kind, pytest_action
 from specgate.report_figures import change_percent, median_rate
 from specgate.saved_report import missing_line
 from specgate.spells import slow_spell, span_mean_residual

@@ -4,6 +4,7 @@ and the fixtures are thin wrappers over it (the pytest-benchmark pattern)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -17,15 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from specgate.breakeven import from_report
 from specgate.errors import ConfigError, SpecgateError
-from specgate.outcome import Outcome
+from specgate.lazy import baselines, config, fingerprint, follow_up, measure, server, settings
+from specgate.outcome import AUTO_FAMILY_FALSE_ALARM, GATES, OUTCOME_KINDS, Family, Outcome, family, outcome_of_kind
+from specgate.telemetry import window_sampler
 
 # The plugin builds a session in every pytest run of the environment, perf tests or not: the
-# modules that bring pydantic, numpy and the HTTP clients load when the session first needs them.
+# modules that bring pydantic, numpy and the HTTP clients load when the session first needs them
+# (specgate.lazy).
 if TYPE_CHECKING:
     from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint
     from specgate.config import AB, Mode, PromptClass, Rig
     from specgate.measure import ClassMeasurement, Measurer
+    from specgate.settings import WindowSettings
     from specgate.verdict import GateResult
 
 UpdateMode = Literal["off", "update", "regen"]
@@ -106,11 +112,12 @@ class SpecgateSession:
     start_order: dict[str, str] = field(default_factory=dict)
     started_first: dict[str, Any] = field(default_factory=dict)  # mode -> its A/B candidate server, started first
     _start_seed: int | None = None
-    # specgate.gating.Family: the gates that can fail the run, counted at collection (plan_family)
+    # specgate.outcome.Family: the gates that can fail the run, counted at collection (plan_family)
     family: Any = None
     # (gate, mode, prompt class, concurrency) of every selected gate test (plan_family), None before
     selected_tests: list[tuple[str, str, str, int]] | None = None
     _gating: dict[tuple[str, str, str, int], tuple[str | None, str]] = field(default_factory=dict)
+    _settings: dict[MeasureKey, WindowSettings] = field(default_factory=dict)
     _pythons_import_vllm: bool = False  # the A/B sides' pythons were seen to import vLLM (once a session)
     _rig: Rig | None = None
     _store: BaselineFile | None = None
@@ -119,14 +126,10 @@ class SpecgateSession:
     @property
     def rig(self) -> Rig:
         if self._rig is None:
-            from specgate.config import load_rig
-
-            rig = load_rig(self.options.rig_name, self.options.fixtures_dir)
+            rig = config.load_rig(self.options.rig_name, self.options.fixtures_dir)
             if self.options.ab is not None:  # --specgate-ab-* options: an A/B of the command line's sides
-                from specgate.config import check_sleep_level
-
                 rig = rig.model_copy(update={"ab": self.options.ab})
-                check_sleep_level(rig, ab_from=" (the --specgate-ab-* options)")
+                config.check_sleep_level(rig, ab_from=" (the --specgate-ab-* options)")
             if self.options.design is not None:  # --specgate-design: the same rig, its servers arranged otherwise
                 rig = rig.model_copy(update={"design_key": self.options.design})
             self._rig = rig
@@ -135,18 +138,15 @@ class SpecgateSession:
     @property
     def store(self) -> BaselineFile:
         if self._store is None:
-            from specgate.baselines import load_baselines
-
-            self._store = load_baselines(self.options.baselines_path)
+            self._store = baselines.load_baselines(self.options.baselines_path)
         return self._store
 
     @functools.cached_property
     def machine(self) -> str | None:
         """This host's identity as a stored history names it (specgate.fingerprint.machine_id), read
         before any server starts: which stored history may gate this session's plain runs."""
-        from specgate.fingerprint import machine_id
-
-        return machine_id(self.rig.tier, self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
+        gpus = self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
+        return fingerprint.machine_id(self.rig.tier, gpus)
 
     def validate_inputs(self, *, imports: bool = True) -> None:
         """Read and validate every file the session needs (the rig, the mode library, the prompts,
@@ -209,26 +209,21 @@ class SpecgateSession:
     @property
     def measurer(self) -> Measurer:
         if self._measurer is None:
-            from specgate.measure import Measurer
-            from specgate.telemetry import window_sampler
-
             gpus = self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
-            from specgate.follow_up import follow_up_reason
-
             rig = self.rig
             budget = self.options.time_budget_s
-            self._measurer = Measurer(rig, progress=self.progress, telemetry=window_sampler(rig.tier, gpus),
-                                      follow_up=lambda m: follow_up_reason(rig, m, self.gates_selected_for(m)),
-                                      deadline=None if budget is None else self.options.started_at + budget)
+            self._measurer = measure.Measurer(
+                rig, progress=self.progress, telemetry=window_sampler(rig.tier, gpus),
+                follow_up=lambda m: follow_up.follow_up_reason(self.settings_for(m.mode, m.prompt_class, m.concurrency),
+                                                               m, self.gates_selected_for(m)),
+                deadline=None if budget is None else self.options.started_at + budget)
         return self._measurer
 
     def server_spec(self, mode: Mode, side: str | None = None):
         """The specgate.server.ServerSpec of ``mode``'s server (on an A/B ``side``) in this session."""
-        from specgate.server import spec_for_mode
-
         rig = self.rig
-        return spec_for_mode(rig, mode, log_dir=self.options.run_dir, gpus=self.options.worker_gpus,
-                             side=getattr(rig.ab, side) if (side and rig.ab) else None, side_name=side)
+        return server.spec_for_mode(rig, mode, log_dir=self.options.run_dir, gpus=self.options.worker_gpus,
+                                    side=getattr(rig.ab, side) if (side and rig.ab) else None, side_name=side)
 
     def modes_to_run(self) -> list[Mode]:
         """The modes this session measures, whatever the rig's order: the reference first (every
@@ -262,12 +257,11 @@ class SpecgateSession:
 
     def gating_of(self, gate: str, mode: str, prompt_class: str, concurrency: int) -> tuple[str | None, str]:
         """Whether this gate test gates the run ("gate"), is reported only ("report"), or follows the
-        outcome policy alone (None), and why (specgate.gating.resolve); one answer per session."""
+        outcome policy alone (None), and why (specgate.settings.resolve_gating); one answer per session."""
         key = (gate, mode, prompt_class, concurrency)
         if key not in self._gating:
-            from specgate.gating import resolve
-
-            self._gating[key] = resolve(self.gating_setting, self.rig, self.store, *key, machine=self.machine)
+            own = settings.window_settings(self.rig, mode, prompt_class, concurrency)
+            self._gating[key] = settings.resolve_gating(self.gating_setting, own, self.store, gate, machine=self.machine)
         return self._gating[key]
 
     def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
@@ -275,20 +269,18 @@ class SpecgateSession:
         is set; not lossless, not a declared backfire) and fix each gate's confidence for the family
         ([gates] family_false_alarm), before any server starts: every later interval (follow-up
         rounds' decisions included) uses it."""
-        from specgate.gating import family
-
         self.selected_tests = list(tests)
         # lossless compares outputs (no interval, no false-alarm level); a declared backfire never fails
-        gating = sum(1 for t in tests if t[0] != "lossless" and self.gating_of(*t)[0] != "report"
-                     and not (t[0] == "backfire" and self.rig.declared_backfire_for(t[1], t[2]) is not None))
+        deciding = sum(1 for t in tests if t[0] != "lossless" and self.gating_of(*t)[0] != "report"
+                       and not (t[0] == "backfire" and self.rig.declared_backfire_for(t[1], t[2]) is not None))
         setting = self.gating_setting
         controlled = self.rig.gates.family_false_alarm
         if controlled is None and "auto" in setting.values():
-            from specgate.gating import AUTO_FAMILY_FALSE_ALARM
-
             controlled = AUTO_FAMILY_FALSE_ALARM
-        self._use_family(family(self.rig.gates.confidence, controlled, gating,
+        self._use_family(family(self.rig.gates.confidence, controlled, deciding,
                                 undecided_red=any(v in ("auto", "gate") for v in setting.values())))
+        for _, mode, prompt_class, concurrency in self.selected_tests:  # resolved once, before any start
+            self.settings_for(mode, prompt_class, concurrency)
 
     def gates_selected_for(self, m: Any) -> set[str] | None:
         """The gates this session's selection runs on window ``m`` (None before the selection is known:
@@ -302,10 +294,20 @@ class SpecgateSession:
         """Every gate of the session decides at the family's confidence (the xdist controller's
         deferred gates too, from the workers' count)."""
         self.family = chosen
-        gates = self.rig.gates
-        if chosen.confidence != gates.confidence:
-            held = gates.model_copy(update={"confidence": chosen.confidence})
-            self._rig = self.rig.model_copy(update={"gates": held})
+        self._settings.clear()  # resolved again, once, at the family's confidence
+
+    def settings_for(self, mode: str, prompt_class: str, concurrency: int) -> WindowSettings:
+        """The gate settings of one window (specgate.settings), resolved once per session: the class's
+        thresholds at the family's confidence (never below the class's own), the arrangement, any
+        declared backfire, each gate's gating and the outcome policy. plan_family builds those of the
+        selected windows before any server starts."""
+        key = (mode, prompt_class, concurrency)
+        if key not in self._settings:
+            own = settings.window_settings(self.rig, mode, prompt_class, concurrency, outcome_policy=self.outcome_policy)
+            confidence = max(own.confidence, self.family.confidence) if self.family is not None else own.confidence
+            self._settings[key] = dataclasses.replace(
+                own.with_family(confidence), gating={gate: self.gating_of(gate, *key) for gate in GATES})
+        return self._settings[key]
 
     @property
     def start_seed(self) -> int:
@@ -341,11 +343,9 @@ class SpecgateSession:
         if key not in self.measurements:
             try:
                 if partner is not None:
-                    from specgate.measure import Duet  # here, not at load: the plugin's light load path
-
                     self.measurements[key] = self.measurer.measure_duet(
-                        Duet(server, partner, mode, partner_mode or mode, partner_side), prompt_class, concurrency,
-                        **kwargs)
+                        measure.Duet(server, partner, mode, partner_mode or mode, partner_side), prompt_class,
+                        concurrency, **kwargs)
                 else:
                     self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency, **kwargs)
             except SpecgateError as exc:
@@ -367,11 +367,9 @@ class SpecgateSession:
     def _share(self, key: MeasureKey, data: dict[str, Any]) -> None:
         if self.options.worker_id is None:
             return  # one process: memory is enough
-        from specgate.baselines import atomic_write_json
-
         path = self._shared_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, data)
+        baselines.atomic_write_json(path, data)
 
     def reference_measurement(self, prompt_class: str, concurrency: int, *,
                               wait_s: float | None = None) -> ClassMeasurement | None:
@@ -397,13 +395,11 @@ class SpecgateSession:
                               f"{prompt_class} ({now - started:.0f}s)")
                 last = now
             time.sleep(min(1.0, max(0.01, budget - (now - started))))
-        from specgate.measure import ClassMeasurement
-
         data = json.loads(path.read_text())
         if "error" in data:
             self.failures.setdefault(key, SpecgateError(data["error"]))
             return None
-        self.measurements[key] = ClassMeasurement.from_dict(data)
+        self.measurements[key] = measure.ClassMeasurement.from_dict(data)
         return self.measurements[key]
 
     @property
@@ -420,8 +416,6 @@ class SpecgateSession:
         if result.outcome.decided:
             self.results.append(result)
             return
-        from specgate.outcome import OUTCOME_KINDS
-
         kind = result.details.get("undecided_kind") or (
             "too few drafts" if result.gate == "acceptance" and result.outcome is Outcome.UNDECIDED
             and not result.details.get("per_request")
@@ -436,14 +430,12 @@ class SpecgateSession:
         an interval across its threshold): the report says so instead of counting it as passed.
         ``details``: what an undecided paired comparison measured (its ratio and interval), so that
         tables and plots show the number its message shows."""
-        from specgate.outcome import outcome_of_kind
-
-        gating, why = self.gating_of(gate, m.mode, m.prompt_class, m.concurrency)
+        setting, why = self.gating_of(gate, m.mode, m.prompt_class, m.concurrency)
         self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
                                "concurrency": m.concurrency, "kind": kind, "outcome": outcome_of_kind(kind).value,
                                "message": message, **({"details": details} if details else {}),
                                **({"declared": declared} if declared else {}),
-                               **({"gating": gating, "gating_reason": why} if gating else {})})
+                               **({"gating": setting, "gating_reason": why} if setting else {})})
 
     def record_server_failure(self, label: str, error: BaseException) -> None:
         """A server that could not start (or be woken for its first turn): the job broke."""
@@ -458,10 +450,8 @@ class SpecgateSession:
         the run is interrupted before)."""
         if not self.pending_updates:
             return None
-        from specgate.baselines import merge_updates
-
-        _, said = merge_updates(self.options.baselines_path, self.pending_updates,
-                                new_history=self.options.update == "update")
+        _, said = baselines.merge_updates(self.options.baselines_path, self.pending_updates,
+                                          new_history=self.options.update == "update")
         for (_, mode, prompt_class, concurrency), what in sorted(said.items()):
             self.progress(f"stored {mode} / {prompt_class} / c{concurrency} as {what}")
         self.pending_updates.clear()
@@ -474,17 +464,13 @@ class SpecgateSession:
                 "updates": [[list(k), v.model_dump(mode="json")] for k, v in self.pending_updates.items()]}
 
     def absorb_worker(self, output: dict[str, Any]) -> None:
-        from specgate.baselines import BaselineEntry
-
         self.worker_reports.append(output["report"])
         for key, entry in output.get("updates", []):
-            self.pending_updates[tuple(key)] = BaselineEntry.model_validate(entry)  # type: ignore[index]
+            self.pending_updates[tuple(key)] = baselines.BaselineEntry.model_validate(entry)  # type: ignore[index]
         family = output["report"].get("family")
         if family is not None and self.family is None:  # the controller collects nothing: the workers' count
-            from specgate.gating import Family
-
-            self._use_family(Family(family["gating_decisions"], family["confidence"], family["family_false_alarm"],
-                                    family.get("undecided_red", False)))
+            self._use_family(Family(family["gating_decisions"], family["confidence"],
+                                           family["family_false_alarm"], family.get("undecided_red", False)))
 
     # -- the run's JSON report -------------------------------------------------------------
     def report_data(self, *, complete: bool, merge: bool = True) -> dict[str, Any]:
@@ -553,14 +539,10 @@ class SpecgateSession:
             self.write_report(complete=False)
 
     def write_report(self, *, complete: bool) -> Path:
-        from specgate.baselines import atomic_write_json
-
         self.options.run_dir.mkdir(parents=True, exist_ok=True)
-        from specgate.breakeven import from_report
-
         data = self.report_data(complete=complete)
         data["breakeven"] = from_report(data)  # derived, for readers of report.json; renderers recompute it
-        atomic_write_json(self.report_path, data)
+        baselines.atomic_write_json(self.report_path, data)
         return self.report_path
 
 

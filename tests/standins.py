@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx
 
+from specgate.settings import window_settings
+
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "cpu"
 
 
@@ -47,3 +49,9 @@ class StandInServer:
 
     def log_tail(self, lines=20):
         return ""
+
+
+def gate_settings(rig, window):
+    """The gate settings of ``window`` on ``rig`` at the rig's own confidence, with no gating (what a
+    session resolves once per window: specgate.settings)."""
+    return window_settings(rig, window.mode, window.prompt_class, window.concurrency)

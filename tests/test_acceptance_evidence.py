@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fixture_copy import copy_fixtures
+from standins import gate_settings
 
 from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
 from specgate.client import RequestRecord
@@ -86,7 +87,8 @@ def _entry(acceptance: AcceptanceEntry) -> BaselineEntry:
 
 
 def test_a_thirteen_draft_window_one_token_lower_is_undecided(rig):
-    result = check_acceptance(rig, _window(_stats(13, [10, 9, 7, 7, 2])), _entry(STORED))
+    window = _window(_stats(13, [10, 9, 7, 7, 2]))
+    result = check_acceptance(gate_settings(rig, window), window, _entry(STORED))
     assert result.details["undecided"] and not result.passed
     assert "ngram on coding: position 5 rate 0.154 (2 of 13 drafts" in result.message
     assert "too few drafts to gate" in result.message
@@ -94,11 +96,14 @@ def test_a_thirteen_draft_window_one_token_lower_is_undecided(rig):
 
 def test_the_same_rates_in_a_small_window_are_undecided_a_large_one_passes_one_that_dropped_fails(rig):
     # 13 drafts at the stored rates: the interval still reaches below the fail line (issue 47)
-    same = check_acceptance(rig, _window(_stats(13, [10, 9, 7, 7, 3])), _entry(STORED))
+    window = _window(_stats(13, [10, 9, 7, 7, 3]))
+    same = check_acceptance(gate_settings(rig, window), window, _entry(STORED))
     assert same.outcome is Outcome.UNDECIDED and not same.passed
-    large = check_acceptance(rig, _window(_stats(13000, [10000, 9000, 7000, 7000, 3000])), _entry(STORED))
+    window = _window(_stats(13000, [10000, 9000, 7000, 7000, 3000]))
+    large = check_acceptance(gate_settings(rig, window), window, _entry(STORED))
     assert large.passed and not large.details["undecided"]
-    dropped = check_acceptance(rig, _window(_stats(2000, [1200, 1000, 800, 700, 300])), _entry(STORED))
+    window = _window(_stats(2000, [1200, 1000, 800, 700, 300]))
+    dropped = check_acceptance(gate_settings(rig, window), window, _entry(STORED))
     assert not dropped.passed and not dropped.details["undecided"]
     assert "position 1 rate 0.6 (1200 of 2000 drafts" in dropped.message
     assert "the whole interval is below the fail line" in dropped.message
@@ -107,7 +112,8 @@ def test_the_same_rates_in_a_small_window_are_undecided_a_large_one_passes_one_t
 def test_an_ab_window_names_the_reference_side_not_stored_figures(rig):
     # The lab's A/B: synthetic acceptance 3.0 ([1, 1, 0]) on the reference side, 2.85 on the candidate.
     reference = baseline_entry(_window(_stats(516, [516, 516, 0])), Fingerprint())
-    result = check_acceptance(rig, _window(_stats(544, [544, 449, 0])), reference, reference_label="reference side")
+    window = _window(_stats(544, [544, 449, 0]))
+    result = check_acceptance(gate_settings(rig, window), window, reference, reference_label="reference side")
     assert result.outcome is Outcome.FAIL
     assert "position 2 rate 0.825 (449 of 544 drafts) vs 1 reference side (516 of 516): ratio 0.825" in result.message
     assert "17 % lower" in result.message

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from standins import StandInServer
+from standins import StandInServer, gate_settings
 
 from specgate.config import AB, Side, check_sleep_level, load_rig
 from specgate.design import choose_design, drafter_in, gpu_memory_utilization, loads_drafter
@@ -516,7 +516,7 @@ def test_a_just_started_partner_warms_up_first_so_one_swap_wakes_the_subject_for
     # that swap holds no_spec's first sleep: the report keeps it (on the H200 it is 17-24 s)
     [before] = m.extra["alternation"]["before_window"]
     assert before["from"] == "no_spec" and before["first_sleep"] and before["for"] == "ngram's warm-up"
-    assert "a swap before it (no_spec's first sleep, " in check_backfire(rig, m, m.partner).message
+    assert "a swap before it (no_spec's first sleep, " in check_backfire(gate_settings(rig, m), m, m.partner).message
 
 
 def test_a_server_outside_the_window_sleeps_before_it(rig):
@@ -534,7 +534,8 @@ def test_a_server_outside_the_window_sleeps_before_it(rig):
     assert before["from"] == "outsider" and before["first_sleep"] and before["to"] == "no_spec"
     assert before["for"] == "the window's first turn"
     assert not any(s["first_sleep"] for s in m.extra["alternation"]["swaps"])
-    assert "a swap before it (outsider's first sleep, " in check_backfire(no_warm_up, m, m.partner).message
+    result = check_backfire(gate_settings(no_warm_up, m), m, m.partner)
+    assert "a swap before it (outsider's first sleep, " in result.message
 
 
 def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
@@ -563,7 +564,7 @@ def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
 
 def test_the_backfire_verdict_names_the_alternation_and_why(window, rig):
     m, _, _ = window
-    result = check_backfire(rig, m, m.partner)
+    result = check_backfire(gate_settings(rig, m), m, m.partner)
     assert "alternation with no speculation" in result.details["design"]
     assert "one server awake at a time" in result.message
     assert "chosen: the rig asks for it (alternate)" in result.message

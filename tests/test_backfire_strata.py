@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from standins import gate_settings
 
 from specgate.config import load_rig
 from specgate.gates import check_backfire
@@ -30,7 +31,7 @@ def verdicts(name: str) -> dict[str, tuple[str, float]]:
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     out = {}
     for prompt_class, m in windows(name).items():
-        result = check_backfire(rig, m, m.partner)
+        result = check_backfire(gate_settings(rig, m), m, m.partner)
         out[prompt_class] = (result.details["verdict"], round(result.details["ratio"], 3))
     return out
 
@@ -60,7 +61,7 @@ def test_on_the_busy_avx2_machine_the_ratio_itself_moved_between_runs():
 def test_the_message_names_the_statistic_and_its_degrees_of_freedom():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = windows("avx512-run-a")["coding"]
-    result = check_backfire(rig, m, m.partner)
+    result = check_backfire(gate_settings(rig, m), m, m.partner)
     assert "prompts as strata: mean of per-prompt log ratios, t interval from the repeats (6 prompts, 6 df)" \
         in result.message
     assert result.message.startswith("ngram on coding: faster: 1.206x no speculation")
@@ -79,7 +80,7 @@ def test_fresh_clone_runs_with_two_looks_decide_every_class_alike(run):
     reported = {g["prompt_class"]: g["details"] for g in data["gates"] if g["gate"] == "backfire"}
     for m in (ClassMeasurement.from_dict(d) for d in data["measurements"] if d["mode"] == "ngram"):
         assert m.first_look_share == 0.5 and m.follow_up is None
-        details = check_backfire(rig, m, m.partner).details
+        details = check_backfire(gate_settings(rig, m), m, m.partner).details
         was = reported[m.prompt_class]
         assert details["ratio"] == pytest.approx(was["ratio"])
         assert details["confidence"] == pytest.approx(0.9706, abs=1e-4)
@@ -100,7 +101,7 @@ def test_the_fourth_run_followed_up_on_explanatory_and_called_it_faster():
     windows = {d["prompt_class"]: ClassMeasurement.from_dict(d) for d in data["measurements"] if d["mode"] == "ngram"}
     followed = {c for c, m in windows.items() if m.follow_up}
     assert followed == {"explanatory"} and "undecided after 12 pairs: 1.044x" in windows["explanatory"].follow_up
-    verdicts = {c: check_backfire(rig, m, m.partner).details for c, m in windows.items()}
+    verdicts = {c: check_backfire(gate_settings(rig, m), m, m.partner).details for c, m in windows.items()}
     assert {c: d["verdict"] for c, d in verdicts.items()} == dict.fromkeys(windows, "faster")
     explanatory = verdicts["explanatory"]
     assert explanatory["n"] == 24 and round(explanatory["ratio"], 3) == 1.036

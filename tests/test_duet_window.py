@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from standins import StandInServer
+from standins import StandInServer, gate_settings
 
 from specgate.baselines import Fingerprint
 from specgate.config import load_rig
@@ -68,13 +68,13 @@ def test_both_sides_are_paired_by_key_with_their_own_counters(window):
 
 def test_backfire_and_throughput_decide_on_the_duet(window, rig):
     m, _ = window
-    backfire = check_backfire(rig, m, m.partner)
+    backfire = check_backfire(gate_settings(rig, m), m, m.partner)
     assert backfire.details["design"] == "duet with no speculation, requests alternated"
     assert backfire.details["n"] == len(m.sample_keys)
     stored = baseline_entry(m, Fingerprint())
     assert stored.ratio_to_reference.reference_mode == "no_spec"
     assert stored.ratio_to_reference.ratio == pytest.approx(backfire.details["ratio"])
-    throughput = check_throughput(rig, m, stored)  # the same window against its own stored ratio
+    throughput = check_throughput(gate_settings(rig, m), m, stored)  # the same window against its own stored ratio
     # 1.000x, but the interval carries four server starts of the rig's 10 % start noise: it holds
     # the 0.96 threshold, so the gate has not excluded a slowdown and says undecided (issue 36)
     assert throughput.details["ratio"] == pytest.approx(1.0) and throughput.outcome is Outcome.UNDECIDED
@@ -90,7 +90,7 @@ def test_tables_and_break_even_show_the_gates_one_number(window, rig):
     from specgate.report_figures import gate_ratio
 
     m, _ = window
-    result = check_backfire(rig, m, m.partner)
+    result = check_backfire(gate_settings(rig, m), m, m.partner)
     report = {"rig": {"reference_mode": "no_spec", "modes": {"no_spec": None, "ngram": {}}},
               "measurements": [m.to_dict(), m.partner.to_dict()], "gates": [result.to_dict()]}
     ratio = gate_ratio(report, "ngram", "coding", 1)
@@ -150,7 +150,7 @@ def test_an_undecided_backfire_gate_still_gives_the_tables_its_number(window, ri
     from specgate.session import SpecgateSession
 
     m, _ = window
-    result = check_backfire(rig, m, m.partner)
+    result = check_backfire(gate_settings(rig, m), m, m.partner)
     session = SpecgateSession.__new__(SpecgateSession)
     session.undecided = []
     session._gating = {("backfire", m.mode, m.prompt_class, m.concurrency): (None, "no gating set")}

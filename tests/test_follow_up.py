@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from standins import gate_settings
 
 from specgate.config import ClassGate, load_rig
 from specgate.follow_up import speed_follow_up_reason
@@ -58,23 +59,26 @@ def test_an_interval_inside_the_margin_is_equal_even_when_it_excludes_one():
 def test_run_cs_undecided_explanatory_asks_for_a_follow_up_and_a_decided_class_does_not():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     run_c = real_windows("c")
-    reason = speed_follow_up_reason(rig, as_first_look(run_c["explanatory"]))
+    window = as_first_look(run_c["explanatory"])
+    reason = speed_follow_up_reason(gate_settings(rig, window), window)
     assert reason is not None and "backfire gate is undecided after 12 pairs" in reason
     assert "97.1 % CI" in reason  # the first look's repeated interval, not the one-look 95 %
-    assert speed_follow_up_reason(rig, as_first_look(run_c["coding"])) is None
+    window = as_first_look(run_c["coding"])
+    assert speed_follow_up_reason(gate_settings(rig, window), window) is None
     # one look (no follow-up planned): the gate keeps its 95 % and says nothing about looks
-    plain = check_backfire(rig, run_c["coding"], run_c["coding"].partner)
+    plain = check_backfire(gate_settings(rig, run_c["coding"]), run_c["coding"], run_c["coding"].partner)
     assert plain.details["confidence"] == pytest.approx(0.95) and "look" not in plain.message
 
 
 def test_every_gate_on_a_two_look_window_uses_the_repeated_interval():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = as_first_look(real_windows("b")["coding"])
-    result = check_backfire(rig, m, m.partner)
+    result = check_backfire(gate_settings(rig, m), m, m.partner)
     assert result.details["confidence"] == pytest.approx(repeated_coverage(0.95, 0.5))
     assert "first look of two (repeated intervals)" in result.message
     followed = dataclasses.replace(m, follow_up="the backfire gate is undecided")
-    assert "second look, after follow-up rounds" in check_backfire(rig, followed, m.partner).message
+    result = check_backfire(gate_settings(rig, followed), followed, m.partner)
+    assert "second look, after follow-up rounds" in result.message
 
 
 @pytest.fixture()
@@ -135,7 +139,7 @@ def test_the_time_budget_skips_a_follow_up_that_would_not_fit_and_the_verdict_sa
     assert m.follow_up_skipped.startswith(f"its {extra} round(s) would take ~")
     assert "the session's time budget (--specgate-session-budget) has 0s left" in m.follow_up_skipped
     assert any("follow-up skipped" in line and "backfire undecided (test)" in line for line in progress)
-    message = check_backfire(rig, m, m.partner).message
+    message = check_backfire(gate_settings(rig, m), m, m.partner).message
     assert "first look of two (repeated intervals); its follow-up was skipped: its 8 round(s)" in message
     again = ClassMeasurement.from_dict(json.loads(json.dumps(m.to_dict())))
     assert again.follow_up_skipped == m.follow_up_skipped
@@ -165,7 +169,7 @@ def test_a_declared_backfire_window_takes_no_follow_up_and_has_one_look(stand_in
         1)
     assert asked == [] and m.follow_up is None and m.first_look_share is None
     assert len(m.records) == rig.protocol.repeats * len(coding.prompts)
-    result = check_backfire(rig, m, m.partner)
+    result = check_backfire(gate_settings(rig, m), m, m.partner)
     assert result.details["confidence"] == pytest.approx(0.95) and "look" not in result.message
 
 
@@ -177,9 +181,9 @@ def test_an_ab_window_follows_up_on_its_throughput_gate():
     m = as_first_look(real_windows("c")["explanatory"])
     m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
     strict = rig.model_copy(update={"gates": rig.gates.model_copy(update={"ab_tolerance": 0.0})})
-    reason = speed_follow_up_reason(strict, m)
+    reason = speed_follow_up_reason(gate_settings(strict, m), m)
     assert reason is not None and reason.startswith("the throughput gate is undecided after 12 pairs")
-    assert speed_follow_up_reason(rig, m) is None  # at the rig's 3 % it is decided at the first look
+    assert speed_follow_up_reason(gate_settings(rig, m), m) is None  # at the rig's 3 % it is decided at the first look
 
 
 def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
@@ -217,17 +221,17 @@ def test_a_faster_first_look_reaching_into_the_margin_is_followed_up():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     share = rig.protocol.repeats / (rig.protocol.repeats + rig.protocol.backfire_follow_up_repeats)
     explanatory = run_k_window("explanatory", share)
-    details = check_backfire(rig, explanatory, explanatory.partner).details
+    details = check_backfire(gate_settings(rig, explanatory), explanatory, explanatory.partner).details
     assert details["verdict"] == "faster" and 1.0 < details["ci_low"] < 1.05
     assert details["confidence"] == pytest.approx(repeated_coverage(0.95, 0.2))
-    reason = speed_follow_up_reason(rig, explanatory)
+    reason = speed_follow_up_reason(gate_settings(rig, explanatory), explanatory)
     assert reason is not None and "reaches into the equivalence margin (±5 %)" in reason
     assert reason.endswith("after 24 pairs reaches into the equivalence margin (±5 %): "
                            "1.028x (97.3 % CI 1.005-1.051, threshold 1.00)")
     # coding, 1.200 (1.16-1.24): faster beyond the margin, settled
     coding = run_k_window("coding", share)
-    assert check_backfire(rig, coding, coding.partner).details["ci_low"] > 1.05
-    assert speed_follow_up_reason(rig, coding) is None
+    assert check_backfire(gate_settings(rig, coding), coding, coding.partner).details["ci_low"] > 1.05
+    assert speed_follow_up_reason(gate_settings(rig, coding), coding) is None
 
 
 def test_a_slower_first_look_inside_the_margin_is_followed_up_too():
@@ -240,9 +244,9 @@ def test_a_slower_first_look_inside_the_margin_is_followed_up_too():
     window = next(ClassMeasurement.from_dict(d) for d in data["measurements"]
                   if d["mode"] == "ngram" and d["prompt_class"] == "explanatory")
     assert window.first_look_share == pytest.approx(0.2) and window.follow_up is None
-    details = check_backfire(rig, window, window.partner).details
+    details = check_backfire(gate_settings(rig, window), window, window.partner).details
     assert details["verdict"] == "slower" and 0.95 < details["ci_high"] < 1.0
-    reason = speed_follow_up_reason(rig, window)
+    reason = speed_follow_up_reason(gate_settings(rig, window), window)
     assert reason == ("the backfire gate's 'slower' after 12 pairs reaches into the equivalence margin (±5 %): "
                       "0.975x (97.3 % CI 0.956-0.995, threshold 1.00)")
 
@@ -256,8 +260,8 @@ def test_an_ab_window_follows_up_only_when_undecided():
     m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
     from specgate.gates import ab_throughput
 
-    assert ab_throughput(rig, m).details["verdict"] == "not slower"
-    assert speed_follow_up_reason(rig, m) is None
+    assert ab_throughput(gate_settings(rig, m), m).details["verdict"] == "not slower"
+    assert speed_follow_up_reason(gate_settings(rig, m), m) is None
 
 
 @pytest.mark.parametrize(("verdict", "ratio", "low", "high", "unsettled"), [
@@ -285,12 +289,12 @@ def test_the_ab_gate_decides_at_its_own_tolerance():
     m = run_k_window("explanatory", 0.5)
     m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
     assert (rig.gates.ab_tolerance, rig.gates.throughput_tolerance) == (0.03, 0.04)
-    assert ab_throughput(rig, m).details["threshold"] == pytest.approx(0.97)
+    assert ab_throughput(gate_settings(rig, m), m).details["threshold"] == pytest.approx(0.97)
     unset = rig.model_copy(update={"gates": rig.gates.model_copy(update={"ab_tolerance": None})})
-    assert ab_throughput(unset, m).details["threshold"] == pytest.approx(0.96)
+    assert ab_throughput(gate_settings(unset, m), m).details["threshold"] == pytest.approx(0.96)
     per_class = rig.model_copy(update={"gates": rig.gates.model_copy(update={
         "classes": {"explanatory": ClassGate(ab_tolerance=0.10)}})})
-    assert ab_throughput(per_class, m).details["threshold"] == pytest.approx(0.90)
+    assert ab_throughput(gate_settings(per_class, m), m).details["threshold"] == pytest.approx(0.90)
 
 
 def test_a_window_whose_ttft_is_undecided_follows_up_when_its_ttft_gate_is_selected():
@@ -302,11 +306,11 @@ def test_a_window_whose_ttft_is_undecided_follows_up_when_its_ttft_gate_is_selec
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = as_first_look(real_windows("b")["coding"])
-    assert speed_follow_up_reason(rig, m) is None
-    assert check_ttft(rig, m, m.partner).outcome.value == "undecided"
-    reason = follow_up_reason(rig, m, {"backfire", "ttft"})
+    assert speed_follow_up_reason(gate_settings(rig, m), m) is None
+    assert check_ttft(gate_settings(rig, m), m, m.partner).outcome.value == "undecided"
+    reason = follow_up_reason(gate_settings(rig, m), m, {"backfire", "ttft"})
     assert reason is not None and reason.startswith("the ttft gate is undecided after the first look: ngram on coding")
-    assert follow_up_reason(rig, m, {"backfire", "throughput"}) is None
+    assert follow_up_reason(gate_settings(rig, m), m, {"backfire", "throughput"}) is None
 
 
 def test_a_ttft_pass_needs_12_pairs():
@@ -317,7 +321,7 @@ def test_a_ttft_pass_needs_12_pairs():
     m = real_windows("c")["coding"]
     same = dataclasses.replace(m.partner, mode=m.mode, side="reference")  # an A/A: the same requests on both sides
     window = dataclasses.replace(same, side="subject", partner=same)
-    assert check_ttft(rig, window, same).outcome is Outcome.PASS  # 12 pairs, equal
+    assert check_ttft(gate_settings(rig, window), window, same).outcome is Outcome.PASS  # 12 pairs, equal
     short = dataclasses.replace(window, records=window.records[:TTFT_MIN_PAIRS_TO_PASS - 2])
-    result = check_ttft(rig, short, same)
+    result = check_ttft(gate_settings(rig, short), short, same)
     assert result.outcome is Outcome.UNDECIDED and "a pass needs 12 pairs and this window has 10" in result.message

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 from fixture_copy import copy_fixtures
+from standins import gate_settings
 
 from specgate.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry, StoredStart
 from specgate.client import RequestRecord
 from specgate.config import AB, Gates, load_rig
 from specgate.errors import ConfigError
 from specgate.gates import ab_throughput
-from specgate.gating import can_decide, family, gating_lines, parse_gating, resolve
 from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome, outcome_text, pytest_action
+from specgate.outcome import Outcome, family, gating_lines, outcome_text, parse_gating, pytest_action
 from specgate.report import render_markdown, start_order_lines
 from specgate.session import SessionOptions, SpecgateSession
+from specgate.settings import can_decide, resolve_gating, window_settings
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -104,30 +105,29 @@ def _store(rig_name: str, ratios: list[float], machine: str | None = MACHINE) ->
 def test_auto_gates_the_live_comparisons_and_stored_figures_with_history_only():
     duet = load_rig("cpu-smollm2-quick", ROOT / "fixtures")
     ab = _ab_rig()
-    assert can_decide(ab, None, "throughput", "ngram", "coding", 1)[0]
-    assert can_decide(ab, None, "acceptance", "ngram", "coding", 1)[0]
-    assert can_decide(duet, None, "backfire", "ngram", "coding", 1)[0]
-    assert can_decide(duet, None, "ttft", "ngram", "coding", 1)[0]
-    assert not can_decide(duet, None, "acceptance", "ngram", "coding", 1)[0]
-    fresh, why = can_decide(duet, _store(duet.name, [1.0]), "throughput", "ngram", "coding", 1, MACHINE)
+    ngram = window_settings(duet, "ngram", "coding")
+    ab_ngram = window_settings(ab, "ngram", "coding")
+    assert can_decide(ab_ngram, None, "throughput")[0]
+    assert can_decide(ab_ngram, None, "acceptance")[0]
+    assert can_decide(ngram, None, "backfire")[0]
+    assert can_decide(ngram, None, "ttft")[0]
+    assert not can_decide(ngram, None, "acceptance")[0]
+    fresh, why = can_decide(ngram, _store(duet.name, [1.0]), "throughput", MACHINE)
     assert not fresh and "1 of the 3 stored ratios a prediction interval needs" in why
     # issue 51: the prediction interval's half-width against the tolerance decides, not a count of starts
-    narrow, why = can_decide(duet, _store(duet.name, [1.0, 1.002, 0.999]), "throughput", "ngram", "coding", 1,
-                             MACHINE)
+    narrow, why = can_decide(ngram, _store(duet.name, [1.0, 1.002, 0.999]), "throughput", MACHINE)
     assert narrow and "narrower than the" in why
-    wide, why = can_decide(duet, _store(duet.name, [1.0, 1.06, 0.95] * 2), "throughput", "ngram", "coding", 1,
-                           MACHINE)
+    wide, why = can_decide(ngram, _store(duet.name, [1.0, 1.06, 0.95] * 2), "throughput", MACHINE)
     assert not wide and "is not narrower than the" in why
     # a history of another machine, or of one unknown, never gates
-    assert not can_decide(duet, _store(duet.name, [1.0, 1.002, 0.999]), "throughput", "ngram", "coding", 1,
-                          "machine-id other")[0]
-    assert not can_decide(duet, _store(duet.name, [1.0, 1.002, 0.999], None), "throughput", "ngram", "coding", 1,
-                          None)[0]
-    assert not can_decide(duet, _store(duet.name, []), "throughput", "no_spec", "coding", 1, MACHINE)[0]
-    assert resolve({"throughput": "auto"}, duet, None, "throughput", "ngram", "coding", 1) == (
+    assert not can_decide(ngram, _store(duet.name, [1.0, 1.002, 0.999]),
+                          "throughput", "machine-id other")[0]
+    assert not can_decide(ngram, _store(duet.name, [1.0, 1.002, 0.999], None), "throughput", None)[0]
+    assert not can_decide(window_settings(duet, "no_spec", "coding"), _store(duet.name, []), "throughput", MACHINE)[0]
+    assert resolve_gating({"throughput": "auto"}, ngram, None, "throughput") == (
         "report", "this machine cannot be identified")
-    assert resolve({"throughput": "gate"}, duet, None, "throughput", "ngram", "coding", 1)[0] == "gate"
-    assert resolve({}, duet, None, "throughput", "ngram", "coding", 1)[0] is None
+    assert resolve_gating({"throughput": "gate"}, ngram, None, "throughput")[0] == "gate"
+    assert resolve_gating({}, ngram, None, "throughput")[0] is None
 
 
 UNDECIDED_GATES = textwrap.dedent('''
@@ -188,8 +188,11 @@ def test_the_session_counts_the_gates_that_gate_and_every_later_interval_uses_th
     # backfire on extraction (coding's is a declared backfire, never failing) and ttft on 2 classes;
     # lossless has no interval; stored-figure throughput and acceptance are reported only
     assert session.family.gating == 3
-    assert session.rig.gates.confidence == pytest.approx(1 - 0.1 / 3)
-    assert session.rig.gates.for_class("coding").confidence == pytest.approx(1 - 0.1 / 3)
+    # resolved once per selected window, at the family's confidence (the rig itself is left as it is)
+    assert session.settings_for("ngram", "coding", 1).confidence == pytest.approx(1 - 0.1 / 3)
+    assert session.settings_for("no_spec", "extraction", 1).confidence == pytest.approx(1 - 0.1 / 3)
+    assert session.settings_for("ngram", "coding", 1) is session.settings_for("ngram", "coding", 1)
+    assert session.rig.gates.confidence == 0.95
     report = session.report_data(complete=True)
     assert report["family"]["bound"] == pytest.approx(0.05)
     assert any("FALSE ALARMS: 3 gate(s) can fail this run" in line for line in gating_lines(report))
@@ -233,12 +236,12 @@ def test_the_ab_verdict_states_the_start_order_and_folds_in_the_start_pair_sprea
     m = _ab_window("subject", [t * 1.002 for t in tps])
     m.partner = _ab_window("reference", tps)
     m.extra["start_order"] = {"first": "candidate", "seed": 7}
-    stated = ab_throughput(rig, m)
+    stated = ab_throughput(gate_settings(rig, m), m)
     assert "the candidate side started first (seed 7); start-pair offset not folded in (start_pair_spread = 0" \
         in stated.message
     assert stated.details["start_pair"] == {"first": "candidate", "seed": 7, "spread": 0.0, "widened_log": 0.0}
     widened_rig = rig.model_copy(update={"gates": rig.gates.model_copy(update={"start_pair_spread": 0.01})})
-    widened = ab_throughput(widened_rig, m)
+    widened = ab_throughput(gate_settings(widened_rig, m), m)
     assert "start-pair spread 1 % folded in (z = " in widened.message
     grow = widened.details["start_pair"]["widened_log"]
     assert grow > 0.019
@@ -330,7 +333,7 @@ def test_the_xdist_controller_decides_deferred_gates_at_the_workers_family_confi
     worker._use_family(family(0.95, 0.05, 10))
     controller = session()
     controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
-    assert controller.rig.gates.confidence == pytest.approx(0.99)
+    assert controller.settings_for("ngram", "coding", 1).confidence == pytest.approx(0.99)
     assert controller.report_data(complete=True)["family"]["gating_decisions"] == 10
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from standins import gate_settings
 
 from specgate.baselines import (
     BaselineEntry,
@@ -163,7 +164,7 @@ def _fail_rate(rig, true_ratio: float, *, starts: int, sd: float, runs: int, see
         window = _Level(rig=rig.name, mode="no_spec", prompt_class="coding", concurrency=1, records=[],
                         acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0,
                         level=100.0 * true_ratio * math.exp(rng.gauss(0, sd)))
-        result = check_throughput(rig, window, stored)
+        result = check_throughput(gate_settings(rig, window), window, stored)
         failed += result.outcome is Outcome.FAIL
     return failed / runs
 
@@ -220,11 +221,11 @@ def test_a_backfire_across_two_starts_allows_for_both_modes_stored_spread():
             found, _ = place_start(store.rigs["cpu-smollm2"][mode]["coding"]["1"], _start(v, "GPU-a"),
                                    new_history=False, when="2026-12-04")
             store.rigs["cpu-smollm2"][mode]["coding"]["1"] = found
-    starts = stored_start_histories(store, rig, ngram, "GPU-a")
+    starts = stored_start_histories(store, gate_settings(rig, ngram), ngram, "GPU-a")
     assert starts is not None and [h.starts for h in starts] == [4, 3]
-    assert stored_start_histories(store, rig, ngram, "GPU-b") is None  # another machine's: the rig's noise
-    plain = check_backfire(rig, ngram, no_spec)
-    allowed = check_backfire(rig, ngram, no_spec, starts)
+    assert stored_start_histories(store, gate_settings(rig, ngram), ngram, "GPU-b") is None  # another machine's: the rig's noise
+    plain = check_backfire(gate_settings(rig, ngram), ngram, no_spec)
+    allowed = check_backfire(gate_settings(rig, ngram), ngram, no_spec, starts)
     assert allowed.details["ratio"] == pytest.approx(plain.details["ratio"])
     assert "the two starts' offsets from this machine's stored histories (4 and 3 starts" in allowed.message
     assert "start noise 10 % added" in plain.message

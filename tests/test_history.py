@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from standins import gate_settings
 
 from specgate.baselines import load_baselines, lookup
 from specgate.config import load_rig
@@ -48,7 +49,8 @@ def test_plain_runs_against_the_stored_starts_decide(replay, outcome):
     # replay-01 ran with every GPU step 5 % longer, replay-03 with nothing changed (the campaign's log)
     rig = load_rig(RIG, ROOT / "fixtures")
     entry = lookup(load_baselines(ROOT / "baselines.json"), RIG, "no_spec", "coding", 1)
-    result = check_throughput(rig, _window(replay), entry)
+    window = _window(replay)
+    result = check_throughput(gate_settings(rig, window), window, entry)
     assert result.outcome is outcome, result.message
     assert "10 stored starts, start-to-start spread 0.05 %" in result.message
     assert "catches a true level ratio <= 0.968" in result.message and "not pooled" in result.message

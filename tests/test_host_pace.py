@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from standins import gate_settings
 
 from specgate.baselines import Fingerprint
 from specgate.config import load_rig
@@ -61,7 +62,8 @@ def test_the_stored_entry_keeps_the_hosts_pace(stored_j2) -> None:
 
 
 def test_a_window_on_a_slower_host_is_undecided_and_says_what_the_comparison_gave(rig, stored_j2) -> None:
-    result = check_throughput(rig, _window("J1", 47.5), stored_j2)
+    window = _window("J1", 47.5)
+    result = check_throughput(gate_settings(rig, window), window, stored_j2)
     assert result.details["verdict"] == "undecided" and result.details["undecided"]
     assert result.details["decided_as"] == "slower"  # 1.846 against 2.312: this would have failed
     assert result.details["ratio"] == pytest.approx(1.846 / 2.312, abs=0.001)
@@ -72,8 +74,10 @@ def test_a_window_on_a_slower_host_is_undecided_and_says_what_the_comparison_gav
 
 
 def test_at_the_stored_pace_the_comparison_decides_as_before(rig, stored_j2) -> None:
-    same_pace = check_throughput(rig, _window("J1", 26.0), stored_j2)
-    no_canary = check_throughput(rig, _window("J1", None), stored_j2)
+    window = _window("J1", 26.0)
+    same_pace = check_throughput(gate_settings(rig, window), window, stored_j2)
+    window = _window("J1", None)
+    no_canary = check_throughput(gate_settings(rig, window), window, stored_j2)
     assert same_pace.details["verdict"] == no_canary.details["verdict"] == "slower"
     assert not same_pace.passed and not no_canary.passed
     assert same_pace.details["host_pace"]["factor"] == pytest.approx(26.0 / 25.4)
@@ -82,11 +86,13 @@ def test_at_the_stored_pace_the_comparison_decides_as_before(rig, stored_j2) -> 
 
 def test_a_faster_host_is_undecided_too_and_none_turns_the_check_off(rig, stored_j2) -> None:
     # A faster host can hide a slowdown as well as a slower one can invent it.
-    faster = check_throughput(rig, _window("J3", 15.0), stored_j2)
+    window = _window("J3", 15.0)
+    faster = check_throughput(gate_settings(rig, window), window, stored_j2)
     assert faster.details["verdict"] == "undecided" and "1.69x as fast: a faster host" in faster.message
     assert faster.outcome is Outcome.OTHER_MACHINE
     unchecked = rig.model_copy(update={"gates": rig.gates.model_copy(update={"host_pace_tolerance": None})})
-    decided = check_throughput(unchecked, _window("J3", 15.0), stored_j2)
+    window = _window("J3", 15.0)
+    decided = check_throughput(gate_settings(unchecked, window), window, stored_j2)
     assert "host_pace" not in decided.details and decided.outcome is not Outcome.OTHER_MACHINE
 
 
@@ -100,7 +106,8 @@ def test_the_run_lists_it_as_other_host_pace_not_as_inconclusive(rig, stored_j2,
                                              baselines_path=tmp_path / "b.json", run_dir=tmp_path, repo_root=ROOT))
     with pytest.raises(pytest.skip.Exception,
                        match=r"throughput gate undecided \(other machine\): draft1l_al30_async on coding"):
-        GateKeeper(session)._finish(check_throughput(rig, _window("J1", 47.5), stored_j2))
+        window = _window("J1", 47.5)
+        GateKeeper(session)._finish(check_throughput(gate_settings(rig, window), window, stored_j2))
     recorded = session.undecided
     assert [(u["kind"], u["outcome"]) for u in recorded] == [(HOST_PACE, "other machine")]
     *_, line = failed_gate_lines({"gates": [], "undecided": recorded})

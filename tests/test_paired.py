@@ -9,6 +9,7 @@ import pytest
 
 from specgate.config import load_rig
 from specgate.paired import MIN_PAIRS, _interval_rank, describe, paired_ratio, verdict_text, walsh_averages
+from specgate.settings import window_settings
 
 pytestmark = pytest.mark.fast
 
@@ -98,7 +99,8 @@ def test_fewer_than_six_pairs_make_the_gate_undecided():
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     for factor in (0.5, 2.0):
-        result = backfire_decision(rig, bare_window(rig, "ngram", "coding"),
+        ngram = window_settings(rig, "ngram", "coding")
+        result = backfire_decision(ngram, bare_window(ngram),
                                    Samples([30.0 * factor] * 5, [30.0] * 5, paired=True))
         assert result.outcome is Outcome.UNDECIDED, result.message
         assert "5 pair(s), too few for an interval" in result.message

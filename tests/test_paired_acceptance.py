@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from standins import gate_settings
 
 from specgate.client import RequestRecord
 from specgate.config import load_rig
@@ -138,7 +139,8 @@ def _ab(candidate: ClassMeasurement, reference: ClassMeasurement) -> ClassMeasur
 
 def test_an_ab_of_identical_builds_passes_on_the_same_requests(rig):
     chunks = [20, 30, 14, 40, 25, 18]
-    result = ab_acceptance(rig, _ab(_window("subject", chunks), _window("reference", chunks)))
+    window = _ab(_window("subject", chunks), _window("reference", chunks))
+    result = ab_acceptance(gate_settings(rig, window), window)
     assert result.outcome is Outcome.PASS
     assert result.details["per_request"] and result.details["ratio"] == 1.0
     assert "same 6 prompts: ratio 1.000" in result.message
@@ -147,7 +149,8 @@ def test_an_ab_of_identical_builds_passes_on_the_same_requests(rig):
 def test_an_ab_whose_candidate_accepts_less_fails(rig):
     reference = [14, 16, 13, 15, 14, 16, 13, 15]
     candidate = [c + 3 for c in reference]  # 3 more steps each: ~10 % fewer accepted tokens per step
-    result = ab_acceptance(rig, _ab(_window("subject", candidate), _window("reference", reference)))
+    window = _ab(_window("subject", candidate), _window("reference", reference))
+    result = ab_acceptance(gate_settings(rig, window), window)
     assert result.outcome is Outcome.FAIL
     assert result.details["ci_high"] < 0.95
     assert f"ratio {result.details['ratio']:.3f}" in result.message
@@ -156,7 +159,8 @@ def test_an_ab_whose_candidate_accepts_less_fails(rig):
 def test_streams_that_disagree_with_the_counters_fall_back_to_the_counters(rig):
     chunks = [20, 30, 14, 40, 25, 18]
     candidate = _window("subject", chunks, counters=10.0)  # the streams show ~140 accepted tokens
-    result = ab_acceptance(rig, _ab(candidate, _window("reference", chunks)))
+    window = _ab(candidate, _window("reference", chunks))
+    result = ab_acceptance(gate_settings(rig, window), window)
     assert result.details["per_request"] is None
     assert "per-request counts not used: ngram: its streams show" in result.message
     assert "where vLLM counted 10" in result.message
@@ -174,7 +178,8 @@ def test_a_prompts_repeats_are_one_cluster_not_independent_requests(rig):
             record.request_id = f"ngram/coding/p{i % 4}#{i // 4}"
         return w
 
-    result = ab_acceptance(rig, _ab(window("subject", [22, 30, 16, 40]), window("reference", [20, 30, 14, 40])))
+    window = _ab(window("subject", [22, 30, 16, 40]), window("reference", [20, 30, 14, 40]))
+    result = ab_acceptance(gate_settings(rig, window), window)
     assert "same 4 prompts" in result.message and result.details["n_measured"] == 4
 
 
@@ -200,7 +205,7 @@ def test_real_ab_windows_decide_again_as_they_did(run, expected):
     rig = load_rig("cpu-smollm2-quick", ROOT / "fixtures")
     for data in report["measurements"]:
         m = ClassMeasurement.from_dict(data)
-        result = ab_acceptance(rig, m)
+        result = ab_acceptance(gate_settings(rig, m), m)
         outcome, ratio = expected[m.prompt_class]
         assert result.outcome.value == outcome, result.message
         assert result.details["ratio"] == pytest.approx(ratio, abs=5e-4)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fixture_copy import copy_fixtures
+from standins import gate_settings
 
 from specgate.client import RequestRecord
 from specgate.config import load_rig
@@ -323,7 +324,7 @@ def test_backfire_pairs_on_the_requests_both_modes_timed():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     reference = _untimed(_measurement("no_spec", [33.0, 32.9, 32.8, 33.7, 34.4, 33.1]), 2)
     ngram = _measurement("ngram", [27.5, 29.5, 29.2, 43.0, 31.9, 31.0])
-    result = check_backfire(rig, ngram, reference)
+    result = check_backfire(gate_settings(rig, ngram), ngram, reference)
     assert result.details["n"] == 5  # 5 pairs: too few for an interval, and the message says so
     assert "Hodges-Lehmann" in result.details["method"] and "too few for an interval" in result.message
     assert "p2#0 (no speculation) (1 token(s) generated)" in result.message
@@ -374,13 +375,13 @@ def test_backfire_is_undecided_when_the_client_timed_a_window_wrongly():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     reference = _with_server_rate(_measurement("no_spec", [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]), 1.0005)
     starved = _with_server_rate(_measurement("ngram", [245_643.0, 19.1, 262_931.6, 19.0, 18.5, 19.2]), 0.001)
-    result = check_backfire(rig, starved, reference)
+    result = check_backfire(gate_settings(rig, starved), starved, reference)
     assert result.outcome is Outcome.UNDECIDED and not result.passed
     assert "undecided: the client timed ngram at" in result.message
     assert "client_server_tolerance" in result.message and "not measurements" in result.message
     # the same windows, timed right (client within 0.05 % of the server): decided on the pairs as before
     honest = _with_server_rate(_measurement("ngram", [20.0, 21.0, 19.5, 20.5, 20.2, 19.8]), 0.9995)
-    decided = check_backfire(rig, honest, reference)
+    decided = check_backfire(gate_settings(rig, honest), honest, reference)
     assert not decided.passed and decided.details["method"].startswith("Hodges-Lehmann")
 
 

@@ -14,6 +14,7 @@ from specgate.config import load_rig
 from specgate.gates import backfire_decision, bare_window
 from specgate.matching import Samples
 from specgate.outcome import Outcome
+from specgate.settings import window_settings
 
 pytestmark = pytest.mark.fast
 
@@ -39,7 +40,8 @@ def test_seed_ngram_is_slower_on_every_class_and_one_pair_decides_nothing(kimi, 
     ngram = lookup(store, RIG, "ngram", prompt_class, 1)
     assert no_spec is not None and ngram is not None, f"seed figures for {prompt_class} missing from baselines.json"
 
-    result = backfire_decision(kimi, bare_window(kimi, "ngram", prompt_class),
+    settings = window_settings(kimi, "ngram", prompt_class)
+    result = backfire_decision(settings, bare_window(settings),
                                Samples(ngram.decode_tokens_per_s, no_spec.decode_tokens_per_s, paired=True))
 
     assert result.outcome is Outcome.UNDECIDED and not result.passed
@@ -63,7 +65,8 @@ def test_a_declared_backfire_of_one_pair_is_undecided_and_keeps_its_reason(kimi,
     no_spec = lookup(store, RIG, "no_spec", "coding", 1)
     ngram = lookup(store, RIG, "ngram", "coding", 1)
 
-    result = backfire_decision(declared, bare_window(declared, "ngram", "coding"),
+    settings = window_settings(declared, "ngram", "coding")
+    result = backfire_decision(settings, bare_window(settings),
                                Samples(ngram.decode_tokens_per_s, no_spec.decode_tokens_per_s, paired=True))
 
     assert result.declared == "MoE verification cost; see SEED-FACTS"

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from standins import gate_settings
 
 from specgate.baselines import load_baselines, lookup
 from specgate.cli import main
@@ -79,7 +80,8 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
         path.write_text(baselines.read_text())
 
     _adopt(only_s3, s3)  # one stored session: the two windows' intervals only
-    one = check_throughput(rig, window, lookup(load_baselines(only_s3), RIG, "draft_al30", "coding", 1))
+    one = check_throughput(gate_settings(rig, window), window,
+                           lookup(load_baselines(only_s3), RIG, "draft_al30", "coding", 1))
     # 0.942x (0.910-0.976; Hodges-Lehmann gave 0.944x, 0.906-0.977): nothing changed, and only the
     # stored window's interval kept this from failing at 0.97; the message says the spread between
     # sessions is not known.
@@ -91,7 +93,7 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
     # prediction interval alone: 2 degrees of freedom, t = 4.30 (not 1.96) x s x sqrt(1 + 1/3)
     _adopt(all_three, s1b, s2, s3)
     entry = lookup(load_baselines(all_three), RIG, "draft_al30", "coding", 1)
-    three = check_throughput(rig, window, entry)
+    three = check_throughput(gate_settings(rig, window), window, entry)
     mean = StartHistory(tuple(entry.ratio_history)).center
     assert three.details["ratio"] == pytest.approx(one.details["ratio"] * entry.ratio_to_reference.ratio / mean)
     assert three.outcome is Outcome.UNDECIDED and three.details["verdict"] == "undecided"
@@ -110,8 +112,10 @@ def test_with_fewer_than_3_stored_ratios_the_rigs_start_noise_stands_in_for_the_
     s1b, s3 = (_report(tmp_path, s) for s in ("s1b", "s3"))
     _adopt(baselines, s3)
     entry = lookup(load_baselines(baselines), RIG, "draft_al30", "coding", 1)
-    plain = check_throughput(rig, _window(s1b, "draft_al30"), entry)
-    widened = check_throughput(noisy, _window(s1b, "draft_al30"), entry)
+    window = _window(s1b, "draft_al30")
+    plain = check_throughput(gate_settings(rig, window), window, entry)
+    window = _window(s1b, "draft_al30")
+    widened = check_throughput(gate_settings(noisy, window), window, entry)
     assert widened.details["ratio"] == pytest.approx(plain.details["ratio"])
     assert widened.details["ci_low"] < plain.details["ci_low"] and widened.details["ci_high"] > 1.0
     assert "from the rig's start noise (2 % per start, four starts, z = 1.96) until 3 ratios are stored" \

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from standins import gate_settings
 
 from specgate.config import load_rig
 from specgate.gates import check_backfire
@@ -30,7 +31,7 @@ def backfire(session: str) -> dict[str, object]:
     for raw in data["measurements"]:
         m = ClassMeasurement.from_dict(raw)
         if m.partner is not None and m.mode != "no_spec":
-            out[m.mode] = check_backfire(rig, m, m.partner)
+            out[m.mode] = check_backfire(gate_settings(rig, m), m, m.partner)
     return out
 
 
@@ -98,13 +99,13 @@ def test_a_backfire_window_with_a_pair_standing_out_gets_its_follow_up_rounds():
     data = json.loads(gzip.decompress((VISIT9 / "E2" / "report.json.gz").read_bytes()))
     rig = load_rig("h200-llama8b-dummy", ROOT / "fixtures")
     windows = {m.mode: m for m in map(ClassMeasurement.from_dict, data["measurements"]) if m.partner is not None}
-    reason = speed_follow_up_reason(rig, windows["eagle3_al30"])
+    reason = speed_follow_up_reason(gate_settings(rig, windows["eagle3_al30"]), windows["eagle3_al30"])
     assert reason is not None and reason.startswith("2.396x (95.0 % CI 2.296-2.501, threshold 1.00) after 12 pairs: "
                                                     "one pair stands out")
     assert "bst-insert-delete#1" in reason
     # eagle3_al15 and draft_al30 of the same session: faster beyond the margin, nothing stands out
-    assert speed_follow_up_reason(rig, windows["eagle3_al15"]) is None
-    assert speed_follow_up_reason(rig, windows["draft_al30"]) is None
+    assert speed_follow_up_reason(gate_settings(rig, windows["eagle3_al15"]), windows["eagle3_al15"]) is None
+    assert speed_follow_up_reason(gate_settings(rig, windows["draft_al30"]), windows["draft_al30"]) is None
 
 
 def test_a_pair_off_a_window_of_identical_pairs_is_named_without_a_factor():

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from standins import gate_settings
 
 from specgate.client import RequestRecord
 from specgate.config import Gates, load_rig
@@ -56,7 +57,7 @@ def rig():
 def _ab(rig, factor: float, wobble: float = 0.01):
     candidate = _window("ngram", _ttfts(BASE, factor, wobble=wobble))
     candidate.partner = _window("ngram", _ttfts(BASE, wobble=0.0), side="reference")
-    return check_ttft(rig, candidate, candidate.partner)
+    return check_ttft(gate_settings(rig, candidate), candidate, candidate.partner)
 
 
 def test_an_ab_with_the_same_ttft_passes_and_one_twenty_percent_longer_fails(rig):
@@ -82,7 +83,7 @@ def test_a_backfire_window_compares_with_no_speculation_by_prompt(rig):
     ngram = _window("ngram", _ttfts(BASE, 1.03))
     no_spec = _window("no_spec", _ttfts(BASE, wobble=0.0), side="partner")
     ngram.partner = no_spec
-    result = check_ttft(rig, ngram, no_spec)
+    result = check_ttft(gate_settings(rig, ngram), ngram, no_spec)
     assert result.outcome is Outcome.PASS
     assert "x no speculation" in result.message and "prompts as strata" in result.details["method"]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixture_copy import copy_fixtures
+from standins import gate_settings
 
 from specgate.baselines import AcceptanceEntry, BaselineEntry
 from specgate.client import RequestRecord
@@ -308,17 +309,20 @@ def rig():
 def test_the_stored_sides_own_counts_widen_the_comparison(rig):
     # 0.5 now from 10,000 drafts against 0.6 stored from only 100: taken as an exact line (0.57 at
     # -5 %), the stored figure would fail the window; as the sample it is, it cannot tell.
-    result = check_acceptance(rig, _acceptance(10_000, [5_000]), _stored(100, [60]))
+    window = _acceptance(10_000, [5_000])
+    result = check_acceptance(gate_settings(rig, window), window, _stored(100, [60]))
     assert result.outcome is Outcome.UNDECIDED
     assert "(5000 of 10000 drafts) vs 0.6 stored (60 of 100)" in result.message
-    settled = check_acceptance(rig, _acceptance(10_000, [5_000]), _stored(10_000, [6_000]))
+    window = _acceptance(10_000, [5_000])
+    settled = check_acceptance(gate_settings(rig, window), window, _stored(10_000, [6_000]))
     assert settled.outcome is Outcome.FAIL
 
 
 def test_overall_and_per_position_checks_are_one_decision_at_a_stated_family_wise_rate(rig):
     # Four checks (overall and three positions) share the 95 %: each at 98.75 %. Position 2 drops
     # ~10 %: beyond a lone 95 % check's reach (it would FAIL), not beyond the family's.
-    result = check_acceptance(rig, _acceptance(1_500, [1_400, 1_040, 700]), _stored(1_500, [1_400, 1_150, 700]))
+    window = _acceptance(1_500, [1_400, 1_040, 700])
+    result = check_acceptance(gate_settings(rig, window), window, _stored(1_500, [1_400, 1_150, 700]))
     assert result.details["check_confidence"] == pytest.approx(1 - 0.05 / 4)
     assert "one decision over 4 checks (overall and per position), each at 98.75 % (Bonferroni): a false FAIL " \
            "at most 2.5 % of the time" in result.message
@@ -339,7 +343,8 @@ def test_a_stored_figure_gate_that_catches_nothing_useful_says_so(rig):
     wobble = [1.02, 0.98, 1.01, 0.99, 1.03, 0.97]
     stored = baseline_entry(_window("no_spec", "coding", [30.0 * w for w in wobble]), Fingerprint())
     # the cpu rig's level: 25 % tolerance, 10 % start noise per server start (two starts)
-    result = check_throughput(rig, _window("no_spec", "coding", [30.0 * w for w in reversed(wobble)]), stored)
+    window = _window("no_spec", "coding", [30.0 * w for w in reversed(wobble)])
+    result = check_throughput(gate_settings(rig, window), window, stored)
     assert result.details["catches_nothing_useful"] and result.details["detectable"] < 0.5
     assert f"catches only a true ratio <= {result.details['detectable']:.3f}" in result.message
     assert "no speed gate on its own" in result.message

@@ -71,8 +71,8 @@ def decide_deferred_gates(specgate: SpecgateSession) -> bool:
         if mine is None or ref is None:
             continue  # the missing window is already reported as NOT MEASURED
         m, r = ClassMeasurement.from_dict(mine), ClassMeasurement.from_dict(ref)
-        for result in (check_backfire(specgate.rig, m, r), check_lossless(specgate.rig, m, r),
-                       check_ttft(specgate.rig, m, r)):
+        window = specgate.settings_for(mode, prompt_class, concurrency)
+        for result in (check_backfire(window, m, r), check_lossless(window, m, r), check_ttft(window, m, r)):
             specgate.record(result)  # an undecided one is listed as undecided, never as passed
             failed |= pytest_action(result.outcome, specgate.outcome_policy, declared=result.declared is not None,
                                     gating=result.gating) == "failed"

@@ -42,6 +42,10 @@ class GateKeeper:
         self.session = session
         self.rig = session.rig
 
+    def _settings(self, m):
+        """Window ``m``'s gate settings, resolved once by the session (specgate.settings)."""
+        return self.session.settings_for(m.mode, m.prompt_class, m.concurrency)
+
     def _where(self, m) -> str:
         return f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency {m.concurrency}"
 
@@ -125,7 +129,7 @@ class GateKeeper:
         if self._update(m, "throughput"):
             return
         if m.partner is not None and m.partner.side == "reference":  # A/B: the live reference side decides
-            self._finish(check_throughput(self.rig, m, None))
+            self._finish(check_throughput(self._settings(m), m, None))
             return
         stored = self._stored(m, "throughput")
         fit = self._comparable(m, stored, "throughput")
@@ -136,7 +140,7 @@ class GateKeeper:
                     f"{self._build_history()}")
             self.session.record_undecided("throughput", m, "other machine", note)
             self._act("throughput", Outcome.OTHER_MACHINE, note, m=m)
-        result = check_throughput(self.rig, m, stored)
+        result = check_throughput(self._settings(m), m, stored)
         result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median, self._refresh(m)))
         self._finish(result)
 
@@ -168,11 +172,11 @@ class GateKeeper:
         if self._update(m, "acceptance"):
             return
         if m.partner is not None and m.partner.side == "reference":  # A/B: the same requests, per request
-            self._finish(ab_acceptance(self.rig, m))
+            self._finish(ab_acceptance(self._settings(m), m))
             return
         stored = self._stored(m, "acceptance")
         self._comparable(m, stored, "acceptance")
-        self._finish(check_acceptance(self.rig, m, stored, reference_label="stored"))
+        self._finish(check_acceptance(self._settings(m), m, stored, reference_label="stored"))
 
     def _reference(self, m):
         if m.partner is not None and m.partner.side != "reference" and m.partner.mode == self.rig.reference_mode:
@@ -204,8 +208,8 @@ class GateKeeper:
         __tracebackhide__ = True
         reference = self._reference(m)
         starts = None if m.partner is reference else stored_start_histories(
-            self.session.store, self.rig, m, self._machine(m))
-        result = check_backfire(self.rig, m, reference, starts)
+            self.session.store, self._settings(m), m, self._machine(m))
+        result = check_backfire(self._settings(m), m, reference, starts)
         if result.outcome is Outcome.PASS and result.declared:
             warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "
                           f"{result.message}", stacklevel=1)
@@ -216,14 +220,14 @@ class GateKeeper:
         no-speculation mode outside an A/B has no live reference: nothing to decide, said so."""
         __tracebackhide__ = True
         if m.partner is not None and m.partner.side == "reference":
-            self._finish(check_ttft(self.rig, m, m.partner))
+            self._finish(check_ttft(self._settings(m), m, m.partner))
             return
         if m.mode == self.rig.reference_mode:
             pytest.skip(f"{m.mode} is the reference: its TTFT is compared only in an A/B (the same mode on the "
                         "reference side)")
-        self._finish(check_ttft(self.rig, m, self._reference(m)))
+        self._finish(check_ttft(self._settings(m), m, self._reference(m)))
 
     def lossless(self, m) -> None:
         __tracebackhide__ = True
-        self._finish(check_lossless(self.rig, m, self._reference(m)))
+        self._finish(check_lossless(self._settings(m), m, self._reference(m)))
 

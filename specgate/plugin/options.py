@@ -15,6 +15,11 @@ from typing import Any
 
 import pytest
 
+from specgate.gpu import is_gpu_id
+from specgate.lazy import config as config_mod
+from specgate.locations import is_rig_path
+from specgate.outcome import parse_gating, parse_policy
+
 
 def parse_url(value: str) -> str:
     if not value.startswith(("http://", "https://")) or value.rstrip("/")[-3:] == "://":
@@ -23,8 +28,6 @@ def parse_url(value: str) -> str:
 
 
 def parse_gpu_list(value: str) -> list[str]:
-    from specgate.gpu import is_gpu_id
-
     items = [v.strip() for v in value.split(",") if v.strip()]
     if not items or not all(is_gpu_id(v) for v in items) or len(set(items)) != len(items):
         raise argparse.ArgumentTypeError(f"{value!r} is not a list of distinct GPUs like 0,1,2 "
@@ -35,8 +38,6 @@ def parse_gpu_list(value: str) -> list[str]:
 def parse_rig_name(value: str) -> str:
     """A rig of the fixtures folder (``cpu-smollm2``) or a path to a rig file (contains ``/`` or ends in
     ``.toml``), which must exist and be readable; a path comes back absolute."""
-    from specgate.locations import is_rig_path
-
     if value and is_rig_path(value):
         path = Path(value).expanduser()
         if not path.is_file():
@@ -51,8 +52,6 @@ def parse_rig_name(value: str) -> str:
 
 
 def parse_gating_option(value: str) -> dict[str, str]:
-    from specgate.gating import parse_gating
-
     try:
         return parse_gating(value)
     except ValueError as exc:
@@ -60,8 +59,6 @@ def parse_gating_option(value: str) -> dict[str, str]:
 
 
 def parse_outcome_policy(value: str) -> dict[str, str]:
-    from specgate.outcome import parse_policy
-
     try:
         return parse_policy(value)
     except ValueError as exc:
@@ -116,9 +113,8 @@ def ab_from_options(config: pytest.Config):
                     "speculative": dict(config.getoption(f"specgate_ab_{side}_spec") or [])} for side in AB_SIDES}
     if not any(v for side in given.values() for v in side.values()):
         return None
-    from specgate.config import AB, Side  # pydantic: only for a run that gives --specgate-ab-* options
-
-    return AB(**{side: Side(**values) for side, values in given.items()})
+    # pydantic (specgate.lazy): only for a run that gives --specgate-ab-* options
+    return config_mod.AB(**{side: config_mod.Side(**values) for side, values in given.items()})
 
 
 def add_options(parser: pytest.Parser) -> None:

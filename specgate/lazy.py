@@ -1,0 +1,63 @@
+"""The one place specgate defers imports of its own modules.
+
+The plugin (specgate.plugin, a pytest11 entry point) loads into every pytest run of its
+environment, perf tests or not, and builds a SpecgateSession in each: specgate.session,
+specgate.plan, specgate.outcome and specgate.plugin's modules load then, and must load light
+(tests/test_package_imports.py). The modules deferred below are those the light path uses and
+that load heavy packages (at import, directly or through one another): pydantic (baselines,
+config and all that import them), numpy (config, history, measure, gates, ...), httpx and aiohttp
+(sleep, server, fingerprint, measure, ...), prometheus_client (measure, gates, report), psutil
+(server, registry, record), tabulate (report); settings, follow_up and plugin.gatekeeper bring most
+of these together. The light path imports these names at module level (``from specgate.lazy
+import config``) and each module loads at its first attribute access (``config.load_rig(...)``):
+a run with no perf test never loads them.
+
+A name resolves on the real module at every access, so a monkeypatch of the real module
+(``specgate.server.VLLMServer``) holds for callers that go through these names.
+
+Every other import of a specgate module is a plain module-level one; a module that is itself light
+(stdlib and light specgate modules only) is imported plainly, even on the light path.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+
+class Deferred:
+    """A specgate module imported at its first attribute access (importlib.import_module, so
+    sys.modules caches it and the import lock makes it thread-safe; unlike
+    importlib.util.LazyLoader, no half-loaded module object is ever placed in sys.modules)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "_name":  # not yet set (a copy, an unpickle): no recursion
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(self._name), attr)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise AttributeError(f"{self!r} is read-only: patch or set {self._name}.{attr} on the module itself")
+
+    def __repr__(self) -> str:
+        return f"<deferred module {self._name}>"
+
+
+baselines = Deferred("specgate.baselines")
+config = Deferred("specgate.config")
+fingerprint = Deferred("specgate.fingerprint")
+follow_up = Deferred("specgate.follow_up")
+gates = Deferred("specgate.gates")
+gatekeeper = Deferred("specgate.plugin.gatekeeper")
+history = Deferred("specgate.history")
+measure = Deferred("specgate.measure")
+record = Deferred("specgate.record")
+registry = Deferred("specgate.registry")
+report = Deferred("specgate.report")
+server = Deferred("specgate.server")
+settings = Deferred("specgate.settings")
+sleep = Deferred("specgate.sleep")
