@@ -19,8 +19,7 @@ from specgate.config import NO_SPEC, OLD_NO_SPEC, load_rig, read_toml
 from specgate.errors import SpecgateError
 from specgate.exit_codes import ExitCode
 from specgate.extensions import run_model_prepared
-from specgate.history import build_history
-from specgate.history_view import history_text, plot_history
+from specgate.history_view import build_history, history_text, plot_history
 from specgate.host_memory import HOST_MEMORY_ENV
 from specgate.locations import resolve_fixtures_dir
 from specgate.model_prep import prepare_model

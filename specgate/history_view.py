@@ -1,4 +1,7 @@
-"""``python -m specgate history --rig NAME``: the stored histories of a rig as a user reads them.
+"""The commands over a rig's stored histories: ``python -m specgate build-history --rig NAME --starts N``
+runs N fresh-start sessions of the rig back to back, each storing its windows (one more start of
+this machine's history of this build, specgate.baselines); ``python -m specgate history --rig NAME``
+shows the stored histories as a user reads them.
 
 Per window (mode, prompt class, concurrency) and per history (one machine's, one build's): every stored
 start as a table row (its date, level, suite commit), the history's spread and what its level gate
@@ -10,13 +13,21 @@ one panel per window, one line per history, the gating history's prediction band
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tabulate import tabulate
 
-from specgate.baselines import BaselineEntry, BaselineFile, histories
-from specgate.config import Rig
+from specgate.baselines import BaselineEntry, BaselineFile, histories, load_baselines
+from specgate.config import Rig, load_rig
+from specgate.durations import format_elapsed
+from specgate.fingerprint import machine_id
 from specgate.history import MIN_STARTS, StartHistory, change_points, history_steps
+from specgate.settings import window_settings
 
 DPI = 110
 
@@ -40,8 +51,8 @@ def history_text(store: BaselineFile, rig: Rig) -> str:
     """The histories of ``rig`` as text: a block per window and history, its starts as a table."""
     blocks = []
     for mode, prompt_class, concurrency in _windows(store, rig.name):
-        gates = rig.gates.for_class(prompt_class)
-        threshold, confidence = 1 - gates.level_gate_tolerance, gates.confidence
+        window = window_settings(rig, mode, prompt_class, concurrency)
+        threshold, confidence = 1 - window.level_tolerance, window.confidence
         for entry in histories(store, rig.name, mode, prompt_class, concurrency):
             history = StartHistory(tuple(entry.level_history))
             head = f"{mode} / {prompt_class} / concurrency {concurrency}: {entry.describe()}; {_status(entry)}"
@@ -99,3 +110,82 @@ def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0
     path = out / f"history-{rig}.png"
     fig.savefig(path)
     return path
+
+
+# -- build-history: N fresh-start sessions, each storing its windows ------------------------------
+def session_command(rig: str, tier: str, *, baselines: Path, run_dir: Path, pytest_args: Sequence[str]) -> list[str]:
+    """The pytest command of one start: the rig's perf tests, its windows stored (and passed)."""
+    return [sys.executable, "-m", "pytest", "-m", tier, f"--specgate-rig={rig}", f"--specgate-baselines={baselines}",
+            "--specgate-regen-baselines", f"--specgate-run-dir={run_dir}", "-p", "no:cacheprovider", *pytest_args]
+
+
+def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> list[str]:
+    """One line per stored window of ``rig`` and history (of ``machine`` only, when given): its
+    starts, spread and what its level gate catches (at its class's tolerance)."""
+    lines = []
+    for mode, classes in sorted(store.rigs.get(rig.name, {}).items()):
+        for prompt_class, levels in sorted(classes.items()):
+            for concurrency in sorted(levels):
+                threshold = 1 - window_settings(rig, mode, prompt_class, int(concurrency)).level_tolerance
+                for entry in histories(store, rig.name, mode, prompt_class, int(concurrency)):
+                    if machine is not None and entry.machine != machine:
+                        continue
+                    history = StartHistory(tuple(entry.level_history))
+                    where = f"{mode} / {prompt_class} / c{concurrency} [{entry.describe()}]"
+                    if history.usable:
+                        lines.append(f"  {where}: {history.describe(threshold)}")
+                    else:
+                        lines.append(f"  {where}: the level gate uses a history from {MIN_STARTS} starts on")
+    return lines
+
+
+def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: Path, runs_dir: Path,
+                  pytest_args: Sequence[str] = ()) -> int:
+    """Run ``starts`` fresh-start sessions of the rig one after the other, each storing its windows.
+    Stops at the first session that fails (its exit code is returned); what earlier sessions
+    stored stays stored (each writes baselines.json once, atomically, at its end)."""
+    rig = load_rig(rig_name, fixtures_dir)
+    machine = machine_id(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    print(f"specgate build-history: {whose_history(load_baselines(baselines), rig_name, machine)}", flush=True)
+    started = time.monotonic()
+    for k in range(1, starts + 1):
+        run_dir = runs_dir / f"start-{k:02d}"
+        print(f"specgate build-history: start {k}/{starts} of rig {rig_name} (run folder {run_dir})", flush=True)
+        code = subprocess.run(session_command(rig_name, rig.tier, baselines=baselines, run_dir=run_dir,
+                                              pytest_args=pytest_args)).returncode
+        if code != 0:
+            print(f"specgate build-history: start {k}/{starts} ended with pytest exit code {code}; the "
+                  f"{k - 1} start(s) before it stay stored in {baselines}", file=sys.stderr)
+            return code
+        elapsed = time.monotonic() - started
+        print(f"specgate build-history: {k}/{starts} starts stored in {baselines} after "
+              f"{format_elapsed(elapsed)} (~{format_elapsed(elapsed / k * (starts - k))} left)", flush=True)
+        for line in history_lines(load_baselines(baselines), rig, machine=machine):
+            print(line, flush=True)
+    return 0
+
+
+def whose_history(store: BaselineFile, rig: str, machine: str | None) -> str:
+    """What a build-history on ``machine`` does to the stored histories of ``rig``, in one sentence."""
+    if machine is None:
+        return ("this machine cannot be identified (no GPU UUID, /etc/machine-id or host name): each start is "
+                "stored as a history of its own, which never gates")
+    found = [(key, h) for key, h in _all_histories(store, rig)]
+    own = [h for _, h in found if h.machine == machine and h.superseded is None]
+    others = {h.machine for _, h in found if h.machine != machine}
+    apart = (f"; the histories of {len(others)} other machine(s) (unknown included) are kept apart and never "
+             "appended to" if others else "")
+    if not own:
+        return f"no history of rig {rig} on this machine ({machine}): this starts this machine's history{apart}"
+    starts = max(len(h.starts) for h in own)
+    return (f"this machine ({machine}) has {len(own)} window history(ies) of rig {rig} (up to {starts} starts): "
+            f"each new start extends the one of its window and build, and a window whose build changed starts "
+            f"a new history (the old one kept, superseded){apart}")
+
+
+def _all_histories(store: BaselineFile, rig: str):
+    for mode, classes in store.rigs.get(rig, {}).items():
+        for prompt_class, levels in classes.items():
+            for concurrency in levels:
+                for entry in histories(store, rig, mode, prompt_class, int(concurrency)):
+                    yield (mode, prompt_class, int(concurrency)), entry

@@ -36,7 +36,7 @@ from specgate.host_memory import (
     level2_wake_s,
     level_line,
 )
-from specgate.lazy import baselines, config, history, sleep
+from specgate.lazy import baselines, config, history, settings, sleep
 
 if TYPE_CHECKING:
     from specgate.config import Rig
@@ -223,10 +223,10 @@ def estimate_rates(store, rig: Rig, *, canary_us: float | None) -> tuple[dict[Wi
     if rig.estimate.tokens_per_s is None:
         return stored_rates(store, rig.name), None
     entries = _stored_entries(store, rig.name)
-    tolerance = rig.gates.host_pace_tolerance
     kept: dict[WindowKey, float] = {}
     unknown = other = 0
     for key, entry in entries.items():
+        tolerance = _settings(rig, key).thresholds.host_pace_tolerance
         stored = statistics.median(entry.host_canary_us) if entry.host_canary_us else None
         if stored is None or canary_us is None:
             unknown += 1
@@ -529,7 +529,7 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
     common = Conditions(other_tests=asked.other_tests, rate_note=asked.rate_note, host_gib=host)
     reused, keep_servers = tuple(asked.reused), bool(asked.keep_servers)
     if rig.ab is not None:
-        live = _ab_catches(rig)
+        live = _ab_catches(rig, windows)
         one = Arrangement("taking turns, one mode at a time", "without --specgate-keep-servers",
                           plan_session(rig, windows, rates, replace(common, keep_servers=False)), live)
         every = Arrangement("taking turns, every server loaded", "with --specgate-keep-servers",
@@ -540,8 +540,8 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
     turns = Arrangement("taking turns", f'the rig as it is (design = "{rig.design_key or "auto"}")',
                         plan_session(rig, windows, rates, replace(common, reused=reused, keep_servers=keep_servers)),
                         "backfire decided live, both modes in one window", stored)
-    noise = rig.gates.start_noise
-    allowed = (f"the rig's start_noise ({noise * 100:g} % a start)" if noise else
+    noises = sorted({_settings(rig, key).thresholds.start_noise for key in windows} - {0.0})
+    allowed = (f"the rig's start_noise ({' / '.join(f'{n * 100:g}' for n in noises)} % a start)" if noises else
                "no start spread (the rig states no start_noise)")
     sequential = Arrangement(
         "one after the other", sequential_how(rig),
@@ -574,28 +574,35 @@ def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> li
 def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Sequence[str] | None = None) -> str:
     """What the stored-level gate catches with the history of ``modes``' windows of this selection
     (default: the reference mode's; the fewest starts among them)."""
-    threshold = 1 - rig.gates.level_gate_tolerance
     modes = [rig.reference_mode] if modes is None else list(modes)
     classes = sorted({(c, n) for _, c, n in windows})
-    histories = []
+    histories = []  # (mode, its history, its class's level threshold)
     for mode in modes:
         for prompt_class, concurrency in classes:
             entry = baselines.lookup(store, rig.name, mode, prompt_class, concurrency) if store else None
-            histories.append((mode, history.StartHistory(tuple(entry.level_history if entry else ()))))
+            threshold = 1 - _settings(rig, (mode, prompt_class, concurrency)).level_tolerance
+            histories.append((mode, history.StartHistory(tuple(entry.level_history if entry else ())), threshold))
     if not histories:
         return "no window selected"
-    fewest_mode, fewest = min(histories, key=lambda h: h[1].starts)
+    fewest_mode, fewest, _ = min(histories, key=lambda h: h[1].starts)
     if not fewest.usable:
         return (f"stored level: {fewest.starts} stored start(s) for {fewest_mode} on some class: catches "
                 f"nothing useful until {history.MIN_STARTS}+ are stored on this machine (`python -m specgate "
                 f"build-history --rig {rig.name}`)")
-    _, worst = max(histories, key=lambda h: h[1].catches(threshold))
+    _, worst, threshold = max(histories, key=lambda h: h[1].catches(h[2]))
     return f"stored level: {worst.describe(threshold)} (the weakest {'class' if len(modes) == 1 else 'window'})"
 
 
-def _ab_catches(rig: Rig) -> str:
-    tolerance = rig.gates.ab_tolerance if rig.gates.ab_tolerance is not None else rig.gates.throughput_tolerance
-    return f"A/B: decided live on paired requests against the {tolerance * 100:g} % line"
+def _settings(rig: Rig, key: WindowKey):
+    """The gate settings of one window of ``rig`` (specgate.settings: the class's thresholds, the one
+    rule per tolerance), as the session resolves them."""
+    mode, prompt_class, concurrency = key
+    return settings.window_settings(rig, mode, prompt_class, concurrency)
+
+
+def _ab_catches(rig: Rig, windows: Sequence[WindowKey]) -> str:
+    lines = sorted({_settings(rig, key).ab_tolerance for key in windows}) or [rig.gates.ab_gate_tolerance]
+    return f"A/B: decided live on paired requests against the {' / '.join(f'{t * 100:g}' for t in lines)} % line"
 
 
 def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
@@ -611,7 +618,7 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
     ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": candidate_only})
     fresh = plan_session(ab_rig, windows, rates, Conditions(host_gib=host, keep_servers=False))
     kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
-    live = _ab_catches(rig)
+    live = _ab_catches(rig, windows)
     rows = [(f"plain run, stored figures, {plain.name}", plain.plan, plain.catches),
             ("A/B, fresh reference, one mode at a time", fresh, live),
             ("A/B, reference kept", plan_session(ab_rig, windows, rates, Conditions(host_gib=host, reused=kept_labels)),

@@ -261,7 +261,8 @@ class SpecgateSession:
         key = (gate, mode, prompt_class, concurrency)
         if key not in self._gating:
             own = settings.window_settings(self.rig, mode, prompt_class, concurrency)
-            self._gating[key] = settings.resolve_gating(self.gating_setting, own, self.store, gate, machine=self.machine)
+            self._gating[key] = settings.resolve_gating(self.gating_setting, own, self.store, gate,
+                                                        machine=self.machine)
         return self._gating[key]
 
     def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
@@ -303,7 +304,8 @@ class SpecgateSession:
         selected windows before any server starts."""
         key = (mode, prompt_class, concurrency)
         if key not in self._settings:
-            own = settings.window_settings(self.rig, mode, prompt_class, concurrency, outcome_policy=self.outcome_policy)
+            own = settings.window_settings(self.rig, mode, prompt_class, concurrency,
+                                           outcome_policy=self.outcome_policy)
             confidence = max(own.confidence, self.family.confidence) if self.family is not None else own.confidence
             self._settings[key] = dataclasses.replace(
                 own.with_family(confidence), gating={gate: self.gating_of(gate, *key) for gate in GATES})

@@ -33,6 +33,7 @@ from typing import Any
 from specgate.config import Rig
 from specgate.paired import Line, describe, interval_ratio, spread_quantile, verdict_text
 from specgate.session import load_report
+from specgate.settings import window_settings
 
 ORDERS = ("reference", "candidate")  # the side that starts first, alternating from one pair to the next
 METHOD_T = "A/B over start pairs: mean log ratio, t(K - 1) x sd / sqrt(K)"
@@ -82,8 +83,9 @@ def throughput_ratios(report: dict[str, Any]) -> dict[tuple[str, str, int], dict
 def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> dict[str, Any]:
     """One window's A/B throughput verdict over its start pairs (see the module's doc)."""
     mode, prompt_class, concurrency = key
-    gates = rig.gates.for_class(prompt_class)
-    threshold = 1 - gates.ab_gate_tolerance
+    window = window_settings(rig, mode, prompt_class, concurrency)
+    gates = window.thresholds
+    threshold = 1 - window.ab_tolerance
     logs = [math.log(p.ratio) for p in pairs]
     k = len(pairs)
     estimate = statistics.fmean(logs)

@@ -28,7 +28,8 @@ from specgate.baselines import (
 )
 from specgate.config import load_rig
 from specgate.gates import check_throughput
-from specgate.history import StartHistory, change_points, history_steps, whose_history
+from specgate.history import StartHistory, change_points, history_steps
+from specgate.history_view import whose_history
 from specgate.measure import ClassMeasurement
 from specgate.outcome import Outcome
 
@@ -223,7 +224,8 @@ def test_a_backfire_across_two_starts_allows_for_both_modes_stored_spread():
             store.rigs["cpu-smollm2"][mode]["coding"]["1"] = found
     starts = stored_start_histories(store, gate_settings(rig, ngram), ngram, "GPU-a")
     assert starts is not None and [h.starts for h in starts] == [4, 3]
-    assert stored_start_histories(store, gate_settings(rig, ngram), ngram, "GPU-b") is None  # another machine's: the rig's noise
+    # another machine's: the rig's noise
+    assert stored_start_histories(store, gate_settings(rig, ngram), ngram, "GPU-b") is None
     plain = check_backfire(gate_settings(rig, ngram), ngram, no_spec)
     allowed = check_backfire(gate_settings(rig, ngram), ngram, no_spec, starts)
     assert allowed.details["ratio"] == pytest.approx(plain.details["ratio"])
