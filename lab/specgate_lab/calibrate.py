@@ -51,6 +51,7 @@ from specgate.gates import window_confidence
 from specgate.matching import match_samples
 from specgate.measure import ClassMeasurement, Duet, Measurer
 from specgate.paired import paired_ratio, start_spread
+from specgate.settings import window_settings
 from specgate.telemetry import window_sampler
 from specgate_lab.inject import ENV_FILE, ENV_GPU_FILE
 
@@ -325,17 +326,17 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     level_file = out / "slowdown"
     level_file.write_text("0\n")
     concurrency = concurrency or rig.protocol.concurrency[0]
-    gates = rig.gates
-    sequential_spread = start_spread(gates.start_noise)
-    margin = gates.equivalence_margin
+    # the gate settings the session would resolve for this mode (specgate.settings), per class
+    settings = {c.name: window_settings(rig, mode.name, c.name, concurrency) for c in prompt_classes}
     first_look: list[tuple[float | None, float | None]] = []  # the window being measured (one at a time)
 
     def follow_up(first: ClassMeasurement) -> str | None:
         """The follow-up rounds whenever the gate would want them at any of the table's thresholds."""
-        _, lo, hi, n = decide(first, first.partner, confidence=gates.confidence)
+        window = settings[first.prompt_class]
+        _, lo, hi, n = decide(first, first.partner, confidence=window.confidence)
         first_look[:] = [(lo, hi)]
         open_at = [t for t in tolerances if lo is not None and hi is not None
-                   and first_look_undecided(lo, hi, 1.0 - t, margin)]
+                   and first_look_undecided(lo, hi, 1.0 - t, window.thresholds.equivalence_margin)]
         return (f"undecided at the first look ({n} pairs, {lo:.3f}-{hi:.3f}) at tolerance "
                 f"{', '.join(f'{t * 100:g} %' for t in open_at)}") if open_at else None
 
@@ -394,14 +395,15 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                         m = measurer.measure_duet(Duet(candidate, reference, mode, mode, "reference"), prompt_class,
                                                   concurrency, turns=turns[0])
                         assert m.partner is not None
-                        ratio, lo, hi, n = decide(m, m.partner, confidence=gates.confidence)
+                        ratio, lo, hi, n = decide(m, m.partner, confidence=settings[m.prompt_class].confidence)
                         now = dt.datetime.now().isoformat(timespec="seconds")
                         first_lo, first_hi = first_look.pop() if first_look else (None, None)
                         record = [WindowResult(round_index, level, prompt_class.name, paired_design, ratio, lo, hi, n,
                                                server_tpot_ratio(m, m.partner), now, first_lo, first_hi, start)]
                         # sequential: earlier candidate windows of this class against this round's reference side
                         for earlier_round, earlier_level, earlier in pending_sequential.pop(prompt_class.name, []):
-                            s_ratio, s_lo, s_hi, s_n = decide(earlier, m.partner, extra_log_spread=sequential_spread)
+                            s_ratio, s_lo, s_hi, s_n = decide(earlier, m.partner, extra_log_spread=start_spread(
+                                settings[m.prompt_class].thresholds.start_noise))
                             record.append(WindowResult(earlier_round, earlier_level, prompt_class.name, "sequential",
                                                        s_ratio, s_lo, s_hi, s_n, None, now, start=start))
                         pending_sequential.setdefault(prompt_class.name, []).append((round_index, level, m))
