@@ -36,8 +36,11 @@ class Deferred:
         object.__setattr__(self, "_name", name)
 
     def __getattr__(self, attr: str) -> Any:
-        if attr == "_name":  # not yet set (a copy, an unpickle): no recursion
-            raise AttributeError(attr)
+        # An underscore name is a probe, never a use: pytest's fixture scan asks every global of a
+        # plugin module for __wrapped__ and _mock_name, copy and pickle ask for dunders (and _name
+        # before __init__ set it). It imports nothing.
+        if attr.startswith("_"):
+            raise AttributeError(f"{attr} (a deferred module resolves public names only)")
         return getattr(importlib.import_module(self._name), attr)
 
     def __setattr__(self, attr: str, value: Any) -> None:

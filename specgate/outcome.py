@@ -45,6 +45,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specgate.lazy import config
+
 Policy = Literal["skip", "fail"]
 Action = Literal["passed", "failed", "skipped", "xfailed"]
 
@@ -183,9 +185,7 @@ def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, 
     if gating == "gate" and outcome is Outcome.UNDECIDED:
         return "failed"
     if policy is None:
-        from specgate.config import OutcomePolicy
-
-        policy = OutcomePolicy().model_dump()
+        policy = config.OutcomePolicy().model_dump()
     return "failed" if policy.get(outcome.policy_key, "skip") == "fail" else "skipped"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specgate.locations import resolve_fixtures_dir, rig_name_of
-from specgate.plugin.options import ab_from_options
+from specgate.plugin.options import ab_from_options, parse_duration
 from specgate.plugin.output import progress_writer
 from specgate.session import SessionOptions, SpecgateSession, default_run_dir
 
@@ -59,8 +59,6 @@ def check_project_config_loaded(config: pytest.Config) -> None:
 def session_budget_s(config: pytest.Config) -> float | None:
     """--specgate-session-budget in seconds, or None. A value from the environment arrives as a string
     (the option's default), so it is parsed here too."""
-    from specgate.plugin.options import parse_duration
-
     budget = config.getoption("specgate_session_budget")
     if budget is None:
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from specgate.lazy import gates, measure
 from specgate.outcome import Outcome, outcome_of_kind, outcome_text, pytest_action
 from specgate.session import SpecgateSession
 
@@ -58,9 +59,6 @@ def decide_deferred_gates(specgate: SpecgateSession) -> bool:
     """xdist controller: the backfire and lossless gates workers deferred, on the merged windows.
     Returns True when one of them failed, by its outcome or by the policy for an outcome that
     decides nothing (the run then exits as failed)."""
-    from specgate.gates import check_backfire, check_lossless, check_ttft
-    from specgate.measure import ClassMeasurement
-
     merged = specgate.report_data(complete=True)
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in merged["measurements"]}
     deferred = {tuple(key) for report in specgate.worker_reports for key in report.get("deferred", [])}
@@ -70,9 +68,10 @@ def decide_deferred_gates(specgate: SpecgateSession) -> bool:
         ref = windows.get((specgate.rig.reference_mode, prompt_class, concurrency))
         if mine is None or ref is None:
             continue  # the missing window is already reported as NOT MEASURED
-        m, r = ClassMeasurement.from_dict(mine), ClassMeasurement.from_dict(ref)
+        m, r = measure.ClassMeasurement.from_dict(mine), measure.ClassMeasurement.from_dict(ref)
         window = specgate.settings_for(mode, prompt_class, concurrency)
-        for result in (check_backfire(window, m, r), check_lossless(window, m, r), check_ttft(window, m, r)):
+        for result in (gates.check_backfire(window, m, r), gates.check_lossless(window, m, r),
+                       gates.check_ttft(window, m, r)):
             specgate.record(result)  # an undecided one is listed as undecided, never as passed
             failed |= pytest_action(result.outcome, specgate.outcome_policy, declared=result.declared is not None,
                                     gating=result.gating) == "failed"

@@ -21,9 +21,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from specgate.durations import format_elapsed
-from specgate.outcome import Outcome
+from specgate.errors import SpecgateError
+from specgate.lazy import registry
+from specgate.outcome import Outcome, outcome_text, pytest_action
 from specgate.plan import Conditions, SessionPlan, WindowKey, estimate_rates, plan_session, window_key, windows_of
+from specgate.plugin.configure import get_session
 from specgate.progress import SessionProgress
+from specgate.telemetry import canary_reader
 
 if TYPE_CHECKING:
     from specgate.session import SpecgateSession
@@ -92,9 +96,6 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
 def rates_of(specgate: SpecgateSession) -> tuple[dict[WindowKey, float], str | None]:
     """The decode rates the plan uses (specgate.plan.estimate_rates, at this host's CPU canary) and
     the note naming the stored figures it set aside."""
-    from specgate.errors import SpecgateError
-    from specgate.telemetry import canary_reader
-
     try:
         store = specgate.store
     except SpecgateError:
@@ -145,14 +146,10 @@ def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.I
     progress lines from then on."""
     if not any(window_key(item) is not None for item in items):
         return
-    from specgate.errors import SpecgateError
-
     try:
         reused: tuple[str, ...] = ()
         if specgate.options.keep_servers and specgate.options.attach_url is None:
-            from specgate.registry import reusable_labels
-
-            reused = reusable_labels(specgate)
+            reused = registry.reusable_labels(specgate)
         rates = rates_of(specgate)
         plan = build_plan(specgate, items, reused=reused, rates=rates)
     except SpecgateError:
@@ -227,8 +224,6 @@ def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.mon
                                                     concurrency=concurrency), NOT_RUN, why)
     cost.not_run.append(item.nodeid)
     # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
-    from specgate.outcome import Outcome, outcome_text, pytest_action
-
     policy = specgate.outcome_policy
     text = outcome_text(gate, Outcome.NOT_RUN, why, policy)
     if pytest_action(Outcome.NOT_RUN, policy) == "failed":
@@ -258,16 +253,12 @@ class PlanCapture:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from specgate.plugin.configure import get_session
-
         if not any(window_key(item) is not None for item in session.items):
             return
         specgate = get_session(session.config)
         reused: tuple[str, ...] = ()
         if self.keep_servers:
-            from specgate.registry import reusable_labels
-
-            reused = reusable_labels(specgate)
+            reused = registry.reusable_labels(specgate)
         self.specgate = specgate
         self.windows, _ = windows_of(session.items)
         self.rates = rates_of(specgate)

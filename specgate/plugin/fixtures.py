@@ -15,6 +15,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from specgate.errors import SpecgateError
+from specgate.gpu import require_free_gpus
+from specgate.lazy import fingerprint, record, registry, sleep
+from specgate.lazy import gatekeeper as gatekeeper_mod
+from specgate.lazy import server as server_mod
 from specgate.plugin.configure import get_session
 from specgate.session import SpecgateSession
 
@@ -39,12 +43,9 @@ def server_turns(specgate_session: SpecgateSession) -> Any:
     session = specgate_session
     if session.options.attach_url or session.rig.arrangement.name != "alternate":
         return None
-    from specgate.registry import asleep_at_level_one
-    from specgate.sleep import SleepController
-
     rig = session.rig
     session.progress(f"design: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
-    return SleepController(rig, progress=session.progress, kept_asleep=asleep_at_level_one,
+    return sleep.SleepController(rig, progress=session.progress, kept_asleep=registry.asleep_at_level_one,
                            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
@@ -115,41 +116,36 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any
 
 def _server(session: SpecgateSession, mode, side: str | None, turns: Any) -> Any:
     """The server object of ``mode`` (on an A/B ``side``): attached, kept or new, not yet entered."""
-    from specgate.server import AttachedServer, VLLMServer, check_local_paths
-
     rig = session.rig
     if session.options.attach_url:
-        server: Any = AttachedServer(session.options.attach_url, label=mode.name, api_key=session.options.api_key)
+        server: Any = server_mod.AttachedServer(session.options.attach_url, label=mode.name,
+                                                api_key=session.options.api_key)
     else:
         if mode.optional_dependency and rig.argv_prefix[0] == sys.executable \
                 and importlib.util.find_spec(mode.optional_dependency) is None:
             pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
                         "in the server's environment")
-        check_local_paths(rig, mode)
+        server_mod.check_local_paths(rig, mode)
         # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded. In
         # an alternation every start is, for its own share (servers asleep keep ~1 GiB per GPU).
         guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
         spec = session.server_spec(mode, side)
         if turns is not None:
-            from specgate.sleep import run, with_sleep_mode
-
-            spec = with_sleep_mode(spec)
+            spec = sleep.with_sleep_mode(spec)
             guard = (lambda room_for=spec: turns.require_room(room_for)) if rig.tier == "gpu" else None
             try:
-                run(turns.make_room())
+                sleep.run(turns.make_room())
             except SpecgateError as exc:
                 pytest.fail(str(exc), pytrace=False)
         if session.options.keep_servers:
             server = _kept_or_started(session, mode, side, spec, guard, alternating=turns is not None)
         else:
-            server = VLLMServer(spec, progress=session.progress, before_start=guard)
+            server = server_mod.VLLMServer(spec, progress=session.progress, before_start=guard)
     return server
 
 
 def _serving(session: SpecgateSession, server: Any, mode, side: str | None, label: str, turns: Any) -> Iterator[Any]:
     """An entered server: recorded in the session (address, fingerprint), yielded, left."""
-    from specgate.fingerprint import collect, measured_with, server_vllm_version
-
     rig = session.rig
     session.live_servers += 1
     if turns is not None:
@@ -161,20 +157,19 @@ def _serving(session: SpecgateSession, server: Any, mode, side: str | None, labe
             "ready_after_s": server.ready_after_s, "log": str(server.log_path) if server.log_path else None,
             "worker": session.options.worker_id, "side": side, "live_with": session.live_servers - 1,
             "gpus": session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")}
-        session.fingerprints[mode.name if side in (None, "candidate") else label] = collect(
+        session.fingerprints[mode.name if side in (None, "candidate") else label] = fingerprint.collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
-            vllm_version=server_vllm_version(server.base_url, server.api_key), repo=session.options.repo_root,
+            vllm_version=fingerprint.server_vllm_version(server.base_url, server.api_key),
+            repo=session.options.repo_root,
             gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"),
-            concurrent_servers=session.options.worker_count, **measured_with(rig, mode))
+            concurrent_servers=session.options.worker_count, **fingerprint.measured_with(rig, mode))
         if session.options.record_dir is not None and side != "reference":
             _record(session, server, mode)
         yield server
     finally:
         session.live_servers -= 1
         if turns is not None:
-            from specgate.sleep import run
-
-            run(turns.leave(server, stays_running=session.options.keep_servers))
+            sleep.run(turns.leave(server, stays_running=session.options.keep_servers))
 
 
 def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *, alternating: bool):
@@ -183,25 +178,21 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
     hold the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every
     server stays loaded: a kept one is reused awake, or asleep at level 1 (its record holds the
     level; level 2 dropped its weights, so such a one is stopped and started again)."""
-    from specgate.registry import awake_or_why, kept_or_started
-
     rig = session.rig
     label = f"{mode.name}@{side}" if side else mode.name
     one_at_a_time = rig.tier == "gpu" and rig.design == "sequential" and not alternating
     others = [m.name for m in rig.modes if m.name != mode.name] if one_at_a_time else []
-    return kept_or_started(spec, rig=rig, mode_label=label, progress=session.progress, before_start=guard,
-                           stop_others=others, refuse=awake_or_why if alternating else None)
+    return registry.kept_or_started(spec, rig=rig, mode_label=label, progress=session.progress, before_start=guard,
+                                    stop_others=others, refuse=registry.awake_or_why if alternating else None)
 
 
 def _record(session: SpecgateSession, server, mode) -> None:
     import httpx
 
-    from specgate.record import record_server
-
     record_dir = session.options.record_dir
     try:
-        record_server(server.base_url, session.rig.served_model_name, mode.name, record_dir, api_key=server.api_key,
-                      timeout_s=session.rig.protocol.request_timeout_s)
+        record.record_server(server.base_url, session.rig.served_model_name, mode.name, record_dir,
+                             api_key=server.api_key, timeout_s=session.rig.protocol.request_timeout_s)
         session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
     except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
         warnings.warn(f"--specgate-record-responses: recording mode {mode.name} into {record_dir} failed: "
@@ -212,8 +203,6 @@ def gpu_guard(rig, worker_gpus: str | None):
     """Before a gpu-tier start: refuse when GPU memory is still held (by an earlier server)."""
     if rig.tier != "gpu":
         return None
-    from specgate.gpu import require_free_gpus
-
     visible = worker_gpus if worker_gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
     return lambda: require_free_gpus(visible, count=rig.gpus_per_server)
 
@@ -245,9 +234,7 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
             if server_turns is not None:
                 kwargs["turns"] = server_turns
         elif server_turns is not None and fresh:  # a window of its own on an alternation's server: wake it
-            from specgate.sleep import run
-
-            run(server_turns.activate(vllm_server))
+            sleep.run(server_turns.activate(vllm_server))
         measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency, **kwargs)
     except SpecgateError as exc:
         pytest.fail(str(exc), pytrace=False)
@@ -280,9 +267,7 @@ def _benchmark_info(m) -> dict[str, Any]:
 
 @pytest.fixture
 def gatekeeper(specgate_session: SpecgateSession) -> GateKeeper:
-    # The one lazy import of the gates: this module loads into every pytest run of the environment
+    # The gates load here (specgate.lazy): this module loads into every pytest run of the environment
     # (pytest_plugins), and the gates bring numpy, scipy and pydantic; a perf test's first gate loads them.
-    from specgate.plugin.gatekeeper import GateKeeper
-
-    return GateKeeper(specgate_session)
+    return gatekeeper_mod.GateKeeper(specgate_session)
 

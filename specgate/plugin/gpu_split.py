@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from specgate.gpu import nvml_readings
 from specgate.session import SpecgateSession
 
 XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the rig is a gpu rig and each worker "
@@ -23,8 +24,6 @@ def visible_gpus(config: pytest.Config) -> list[str]:
     if env is not None:
         return [v.strip() for v in env.split(",") if v.strip()]
     try:
-        from specgate.gpu import nvml_readings
-
         return [str(r.index) for r in nvml_readings() if not r.uuid.startswith("MIG-")]
     except Exception:  # no NVML: no GPU to hand out
         return []

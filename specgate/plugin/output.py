@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from specgate.errors import SpecgateError
+from specgate.exit_codes import ExitCode, broken_job
+from specgate.lazy import report as report_mod
+from specgate.saved_report import read_saved_report
 from specgate.session import SpecgateSession
 
 
@@ -44,16 +47,13 @@ def render_saved_report(path: Path) -> int:
     """--specgate-report-only: render a saved report again (summary, Markdown, plots), plain or
     gzip-compressed (``report.json.gz``); the exit code: 0, or 4 (a usage error) naming what the file
     lacks when it cannot be rendered."""
-    from specgate.report import render_all, render_text
-    from specgate.saved_report import read_saved_report
-
     try:
         report = read_saved_report(path)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return int(pytest.ExitCode.USAGE_ERROR)
-    print(render_text(report))
-    written = render_all(report, Path(path).parent)
+    print(report_mod.render_text(report))
+    written = report_mod.render_all(report, Path(path).parent)
     for name, out in written.items():
         print(f"{name}: {out}")
     return int(pytest.ExitCode.OK)
@@ -73,10 +73,8 @@ def write_run_output(specgate: SpecgateSession, *, interrupted: bool) -> None:
         written = specgate.flush_updates()
         if written:
             specgate.progress(f"stored figures written to {written}")
-    from specgate.report import render_all
-
     path = specgate.write_report(complete=not interrupted)
-    written = render_all(specgate.report_data(complete=not interrupted), specgate.options.run_dir)
+    written = report_mod.render_all(specgate.report_data(complete=not interrupted), specgate.options.run_dir)
     summary_env = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_env:
         with contextlib.suppress(OSError), open(summary_env, "a") as handle:
@@ -95,12 +93,9 @@ def step_summary(markdown: str, environ: Mapping[str, str]) -> str:
 
 
 def write_summary(terminalreporter, specgate: SpecgateSession, *, interrupted: bool) -> None:
-    from specgate.exit_codes import ExitCode, broken_job
-    from specgate.report import render_text
-
     terminalreporter.section("specgate summary")
     report = specgate.report_data(complete=not interrupted)
-    terminalreporter.write_line(render_text(report))
+    terminalreporter.write_line(report_mod.render_text(report))
     broken = broken_job(report)
     if broken and not interrupted:
         terminalreporter.write_line(f"JOB BROKEN (exit code {int(ExitCode.JOB_BROKEN)}: the run is incomplete, "
