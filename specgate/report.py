@@ -432,10 +432,10 @@ def start_order_lines(report: dict[str, Any]) -> list[str]:
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
     """The gate and notice lines under the tables: failed and undecided gates, what gated the run,
-    the start order, stored figures from elsewhere, host-bound windows, slow spells, and what an
-    older report lacks."""
-    return (failed_gate_lines(report) + gating_lines(report) + start_order_lines(report) + notice_lines(report)
-            + missing_line(report))
+    the figures the gates decided with, the start order, stored figures from elsewhere, host-bound
+    windows, slow spells, and what an older report lacks."""
+    return (failed_gate_lines(report) + gating_lines(report) + settings_lines(report) + start_order_lines(report)
+            + notice_lines(report) + missing_line(report))
 
 
 def detail_tables(report: dict[str, Any], fmt: str = "simple") -> list[str]:
@@ -466,6 +466,23 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def settings_lines(report: dict[str, Any]) -> list[str]:
+    """The figures the gates decided with (report.json's "settings", one entry per window, as the
+    session resolved them once: specgate.settings), windows with the same figures on one line."""
+    groups: dict[str, list[str]] = {}
+    for w in report.get("settings") or []:
+        ab = w.get("comparing") == "ab"
+        parts = [f"confidence {w['confidence'] * 100:.4g} %",
+                 f"throughput fails below {1 - (w['ab_tolerance'] if ab else w['level_tolerance']):.3g}"
+                 + (" (A/B)" if ab else " (stored level)"),
+                 f"acceptance {w['acceptance_tolerance'] * 100:g} %", f"TTFT +{w['ttft_tolerance'] * 100:g} %",
+                 f"backfire below {w['min_speedup']:g}x", f"arrangement {w['arrangement']}"]
+        if w.get("declared_backfire"):
+            parts.append("declared backfire")
+        groups.setdefault("; ".join(parts), []).append(f"{w['mode']}/{w['prompt_class']}/c{w['concurrency']}")
+    return [f"GATE SETTINGS: {', '.join(windows)}: {figures}" for figures, windows in groups.items()]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """summary.md and the GitHub job summary: the verdict table first, a link to the page
     (report.html, in the run's artifact on CI), then the other tables and the lines."""
@@ -482,7 +499,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         parts.append("\n".join(f"- {line}" for line in lines))
     else:
         parts.append("All gates passed." if report["gates"] else "No gate ran.")
-    notices = gating_lines(report) + start_order_lines(report) + notice_lines(report) + missing_line(report)
+    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report) + notice_lines(report)
+               + missing_line(report))
     if notices:
         parts.append("\n".join(f"- {line}" for line in notices))
     return "\n\n".join(parts) + "\n"

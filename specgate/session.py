@@ -496,6 +496,9 @@ class SpecgateSession:
                     for r in [own, *self.worker_reports] for f in r["failures"]}
         own["failures"] = [f for k, f in failures.items() if k not in seen]
         own["server_failures"] = [f for r in [own, *self.worker_reports] for f in r.get("server_failures", [])]
+        merged = {(w["mode"], w["prompt_class"], w["concurrency"]): w
+                  for r in [*self.worker_reports, own] for w in r.get("settings", [])}
+        own["settings"] = list(merged.values())
         if "family" not in own:  # the controller collects nothing: a worker counted the family
             own.update({k: r[k] for r in self.worker_reports for k in ("family", "gating") if k in r})
         orders = [r["start_order"] for r in [own, *self.worker_reports] if r.get("start_order")]
@@ -530,6 +533,7 @@ class SpecgateSession:
             **({"start_order": {"seed": self.start_seed, "first": dict(self.start_order)}} if self.start_order else {}),
             **({"family": self.family.to_dict()} if self.family is not None else {}),
             **({"gating": self.gating_setting} if self.gating_setting else {}),
+            "settings": [w.to_dict() for w in self._settings.values()],
         }
 
     @property

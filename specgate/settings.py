@@ -76,6 +76,18 @@ class WindowSettings:
         """The throughput gate's tolerance against stored figures: a duet ratio's, or a level's."""
         return self.thresholds.throughput_tolerance if duet_ratio else self.level_tolerance
 
+    def to_dict(self) -> dict[str, Any]:
+        """report.json's entry for this window: the figures its gates decided with."""
+        t = self.thresholds
+        return {"mode": self.mode, "prompt_class": self.prompt_class, "concurrency": self.concurrency,
+                "confidence": self.confidence, "arrangement": self.arrangement.name, "comparing": self.comparing,
+                "throughput_tolerance": t.throughput_tolerance, "level_tolerance": self.level_tolerance,
+                "ab_tolerance": self.ab_tolerance, "acceptance_tolerance": t.acceptance_tolerance,
+                "ttft_tolerance": t.ttft_tolerance, "min_speedup": t.min_speedup, "start_noise": t.start_noise,
+                "start_pair_spread": t.start_pair_spread, "equivalence_margin": t.equivalence_margin,
+                "declared_backfire": self.declared_backfire.reason if self.declared_backfire else None,
+                "gating": {gate: value for gate, (value, _) in self.gating.items() if value is not None}}
+
     def gating_of(self, gate: str) -> Gating | None:
         return self.gating.get(gate, (None, ""))[0]
 

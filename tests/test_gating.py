@@ -19,7 +19,7 @@ from specgate.errors import ConfigError
 from specgate.gates import ab_throughput
 from specgate.measure import ClassMeasurement
 from specgate.outcome import Outcome, family, gating_lines, outcome_text, parse_gating, pytest_action
-from specgate.report import render_markdown, start_order_lines
+from specgate.report import render_markdown, settings_lines, start_order_lines
 from specgate.session import SessionOptions, SpecgateSession
 from specgate.settings import can_decide, resolve_gating, window_settings
 
@@ -196,6 +196,14 @@ def test_the_session_counts_the_gates_that_gate_and_every_later_interval_uses_th
     report = session.report_data(complete=True)
     assert report["family"]["bound"] == pytest.approx(0.05)
     assert any("FALSE ALARMS: 3 gate(s) can fail this run" in line for line in gating_lines(report))
+    # report.json carries the settings each window decided with, and the summary says them once per group
+    windows = {(w["mode"], w["prompt_class"]): w for w in report["settings"]}
+    assert set(windows) == {(m, c) for m in ("ngram", "no_spec") for c in ("coding", "extraction")}
+    assert windows[("ngram", "coding")]["confidence"] == pytest.approx(1 - 0.1 / 3)
+    assert windows[("ngram", "coding")]["declared_backfire"] and not windows[("ngram", "extraction")]["declared_backfire"]
+    lines = settings_lines(report)
+    assert len(lines) == 2 and all(line.startswith("GATE SETTINGS: ") for line in lines)
+    assert "ngram/coding/c1" in next(line for line in lines if "declared backfire" in line)
 
 
 # -- 7: the start order ----------------------------------------------------------------------------
