@@ -200,7 +200,8 @@ def test_the_session_counts_the_gates_that_gate_and_every_later_interval_uses_th
     windows = {(w["mode"], w["prompt_class"]): w for w in report["settings"]}
     assert set(windows) == {(m, c) for m in ("ngram", "no_spec") for c in ("coding", "extraction")}
     assert windows[("ngram", "coding")]["confidence"] == pytest.approx(1 - 0.1 / 3)
-    assert windows[("ngram", "coding")]["declared_backfire"] and not windows[("ngram", "extraction")]["declared_backfire"]
+    assert windows[("ngram", "coding")]["declared_backfire"]
+    assert not windows[("ngram", "extraction")]["declared_backfire"]
     lines = settings_lines(report)
     assert len(lines) == 2 and all(line.startswith("GATE SETTINGS: ") for line in lines)
     assert "ngram/coding/c1" in next(line for line in lines if "declared backfire" in line)
