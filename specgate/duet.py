@@ -38,7 +38,7 @@ EXPECTED_SWAP_S = 2.0
 
 
 @dataclass(frozen=True)
-class Turn(Generic[T]):
+class Step(Generic[T]):
     """One step of a duet window: ``items`` (one request, or one round at concurrency N) sent to
     ``side``; ``group`` numbers the pair (or the pair of rounds) it belongs to."""
 
@@ -48,7 +48,7 @@ class Turn(Generic[T]):
 
 
 def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: int,
-         block: int | None = None, first: str | None = None) -> list[Turn[T]]:
+         block: int | None = None, first: str | None = None) -> list[Step[T]]:
     """The balanced, seeded order of a duet window.
 
     ``subject[i]`` and ``partner[i]`` are the same request key on the two servers. Groups of at
@@ -79,30 +79,30 @@ def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: 
     rounds = math.ceil(len(subject) / concurrency)
     groups = math.ceil(rounds / (block // concurrency))
     bounds = [min(len(subject), concurrency * (g * rounds // groups)) for g in range(groups + 1)]
-    turns: list[Turn[T]] = []
+    steps: list[Step[T]] = []
     for group, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-        a = Turn("subject", group, tuple(subject[lo:hi]))
-        b = Turn("partner", group, tuple(partner[lo:hi]))
-        turns.extend((a, b) if (group + start) % 2 == 0 else (b, a))
-    return turns
+        a = Step("subject", group, tuple(subject[lo:hi]))
+        b = Step("partner", group, tuple(partner[lo:hi]))
+        steps.extend((a, b) if (group + start) % 2 == 0 else (b, a))
+    return steps
 
 
-def swaps_in(turns: Sequence[Turn[T]], *, awake: str | None = None) -> int:
+def swaps_in(steps: Sequence[Step[T]], *, awake: str | None = None) -> int:
     """How many times the awake side changes over ``turns`` (an alternation's swaps), starting
     with ``awake`` awake (None: the first turn's side is already awake)."""
     count, current = 0, awake
-    for turn in turns:
-        if current is not None and turn.side != current:
+    for step in steps:
+        if current is not None and step.side != current:
             count += 1
-        current = turn.side
+        current = step.side
     return count
 
 
 def alternation_swaps(*, keys: int, block: int, concurrency: int, repeats: int) -> int:
     """The swaps of an alternation window of ``repeats`` passes over ``keys`` requests per side in
     turns of ``block``: each pass starts on the side that is awake (see :func:`plan`)."""
-    turns = plan(range(keys), range(keys), concurrency=concurrency, seed=0, block=block, first="subject")
-    return repeats * swaps_in(turns, awake="subject")
+    steps = plan(range(keys), range(keys), concurrency=concurrency, seed=0, block=block, first="subject")
+    return repeats * swaps_in(steps, awake="subject")
 
 
 def alternation_block(*, request_s: float, swap_s: float, concurrency: int, keys: int,
@@ -120,5 +120,5 @@ def alternation_block(*, request_s: float, swap_s: float, concurrency: int, keys
         raise ValueError(f"a request time must be positive, got {request_s}")
     need = concurrency * swap_s * (1 - max_swap_share) / (2 * max_swap_share * request_s)
     rounds = max(1, math.ceil(keys / concurrency))  # one pass over the keys, in rounds of N
-    turns = rounds if need <= 0 else min(rounds, max(1, math.floor(rounds * concurrency / need)))
-    return concurrency * math.ceil(rounds / turns)
+    steps = rounds if need <= 0 else min(rounds, max(1, math.floor(rounds * concurrency / need)))
+    return concurrency * math.ceil(rounds / steps)

@@ -115,7 +115,9 @@ def ratio_result(c: Comparison) -> GateResult:
     measured, reference, note = c.samples.measured, c.samples.reference, c.samples.note
     strata = c.samples.prompts if c.two_modes else None
     subject = c.subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
-    if len(measured) != len(reference):
+    if not c.samples.paired or len(measured) != len(reference):
+        # a paired ratio needs the same requests on both sides: two unrelated samples paired by
+        # position would read as a decided ratio of nothing
         return undecided_result(c.gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
                                 f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?)",
                                 design=c.design, note=note)
@@ -618,8 +620,9 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMe
     design, spread = _design_and_spread(settings, m, ab=ab, duet=duet)
     design = f"{design}{_looks_text(m)}"
     if not matched.paired or len(matched.measured) < 2:
-        return undecided_result("ttft", m, f"{subject}: TTFT undecided: {len(matched.measured)} request(s) with a "
-                                f"first token on both sides share a key", design=design)
+        shared = len(set(ours) & set(theirs))
+        return undecided_result("ttft", m, f"{subject}: TTFT undecided: {shared} request(s) with a first token on "
+                                f"both sides share a key ({len(ours)} vs {len(theirs)} with one)", design=design)
     limit = 1.0 + gates.ttft_tolerance
     strata = None if ab else [k.rsplit("#", 1)[0] for k in matched.keys or []]
     speed = paired_ratio([1 / t for t in matched.measured], [1 / t for t in matched.reference],

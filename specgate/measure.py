@@ -298,7 +298,7 @@ class Measurer:
         if times:
             self._request_s[server] = statistics.median(times)
 
-    def _alternation_block(self, servers: Iterable[Server], turns: Any, concurrency: int, keys: int) -> int:
+    def _alternation_block(self, servers: Iterable[Server], sleeper: Any, concurrency: int, keys: int) -> int:
         """The block of an alternation window: the protocol's, else duet.alternation_block's (swaps
         within duet.MAX_SWAP_SHARE of the window, turns of equal size) at the request time seen so far."""
         protocol = self.rig.protocol
@@ -307,7 +307,7 @@ class Measurer:
         known = [self._request_s[s] for s in servers if s in self._request_s]
         # Unknown (no warm-up): a request at 100 tok/s, a guess the next windows replace.
         request_s = max(known) if known else protocol.max_tokens / 100
-        return alternation_block(request_s=request_s, swap_s=turns.typical_swap_s(), concurrency=concurrency,
+        return alternation_block(request_s=request_s, swap_s=sleeper.typical_swap_s(), concurrency=concurrency,
                                  keys=keys)
 
     def _measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
@@ -344,21 +344,21 @@ class Measurer:
 
     # -- the duet -------------------------------------------------------------------------------
     def measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, *,
-                     run_rounds: RoundRunner = loop_rounds, turns: Any = None) -> ClassMeasurement:
+                     run_rounds: RoundRunner = loop_rounds, sleeper: Any = None) -> ClassMeasurement:
         """One window on the two live servers of ``duet``, requests alternated (see
         :mod:`specgate.duet`). Returns the subject's window with the partner's in ``partner``; request
-        keys match side to side. ``turns``: a specgate.sleep.SleepController when the two take turns on
+        keys match side to side. ``sleeper``: a specgate.sleep.SleepController when the two take turns on
         the same GPUs (an alternation): turns of several requests, a swap before each turn on the other
         side."""
         subject, partner = duet.subject, duet.partner
         label = (f"mode {duet.mode.name} vs {duet.partner_mode.name} ({duet.partner_side}), class "
                  f"{prompt_class.name}, concurrency {concurrency}")
-        if turns is not None:
-            turns.check()
+        if sleeper is not None:
+            sleeper.check()
         for server in (subject, partner):
             server.check_alive()
         try:
-            return self._measure_duet(duet, prompt_class, concurrency, label, run_rounds, turns)
+            return self._measure_duet(duet, prompt_class, concurrency, label, run_rounds, sleeper)
         except RequestError as exc:
             for server in (subject, partner):
                 try:
@@ -420,24 +420,24 @@ class Measurer:
         async def window(repeat: int) -> None:
             awake = None if sleeper is None else next(
                 (side for side, server in servers.items() if server is sleeper.awake), None)
-            turns = plan(build_requests(self.rig, mode, prompt_class, repeat=repeat),
+            steps = plan(build_requests(self.rig, mode, prompt_class, repeat=repeat),
                          build_requests(self.rig, partner_mode, prompt_class, repeat=repeat),
                          concurrency=concurrency, seed=(protocol.seed or 0) + repeat, block=block, first=awake)
             async with self._client(subject) as a, self._client(partner) as b:
                 clients = {"subject": a, "partner": b}
                 last_side = None
-                for turn in turns:
-                    if protocol.settle_s and sleeper is None and last_side not in (None, turn.side):
+                for step in steps:
+                    if protocol.settle_s and sleeper is None and last_side not in (None, step.side):
                         # let the server that just answered go idle first (Protocol.settle_s)
                         await asyncio.sleep(protocol.settle_s)
                     if sleeper is not None:
-                        await swap_to(turn.side)
-                    last_side = turn.side
-                    if turn.side == turns[2 * turn.group].side:  # the first turn of its pair
-                        pairs.append({"group": len(pairs), "first": turn.side,
+                        await swap_to(step.side)
+                    last_side = step.side
+                    if step.side == steps[2 * step.group].side:  # the first step of its pair
+                        pairs.append({"group": len(pairs), "first": step.side,
                                       "started_s": round(time.monotonic() - on_done.started, 3)})
-                    got = await run_requests(clients[turn.side], turn.items, concurrency=concurrency, on_done=on_done)
-                    records[turn.side].extend(got)
+                    got = await run_requests(clients[step.side], step.items, concurrency=concurrency, on_done=on_done)
+                    records[step.side].extend(got)
 
         def one_round() -> None:
             repeat = len(records["subject"]) // len(prompt_class.prompts)
@@ -463,7 +463,7 @@ class Measurer:
                     "block": block, "swaps": list(swaps), "swap_s": round(swap_s, 3),
                     "swap_share": round(swap_s / wall_s, 4) if wall_s > 0 else None,
                     "before_window": before_window,
-                    "levels": {t.server.label: t.level for t in sleeper.turns
+                    "levels": {t.server.label: t.level for t in sleeper.sleepers
                                if any(t.server is s for s in servers.values())}}
             return result
 

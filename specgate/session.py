@@ -306,9 +306,8 @@ class SpecgateSession:
         if key not in self._settings:
             own = settings.window_settings(self.rig, mode, prompt_class, concurrency,
                                            outcome_policy=self.outcome_policy)
-            confidence = max(own.confidence, self.family.confidence) if self.family is not None else own.confidence
-            self._settings[key] = dataclasses.replace(
-                own.with_family(confidence), gating={gate: self.gating_of(gate, *key) for gate in GATES})
+            held = own.with_family(self.family.confidence) if self.family is not None else own
+            self._settings[key] = dataclasses.replace(held, gating={gate: self.gating_of(gate, *key) for gate in GATES})
         return self._settings[key]
 
     @property

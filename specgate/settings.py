@@ -92,8 +92,8 @@ class WindowSettings:
         return self.gating.get(gate, (None, ""))[0]
 
     def with_family(self, confidence: float) -> WindowSettings:
-        """These settings at the family's ``confidence`` (never below the rig's)."""
-        if confidence == self.thresholds.confidence:
+        """These settings at the family's ``confidence``, never below their own (a class may ask for more)."""
+        if confidence <= self.thresholds.confidence:
             return self
         return replace(self, thresholds=self.thresholds.model_copy(update={"confidence": confidence}))
 

@@ -134,7 +134,7 @@ def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:
 
 
 @dataclass
-class _Turn:
+class _Sleeper:
     """One server of the alternation and what is known of it."""
 
     server: Any
@@ -159,54 +159,54 @@ class SleepController:
     # the kept servers (specgate.registry) asleep at level 1, but for these pids: names, for the
     # level-2 message; the plugin passes the registry's, nothing by default
     kept_asleep: Callable[[set[int]], list[str]] = lambda pids: []
-    turns: list[_Turn] = field(default_factory=list)
+    sleepers: list[_Sleeper] = field(default_factory=list)
     swaps: list[dict[str, Any]] = field(default_factory=list)
     failure: str | None = None  # a failed swap: every later swap fails with it
 
     # -- the servers -------------------------------------------------------------------------
-    def _turn(self, server: Any) -> _Turn:
-        for turn in self.turns:
-            if turn.server is server:
-                return turn
+    def _sleeper(self, server: Any) -> _Sleeper:
+        for sleeper in self.sleepers:
+            if sleeper.server is server:
+                return sleeper
         raise SleepError(f"server {server.label} is not one of this alternation's servers")
 
     @property
     def awake(self) -> Any | None:
-        return next((t.server for t in self.turns if not t.sleeping), None)
+        return next((t.server for t in self.sleepers if not t.sleeping), None)
 
     def add(self, server: Any, *, asleep_at: int | None = None) -> None:
         """A server that just started (awake: every other one sleeps, see :meth:`make_room`), or a
         kept one an earlier session left asleep at level ``asleep_at`` (woken for its first turn)."""
-        if any(t.server is server for t in self.turns):
+        if any(t.server is server for t in self.sleepers):
             return
         if asleep_at is None:
-            self.turns.append(_Turn(server))
+            self.sleepers.append(_Sleeper(server))
         else:
-            self.turns.append(_Turn(server, level=asleep_at, sleeping=True,
+            self.sleepers.append(_Sleeper(server, level=asleep_at, sleeping=True,
                                     level_why=f"level {asleep_at}, as it slept when an earlier session left it"))
 
     def has_slept(self, server: Any) -> bool:
         """Whether ``server`` has been asleep (its level is chosen at its first sleep)."""
-        return self._turn(server).level is not None
+        return self._sleeper(server).level is not None
 
     def remove(self, server: Any) -> None:
         """A server torn down: it no longer takes turns."""
-        self.turns = [t for t in self.turns if t.server is not server]
+        self.sleepers = [t for t in self.sleepers if t.server is not server]
 
     async def leave(self, server: Any, *, stays_running: bool) -> None:
         """A server's last turn is over (its mode's last test). One that stays running after it
         (--specgate-keep-servers) goes to sleep first when it is awake: the next server to start
         must find the GPUs free, and no longer sees it among the turns."""
-        turn = next((t for t in self.turns if t.server is server), None)
+        sleeper = next((t for t in self.sleepers if t.server is server), None)
         self.remove(server)
-        if not stays_running or turn is None or turn.sleeping or self.failure is not None:
+        if not stays_running or sleeper is None or sleeper.sleeping or self.failure is not None:
             return
         try:
             server.check_alive()
         except ServerError:
             return  # it died: the test that met it said so, and the others take turns on
         try:
-            await self._sleep(server, turn)
+            await self._sleep(server, sleeper)
         except SleepError as exc:
             # only this server holds the GPUs awake: stop it, so the next start finds them free
             stop = getattr(server, "stop", None)
@@ -261,7 +261,7 @@ class SleepController:
         awake = self.awake
         if awake is not None:
             started = time.monotonic()
-            first = self._turn(awake).level is None
+            first = self._sleeper(awake).level is None
             try:
                 await self._sleep(awake)
             except SleepError as exc:
@@ -274,25 +274,25 @@ class SleepController:
         """Make ``server`` the awake one: put the awake other to sleep, check the GPU memory came
         free, wake ``server``. Returns the swap (timings), or None when it was awake already."""
         self.check()
-        turn = self._turn(server)
-        if not turn.sleeping:
+        sleeper = self._sleeper(server)
+        if not sleeper.sleeping:
             return None
         record: dict[str, Any] = {"to": server.label, "from": None, "sleep_s": 0.0, "first_sleep": False}
         other = self.awake
         try:
             if other is not None:
-                record["from"], record["first_sleep"] = other.label, self._turn(other).level is None
+                record["from"], record["first_sleep"] = other.label, self._sleeper(other).level is None
                 started = time.monotonic()
                 await self._sleep(other)
                 record["sleep_s"] = round(time.monotonic() - started, 3)
             self._check_gpu_free(server, other)
             started = time.monotonic()
-            await self._wake(turn)
+            await self._wake(sleeper)
             record["wake_s"] = round(time.monotonic() - started, 3)
         except SleepError as exc:
             self._fail(str(exc))
             raise
-        record["level"] = turn.level
+        record["level"] = sleeper.level
         self.swaps.append(record)
         return record
 
@@ -300,13 +300,13 @@ class SleepController:
         """A swap failed: remember why, and tear every server of the alternation down (a server
         half asleep holds GPU memory nobody can use)."""
         self.failure = message
-        for turn in self.turns:
-            stop = getattr(turn.server, "stop", None)
+        for sleeper in self.sleepers:
+            stop = getattr(sleeper.server, "stop", None)
             if stop is not None:
                 try:
                     stop()
                 except Exception as exc:  # the failure being reported matters more
-                    self.progress(f"alternation: stopping {turn.server.label} after the failed swap: {exc}")
+                    self.progress(f"alternation: stopping {sleeper.server.label} after the failed swap: {exc}")
 
     def _client(self, server: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=server.base_url, headers=auth_headers(server.api_key),
@@ -343,27 +343,27 @@ class SleepController:
         except ServerError as exc:
             raise SleepError(f"alternation: {server.label} cannot take its turn: {exc}") from None
 
-    async def _sleep(self, server: Any, turn: _Turn | None = None) -> None:
-        turn = turn or self._turn(server)
+    async def _sleep(self, server: Any, sleeper: _Sleeper | None = None) -> None:
+        sleeper = sleeper or self._sleeper(server)
         self._alive(server)
-        if turn.level is None:
-            turn.level, turn.level_why = self._choose_level(turn)
-            self.progress(f"alternation: {server.label} sleeps at {turn.level_why}")
-            if turn.level == 1:
+        if sleeper.level is None:
+            sleeper.level, sleeper.level_why = self._choose_level(sleeper)
+            self.progress(f"alternation: {server.label} sleeps at {sleeper.level_why}")
+            if sleeper.level == 1:
                 self.progress(f"alternation: putting {server.label} to sleep for the first time (its weights are "
                               "copied to host memory: ~24 s for 29 GiB)")
         started = time.monotonic()
         async with self._client(server) as client:
-            await self._post(client, server, "/sleep", "go to sleep", params={"level": turn.level})
+            await self._post(client, server, "/sleep", "go to sleep", params={"level": sleeper.level})
             if not await self._is_sleeping(client, server):
                 raise self._error(server, "answered POST /sleep but GET /is_sleeping says it is awake")
-        turn.sleeping = True
-        _note_sleep(server, turn.level)
+        sleeper.sleeping = True
+        _note_sleep(server, sleeper.level)
         if time.monotonic() - started > 10:
             self.progress(f"alternation: {server.label} asleep after {format_elapsed(time.monotonic() - started)}")
 
-    def _choose_level(self, turn: _Turn) -> tuple[int, str]:
-        rig, server = self.rig, turn.server
+    def _choose_level(self, sleeper: _Sleeper) -> tuple[int, str]:
+        rig, server = self.rig, sleeper.server
         need = rig.sleep_host_memory_gib
         if need is None:
             log_path = getattr(server, "log_path", None)
@@ -390,7 +390,7 @@ class SleepController:
     def _kept_elsewhere(self) -> str:
         """Kept servers (--specgate-keep-servers) asleep at level 1 outside this alternation: their
         weights hold host memory that a level-1 sleep here would need."""
-        ours = {getattr(getattr(t.server, "kept", None), "pid", None) for t in self.turns}
+        ours = {getattr(getattr(t.server, "kept", None), "pid", None) for t in self.sleepers}
         others = self.kept_asleep(ours - {None})
         if not others:
             return ""
@@ -407,11 +407,11 @@ class SleepController:
                 f"{'went to sleep' if other is not None else 'sleeps'} but the GPU memory did not come free for "
                 f"{server.label} ({shown}; it needs {need * 100:.0f} % less {GPU_FREE_SLACK * 100:.0f} % slack)"))
 
-    async def _wake(self, turn: _Turn) -> None:
-        server = turn.server
+    async def _wake(self, sleeper: _Sleeper) -> None:
+        server = sleeper.server
         self._alive(server)
         async with self._client(server) as client:
-            if turn.level == 2:
+            if sleeper.level == 2:
                 # Level 2 kept no weights: wake their memory, reload them from the files, then the KV cache.
                 await self._post(client, server, "/wake_up", "wake up its weights", params={"tags": "weights"})
                 await self._post(client, server, "/collective_rpc", "reload its weights",
@@ -421,7 +421,7 @@ class SleepController:
                 await self._post(client, server, "/wake_up", "wake up")
             if await self._is_sleeping(client, server):
                 raise self._error(server, "answered POST /wake_up but GET /is_sleeping says it still sleeps")
-        turn.sleeping = False
+        sleeper.sleeping = False
         _note_sleep(server, None)
 
 

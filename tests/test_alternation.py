@@ -81,24 +81,24 @@ def controller(rig, **kwargs):
     return SleepController(rig, **kwargs)
 
 
-def started(turns, *servers):
+def started(sleeper, *servers):
     """Start ``servers`` as the fixtures do: the awake one sleeps before the next starts."""
     for server in servers:
-        asyncio.run(turns.make_room())
-        turns.add(server)
+        asyncio.run(sleeper.make_room())
+        sleeper.add(server)
 
 
 # -- the plan ------------------------------------------------------------------------------------
 def test_blocks_alternate_abba_by_block_and_swap_once_per_pair_of_turns():
     keys = list(range(12))
-    turns = plan(keys, keys, concurrency=1, seed=0, block=4)
-    assert [len(t.items) for t in turns] == [4] * 6
-    assert [t.group for t in turns] == [0, 0, 1, 1, 2, 2]
-    sides = [t.side for t in turns]
+    steps = plan(keys, keys, concurrency=1, seed=0, block=4)
+    assert [len(t.items) for t in steps] == [4] * 6
+    assert [t.group for t in steps] == [0, 0, 1, 1, 2, 2]
+    sides = [t.side for t in steps]
     assert sides[0] != sides[1] and sides[1] == sides[2] and sides[3] == sides[4]  # ABBAAB
-    assert swaps_in(turns) == 3
+    assert swaps_in(steps) == 3
     # each group's two turns carry the same keys: a pair per key
-    assert all(turns[2 * g].items == turns[2 * g + 1].items for g in range(3))
+    assert all(steps[2 * g].items == steps[2 * g + 1].items for g in range(3))
     assert {plan(keys, keys, concurrency=1, seed=s, block=4)[0].side for s in range(20)} == {"subject", "partner"}
     # an alternation starts with the side that is awake, whatever the seed
     for side in ("subject", "partner"):
@@ -110,8 +110,8 @@ def test_blocks_alternate_abba_by_block_and_swap_once_per_pair_of_turns():
 def test_a_block_is_a_multiple_of_the_concurrency():
     with pytest.raises(ValueError, match="multiple of the concurrency"):
         plan(list(range(8)), list(range(8)), concurrency=4, seed=0, block=6)
-    turns = plan(list(range(16)), list(range(16)), concurrency=4, seed=0, block=8)
-    assert [len(t.items) for t in turns] == [8] * 4
+    steps = plan(list(range(16)), list(range(16)), concurrency=4, seed=0, block=8)
+    assert [len(t.items) for t in steps] == [8] * 4
 
 
 def test_the_default_block_keeps_swaps_a_small_share_of_the_window():
@@ -153,14 +153,14 @@ def test_auto_picks_duet_when_two_fit_and_alternation_when_they_do_not():
 def test_the_typical_swap_counts_only_swaps_between_two_servers(rig):
     # a server's first sleep copies its weights, a sleep before a start wakes nobody, and a wake with
     # nobody to put to sleep is half a swap: none of them is what a swap between turns costs
-    turns = SleepController(rig)
-    turns.swaps = [
+    sleeper = SleepController(rig)
+    sleeper.swaps = [
         {"from": "a", "to": None, "sleep_s": 16.0, "wake_s": 0.0, "first_sleep": True, "before_start": True},
         {"from": None, "to": "b", "sleep_s": 0.0, "wake_s": 0.9, "first_sleep": False},
         {"from": "b", "to": "a", "sleep_s": 0.7, "wake_s": 0.9, "first_sleep": False},
         {"from": "a", "to": "b", "sleep_s": 0.7, "wake_s": 1.1, "first_sleep": False},
     ]
-    assert turns.typical_swap_s() == pytest.approx(1.7)
+    assert sleeper.typical_swap_s() == pytest.approx(1.7)
 
 
 def fixtures_with_rig(tmp_path, name: str, text: str) -> Path:
@@ -214,13 +214,13 @@ def test_level_one_when_the_host_holds_the_weights_else_level_two():
 def test_a_level_two_wake_reloads_the_weights_between_its_two_wakes(rig):
     journal = []
     a, b = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
-    turns = controller(rig, available_gib=lambda: 4.0)  # 10 GiB of weights do not fit
-    started(turns, a, b)
-    asyncio.run(turns.activate(a))
+    sleeper = controller(rig, available_gib=lambda: 4.0)  # 10 GiB of weights do not fit
+    started(sleeper, a, b)
+    asyncio.run(sleeper.activate(a))
     assert [e for e in journal if e[1] == "no_spec"] == [
         ("sleep", "no_spec", "2"), ("wake", "no_spec", "weights"), ("rpc", "no_spec", "reload_weights"),
         ("wake", "no_spec", "kv_cache")]
-    assert turns.swaps[-1]["level"] == 2
+    assert sleeper.swaps[-1]["level"] == 2
 
 
 def test_level_two_is_refused_for_dummy_weights(rig):
@@ -228,10 +228,10 @@ def test_level_two_is_refused_for_dummy_weights(rig):
     # text (docs/journal/lab/2026-12-03-h200-same-lease.md): no decode rate, so no gate could decide
     journal = []
     a = SleepyStandIn("no_spec", journal, argv=("--load-format", "dummy"))
-    turns = controller(rig, available_gib=lambda: 4.0)
-    started(turns, a)
+    sleeper = controller(rig, available_gib=lambda: 4.0)
+    started(sleeper, a)
     with pytest.raises(SleepError, match="weights are dummy") as failed:
-        asyncio.run(turns.make_room())
+        asyncio.run(sleeper.make_room())
     assert "generates no text" in str(failed.value) and "level 1 would keep" in str(failed.value)
     assert not [e for e in journal if e[0] == "sleep"] and a.stopped
 
@@ -306,9 +306,9 @@ def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch
     journal, lines = [], []
     a, b = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
     a.kept = mine
-    turns = controller(rig, available_gib=lambda: 4.0, progress=lines.append,
+    sleeper = controller(rig, available_gib=lambda: 4.0, progress=lines.append,
                        kept_asleep=registry.asleep_at_level_one)
-    started(turns, a, b)
+    started(sleeper, a, b)
     [level_line] = [line for line in lines if "sleeps at level 2" in line]
     assert "h200__draft1l_al10_async__ab12" in level_line and "servers --stop NAME" in level_line
     assert "mine" not in level_line.split("kept servers")[1] and "gone" not in level_line
@@ -317,17 +317,17 @@ def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch
 def test_an_ngram_server_sleeps_at_level_two_when_the_host_is_short_and_a_forced_level_names_the_rig(rig):
     journal = []
     ngram = SleepyStandIn("ngram", journal, argv=("--speculative-config", '{"method": "ngram"}'))
-    turns = controller(rig, available_gib=lambda: 4.0)  # 10 GiB of weights do not fit
-    started(turns, ngram)
-    asyncio.run(turns.make_room())
+    sleeper = controller(rig, available_gib=lambda: 4.0)  # 10 GiB of weights do not fit
+    started(sleeper, ngram)
+    asyncio.run(sleeper.make_room())
     assert ("sleep", "ngram", "2") in journal
     # a level the rig forces: the message says to change the rig, not to free host memory
     # the recorded n-gram stand-in with an EAGLE-3 server's argv (the argv is what the level reads)
     eagle = SleepyStandIn("ngram", journal, argv=("--speculative-config", '{"method": "eagle3"}'))
-    turns = controller(rig.model_copy(update={"sleep_level": 2}))
-    started(turns, eagle)
+    sleeper = controller(rig.model_copy(update={"sleep_level": 2}))
+    started(sleeper, eagle)
     with pytest.raises(SleepError) as failed:
-        asyncio.run(turns.make_room())
+        asyncio.run(sleeper.make_room())
     assert f"Set sleep_level = 1 or leave it unset in {rig.path}" in str(failed.value)
     assert "Free host memory" not in str(failed.value)
 
@@ -335,10 +335,10 @@ def test_an_ngram_server_sleeps_at_level_two_when_the_host_is_short_and_a_forced
 def test_level_two_is_refused_for_a_drafters_server(rig):
     journal = []
     a = SleepyStandIn("ngram", journal, argv=("--speculative-config", '{"method": "eagle3", "model": "/h"}'))
-    turns = controller(rig, available_gib=lambda: 4.0)
-    started(turns, a)
+    sleeper = controller(rig, available_gib=lambda: 4.0)
+    started(sleeper, a)
     with pytest.raises(SleepError, match="drafter's weights would not come back") as failed:
-        asyncio.run(turns.make_room())
+        asyncio.run(sleeper.make_room())
     assert "the last line of its log" in str(failed.value) and a.stopped
 
 
@@ -346,9 +346,9 @@ def test_level_two_is_refused_for_a_drafters_server(rig):
 def test_a_server_that_says_it_is_still_awake_fails_the_swap_with_its_log(rig):
     journal = []
     a, b = SleepyStandIn("no_spec", journal, stays_awake=True), SleepyStandIn("ngram", journal)
-    turns = controller(rig)
+    sleeper = controller(rig)
     with pytest.raises(SleepError, match="GET /is_sleeping says it is awake") as failed:
-        started(turns, a, b)
+        started(sleeper, a, b)
     assert "the last line of its log" in str(failed.value)
 
 
@@ -356,14 +356,14 @@ def test_memory_that_did_not_come_free_stops_the_wake(rig):
     journal = []
     argv = ("--gpu-memory-utilization", "0.6")
     a, b = SleepyStandIn("no_spec", journal, argv=argv), SleepyStandIn("ngram", journal, argv=argv)
-    turns = controller(rig, gpu_free=lambda gpus: [("0", 0.38)])
-    started(turns, a, b)
+    sleeper = controller(rig, gpu_free=lambda gpus: [("0", 0.38)])
+    started(sleeper, a, b)
     with pytest.raises(SleepError, match="GPU 0 38 % free"):
-        asyncio.run(turns.activate(a))
+        asyncio.run(sleeper.activate(a))
     assert not any(kind == "wake" for kind, *_ in journal)
     assert a.stopped and b.stopped  # both torn down
     with pytest.raises(SleepError, match="an earlier swap"):
-        asyncio.run(turns.activate(b))
+        asyncio.run(sleeper.activate(b))
 
 
 def test_a_kept_server_goes_to_sleep_when_its_last_turn_is_over(rig):
@@ -372,14 +372,14 @@ def test_a_kept_server_goes_to_sleep_when_its_last_turn_is_over(rig):
     on free GPUs; a server about to be stopped is not put to sleep first."""
     journal = []
     a, b, c = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal), SleepyStandIn("ngram", journal)
-    turns = controller(rig)
-    started(turns, a, b)
-    asyncio.run(turns.leave(b, stays_running=True))
-    assert b.sleeping and journal[-1] == ("sleep", "ngram", "1") and turns.awake is None
-    started(turns, c)  # nothing awake to make room from
-    assert [t.server for t in turns.turns] == [a, c] and turns.awake is c
-    asyncio.run(turns.leave(c, stays_running=False))
-    assert not c.sleeping and turns.awake is None
+    sleeper = controller(rig)
+    started(sleeper, a, b)
+    asyncio.run(sleeper.leave(b, stays_running=True))
+    assert b.sleeping and journal[-1] == ("sleep", "ngram", "1") and sleeper.awake is None
+    started(sleeper, c)  # nothing awake to make room from
+    assert [t.server for t in sleeper.sleepers] == [a, c] and sleeper.awake is c
+    asyncio.run(sleeper.leave(c, stays_running=False))
+    assert not c.sleeping and sleeper.awake is None
     assert [e for e in journal if e[0] == "sleep"] == [("sleep", "no_spec", "1"), ("sleep", "ngram", "1")]
 
 
@@ -396,15 +396,15 @@ def test_a_leaving_server_that_died_or_cannot_sleep_ends_only_its_own_turns(rig)
         raise ServerDiedError("vLLM server for mode ngram exited with code -9")
 
     dead.check_alive = died
-    turns = controller(rig)
-    started(turns, reference, dead)
-    asyncio.run(turns.leave(dead, stays_running=True))
-    assert turns.failure is None and [t.server for t in turns.turns] == [reference]
-    started(turns, stubborn)
+    sleeper = controller(rig)
+    started(sleeper, reference, dead)
+    asyncio.run(sleeper.leave(dead, stays_running=True))
+    assert sleeper.failure is None and [t.server for t in sleeper.sleepers] == [reference]
+    started(sleeper, stubborn)
     with pytest.raises(SleepError, match=r"it was leaving the alternation.*it was stopped"):
-        asyncio.run(turns.leave(stubborn, stays_running=True))
-    assert stubborn.stopped and not reference.stopped and turns.failure is None
-    assert asyncio.run(turns.activate(reference))["to"] == "no_spec"  # the reference takes its turn
+        asyncio.run(sleeper.leave(stubborn, stays_running=True))
+    assert stubborn.stopped and not reference.stopped and sleeper.failure is None
+    assert asyncio.run(sleeper.activate(reference))["to"] == "no_spec"  # the reference takes its turn
 
 
 def test_a_start_in_an_alternation_needs_only_its_own_share_of_the_gpu(rig):
@@ -423,11 +423,11 @@ def test_a_start_in_an_alternation_needs_only_its_own_share_of_the_gpu(rig):
 def window(rig):
     journal = []
     reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
-    turns = controller(rig)
-    started(turns, reference, ngram)
+    sleeper = controller(rig)
+    started(sleeper, reference, ngram)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     m = Measurer(rig).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
-                                   turns=turns)
+                                   sleeper=sleeper)
     return m, journal, coding
 
 
@@ -459,16 +459,16 @@ def test_a_window_on_warm_servers_swaps_only_where_its_turns_change_sides(rig, s
     rig = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"seed": seed})})
     journal = []
     reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
-    turns = controller(rig)
-    started(turns, reference, ngram)
+    sleeper = controller(rig)
+    started(sleeper, reference, ngram)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     measurer = Measurer(rig)
     measure = lambda: measurer.measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")),  # noqa: E731
-                                            coding, 1, turns=turns)
+                                            coding, 1, sleeper=sleeper)
     measure()
     del journal[:]
     reference.metric_calls = ngram.metric_calls = 0  # the recorded counters again: a window of its own
-    awake = turns.awake.label
+    awake = sleeper.awake.label
     second = measure()
     sides = [label for kind, label, _ in journal if kind == "start"]
     changes = sum(a != b for a, b in itertools.pairwise(sides))
@@ -484,16 +484,16 @@ def test_a_server_that_never_slept_takes_its_first_sleep_before_the_window(rig):
     no_warm_up = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0})})
     journal = []
     reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
-    turns = controller(no_warm_up)
-    started(turns, reference, ngram)  # no_spec asleep, ngram just started: awake, never slept
+    sleeper = controller(no_warm_up)
+    started(sleeper, reference, ngram)  # no_spec asleep, ngram just started: awake, never slept
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     m = Measurer(no_warm_up).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
-                                          turns=turns)
+                                          sleeper=sleeper)
     first_request = next(i for i, entry in enumerate(journal) if entry[0] == "start")
     assert ("sleep", "ngram", "1") in journal[:first_request]
     assert journal[first_request][1] == "no_spec"  # the window starts on the side the first sleep woke
     assert not any(s["first_sleep"] for s in m.extra["alternation"]["swaps"])
-    assert any(s["first_sleep"] and s["from"] == "ngram" for s in turns.swaps)
+    assert any(s["first_sleep"] and s["from"] == "ngram" for s in sleeper.swaps)
     [before] = m.extra["alternation"]["before_window"]
     assert before["from"] == "ngram" and before["for"] == "the window's first turn"
 
@@ -503,12 +503,12 @@ def test_a_just_started_partner_warms_up_first_so_one_swap_wakes_the_subject_for
     # warm-up, and the window needs no swap before it (the other order made two)
     journal = []
     reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
-    turns = controller(rig)
-    started(turns, ngram, reference)  # ngram asleep, no_spec just started: awake, never slept
+    sleeper = controller(rig)
+    started(sleeper, ngram, reference)  # ngram asleep, no_spec just started: awake, never slept
     del journal[:]
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     m = Measurer(rig).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
-                                   turns=turns)
+                                   sleeper=sleeper)
     starts = [i for i, entry in enumerate(journal) if entry[0] == "start"]
     assert [journal[i][1] for i in starts[:2]] == ["no_spec", "ngram"]  # the warm-ups, awake one first
     swaps_before = [e[:2] for e in journal[:starts[2]] if e[0] in ("sleep", "wake")]
@@ -525,11 +525,11 @@ def test_a_server_outside_the_window_sleeps_before_it(rig):
                                   SleepyStandIn("ngram", journal))
     outsider.label = "outsider"  # the recorded n-gram server, a third server of the alternation
     no_warm_up = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"warmup_requests": 0})})
-    turns = controller(no_warm_up)
-    started(turns, reference, ngram, outsider)
+    sleeper = controller(no_warm_up)
+    started(sleeper, reference, ngram, outsider)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     m = Measurer(no_warm_up).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
-                                          turns=turns)
+                                          sleeper=sleeper)
     [before] = m.extra["alternation"]["before_window"]
     assert before["from"] == "outsider" and before["first_sleep"] and before["to"] == "no_spec"
     assert before["for"] == "the window's first turn"
@@ -554,11 +554,11 @@ def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
     settling = rig.model_copy(update={"protocol": rig.protocol.model_copy(update={"settle_s": 3.0})})
     journal = []
     reference, ngram = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
-    turns = controller(settling)
-    started(turns, reference, ngram)
+    sleeper = controller(settling)
+    started(sleeper, reference, ngram)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     m = Measurer(settling).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
-                                        turns=turns)
+                                        sleeper=sleeper)
     assert m.extra["alternation"]["swaps"] and settled == []
 
 
@@ -573,12 +573,12 @@ def test_the_backfire_verdict_names_the_alternation_and_why(window, rig):
 def test_a_side_that_fails_to_wake_fails_the_window_with_its_log(rig):
     journal = []
     reference, ngram = SleepyStandIn("no_spec", journal, asleep_after_wake=True), SleepyStandIn("ngram", journal)
-    turns = controller(rig)
-    started(turns, reference, ngram)
+    sleeper = controller(rig)
+    started(sleeper, reference, ngram)
     coding = next(c for c in rig.prompt_classes if c.name == "coding")
     with pytest.raises(SleepError, match="still sleeps") as failed:
         Measurer(rig).measure_duet(Duet(ngram, reference, rig.mode("ngram"), rig.mode("no_spec")), coding, 1,
-                                   turns=turns)
+                                   sleeper=sleeper)
     assert "no_spec: the last line of its log" in str(failed.value)
     assert reference.stopped and ngram.stopped
 
@@ -596,6 +596,6 @@ def test_an_alternation_rig_sets_up_each_server_once_with_its_turns(pytester):
                                 "-p", "no:cacheprovider")
     out = result.stdout.str()
     assert sum("SETUP    S vllm_server" in line for line in result.outlines) == 5, out
-    assert sum("SETUP    S server_turns" in line for line in result.outlines) == 1, out
+    assert sum("SETUP    S sleep_controller" in line for line in result.outlines) == 1, out
     modes = [line.split("[")[1].split("]")[0] for line in result.outlines if "SETUP    S mode[" in line]
     assert modes[-1] == "Mode('no_spec')"  # the reference starts first (partner_server) and its tests come last

@@ -183,7 +183,7 @@ GATE_TESTS = textwrap.dedent('''
 @pytest.fixture
 def gate_project(pytester: pytest.Pytester) -> pytest.Pytester:
     copy_fixtures(pytester.path / "fixtures")
-    pytester.makepyfile(test_gates=GATE_TESTS + "\n\n" + inspect.getsource(window))
+    pytester.makepyfile(test_fingerprint_gates=GATE_TESTS + "\n\n" + inspect.getsource(window))
     return pytester
 
 

@@ -304,8 +304,6 @@ def test_check_ttft_is_undecided_when_the_sides_share_too_few_requests(rig):
     assert result.details["undecided"] and result.details["verdict"] == "undecided"
 
 
-@pytest.mark.xfail(strict=True, reason="check_ttft counts the unpaired measured side (6) as the requests sharing a "
-                                       "key (1) when too few keys are shared to pair")
 def test_the_undecided_ttft_message_counts_the_requests_that_share_a_key(rig):
     assert "TTFT undecided: 1 request(s) with a first token on both sides share a key" in _one_key_shared(rig).message
 

@@ -288,7 +288,7 @@ def test_the_speed_table_tells_a_reported_only_failure_from_one_that_failed_the_
 
 
 class _Events(list):
-    def serve(self, session, mode, *, side=None, turns=None):
+    def serve(self, session, mode, *, side=None, sleeper=None):
         self.append(f"start {side}")
         try:
             yield f"{mode.name}@{side}"

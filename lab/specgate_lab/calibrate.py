@@ -354,7 +354,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     rng = random.Random(seed)
 
     level_env = {"gpu": ENV_GPU_FILE, "cpu": ENV_FILE}.get(injector)
-    turns: list[Any] = [None]  # this start's SleepController on an alternation rig
+    sleeper: list[Any] = [None]  # this start's SleepController on an alternation rig
 
     def start_pair(servers: contextlib.ExitStack, start: int) -> tuple[Any, Any]:
         """Both servers, one after the other; each start's logs kept (servers-2/, ...). On an
@@ -365,7 +365,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                   ("candidate", Side(env={level_env: str(level_file)} if level_env else {})))]
         if not alternate:
             return tuple(servers.enter_context(VLLMServer(spec, progress=progress)) for spec in specs)
-        controller = turns[0] = SleepController(rig, progress=progress, gpus=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        controller = sleeper[0] = SleepController(rig, progress=progress, gpus=os.environ.get("CUDA_VISIBLE_DEVICES"))
         started = []
         for spec in specs:
             run(controller.make_room())
@@ -393,7 +393,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                         progress(f"calibration round {round_index + 1}/{rounds}: slowdown {level * 100:g} % "
                                  f"on {prompt_class.name}")
                         m = measurer.measure_duet(Duet(candidate, reference, mode, mode, "reference"), prompt_class,
-                                                  concurrency, turns=turns[0])
+                                                  concurrency, sleeper=sleeper[0])
                         assert m.partner is not None
                         ratio, lo, hi, n = decide(m, m.partner, confidence=settings[m.prompt_class].confidence)
                         now = dt.datetime.now().isoformat(timespec="seconds")

@@ -37,7 +37,7 @@ def rig(specgate_session: SpecgateSession):
 
 
 @pytest.fixture(scope="session")
-def server_turns(specgate_session: SpecgateSession) -> Any:
+def sleep_controller(specgate_session: SpecgateSession) -> Any:
     """Rigs whose servers take turns on the same GPUs (design "alternate", specgate.design): the
     specgate.sleep.SleepController every server of the session registers with. None elsewhere."""
     session = specgate_session
@@ -50,7 +50,7 @@ def server_turns(specgate_session: SpecgateSession) -> Any:
 
 
 @pytest.fixture(scope="session")
-def reference_server(specgate_session: SpecgateSession, server_turns) -> Iterator[Any]:
+def reference_server(specgate_session: SpecgateSession, sleep_controller) -> Iterator[Any]:
     """Duet rigs: the no-speculation server, started before any other and live for the whole
     session; every mode's windows alternate requests with it (or take turns with it: an
     alternation). None on other designs."""
@@ -58,11 +58,11 @@ def reference_server(specgate_session: SpecgateSession, server_turns) -> Iterato
     if session.rig.design != "duet" or session.options.attach_url:
         yield None
         return
-    yield from serve(session, session.rig.mode(session.rig.reference_mode), turns=server_turns)
+    yield from serve(session, session.rig.mode(session.rig.reference_mode), sleeper=sleep_controller)
 
 
 @pytest.fixture(scope="session")
-def partner_server(mode, specgate_session: SpecgateSession, server_turns,
+def partner_server(mode, specgate_session: SpecgateSession, sleep_controller,
                    request: pytest.FixtureRequest) -> Iterator[Any]:
     """The server a mode's windows alternate with: the live reference (duet rigs; none for the
     reference mode itself), the same mode on the reference side (A/B), or none (one at a time)."""
@@ -72,19 +72,19 @@ def partner_server(mode, specgate_session: SpecgateSession, server_turns,
     elif rig.design == "duet":
         yield None if mode.name == rig.reference_mode else request.getfixturevalue("reference_server")
     elif session.first_side(mode.name) == "reference":  # A/B: the session's seed picks the side started first
-        yield from serve(session, mode, side="reference", turns=server_turns)
+        yield from serve(session, mode, side="reference", sleeper=sleep_controller)
     else:  # the candidate first: started here, handed to vllm_server, torn down after the reference
-        first = serve(session, mode, side="candidate", turns=server_turns)
+        first = serve(session, mode, side="candidate", sleeper=sleep_controller)
         session.started_first[mode.name] = next(first)
         try:
-            yield from serve(session, mode, side="reference", turns=server_turns)
+            yield from serve(session, mode, side="reference", sleeper=sleep_controller)
         finally:
             session.started_first.pop(mode.name, None)
             first.close()
 
 
 @pytest.fixture(scope="session")
-def vllm_server(mode, partner_server, specgate_session: SpecgateSession, server_turns,
+def vllm_server(mode, partner_server, specgate_session: SpecgateSession, sleep_controller,
                 request: pytest.FixtureRequest) -> Iterator[Any]:
     """One server per mode per session (per side in an A/B): started here, torn down (whole
     process group) after the mode's last test, or attached to with --specgate-vllm-url. A duet rig's
@@ -96,25 +96,25 @@ def vllm_server(mode, partner_server, specgate_session: SpecgateSession, server_
     if mode.name in session.started_first:  # an A/B whose candidate side started first (partner_server)
         yield session.started_first[mode.name]
         return
-    yield from serve(session, mode, side="candidate" if rig.design == "ab" else None, turns=server_turns)
+    yield from serve(session, mode, side="candidate" if rig.design == "ab" else None, sleeper=sleep_controller)
 
 
-def serve(session: SpecgateSession, mode, *, side: str | None = None, turns: Any = None) -> Iterator[Any]:
+def serve(session: SpecgateSession, mode, *, side: str | None = None, sleeper: Any = None) -> Iterator[Any]:
     """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record what it runs on,
-    yield it, tear it down. With ``turns`` (an alternation) the server starts with sleep mode,
+    yield it, tear it down. With ``sleeper`` (an alternation's SleepController) the server starts with sleep mode,
     after the awake one went to sleep, and takes turns with the others."""
     label = f"{mode.name}@{side}" if side else mode.name
     with contextlib.ExitStack() as stack:
         try:
-            server = _server(session, mode, side, turns)
+            server = _server(session, mode, side, sleeper)
             stack.enter_context(server)
         except (SpecgateError, pytest.fail.Exception) as exc:  # pytest.fail: a timeout during the start
             session.record_server_failure(label, exc)
             raise
-        yield from _serving(session, server, mode, side, label, turns)
+        yield from _serving(session, server, mode, side, label, sleeper)
 
 
-def _server(session: SpecgateSession, mode, side: str | None, turns: Any) -> Any:
+def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> Any:
     """The server object of ``mode`` (on an A/B ``side``): attached, kept or new, not yet entered."""
     rig = session.rig
     if session.options.attach_url:
@@ -130,27 +130,27 @@ def _server(session: SpecgateSession, mode, side: str | None, turns: Any) -> Any
         # an alternation every start is, for its own share (servers asleep keep ~1 GiB per GPU).
         guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
         spec = session.server_spec(mode, side)
-        if turns is not None:
+        if sleeper is not None:
             spec = sleep.with_sleep_mode(spec)
-            guard = (lambda room_for=spec: turns.require_room(room_for)) if rig.tier == "gpu" else None
+            guard = (lambda room_for=spec: sleeper.require_room(room_for)) if rig.tier == "gpu" else None
             try:
-                sleep.run(turns.make_room())
+                sleep.run(sleeper.make_room())
             except SpecgateError as exc:
                 pytest.fail(str(exc), pytrace=False)
         if session.options.keep_servers:
-            server = _kept_or_started(session, mode, side, spec, guard, alternating=turns is not None)
+            server = _kept_or_started(session, mode, side, spec, guard, alternating=sleeper is not None)
         else:
             server = server_mod.VLLMServer(spec, progress=session.progress, before_start=guard)
     return server
 
 
-def _serving(session: SpecgateSession, server: Any, mode, side: str | None, label: str, turns: Any) -> Iterator[Any]:
+def _serving(session: SpecgateSession, server: Any, mode, side: str | None, label: str, sleeper: Any) -> Iterator[Any]:
     """An entered server: recorded in the session (address, fingerprint), yielded, left."""
     rig = session.rig
     session.live_servers += 1
-    if turns is not None:
+    if sleeper is not None:
         asleep_at = getattr(server, "asleep_at", None)  # a kept server an earlier session left asleep
-        turns.add(server, asleep_at=asleep_at() if asleep_at else None)
+        sleeper.add(server, asleep_at=asleep_at() if asleep_at else None)
     try:
         session.servers[label] = {
             "base_url": "attached" if session.options.attach_url else server.base_url,
@@ -168,8 +168,8 @@ def _serving(session: SpecgateSession, server: Any, mode, side: str | None, labe
         yield server
     finally:
         session.live_servers -= 1
-        if turns is not None:
-            sleep.run(turns.leave(server, stays_running=session.options.keep_servers))
+        if sleeper is not None:
+            sleep.run(sleeper.leave(server, stays_running=session.options.keep_servers))
 
 
 def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *, alternating: bool):
@@ -209,7 +209,7 @@ def gpu_guard(rig, worker_gpus: str | None):
 
 @pytest.fixture
 def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_server, mode, prompt_class, concurrency,
-                      specgate_session: SpecgateSession, server_turns):
+                      specgate_session: SpecgateSession, sleep_controller):
     """The measurement window of (mode, class, concurrency), taken once and shared by every gate.
 
     The test that takes it also records it with pytest-benchmark (one round per pass over the
@@ -231,10 +231,10 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
             ab = rig.design == "ab"
             kwargs.update(partner=partner_server, partner_side="reference" if ab else "partner",
                           partner_mode=mode if ab else rig.mode(rig.reference_mode))
-            if server_turns is not None:
-                kwargs["turns"] = server_turns
-        elif server_turns is not None and fresh:  # a window of its own on an alternation's server: wake it
-            sleep.run(server_turns.activate(vllm_server))
+            if sleep_controller is not None:
+                kwargs["sleeper"] = sleep_controller
+        elif sleep_controller is not None and fresh:  # a window of its own on an alternation's server: wake it
+            sleep.run(sleep_controller.activate(vllm_server))
         measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency, **kwargs)
     except SpecgateError as exc:
         pytest.fail(str(exc), pytrace=False)
