@@ -266,7 +266,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         return int(code) if code not in (ExitCode.OK, ExitCode.GATE_FAILED) else int(ExitCode.NO_TESTS)
     plan = capture.plan
     rig = capture.specgate.rig
-    if rig.arrangement.name == "alternate" and plan.servers:
+    if rig.arrangement.name == "alternation" and plan.servers:
 
         store = None
         with contextlib.suppress(SpecgateError):

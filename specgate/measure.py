@@ -72,7 +72,7 @@ class ClassMeasurement:
     # How the window was taken: "solo" (this server alone), "duet" (alternated with ``partner``,
     # the window of the other server taken in the same loop; its own ``partner`` is None) or
     # "alternation" (a duet whose servers took turns on the same GPUs: extra["alternation"]).
-    design: str = "solo"
+    arrangement: str = "solo"
     side: str = "subject"  # "subject" | "partner" ("reference" side of an A/B: see the session)
     partner: ClassMeasurement | None = None
     # Duet: one entry per pair of turns {"group", "first", "started_s"} (seconds from window start).
@@ -130,7 +130,7 @@ class ClassMeasurement:
             "server_metric_source": self.server_metric_source,
             "acceptance": self.acceptance.to_dict() if self.acceptance else None,
             "records": [r.to_dict() for r in self.records],
-            "design": self.design, "side": self.side,
+            "arrangement": self.arrangement, "side": self.side,
             "partner": self.partner.to_dict() if self.partner is not None else None,
             "pairs": list(self.pairs),
             "first_look_share": self.first_look_share, "follow_up": self.follow_up,
@@ -147,7 +147,9 @@ class ClassMeasurement:
             acceptance=AcceptanceStats.from_dict(data["acceptance"]) if data.get("acceptance") else None,
             server_decode_tokens_per_s=data.get("server_decode_tokens_per_s"),
             server_metric_source=data.get("server_metric_source"),
-            design=data.get("design", "solo"), side=data.get("side", "subject"),
+            # "design": the arrangement's key in reports before 2026-12-05
+            arrangement=data.get("arrangement", data.get("design", "solo")),
+            side=data.get("side", "subject"),
             partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
             pairs=list(data.get("pairs", [])),
             first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
@@ -453,7 +455,7 @@ class Measurer:
                     records=list(records[side]), acceptance=AcceptanceStats.from_delta(delta),
                     server_decode_tokens_per_s=rate.value if rate else None,
                     server_metric_source=rate.source if rate else None, wall_s=wall_s,
-                    design="duet" if sleeper is None else "alternation",
+                    arrangement="duet" if sleeper is None else "alternation",
                     side="subject" if side == "subject" else partner_side, first_look_share=share)
             result = _with_telemetry(sampler, windows["subject"])
             result.partner, result.pairs = _with_telemetry(sampler, windows["partner"]), list(pairs)

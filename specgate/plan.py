@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from specgate.design import drafter_in, dummy_weights
+from specgate.arrangement import drafter_in, dummy_weights
 from specgate.duet import alternation_block, alternation_swaps
 from specgate.duet import plan as duet_plan
 from specgate.durations import format_elapsed
@@ -71,7 +71,8 @@ class ServerPlan:
 @dataclass(frozen=True)
 class WindowPlan:
     key: WindowKey
-    design: str  # "solo", "duet" (requests alternated with ``partner``) or "turns" (taking turns with it: sleep mode)
+    # "solo", "duet" (requests alternated with ``partner``) or "alternation" (taking turns with it: sleep mode)
+    arrangement: str
     partner: str | None
     requests: int  # every side's, warm-up excluded
     tokens: int
@@ -91,7 +92,8 @@ class WindowPlan:
 @dataclass(frozen=True)
 class SessionPlan:
     rig: str
-    design: str
+    comparing: str  # "ab", "duet" or "sequential" (config.Rig.comparing)
+    arrangement: str  # "duet", "alternation" or "sequential" (specgate.arrangement)
     servers: tuple[ServerPlan, ...]
     windows: tuple[WindowPlan, ...]
     warmup_requests: int
@@ -148,8 +150,8 @@ class SessionPlan:
 
     def render(self) -> str:
         """The plan as a short table and one total line."""
-        lines = [f"specgate plan: rig {self.rig} ({self.design}): {len(self.servers)} server(s), "
-                 f"{len(self.windows)} window(s)"]
+        how = f"A/B, {self.arrangement}" if self.comparing == "ab" else self.arrangement
+        lines = [f"specgate plan: rig {self.rig} ({how}): {len(self.servers)} server(s), {len(self.windows)} window(s)"]
         if self.servers:
             lines.append("  servers: " + ", ".join(
                 f"{s.label} ({'kept, reused' if s.reused else 'start ~' + format_elapsed(s.startup_s)})"
@@ -160,18 +162,18 @@ class SessionPlan:
             fresh = [s for s in self.servers if s.side == "reference" and not s.reused]
             starting = [s.label for s in self.servers if not s.reused]
             lines.append(f"  reference kept: {len(fresh)} starts ({', '.join(kept)} reused "
-                         f"{'asleep' if self.design == 'alternate' else 'live'}); "
+                         f"{'asleep' if self.arrangement == 'alternation' else 'live'}); "
                          + (f"starting: {', '.join(starting)}" if starting else "nothing starts"))
         width = max([len(w.name) for w in self.windows] + [6])
         if self.windows:
-            lines.append(f"  {'window':<{width}}  {'design':<6}  {'requests':>8}  {'tokens':>7}  "
+            lines.append(f"  {'window':<{width}}  {'arrangement':<11}  {'requests':>8}  {'tokens':>7}  "
                          f"{'tok/s':<13}  {'est.':>7}")
         for w in self.windows:
             rates = "/".join("?" if r is None else f"{r:.1f}" for r in w.rates)
             est = "?" if w.seconds is None else format_elapsed(w.seconds)
             follow = f" (+{format_elapsed(w.follow_up_seconds)} follow-up)" if w.follow_up_seconds else ""
             follow += f" ({w.swaps} swaps)" if w.swaps else ""
-            lines.append(f"  {w.name:<{width}}  {w.design:<6}  {w.requests:>8}  {w.tokens:>7}  "
+            lines.append(f"  {w.name:<{width}}  {w.arrangement:<11}  {w.requests:>8}  {w.tokens:>7}  "
                          f"{rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
         total = self.total_s
         starts = len([s for s in self.servers if not s.reused])
@@ -321,13 +323,13 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     attached, keep_servers, host_gib = conditions.attached, conditions.keep_servers, conditions.host_gib
     protocol, reference = rig.protocol, rig.reference_mode
     selected = list(dict.fromkeys(windows))
-    design = rig.design
+    comparing = rig.comparing
     modes = {m.name: m for m in rig.modes}
     prompts = {c.name: len(c.prompts) for c in rig.prompt_classes}
     chars = {c.name: sum(len(p.text) for p in c.prompts) / len(c.prompts) for c in rig.prompt_classes}
     reused = set(conditions.reused)
-    # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.design): swaps, no settle pauses
-    alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternate"
+    # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.arrangement): swaps, no settle pauses
+    alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternation"
 
     servers: dict[str, ServerPlan] = {}
 
@@ -337,9 +339,9 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                                         reused=label in reused)
         return label
 
-    if design == "duet" and selected and not attached:
+    if comparing == "duet" and selected and not attached:
         need(reference, reference)  # started first, live for the whole session
-    duet_covered = {(c, n) for m, c, n in selected if design == "duet" and m != reference}
+    duet_covered = {(c, n) for m, c, n in selected if comparing == "duet" and m != reference}
     choice: LevelChoice | None = None
     loaded_why = ""
     if alternating and not attached:
@@ -348,7 +350,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             mode = key[0]
             if mode not in modes:
                 continue
-            if design != "ab":
+            if comparing != "ab":
                 labels = [need(mode, mode)]
                 if mode != reference:
                     need(reference, reference)
@@ -357,12 +359,12 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             own.setdefault(mode, labels)
         keep = bool(reused) if keep_servers is None else keep_servers
         # loaded throughout: kept servers reused, a plain run's reference
-        always = [label for label in servers if label in reused or (design != "ab" and label == reference)]
+        always = [label for label in servers if label in reused or (comparing != "ab" and label == reference)]
         groups: list[list[str]] = []  # the servers loaded at once, as each mode's start
         for labels in own.values():
             groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups else always), *labels])))
         loaded_why = ("every server: --specgate-keep-servers keeps each one loaded" if keep else
-                      ("one mode's two sides" if design == "ab" else "the reference and one mode's server")
+                      ("one mode's two sides" if comparing == "ab" else "the reference and one mode's server")
                       + (", beside the kept server(s)" if reused else "") + ": a mode's servers stop after its windows")
         asleep = sleepers(rig, servers.values())
         choice = choose_levels(asleep, host_available_gib() if host_gib is None else host_gib, forced=rig.sleep_level,
@@ -379,11 +381,11 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
             continue
         per_side = protocol.repeats * prompts[prompt_class]
         rate, source = _rate(rig, rates, key)
-        if attached or design == "sequential" or (design == "duet" and mode == reference):
-            if design == "duet" and mode == reference and (prompt_class, concurrency) in duet_covered:
+        if attached or comparing == "sequential" or (comparing == "duet" and mode == reference):
+            if comparing == "duet" and mode == reference and (prompt_class, concurrency) in duet_covered:
                 continue  # the reference side of a duet of this class: measured there
             sides = [(need(mode, mode), rate)]
-        elif design == "duet":
+        elif comparing == "duet":
             partner_rate, _ = _rate(rig, rates, (reference, prompt_class, concurrency))
             sides = [(need(mode, mode), rate), (reference, partner_rate)]
         else:  # A/B: the same mode on both sides
@@ -407,7 +409,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                 seconds += WINDOW_OVERHEAD_S
         follow = None
         if len(sides) == 2 and seconds is not None and not attached:
-            extra = rig.follow_up_rounds(mode, prompt_class, backfire=design == "duet")
+            extra = rig.follow_up_rounds(mode, prompt_class, backfire=comparing == "duet")
             follow = (seconds - WINDOW_OVERHEAD_S) * extra / protocol.repeats if extra else None
         for label, r in sides:
             if label not in warmed and protocol.warmup_requests:
@@ -415,7 +417,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                 t = _request_s(rig, r, chars[prompt_class])
                 warmup_s = None if t is None or warmup_s is None else warmup_s + protocol.warmup_requests * t
         plans.append(WindowPlan(
-            key=key, design=("turns" if alternating else "duet") if len(sides) == 2 else "solo",
+            key=key, arrangement=("alternation" if alternating else "duet") if len(sides) == 2 else "solo",
             partner=sides[1][0] if len(sides) == 2 else None, requests=per_side * len(sides),
             tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
             rate_source=source, seconds=seconds, follow_up_seconds=follow,
@@ -433,7 +435,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
         first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in asleep
                            if choice.levels[s.label] == 1 and s.label not in reused)
         one_by_one = f"run it one server at a time, with no sleep mode ({sequential_how(rig)})"
-        refusal = choice.refusal(asleep, instead="" if design == "ab" else one_by_one)
+        refusal = choice.refusal(asleep, instead="" if comparing == "ab" else one_by_one)
     if alternating and not attached:
         first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
                  "model from a local disk), counted in the swaps" if rig.sleep_level == 2 else
@@ -441,7 +443,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                  f"at ~{PIN_GIB_PER_S:g} GiB/s)")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
                      f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
-    return SessionPlan(rig=rig.name, design=rig.arrangement.name if alternating else design,
+    return SessionPlan(rig=rig.name, comparing=comparing, arrangement=rig.arrangement.name,
                        servers=tuple(servers.values()), windows=tuple(plans),
                        warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,
                        other_tests=conditions.other_tests, notes=tuple(notes),
@@ -481,7 +483,7 @@ def window_key(item) -> WindowKey | None:
 # -- arrangements: how a one-server rig's session holds its servers, side by side ----------------
 def sequential_how(rig: Rig) -> str:
     """How to run a rig that takes turns one server at a time instead."""
-    return f"pytest -m {rig.tier} --specgate-rig={rig.name} --specgate-design=sequential"
+    return f"pytest -m {rig.tier} --specgate-rig={rig.name} --specgate-arrangement=sequential"
 
 
 @dataclass(frozen=True)
@@ -500,7 +502,7 @@ class Arrangement:
 
     @property
     def paired(self) -> bool:  # both sides in one window
-        return self.plan.design != "sequential"
+        return self.plan.comparing == "ab" or self.plan.arrangement != "sequential"
 
     @property
     def at_sleep_level_2(self) -> list[str]:
@@ -537,7 +539,7 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
                             live)
         return [every, one] if keep_servers else [one, every]
     stored = _history_catches(rig, store, windows)
-    turns = Arrangement("taking turns", f'the rig as it is (design = "{rig.design_key or "auto"}")',
+    turns = Arrangement("taking turns", f'the rig as it is (arrangement = "{rig.arrangement_key or "auto"}")',
                         plan_session(rig, windows, rates, replace(common, reused=reused, keep_servers=keep_servers)),
                         "backfire decided live, both modes in one window", stored)
     noises = sorted({_settings(rig, key).thresholds.start_noise for key in windows} - {0.0})
@@ -546,7 +548,7 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
     sequential = Arrangement(
         "one after the other", sequential_how(rig),
         # the reference first, as SpecgateSession.modes_to_run
-        plan_session(rig.model_copy(update={"design_key": "sequential"}),
+        plan_session(rig.model_copy(update={"arrangement_key": "sequential"}),
                      sorted(windows, key=lambda key: key[0] != rig.reference_mode), rates, common),
         f"backfire across two starts, allowing {allowed}; the gate does not use the stored histories' spread",
         _history_catches(rig, store, windows, modes=sorted({m for m, _, _ in windows})))

@@ -391,8 +391,8 @@ def reusable_labels(specgate) -> tuple[str, ...]:
     """The server labels a --specgate-keep-servers session of ``specgate``'s rig would reuse now."""
     rig = specgate.rig
     labels = []
-    sides = ("reference", "candidate") if rig.design == "ab" else (None,)
-    alternating = rig.arrangement.name == "alternate"
+    sides = ("reference", "candidate") if rig.comparing == "ab" else (None,)
+    alternating = rig.arrangement.name == "alternation"
     for mode in specgate.modes_to_run():
         for side in sides:
             spec = specgate.server_spec(mode, side)

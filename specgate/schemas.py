@@ -60,7 +60,8 @@ class Measurement(_Open):
     acceptance: dict[str, Any] | None = Field(default=None,
                                               description="speculative acceptance; None without speculation")
     records: list[RequestRecord]
-    design: str | None = Field(default=None, description="solo, duet or alternation")
+    arrangement: str | None = Field(default=None, description="solo, duet or alternation")
+    design: str | None = Field(default=None, description="arrangement's name in reports before 2026-12-05")
     side: str | None = Field(default=None, description="subject or partner")
     partner: Measurement | None = None
     pairs: list[dict[str, Any]] | None = None

@@ -76,8 +76,8 @@ class SessionOptions:
     first_side: str | None = None  # --specgate-first-side: "reference" | "candidate" over the seed's pick
     # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
     gating: dict[str, str] | None = None
-    # --specgate-design: the arrangement of the servers over the rig's own design (None: the rig's)
-    design: str | None = None
+    # --specgate-arrangement: the arrangement of the servers over the rig's own (None: the rig's)
+    arrangement: str | None = None
 
 
 @dataclass
@@ -130,8 +130,8 @@ class SpecgateSession:
             if self.options.ab is not None:  # --specgate-ab-* options: an A/B of the command line's sides
                 rig = rig.model_copy(update={"ab": self.options.ab})
                 config.check_sleep_level(rig, ab_from=" (the --specgate-ab-* options)")
-            if self.options.design is not None:  # --specgate-design: the same rig, its servers arranged otherwise
-                rig = rig.model_copy(update={"design_key": self.options.design})
+            if self.options.arrangement is not None:  # --specgate-arrangement: the same rig, arranged otherwise
+                rig = rig.model_copy(update={"arrangement_key": self.options.arrangement})
             self._rig = rig
         return self._rig
 
@@ -233,7 +233,7 @@ class SpecgateSession:
         if self.options.attach_url:
             return [self.rig.mode(self.options.attach_mode or self.rig.reference_mode)]
         reference = self.rig.reference_mode
-        last = self.rig.design == "duet"
+        last = self.rig.comparing == "duet"
         return sorted(self.rig.modes, key=lambda m: (m.name == reference) == last)
 
     def reference_from_duets(self, prompt_class: str, concurrency: int) -> ClassMeasurement | None:

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from specgate.arrangement import ArrangementChoice
 from specgate.baselines import lookup
-from specgate.design import DesignChoice
 from specgate.history import MIN_STARTS, StartHistory
 from specgate.outcome import Gating
 
@@ -44,7 +44,7 @@ class WindowSettings:
     reference_mode: str
     speculative: bool  # the window's mode speculates
     thresholds: Gates  # the class's [gates], its confidence the family's
-    arrangement: DesignChoice  # how the servers of a comparison share the machine, and why
+    arrangement: ArrangementChoice  # how the servers of a comparison share the machine, and why
     comparing: Comparing
     declared_backfire: DeclaredBackfire | None = None
     outcome_policy: Mapping[str, str] = field(default_factory=dict)  # outcome key -> "skip" | "fail"
@@ -106,7 +106,7 @@ def window_settings(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1
         rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
         reference_mode=rig.reference_mode, speculative=rig.mode(mode).is_speculative,
         thresholds=rig.gates.for_class(prompt_class), arrangement=rig.arrangement,
-        comparing=rig.design, declared_backfire=rig.declared_backfire_for(mode, prompt_class),  # type: ignore[arg-type]
+        comparing=rig.comparing, declared_backfire=rig.declared_backfire_for(mode, prompt_class),  # type: ignore[arg-type]
         outcome_policy=dict(outcome_policy if outcome_policy is not None else rig.gates.outcome_policy))
 
 

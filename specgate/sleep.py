@@ -1,4 +1,4 @@
-"""Servers that take turns on the same GPUs: vLLM sleep mode (design "alternate", specgate.design).
+"""Servers that take turns on the same GPUs: vLLM sleep mode (arrangement "alternation", specgate.arrangement).
 
 Every server of a comparison is started once with ``--enable-sleep-mode`` (and
 ``VLLM_SERVER_DEV_MODE=1``, which exposes the endpoints), one after the other: the awake one is
@@ -49,8 +49,8 @@ from typing import Any
 
 import httpx
 
+from specgate.arrangement import drafter_in, dummy_weights, gpu_memory_utilization
 from specgate.client import auth_headers
-from specgate.design import drafter_in, dummy_weights, gpu_memory_utilization
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.durations import format_elapsed
 from specgate.errors import ServerError, ServerStartError

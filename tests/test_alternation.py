@@ -1,6 +1,6 @@
-"""Servers taking turns on the same GPUs (design "alternate", specgate.sleep): the plan by block,
-the automatic design choice, the sleep level, swaps checked and timed outside every request's
-timing, a failed swap's message, and the design named in the verdicts. Stand-in servers replay
+"""Servers taking turns on the same GPUs (arrangement "alternation", specgate.sleep): the plan by block,
+the automatic arrangement choice, the sleep level, swaps checked and timed outside every request's
+timing, a failed swap's message, and the arrangement named in the verdicts. Stand-in servers replay
 recorded vLLM responses and implement /sleep, /wake_up, /is_sleeping and /collective_rpc."""
 
 import asyncio
@@ -14,8 +14,8 @@ import httpx
 import pytest
 from standins import StandInServer, gate_settings
 
+from specgate.arrangement import arrangement_of, drafter_in, gpu_memory_utilization, loads_drafter
 from specgate.config import AB, Side, check_sleep_level, load_rig
-from specgate.design import choose_design, drafter_in, gpu_memory_utilization, loads_drafter
 from specgate.duet import alternation_block, plan, swaps_in
 from specgate.errors import ConfigError, ServerStartError
 from specgate.gates import check_backfire
@@ -72,7 +72,7 @@ def rig():
     return rig.model_copy(update={
         "protocol": rig.protocol.model_copy(update={"warmup_requests": 1, "settle_s": 0.0, "repeats": 2}),
         "gates": rig.gates.model_copy(update={"client_server_tolerance": None}),
-        "design_key": "alternate", "sleep_host_memory_gib": 10.0})
+        "arrangement_key": "alternation", "sleep_host_memory_gib": 10.0})
 
 
 def controller(rig, **kwargs):
@@ -135,19 +135,19 @@ def test_the_default_block_keeps_swaps_a_small_share_of_the_window():
     assert turn_sizes(10, concurrency=2, block=4) == [2, 4, 4]
 
 
-# -- the design ------------------------------------------------------------------------------------
+# -- the arrangement -------------------------------------------------------------------------------
 def test_auto_picks_duet_when_two_fit_and_alternation_when_they_do_not():
     wide = load_rig("h200-wide15b-dummy", ROOT / "fixtures")
-    auto = wide.model_copy(update={"design_key": "auto"})
-    assert choose_design(auto).name == "duet" and "0.4 fit" in choose_design(auto).reason
+    auto = wide.model_copy(update={"arrangement_key": "auto"})
+    assert arrangement_of(auto).name == "duet" and "0.4 fit" in arrangement_of(auto).reason
     alternate = load_rig("h200-wide15b-alternate", ROOT / "fixtures")
     choice = alternate.arrangement
-    assert choice.name == "alternate" and "0.6 do not fit" in choice.reason and "1.20 > 0.95" in choice.reason
-    assert alternate.design == "duet"  # the reference is kept for the session; its servers take turns
+    assert choice.name == "alternation" and "0.6 do not fit" in choice.reason and "1.20 > 0.95" in choice.reason
+    assert alternate.comparing == "duet"  # the reference is kept for the session; its servers take turns
     cpu = load_rig("cpu-smollm2-concurrency", ROOT / "fixtures")
     assert cpu.arrangement.name == "duet" and "VLLM_CPU_KVCACHE_SPACE" in cpu.arrangement.reason
     assert load_rig("h200-wide15b-dummy", ROOT / "fixtures").arrangement.name == "duet"  # duet = true still works
-    assert load_rig("h200x2-smollm2-pp2", ROOT / "fixtures").design == "sequential"
+    assert load_rig("h200x2-smollm2-pp2", ROOT / "fixtures").comparing == "sequential"
 
 
 def test_the_typical_swap_counts_only_swaps_between_two_servers(rig):
@@ -178,11 +178,16 @@ def project_rig(name: str) -> str:
     return (ROOT / "fixtures" / "rigs" / f"{name}.toml").read_text()
 
 
-def test_a_cpu_rig_cannot_alternate_and_design_must_agree_with_duet(tmp_path):
+def test_a_cpu_rig_cannot_alternate_and_the_arrangement_must_agree_with_duet(tmp_path):
     cpu = project_rig("cpu-smollm2")
-    fixtures = fixtures_with_rig(tmp_path, "alt", cpu.replace("duet = true", 'design = "alternate"'))
-    with pytest.raises(ConfigError, match="no sleep mode"):
-        load_rig("alt", fixtures)
+    # the key, and its older spelling
+    for name, key in (("alt", 'arrangement = "alternation"'), ("older", 'design = "alternate"')):
+        fixtures = fixtures_with_rig(tmp_path, name, cpu.replace("duet = true", key))
+        with pytest.raises(ConfigError, match="no sleep mode"):
+            load_rig(name, fixtures)
+    fixtures_with_rig(tmp_path, "twice", cpu.replace("duet = true", 'arrangement = "duet"\ndesign = "duet"'))
+    with pytest.raises(ConfigError, match="older spelling of arrangement"):
+        load_rig("twice", fixtures)
     fixtures_with_rig(tmp_path, "both", cpu.replace("duet = true", 'duet = true\ndesign = "sequential"'))
     with pytest.raises(ConfigError, match="contradicts duet = true"):
         load_rig("both", fixtures)
@@ -190,7 +195,7 @@ def test_a_cpu_rig_cannot_alternate_and_design_must_agree_with_duet(tmp_path):
 
 def test_the_kimi_rig_alternates_and_takes_an_ab_sides_python():
     kimi = load_rig("kimi-k25-int4-8x-rtx6000", ROOT / "fixtures")
-    assert kimi.arrangement.name == "alternate" and kimi.sleep_host_memory_gib
+    assert kimi.arrangement.name == "alternation" and kimi.sleep_host_memory_gib
     assert kimi.argv_prefix[0] == sys.executable
     spec = spec_for_mode(kimi, kimi.mode("ngram"), log_dir=Path("/tmp"), side=Side(python="/opt/next/bin/python"),
                          side_name="candidate")
@@ -242,7 +247,7 @@ tier = "gpu"
 model = "/models/m"
 server_command = ["vllm", "serve"]
 extra_args = ["--gpu-memory-utilization", "0.6"{rig_args}]
-design = "alternate"
+arrangement = "alternation"
 sleep_level = 2
 classes = ["coding"]
 [modes.no_spec]
@@ -444,7 +449,7 @@ def test_an_alternation_window_swaps_only_between_requests(window, rig):
         elif kind in ("sleep", "wake"):
             assert in_flight == 0  # never inside a request's timing
             awake = label if kind == "wake" else None
-    assert m.design == m.partner.design == "alternation"
+    assert m.arrangement == m.partner.arrangement == "alternation"
     info = m.extra["alternation"]
     assert info["block"] >= 1 and info["swaps"] and all(s["sleep_s"] >= 0 and s["wake_s"] >= 0 for s in info["swaps"])
     assert len(m.records) == len(m.partner.records) == rig.protocol.repeats * len(coding.prompts)
@@ -565,9 +570,9 @@ def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
 def test_the_backfire_verdict_names_the_alternation_and_why(window, rig):
     m, _, _ = window
     result = check_backfire(gate_settings(rig, m), m, m.partner)
-    assert "alternation with no speculation" in result.details["design"]
+    assert "alternation with no speculation" in result.details["compared"]
     assert "one server awake at a time" in result.message
-    assert "chosen: the rig asks for it (alternate)" in result.message
+    assert "chosen: the rig asks for it (alternation)" in result.message
 
 
 def test_a_side_that_fails_to_wake_fails_the_window_with_its_log(rig):

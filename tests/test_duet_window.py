@@ -59,7 +59,7 @@ def test_requests_alternate_abba_and_never_overlap(window, rig):
 
 def test_both_sides_are_paired_by_key_with_their_own_counters(window):
     m, _ = window
-    assert m.design == m.partner.design == "duet" and m.partner.mode == "no_spec"
+    assert m.arrangement == m.partner.arrangement == "duet" and m.partner.mode == "no_spec"
     assert m.sample_keys == m.partner.sample_keys
     assert m.acceptance is not None and m.partner.acceptance is None  # ngram's counters, not no_spec's
     again = ClassMeasurement.from_dict(json.loads(json.dumps(m.to_dict())))
@@ -69,7 +69,7 @@ def test_both_sides_are_paired_by_key_with_their_own_counters(window):
 def test_backfire_and_throughput_decide_on_the_duet(window, rig):
     m, _ = window
     backfire = check_backfire(gate_settings(rig, m), m, m.partner)
-    assert backfire.details["design"] == "duet with no speculation, requests alternated"
+    assert backfire.details["compared"] == "duet with no speculation, requests alternated"
     assert backfire.details["n"] == len(m.sample_keys)
     stored = baseline_entry(m, Fingerprint())
     assert stored.ratio_to_reference.reference_mode == "no_spec"
@@ -79,7 +79,7 @@ def test_backfire_and_throughput_decide_on_the_duet(window, rig):
     # the 0.96 threshold, so the gate has not excluded a slowdown and says undecided (issue 36)
     assert throughput.details["ratio"] == pytest.approx(1.0) and throughput.outcome is Outcome.UNDECIDED
     assert throughput.details["ci_low"] < throughput.details["threshold"] < 1.0
-    assert "stored ratio" in throughput.details["design"]
+    assert "stored ratio" in throughput.details["compared"]
 
 
 def test_tables_and_break_even_show_the_gates_one_number(window, rig):

@@ -62,7 +62,7 @@ def _window(mode: str, rates: list[float | None], *, side: str = "subject", prom
                        ttft=ttfts[i] if ttfts else 0.2) for i, rate in enumerate(rates)]
     return ClassMeasurement(rig="cpu-smollm2", mode=mode, prompt_class="coding", concurrency=1, records=records,
                             acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None,
-                            wall_s=1.0, design="duet" if side != "subject" else "solo", side=side)
+                            wall_s=1.0, arrangement="duet" if side != "subject" else "solo", side=side)
 
 
 def _rates(level: float, n: int = 12) -> list[float]:
@@ -89,14 +89,14 @@ def _stored(level: float, n: int = 12) -> BaselineEntry:
 # -- ratio_result: one paired comparison, one result ---------------------------------------------
 def _comparison(m: ClassMeasurement, samples: Samples, **kw) -> Comparison:
     return Comparison(m, "throughput", samples, Rule(threshold=0.95, confidence=0.95, margin=0.05),
-                      reference_label="stand-in reference", design="hand-made", **kw)
+                      reference_label="stand-in reference", compared="hand-made", **kw)
 
 
 def test_ratio_result_is_undecided_when_the_two_sides_have_different_counts():
     m = _window("ngram", _rates(30.0))
     result = ratio_result(_comparison(m, Samples(_rates(30.0, 12), _rates(30.0, 7), paired=False)))
     assert result.outcome is Outcome.UNDECIDED and not result.passed
-    assert result.details["undecided"] and result.details["design"] == "hand-made"
+    assert result.details["undecided"] and result.details["compared"] == "hand-made"
     assert "(12 vs 7 timed requests" in result.message
 
 
@@ -223,8 +223,8 @@ def test_check_backfire_on_a_duet_adds_no_start_noise_and_on_two_windows_does(ri
     assert duet.gate == apart.gate == "backfire"
     assert duet.outcome is apart.outcome is Outcome.PASS
     assert duet.details["ratio"] == pytest.approx(apart.details["ratio"]) == pytest.approx(1.5, abs=0.03)
-    assert "duet with no speculation" in duet.details["design"]
-    assert apart.details["design"].startswith("windows one after the other; start noise 5 % added")
+    assert "duet with no speculation" in duet.details["compared"]
+    assert apart.details["compared"].startswith("windows one after the other; start noise 5 % added")
     assert duet.details["ci_high"] - duet.details["ci_low"] < apart.details["ci_high"] - apart.details["ci_low"]
 
 

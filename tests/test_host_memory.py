@@ -129,7 +129,7 @@ def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_load
     # taking turns would sleep both at sleep level 2 (each wake reads 560 GiB again): listed, not chosen
     assert choose_arrangement(options) is one_by_one and set(dict(turns.plan.sleep_levels).values()) == {2}
     plan = one_by_one.plan
-    assert plan.design == "sequential" and plan.sleep_levels == () and plan.first_sleeps_s == 0
+    assert plan.arrangement == "sequential" and plan.sleep_levels == () and plan.first_sleeps_s == 0
     assert [s.label for s in plan.servers] == ["no_spec", "ngram"]  # the reference first
     # its two loads, eight windows of one server, each server's warm-up on its first class
     loads = rig.estimate.startup_for(False) + rig.estimate.startup_for(True) + 2 * STOP_S
@@ -147,7 +147,8 @@ def test_the_kimi_plain_run_at_512_gib_runs_one_server_at_a_time_in_its_two_load
     assert f"about {format_elapsed(plan.expected_s)}" in session and "sleep level 2" not in session
     assert "one after the other (chosen): 2 start(s), 8 window(s)" in rest
     assert f"taking turns: 2 start(s), 4 window(s), 12 swap(s), about {format_elapsed(turns.plan.expected_s)}" in rest
-    assert ("to run the chosen one: pytest -m gpu --specgate-rig=kimi-k25-int4-8x-rtx6000 --specgate-design=sequential"
+    assert ("to run the chosen one: pytest -m gpu --specgate-rig=kimi-k25-int4-8x-rtx6000 "
+            "--specgate-arrangement=sequential"
             in rest)
 
 

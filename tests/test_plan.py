@@ -38,7 +38,7 @@ def test_the_kimi_rig_costs_its_loads_and_its_windows_at_the_stored_rates():
     # the two servers take turns on the 8 GPUs (sleep mode): every window is an alternation of both
     # on a host that holds both servers' weights at level 1 (1.5 TB): swaps of ~2 s
     plan = plan_session(rig, _all_windows(rig, ["ngram", "no_spec"]), rates, Conditions(host_gib=1536))
-    assert plan.design == "alternate"
+    assert plan.arrangement == "alternation"
     assert [(s.label, s.startup_s) for s in plan.servers] == [("no_spec", 1800.0), ("ngram", 5400.0)]
     assert len(plan.windows) == 4 and plan.requests == 4 * 36 and plan.tokens == 4 * 36 * 512
     coding = plan.window(("ngram", "coding", 1))
@@ -69,7 +69,7 @@ def test_an_alternation_window_counts_the_swaps_its_turns_make():
     rates = {("draft1l_al30_async", "coding", 1): 300.0, ("no_spec", "coding", 1): 121.0}
     plan = plan_session(rig, [("draft1l_al30_async", "coding", 1)], rates)
     [window] = plan.windows
-    assert window.design == "turns" and window.swaps == 2 and "(2 swaps)" in plan.render()
+    assert window.arrangement == "alternation" and window.swaps == 2 and "(2 swaps)" in plan.render()
     slow = rig.model_copy(update={"estimate": rig.estimate.model_copy(update={"swap_s": 30.0})})
     slow_window = plan_session(slow, [("draft1l_al30_async", "coding", 1)], rates).windows[0]
     assert slow_window.swaps == 2  # a turn holds at most the class's prompts
@@ -90,7 +90,7 @@ def test_cpu_smollm2_counts_duets_once_with_their_settle_pauses_and_follow_up_bo
     assert [s.label for s in plan.servers] == ["no_spec", "ngram"]
     assert [w.key[0] for w in plan.windows] == ["ngram"] * 6
     extraction = plan.window(("ngram", "extraction", 1))
-    assert extraction.design == "duet" and extraction.requests == 24 and extraction.partner == "no_spec"
+    assert extraction.arrangement == "duet" and extraction.requests == 24 and extraction.partner == "no_spec"
     first_token = _first_token_s(rig, "extraction")  # long documents: ~2.6x coding's prefill
     assert first_token > 2.5 * rig.estimate.first_token_s
     per_request = [64 / rates[("ngram", "extraction", 1)] + first_token,
@@ -106,7 +106,7 @@ def test_cpu_smollm2_counts_duets_once_with_their_settle_pauses_and_follow_up_bo
 def test_a_reference_window_without_its_duet_is_measured_alone():
     rig, rates = _rig_and_rates("cpu-smollm2")
     plan = plan_session(rig, [("no_spec", "coding", 1)], rates)
-    assert [(w.key, w.design, w.requests) for w in plan.windows] == [(("no_spec", "coding", 1), "solo", 12)]
+    assert [(w.key, w.arrangement, w.requests) for w in plan.windows] == [(("no_spec", "coding", 1), "solo", 12)]
 
 
 def test_without_stored_figures_the_rig_stated_rate_is_used_else_the_duration_is_unknown():
@@ -149,7 +149,7 @@ def test_an_ab_with_its_reference_kept_starts_only_the_candidate_and_says_so():
     assert "reference kept" not in fresh and "total: 2 server start(s)" in fresh
     # a one-server rig: the kept reference waits asleep (vLLM sleep mode) for its turns
     alternating = load_rig("h200-wide15b-alternate", ROOT / "fixtures")
-    assert alternating.ab is None and alternating.arrangement.name == "alternate"
+    assert alternating.ab is None and alternating.arrangement.name == "alternation"
     slept = alternating.model_copy(update={"ab": AB(candidate=Side(env={"SPECGATE_GPU_SLOWDOWN": "0.05"}))})
     text = plan_session(slept, [("draft1l_al30_async", "coding", 1)], {},
                         Conditions(reused=["draft1l_al30_async@reference"])).render()

@@ -9,10 +9,11 @@ pytestmark = pytest.mark.fast
 
 
 def _plan(*seconds: float) -> SessionPlan:
-    windows = tuple(WindowPlan(key=("ngram", f"c{i}", 1), design="duet", partner="no_spec", requests=12, tokens=768,
+    windows = tuple(WindowPlan(key=("ngram", f"c{i}", 1), arrangement="duet", partner="no_spec", requests=12,
+                               tokens=768,
                                rates=(10.0, 10.0), rate_source="stored", seconds=s, servers=("ngram", "no_spec"))
                     for i, s in enumerate(seconds))
-    return SessionPlan(rig="r", design="duet", servers=(ServerPlan("no_spec", "no_spec", 40.0),
+    return SessionPlan(rig="r", comparing="duet", arrangement="duet", servers=(ServerPlan("no_spec", "no_spec", 40.0),
                                                          ServerPlan("ngram", "ngram", 60.0)),
                        windows=windows, warmup_requests=2, warmup_s=10.0)
 
@@ -87,9 +88,10 @@ def test_time_left_follows_the_measured_pace():
 
 def test_an_unknown_rate_says_the_time_left_is_unknown():
     world = World()
-    unknown = WindowPlan(key=("a", "b", 1), design="solo", partner=None, requests=1, tokens=1, rates=(None,),
+    unknown = WindowPlan(key=("a", "b", 1), arrangement="solo", partner=None, requests=1, tokens=1, rates=(None,),
                          rate_source="no rate", seconds=None)
-    plan = SessionPlan(rig="r", design="sequential", servers=(), windows=(unknown,), warmup_requests=0, warmup_s=None)
+    plan = SessionPlan(rig="r", comparing="sequential", arrangement="sequential", servers=(), windows=(unknown,),
+                       warmup_requests=0, warmup_s=None)
     progress = SessionProgress(plan, world.state, started_at=world.now, clock=world.clock)
     assert progress.remaining_s() is None and "time left unknown" in progress.status_line()
 

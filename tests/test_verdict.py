@@ -30,7 +30,7 @@ def test_only_a_pass_has_passed_and_only_a_fail_reads_fail(outcome):
 
 @pytest.mark.parametrize("outcome", list(Outcome), ids=lambda o: o.name)
 def test_the_dict_survives_json_and_reads_back_as_its_outcome(outcome):
-    details = {"ratio": 0.912, "ci_low": 0.88, "ci_high": 0.95, "n": 12, "design": "duet", "undecided": False}
+    details = {"ratio": 0.912, "ci_low": 0.88, "ci_high": 0.95, "n": 12, "compared": "duet", "undecided": False}
     result = _result(outcome, declared="known slow" if outcome is Outcome.DECLARED_BACKFIRE else None,
                      details=details)
     data = result.to_dict()

@@ -305,7 +305,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     ``injector``: "cpu" lengthens each engine step on the host (hidden by async scheduling on a GPU);
     "gpu" enqueues GPU work on the model runner's stream (specgate_lab.inject); "none" loads no injector
     on either side (a true A/A: only level 0). On a rig whose design is
-    an alternation (specgate.design) the two servers take turns by vLLM sleep mode, as the gates'."""
+    an alternation (specgate.arrangement) the two servers take turns by vLLM sleep mode, as the gates'."""
     from specgate.server import VLLMServer, spec_for_mode
     from specgate.sleep import SleepController, run, with_sleep_mode
 

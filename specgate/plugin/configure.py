@@ -92,7 +92,7 @@ def configure_session(config: pytest.Config) -> None:
         start_seed=config.getoption("specgate_start_seed"),
         first_side=config.getoption("specgate_first_side"),
         gating=config.getoption("specgate_gating"),
-        design=config.getoption("specgate_design"),
+        arrangement=config.getoption("specgate_arrangement"),
         keep_servers=bool(config.getoption("specgate_keep_servers")),
     )
     if options.keep_servers and (workerinput or getattr(config.option, "numprocesses", None)):

@@ -122,7 +122,7 @@ def refuse_short_host(config: pytest.Config, specgate: SpecgateSession, items: l
     if specgate.options.attach_url is not None or hasattr(config, "workerinput"):
         return
     rig = specgate.rig
-    if rig.arrangement.name != "alternate":
+    if rig.arrangement.name != "alternation":
         return
     windows, _ = windows_of(items)
     plan = plan_session(rig, windows, {}, Conditions(keep_servers=specgate.options.keep_servers))
@@ -191,7 +191,7 @@ def _measured(specgate: SpecgateSession, key: WindowKey) -> bool:
     mode, prompt_class, concurrency = key
     rig = specgate.rig
     # a duet rig's reference window comes from a duet already measured (no cost)
-    return rig.design == "duet" and mode == rig.reference_mode and \
+    return rig.comparing == "duet" and mode == rig.reference_mode and \
         specgate.reference_from_duets(prompt_class, concurrency) is not None
 
 

@@ -38,10 +38,10 @@ def rig(specgate_session: SpecgateSession):
 
 @pytest.fixture(scope="session")
 def sleep_controller(specgate_session: SpecgateSession) -> Any:
-    """Rigs whose servers take turns on the same GPUs (design "alternate", specgate.design): the
+    """Rigs whose servers take turns on the same GPUs (arrangement "alternation", specgate.arrangement): the
     specgate.sleep.SleepController every server of the session registers with. None elsewhere."""
     session = specgate_session
-    if session.options.attach_url or session.rig.arrangement.name != "alternate":
+    if session.options.attach_url or session.rig.arrangement.name != "alternation":
         return None
     rig = session.rig
     session.progress(f"design: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
@@ -55,7 +55,7 @@ def reference_server(specgate_session: SpecgateSession, sleep_controller) -> Ite
     session; every mode's windows alternate requests with it (or take turns with it: an
     alternation). None on other designs."""
     session = specgate_session
-    if session.rig.design != "duet" or session.options.attach_url:
+    if session.rig.comparing != "duet" or session.options.attach_url:
         yield None
         return
     yield from serve(session, session.rig.mode(session.rig.reference_mode), sleeper=sleep_controller)
@@ -67,9 +67,9 @@ def partner_server(mode, specgate_session: SpecgateSession, sleep_controller,
     """The server a mode's windows alternate with: the live reference (duet rigs; none for the
     reference mode itself), the same mode on the reference side (A/B), or none (one at a time)."""
     session, rig = specgate_session, specgate_session.rig
-    if session.options.attach_url or rig.design == "sequential":
+    if session.options.attach_url or rig.comparing == "sequential":
         yield None
-    elif rig.design == "duet":
+    elif rig.comparing == "duet":
         yield None if mode.name == rig.reference_mode else request.getfixturevalue("reference_server")
     elif session.first_side(mode.name) == "reference":  # A/B: the session's seed picks the side started first
         yield from serve(session, mode, side="reference", sleeper=sleep_controller)
@@ -90,13 +90,13 @@ def vllm_server(mode, partner_server, specgate_session: SpecgateSession, sleep_c
     process group) after the mode's last test, or attached to with --specgate-vllm-url. A duet rig's
     reference mode is the live reference server itself."""
     session, rig = specgate_session, specgate_session.rig
-    if rig.design == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
+    if rig.comparing == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
         yield request.getfixturevalue("reference_server")
         return
     if mode.name in session.started_first:  # an A/B whose candidate side started first (partner_server)
         yield session.started_first[mode.name]
         return
-    yield from serve(session, mode, side="candidate" if rig.design == "ab" else None, sleeper=sleep_controller)
+    yield from serve(session, mode, side="candidate" if rig.comparing == "ab" else None, sleeper=sleep_controller)
 
 
 def serve(session: SpecgateSession, mode, *, side: str | None = None, sleeper: Any = None) -> Iterator[Any]:
@@ -180,7 +180,7 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
     level; level 2 dropped its weights, so such a one is stopped and started again)."""
     rig = session.rig
     label = f"{mode.name}@{side}" if side else mode.name
-    one_at_a_time = rig.tier == "gpu" and rig.design == "sequential" and not alternating
+    one_at_a_time = rig.tier == "gpu" and rig.comparing == "sequential" and not alternating
     others = [m.name for m in rig.modes if m.name != mode.name] if one_at_a_time else []
     return registry.kept_or_started(spec, rig=rig, mode_label=label, progress=session.progress, before_start=guard,
                                     stop_others=others, refuse=registry.awake_or_why if alternating else None)
@@ -217,7 +217,7 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
     key = (mode.name, prompt_class.name, concurrency)
     rig = specgate_session.rig
     reused = (specgate_session.reference_from_duets(prompt_class.name, concurrency)
-              if rig.design == "duet" and mode.name == rig.reference_mode else None)
+              if rig.comparing == "duet" and mode.name == rig.reference_mode else None)
     if reused is not None:  # the reference side of a duet window: measured (and benchmarked) there
         return reused
     fresh = key not in specgate_session.measurements and key not in specgate_session.failures
@@ -228,7 +228,7 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
         kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds, iterations=1)
     try:
         if partner_server is not None:
-            ab = rig.design == "ab"
+            ab = rig.comparing == "ab"
             kwargs.update(partner=partner_server, partner_side="reference" if ab else "partner",
                           partner_mode=mode if ab else rig.mode(rig.reference_mode))
             if sleep_controller is not None:

@@ -51,6 +51,17 @@ def parse_rig_name(value: str) -> str:
     return value
 
 
+ARRANGEMENTS = ("auto", "duet", "alternation", "sequential")
+
+
+def parse_arrangement(value: str) -> str:
+    """One of ARRANGEMENTS ("alternate", the older spelling, reads as "alternation")."""
+    value = "alternation" if value == "alternate" else value
+    if value not in ARRANGEMENTS:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected one of {', '.join(ARRANGEMENTS)}")
+    return value
+
+
 def parse_gating_option(value: str) -> dict[str, str]:
     try:
         return parse_gating(value)
@@ -179,11 +190,13 @@ def add_options(parser: pytest.Parser) -> None:
                          "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge gating), or per "
                          "outcome, e.g. not_stored=skip,undecided=fail (default: the rig's [gates] undecided, "
                          "else not_stored=fail and the others skip)")
-    group.addoption("--specgate-design", choices=("auto", "duet", "alternate", "sequential"), default=None,
-                    help="how the servers of a comparison share the machine, over the rig's design: 'duet' (both "
-                         "live), 'alternate' (taking turns on the same GPUs, vLLM sleep mode), 'sequential' (one "
-                         "server at a time; what `specgate plan` picks for a rig too big to keep two loaded) or "
-                         "'auto' (default: the rig's design)")
+    group.addoption("--specgate-arrangement", "--specgate-design", dest="specgate_arrangement",
+                    type=parse_arrangement, default=None, metavar="auto|duet|alternation|sequential",
+                    help="how the servers of a comparison share the machine, over the rig's arrangement: 'duet' "
+                         "(both live), 'alternation' (taking turns on the same GPUs, vLLM sleep mode), 'sequential' "
+                         "(one server at a time; what `specgate plan` picks for a rig too big to keep two loaded) or "
+                         "'auto' (default: the rig's arrangement). --specgate-design (with 'alternate') is its older "
+                         "spelling")
     group.addoption("--specgate-gating", type=parse_gating_option, default=None, metavar="auto|gate|report",
                     help="which gates fail the run: 'auto' (those that can decide on this rig: an A/B, backfire, TTFT, "
                          "stored figures with 3 runs of history; the others are reported only), 'gate' (an undecided "

@@ -46,7 +46,7 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], s
         import contextlib
 
         with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
-            ab = session.rig.design == "ab"
+            ab = session.rig.comparing == "ab"
     for item in items:
         mode = getattr(item, "callspec", None) and item.callspec.params.get("mode")
         only_speculative = item.get_closest_marker("speculative_only") or (

