@@ -32,7 +32,7 @@ VLLM_DEFAULT_UTILIZATION = 0.9
 # NCCL buffers and the activations' peak live outside vLLM's budget).
 TWO_FIT_UTILIZATION = 0.95
 # vLLM speculative methods that load no weights of their own (prompt lookup): a server of one can
-# sleep at level 2, which brings back only the target model's weights.
+# sleep at sleep level 2, which brings back only the target model's weights.
 WEIGHTLESS_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 

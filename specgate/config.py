@@ -369,11 +369,11 @@ class Estimate(_Strict):
     # follow-up time, and still shows the bound if every one runs. 0: the estimate leaves them out.
     follow_up_share: float = Field(default=0.0, ge=0, le=1)
     # Seconds an alternation's swap takes (one server to sleep, the other awake, vLLM sleep mode
-    # level 1): the plan counts each window's swaps at it, and the turns are sized with it until the
+    # sleep level 1): the plan counts each window's swaps at it, and the turns are sized with it until the
     # session has measured a swap. The default is the lab's H200 with a 15.5 B model (0.7 s + 0.9 s).
     swap_s: float = Field(default=EXPECTED_SWAP_S, gt=0)
-    # GiB/s at which a level-2 wake reads the weights again from the model's files (the plan's
-    # estimate of such a wake: the weights' size over this); None: level-2 wakes are not estimated.
+    # GiB/s at which a wake at sleep level 2 reads the weights again from the model's files (the plan's
+    # estimate of such a wake: the weights' size over this); None: wakes at sleep level 2 are not estimated.
     weights_read_gib_per_s: float | None = Field(default=None, gt=0)
 
     def startup_for(self, speculative: bool) -> float:
@@ -417,7 +417,7 @@ class RigFile(_Strict):
     # memory; 2 discards them and reloads them at every wake (slower swaps, little host memory).
     # Unset: 1 when the host's available memory holds the weights, else 2 (said in the progress).
     sleep_level: Literal[1, 2] | None = None
-    # Alternations: host memory one sleeping server's weights take at level 1, in GiB (all of its
+    # Alternations: host memory one sleeping server's weights take at sleep level 1, in GiB (all of its
     # GPUs together). Unset: read from the server's log ("Model loading took ... GiB") times
     # gpus_per_server, else the model folder's weight files.
     sleep_host_memory_gib: float | None = Field(default=None, gt=0)
@@ -733,10 +733,10 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
     ``--load-format dummy`` weights (vLLM 0.26 cannot reload them, and a server woken without them
     generates no text). Refused before anything starts, naming the mode, the A/B side
     and the part of the rig that sets them; ``ab_from`` names the command line's A/B options where
-    they set the sides. (A level 2 chosen at run time for host memory is refused by specgate.sleep.)"""
+    they set the sides. (A sleep level 2 chosen at run time for host memory is refused by specgate.sleep.)"""
     if rig.sleep_level != 2 or rig.arrangement.name != "alternation":
         return
-    fix = "set sleep_level = 1 or leave it unset (level 1 keeps the weights in host memory)"
+    fix = "set sleep_level = 1 or leave it unset (sleep level 1 keeps the weights in host memory)"
     command = rig.argv_prefix[: len(rig.argv_prefix) - len(rig.extra_args)]
     sides = ([("reference", rig.ab.reference), ("candidate", rig.ab.candidate)] if rig.ab is not None
              else [("", Side())])
@@ -746,7 +746,7 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
             speculative = ({**mode.speculative_config, **side.speculative}
                            if mode.speculative_config is not None else None)
             if loads_drafter(speculative):
-                raise ConfigError(rig.path, "sleep_level", f"level 2 cannot wake a drafter's weights (vLLM's "
+                raise ConfigError(rig.path, "sleep_level", f"sleep level 2 cannot wake a drafter's weights (vLLM's "
                                   f"reload_weights reloads the target model only), and {on} has one: {fix}")
             layers = [("server_command", command), ("extra_args", rig.extra_args),
                       (f"modes.{mode.name}.extra_args", rig.mode_extra_args.get(mode.name, ()))]
@@ -755,8 +755,8 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
             if not dummy_weights([arg for _, args in layers for arg in args]):
                 continue
             where = [key for key, args in layers if argv_value(args, "--load-format") is not None][-1]
-            raise ConfigError(rig.path, "sleep_level", f"level 2 cannot serve --load-format dummy weights ({where} "
-                              f"sets them; {on}): vLLM 0.26 cannot reload them, and a server woken without "
+            raise ConfigError(rig.path, "sleep_level", "sleep level 2 cannot serve --load-format dummy weights "
+                              f"({where} sets them; {on}): vLLM 0.26 cannot reload them, and a server woken without "
                               f"them generates no text (no decode rate): {fix}")
 
 

@@ -1,15 +1,15 @@
-"""Host memory for sleep mode: what level 1 needs for the servers loaded at once, the level each
-server gets, and what a level-2 wake costs; one rule for ``plan``, the session's preflight and the
+"""Host memory for sleep mode: what sleep level 1 needs for the servers loaded at once, the level each
+server gets, and what a wake at sleep level 2 costs; one rule for ``plan``, the session's preflight and the
 sleep controller (specgate.sleep).
 
-Level 1 keeps a sleeping server's weights in pinned host memory. In an alternation the servers
+Sleep level 1 keeps a sleeping server's weights in pinned host memory. In an alternation the servers
 loaded at once take turns, one awake at a time, and during a swap the server going to sleep copies
 its weights out while the others' are still held: at the peak the host holds the weights of every
-loaded server that sleeps at level 1 (a mode's servers stop after its last window, unless
+loaded server that sleeps at sleep level 1 (a mode's servers stop after its last window, unless
 ``--specgate-keep-servers``). The rule: available host memory >= HOST_MARGIN x (the sum of their
-weights) + HOST_RESERVE_GIB. Level 2 keeps nothing on the host; its wake reads the weights from the
+weights) + HOST_RESERVE_GIB. Sleep level 2 keeps nothing on the host; its wake reads the weights from the
 model's files again (weights / the rig's ``[estimate] weights_read_gib_per_s``). A server with a
-drafter or ``--load-format dummy`` weights cannot wake from level 2, so it needs level 1 or is
+drafter or ``--load-format dummy`` weights cannot wake from sleep level 2, so it needs sleep level 1 or is
 refused before anything starts.
 """
 
@@ -23,13 +23,13 @@ from specgate.durations import format_elapsed
 GiB = 1024 ** 3
 HOST_MARGIN = 1.10
 HOST_RESERVE_GIB = 8.0
-# A first level-1 sleep copies the weights to pinned host memory at about this rate (28.9 GiB in
+# A first sleep at sleep level 1 copies the weights to pinned host memory at about this rate (28.9 GiB in
 # 14-24 s measured); later swaps take about a second.
 PIN_GIB_PER_S = 1.2
 
 
-def level1_need_gib(weights_gib: Sequence[float]) -> float:
-    """Host memory level 1 needs for servers of these weights all asleep at once (the rule above)."""
+def sleep_level_1_need_gib(weights_gib: Sequence[float]) -> float:
+    """Host memory sleep level 1 needs for servers of these weights all asleep at once (the rule above)."""
     return HOST_MARGIN * sum(weights_gib) + HOST_RESERVE_GIB if weights_gib else 0.0
 
 
@@ -60,19 +60,19 @@ class Sleeper:
 
     label: str
     weights_gib: float | None  # None: not known
-    needs_level1: str = ""  # why it cannot wake from level 2 ("" when it can)
+    needs_sleep_level_1: str = ""  # why it cannot wake from sleep level 2 ("" when it can)
 
 
 @dataclass(frozen=True)
 class LevelChoice:
     levels: dict[str, int]  # label -> sleep level
-    need_all_gib: float | None  # level 1 for the servers loaded at once (the most); None when a size is unknown
-    need_chosen_gib: float  # level 1 for those of them that got it
+    need_all_gib: float | None  # sleep level 1 for the servers loaded at once (the most); None when a size is unknown
+    need_chosen_gib: float  # sleep level 1 for those of them that got it
     available_gib: float
-    refused: tuple[str, ...] = ()  # labels that need level 1 and cannot have it
+    refused: tuple[str, ...] = ()  # labels that need sleep level 1 and cannot have it
     forced: int | None = None
     loaded: tuple[str, ...] = ()  # the servers loaded at once when the host holds the most (all: empty)
-    need_refused_gib: float = 0.0  # level 1 for the servers that need it, those loaded at once
+    need_refused_gib: float = 0.0  # sleep level 1 for the servers that need it, those loaded at once
 
     @property
     def short_gib(self) -> float:
@@ -98,7 +98,7 @@ class LevelChoice:
             fit = sum(1 for level in self.levels.values() if level == 1)
             line += f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} sleep at sleep level 1"
             if not fit and self.levels:
-                line += f" (one alone needs {level1_need_gib([self._weights_each()]):,.0f} GiB)"
+                line += f" (one alone needs {sleep_level_1_need_gib([self._weights_each()]):,.0f} GiB)"
         return line
 
     def _weights_each(self) -> float:
@@ -106,13 +106,14 @@ class LevelChoice:
         return ((self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB) / HOST_MARGIN / max(1, self.at_once)
 
     def refusal(self, sleepers: Sequence[Sleeper], *, instead: str = "") -> str | None:
-        """The refusal of the servers that need level 1 and cannot have it (``instead``: another way), or None."""
+        """The refusal of the servers that need sleep level 1 and cannot have it (``instead``: another way), or None."""
         if not self.refused:
             return None
         whom = [s for s in sleepers if s.label in self.refused]
-        need = self.need_refused_gib or level1_need_gib([s.weights_gib or 0.0 for s in sleepers if s.needs_level1])
+        need = self.need_refused_gib or sleep_level_1_need_gib([s.weights_gib or 0.0 for s in sleepers
+                                                                if s.needs_sleep_level_1])
         fewer = "select fewer modes (-k), " if not self.loaded else ""
-        return (f"{', '.join(s.label for s in whom)} cannot sleep at sleep level 2 ({whom[0].needs_level1}) and "
+        return (f"{', '.join(s.label for s in whom)} cannot sleep at sleep level 2 ({whom[0].needs_sleep_level_1}) and "
                 f"sleep level 1 for the servers that need it, loaded at once, takes {need:,.0f} GiB of host memory; "
                 f"this host has {self.available_gib:,.0f} GiB available. Run it on a host with {need:,.0f} GiB "
                 f"available, {fewer}{instead + ', ' if instead else ''}or leave it out of this rig")
@@ -120,17 +121,17 @@ class LevelChoice:
 
 def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: int | None = None,
                   prefer: Sequence[str] = (), at_once: Sequence[Sequence[str]] | None = None) -> LevelChoice:
-    """Level 1 for every server when the host holds the weights of those loaded at once; else level 1
-    first for the servers that cannot wake from level 2, then for those in ``prefer`` (a kept
-    reference: kept only at level 1), then the others in order, each while it fits beside the
-    level-1 servers loaded with it; level 2 for the rest. A forced level (the rig's ``sleep_level``)
+    """Sleep level 1 for every server when the host holds the weights of those loaded at once; else sleep level 1
+    first for the servers that cannot wake from sleep level 2, then for those in ``prefer`` (a kept
+    reference: kept only at sleep level 1), then the others in order, each while it fits beside the
+    level-1 servers loaded with it; sleep level 2 for the rest. A forced level (the rig's ``sleep_level``)
     is taken as it is. ``at_once``: the sets of labels loaded together (None: all of them)."""
     groups = [[s.label for s in sleepers]] if at_once is None else [list(g) for g in at_once if g]
     weights = {s.label: s.weights_gib for s in sleepers}
     known = all(w is not None for w in weights.values())
 
     def need(labels: Iterable[str]) -> float:
-        return level1_need_gib([weights[label] or 0.0 for label in labels])
+        return sleep_level_1_need_gib([weights[label] or 0.0 for label in labels])
 
     peak = max(groups, key=need, default=[])
     need_all = need(peak) if known else None
@@ -140,13 +141,14 @@ def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: 
         levels = {s.label: 1 for s in sleepers}
     else:
         levels = {}
-        for s in sorted(sleepers, key=lambda s: (not s.needs_level1, s.label not in prefer)):
+        for s in sorted(sleepers, key=lambda s: (not s.needs_sleep_level_1, s.label not in prefer)):
             beside = [[label for label in g if levels.get(label) == 1] for g in groups if s.label in g]
             levels[s.label] = 1 if all(need([*g, s.label]) <= available_gib for g in beside) else 2
         levels = {s.label: levels[s.label] for s in sleepers}
-    # a forced level 2 on such servers is refused when the rig loads (specgate.config.check_sleep_level)
-    refused = () if forced is not None else tuple(s.label for s in sleepers if s.needs_level1 and levels[s.label] == 2)
-    needs_one = {s.label for s in sleepers if s.needs_level1}
+    # a forced sleep level 2 on such servers is refused when the rig loads (specgate.config.check_sleep_level)
+    refused = () if forced is not None else tuple(s.label for s in sleepers
+                                                  if s.needs_sleep_level_1 and levels[s.label] == 2)
+    needs_one = {s.label for s in sleepers if s.needs_sleep_level_1}
     chosen_gib = max((need(label for label in g if levels[label] == 1) for g in groups), default=0.0)
     return LevelChoice(levels, need_all, chosen_gib, available_gib, refused, forced,
                        loaded=tuple(peak) if set(peak) != set(weights) else (),
@@ -154,8 +156,8 @@ def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: 
                                             default=0.0))
 
 
-def level2_wake_s(weights_gib: float | None, read_gib_per_s: float | None) -> float | None:
-    """A level-2 wake: the weights read again from the model's files, or None when either is unknown."""
+def sleep_level_2_wake_s(weights_gib: float | None, read_gib_per_s: float | None) -> float | None:
+    """A wake at sleep level 2: the weights read again from the model's files, or None when either is unknown."""
     if weights_gib is None or not read_gib_per_s:
         return None
     return weights_gib / read_gib_per_s

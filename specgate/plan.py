@@ -33,8 +33,8 @@ from specgate.host_memory import (
     choose_levels,
     first_sleep_s,
     host_available_gib,
-    level2_wake_s,
     level_line,
+    sleep_level_2_wake_s,
 )
 from specgate.lazy import baselines, config, history, settings, sleep
 
@@ -102,13 +102,13 @@ class SessionPlan:
     notes: tuple[str, ...] = field(default=())
     follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
     # sleep mode (an alternation): the host memory line, each server's level, the first level-1
-    # sleeps' time (counted), and the refusal of servers that need level 1 and cannot have it
+    # sleeps' time (counted), and the refusal of servers that need sleep level 1 and cannot have it
     host_lines: tuple[str, ...] = ()
     first_sleeps_s: float = 0.0
     refusal: str | None = None
     sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, level) in an alternation
-    level2_wake_s: float | None = None  # one level-2 wake of this rig's weights, when known
-    level1_need_gib: float | None = None  # host memory for sleep level 1 of the servers loaded at once
+    sleep_level_2_wake_s: float | None = None  # one wake at sleep level 2 of this rig's weights, when known
+    sleep_level_1_need_gib: float | None = None  # host memory for sleep level 1 of the servers loaded at once
     loaded_at_once: int = 0  # the most servers an alternation holds loaded at once
 
     @property
@@ -263,7 +263,7 @@ def _request_s(rig: Rig, rate: float | None, prompt_chars: float = FIRST_TOKEN_P
 
 def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int, swap_s: float | None = None) -> int:
     """An alternation window's swaps, in the turns the measurement will choose (specgate.measure):
-    a longer swap (a level-2 wake) makes fewer, longer turns."""
+    a longer swap (a wake at sleep level 2) makes fewer, longer turns."""
     protocol = rig.protocol
     block = protocol.alternation_block or alternation_block(
         request_s=request_s, swap_s=swap_s if swap_s is not None else rig.estimate.swap_s,
@@ -280,7 +280,7 @@ def _switches(requests: int, concurrency: int, seed: int) -> int:
 def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
     """The servers of an alternation as the host-memory rule sees them: the rig's one weights size
     (``sleep_host_memory_gib``, else the model folder's weight files), and why one cannot wake
-    from level 2 (a drafter, or dummy weights)."""
+    from sleep level 2 (a drafter, or dummy weights)."""
     weights = rig.sleep_host_memory_gib or sleep.weights_gib_in_folder(rig.model)
     modes = {m.name: m for m in rig.modes}
     out = []
@@ -370,7 +370,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
         choice = choose_levels(asleep, host_available_gib() if host_gib is None else host_gib, forced=rig.sleep_level,
                                prefer=[label for label in servers if label.endswith("@reference") or label in reused],
                                at_once=groups or None)
-        wakes = {s.label: (level2_wake_s(s.weights_gib, rig.estimate.weights_read_gib_per_s)
+        wakes = {s.label: (sleep_level_2_wake_s(s.weights_gib, rig.estimate.weights_read_gib_per_s)
                            if choice.levels[s.label] == 2 else 0.0) for s in asleep}
     plans: list[WindowPlan] = []
     warmed: set[str] = set()
@@ -396,7 +396,7 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
         if all(t is not None for t in times):
             seconds = sum(rounds * t for t in times)  # type: ignore[operator]
             if len(sides) == 2 and alternating:
-                # a level-2 wake whose time is unknown counts as the rig's swap_s (its line says so)
+                # a wake at sleep level 2 whose time is unknown counts as the rig's swap_s (its line says so)
                 wake = [wakes.get(label) or 0.0 for label, _ in sides] if choice is not None else [0.0, 0.0]
                 swap_s = rig.estimate.swap_s + sum(wake) / 2
                 swaps = _alternation_swaps(rig, max(times), prompts[prompt_class], concurrency,  # type: ignore[type-var]
@@ -439,7 +439,8 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     if alternating and not attached:
         first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
                  "model from a local disk), counted in the swaps" if rig.sleep_level == 2 else
-                 "each server's first level-1 sleep copies its weights to host memory (counted with the starts, "
+                 "each server's first sleep at sleep level 1 copies its weights to host memory (counted with the "
+                 "starts, "
                  f"at ~{PIN_GIB_PER_S:g} GiB/s)")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
                      f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
@@ -450,9 +451,10 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                        follow_up_share=rig.estimate.follow_up_share if not attached else 0.0,
                        host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
                        sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
-                       level2_wake_s=level2_wake_s(asleep[0].weights_gib, rig.estimate.weights_read_gib_per_s)
+                       sleep_level_2_wake_s=sleep_level_2_wake_s(asleep[0].weights_gib,
+                                                                 rig.estimate.weights_read_gib_per_s)
                        if choice is not None and asleep else None,
-                       level1_need_gib=choice.need_all_gib if choice is not None else None,
+                       sleep_level_1_need_gib=choice.need_all_gib if choice is not None else None,
                        loaded_at_once=choice.at_once if choice is not None else 0)
 
 
@@ -559,8 +561,8 @@ def choose_arrangement(options: Sequence[Arrangement]) -> Arrangement:
     """The cheapest arrangement that refuses no mode, taking turns at sleep level 1 first (both sides
     in one window; one after the other saves only first sleeps and swaps); all refused: the first."""
     deciding = [o for o in options if o.plan.refusal is None] or [options[0]]
-    level_one = [o for o in deciding if o.paired and not o.at_sleep_level_2]
-    return min(level_one or deciding, key=lambda o: (o.plan.expected_s is None, o.plan.expected_s or 0.0))
+    at_sleep_level_1 = [o for o in deciding if o.paired and not o.at_sleep_level_2]
+    return min(at_sleep_level_1 or deciding, key=lambda o: (o.plan.expected_s is None, o.plan.expected_s or 0.0))
 
 
 def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> list[str]:
@@ -637,12 +639,12 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
             continue
         ones = sum(1 for v in levels.values() if v == 1)
         twos = len(levels) - ones
-        wake = (f", wake ~{format_elapsed(p.level2_wake_s)} each" if p.level2_wake_s is not None else
+        wake = (f", wake ~{format_elapsed(p.sleep_level_2_wake_s)} each" if p.sleep_level_2_wake_s is not None else
                 ", wake time unknown: set [estimate] weights_read_gib_per_s") if twos else ""
         memory = ("; no sleep mode" if not levels else
                   f"; host memory: sleep level 1 for {ones}, sleep level 2 for {twos}{wake}"
-                  + (f" ({p.level1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at once)"
-                     if p.level1_need_gib is not None else ""))
+                  + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at once)"
+                     if p.sleep_level_1_need_gib is not None else ""))
         lines.append(
             f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")
             + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "

@@ -143,7 +143,7 @@ class KeptServer:
     ready_after_s: float | None = None
     parts: dict[str, Any] = field(default_factory=dict)
     # An alternation's server asleep: the vLLM sleep level it went to sleep at (specgate.sleep), so
-    # the next session can wake it (level 1 kept its weights in host memory); None while awake.
+    # the next session can wake it (sleep level 1 kept its weights in host memory); None while awake.
     sleep_level: int | None = None
 
     @property
@@ -232,8 +232,8 @@ def find(digest: str, folder: Path | None = None) -> KeptServer | None:
     return None
 
 
-def asleep_at_level_one(but: set[int], folder: Path | None = None) -> list[str]:
-    """Names of the live kept servers asleep at level 1 (their weights in host memory), but for the
+def asleep_at_sleep_level_1(but: set[int], folder: Path | None = None) -> list[str]:
+    """Names of the live kept servers asleep at sleep level 1 (their weights in host memory), but for the
     pids in ``but``."""
     return [k.name for k in load_all(folder) if k.sleep_level == 1 and k.pid not in but and k.alive()]
 
@@ -335,8 +335,8 @@ class ReusedServer:
 
 def awake_or_why(kept: KeptServer, timeout_s: float = 5.0) -> str | None:
     """Why a kept server of an alternation (vLLM sleep mode) may not be reused: it sleeps at a
-    level other than 1 or not recorded (level 2 dropped its weights: waking it as level 1 would
-    serve garbage), or it cannot say. None when it is awake, or asleep at level 1 (its weights wait
+    level other than 1 or not recorded (sleep level 2 dropped its weights: waking it as sleep level 1 would
+    serve garbage), or it cannot say. None when it is awake, or asleep at sleep level 1 (its weights wait
     in host memory: the alternation takes it as a sleeping server and wakes it for its turn)."""
     try:
         with httpx.Client(base_url=kept.base_url, timeout=timeout_s) as http:

@@ -8,31 +8,31 @@ timing): ``POST /sleep?level=N`` on the awake one, a check that it sleeps (``GET
 that the GPUs' memory came free (NVML), then ``POST /wake_up`` on the other and a check that it is
 awake. Every swap is timed; the window keeps them (``extra["alternation"]["swaps"]``).
 
-A server's first level-1 sleep copies its weights to host memory (tens of seconds for a large
+A server's first sleep at sleep level 1 copies its weights to host memory (tens of seconds for a large
 model); later swaps take about a second, and no warm-up follows a wake (docs/alternation.md).
 
-Levels (vLLM's sleep mode docs): level 1 offloads the weights to host memory and discards the
-KV cache; level 2 discards both and keeps only the model's buffers. At level 1 the host must hold
+Levels (vLLM's sleep mode docs): sleep level 1 offloads the weights to host memory and discards the
+KV cache; sleep level 2 discards both and keeps only the model's buffers. At sleep level 1 the host must hold
 the sleeping server's weights (Kimi-K2.5 INT4: ~600 GB), so before a server's first sleep the
 level is chosen: 1 when the host's available memory holds its weights with room to spare, else
-2 (or the rig's ``sleep_level``). A level-2 wake reallocates the weights without their contents,
+2 (or the rig's ``sleep_level``). A wake at sleep level 2 reallocates the weights without their contents,
 so specgate wakes the weights (``/wake_up?tags=weights``), reloads them from the model's files
 (``POST /collective_rpc`` with method ``reload_weights``, the RLHF path of the worker), then
 wakes the KV cache (``/wake_up?tags=kv_cache``); that wake reads the weights from disk every time
-and is timed like any swap. A server with ``--load-format dummy`` weights never sleeps at level 2:
+and is timed like any swap. A server with ``--load-format dummy`` weights never sleeps at sleep level 2:
 vLLM 0.26 refuses their reload (NotImplementedError), and woken without it the server decodes
 but generates no text, so no request has a decode rate. Such a rig is refused when it loads
-(``sleep_level = 2``), and a level 2 chosen for host memory is refused before the sleep.
+(``sleep_level = 2``), and a sleep level 2 chosen for host memory is refused before the sleep.
 
 Drafters (read in vLLM's source, v1 ``gpu_worker.py`` and the model runners; to be confirmed on
 the GPU): the worker loads the model runner's model *and its drafter* inside one
 ``CuMemAllocator.use_memory_pool(tag="weights")`` block (the runner's ``load_model`` loads the
-draft model or EAGLE head there), so level 1 offloads and restores the draft weights with the
-target's: speculative modes can alternate at level 1. At level 2 the worker saves and restores
+draft model or EAGLE head there), so sleep level 1 offloads and restores the draft weights with the
+target's: speculative modes can alternate at sleep level 1. At sleep level 2 the worker saves and restores
 only the target model's buffers and ``reload_weights`` reloads the target model only, so a draft
-model or EAGLE head would wake with garbage weights: specgate refuses level 2 for a server with a
-drafter (a clear error naming the host memory level 1 needs). n-gram and suffix speculation load
-no weights of their own, so they may sleep at level 2 (the seed's Kimi case on a host short of RAM).
+model or EAGLE head would wake with garbage weights: specgate refuses sleep level 2 for a server with a
+drafter (a clear error naming the host memory sleep level 1 needs). n-gram and suffix speculation load
+no weights of their own, so they may sleep at sleep level 2 (the seed's Kimi case on a host short of RAM).
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ from specgate.duet import EXPECTED_SWAP_S
 from specgate.durations import format_elapsed
 from specgate.errors import ServerError, ServerStartError
 from specgate.gpu import is_gpu_id, nvml
-from specgate.host_memory import GiB, host_available_gib, level1_need_gib
+from specgate.host_memory import GiB, host_available_gib, sleep_level_1_need_gib
 
-# A sleep or wake may take minutes on a big model (the first level-1 sleep copies every weight to
+# A sleep or wake may take minutes on a big model (the first sleep at sleep level 1 copies every weight to
 # host memory: 23.5 s for 28.9 GiB on the H200; ~75 GB per GPU for Kimi on 8 GPUs).
 SWAP_TIMEOUT_S = 1800.0
 # A sleeping server keeps ~1 GiB per GPU (CUDA context, buffers): a wake needs its own share of
@@ -101,15 +101,15 @@ def choose_level(need_gib: float | None, available_gib: float, *, forced: int | 
     if forced is not None:
         return forced, f"level {forced}: set by the rig (sleep_level)"
     if need_gib is None:
-        return 1, (f"level 1: the weights' size is not known (set sleep_host_memory_gib in the rig); the host "
+        return 1, (f"sleep level 1: the weights' size is not known (set sleep_host_memory_gib in the rig); the host "
                    f"has {available_gib:.0f} GiB available")
-    wanted = level1_need_gib([need_gib])
+    wanted = sleep_level_1_need_gib([need_gib])
     if available_gib >= wanted:
-        return 1, (f"level 1: the host has {available_gib:.0f} GiB available for the sleeping server's "
+        return 1, (f"sleep level 1: the host has {available_gib:.0f} GiB available for the sleeping server's "
                    f"{need_gib:.1f} GiB of weights")
-    return 2, (f"level 2 (weights discarded, reloaded from the model's files at every wake; slower swaps, timed): "
-               f"level 1 would keep {need_gib:.1f} GiB of weights in host memory (with headroom {wanted:.0f} GiB) "
-               f"and the host has {available_gib:.0f} GiB available")
+    return 2, ("sleep level 2 (weights discarded, reloaded from the model's files at every wake; slower swaps, "
+               f"timed): sleep level 1 would keep {need_gib:.1f} GiB of weights in host memory (with headroom "
+               f"{wanted:.0f} GiB) and the host has {available_gib:.0f} GiB available")
 
 
 def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:
@@ -156,7 +156,7 @@ class SleepController:
     gpus: str | None = None
     available_gib: Callable[[], float] = host_available_gib
     gpu_free: Callable[[str | None], Sequence[tuple[str, float]] | None] = nvml_free_fractions
-    # the kept servers (specgate.registry) asleep at level 1, but for these pids: names, for the
+    # the kept servers (specgate.registry) asleep at sleep level 1, but for these pids: names, for the
     # level-2 message; the plugin passes the registry's, nothing by default
     kept_asleep: Callable[[set[int]], list[str]] = lambda pids: []
     sleepers: list[_Sleeper] = field(default_factory=list)
@@ -384,17 +384,17 @@ class SleepController:
             fix = (f"Set sleep_level = 1 or leave it unset in {rig.path}" if rig.sleep_level == 2 else
                    "Free host memory, or set sleep_host_memory_gib if the estimate is wrong, or run this rig with "
                    "design = \"sequential\"")
-            raise self._error(server, f"cannot sleep at level 2: {cause}; {why}. {fix}")
+            raise self._error(server, f"cannot sleep at sleep level 2: {cause}; {why}. {fix}")
         return level, why
 
     def _kept_elsewhere(self) -> str:
-        """Kept servers (--specgate-keep-servers) asleep at level 1 outside this alternation: their
-        weights hold host memory that a level-1 sleep here would need."""
+        """Kept servers (--specgate-keep-servers) asleep at sleep level 1 outside this alternation: their
+        weights hold host memory that a sleep at sleep level 1 here would need."""
         ours = {getattr(getattr(t.server, "kept", None), "pid", None) for t in self.sleepers}
         others = self.kept_asleep(ours - {None})
         if not others:
             return ""
-        return (f"; kept servers asleep at level 1 hold host memory for their weights: {', '.join(others)} "
+        return (f"; kept servers asleep at sleep level 1 hold host memory for their weights: {', '.join(others)} "
                 "(`python -m specgate servers --stop NAME` frees it)")
 
     def _check_gpu_free(self, server: Any, other: Any | None) -> None:
@@ -412,7 +412,7 @@ class SleepController:
         self._alive(server)
         async with self._client(server) as client:
             if sleeper.level == 2:
-                # Level 2 kept no weights: wake their memory, reload them from the files, then the KV cache.
+                # Sleep level 2 kept no weights: wake their memory, reload them from the files, then the KV cache.
                 await self._post(client, server, "/wake_up", "wake up its weights", params={"tags": "weights"})
                 await self._post(client, server, "/collective_rpc", "reload its weights",
                                  json={"method": "reload_weights"})

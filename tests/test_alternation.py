@@ -206,7 +206,7 @@ def test_the_kimi_rig_alternates_and_takes_an_ab_sides_python():
 
 
 # -- the level -------------------------------------------------------------------------------------
-def test_level_one_when_the_host_holds_the_weights_else_level_two():
+def test_sleep_level_1_when_the_host_holds_the_weights_else_sleep_level_2():
     assert choose_level(28.9, 200.0)[0] == 1
     level, why = choose_level(600.0, 300.0)
     assert level == 2 and "600.0 GiB" in why and "300 GiB available" in why
@@ -216,7 +216,7 @@ def test_level_one_when_the_host_holds_the_weights_else_level_two():
     assert weights_gib_from_log(log, 8) == pytest.approx(70.3 * 8)
 
 
-def test_a_level_two_wake_reloads_the_weights_between_its_two_wakes(rig):
+def test_a_wake_at_sleep_level_2_reloads_the_weights_between_its_two_wakes(rig):
     journal = []
     a, b = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
     sleeper = controller(rig, available_gib=lambda: 4.0)  # 10 GiB of weights do not fit
@@ -228,7 +228,7 @@ def test_a_level_two_wake_reloads_the_weights_between_its_two_wakes(rig):
     assert sleeper.swaps[-1]["level"] == 2
 
 
-def test_level_two_is_refused_for_dummy_weights(rig):
+def test_sleep_level_2_is_refused_for_dummy_weights(rig):
     # vLLM 0.26 cannot reload --load-format dummy weights, and woken without them the H200's server generated no
     # text (docs/journal/lab/2026-12-03-h200-same-lease.md): no decode rate, so no gate could decide
     journal = []
@@ -264,7 +264,7 @@ extra_args = [{mode_args}]
     ("", "", '[ab.candidate]\nextra_args = ["--load-format", "dummy"]', "(ab.candidate.extra_args sets them"),
     ("", "", "[modes.eagle3]\nspeculative_config = { model = \"/models/head\" }", "mode eagle3 has one"),
 ])
-def test_a_rig_forcing_level_two_on_servers_that_cannot_wake_from_it_is_refused_when_it_loads(
+def test_a_rig_forcing_sleep_level_2_on_servers_that_cannot_wake_from_it_is_refused_when_it_loads(
         tmp_path, rig_args, mode_args, more, where):
     text = LEVEL_TWO_RIG.format(rig_args=rig_args, mode_args=mode_args, more=more)
     fixtures = fixtures_with_rig(tmp_path, "l2", text)
@@ -273,7 +273,7 @@ def test_a_rig_forcing_level_two_on_servers_that_cannot_wake_from_it_is_refused_
     assert where in str(refused.value) and "set sleep_level = 1" in str(refused.value)
 
 
-def test_level_two_is_allowed_for_ngram_and_refused_for_the_command_lines_sides_that_cannot_wake(tmp_path):
+def test_sleep_level_2_is_allowed_for_ngram_and_refused_for_the_command_lines_sides_that_cannot_wake(tmp_path):
     # n-gram speculation loads no weights of its own: level 2 brings back all it has (the seed's Kimi case)
     fixtures = fixtures_with_rig(tmp_path, "l2", LEVEL_TWO_RIG.format(rig_args="", mode_args="", more=""))
     rig = load_rig("l2", fixtures)
@@ -299,7 +299,7 @@ def test_only_prompt_lookup_speculation_loads_no_drafter(config, drafter):
     assert drafter_in(["--speculative-config", "{not json"])  # unreadable: the safe side
 
 
-def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch):
+def test_sleep_level_2_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch):
     # on the H200 (docs/alternation.md) three kept 15.5 B servers asleep at level 1 held 91 GiB of the host's 123,
     # so a new server of the rig slept at level 2; the message says which kept servers to stop
     from specgate import registry
@@ -312,14 +312,14 @@ def test_level_two_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch
     a, b = SleepyStandIn("no_spec", journal), SleepyStandIn("ngram", journal)
     a.kept = mine
     sleeper = controller(rig, available_gib=lambda: 4.0, progress=lines.append,
-                       kept_asleep=registry.asleep_at_level_one)
+                       kept_asleep=registry.asleep_at_sleep_level_1)
     started(sleeper, a, b)
-    [level_line] = [line for line in lines if "sleeps at level 2" in line]
+    [level_line] = [line for line in lines if "sleeps at sleep level 2" in line]
     assert "h200__draft1l_al10_async__ab12" in level_line and "servers --stop NAME" in level_line
     assert "mine" not in level_line.split("kept servers")[1] and "gone" not in level_line
 
 
-def test_an_ngram_server_sleeps_at_level_two_when_the_host_is_short_and_a_forced_level_names_the_rig(rig):
+def test_an_ngram_server_sleeps_at_sleep_level_2_when_the_host_is_short_and_a_forced_sleep_level_names_the_rig(rig):
     journal = []
     ngram = SleepyStandIn("ngram", journal, argv=("--speculative-config", '{"method": "ngram"}'))
     sleeper = controller(rig, available_gib=lambda: 4.0)  # 10 GiB of weights do not fit
@@ -337,7 +337,7 @@ def test_an_ngram_server_sleeps_at_level_two_when_the_host_is_short_and_a_forced
     assert "Free host memory" not in str(failed.value)
 
 
-def test_level_two_is_refused_for_a_drafters_server(rig):
+def test_sleep_level_2_is_refused_for_a_drafters_server(rig):
     journal = []
     a = SleepyStandIn("ngram", journal, argv=("--speculative-config", '{"method": "eagle3", "model": "/h"}'))
     sleeper = controller(rig, available_gib=lambda: 4.0)

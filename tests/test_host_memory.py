@@ -18,7 +18,7 @@ from specgate.host_memory import (
     PIN_GIB_PER_S,
     Sleeper,
     choose_levels,
-    level1_need_gib,
+    sleep_level_1_need_gib,
 )
 from specgate.plan import (
     SESSION_OVERHEAD_S,
@@ -48,8 +48,8 @@ def _kimi(ab: bool = False):
 
 
 def test_the_rule_is_the_weights_of_every_server_asleep_at_once_with_margin_and_reserve():
-    assert level1_need_gib([WEIGHTS, WEIGHTS]) == pytest.approx(HOST_MARGIN * 2 * WEIGHTS + HOST_RESERVE_GIB)
-    assert level1_need_gib([]) == 0.0
+    assert sleep_level_1_need_gib([WEIGHTS, WEIGHTS]) == pytest.approx(HOST_MARGIN * 2 * WEIGHTS + HOST_RESERVE_GIB)
+    assert sleep_level_1_need_gib([]) == 0.0
 
 
 @pytest.mark.parametrize(("host_gib", "levels", "short"), [
@@ -68,14 +68,14 @@ def test_the_kimi_plain_run_at_512_gib_and_1_5_tb(host_gib, levels, short):
     if 2 in levels.values():
         # a level-2 wake reads the 560 GiB again at the rig's 0.31 GiB/s: ~30 min, and turns grow to
         # a whole pass per side (the fewest swaps) instead of one request
-        assert plan.level2_wake_s == pytest.approx(WEIGHTS / 0.31)
+        assert plan.sleep_level_2_wake_s == pytest.approx(WEIGHTS / 0.31)
         assert "wake ~30m" in plan.host_lines[1]
-        level1 = plan_session(rig, windows, rates, Conditions(host_gib=1536))
-        assert plan.window(("ngram", "coding", 1)).swaps < level1.window(("ngram", "coding", 1)).swaps
+        at_sleep_level_1 = plan_session(rig, windows, rates, Conditions(host_gib=1536))
+        assert plan.window(("ngram", "coding", 1)).swaps < at_sleep_level_1.window(("ngram", "coding", 1)).swaps
     assert plan.refusal is None  # n-gram and no speculation can wake from level 2
 
 
-def test_an_ab_keeps_its_reference_at_level_1_first_and_the_paths_stand_side_by_side():
+def test_an_ab_keeps_its_reference_at_sleep_level_1_first_and_the_paths_stand_side_by_side():
     rig, windows, rates = _kimi(ab=True)
     every = plan_session(rig, windows, rates, Conditions(host_gib=1536, keep_servers=True))
     levels = dict(every.sleep_levels)
@@ -112,7 +112,7 @@ def test_one_mode_at_a_time_each_server_gets_sleep_level_1_beside_those_loaded_w
     choice = choose_levels(sleepers, 700, at_once=at_once)
     # the drafter first beside the reference (then at level 2); ngram is never loaded beside the drafter
     assert choice.levels == {"no_spec": 2, "ngram": 1, "eagle3": 1} and choice.refused == ()
-    assert choice.need_all_gib == level1_need_gib([WEIGHTS, WEIGHTS]) and choice.at_once == 2
+    assert choice.need_all_gib == sleep_level_1_need_gib([WEIGHTS, WEIGHTS]) and choice.at_once == 2
     assert sorted(choose_levels(sleepers, 700).levels.values()) == [1, 2, 2]  # all three at once
 
 
@@ -170,7 +170,8 @@ def test_the_kimi_ab_at_1_5_tb_takes_turns_one_mode_at_a_time_every_server_at_sl
     assert dict(chosen.plan.sleep_levels) == {f"{mode}@{side}": 1 for mode in ("ngram", "no_spec")
                                               for side in ("candidate", "reference")}
     # one mode's two sides need 1,240 GiB of the 1,536; all four at once would need 2,472
-    assert chosen.plan.loaded_at_once == 2 and chosen.plan.level1_need_gib == level1_need_gib([WEIGHTS] * 2)
+    assert chosen.plan.loaded_at_once == 2
+    assert chosen.plan.sleep_level_1_need_gib == sleep_level_1_need_gib([WEIGHTS] * 2)
     assert set(every.at_sleep_level_2) == {"ngram@candidate", "no_spec@candidate"}
     assert chosen.plan.first_sleeps_s == pytest.approx(4 * WEIGHTS / PIN_GIB_PER_S)
 

@@ -78,8 +78,8 @@ def test_an_alternation_window_counts_the_swaps_its_turns_make():
     assert "[estimate] swap_s" in plan.render()
     assert "copies its weights to host memory" in plan.render()
     # at level 2 no weights go to host memory: every wake reloads them, inside the swaps counted
-    level2 = rig.model_copy(update={"sleep_level": 2})
-    note = plan_session(level2, [("draft1l_al30_async", "coding", 1)], rates).render()
+    at_sleep_level_2 = rig.model_copy(update={"sleep_level": 2})
+    note = plan_session(at_sleep_level_2, [("draft1l_al30_async", "coding", 1)], rates).render()
     assert "every wake reloads the weights" in note and "copies its weights to host memory" not in note
 
 

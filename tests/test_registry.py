@@ -221,7 +221,7 @@ def test_a_kept_server_a_session_may_not_reuse_is_stopped_and_started_again(fake
     assert registry.awake_or_why(nobody, timeout_s=1.0).startswith("it did not say whether it sleeps")
 
 
-def test_an_alternation_s_server_left_asleep_at_level_one_is_reused_asleep(fake, tmp_path, folder, reaper):
+def test_an_alternation_s_server_left_asleep_at_sleep_level_1_is_reused_asleep(fake, tmp_path, folder, reaper):
     """Every mode of an alternation stays loaded between sessions: a kept server the last session
     left asleep at level 1 is reused and taken as asleep (woken for its turn); one asleep at level
     2, or at a level its record does not hold, is stopped and started again."""

@@ -117,7 +117,7 @@ def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: t
 
 def refuse_short_host(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.Item]) -> None:
     """Before any server starts: the selection's alternation, planned against this host's available
-    memory, must not need level 2 for a server that cannot wake from it (a drafter, dummy weights):
+    memory, must not need sleep level 2 for a server that cannot wake from it (a drafter, dummy weights):
     one usage error naming the rig file, the servers and the memory that would allow them."""
     if specgate.options.attach_url is not None or hasattr(config, "workerinput"):
         return

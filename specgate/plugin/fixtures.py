@@ -45,7 +45,7 @@ def sleep_controller(specgate_session: SpecgateSession) -> Any:
         return None
     rig = session.rig
     session.progress(f"design: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
-    return sleep.SleepController(rig, progress=session.progress, kept_asleep=registry.asleep_at_level_one,
+    return sleep.SleepController(rig, progress=session.progress, kept_asleep=registry.asleep_at_sleep_level_1,
                            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
@@ -176,8 +176,8 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
     """--specgate-keep-servers: a kept server of the same fingerprint, else a new one kept after
     the session. On a one-server-at-a-time GPU rig without sleep mode the rig's other kept servers
     hold the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every
-    server stays loaded: a kept one is reused awake, or asleep at level 1 (its record holds the
-    level; level 2 dropped its weights, so such a one is stopped and started again)."""
+    server stays loaded: a kept one is reused awake, or asleep at sleep level 1 (its record holds the
+    level; sleep level 2 dropped its weights, so such a one is stopped and started again)."""
     rig = session.rig
     label = f"{mode.name}@{side}" if side else mode.name
     one_at_a_time = rig.tier == "gpu" and rig.comparing == "sequential" and not alternating
