@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specgate.outcome import NOT_STORED, STORING, Outcome, outcome_of_kind
-from specgate.report_figures import median_rate
+from specgate.report_figures import ab_side, median_rate
 
 GATE_ORDER = ("throughput", "backfire", "acceptance", "ttft", "lossless")
 # report.json files written before these names (issue 16) render with them (--specgate-report-only)
@@ -166,7 +166,7 @@ class _Windows:
             self.by_key.setdefault((m.get("mode"), m.get("prompt_class"), m.get("concurrency")), m)
         for m in report.get("measurements", []):
             partner = m.get("partner")
-            if isinstance(partner, dict) and partner.get("side") != "reference":
+            if isinstance(partner, dict) and ab_side(partner) != "reference":
                 self.by_key.setdefault((partner.get("mode"), partner.get("prompt_class"),
                                         partner.get("concurrency")), partner)
 
@@ -177,7 +177,7 @@ class _Windows:
         """An A/B window's reference side (its partner), or None outside an A/B."""
         m = self.window(entry)
         partner = (m or {}).get("partner")
-        return partner if isinstance(partner, dict) and partner.get("side") == "reference" else None
+        return partner if ab_side(partner) == "reference" else None
 
     def no_speculation(self, entry: dict[str, Any]) -> dict[str, Any] | None:
         return self.by_key.get((self.reference_mode, entry["prompt_class"], entry["concurrency"]))

@@ -23,7 +23,7 @@ def follow_up_reason(settings: WindowSettings, m: ClassMeasurement,
     if reason is not None or partner is None:
         return reason
     checks = [check_ttft(settings, m, partner)] if selected is None or "ttft" in selected else []
-    if (partner.side == "reference" and settings.speculative and m.acceptance is not None
+    if (m.ab and settings.speculative and m.acceptance is not None
             and (selected is None or "acceptance" in selected)):
         checks.append(ab_acceptance(settings, m))
     for result in checks:
@@ -50,7 +50,7 @@ def speed_follow_up_reason(settings: WindowSettings, m: ClassMeasurement) -> str
     partner = m.partner
     if partner is None:
         return None
-    backfire = partner.side != "reference"
+    backfire = not m.ab
     if not backfire:
         result = ab_throughput(settings, m)
     elif partner.mode == settings.reference_mode and settings.speculative:

@@ -181,7 +181,7 @@ def timing_mismatch(m: ClassMeasurement, tolerance: float) -> str | None:
     client, server = m.client_decode_tokens_per_s, m.server_decode_tokens_per_s
     if not client or not server or abs(client / server - 1) <= tolerance:
         return None
-    side = f" ({m.side} side)" if m.side != "subject" else ""
+    side = f" ({m.ab_side or m.role} side)" if (m.ab_side or m.role) != "subject" else ""
     return (f"the client timed {m.mode}{side} at {client:.1f} tok/s where vLLM's own time per output token "
             f"gives {server:.1f} ({client / server:,.2f}x it; the rig allows ±"
             f"{tolerance * 100:g} %, client_server_tolerance): the client read the streams late (starved of "
@@ -239,7 +239,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
     gates = settings.thresholds
     confidence = window_confidence(gates.confidence, m)
     partner = m.partner
-    if partner is not None and partner.side == "reference":
+    if m.ab:
         return ab_throughput(settings, m)
     if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
         return untimed
@@ -338,7 +338,7 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     reference side (``m.partner``), against 1 - ``Gates.ab_gate_tolerance``."""
     gates = settings.thresholds
     partner = m.partner
-    assert partner is not None and partner.side == "reference", "an A/B window has the reference side as partner"
+    assert m.ab and partner is not None, "an A/B window has the reference side as partner"
     if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
         return untimed
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
@@ -458,7 +458,7 @@ def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]
     per_draft = m.acceptance.draft_tokens / drafts if drafts else 0.0
     high = server + STREAM_EXCESS_PER_STEP * steps + 2
     low = server - per_draft * len(m.records) - STREAM_EXCESS_PER_STEP * steps - 2
-    side = f" ({m.side} side)" if m.side != "subject" else ""
+    side = f" ({m.ab_side or m.role} side)" if (m.ab_side or m.role) != "subject" else ""
     counts_text = (f"its streams show {counted} accepted draft tokens over {steps} decode steps where vLLM counted "
                    f"{server:.0f} over {drafts:.0f} drafts")
     if counted > high:
@@ -476,7 +476,7 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     Where the streams' counts disagree with vLLM's counters (a client that read chunks late), the
     window-wide counters decide instead (:func:`check_acceptance`), drafts counted as trials."""
     partner = m.partner
-    assert partner is not None and partner.side == "reference", "an A/B window has the reference side as partner"
+    assert m.ab and partner is not None, "an A/B window has the reference side as partner"
     gates = settings.thresholds
     subject = f"{m.mode} on {m.prompt_class}"
     if m.acceptance is None:
@@ -611,7 +611,7 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMe
     ratio (measured / reference; higher is worse): FAIL when the whole interval lies above
     1 + ttft_tolerance, PASS when none of it does, otherwise undecided."""
     gates = settings.thresholds
-    ab = reference.side == "reference"
+    ab = reference.ab_side == "reference"
     label = "the reference side" if ab else "no speculation"
     subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     ours = {k: r.ttft_s for k, r in zip(m.sample_keys, m.records) if r.ttft_s and r.ttft_s > 0}

@@ -45,14 +45,13 @@ class Server(Protocol):
 @dataclass(frozen=True)
 class Duet:
     """The two live servers of a duet window and the modes they serve: the subject, and its partner
-    (the no-speculation reference, or the same mode on the reference side of an A/B), which
-    ``partner_side`` names in messages and records as the partner window's side."""
+    (the no-speculation reference, or, with ``ab``, the same mode on the A/B's reference side)."""
 
     subject: Server
     partner: Server
     mode: Mode
     partner_mode: Mode
-    partner_side: str = "partner"
+    ab: bool = False
 
 
 @dataclass
@@ -73,7 +72,10 @@ class ClassMeasurement:
     # the window of the other server taken in the same loop; its own ``partner`` is None) or
     # "alternation" (a duet whose servers took turns on the same GPUs: extra["alternation"]).
     arrangement: str = "solo"
-    side: str = "subject"  # "subject" | "partner" ("reference" side of an A/B: see the session)
+    # The window's role in its duet: "subject" (the mode under test) or "partner" (the server it was
+    # alternated with). ``ab_side``: in an A/B, "candidate" (the subject) or "reference" (its partner).
+    role: str = "subject"
+    ab_side: str | None = None
     partner: ClassMeasurement | None = None
     # Duet: one entry per pair of turns {"group", "first", "started_s"} (seconds from window start).
     pairs: list[dict[str, Any]] = field(default_factory=list)
@@ -84,6 +86,11 @@ class ClassMeasurement:
     first_look_share: float | None = None
     follow_up: str | None = None
     follow_up_skipped: str | None = None
+
+    @property
+    def ab(self) -> bool:
+        """An A/B window: the candidate side's, its partner the same mode on the reference side."""
+        return self.partner is not None and self.partner.ab_side == "reference"
 
     @property
     def sample_keys(self) -> list[str]:
@@ -130,7 +137,7 @@ class ClassMeasurement:
             "server_metric_source": self.server_metric_source,
             "acceptance": self.acceptance.to_dict() if self.acceptance else None,
             "records": [r.to_dict() for r in self.records],
-            "arrangement": self.arrangement, "side": self.side,
+            "arrangement": self.arrangement, "role": self.role, "ab_side": self.ab_side,
             "partner": self.partner.to_dict() if self.partner is not None else None,
             "pairs": list(self.pairs),
             "first_look_share": self.first_look_share, "follow_up": self.follow_up,
@@ -149,7 +156,11 @@ class ClassMeasurement:
             server_metric_source=data.get("server_metric_source"),
             # "design": the arrangement's key in reports before 2026-12-05
             arrangement=data.get("arrangement", data.get("design", "solo")),
-            side=data.get("side", "subject"),
+            role=data.get("role", "partner" if data.get("side") in ("partner", "reference") else "subject"),
+            # "side" in reports before 2026-12-05: "reference" for an A/B's reference side, nothing for its candidate
+            ab_side=data["ab_side"] if "ab_side" in data else (
+                "reference" if data.get("side") == "reference" else
+                "candidate" if (data.get("partner") or {}).get("side") == "reference" else None),
             partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
             pairs=list(data.get("pairs", [])),
             first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
@@ -353,7 +364,8 @@ class Measurer:
         the same GPUs (an alternation): turns of several requests, a swap before each turn on the other
         side."""
         subject, partner = duet.subject, duet.partner
-        label = (f"mode {duet.mode.name} vs {duet.partner_mode.name} ({duet.partner_side}), class "
+        partner_role = "reference side" if duet.ab else "partner"
+        label = (f"mode {duet.mode.name} vs {duet.partner_mode.name} ({partner_role}), class "
                  f"{prompt_class.name}, concurrency {concurrency}")
         if sleeper is not None:
             sleeper.check()
@@ -387,7 +399,6 @@ class Measurer:
                       run_rounds: RoundRunner, sleeper: Any) -> ClassMeasurement:
         protocol = self.rig.protocol
         subject, partner, mode, partner_mode = duet.subject, duet.partner, duet.mode, duet.partner_mode
-        partner_side = duet.partner_side
         sides = [(subject, mode), (partner, partner_mode)]
         if sleeper is not None and sleeper.awake is partner:
             sides.reverse()  # the awake server warms up first: a swap only for the other's first warm-up
@@ -456,7 +467,8 @@ class Measurer:
                     server_decode_tokens_per_s=rate.value if rate else None,
                     server_metric_source=rate.source if rate else None, wall_s=wall_s,
                     arrangement="duet" if sleeper is None else "alternation",
-                    side="subject" if side == "subject" else partner_side, first_look_share=share)
+                    role=side, ab_side=({"subject": "candidate", "partner": "reference"}[side] if duet.ab else None),
+                    first_look_share=share)
             result = _with_telemetry(sampler, windows["subject"])
             result.partner, result.pairs = _with_telemetry(sampler, windows["partner"]), list(pairs)
             if sleeper is not None:
@@ -472,7 +484,7 @@ class Measurer:
         def snapshot() -> dict[str, Any]:
             return {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
 
-        extra = (self.rig.follow_up_rounds(mode.name, prompt_class.name, backfire=partner_side != "reference")
+        extra = (self.rig.follow_up_rounds(mode.name, prompt_class.name, backfire=not duet.ab)
                  if self.follow_up is not None else 0)
         share = protocol.repeats / (protocol.repeats + extra) if extra else None
         before = snapshot()

@@ -643,7 +643,8 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
                 ", wake time unknown: set [estimate] weights_read_gib_per_s") if twos else ""
         memory = ("; no sleep mode" if not levels else
                   f"; host memory: sleep level 1 for {ones}, sleep level 2 for {twos}{wake}"
-                  + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at once)"
+                  + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at "
+                     "once)"
                      if p.sleep_level_1_need_gib is not None else ""))
         lines.append(
             f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.comparisons import gate_comparisons
-from specgate.report_figures import change_percent, median_rate, request_rates
+from specgate.report_figures import ab_side, change_percent, median_rate, request_rates
 
 REFERENCE_COLOR = "#8c8c8c"
 MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -105,7 +105,7 @@ def _suptitle(fig, width_in: float, title: str, subtitle: str, fontsize: float) 
 def _ab_reference(m: dict[str, Any]) -> dict[str, Any] | None:
     """An A/B window's reference side (its partner), or None."""
     partner = m.get("partner")
-    return partner if isinstance(partner, dict) and partner.get("side") == "reference" else None
+    return partner if ab_side(partner) == "reference" else None
 
 
 def _ab_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:

@@ -23,7 +23,7 @@ from specgate.comparisons import gate_comparisons, undecided_kind
 from specgate.html_report import write_html
 from specgate.measure import client_decode_rate
 from specgate.outcome import NOT_STORED, STORING, Outcome, gating_lines, outcome_of_kind, pytest_action
-from specgate.report_figures import change_percent, median_rate
+from specgate.report_figures import ab_side, change_percent, is_partner, median_rate
 from specgate.saved_report import missing_line
 from specgate.spells import slow_spell, span_mean_residual
 
@@ -350,9 +350,9 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for m in report.get("measurements", []):
         partner = m.get("partner")
-        if m.get("side") == "partner" or not isinstance(partner, dict) or not partner.get("records"):
+        if is_partner(m) or not isinstance(partner, dict) or not partner.get("records"):
             continue
-        ab = partner.get("side") == "reference"
+        ab = ab_side(partner) == "reference"
         subject = (m["mode"] + ("@candidate" if ab else ""), m)
         reference = (partner["mode"] + ("@reference" if ab else ""), partner)
         for (label, side), (other_label, other) in ((subject, reference), (reference, subject)):

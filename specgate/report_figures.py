@@ -9,6 +9,21 @@ import statistics
 from typing import Any
 
 
+def ab_side(window: dict[str, Any] | None) -> str | None:
+    """A saved window's A/B side, "candidate" or "reference", or None outside an A/B (report.json's
+    "ab_side"; reports before 2026-12-05 say "side": "reference" for the reference side only)."""
+    if not isinstance(window, dict):
+        return None
+    if "ab_side" in window:
+        return window["ab_side"]
+    return "reference" if window.get("side") == "reference" else None
+
+
+def is_partner(window: dict[str, Any]) -> bool:
+    """A saved window that is another's partner (its duet's second server, or an A/B's reference side)."""
+    return window.get("role", window.get("side")) in ("partner", "reference")
+
+
 def request_rates(measurement: dict[str, Any]) -> list[float]:
     """The window's decode tok/s, one per request that produced tokens."""
     return [r["decode_tokens_per_s"] for r in measurement.get("records", []) if r.get("decode_tokens_per_s")]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import SpecgateError
+from specgate.report_figures import ab_side
 
 GZIP_MAGIC = b"\x1f\x8b"
 # Without these nothing can be rendered: the rig names the reference mode every table is built on.
@@ -64,8 +65,7 @@ def missing_parts(report: dict[str, Any]) -> list[str]:
                      "no TTFT, engine CPU per request or slow-spell check")
     if "fingerprints" not in report:
         parts.append("the servers' fingerprints")
-    ab = any((m.get("partner") or {}).get("side") == "reference" for m in report.get("measurements", [])
-             if isinstance(m.get("partner"), dict))
+    ab = any(ab_side(m.get("partner")) == "reference" for m in report.get("measurements", []))
     if ab and "start_order" not in report:
         parts.append("the A/B's start order")
     if "outcome_policy" not in report:

@@ -62,7 +62,9 @@ class Measurement(_Open):
     records: list[RequestRecord]
     arrangement: str | None = Field(default=None, description="solo, duet or alternation")
     design: str | None = Field(default=None, description="arrangement's name in reports before 2026-12-05")
-    side: str | None = Field(default=None, description="subject or partner")
+    role: str | None = Field(default=None, description="subject or partner: the window's role in its duet")
+    ab_side: str | None = Field(default=None, description="in an A/B: candidate or reference; None outside one")
+    side: str | None = Field(default=None, description="reports before 2026-12-05: subject, partner or reference")
     partner: Measurement | None = None
     pairs: list[dict[str, Any]] | None = None
     first_look_share: float | None = None

@@ -245,7 +245,7 @@ class SpecgateSession:
             return self.measurements[key]
         for (_mode, cls, level), m in self.measurements.items():
             if (cls, level) == (prompt_class, concurrency) and m.partner is not None \
-                    and m.partner.mode == self.rig.reference_mode and m.partner.side != "reference":
+                    and m.partner.mode == self.rig.reference_mode and not m.ab:
                 self.measurements[key] = m.partner
                 return m.partner
         return None
@@ -333,11 +333,12 @@ class SpecgateSession:
         return side
 
     def measure(self, server: Any, mode: Mode, prompt_class: PromptClass, concurrency: int, *,
-                partner: Any = None, partner_mode: Mode | None = None, partner_side: str = "partner",
+                partner: Any = None, partner_mode: Mode | None = None, ab: bool = False,
                 **kwargs: Any) -> ClassMeasurement:
         """Measure once per (mode, class, concurrency) per session; later tests reuse the result,
         and a failure is remembered so the same window is not retried for every gate. With a
-        ``partner`` server the window is a duet (requests alternated with ``partner_mode`` there)."""
+        ``partner`` server the window is a duet (requests alternated with ``partner_mode`` there; with
+        ``ab``, the same mode on the A/B's reference side)."""
         key = (mode.name, prompt_class.name, concurrency)
         if key in self.failures:
             raise self.failures[key]
@@ -345,7 +346,7 @@ class SpecgateSession:
             try:
                 if partner is not None:
                     self.measurements[key] = self.measurer.measure_duet(
-                        measure.Duet(server, partner, mode, partner_mode or mode, partner_side), prompt_class,
+                        measure.Duet(server, partner, mode, partner_mode or mode, ab), prompt_class,
                         concurrency, **kwargs)
                 else:
                     self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency, **kwargs)
@@ -353,7 +354,7 @@ class SpecgateSession:
                 self.failures[key] = exc
                 self._share(key, {"error": str(exc)})
                 raise
-            if partner_side == "reference" and mode.name in self.start_order:  # an A/B window
+            if ab and mode.name in self.start_order:  # an A/B window
                 self.measurements[key].extra["start_order"] = {"first": self.start_order[mode.name],
                                                                "seed": self.start_seed}
             self._share(key, self.measurements[key].to_dict())

@@ -39,7 +39,7 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: Base
             accepted_per_position=list(m.acceptance.accepted_per_position))
     keys = [k for k, r in zip(m.sample_keys, m.records) if r.decode_tokens_per_s is not None]
     ratio = None
-    if m.partner is not None and m.partner.side != "reference":  # a duet with the no-speculation mode
+    if m.partner is not None and not m.ab:  # a duet with the no-speculation mode
         samples = match_samples(m, list(m.partner.timed_samples), list(m.partner.timed_samples.values()))
         if samples.paired and samples.measured:  # the ratio the gates show for this window (two modes: strata)
             share = m.first_look_share

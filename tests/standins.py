@@ -55,3 +55,10 @@ def gate_settings(rig, window):
     """The gate settings of ``window`` on ``rig`` at the rig's own confidence, with no gating (what a
     session resolves once per window: specgate.settings)."""
     return window_settings(rig, window.mode, window.prompt_class, window.concurrency)
+
+
+def window_side(side: str) -> dict:
+    """ClassMeasurement's role and A/B side for the older one-word ``side`` these tests speak:
+    "subject", "partner" (a duet's no-speculation partner) or "reference" (an A/B's reference side)."""
+    return {"role": "subject" if side == "subject" else "partner",
+            "ab_side": "reference" if side == "reference" else None}

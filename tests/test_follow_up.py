@@ -179,7 +179,7 @@ def test_an_ab_window_follows_up_on_its_throughput_gate():
     # two sides' pairs are real; which build they came from does not matter to the rule).
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = as_first_look(real_windows("c")["explanatory"])
-    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
+    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, role="partner", ab_side="reference", mode=m.mode))
     strict = rig.model_copy(update={"gates": rig.gates.model_copy(update={"ab_tolerance": 0.0})})
     reason = speed_follow_up_reason(gate_settings(strict, m), m)
     assert reason is not None and reason.startswith("the throughput gate is undecided after 12 pairs")
@@ -196,7 +196,7 @@ def test_an_ab_window_gets_the_ab_follow_up_rounds(stand_in_rig):
     journal: list = []
     m = Measurer(rig, follow_up=lambda first: "undecided (test)").measure_duet(
         Duet(StandInServer("ngram", journal), StandInServer("ngram", journal), rig.mode("ngram"), rig.mode("ngram"),
-             partner_side="reference"), coding, 1)
+             ab=True), coding, 1)
     planned, extra = rig.protocol.repeats, rig.protocol.follow_up_repeats
     assert extra == 3 and m.first_look_share == planned / (planned + extra)
     assert len(m.records) == (planned + extra) * len(coding.prompts)
@@ -257,7 +257,7 @@ def test_an_ab_window_follows_up_only_when_undecided():
     # which a backfire window would follow up and an A/B window does not.
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = run_k_window("explanatory", 0.5)
-    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
+    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, role="partner", ab_side="reference", mode=m.mode))
     from specgate.gates import ab_throughput
 
     assert ab_throughput(gate_settings(rig, m), m).details["verdict"] == "not slower"
@@ -287,7 +287,7 @@ def test_the_ab_gate_decides_at_its_own_tolerance():
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = run_k_window("explanatory", 0.5)
-    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, side="reference", mode=m.mode))
+    m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, role="partner", ab_side="reference", mode=m.mode))
     assert (rig.gates.ab_tolerance, rig.gates.throughput_tolerance) == (0.03, 0.04)
     assert ab_throughput(gate_settings(rig, m), m).details["threshold"] == pytest.approx(0.97)
     unset = rig.model_copy(update={"gates": rig.gates.model_copy(update={"ab_tolerance": None})})
@@ -319,8 +319,9 @@ def test_a_ttft_pass_needs_12_pairs():
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = real_windows("c")["coding"]
-    same = dataclasses.replace(m.partner, mode=m.mode, side="reference")  # an A/A: the same requests on both sides
-    window = dataclasses.replace(same, side="subject", partner=same)
+    # an A/A: the same requests on both sides
+    same = dataclasses.replace(m.partner, mode=m.mode, role="partner", ab_side="reference")
+    window = dataclasses.replace(same, role="subject", ab_side="candidate", partner=same)
     assert check_ttft(gate_settings(rig, window), window, same).outcome is Outcome.PASS  # 12 pairs, equal
     short = dataclasses.replace(window, records=window.records[:TTFT_MIN_PAIRS_TO_PASS - 2])
     result = check_ttft(gate_settings(rig, short), short, same)

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from standins import gate_settings
+from standins import gate_settings, window_side
 
 from specgate.baselines import SCHEMA_VERSION, AcceptanceEntry, BaselineEntry, BaselineFile, StoredStart
 from specgate.client import RequestRecord
@@ -62,7 +62,7 @@ def _window(mode: str, rates: list[float | None], *, side: str = "subject", prom
                        ttft=ttfts[i] if ttfts else 0.2) for i, rate in enumerate(rates)]
     return ClassMeasurement(rig="cpu-smollm2", mode=mode, prompt_class="coding", concurrency=1, records=records,
                             acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None,
-                            wall_s=1.0, arrangement="duet" if side != "subject" else "solo", side=side)
+                            wall_s=1.0, arrangement="duet" if side != "subject" else "solo", **window_side(side))
 
 
 def _rates(level: float, n: int = 12) -> list[float]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fixture_copy import copy_fixtures
-from standins import gate_settings
+from standins import gate_settings, window_side
 
 from specgate.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry, StoredStart
 from specgate.client import RequestRecord
@@ -236,7 +236,7 @@ def _ab_window(side: str, tps: list[float]) -> ClassMeasurement:
                              completion_tokens=48, text="x", finish_reason="length") for i, t in enumerate(tps)]
     return ClassMeasurement(rig="cpu-smollm2-quick", mode="ngram", prompt_class="coding", concurrency=1,
                             records=records, acceptance=None, server_decode_tokens_per_s=None,
-                            server_metric_source=None, wall_s=1.0, arrangement="duet", side=side)
+                            server_metric_source=None, wall_s=1.0, arrangement="duet", **window_side(side))
 
 
 def test_the_ab_verdict_states_the_start_order_and_folds_in_the_start_pair_spread():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from standins import gate_settings
+from standins import gate_settings, window_side
 
 from specgate.client import RequestRecord
 from specgate.config import load_rig
@@ -124,7 +124,7 @@ def _window(side: str, chunks: list[int], tokens: int = 48, counters: float | No
                             accepted_per_position=(accepted,))
     return ClassMeasurement(rig="cpu-smollm2", mode="ngram", prompt_class="coding", concurrency=1, records=records,
                             acceptance=stats, server_decode_tokens_per_s=None, server_metric_source=None,
-                            wall_s=1.0, arrangement="duet", side=side)
+                            wall_s=1.0, arrangement="duet", **window_side(side))
 
 
 @pytest.fixture(scope="module")

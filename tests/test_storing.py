@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from standins import window_side
 
 from specgate.baselines import LEVEL_HISTORY, Build, Fingerprint, PromptDigest
 from specgate.client import RequestRecord
@@ -39,7 +40,7 @@ def _window(mode: str, rates: list[float | None], *, side: str = "subject") -> C
     return ClassMeasurement(rig="cpu-smollm2", mode=mode, prompt_class="coding", concurrency=1,
                             records=[_record(mode, f"p{i % 6}#{i // 6}", r) for i, r in enumerate(rates)],
                             acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=1.0,
-                            side=side)
+                            **window_side(side))
 
 
 RATES = [30.0, 31.0, 29.0, 30.5, 29.5, 30.2, 30.8, 29.7, 30.1, 29.9, 30.4, 29.6]

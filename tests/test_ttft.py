@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from standins import gate_settings
+from standins import gate_settings, window_side
 
 from specgate.client import RequestRecord
 from specgate.config import Gates, load_rig
@@ -35,7 +35,7 @@ def _window(mode: str, ttfts: dict[str, float], side: str = "subject") -> ClassM
     return ClassMeasurement(rig="cpu-smollm2", mode=mode, prompt_class="coding", concurrency=1,
                             records=[_record(mode, k, t) for k, t in ttfts.items()], acceptance=None,
                             server_decode_tokens_per_s=None, server_metric_source=None, wall_s=1.0,
-                            arrangement="duet", side=side)
+                            arrangement="duet", **window_side(side))
 
 
 def _ttfts(base: list[float], factor: float = 1.0, repeats: int = 2, wobble: float = 0.01) -> dict[str, float]:

@@ -392,7 +392,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
                     for prompt_class in prompt_classes:
                         progress(f"calibration round {round_index + 1}/{rounds}: slowdown {level * 100:g} % "
                                  f"on {prompt_class.name}")
-                        m = measurer.measure_duet(Duet(candidate, reference, mode, mode, "reference"), prompt_class,
+                        m = measurer.measure_duet(Duet(candidate, reference, mode, mode, ab=True), prompt_class,
                                                   concurrency, sleeper=sleeper[0])
                         assert m.partner is not None
                         ratio, lo, hi, n = decide(m, m.partner, confidence=settings[m.prompt_class].confidence)

@@ -229,7 +229,7 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
     try:
         if partner_server is not None:
             ab = rig.comparing == "ab"
-            kwargs.update(partner=partner_server, partner_side="reference" if ab else "partner",
+            kwargs.update(partner=partner_server, ab=ab,
                           partner_mode=mode if ab else rig.mode(rig.reference_mode))
             if sleep_controller is not None:
                 kwargs["sleeper"] = sleep_controller

@@ -128,7 +128,7 @@ class GateKeeper:
         __tracebackhide__ = True
         if self._update(m, "throughput"):
             return
-        if m.partner is not None and m.partner.side == "reference":  # A/B: the live reference side decides
+        if m.ab:  # A/B: the live reference side decides
             self._finish(check_throughput(self._settings(m), m, None))
             return
         stored = self._stored(m, "throughput")
@@ -171,7 +171,7 @@ class GateKeeper:
         __tracebackhide__ = True
         if self._update(m, "acceptance"):
             return
-        if m.partner is not None and m.partner.side == "reference":  # A/B: the same requests, per request
+        if m.ab:  # A/B: the same requests, per request
             self._finish(ab_acceptance(self._settings(m), m))
             return
         stored = self._stored(m, "acceptance")
@@ -179,7 +179,7 @@ class GateKeeper:
         self._finish(check_acceptance(self._settings(m), m, stored, reference_label="stored"))
 
     def _reference(self, m):
-        if m.partner is not None and m.partner.side != "reference" and m.partner.mode == self.rig.reference_mode:
+        if m.partner is not None and not m.ab and m.partner.mode == self.rig.reference_mode:
             return m.partner  # a duet window: its alternated no-speculation side
         if self.session.options.attach_url:
             pytest.skip("attach mode measures one server: the same-session no-speculation reference "
@@ -219,7 +219,7 @@ class GateKeeper:
         """TTFT against a live reference: an A/B's reference side, else the no-speculation mode. The
         no-speculation mode outside an A/B has no live reference: nothing to decide, said so."""
         __tracebackhide__ = True
-        if m.partner is not None and m.partner.side == "reference":
+        if m.ab:
             self._finish(check_ttft(self._settings(m), m, m.partner))
             return
         if m.mode == self.rig.reference_mode:

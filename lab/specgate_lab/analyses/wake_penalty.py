@@ -34,7 +34,9 @@ def alternation_windows(path: Path) -> Iterator[dict]:
     items = ([json.loads(line) for line in text.splitlines() if line.strip()] if ".jsonl" in path.name
              else json.loads(text).get("measurements") or [])
     for m in items:
-        if m.get("arrangement", m.get("design")) == "alternation" and m.get("side") == "subject" and m.get("partner"):
+        # "design" and "side": the keys of reports before 2026-12-05
+        alternation = m.get("arrangement", m.get("design")) == "alternation"
+        if alternation and m.get("role", m.get("side")) == "subject" and m.get("partner"):
             yield m
 
 
