@@ -77,8 +77,9 @@ class ClassMeasurement:
     role: str = "subject"
     ab_side: str | None = None
     partner: ClassMeasurement | None = None
-    # Duet: one entry per pair of turns {"group", "first", "started_s"} (seconds from window start).
-    pairs: list[dict[str, Any]] = field(default_factory=list)
+    # Duet: one entry per group (the ABBA order's two steps on the same request keys): {"group", "first",
+    # "started_s"} (seconds from window start).
+    groups: list[dict[str, Any]] = field(default_factory=list)
     # A duet window that may get follow-up rounds (Protocol.follow_up_repeats) is looked at twice:
     # the share of its final pairs the first look sees (the gates then use repeated intervals,
     # specgate.paired.repeated_coverage); None: one look. ``follow_up``: why it got them, or None;
@@ -139,7 +140,7 @@ class ClassMeasurement:
             "records": [r.to_dict() for r in self.records],
             "arrangement": self.arrangement, "role": self.role, "ab_side": self.ab_side,
             "partner": self.partner.to_dict() if self.partner is not None else None,
-            "pairs": list(self.pairs),
+            "groups": list(self.groups),
             "first_look_share": self.first_look_share, "follow_up": self.follow_up,
             **({"follow_up_skipped": self.follow_up_skipped} if self.follow_up_skipped else {}),
             **self.extra,
@@ -162,7 +163,7 @@ class ClassMeasurement:
                 "reference" if data.get("side") == "reference" else
                 "candidate" if (data.get("partner") or {}).get("side") == "reference" else None),
             partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
-            pairs=list(data.get("pairs", [])),
+            groups=list(data.get("groups", data.get("pairs", []))),  # "pairs" before 2026-12-05
             first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
             follow_up_skipped=data.get("follow_up_skipped"),
             extra={key: data[key] for key in ("telemetry", "alternation", "start_order") if data.get(key)},
@@ -413,7 +414,7 @@ class Measurer:
             before_window.append({**swap, "for": "the window's first turn"})
         servers = {"subject": subject, "partner": partner}
         records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
-        pairs: list[dict[str, Any]] = []
+        groups: list[dict[str, Any]] = []
         swaps: list[dict[str, Any]] = []
         on_done = WindowProgress(self.progress, label, 2 * protocol.repeats * len(prompt_class.prompts), name_mode=True)
         block = (self._alternation_block(servers.values(), sleeper, concurrency, len(prompt_class.prompts))
@@ -446,8 +447,8 @@ class Measurer:
                     if sleeper is not None:
                         await swap_to(step.side)
                     last_side = step.side
-                    if step.side == steps[2 * step.group].side:  # the first step of its pair
-                        pairs.append({"group": len(pairs), "first": step.side,
+                    if step.side == steps[2 * step.group].side:  # the first step of its group
+                        groups.append({"group": len(groups), "first": step.side,
                                       "started_s": round(time.monotonic() - on_done.started, 3)})
                     got = await run_requests(clients[step.side], step.items, concurrency=concurrency, on_done=on_done)
                     records[step.side].extend(got)
@@ -470,7 +471,7 @@ class Measurer:
                     role=side, ab_side=({"subject": "candidate", "partner": "reference"}[side] if duet.ab else None),
                     first_look_share=share)
             result = _with_telemetry(sampler, windows["subject"])
-            result.partner, result.pairs = _with_telemetry(sampler, windows["partner"]), list(pairs)
+            result.partner, result.groups = _with_telemetry(sampler, windows["partner"]), list(groups)
             if sleeper is not None:
                 swap_s = sum(s["sleep_s"] + s["wake_s"] for s in swaps)
                 result.extra["alternation"] = result.partner.extra["alternation"] = {

@@ -66,7 +66,8 @@ class Measurement(_Open):
     ab_side: str | None = Field(default=None, description="in an A/B: candidate or reference; None outside one")
     side: str | None = Field(default=None, description="reports before 2026-12-05: subject, partner or reference")
     partner: Measurement | None = None
-    pairs: list[dict[str, Any]] | None = None
+    groups: list[dict[str, Any]] | None = None
+    pairs: list[dict[str, Any]] | None = Field(default=None, description="groups' key in reports before 2026-12-05")
     first_look_share: float | None = None
     follow_up: str | None = Field(default=None, description="why the window got follow-up rounds; None: none")
     follow_up_skipped: str | None = None

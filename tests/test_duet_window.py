@@ -54,7 +54,7 @@ def test_requests_alternate_abba_and_never_overlap(window, rig):
     # concurrency 1: each request ends before the next one starts
     kinds = [kind for kind, _, _ in journal]
     assert kinds == ["start", "end"] * len(starts)
-    assert [p["first"] for p in m.pairs] == ["subject" if f == "ngram" else "partner" for f in firsts]
+    assert [g["first"] for g in m.groups] == ["subject" if f == "ngram" else "partner" for f in firsts]
 
 
 def test_both_sides_are_paired_by_key_with_their_own_counters(window):
@@ -63,7 +63,7 @@ def test_both_sides_are_paired_by_key_with_their_own_counters(window):
     assert m.sample_keys == m.partner.sample_keys
     assert m.acceptance is not None and m.partner.acceptance is None  # ngram's counters, not no_spec's
     again = ClassMeasurement.from_dict(json.loads(json.dumps(m.to_dict())))
-    assert again.partner.sample_keys == m.partner.sample_keys and again.pairs == m.pairs
+    assert again.partner.sample_keys == m.partner.sample_keys and again.groups == m.groups
 
 
 def test_backfire_and_throughput_decide_on_the_duet(window, rig):
