@@ -60,7 +60,15 @@ def extract(run_dirs: list[Path]) -> list[dict]:
         report = json.loads((run_dir / "report.json").read_text())
         gate = throughput_gate(report)
         details = {k: v for k, v in (gate.get("details") or {}).items() if not isinstance(v, list)}
+        window = next((m for m in report.get("measurements", [])
+                       if (m.get("mode"), m.get("prompt_class")) == (MODE, CLASS)), {})
+        telemetry = (window.get("telemetry") or {}).get("window") or {}
         kept.append({"run": run_dir.name, "written_at": report.get("written_at"),
+                     # the machine during the window (min, median, max of its samples) and vLLM's own decode rates
+                     "window": {"load_1min": telemetry.get("load_1min"), "cpu_busy_pct": telemetry.get("cpu_busy_pct"),
+                                "vllm_decode_tok_s": {"candidate": window.get("server_decode_tokens_per_s"),
+                                                      "reference": (window.get("partner") or {}).get(
+                                                          "server_decode_tokens_per_s")}},
                      "start_order": report.get("start_order"), "injector": injector_lines(report, run_dir),
                      "gate": {**{k: gate.get(k) for k in ("gate", "mode", "prompt_class", "outcome", "message")},
                               "details": details}})
@@ -76,6 +84,15 @@ def _welch(after: list[float], before: list[float], confidence: float = 0.95) ->
     return diff, diff - half, diff + half
 
 
+def _machine(window: dict | None) -> str:
+    if not window or not window.get("load_1min"):
+        return ""
+    rates = window.get("vllm_decode_tok_s") or {}
+    own = (f", vLLM's own decode rate {rates['candidate'] / rates['reference']:.3f}x"
+           if rates.get("candidate") and rates.get("reference") else "")
+    return f"; load (1 min) median {window['load_1min'][1]:g} (max {window['load_1min'][2]:g}){own}"
+
+
 def summary(kept: list[dict], before_log: Path | None = None) -> str:
     lines, ratios = [], []
     for i, run in enumerate(kept, 1):
@@ -86,7 +103,7 @@ def summary(kept: list[dict], before_log: Path | None = None) -> str:
         quiet = sorted(side for side, lines in run.get("injector", {}).items() if any("no hook" in x for x in lines))
         plugin = f"plugin: no hook on {'/'.join(quiet) or 'no side'}, hooked on {'/'.join(hooked) or 'no side'}"
         lines.append(f"run {i}: A/A {run['gate']['outcome']} {d['ratio']:.3f}x ({d['ci_low']:.3f}-{d['ci_high']:.3f}, "
-                     f"{d['n']} pairs), {first} started first; {plugin}")
+                     f"{d['n']} pairs), {first} started first; {plugin}" + _machine(run.get("window")))
     logs = [math.log(r) for r in ratios]
     lines.append(f"mean ratio {statistics.fmean(ratios):.3f}x (geometric {math.exp(statistics.fmean(logs)):.3f}x) over "
                  f"{len(ratios)} runs; red (FAIL) {sum(r['gate']['outcome'] == 'fail' for r in kept)} of {len(kept)}")
