@@ -300,11 +300,11 @@ class Advice:
         return {key: sorted(ws, key=lambda w: -w.ranking_ratio()) for key, ws in out.items()}
 
 
-def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> Span | None:
+def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> Span | None:
     """The backfire gate's paired ratio with its interval (decided or undecided), or None."""
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) != \
-                ("backfire", mode, prompt_class, level):
+                ("backfire", mode, prompt_class, concurrency):
             continue
         d = g.get("details") or {}
         if all(isinstance(d.get(key), (int, float)) and d[key] > 0 for key in ("ratio", "ci_low", "ci_high")):
@@ -312,10 +312,10 @@ def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str, level:
     return None
 
 
-def _gate_confidence(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float:
+def _gate_confidence(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> float:
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
-                ("backfire", mode, prompt_class, level):
+                ("backfire", mode, prompt_class, concurrency):
             confidence = (g.get("details") or {}).get("confidence")
             if isinstance(confidence, (int, float)) and 0.5 < confidence < 1:
                 return float(confidence)
@@ -327,9 +327,9 @@ def _family(config: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in COST_NEUTRAL_KEYS}, sort_keys=True, default=str)
 
 
-def _has_reference(report: dict[str, Any], reference: str, prompt_class: str, level: int) -> bool:
+def _has_reference(report: dict[str, Any], reference: str, prompt_class: str, concurrency: int) -> bool:
     for m in report.get("measurements", []):
-        if (m.get("prompt_class"), m.get("concurrency")) != (prompt_class, level):
+        if (m.get("prompt_class"), m.get("concurrency")) != (prompt_class, concurrency):
             continue
         partner = m.get("partner")
         if m.get("mode") == reference or (isinstance(partner, dict) and partner.get("mode") == reference):
@@ -363,8 +363,8 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
     skipped: list[str] = []
     ready = []  # (measurement, acceptance, ratio, notes)
     for m in speculative:
-        mode, prompt_class, level = m["mode"], m.get("prompt_class"), m.get("concurrency")
-        where = f"{mode} / {prompt_class} / concurrency {level}"
+        mode, prompt_class, concurrency = m["mode"], m.get("prompt_class"), m.get("concurrency")
+        where = f"{mode} / {prompt_class} / concurrency {concurrency}"
         acc = m.get("acceptance") or {}
         per_position = acc.get("accepted_per_position") or []
         drafts = acc.get("drafts")
@@ -374,10 +374,10 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
         if any(not isinstance(a, (int, float)) or not 0 <= a <= drafts for a in per_position):
             raise AdviceError(f"{source}: {where}: acceptance.accepted_per_position {per_position} must be "
                               f"counts between 0 and drafts ({drafts})")
-        if not _has_reference(report, reference, prompt_class, level):
+        if not _has_reference(report, reference, prompt_class, concurrency):
             skipped.append(f"{where}: no {reference} window of this class and concurrency")
             continue
-        ratio = _backfire_ratio(report, mode, prompt_class, level)
+        ratio = _backfire_ratio(report, mode, prompt_class, concurrency)
         if ratio is None:
             skipped.append(f"{where}: no backfire gate with a ratio and an interval "
                            "(gates[].details.ratio, ci_low, ci_high)")
@@ -391,7 +391,7 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
         if isinstance(served, int) and served != len(per_position):
             notes.append(f"rig.modes.{mode}.num_speculative_tokens is {served}, the counters have "
                          f"{len(per_position)} positions: k runs to {len(per_position)}")
-        confidence = _gate_confidence(report, mode, prompt_class, level)
+        confidence = _gate_confidence(report, mode, prompt_class, concurrency)
         acceptance = Acceptance(float(drafts), tuple(float(a) for a in per_position), confidence)
         ready.append((m, acceptance, ratio, notes))
     if not ready:
@@ -454,9 +454,9 @@ def _ks(ks: Sequence[int]) -> str:
 
 def window_text(w: WindowAdvice) -> str:
     full = w.rows[-1].acceptance_length.value or 0.0
-    level = f"{w.confidence * 100:g} %"
+    coverage = f"{w.confidence * 100:g} %"
     head = (f"{w.window} ({w.method}, served k={w.served_k}): measured {w.measured_ratio.text(3, 'x')} of no "
-            f"speculation ({level} interval) with AL({w.served_k}) = {full:.2f} over {w.drafts:g} drafts: "
+            f"speculation ({coverage} interval) with AL({w.served_k}) = {full:.2f} over {w.drafts:g} drafts: "
             f"one step costs c({w.served_k}) = {w.served_cost.text()} plain steps")
     headers = ["k", "AL(k)"]
     for m in w.models:
@@ -494,10 +494,10 @@ def ranking_text(advice: Advice) -> list[str]:
     """Per class and concurrency with two or more modes: the modes best first, with what was measured
     (the served k) and what is predicted."""
     lines = []
-    for (prompt_class, level), ws in advice.ranking().items():
+    for (prompt_class, concurrency), ws in advice.ranking().items():
         if len(ws) < 2:
             continue
-        lines.append(f"ranking, {prompt_class} / concurrency {level} (by the best ratio under the fit, else the "
+        lines.append(f"ranking, {prompt_class} / concurrency {concurrency} (by the best ratio under the fit, else the "
                      "measured one, which a k-independent cost never beats):")
         for i, w in enumerate(ws, 1):
             parts = []
@@ -728,8 +728,8 @@ def plot_advice(advice: Advice, path: Path) -> Path | None:
                                       (w.served_k, w.measured_ratio.value or 0.0)))
         measured.append((w.served_k, _interval(w.measured_ratio), color[w.mode]))
     return draw_ratio_panels(
-        [RatioPanel(f"{prompt_class} / concurrency {level}", tuple(series), tuple(measured))
-         for (prompt_class, level), (series, measured) in panels.items()],
+        [RatioPanel(f"{prompt_class} / concurrency {concurrency}", tuple(series), tuple(measured))
+         for (prompt_class, concurrency), (series, measured) in panels.items()],
         styles=MODEL_STYLE, title=f"specgate advise: rig {advice.rig}",
         subtitle="predicted ratio = AL(k) / c(k), bars = intervals (ends propagated); star = measured at the served k",
         path=path)

@@ -149,7 +149,7 @@ class Protocol(_Strict):
     # mode at break-even is measured until it reads "equal within ±x %" (gates.follow_up_reason).
     backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
     # Alternations only (arrangement "alternation": one server awake at a time): request keys per turn, a
-    # multiple of the concurrency level; None: the smallest block that keeps swaps (sleep + wake,
+    # multiple of the concurrency; None: the smallest block that keeps swaps (sleep + wake,
     # ~1.6 s on the lab's H200) within 10 % of the window, from the warm-up's request time
     # (specgate.duet.alternation_block).
     alternation_block: int | None = Field(default=None, ge=1)
@@ -164,14 +164,14 @@ class Protocol(_Strict):
     @classmethod
     def _positive_levels(cls, levels: tuple[int, ...]) -> tuple[int, ...]:
         if any(level < 1 for level in levels) or len(set(levels)) != len(levels):
-            raise ValueError("concurrency levels must be distinct integers >= 1")
+            raise ValueError("concurrencies must be distinct integers >= 1")
         return levels
 
     @model_validator(mode="after")
     def _block_fits_every_level(self) -> Protocol:
         block = self.alternation_block
         if block is not None and any(block % level for level in self.concurrency):
-            raise ValueError(f"alternation_block = {block} must be a multiple of every concurrency level "
+            raise ValueError(f"alternation_block = {block} must be a multiple of every concurrency "
                              f"{list(self.concurrency)} (a turn runs whole rounds)")
         return self
 

@@ -1,4 +1,4 @@
-"""The measurement protocol: one prompt class, at one concurrency level, on one server or on two
+"""The measurement protocol: one prompt class, at one concurrency, on one server or on two
 at once (a duet).
 
 A window is: warm-up (once per server), a ``/metrics`` snapshot, every prompt of the class
@@ -316,7 +316,7 @@ class Measurer:
         """The block of an alternation window: the protocol's, else duet.alternation_block's (swaps
         within duet.MAX_SWAP_SHARE of the window, turns of equal size) at the request time seen so far."""
         protocol = self.rig.protocol
-        if protocol.alternation_block is not None:  # a multiple of every concurrency level (config.Protocol)
+        if protocol.alternation_block is not None:  # a multiple of every concurrency (config.Protocol)
             return protocol.alternation_block
         known = [self._request_s[s] for s in servers if s in self._request_s]
         # Unknown (no warm-up): a request at 100 tok/s, a guess the next windows replace.

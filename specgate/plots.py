@@ -5,9 +5,9 @@
   coloured by outcome;
 - :func:`plot_throughput`: per prompt class and mode (in an A/B, a mode's reference side beside its
   candidate), the median decode tok/s per request with its interquartile range, and every request
-  as a dot; one panel per concurrency level;
+  as a dot; one panel per concurrency;
 - :func:`plot_acceptance`: per-position acceptance rate (accepted at draft position i / drafts)
-  for every (mode, class) of the speculative modes; one panel per concurrency level.
+  for every (mode, class) of the speculative modes; one panel per concurrency.
 
 Each returns the path written, or None when there is nothing to draw (no file is written then).
 
@@ -108,11 +108,11 @@ def _ab_reference(m: dict[str, Any]) -> dict[str, Any] | None:
     return partner if ab_side(partner) == "reference" else None
 
 
-def _ab_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
+def _ab_ratio(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> float | None:
     """The A/B throughput gate's paired ratio on this window (decided or undecided), or None."""
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
-                ("throughput", mode, prompt_class, level) and (g.get("details") or {}).get("ratio"):
+                ("throughput", mode, prompt_class, concurrency) and (g.get("details") or {}).get("ratio"):
             return float(g["details"]["ratio"])
     return None
 
@@ -153,7 +153,7 @@ def throughput_figure(report: dict[str, Any]):
     reference = report["rig"]["reference_mode"]
     series = _throughput_series(report, measurements)
     ab = any(kind == "ab-candidate" for _, kind, _ in series)
-    levels = sorted({m["concurrency"] for m in measurements})
+    concurrencies = sorted({m["concurrency"] for m in measurements})
     classes = list(dict.fromkeys(m["prompt_class"] for m in measurements))
     failed = _failed(report)
     colors: dict[str, str] = {}
@@ -165,17 +165,17 @@ def throughput_figure(report: dict[str, Any]):
     import numpy as np
 
     width_in = max(7.0, 1.0 + len(classes) * (0.5 + 0.45 * len(series)))
-    fig = _figure(width_in, 0.9 + 3.6 * len(levels))
-    axes = fig.subplots(len(levels), 1, squeeze=False)[:, 0]
+    fig = _figure(width_in, 0.9 + 3.6 * len(concurrencies))
+    axes = fig.subplots(len(concurrencies), 1, squeeze=False)[:, 0]
     bar_w = 0.8 / len(series)
     rng = np.random.default_rng(0)  # fixed jitter: the same report draws the same picture
-    for ax, level in zip(axes, levels, strict=True):
-        level_classes = [c for c in classes if any((c, level) in w for _, _, w in series)]
+    for ax, concurrency in zip(axes, concurrencies, strict=True):
+        concurrency_classes = [c for c in classes if any((c, concurrency) in w for _, _, w in series)]
         top = 0.0
         for i, (label, kind, windows) in enumerate(series):
             xs, medians, lows, highs = [], [], [], []
-            for j, prompt_class in enumerate(level_classes):
-                m = windows.get((prompt_class, level))
+            for j, prompt_class in enumerate(concurrency_classes):
+                m = windows.get((prompt_class, concurrency))
                 if m is None:
                     continue
                 values = request_rates(m)
@@ -191,17 +191,17 @@ def throughput_figure(report: dict[str, Any]):
                 mode = m["mode"]
                 change = None
                 if kind == "ab-candidate":
-                    ratio = _ab_ratio(report, mode, prompt_class, level)
+                    ratio = _ab_ratio(report, mode, prompt_class, concurrency)
                     ref_side = _ab_reference(m)
                     ref_median = median_rate(ref_side) if ref_side else None
                     ratio = ratio or (median / ref_median if ref_median else None)
                     change = None if ratio is None else (ratio - 1) * 100
                 elif kind == "mode":
-                    ref = next((w.get((prompt_class, level)) for _, k, w in series if k == "reference"), None)
+                    ref = next((w.get((prompt_class, concurrency)) for _, k, w in series if k == "reference"), None)
                     if ref is not None:
-                        change = change_percent(report, mode, prompt_class, level, median, median_rate(ref))
+                        change = change_percent(report, mode, prompt_class, concurrency, median, median_rate(ref))
                 if change is not None:
-                    bad = (mode, prompt_class, level) in failed
+                    bad = (mode, prompt_class, concurrency) in failed
                     ax.annotate(f"{change:+.0f} %" + (" FAIL" if bad else ""),
                                 (x, max(q3, *values)), xytext=(0, 3), textcoords="offset points",
                                 ha="center", va="bottom", fontsize=7.5, rotation=90 if bad else 0,
@@ -210,14 +210,14 @@ def throughput_figure(report: dict[str, Any]):
             side = {"ab-reference": {"alpha": 0.45, "hatch": "//", "edgecolor": colors[label]}}.get(kind, {})
             ax.bar(xs, medians, width=bar_w * 0.92, color=colors[label], label=label, zorder=2,
                    yerr=[lows, highs], error_kw={"elinewidth": 1.2, "capsize": 3, "ecolor": "#222222"}, **side)
-        ax.set_xticks(range(len(level_classes)))
-        ax.set_xticklabels(level_classes, rotation=20 if len(level_classes) > 6 else 0,
-                           ha="right" if len(level_classes) > 6 else "center")
-        ax.set_xlim(-0.6, len(level_classes) - 0.4)
+        ax.set_xticks(range(len(concurrency_classes)))
+        ax.set_xticklabels(concurrency_classes, rotation=20 if len(concurrency_classes) > 6 else 0,
+                           ha="right" if len(concurrency_classes) > 6 else "center")
+        ax.set_xlim(-0.6, len(concurrency_classes) - 0.4)
         ax.set_ylim(0, top * 1.22 if top > 0 else 1)
         ax.set_xlabel("prompt class")
         ax.set_ylabel("decode tok/s per request")
-        ax.set_title(f"concurrency {level}", fontsize=10)
+        ax.set_title(f"concurrency {concurrency}", fontsize=10)
         ax.grid(axis="y", alpha=0.3, zorder=0)
         ax.set_axisbelow(True)
         ax.legend(loc="best", fontsize=8.5, frameon=True, framealpha=0.9)
@@ -236,7 +236,7 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
     lines = _acceptance_lines(report)
     if not lines:
         return None
-    levels = sorted({m["concurrency"] for m in lines})
+    concurrencies = sorted({m["concurrency"] for m in lines})
     modes = _modes(report, lines)
     classes = list(dict.fromkeys(m["prompt_class"] for m in lines))
     class_color = {c: MODE_COLORS[i % len(MODE_COLORS)] for i, c in enumerate(classes)}
@@ -244,10 +244,10 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
                   for i, mode in enumerate(modes)}
     k_max = max(len(m["acceptance"]["per_position_rates"]) for m in lines)
 
-    fig = _figure(max(9.5, 6.5 + 0.5 * k_max), 0.6 + 3.6 * len(levels))
-    axes = fig.subplots(len(levels), 1, squeeze=False)[:, 0]
-    for ax, level in zip(axes, levels, strict=True):
-        for m in sorted((m for m in lines if m["concurrency"] == level),
+    fig = _figure(max(9.5, 6.5 + 0.5 * k_max), 0.6 + 3.6 * len(concurrencies))
+    axes = fig.subplots(len(concurrencies), 1, squeeze=False)[:, 0]
+    for ax, concurrency in zip(axes, concurrencies, strict=True):
+        for m in sorted((m for m in lines if m["concurrency"] == concurrency),
                         key=lambda m: (modes.index(m["mode"]), classes.index(m["prompt_class"]))):
             acc = m["acceptance"]
             rates = acc["per_position_rates"]
@@ -262,7 +262,7 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
         ax.set_ylim(0, 1)
         ax.set_xlabel("draft position")
         ax.set_ylabel("acceptance rate\n(accepted at position / drafts)")
-        ax.set_title(f"concurrency {level}", fontsize=9.5)
+        ax.set_title(f"concurrency {concurrency}", fontsize=9.5)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     _suptitle(fig, max(9.5, 6.5 + 0.5 * k_max), _title(report),
@@ -327,7 +327,7 @@ def forest_figure(report: dict[str, Any]):
             ax.plot([c.ci_low, c.ci_high], [y, y], linestyle="none", marker="|", markersize=9, color=color, zorder=3)
         ax.plot([c.ratio], [y], marker="D", markersize=6.5, color=color, markeredgecolor="white",
                 markeredgewidth=0.7, zorder=4)
-    for y in range(1, len(rows)):  # a rule between modes (and concurrency levels)
+    for y in range(1, len(rows)):  # a rule between modes (and concurrencies)
         if (rows[y].concurrency, rows[y].mode) != (rows[y - 1].concurrency, rows[y - 1].mode):
             ax.axhline(y - 0.5, color="#555555", linewidth=0.6, zorder=1)
     ax.axvline(1.0, color="#333333", linestyle="--", linewidth=0.9, zorder=1)

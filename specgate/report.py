@@ -99,36 +99,36 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
     reference = report["rig"]["reference_mode"]
     measurements = report["measurements"]
     modes = [m for m in report["rig"]["modes"] if any(x["mode"] == m for x in measurements)]
-    levels = sorted({m["concurrency"] for m in measurements})
+    concurrencies = sorted({m["concurrency"] for m in measurements})
     verdicts = _verdicts(report)
     tables = []
-    for level in levels:
-        by = {(m["mode"], m["prompt_class"]): m for m in measurements if m["concurrency"] == level}
-        classes = list(dict.fromkeys(m["prompt_class"] for m in measurements if m["concurrency"] == level))
+    for concurrency in concurrencies:
+        by = {(m["mode"], m["prompt_class"]): m for m in measurements if m["concurrency"] == concurrency}
+        classes = list(dict.fromkeys(m["prompt_class"] for m in measurements if m["concurrency"] == concurrency))
         rows = []
         for prompt_class in classes:
             ref = by.get((reference, prompt_class))
             ref_tps = median_rate(ref) if ref else None
             row: list[Any] = [prompt_class, f"{ref_tps:.1f}" if ref_tps else "-"]
-            ref_verdict = _verdict_text(verdicts.get((reference, prompt_class, level), []))
+            ref_verdict = _verdict_text(verdicts.get((reference, prompt_class, concurrency), []))
             verdict_parts = [f"{reference}: {ref_verdict}"]  # joined with "; ", never "|" (Markdown)
             for mode in modes:
                 if mode == reference:
                     continue
                 m = by.get((mode, prompt_class))
                 tps = median_rate(m) if m else None
-                change = change_percent(report, mode, prompt_class, level, tps, ref_tps) if tps else None
+                change = change_percent(report, mode, prompt_class, concurrency, tps, ref_tps) if tps else None
                 if change is not None:
                     row.append(f"{tps:.1f} ({change:+.0f} %)")
                 else:
                     row.append(f"{tps:.1f}" if tps else "-")
-                verdict = _verdict_text(verdicts.get((mode, prompt_class, level), []))
+                verdict = _verdict_text(verdicts.get((mode, prompt_class, concurrency), []))
                 verdict_parts.append(f"{mode}: {verdict}")
             row.append("; ".join(verdict_parts))
             rows.append(row)
         headers = ["class", f"{reference} tok/s", *(f"{m} tok/s (change)" for m in modes if m != reference),
                    "verdict"]
-        title = (f"decode tok/s, median per request, concurrency {level}; change: the backfire gate's paired "
+        title = (f"decode tok/s, median per request, concurrency {concurrency}; change: the backfire gate's paired "
                  "ratio where it ran (its message names the statistic), else the ratio of medians")
         tables.append(title + "\n" + _table(rows, headers, fmt))
     return "\n\n".join(tables)

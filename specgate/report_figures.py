@@ -34,22 +34,22 @@ def median_rate(measurement: dict[str, Any]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, level: int) -> float | None:
+def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> float | None:
     """The paired ratio the backfire gate measured for this window (the prompts as strata, or
     Hodges-Lehmann without repeats: the one number its message shows), decided or undecided, or
     None when no such gate ran (or a report from before undecided gates kept their ratio): every
     table and plot shows it."""
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
-                ("backfire", mode, prompt_class, level) and g.get("details", {}).get("ratio"):
+                ("backfire", mode, prompt_class, concurrency) and g.get("details", {}).get("ratio"):
             return float(g["details"]["ratio"])
     return None
 
 
-def change_percent(report: dict[str, Any], mode: str, prompt_class: str, level: int,
+def change_percent(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int,
                    median: float, reference_median: float | None) -> float | None:
     """A mode's change against the no-speculation mode on one window, in percent: the backfire
     gate's paired ratio where it ran, else the ratio of the two medians; None when neither is known."""
-    ratio = gate_ratio(report, mode, prompt_class, level) or (
+    ratio = gate_ratio(report, mode, prompt_class, concurrency) or (
         median / reference_median if reference_median else None)
     return None if ratio is None else (ratio - 1) * 100

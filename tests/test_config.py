@@ -409,7 +409,7 @@ def test_an_alternation_block_that_is_not_a_multiple_of_every_concurrency_level_
     _replace(rig_file, "concurrency = [1]", "concurrency = [1, 3]\nalternation_block = 4")
     err = _load_fails(fx, "h200-wide15b-alternate")
     assert err.key == "protocol" and str(rig_file) in str(err)
-    assert "alternation_block = 4 must be a multiple of every concurrency level [1, 3]" in str(err)
+    assert "alternation_block = 4 must be a multiple of every concurrency [1, 3]" in str(err)
 
 
 def test_a_rig_whose_windows_can_never_reach_six_pairs_is_refused(fx: Path) -> None:
