@@ -678,7 +678,9 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
 
 def with_server(handler: ServerHandler, client_main: Callable[[str], Awaitable[Any]]) -> Any:
     async def main() -> Any:
-        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        # a backlog above the 120 connections of the test that opens the most at once: beyond the default
+        # 100, a connection waits out a SYN retransmit (1 s) before this loop accepts it
+        server = await asyncio.start_server(handler, "127.0.0.1", 0, backlog=256)
         port = server.sockets[0].getsockname()[1]
         async with server:
             return await client_main(f"http://127.0.0.1:{port}")
