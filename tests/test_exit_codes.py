@@ -134,6 +134,8 @@ def test_6_a_server_that_cannot_start_breaks_the_job(perf_run, fake, tmp_path):
         [protocol]
         repeats = 1
     '''))
+    # The child polls its server every 50 ms, not every second: the server has exited long before.
+    perf_run.makeconftest("import specgate.server\n\nspecgate.server.POLL_EVERY_S = 0.05\n")
     # In a child process: a server started by an in-process run left this process's HTTP client
     # raising raw httpcore errors in later tests (tests/test_server.py), as pytester restores modules.
     result = perf_run.runpytest_subprocess("-m", "cpu", "--specgate-rig=broken", "-k", "throughput and no_spec",
