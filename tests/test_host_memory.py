@@ -2,8 +2,6 @@
 refusal of a server that cannot wake from level 2, before anything starts (plan and session)."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,7 @@ from specgate.plan import (
 )
 
 pytestmark = pytest.mark.fast
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 KIMI = "kimi-k25-int4-8x-rtx6000"
@@ -223,22 +222,21 @@ def test_the_plan_exits_4_when_it_refuses_a_mode(tmp_path, monkeypatch, capsys, 
     assert main(["plan", *rig, "--host-memory-gib", "1536", *ab, "-k", "eagle3"]) == 0
 
 
-def test_the_session_refuses_a_drafter_mode_before_any_server_starts(tmp_path):
+def test_the_session_refuses_a_drafter_mode_before_any_server_starts(perf_project, tmp_path, monkeypatch):
     # the Kimi rig with an EAGLE-3 mode, planned for a host of 512 GiB (SPECGATE_HOST_MEMORY_GIB): its
     # server would need level 2; the session must stop at collection, and the "server" (a script that
-    # leaves a mark when started) must never run
+    # leaves a mark when started) must never run. A whole pytest run of the perf tests, in-process.
     mark = tmp_path / "started"
     server = tmp_path / "server.sh"
     server.write_text(f"#!/bin/sh\ntouch {mark}\nsleep 60\n")
     server.chmod(0o755)
     fixtures = _kimi_with_eagle(tmp_path, str(server))
-    env = {**os.environ, "SPECGATE_HOST_MEMORY_GIB": "512"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--specgate-rig=kimi-eagle",
-                          f"--specgate-fixtures={fixtures}", f"--specgate-run-dir={tmp_path / 'run'}",
-                          "-p", "no:cacheprovider", "-k", "coding", str(ROOT / "perf_tests")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    out = run.stdout + run.stderr
-    assert run.returncode == 4, out
+    monkeypatch.setenv("SPECGATE_HOST_MEMORY_GIB", "512")
+    run = perf_project.runpytest_inprocess("-m", "gpu", "--specgate-rig=kimi-eagle", f"--specgate-fixtures={fixtures}",
+                                           f"--specgate-run-dir={tmp_path / 'run'}", "-p", "no:cacheprovider",
+                                           "-k", "coding")
+    out = run.stdout.str() + run.stderr.str()
+    assert run.ret == 4, out
     assert "eagle3 cannot sleep at sleep level 2" in out and "checked before any server starts" in out
     assert "kimi-eagle.toml" in out
     assert not mark.exists()
