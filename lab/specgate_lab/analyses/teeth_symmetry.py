@@ -97,16 +97,19 @@ def summary(kept: list[dict], before_log: Path | None = None) -> str:
     lines, ratios = [], []
     for i, run in enumerate(kept, 1):
         d = run["gate"]["details"]
-        ratios.append(d["ratio"])
         first = (run.get("start_order") or {}).get("first", {}).get(MODE, "?")
         hooked = sorted(side for side, lines in run.get("injector", {}).items() if any("slowed by" in x for x in lines))
         quiet = sorted(side for side, lines in run.get("injector", {}).items() if any("no hook" in x for x in lines))
         plugin = f"plugin: no hook on {'/'.join(quiet) or 'no side'}, hooked on {'/'.join(hooked) or 'no side'}"
-        lines.append(f"run {i}: A/A {run['gate']['outcome']} {d['ratio']:.3f}x ({d['ci_low']:.3f}-{d['ci_high']:.3f}, "
+        what = "slowdown" if run.get("run") == "slowdown" else "A/A"  # .ci/teeth.py's run folders: aa, slowdown
+        if what == "A/A":
+            ratios.append(d["ratio"])
+        lines.append(f"run {i}: {what} {run['gate']['outcome']} {d['ratio']:.3f}x ({d['ci_low']:.3f}-{d['ci_high']:.3f}, "
                      f"{d['n']} pairs), {first} started first; {plugin}" + _machine(run.get("window")))
     logs = [math.log(r) for r in ratios]
-    lines.append(f"mean ratio {statistics.fmean(ratios):.3f}x (geometric {math.exp(statistics.fmean(logs)):.3f}x) over "
-                 f"{len(ratios)} runs; red (FAIL) {sum(r['gate']['outcome'] == 'fail' for r in kept)} of {len(kept)}")
+    aa = [r for r in kept if r.get("run") != "slowdown"]
+    lines.append(f"A/A: mean ratio {statistics.fmean(ratios):.3f}x (geometric {math.exp(statistics.fmean(logs)):.3f}x) "
+                 f"over {len(ratios)} runs; red (FAIL) {sum(r['gate']['outcome'] == 'fail' for r in aa)} of {len(aa)}")
     if before_log is not None:
         before = [float(RATIO.match(text).group(1)) for _, text in campaign_runs(before_log.read_text())["A/A"]]
         before_logs = [math.log(r) for r in before]
