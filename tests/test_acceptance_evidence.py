@@ -91,7 +91,7 @@ def test_a_thirteen_draft_window_one_token_lower_is_undecided(rig):
     result = check_acceptance(gate_settings(rig, window), window, _entry(STORED))
     assert result.details["undecided"] and not result.passed
     assert "ngram on coding: position 5 rate 0.154 (2 of 13 drafts" in result.message
-    assert "too few drafts to gate" in result.message
+    assert [c["decided"] for c in result.details["checks"]].count(False) >= 1  # the words: the test above
 
 
 def test_the_same_rates_in_a_small_window_are_undecided_a_large_one_passes_one_that_dropped_fails(rig):

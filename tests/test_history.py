@@ -52,5 +52,7 @@ def test_plain_runs_against_the_stored_starts_decide(replay, outcome):
     window = _window(replay)
     result = check_throughput(gate_settings(rig, window), window, entry)
     assert result.outcome is outcome, result.message
-    assert "10 stored starts, start-to-start spread 0.05 %" in result.message
-    assert "catches a true level ratio <= 0.968" in result.message and "not pooled" in result.message
+    # the history's own words (StartHistory.describe; pinned in test_histories' history command test)
+    history = StartHistory(tuple(entry.level_history))
+    assert history.describe(1 - rig.gates.level_gate_tolerance, result.details["confidence"]) in result.message
+    assert "not pooled" in result.message
