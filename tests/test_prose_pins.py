@@ -53,5 +53,7 @@ def test_the_scan_finds_a_phrase_pinned_twice(tmp_path):
     check = 'def test_x(result):\n    assert "the gate decided nothing here" in result.message\n'
     (tmp_path / "test_a.py").write_text(check)
     (tmp_path / "test_b.py").write_text(check + '    assert "::" in result.message\n')
-    (tmp_path / "test_c.py").write_text('def test_y(out):\n    assert "SETUP    S vllm_server (fixtures used)" in out\n')
+    pytest_line = 'def test_y(out):\n    assert "SETUP    S vllm_server (fixtures used)" in out\n'
+    (tmp_path / "test_c.py").write_text(pytest_line)
+    (tmp_path / "test_d.py").write_text(pytest_line)
     assert phrases_pinned_twice(tmp_path) == {"the gate decided nothing here": ["test_a.py", "test_b.py"]}
