@@ -19,6 +19,7 @@ not a finding. A test's own ``@settings`` sets only what differs from the profil
 """
 
 import os
+from pathlib import Path
 
 # pytester's runpytest_inprocess restores sys.modules after each in-process run, and a C extension
 # first imported inside one cannot be imported again in this process ("cannot load module more than
@@ -35,6 +36,52 @@ if settings is not None:
     settings.register_profile("fast", max_examples=30, deadline=None)
     settings.register_profile("thorough", max_examples=500, deadline=None)
     settings.load_profile(os.environ.get("SPECGATE_HYPOTHESIS", "fast"))
+
+
+# Python's cyclic garbage collector at a tenth of its default pace while specgate's own tests run: a
+# worker's heap grows to hundreds of MB (matplotlib, scipy, pydantic, hypothesis, every product module),
+# and at the default thresholds the fast tier's two workers spent 1.6 and 2.6 s in 20 and 23 full
+# collections (2026-12-05). Garbage is still collected, only less often. A perf run (it collects nothing
+# under tests/) gets the default pace back before its first test: its client's timing is not touched.
+_gc_threshold_before: list[tuple[int, ...]] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import gc
+
+    _gc_threshold_before.append(gc.get_threshold())
+    gc.set_threshold(_gc_threshold_before[-1][0] * 10, *_gc_threshold_before[-1][1:])
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    tests = Path(__file__).resolve().parent
+    if _gc_threshold_before and not any(item.path.is_relative_to(tests) for item in session.items):
+        _default_gc_pace()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _default_gc_pace()
+
+
+def _default_gc_pace() -> None:
+    import gc
+
+    if _gc_threshold_before:
+        gc.set_threshold(*_gc_threshold_before.pop())
+
+
+@pytest.fixture(autouse=True)
+def no_gc_after_inline_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pytest session run inside a test (``specgate plan`` collects the perf tests with ``pytest.main``)
+    collects garbage twice as it ends, to report unraisable exceptions: a full collection of this
+    process's heap, ~0.1 s each in a worker that has run a few hundred tests. pytester turns it off for
+    its inline runs for the same reason; this turns it off for every session a test runs in-process.
+    The outer session still collects at its own end (this is undone by then)."""
+    try:
+        import _pytest.unraisableexception as unraisable
+    except ImportError:  # another pytest's internals: nothing to turn off
+        return
+    monkeypatch.setattr(unraisable, "gc_collect_harder", lambda iterations: None, raising=False)
 
 
 @pytest.fixture
