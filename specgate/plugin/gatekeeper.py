@@ -105,11 +105,12 @@ class GateKeeper:
         return entry
 
     def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None) -> None:
-        """End the test as ``outcome`` says under the session's policy and the gate's gating (the
-        one mapping). ``m``: the window (or result) whose gate this is."""
+        """End the test as ``outcome`` says under the window's outcome policy and the gate's gating
+        (its settings; the one mapping). ``m``: the window (or result) whose gate this is."""
         __tracebackhide__ = True
-        policy = self.session.outcome_policy
-        gating = self.session.gating_of(gate, m.mode, m.prompt_class, m.concurrency)[0] if m is not None else None
+        settings = self._settings(m) if m is not None else None
+        policy = settings.outcome_policy if settings is not None else self.session.outcome_policy
+        gating = settings.gating_of(gate) if settings is not None else None
         action = pytest_action(outcome, policy, declared=declared, gating=gating)
         text = outcome_text(gate, outcome, message, policy, declared=declared, gating=gating)
         if action == "skipped":
