@@ -203,7 +203,7 @@ def test_fatal_engine_error_after_ready_is_a_dead_server(fake: Path, tmp_path: P
 
 def test_stop_kills_a_server_that_ignores_sigterm(fake: Path, tmp_path: Path, reaper: Reaper,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_mod, "TERM_GRACE_S", 0.4)
+    monkeypatch.setattr(server_mod, "TERM_GRACE_S", 0.2)
     lines: list[str] = []
     server = VLLMServer(_spec(fake, tmp_path, "--behaviour", "ignore-term"), progress=lines.append)
     with server:
@@ -214,8 +214,8 @@ def test_stop_kills_a_server_that_ignores_sigterm(fake: Path, tmp_path: Path, re
         assert not _gone(state["pid"]) and not _gone(state["child"])
         started = time.monotonic()
     took = time.monotonic() - started
-    assert 0.4 <= took < 8
-    assert any("ignored SIGTERM for 0.4s; sending SIGKILL" in line for line in lines)
+    assert 0.2 <= took < 8
+    assert any("ignored SIGTERM for 0.2s; sending SIGKILL" in line for line in lines)
     assert group_members(pgid) == []
     assert _gone(state["pid"]) and _gone(state["child"])
 
