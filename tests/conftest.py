@@ -24,7 +24,11 @@ from pathlib import Path
 # pytester's runpytest_inprocess restores sys.modules after each in-process run, and a C extension
 # first imported inside one cannot be imported again in this process ("cannot load module more than
 # once per process"): numpy is imported here, before any such run, so no test depends on which
-# worker ran an in-process run first (tests/test_cost.py failed so under -n 1).
+# worker ran an in-process run first (tests/test_cost.py failed so under -n 1). httpcore likewise:
+# httpx imports it at its first client and keeps a map of its exception classes, so a first client
+# inside an in-process run (a server the run starts) left later tests' clients raising raw httpcore
+# errors the map no longer knew (tests/test_exit_codes.py's exit code 6, then tests/test_server.py).
+import httpcore  # noqa: F401
 import numpy  # noqa: F401
 import pytest
 

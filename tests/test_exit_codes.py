@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fixture_copy import copy_fixtures
 
+import specgate.server
 from specgate.cli import main
 from specgate.exit_codes import ExitCode, broken_job, session_exit_code
 
@@ -120,7 +121,7 @@ def test_5_no_tests(perf_run, monkeypatch):
     assert main(["plan", "--rig", "cpu-smollm2-quick", "-k", "no-such-test"]) == ExitCode.NO_TESTS
 
 
-def test_6_a_server_that_cannot_start_breaks_the_job(perf_run, fake, tmp_path):
+def test_6_a_server_that_cannot_start_breaks_the_job(perf_run, fake, tmp_path, monkeypatch):
     # A real process that exits while loading (as vLLM does on CUDA out of memory): not "a gate said no".
     rig = perf_run.path / "fixtures" / "rigs" / "broken.toml"
     rig.write_text(textwrap.dedent(f'''
@@ -134,12 +135,13 @@ def test_6_a_server_that_cannot_start_breaks_the_job(perf_run, fake, tmp_path):
         [protocol]
         repeats = 1
     '''))
-    # The child polls its server every 50 ms, not every second: the server has exited long before.
-    perf_run.makeconftest("import specgate.server\n\nspecgate.server.POLL_EVERY_S = 0.05\n")
-    # In a child process: a server started by an in-process run left this process's HTTP client
-    # raising raw httpcore errors in later tests (tests/test_server.py), as pytester restores modules.
-    result = perf_run.runpytest_subprocess("-m", "cpu", "--specgate-rig=broken", "-k", "throughput and no_spec",
-                                           f"--specgate-run-dir={tmp_path / 'run'}", "-p", "no:cacheprovider")
+    # The run polls its server every 50 ms, not every second: the server has exited long before.
+    monkeypatch.setattr(specgate.server, "POLL_EVERY_S", 0.05)
+    # In-process: tests/conftest.py imports httpcore before any such run (a server started by an in-process
+    # run that first imported it left this process's HTTP client raising raw httpcore errors in later tests,
+    # as pytester restores modules). A real process exiting 6: perf_tests/test_faults.py (cpu tier).
+    result = perf_run.runpytest_inprocess("-m", "cpu", "--specgate-rig=broken", "-k", "throughput and no_spec",
+                                          f"--specgate-run-dir={tmp_path / 'run'}", "-p", "no:cacheprovider")
     out = result.stdout.str()
     assert result.ret == ExitCode.JOB_BROKEN, out
     assert "JOB BROKEN (exit code 6" in out and "server no_spec could not start" in out
