@@ -82,6 +82,19 @@ def _default_gc_pace() -> None:
 
 
 @pytest.fixture(autouse=True)
+def kept_across_inline_runs(request: pytest.FixtureRequest) -> None:
+    """pytester's in-process runs restore sys.modules as they end, so what a run imported first, the next
+    run imports again: the report a run writes as it ends imports matplotlib (its plots) and jinja2
+    (report.html) on first use, and one worker imported matplotlib three times and jinja2 six (~0.35 s
+    and ~0.04 s each). Imported here, before a test's first in-process run, they stay."""
+    if "pytester" in request.fixturenames:
+        import importlib
+
+        for name in ("jinja2", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+            importlib.import_module(name)
+
+
+@pytest.fixture(autouse=True)
 def no_gc_after_inline_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pytest session run inside a test (``specgate plan`` collects the perf tests with ``pytest.main``)
     collects garbage twice as it ends, to report unraisable exceptions: a full collection of this
