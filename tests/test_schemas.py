@@ -4,6 +4,7 @@ writes validate against them."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -22,6 +23,7 @@ COMMITTED = ROOT / "docs" / "schemas"
 RECORDED = sorted((ROOT / "fixtures" / "recorded").glob("*/reports/*.json.gz"))
 
 
+@functools.cache  # the schema read and checked once per process (checking it: ~40 ms), not per file validated
 def _validator(name: str) -> jsonschema.protocols.Validator:
     schema = json.loads((COMMITTED / f"{name}.schema.json").read_text())
     cls = jsonschema.validators.validator_for(schema)
