@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     import specgate.server as server_mod
 
-    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.02)
+    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.005)  # a fake server is ready in ~50 ms
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ SERVED = "fake-model"
 
 @pytest.fixture(autouse=True)
 def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.02)
+    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.005)  # a fake server is ready in ~50 ms
     monkeypatch.setattr(server_mod, "KILL_GRACE_S", 5.0)
 
 
@@ -142,7 +142,10 @@ def test_exit_before_ready_quotes_code_and_log(fake: Path, tmp_path: Path, reape
 # --------------------------------------------------------------------------- (c) deadline
 
 
-def test_startup_deadline(fake: Path, tmp_path: Path, reaper: Reaper) -> None:
+def test_startup_deadline(fake: Path, tmp_path: Path, reaper: Reaper, monkeypatch: pytest.MonkeyPatch) -> None:
+    # polled every 50 ms: the 50 lines of log the message quotes still reach back to the fake's start
+    # (each poll of /health logs a line)
+    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.05)
     spec = _spec(fake, tmp_path, "--behaviour", "never-healthy", timeout_s=1)
     started = time.monotonic()
     with pytest.raises(ServerStartError) as info, VLLMServer(spec):
