@@ -13,6 +13,7 @@ problem becomes a :class:`ConfigError` that names the file and the dotted key.
 
 from __future__ import annotations
 
+import functools
 import json
 import string
 import sys
@@ -532,11 +533,14 @@ def cpu_dtype(flags: str | None = None) -> str:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    return _parse_toml(path, _file_bytes(path))
+
+
+def _parse_toml(path: Path, content: bytes) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(path, None, "file not found") from None
+        return tomllib.loads(content.decode())
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, None, f"not UTF-8 text, as TOML must be ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, f"not valid TOML: {exc}") from None
 
@@ -584,12 +588,31 @@ def _is_number(text: str) -> bool:
 
 
 def load_prompt_classes(path: Path) -> dict[str, PromptClass]:
-    parsed: PromptFile = _validate(PromptFile, read_toml(path), path)
-    return {name: cls.model_copy(update={"name": name}) for name, cls in parsed.classes.items()}
+    return dict(_prompt_classes(path, _file_bytes(path)))
 
 
 def load_mode_library(path: Path) -> dict[str, LibraryMode]:
-    parsed: ModeFile = _validate(ModeFile, read_toml(path), path)
+    return dict(_mode_library(path, _file_bytes(path)))
+
+
+def _file_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(path, None, "file not found") from None
+
+
+# The library files (prompts.toml, modes.toml) are read by every rig a process loads: parsed and
+# validated once per content (~5 ms for the prompt file), as frozen models; a changed file is read anew.
+@functools.lru_cache(maxsize=16)
+def _prompt_classes(path: Path, content: bytes) -> dict[str, PromptClass]:
+    parsed: PromptFile = _validate(PromptFile, _parse_toml(path, content), path)
+    return {name: cls.model_copy(update={"name": name}) for name, cls in parsed.classes.items()}
+
+
+@functools.lru_cache(maxsize=16)
+def _mode_library(path: Path, content: bytes) -> dict[str, LibraryMode]:
+    parsed: ModeFile = _validate(ModeFile, _parse_toml(path, content), path)
     return parsed.modes
 
 

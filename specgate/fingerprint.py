@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from specgate.baselines import Fingerprint, PromptDigest
-from specgate.client import auth_headers
+from specgate.client import auth_headers, tls_context
 from specgate.gpu import is_gpu_id, nvml
 
 
@@ -99,7 +99,7 @@ def git_commit(cwd: Path) -> str | None:
 def server_vllm_version(base_url: str, api_key: str | None = None) -> str | None:
     headers = auth_headers(api_key)
     try:
-        response = httpx.get(f"{base_url}/version", headers=headers, timeout=10)
+        response = httpx.get(f"{base_url}/version", headers=headers, timeout=10, verify=tls_context())
         return response.json().get("version") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None

@@ -10,6 +10,7 @@ difference between a scrape taken before the window and one taken after it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,20 @@ def _wanted_sample_names() -> dict[str, tuple[str, str]]:
 
 
 _WANTED = _wanted_sample_names()
+# A line's metric name: a sample's, or the family's in a "# HELP" or "# TYPE" line.
+_LINE_NAME = re.compile(r"[ \t]*(?:#[ \t]*(?:HELP|TYPE)[ \t]+)?([A-Za-z_:][A-Za-z0-9_:]*)")
+_KEPT_NAMES = frozenset({*_WANTED, *COUNTERS, *HISTOGRAMS})
+
+
+def _wanted_lines(text: str) -> str:
+    """The lines of a scrape that name a series specgate reads (with their HELP and TYPE lines).
+    A vLLM scrape is mostly histogram buckets and series specgate ignores; the Prometheus parser is
+    pure Python and reads ~20 lines a millisecond. A malformed line of an ignored series is no
+    longer an error; a text in which no line names a wanted series is parsed whole, so that a page
+    that is not Prometheus text still is."""
+    kept = [line for line in text.splitlines()
+            if (match := _LINE_NAME.match(line)) is not None and match.group(1) in _KEPT_NAMES]
+    return "\n".join(kept) + "\n" if kept else text
 
 
 @dataclass(frozen=True)
@@ -149,7 +164,7 @@ class _Series:
 def _read_series(text: str, source: str) -> list[_Series]:
     try:
         # The parser is a generator: list() forces it so errors surface here.
-        families = list(text_string_to_metric_families(text))
+        families = list(text_string_to_metric_families(_wanted_lines(text)))
     except ValueError as error:  # the only exception the parser raises on bad text
         raise MetricsError(f"{source}: cannot parse Prometheus text: {error or 'malformed line'}") from error
     series: list[_Series] = []

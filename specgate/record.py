@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from specgate.client import auth_headers
+from specgate.client import auth_headers, tls_context
 from specgate.config import Rig
 from specgate.server import VLLMServer, spec_for_mode
 
@@ -50,7 +50,8 @@ def record_server(base_url: str, served_model_name: str, mode_name: str, out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     headers = auth_headers(api_key)
     written: list[Path] = []
-    with httpx.Client(base_url=base_url, timeout=timeout_s, headers=headers, transport=transport) as http:
+    with httpx.Client(base_url=base_url, timeout=timeout_s, headers=headers, transport=transport,
+                      verify=tls_context()) as http:
         written.append(_save(out_dir / f"{mode_name}-metrics-before.txt.gz", _gzipped(http.get("/metrics").text)))
         common = {"model": served_model_name, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0,
                   "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}

@@ -37,6 +37,7 @@ import httpx
 import psutil
 
 from specgate.baselines import atomic_write_json
+from specgate.client import tls_context
 from specgate.errors import ServerDiedError
 from specgate.extensions import server_env_prefixes
 from specgate.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, read_log_tail
@@ -164,7 +165,7 @@ class KeptServer:
 
     def healthy(self, timeout_s: float = 5.0) -> bool:
         try:
-            with httpx.Client(base_url=self.base_url, timeout=timeout_s) as http:
+            with httpx.Client(base_url=self.base_url, timeout=timeout_s, verify=tls_context()) as http:
                 if http.get("/health").status_code != 200:
                     return False
                 names = [m.get("id") for m in http.get("/v1/models").json().get("data", [])]
@@ -326,7 +327,7 @@ class ReusedServer:
         """The level it sleeps at now (an alternation's server left asleep by an earlier session),
         None when it is awake."""
         try:
-            with httpx.Client(base_url=self.base_url, timeout=timeout_s) as http:
+            with httpx.Client(base_url=self.base_url, timeout=timeout_s, verify=tls_context()) as http:
                 sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None  # not a sleep-mode server, or it cannot say: awake_or_why refused the unsure ones
@@ -339,7 +340,7 @@ def awake_or_why(kept: KeptServer, timeout_s: float = 5.0) -> str | None:
     serve garbage), or it cannot say. None when it is awake, or asleep at sleep level 1 (its weights wait
     in host memory: the alternation takes it as a sleeping server and wakes it for its turn)."""
     try:
-        with httpx.Client(base_url=kept.base_url, timeout=timeout_s) as http:
+        with httpx.Client(base_url=kept.base_url, timeout=timeout_s, verify=tls_context()) as http:
             sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         return f"it did not say whether it sleeps ({type(exc).__name__})"

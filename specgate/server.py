@@ -16,12 +16,10 @@ watches the process and the log, and enforces the startup deadline.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import threading
@@ -34,7 +32,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from specgate.client import auth_headers
+from specgate.client import auth_headers, tls_context
 from specgate.config import Mode, Rig, Side
 from specgate.durations import format_elapsed
 from specgate.errors import ServerDiedError, ServerError, ServerStartError
@@ -56,13 +54,6 @@ FATAL_LOG_MARKERS = (
 )
 
 Progress = Callable[[str], None]
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """httpx's default (verifying) TLS context, built once for the readiness clients: httpx builds
-    a new one per Client, reading the CA bundle each time (~50 ms of CPU), twice per server start."""
-    return httpx.create_ssl_context()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -251,7 +242,7 @@ class VLLMServer:
         last_progress = self.started_at
         stage = "waiting for /health"
         generation: _FirstGeneration | None = None
-        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0), verify=_tls()) as http:
+        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0), verify=tls_context()) as http:
             while True:
                 now = time.monotonic()
                 elapsed = now - self.started_at
@@ -383,7 +374,8 @@ class _FirstGeneration:
 
     def _run(self, base_url: str, body: dict, timeout_s: float) -> None:
         try:
-            with httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout_s, connect=5.0), verify=_tls()) as http:
+            with httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout_s, connect=5.0),
+                              verify=tls_context()) as http:
                 self.response = http.post("/v1/chat/completions", json=body)
         except Exception as exc:  # reported by raise_for_failure on the waiting thread
             self.error = exc
@@ -459,7 +451,8 @@ class AttachedServer:
     def check_alive(self) -> None:
         headers = auth_headers(self.api_key)
         try:
-            response = httpx.get(f"{self.base_url}/health", headers=headers, timeout=self.timeout_s)
+            response = httpx.get(f"{self.base_url}/health", headers=headers, timeout=self.timeout_s,
+                                 verify=tls_context())
         except httpx.TransportError as exc:
             raise ServerDiedError(f"attached server {self.base_url} (mode {self.label}) is not reachable: "
                                   f"{type(exc).__name__}") from None

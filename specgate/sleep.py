@@ -50,7 +50,7 @@ from typing import Any
 import httpx
 
 from specgate.arrangement import drafter_in, dummy_weights, gpu_memory_utilization
-from specgate.client import auth_headers
+from specgate.client import auth_headers, tls_context
 from specgate.duet import EXPECTED_SWAP_S
 from specgate.durations import format_elapsed
 from specgate.errors import ServerError, ServerStartError
@@ -311,7 +311,7 @@ class SleepController:
     def _client(self, server: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=server.base_url, headers=auth_headers(server.api_key),
                                  timeout=httpx.Timeout(SWAP_TIMEOUT_S, connect=10.0),
-                                 transport=getattr(server, "transport", None))
+                                 transport=getattr(server, "transport", None), verify=tls_context())
 
     def _error(self, server: Any, what: str) -> SleepError:
         return SleepError(f"alternation: {server.label} {what}.\nLast {LOG_TAIL_LINES} lines of its log:\n"

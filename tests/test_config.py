@@ -156,6 +156,24 @@ def test_invalid_toml_in_prompt_file_names_the_prompt_file(fx: Path) -> None:
     assert "not valid TOML" in str(err)
 
 
+def test_a_prompt_file_that_is_not_utf8_names_the_file(fx: Path) -> None:
+    prompts = fx / "prompts.toml"
+    prompts.write_bytes(prompts.read_bytes().replace(b"a", b"\xe9", 1))  # Latin-1, as a Windows editor may save
+    err = _load_fails(fx)
+    assert err.path == str(prompts)
+    assert "not UTF-8 text" in str(err)
+
+
+def test_a_changed_prompt_file_is_read_again(fx: Path) -> None:
+    prompts = fx / "prompts.toml"
+    before = load_rig("cpu-smollm2", fx)
+    prompts.write_text(prompts.read_text().replace('\ntext = """', '\ntext = """Changed. ', 1))
+    after = load_rig("cpu-smollm2", fx)
+    changed = [(a.text, b.text) for ca, cb in zip(before.prompt_classes, after.prompt_classes, strict=True)
+               for a, b in zip(ca.prompts, cb.prompts, strict=True) if a.text != b.text]
+    assert len(changed) == 1 and changed[0][1] == "Changed. " + changed[0][0]
+
+
 @pytest.mark.parametrize(("text", "key"), [
     ("bogus_key = 1", "bogus_key"),
     ("[protocol.extra]\nx = 1", "protocol.extra"),

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specgate import metrics
 from specgate.errors import MetricsError
 from specgate.metrics import (
     INTER_TOKEN_LATENCY,
@@ -24,6 +27,7 @@ from specgate.metrics import (
 )
 
 pytestmark = pytest.mark.fast
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded"
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 CREATED = "1.7325e+09"
@@ -308,6 +312,27 @@ def test_no_drafts_in_window_is_an_error() -> None:
 def test_malformed_text_names_the_source(text: str) -> None:
     with pytest.raises(MetricsError, match=r"^http://gpu1:8000/metrics: cannot parse Prometheus text: \S"):
         parse_metrics(text, source="http://gpu1:8000/metrics")
+
+
+@pytest.mark.parametrize("text", ["<html><body>502 Bad Gateway</body></html>\n", "twelve\n"])
+def test_a_page_that_is_not_prometheus_text_is_still_refused(text: str) -> None:
+    with pytest.raises(MetricsError, match=r"^http://gpu1:8000/metrics: cannot parse Prometheus text"):
+        parse_metrics(text, source="http://gpu1:8000/metrics")
+
+
+def test_a_malformed_line_of_a_series_specgate_ignores_is_ignored() -> None:
+    text = 'vllm:num_requests_running{engine="0" 3\nvllm:generation_tokens_total{engine="0"} 12\n'
+    assert parse_metrics(text).generation_tokens == 12
+
+
+@pytest.mark.parametrize("path", sorted(RECORDED.glob("*/*-metrics-*.txt.gz")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_reading_only_the_wanted_lines_reads_what_the_whole_scrape_says(path, monkeypatch) -> None:
+    text = gzip.decompress(path.read_bytes()).decode()
+    assert len(metrics._wanted_lines(text)) < len(text) / 3  # a real scrape is mostly what specgate ignores
+    snapshot = parse_metrics(text)
+    monkeypatch.setattr(metrics, "_wanted_lines", lambda whole: whole)
+    assert parse_metrics(text) == snapshot
 
 
 def test_per_position_gap_is_an_error() -> None:

@@ -1,8 +1,6 @@
 """specgate.plan: what a session costs before it starts, from the rig and the stored figures; and
 ``python -m specgate plan`` on the command line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -156,13 +154,20 @@ def test_an_ab_with_its_reference_kept_starts_only_the_candidate_and_says_so():
     assert "reference kept: 0 starts (draft1l_al30_async@reference reused asleep)" in text
 
 
-def test_the_plan_command_prints_the_estimate_of_a_selection_and_starts_nothing():
-    run = subprocess.run([sys.executable, "-m", "specgate", "plan", "--rig", "cpu-smollm2", "-k", "extraction"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert "rig cpu-smollm2 (duet): 2 server(s), 1 window(s)" in run.stdout
-    assert "ngram / extraction / c1" in run.stdout and "coding" not in run.stdout
-    assert "about " in run.stdout
+def test_the_plan_command_prints_the_estimate_of_a_selection_and_starts_nothing(capsys, monkeypatch):
+    from specgate.cli import main
+    from specgate.server import VLLMServer
+
+    def no_server(server):
+        raise AssertionError(f"the plan started a server: {server.spec}")
+
+    monkeypatch.setattr(VLLMServer, "start", no_server)
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "--rig", "cpu-smollm2", "-k", "extraction"]) == 0
+    out = capsys.readouterr().out
+    assert "rig cpu-smollm2 (duet): 2 server(s), 1 window(s)" in out
+    assert "ngram / extraction / c1" in out and "coding" not in out
+    assert "about " in out
 
 
 @pytest.mark.parametrize("gib", ["-1", "-0.5", "nan", "lots"])

@@ -104,7 +104,8 @@ def summary(kept: list[dict], before_log: Path | None = None) -> str:
         what = "slowdown" if run.get("run") == "slowdown" else "A/A"  # .ci/teeth.py's run folders: aa, slowdown
         if what == "A/A":
             ratios.append(d["ratio"])
-        lines.append(f"run {i}: {what} {run['gate']['outcome']} {d['ratio']:.3f}x ({d['ci_low']:.3f}-{d['ci_high']:.3f}, "
+        lines.append(f"run {i}: {what} {run['gate']['outcome']} {d['ratio']:.3f}x "
+                     f"({d['ci_low']:.3f}-{d['ci_high']:.3f}, "
                      f"{d['n']} pairs), {first} started first; {plugin}" + _machine(run.get("window")))
     logs = [math.log(r) for r in ratios]
     aa = [r for r in kept if r.get("run") != "slowdown"]
