@@ -1,6 +1,7 @@
 """Issue 55, "the A/B report a reviewer reads": one verdict table for every gate (terminal and
 summary.md alike, passing gates included), the forest plot with a row per gate, an A/B's throughput
-plot with both sides, report.html opened in a real browser, and a saved report that re-renders the
+plot with both sides, report.html (opened in a real browser by
+tests/test_report_in_browser.py), and a saved report that re-renders the
 same table, plot and page. On recorded reports: the GPU lab's A/B (docs/evidence), a passing cpu A/B
 and a cpu A/B with its TTFT and acceptance gates (tests/data), a backfire duet run and a stored-history
 replay."""
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,6 @@ PASSING_AB = ROOT / "docs/evidence/calibration/cpu-2026-12-04-kept-reference/K2-
 AB_WITH_TTFT = ROOT / "tests/data/calibration/cpu-2026-12-04-acceptance/k3-48-auto-report.json.gz"
 BACKFIRE = ROOT / "docs/evidence/lab/2026-12-01-h200-visit5/s4/report.json.gz"
 STORED = ROOT / "docs/evidence/lab/2026-12-04-h200-history/replay-02.report.json.gz"
-# Debian's package (apt-get install -y chromium), else a Chromium or Chrome on PATH (GitHub's runners
-# carry google-chrome)
-BROWSERS = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-CHROMIUM = next((found for name in BROWSERS if (found := shutil.which(name))), None)
 
 
 def _entries(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -172,32 +168,3 @@ def test_the_job_summary_links_the_page() -> None:
     assert linked.startswith(markdown) and "https://github.com/o/r/actions/runs/42#artifacts" in linked
 
 
-def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=60, check=False)
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason=f"no headless browser: none of {', '.join(BROWSERS)} is installed "
-                    "(apt-get install -y chromium)")
-def test_the_page_opens_in_a_real_browser(tmp_path: Path) -> None:
-    report = read_saved_report(AB_WITH_TTFT)
-    written = render_all(report, tmp_path)
-    url = written["html"].resolve().as_uri()
-    shot = tmp_path / "page.png"
-    # one browser, one load of the page: the screenshot to a file, the DOM on stdout
-    browser = _chromium(f"--screenshot={shot}", "--window-size=1400,2000", "--dump-dom", url,
-                        profile=tmp_path / "profile")
-    assert browser.returncode == 0, browser.stderr[-2000:]
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
-    page = browser.stdout
-    assert '<table id="verdicts">' in page
-    for c in gate_comparisons(report):
-        row = re.search(rf'<tr class="[a-z]+" data-gate="{c.gate}" data-where="{re.escape(c.where)}">(.*?)</tr>',
-                        page, re.S)
-        assert row is not None, c.label
-        assert c.ratio_text in row.group(1) and c.outcome_text in row.group(1)
-    assert page.count('src="data:image/png;base64,') == 3  # forest, throughput, acceptance: nothing fetched
-    assert "<dt>start order</dt><dd>ngram: candidate side first (seed 1;" in page
