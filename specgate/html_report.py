@@ -5,7 +5,8 @@ session budget, outcome policy and gating). Rendered from the report alone, like
 a saved report renders the same page again (``--specgate-report-only``); nothing is fetched when it
 is opened (no script, no external style or font).
 
-jinja2 (autoescaping on) renders it; it is imported only when a page is written.
+jinja2 (autoescaping on) renders it, and the page keeps no control character (specgate.safe_text);
+jinja2 is imported only when a page is written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.comparisons import GateComparison, gate_comparisons
+from specgate.safe_text import without_control_chars
 
 # plot names as render_all writes them, in the page's order; a missing one is left out
 FIGURES = (("forest", "Every gate: the ratio with its interval against its threshold"),
@@ -217,12 +219,12 @@ def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, 
     fingerprints = [(label, {k: _value(f.get(k)) for k in FINGERPRINT_KEYS})
                     for label, f in sorted((report.get("fingerprints") or {}).items()) if isinstance(f, dict)]
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(TEMPLATE).render(
+    return without_control_chars(env.from_string(TEMPLATE).render(
         title=f"specgate: rig {rig.get('name', '?')}" + ("" if report.get("complete", True) else " (partial run)"),
         subtitle=f"{rig.get('tier', '?')} tier, model {rig.get('model', '?')}; {len(rows)} gate(s)",
         counts=_counts(rows), headers=headers, rows=[_Row(c) for c in rows], lines=lines,
         figures=embedded, facts=_facts(report), servers=_servers(report), fingerprints=fingerprints,
-        fingerprint_keys=FINGERPRINT_KEYS, messages=messages, tables=tables or "No window measured.")
+        fingerprint_keys=FINGERPRINT_KEYS, messages=messages, tables=tables or "No window measured."))
 
 
 class _Row:

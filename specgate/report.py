@@ -24,6 +24,7 @@ from specgate.html_report import write_html
 from specgate.measure import client_decode_rate
 from specgate.outcome import NOT_STORED, STORING, Outcome, gating_lines, outcome_of_kind, pytest_action
 from specgate.report_figures import ab_side, change_percent, is_partner, median_rate
+from specgate.safe_text import markdown_without_html, without_control_chars
 from specgate.saved_report import missing_line
 from specgate.spells import slow_spell, span_mean_residual
 
@@ -449,6 +450,11 @@ def detail_tables(report: dict[str, Any], fmt: str = "simple") -> list[str]:
 
 
 def render_text(report: dict[str, Any]) -> str:
+    """The terminal summary, without control characters (a name's ANSI escape steers no terminal)."""
+    return without_control_chars(_summary_text(report))
+
+
+def _summary_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
         # failures, and gates that decided nothing (NOT RUN: the budget), and which of them gate the run
         lines = failed_gate_lines(report) + gating_lines(report)
@@ -485,14 +491,15 @@ def settings_lines(report: dict[str, Any]) -> list[str]:
 
 def render_markdown(report: dict[str, Any]) -> str:
     """summary.md and the GitHub job summary: the verdict table first, a link to the page
-    (report.html, in the run's artifact on CI), then the other tables and the lines."""
+    (report.html, in the run's artifact on CI), then the other tables and the lines; no name or
+    message opens raw HTML there (specgate.safe_text)."""
     parts = [f"## specgate: rig `{report['rig']['name']}`" +
              ("" if report.get("complete", True) else " (partial run)")]
     verdicts = verdict_table(report, "github")
     if verdicts:
         parts.append(verdicts)
     parts.append(f"The full report, with the plots and the run's facts: [{HTML_NAME}]({HTML_NAME}), beside "
-                 "report.json (in a CI run, in the run's artifact).")
+                 "this summary (in a CI run, in the run's artifact).")
     parts += detail_tables(report, "github")
     lines = failed_gate_lines(report)
     if lines:
@@ -503,7 +510,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                + missing_line(report))
     if notices:
         parts.append("\n".join(f"- {line}" for line in notices))
-    return "\n\n".join(parts) + "\n"
+    return markdown_without_html("\n\n".join(parts) + "\n")
 
 
 def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:

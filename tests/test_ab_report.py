@@ -157,7 +157,7 @@ def test_a_saved_report_renders_the_same_table_plot_and_page(tmp_path: Path, mon
     assert render_saved_report(saved / "report.json") == 0
     assert set(live) == {"summary", "forest", "throughput", "html"}
     for name in ("summary.md", "forest.png", "throughput.png", "report.html"):
-        assert (saved / name).read_bytes() == (tmp_path / "live" / name).read_bytes(), name
+        assert (saved / "report-rendered" / name).read_bytes() == (tmp_path / "live" / name).read_bytes(), name
 
 
 def test_the_job_summary_links_the_page() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from specgate.errors import RequestError
 from specgate.measure import ClassMeasurement
 from specgate.metrics import AcceptanceStats
 from specgate.outcome import NOT_STORED, STORING, Outcome
+from specgate.plugin.output import progress_writer, render_saved_report
 from specgate.report import render_markdown, render_text, speed_table
+from specgate.safe_text import markdown_without_html
 from specgate.session import SessionOptions, SpecgateSession, load_report
 from specgate.verdict import GateResult
 
@@ -126,6 +129,36 @@ def test_render_markdown(report: dict[str, Any]) -> None:
     assert "74.0 (-26 %)" in _row(markdown, "coding")
     assert "- FAILED backfire [ngram-coding-c1]: backfire: ngram is 26 % slower" in markdown
     assert "All gates passed." not in markdown
+
+
+# names a downloaded report may hold: raw HTML, and an ANSI escape that would turn a terminal red
+HOSTILE = {"ngram": "<script>alert(1)</script>", "coding": "<img src=x onerror=alert(1)>",
+           "cpu-smollm2": "\x1b[31mrig\x07\x9b"}
+
+
+def test_hostile_names_reach_no_writer_raw(report: dict[str, Any], tmp_path: Path, no_plots, capsys) -> None:
+    """The mode, class and rig names of a report: no raw tag in summary.md or report.html, no control
+    character in either or on the terminal (--specgate-report-only's output and progress lines)."""
+    text = json.dumps(report)
+    for name, hostile in HOSTILE.items():
+        text = text.replace(name, json.dumps(hostile)[1:-1])
+    path = tmp_path / "report.json"
+    path.write_text(text)
+    assert render_saved_report(path) == 0
+    progress_writer(SimpleNamespace(pluginmanager=SimpleNamespace(get_plugin=lambda name: None)))(
+        f"measuring {HOSTILE['ngram']} on {HOSTILE['cpu-smollm2']}")
+    terminal = capsys.readouterr()
+    markdown = (tmp_path / "report-rendered" / "summary.md").read_text()
+    page = (tmp_path / "report-rendered" / "report.html").read_text()
+    for shown in (terminal.out, terminal.err, markdown, page):
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown)
+        assert "rig" in shown and "[31m" not in shown
+    assert "<script>alert(1)</script>" in terminal.out and "<img src=x onerror=alert(1)>" in terminal.out
+    for raw in ("<script", "</script", "<img src=x"):
+        assert raw not in markdown and raw not in page
+    assert "- FAILED backfire [&lt;script>alert(1)&lt;/script>-&lt;img src=x onerror=alert(1)>-c1]" in markdown
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert markdown_without_html("fails < 0.95, catches <= 0.43") == "fails < 0.95, catches <= 0.43"  # as typed
 
 
 def test_saved_report_renders_like_the_live_one(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """``--specgate-report-only`` on every report the project keeps (issue 53): docs/evidence holds them
 gzip-compressed and trimmed (records with decode tok/s only), many written by older versions of
 specgate. Each renders (the terminal summary and summary.md for all; the plots and the page for a
-few, matplotlib being the slow part), says what it lacks, and an unreadable file exits 4 naming why."""
+few, matplotlib being the slow part) into a folder of its own or --specgate-run-dir, says what it
+lacks, and an unreadable file exits 4 naming why."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from specgate.comparisons import gate_comparisons
 from specgate.errors import SpecgateError
-from specgate.plugin.output import render_saved_report
+from specgate.plugin.output import render_saved_report, rendered_dir
 from specgate.report import render_markdown, render_text
 from specgate.saved_report import missing_parts, read_saved_report
 
@@ -51,13 +52,16 @@ def test_every_kept_report_renders(path: Path) -> None:
 
 
 def test_report_only_renders_a_kept_report_in_full(tmp_path: Path, capsys) -> None:
-    copy = tmp_path / Path(IN_FULL[1]).name
+    copy = tmp_path / Path(IN_FULL[1]).name  # replay-02.report.json.gz
     shutil.copyfile(ROOT / IN_FULL[1], copy)
     assert render_saved_report(copy) == 0
     out = capsys.readouterr().out
     assert out.startswith("specgate: rig ")
-    assert (tmp_path / "summary.md").is_file() and (tmp_path / "throughput.png").is_file()
-    assert (tmp_path / "report.html").is_file() and (tmp_path / "forest.png").is_file()
+    rendered = tmp_path / "replay-02.report-rendered"
+    assert rendered_dir(copy) == rendered
+    assert (rendered / "summary.md").is_file() and (rendered / "throughput.png").is_file()
+    assert (rendered / "report.html").is_file() and (rendered / "forest.png").is_file()
+    assert {p.name for p in tmp_path.iterdir()} == {copy.name, rendered.name}
 
 
 def test_report_only_through_pytest_reads_gzip(pytester: pytest.Pytester) -> None:
@@ -66,10 +70,34 @@ def test_report_only_through_pytest_reads_gzip(pytester: pytest.Pytester) -> Non
     shutil.copyfile(ROOT / IN_FULL[0], copy)
     result = pytester.runpytest("-p", "no:cacheprovider", f"--specgate-report-only={copy}")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    rendered = pytester.path / "report-rendered"
     result.stdout.fnmatch_lines(["verdicts, one row per gate*", "*draft_al30*throughput*0.972 (0.932-1.006)*",
-                                 f"html: {pytester.path / 'report.html'}"])
+                                 f"html: {rendered / 'report.html'}"])
     for name in ("summary.md", "forest.png", "throughput.png", "acceptance.png", "report.html"):
-        assert (pytester.path / name).is_file(), name
+        assert (rendered / name).is_file(), name
+
+
+def test_reports_of_one_folder_render_into_folders_of_their_own(tmp_path: Path, no_plots, capsys) -> None:
+    """An evidence folder holds up to 18 reports: each renders into its own folder, none over another's."""
+    names = {"ab.report.json.gz": IN_FULL[0], "replay-02.report.json.gz": IN_FULL[1]}
+    for name, kept in names.items():
+        shutil.copyfile(ROOT / kept, tmp_path / name)
+        assert render_saved_report(tmp_path / name) == 0
+    for name, kept in names.items():
+        rendered = tmp_path / name.replace(".json.gz", "-rendered")
+        assert (rendered / "summary.md").read_text() == render_markdown(read_saved_report(ROOT / kept))
+        assert (rendered / "report.html").is_file()
+    assert not (tmp_path / "summary.md").exists() and not (tmp_path / "report.html").exists()
+
+
+def test_report_only_writes_into_the_run_dir(pytester: pytest.Pytester, no_plots) -> None:
+    copy = pytester.path / "report.json.gz"
+    shutil.copyfile(ROOT / IN_FULL[1], copy)
+    out = pytester.path / "out"
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--specgate-report-only={copy}", f"--specgate-run-dir={out}")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert (out / "summary.md").is_file() and (out / "report.html").is_file()
+    assert {p.name for p in pytester.path.iterdir()} == {"out", copy.name}
 
 
 def _gz(path: Path, data: object) -> Path:

@@ -48,9 +48,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """--specgate-report-only: render a saved report again (summary, Markdown, plots), start nothing."""
+    """--specgate-report-only: render a saved report again (summary, Markdown, plots) into
+    --specgate-run-dir, else a folder of its own beside it; start nothing."""
     path = config.getoption("specgate_report_only")
-    return None if path is None else render_saved_report(path)
+    return None if path is None else render_saved_report(path, config.getoption("specgate_run_dir"))
 
 
 # -- xdist: the controller's side ----------------------------------------------------------------

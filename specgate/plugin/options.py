@@ -211,4 +211,6 @@ def add_options(parser: pytest.Parser) -> None:
                     help="A/B: the side whose server starts first for every mode, over the seed's pick (`python -m "
                          "specgate start-pairs` alternates it from one start pair to the next)")
     group.addoption("--specgate-report-only", type=Path, default=None, metavar="REPORT_JSON",
-                    help="render the summary, Markdown and plots again from a saved report.json; runs no test")
+                    help="render the summary, Markdown and plots again from a saved report.json into "
+                         "--specgate-run-dir, else a folder beside it named after it (report-rendered/); runs no "
+                         "test")

@@ -15,6 +15,7 @@ import pytest
 from specgate.errors import SpecgateError
 from specgate.exit_codes import ExitCode, broken_job
 from specgate.lazy import report as report_mod
+from specgate.safe_text import without_control_chars
 from specgate.saved_report import read_saved_report
 from specgate.session import SpecgateSession
 
@@ -23,7 +24,7 @@ def progress_writer(config: pytest.Config):
     def emit(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         capman = config.pluginmanager.get_plugin("capturemanager")
-        text = f"[specgate] {line}"
+        text = f"[specgate] {without_control_chars(line)}"
         if reporter is None:
             print(text, file=sys.stderr, flush=True)
             return
@@ -43,17 +44,27 @@ def has_perf_work(session: SpecgateSession) -> bool:
                 or session.undecided or session.server_failures)
 
 
-def render_saved_report(path: Path) -> int:
+def rendered_dir(path: Path) -> Path:
+    """Where --specgate-report-only writes a report's renderings without --specgate-run-dir: a folder
+    of its own beside it, named after it (``ab/report.json.gz`` -> ``ab/report-rendered/``), so the
+    reports of one folder never overwrite each other's summary.md and report.html."""
+    path = Path(path)
+    name = path.name.removesuffix(".gz").removesuffix(".json")
+    return path.with_name(f"{name or path.name}-rendered")
+
+
+def render_saved_report(path: Path, run_dir: Path | None = None) -> int:
     """--specgate-report-only: render a saved report again (summary, Markdown, plots), plain or
-    gzip-compressed (``report.json.gz``); the exit code: 0, or 4 (a usage error) naming what the file
-    lacks when it cannot be rendered."""
+    gzip-compressed (``report.json.gz``), into ``run_dir`` (--specgate-run-dir), else
+    :func:`rendered_dir`; the exit code: 0, or 4 (a usage error) naming what the file lacks when it
+    cannot be rendered."""
     try:
         report = read_saved_report(path)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return int(pytest.ExitCode.USAGE_ERROR)
     print(report_mod.render_text(report))
-    written = report_mod.render_all(report, Path(path).parent)
+    written = report_mod.render_all(report, run_dir or rendered_dir(path))
     for name, out in written.items():
         print(f"{name}: {out}")
     return int(pytest.ExitCode.OK)
@@ -101,5 +112,5 @@ def write_summary(terminalreporter, specgate: SpecgateSession, *, interrupted: b
         terminalreporter.write_line(f"JOB BROKEN (exit code {int(ExitCode.JOB_BROKEN)}: the run is incomplete, "
                                     "whatever its gates said; run it again once the cause is fixed):", red=True)
         for line in broken:
-            terminalreporter.write_line(f"  {line}")
+            terminalreporter.write_line(f"  {without_control_chars(line)}")
     terminalreporter.write_line(f"run directory: {specgate.options.run_dir}")
