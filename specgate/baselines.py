@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
 
 from specgate.errors import ConfigError
+from specgate.redaction import redacted_argv, without_secrets
 
 SCHEMA_VERSION = 2
 SCHEMA_VERSIONS = (1, 2)  # 1 is read and migrated (one history per window)
@@ -67,7 +68,7 @@ class Fingerprint(_Model):
     prompts: dict[str, PromptDigest] | None = None
     protocol: dict[str, Any] | None = None  # api, max_tokens, ignore_eos, temperature, warm-up, ...
     server_args: list[str] | None = None  # the rig's and the mode's extra `vllm serve` arguments
-    env: dict[str, str] | None = None  # the rig's env plus inherited VLLM_*/OMP_* knobs
+    env: dict[str, str] | None = None  # the rig's and mode's env, inherited speed knobs; never a secret
     torch_version: str | None = None
     cuda_version: str | None = None
     cpu_model: str | None = None
@@ -77,6 +78,17 @@ class Fingerprint(_Model):
     date: str | None = None
     commit: str | None = None
     note: str | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _no_secret_env(cls, env: dict[str, str] | None) -> dict[str, str] | None:
+        """A secret an older specgate recorded is dropped as it is read, so it is never written again."""
+        return None if env is None else without_secrets(env)
+
+    @field_validator("server_args")
+    @classmethod
+    def _no_secret_args(cls, args: list[str] | None) -> list[str] | None:
+        return None if args is None else redacted_argv(args)
 
     def differences(self, other: Fingerprint) -> list[str]:
         """Fields that matter for speed and differ; date, commit and note never count. A field

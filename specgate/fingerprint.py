@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ import httpx
 
 from specgate.baselines import Fingerprint, PromptDigest
 from specgate.client import auth_headers, tls_context
+from specgate.extensions import server_env_prefixes
 from specgate.gpu import is_gpu_id, nvml
+from specgate.redaction import is_secret_name, redacted_argv, without_secrets
 
 
 def cpu_model() -> str:
@@ -108,8 +111,39 @@ def server_vllm_version(base_url: str, api_key: str | None = None) -> str | None
 # Protocol keys that change what a window measures (timeouts and the seed at temperature 0 do not).
 PROTOCOL_KEYS = ("api", "max_tokens", "ignore_eos", "temperature", "warmup_requests", "repeats", "concurrency",
                  "prefix_caching")
-# Inherited variables the server reads that change its speed (thread counts, vLLM's own knobs).
-_ENV_PATTERN = re.compile(r"^(VLLM_|OMP_NUM_THREADS$|MKL_NUM_THREADS$)")
+# What a fingerprint records of the environment specgate inherits (and a server it starts inherits
+# too): an allowlist of the variables that change how fast vLLM runs, as vllm/envs.py documents them
+# (0.2x-0.3x), and the thread counts of the libraries under it. Anything else inherited (paths, proxies,
+# a hub token, the API key) is not the measurement's business and stays out. Whole families first:
+# vLLM's feature switches (VLLM_USE_V1, VLLM_USE_FLASHINFER_SAMPLER, VLLM_USE_DEEP_GEMM, ...), its CPU
+# backend (VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_NUM_OF_RESERVED_CPU, ...), ROCm's
+# and FlashInfer's kernel choices.
+SPEED_PREFIXES = ("VLLM_USE_", "VLLM_CPU_", "VLLM_ROCM_", "VLLM_FLASHINFER_", "VLLM_ZENTORCH_")
+SPEED_VARIABLES = frozenset({
+    # the engine, its processes and the kernels it picks
+    "VLLM_ATTENTION_BACKEND", "VLLM_FLASH_ATTN_VERSION", "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_V1_OUTPUT_PROC_CHUNK_SIZE", "VLLM_MSGPACK_ZERO_COPY_THRESHOLD",
+    "VLLM_DISABLED_KERNELS", "VLLM_KV_CACHE_LAYOUT", "VLLM_MLA_DISABLE", "VLLM_MARLIN_USE_ATOMIC_ADD",
+    "VLLM_FUSED_MOE_CHUNK_SIZE", "VLLM_ENABLE_FUSED_MOE_ACTIVATION_CHUNKING", "VLLM_MOE_DP_CHUNK_SIZE",
+    "VLLM_ALL2ALL_BACKEND", "VLLM_PP_LAYER_PARTITION", "VLLM_TUNED_CONFIG_FOLDER", "VLLM_BATCH_INVARIANT",
+    "VLLM_FLOAT32_MATMUL_PRECISION", "VLLM_COMPUTE_NANS_IN_LOGITS", "VLLM_SLEEP_WHEN_IDLE",
+    "VLLM_LOGITS_PROCESSOR_THREADS", "VLLM_ALLREDUCE_USE_SYMM_MEM",
+    # compilation: torch.compile's passes and where compiled graphs are cached (the GPU lab's stored
+    # histories recorded VLLM_CACHE_ROOT: leaving it out would start each of them anew)
+    "VLLM_DISABLE_COMPILE_CACHE", "VLLM_CACHE_ROOT", "VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE",
+    "VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING",
+    # what slows every step down: tracing, profiling, the general plugins loaded (the lab's injector is one)
+    "VLLM_TRACE_FUNCTION", "VLLM_TORCH_PROFILER_DIR", "VLLM_PLUGINS",
+    # thread counts
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+})
+
+
+def is_speed_variable(name: str, plugin_prefixes: tuple[str, ...] = ()) -> bool:
+    """Whether an inherited variable goes into a fingerprint: on the allowlist, or of a name a
+    ``specgate.server_env`` plugin declares, and never one :func:`~specgate.redaction.is_secret_name` names."""
+    return (name in SPEED_VARIABLES or name.startswith(SPEED_PREFIXES + plugin_prefixes)) \
+        and not is_secret_name(name)
 
 
 def _sha(text: str) -> str:
@@ -140,18 +174,24 @@ def torch_cuda_versions() -> tuple[str | None, str | None]:
     return found.get("__version__"), found.get("cuda")
 
 
-def measured_with(rig: Any, mode: Any, environ: dict[str, str] | None = None) -> dict[str, Any]:
+def measured_with(rig: Any, mode: Any, environ: Mapping[str, str] | None = None,
+                  plugin_prefixes: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The fingerprint fields that say what ``rig`` measures in ``mode`` and how: the prompt
-    texts of every class, the protocol, the extra server arguments and the environment (the
-    rig's, the mode's, and inherited vLLM/thread-count variables)."""
+    texts of every class, the protocol, the extra server arguments and the environment: the rig's
+    ``[env]`` and the mode's (configuration the rig's author chose) and the inherited variables
+    :func:`is_speed_variable` allows (``plugin_prefixes``: default, those the installed
+    ``specgate.server_env`` plugins declare). No secret is recorded, from either (the server still
+    gets them): a variable :func:`~specgate.redaction.is_secret_name` names, the value of ``--api-key``."""
     environ = os.environ if environ is None else environ
-    inherited = {k: v for k, v in environ.items() if _ENV_PATTERN.match(k)}
+    prefixes = server_env_prefixes() if plugin_prefixes is None else plugin_prefixes
+    inherited = {k: v for k, v in environ.items() if is_speed_variable(k, prefixes)}
+    chosen = {**rig.env, **getattr(rig, "mode_env", {}).get(mode.name, {})}
     protocol = rig.protocol.model_dump(mode="json")
     return {
         "prompts": {c.name: prompt_digest(c) for c in rig.prompt_classes},
         "protocol": {k: protocol[k] for k in PROTOCOL_KEYS if k in protocol},
-        "server_args": [*getattr(rig, "extra_args", ()), *rig.mode_extra_args.get(mode.name, ())],
-        "env": dict(sorted({**inherited, **rig.env, **getattr(rig, "mode_env", {}).get(mode.name, {})}.items())),
+        "server_args": redacted_argv([*getattr(rig, "extra_args", ()), *rig.mode_extra_args.get(mode.name, ())]),
+        "env": dict(sorted(without_secrets({**inherited, **chosen}).items())),
     }
 
 

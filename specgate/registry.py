@@ -37,9 +37,10 @@ import httpx
 import psutil
 
 from specgate.baselines import atomic_write_json
-from specgate.client import tls_context
+from specgate.client import auth_headers, tls_context
 from specgate.errors import ServerDiedError
 from specgate.extensions import server_env_prefixes
+from specgate.redaction import redacted_argv, without_secrets
 from specgate.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, read_log_tail
 from specgate.sleep import with_sleep_mode
 
@@ -112,14 +113,17 @@ def draft_model(argv: Iterable[str]) -> str | None:
 def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: str,
                 environ: Mapping[str, str] | None = None,
                 plugin_env: tuple[str, ...] | None = None) -> tuple[str, dict[str, Any]]:
-    """The hash that decides reuse, and what went into it. ``plugin_env``: the variable-name prefixes
-    plugins read in a server (default: those the installed ``specgate.server_env`` plugins declare)."""
+    """The hash that decides reuse, and what went into it (the record keeps it). ``plugin_env``: the
+    variable-name prefixes plugins read in a server (default: those the installed ``specgate.server_env``
+    plugins declare). No secret goes in (specgate.redaction): a kept server started with another API key
+    is told apart by its answer to that key (:meth:`KeptServer.healthy`), not by a hash of the key."""
 
     environ = os.environ if environ is None else environ
     prefixes = server_env_prefixes() if plugin_env is None else plugin_env
     inherited = {k: v for k, v in environ.items() if _INHERITED.match(k) or k.startswith(prefixes)}
-    parts = {"rig": rig, "label": label, "argv": list(spec.argv), "host": spec.host,
-             "env": dict(sorted({**inherited, **spec.env}.items())), "vllm": build, "model": model_state(model)}
+    parts = {"rig": rig, "label": label, "argv": redacted_argv(spec.argv), "host": spec.host,
+             "env": dict(sorted(without_secrets({**inherited, **spec.env}).items())), "vllm": build,
+             "model": model_state(model)}
     draft = draft_model(spec.argv)
     if draft is not None:  # a draft model or EAGLE head written again into the same folder is another one
         parts["draft"] = model_state(draft)
@@ -163,9 +167,11 @@ class KeptServer:
         except (psutil.Error, ProcessLookupError):
             return False
 
-    def healthy(self, timeout_s: float = 5.0) -> bool:
+    def healthy(self, timeout_s: float = 5.0, api_key: str | None = None) -> bool:
+        """It answers /health and lists its model to ``api_key`` (a server that demands another key refuses)."""
         try:
-            with httpx.Client(base_url=self.base_url, timeout=timeout_s, verify=tls_context()) as http:
+            with httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=auth_headers(api_key),
+                              verify=tls_context()) as http:
                 if http.get("/health").status_code != 200:
                     return False
                 names = [m.get("id") for m in http.get("/v1/models").json().get("data", [])]
@@ -221,12 +227,12 @@ def stop_kept(kept: KeptServer, folder: Path | None = None, *, grace_s: float = 
     return stopped
 
 
-def find(digest: str, folder: Path | None = None) -> KeptServer | None:
-    """A live, healthy kept server of this exact fingerprint; records of dead ones are dropped."""
+def find(digest: str, folder: Path | None = None, api_key: str | None = None) -> KeptServer | None:
+    """A live kept server of this exact fingerprint, healthy to ``api_key``; records of dead ones are dropped."""
     for kept in load_all(folder):
         if kept.fingerprint != digest:
             continue
-        if kept.alive() and kept.healthy():
+        if kept.alive() and kept.healthy(api_key=api_key):
             return kept
         if not kept.alive():
             forget(kept, folder)
@@ -294,7 +300,7 @@ class ReusedServer:
         self.spec = spec  # what it was started with (its fingerprint matched): the alternation reads its argv
         self.label = kept.label
         self.base_url = kept.base_url
-        self.api_key: str | None = None
+        self.api_key = spec.api_key if spec is not None else None  # healthy to it, or not reused
         self.log_path = Path(kept.log)
         self.ready_after_s = 0.0
         self.pgid = kept.pgid
@@ -327,20 +333,22 @@ class ReusedServer:
         """The level it sleeps at now (an alternation's server left asleep by an earlier session),
         None when it is awake."""
         try:
-            with httpx.Client(base_url=self.base_url, timeout=timeout_s, verify=tls_context()) as http:
+            with httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=auth_headers(self.api_key),
+                              verify=tls_context()) as http:
                 sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None  # not a sleep-mode server, or it cannot say: awake_or_why refused the unsure ones
         return self.kept.sleep_level if sleeping else None
 
 
-def awake_or_why(kept: KeptServer, timeout_s: float = 5.0) -> str | None:
+def awake_or_why(kept: KeptServer, timeout_s: float = 5.0, api_key: str | None = None) -> str | None:
     """Why a kept server of an alternation (vLLM sleep mode) may not be reused: it sleeps at a
     level other than 1 or not recorded (sleep level 2 dropped its weights: waking it as sleep level 1 would
     serve garbage), or it cannot say. None when it is awake, or asleep at sleep level 1 (its weights wait
     in host memory: the alternation takes it as a sleeping server and wakes it for its turn)."""
     try:
-        with httpx.Client(base_url=kept.base_url, timeout=timeout_s, verify=tls_context()) as http:
+        with httpx.Client(base_url=kept.base_url, timeout=timeout_s, headers=auth_headers(api_key),
+                          verify=tls_context()) as http:
             sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         return f"it did not say whether it sleeps ({type(exc).__name__})"
@@ -362,7 +370,7 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callabl
     folder = folder or state_dir()
     digest, parts = fingerprint(spec, rig=rig.name, label=mode_label, model=rig.model,
                                 build=vllm_build(spec.argv[0]))
-    found = find(digest, folder)
+    found = find(digest, folder, api_key=spec.api_key)
     why = refuse(found) if found is not None and refuse is not None else None
     if found is not None and why is not None:
         progress(f"mode {mode_label}: not reusing the kept server {found.name} (pid {found.pid}): {why}; stopping it")
@@ -374,7 +382,8 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callabl
         return ReusedServer(found, spec)
     for unwell in (k for k in load_all(folder) if k.fingerprint == digest and k.alive()):
         progress(f"mode {mode_label}: stopping the kept server {unwell.name} (pid {unwell.pid}): it runs but did "
-                 f"not answer /health and /v1/models with {unwell.served_model_name!r}")
+                 f"not answer /health and /v1/models with {unwell.served_model_name!r}"
+                 + (" to this session's API key" if spec.api_key else ""))
         stop_kept(unwell, folder)
     for other in others_of_slot(rig.name, mode_label, digest, folder) + [
             k for k in load_all(folder) if k.rig == rig.name and k.label in set(stop_others)]:
@@ -402,7 +411,7 @@ def reusable_labels(specgate) -> tuple[str, ...]:
                 spec = with_sleep_mode(spec)
             label = f"{mode.name}@{side}" if side else mode.name
             digest, _ = fingerprint(spec, rig=rig.name, label=label, model=rig.model, build=vllm_build(spec.argv[0]))
-            if find(digest) is not None:
+            if find(digest, api_key=spec.api_key) is not None:
                 labels.append(label)
     return tuple(labels)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import SpecgateError
+from specgate.redaction import redact
 from specgate.report_figures import ab_side
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -48,6 +49,7 @@ def read_saved_report(path: Path | str) -> dict[str, Any]:
         lacks.append("measurements and gates as lists")
     if lacks:
         raise SpecgateError(f"{path}: a specgate report without {', '.join(lacks)}: nothing to render it from")
+    redact(data)  # an older specgate recorded inherited secrets (VLLM_API_KEY): none reaches a rendering
     return data
 
 

@@ -36,6 +36,7 @@ from specgate.client import auth_headers, tls_context
 from specgate.config import Mode, Rig, Side
 from specgate.durations import format_elapsed
 from specgate.errors import ServerDiedError, ServerError, ServerStartError
+from specgate.redaction import redacted_argv
 
 LOG_TAIL_LINES = 50
 PROGRESS_EVERY_S = 30.0
@@ -97,6 +98,18 @@ class ServerSpec:
     startup_timeout_s: float = 90 * 60
     probe_timeout_s: float = 300.0
 
+    @property
+    def api_key(self) -> str | None:
+        """The key the server will demand, as vLLM reads it: ``--api-key`` among its arguments, else
+        ``VLLM_API_KEY`` of the environment it inherits (this process's, then the spec's). specgate's
+        own requests to it carry the key; nothing specgate writes does (specgate.redaction)."""
+        for flag, value in zip(self.argv, [*self.argv[1:], None], strict=True):
+            if flag == "--api-key" and value is not None:
+                return value
+            if flag.startswith("--api-key="):
+                return flag.split("=", 1)[1]
+        return {**os.environ, **self.env}.get("VLLM_API_KEY") or None
+
 
 def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = None,
                   side: Side | None = None, side_name: str | None = None) -> ServerSpec:
@@ -157,7 +170,7 @@ class VLLMServer:
         self.pgid: int | None = None
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
-        self.api_key: str | None = None  # a server specgate starts needs none
+        self.api_key = spec.api_key  # one it inherits VLLM_API_KEY (or is given --api-key) demands
         self._log_start = 0
         self._scanned_to = 0  # log offset up to which fatal markers were looked for
 
@@ -225,7 +238,7 @@ class VLLMServer:
         env = {**os.environ, **self.spec.env}
         mode = "w" if attempt == 1 else "a"
         with self.log_path.open(mode) as log:
-            log.write(f"# specgate: mode {self.label}, attempt {attempt}\n# argv: {argv!r}\n"
+            log.write(f"# specgate: mode {self.label}, attempt {attempt}\n# argv: {redacted_argv(argv)!r}\n"
                       f"# CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '(unset)')}\n")
             log.flush()
             self.started_at = time.monotonic()
@@ -242,7 +255,8 @@ class VLLMServer:
         last_progress = self.started_at
         stage = "waiting for /health"
         generation: _FirstGeneration | None = None
-        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0), verify=tls_context()) as http:
+        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0), headers=auth_headers(self.api_key),
+                          verify=tls_context()) as http:
             while True:
                 now = time.monotonic()
                 elapsed = now - self.started_at
@@ -271,7 +285,7 @@ class VLLMServer:
                     last_progress = now
                 if stage == "waiting for a first generation":
                     if generation is None:
-                        generation = _FirstGeneration(self.base_url, self.spec)
+                        generation = _FirstGeneration(self.base_url, self.spec, api_key=self.api_key)
                     elif generation.done.is_set():
                         if generation.refused():
                             generation = None  # not accepting connections this instant: try again
@@ -362,12 +376,13 @@ class _FirstGeneration:
     block the loop that reports progress, watches the log and enforces the deadline. If the
     server is stopped first, the request fails with the closed connection and the thread ends."""
 
-    def __init__(self, base_url: str, spec: ServerSpec) -> None:
+    def __init__(self, base_url: str, spec: ServerSpec, *, api_key: str | None = None) -> None:
         self.done = threading.Event()
         self.response: httpx.Response | None = None
         self.error: Exception | None = None
         body = {"model": spec.served_model_name, "max_tokens": 4, "temperature": 0.0,
                 "messages": [{"role": "user", "content": "Say hello."}]}
+        self._headers = auth_headers(api_key)
         self._thread = threading.Thread(target=self._run, args=(base_url, body, spec.probe_timeout_s),
                                         name=f"specgate-probe-{spec.label}", daemon=True)
         self._thread.start()
@@ -375,7 +390,7 @@ class _FirstGeneration:
     def _run(self, base_url: str, body: dict, timeout_s: float) -> None:
         try:
             with httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout_s, connect=5.0),
-                              verify=tls_context()) as http:
+                              headers=self._headers, verify=tls_context()) as http:
                 self.response = http.post("/v1/chat/completions", json=body)
         except Exception as exc:  # reported by raise_for_failure on the waiting thread
             self.error = exc

@@ -21,7 +21,11 @@ FAKE_SERVER = textwrap.dedent('''
     parser.add_argument("--served", default="fake-model")
     parser.add_argument("--state", required=True)
     parser.add_argument("--healthy-after", type=float, default=0.0)
+    parser.add_argument("--api-key", default=None)
     args, unknown = parser.parse_known_args()
+    # as vLLM: --api-key, else VLLM_API_KEY; demanded on every path (vLLM demands it under /v1 only), so
+    # a test sees each of specgate's calls carry it
+    api_key = args.api_key or os.environ.get("VLLM_API_KEY")
     started = time.monotonic()
     restarted = os.path.exists(args.state)  # an earlier start of this test wrote it
 
@@ -56,7 +60,15 @@ FAKE_SERVER = textwrap.dedent('''
             self.end_headers()
             self.wfile.write(data)
 
+        def _refused(self):
+            if api_key and self.headers.get("Authorization") != f"Bearer {api_key}":
+                self._json(401, {"error": "Unauthorized"})
+                return True
+            return False
+
         def do_GET(self):
+            if self._refused():
+                return
             healthy = args.behaviour != "never-healthy" and time.monotonic() - started >= args.healthy_after
             if self.path == "/health":
                 self._json(200 if healthy else 503, {})
@@ -70,6 +82,8 @@ FAKE_SERVER = textwrap.dedent('''
         def do_POST(self):
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length)) if length else {}
+            if self._refused():
+                return
             if self.path.split("?")[0] in ("/sleep", "/wake_up"):
                 sleep_state["sleeping"] = self.path.startswith("/sleep")
                 self._json(200, {})

@@ -5,6 +5,7 @@ session-scoped and parametrized on the mode (see parametrize.py), so each server
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
@@ -183,7 +184,9 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
     one_at_a_time = rig.tier == "gpu" and rig.comparing == "sequential" and not alternating
     others = [m.name for m in rig.modes if m.name != mode.name] if one_at_a_time else []
     return registry.kept_or_started(spec, rig=rig, mode_label=label, progress=session.progress, before_start=guard,
-                                    stop_others=others, refuse=registry.awake_or_why if alternating else None)
+                                    stop_others=others,
+                                    refuse=functools.partial(registry.awake_or_why, api_key=spec.api_key)
+                                    if alternating else None)
 
 
 def _record(session: SpecgateSession, server, mode) -> None:
