@@ -39,6 +39,7 @@ from tabulate import tabulate
 from specgate.advice_plot import COLORS, RatioPanel, RatioSeries, draw_ratio_panels
 from specgate.config import load_rig
 from specgate.errors import SpecgateError
+from specgate.locations import writable_folder
 from specgate.saved_report import read_saved_report
 from specgate.stats import wilson_interval
 
@@ -770,6 +771,7 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
             name = rig or SEED_RIG
             if name != SEED_RIG:
                 raise AdviceError(f"--seed: the seed's figures are of rig {SEED_RIG}, not {name}")
+            folder = writable_folder(out or root / ".specgate" / "advice" / name)
             figures = SeedFigures()
             config = load_rig(name, fixtures_dir).mode("ngram").speculative_config or {}
             if (config.get("num_speculative_tokens"), config.get("prompt_lookup_max")) != \
@@ -778,13 +780,14 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
                                   f"prompt_lookup_max {figures.prompt_lookup_max}: its figures do not apply")
             result = seed_advice(figures)
             print(seed_text(result))
-            path = plot_seed(result, (out or root / ".specgate" / "advice" / name) / "advice-seed.png")
+            path = plot_seed(result, folder / "advice-seed.png")
         else:
             assert rig is not None and report is not None  # the parser asks for both
             load_rig(rig, fixtures_dir)  # an unknown rig: exit 4 before the report is read
+            folder = writable_folder(out or root / ".specgate" / "advice" / rig)
             advice = advise_file(report, rig=rig)
             print(advice_text(advice))
-            path = plot_advice(advice, (out or root / ".specgate" / "advice" / rig) / "advice.png")
+            path = plot_advice(advice, folder / "advice.png")
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 4

@@ -38,8 +38,9 @@ SCHEMA_VERSIONS = (1, 2)  # 1 is read and migrated (one history per window)
 
 
 class _Model(BaseModel):
-    # strict: "46.4" is not a tok/s figure, nor "1" a schema version (the committed JSON schema agrees)
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # strict: "46.4" is not a tok/s figure, nor "1" a schema version (the committed JSON schema agrees);
+    # finite: Python's json reads NaN and Infinity, which no stored figure is
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class PromptDigest(_Model):
@@ -283,6 +284,10 @@ class BaselineEntry(_Model):
         if not isinstance(data, dict) or not ({"level_history", "ratio_history", "host_canary_us"} & data.keys()):
             return data
         data = dict(data)
+        lists = [key for key in ("level_history", "ratio_history", "host_canary_us")
+                 if data.get(key) is not None and not isinstance(data[key], list)]
+        if lists:
+            raise ValueError(f"{lists[0]} is not a list (a schema-1 history: one number per start)")
         levels = list(data.pop("level_history", None) or [])
         ratios = list(data.pop("ratio_history", None) or [])
         canaries = list(data.pop("host_canary_us", None) or [])
@@ -348,6 +353,16 @@ class BaselineEntry(_Model):
                 f"start(s){when}" + (f"; superseded: {self.superseded}" if self.superseded else ""))
 
 
+def _as_histories(node: Any, depth: int) -> Any:
+    """Schema 1's rig -> mode -> class -> concurrency -> entry with each entry as a one-history list; a
+    part that is not a table is left as it is, for the validation to refuse naming its key."""
+    if depth == 0:
+        return [node]
+    if not isinstance(node, dict):
+        return node
+    return {key: _as_histories(value, depth - 1) for key, value in node.items()}
+
+
 class BaselineFile(_Model):
     schema_version: int
     # rig -> mode -> prompt class -> concurrency (as a string) -> histories, oldest first
@@ -358,10 +373,8 @@ class BaselineFile(_Model):
     def _migrate(cls, data: Any) -> Any:
         """Schema 1 (one entry per window) as schema 2 (one history per window)."""
         if isinstance(data, dict) and data.get("schema_version") == 1 and type(data.get("schema_version")) is int:
-            rigs = {rig: {mode: {cls_: {level: [entry] for level, entry in levels.items()}
-                                 for cls_, levels in classes.items()} for mode, classes in modes.items()}
-                    for rig, modes in (data.get("rigs") or {}).items()} if isinstance(data.get("rigs"), dict) else {}
-            return {**data, "schema_version": SCHEMA_VERSION, "rigs": rigs}
+            return {**data, "schema_version": SCHEMA_VERSION, **({"rigs": _as_histories(data["rigs"], 4)}
+                                                                 if "rigs" in data else {})}
         return data
 
     @model_validator(mode="after")
@@ -385,6 +398,8 @@ def load_baselines(path: Path) -> BaselineFile:
     except json.JSONDecodeError as exc:
         raise ConfigError(path, None, f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
                           "fix it or restore it from version control") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, None, f"not UTF-8 text, as JSON must be ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(path, None, f"cannot read: {exc}") from None
     try:

@@ -21,7 +21,7 @@ from specgate.exit_codes import ExitCode
 from specgate.extensions import run_model_prepared
 from specgate.history_view import build_history, history_text, plot_history
 from specgate.host_memory import HOST_MEMORY_ENV
-from specgate.locations import resolve_fixtures_dir
+from specgate.locations import resolve_fixtures_dir, writable_folder
 from specgate.model_prep import prepare_model
 from specgate.plan import Conditions, arrangement_lines, arrangements, choose_arrangement, paths
 from specgate.plugin.cost import PlanCapture
@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="plan for a host with this much available memory (default: this host's)")
     plan.add_argument("--specgate-keep-servers", action="store_true",
                       help="count the kept servers a --specgate-keep-servers session would reuse as no start")
+    plan.add_argument("--specgate-fixtures", type=Path, default=None, metavar="DIR",
+                      help="the fixtures folder the rig is looked up in, as the session's option (default "
+                      "$SPECGATE_FIXTURES, else ./fixtures)")
     servers = sub.add_parser("servers", help="list the servers kept running between sessions "
                              "(--specgate-keep-servers), or stop them")
     servers.add_argument("--stop", action="append", default=[], metavar="NAME", help="stop this kept server")
@@ -151,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "plan":
         return plan_session_command(args.rig, rest, keep_servers=args.specgate_keep_servers,
-                                    host_gib=args.host_memory_gib)
+                                    host_gib=args.host_memory_gib, fixtures=args.specgate_fixtures)
     if args.command == "servers":
 
         return USAGE if servers_command(names=args.stop, stop_all=args.stop_all) else 0  # 1: an unknown name
@@ -211,13 +214,13 @@ def _project_root() -> Path:
     return Path.cwd()
 
 
-def _fixtures_dir() -> Path:
+def _fixtures_dir(option: Path | None = None) -> Path:
 
-    return resolve_fixtures_dir(None, _project_root())
+    return resolve_fixtures_dir(option, _project_root())
 
 
 def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers: bool = False,
-                         host_gib: float | None = None) -> int:
+                         host_gib: float | None = None, fixtures: Path | None = None) -> int:
     """``specgate plan``: collect the perf tests of ``rig_name`` as ``pytest -m TIER`` (with the
     extra arguments' selection) would, start nothing, and print the session's plan. On a rig whose
     servers take turns: its arrangements side by side, the cheapest that can decide printed in full
@@ -231,11 +234,13 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
 
 
     root = _project_root()
-    try:
-        tier = load_rig(rig_name, _fixtures_dir()).tier
+    try:  # the rig as the session will load it: a bad fixtures folder is refused here, before pytest collects
+        tier = load_rig(rig_name, _fixtures_dir(fixtures)).tier
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return USAGE
+    if fixtures is not None:
+        pytest_args = [f"--specgate-fixtures={fixtures}", *pytest_args]
     capture = PlanCapture(keep_servers=keep_servers, host_gib=host_gib)
     # test paths given (as `tox -e cpu` names perf_tests/test_speculative_perf.py): those, else perf_tests/
     given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
@@ -332,6 +337,7 @@ def history_command(rig_name: str, baselines: Path, out: Path) -> int:
         if not baselines.exists():
             raise SpecgateError(f"{baselines}: no such baselines file (--baselines PATH)")
         store = load_baselines(baselines)
+        writable_folder(out)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return USAGE

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import string
 import sys
 import tomllib
@@ -41,7 +42,7 @@ OLD_NO_SPEC = "baseline"
 class _Strict(BaseModel):
     # A file's values are validated with no coercion (see _validate): "3" is not a count and true is
     # not 1. Objects built in code stay lax, so a list given where a tuple is declared still fits.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Prompt(_Strict):
@@ -344,8 +345,24 @@ class DeclaredBackfire(_Strict):
     classes: tuple[str, ...] = ("*",)
     reason: str = Field(min_length=1)
 
+    @field_validator("classes")
+    @classmethod
+    def _some_classes(cls, classes: tuple[str, ...]) -> tuple[str, ...]:
+        if not classes:
+            raise ValueError('an empty list declares nothing: name the classes, or "*" for every class')
+        return _once_each(classes)
+
     def covers(self, mode: str, prompt_class: str) -> bool:
         return self.mode == mode and ("*" in self.classes or prompt_class in self.classes)
+
+
+def _once_each(names: tuple[str, ...]) -> tuple[str, ...]:
+    """A list of prompt classes in which each appears once: a class listed twice would run (or be
+    declared) twice, its tests told apart only by an index pytest adds to their ids."""
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(repr(n) for n in twice)} listed more than once")
+    return names
 
 
 class Estimate(_Strict):
@@ -424,6 +441,14 @@ class RigFile(_Strict):
     sleep_host_memory_gib: float | None = Field(default=None, gt=0)
     ab: AB | None = None
     estimate: Estimate = Estimate()
+
+    @field_validator("classes")
+    @classmethod
+    def _some_classes(cls, classes: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if classes is not None and not classes:
+            raise ValueError("an empty list selects no prompt class: name at least one, or leave classes out "
+                             "for every class of the prompt file")
+        return classes if classes is None else _once_each(classes)
 
     @field_validator("sleep_level", mode="before")
     @classmethod
@@ -551,13 +576,29 @@ def _validate(model: type[BaseModel], data: Mapping[str, Any], path: Path) -> An
     (``min_speedup = 1``). Validated as JSON, where strict mode takes an array for a tuple (TOML
     has no tuples; strict validation of Python objects would refuse every array); a TOML date or
     time, which JSON lacks, arrives as its text."""
+    _check_finite(data, path, ())
     try:
         return model.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or None
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise ConfigError(path, key, f"{first['msg']}{_given(first)}{more}") from None
+        said = first["msg"].removeprefix("Value error, ")  # the rule's own words (a validator's ValueError)
+        raise ConfigError(path, key, f"{said}{_given(first)}{more}") from None
+
+
+def _check_finite(value: Any, path: Path, key: tuple[str, ...]) -> None:
+    """Refuse TOML's ``inf`` and ``nan`` wherever they stand: no count, duration, tolerance or
+    speculative setting is infinite (``min_speedup = inf`` would fail every backfire gate, an
+    infinite estimate overflows the plan)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(path, ".".join(key) or None, f"{value} is not a finite number")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_finite(v, path, (*key, str(k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_finite(v, path, (*key, str(i)))
 
 
 def _given(error: Any) -> str:
@@ -717,6 +758,10 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
     for i, declared in enumerate(rig.declared_backfire):
         if declared.mode not in mode_names:
             raise ConfigError(path, f"declared_backfire[{i}].mode", f"unknown mode {declared.mode!r}")
+        unknown = [c for c in declared.classes if c != "*" and c not in classes]
+        if unknown:  # else the backfire meant to be accepted would fail the run
+            raise ConfigError(path, f"declared_backfire[{i}].classes", f"unknown prompt class(es) {unknown}; "
+                              f"{fixtures_dir / 'prompts.toml'} has: {', '.join(classes)}")
     try:
         built = Rig(
             name=name, path=path, description=rig.description, tier=rig.tier, model=model,

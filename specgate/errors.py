@@ -9,7 +9,8 @@ class SpecgateError(Exception):
 
 
 class ConfigError(SpecgateError):
-    """A user-edited file (rig, mode, prompts, baselines) is missing, unreadable or invalid."""
+    """A user-edited file (rig, mode, prompts, baselines), or a saved report handed back to specgate, is
+    missing, unreadable or invalid."""
 
     def __init__(self, path: object, key: str | None, message: str) -> None:
         self.path = str(path)
@@ -36,3 +37,15 @@ class RequestError(SpecgateError):
 
 class MetricsError(SpecgateError):
     """The server's /metrics text could not be parsed or its counters are inconsistent."""
+
+
+class OutputError(SpecgateError):
+    """A folder given for a command's output (``--out``) where its file cannot be written."""
+
+    def __init__(self, folder: object, exc: OSError, option: str = "--out") -> None:
+        from pathlib import Path
+
+        self.path = str(folder)
+        blocker = next((p for p in (Path(self.path), *Path(self.path).parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror or str(exc)
+        super().__init__(f"{self.path}: cannot write there ({option}): {why}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from specgate.errors import ConfigError
+from specgate.errors import ConfigError, OutputError
 
 FIXTURES_FILES = ("modes.toml", "prompts.toml")
 
@@ -44,3 +44,13 @@ def check_fixtures_dir(fixtures_dir: Path) -> None:
 def rig_file(value: str, fixtures_dir: Path) -> Path:
     """The rig file a ``--specgate-rig`` value names: a path as given, else ``<fixtures>/rigs/<name>.toml``."""
     return Path(value).expanduser() if is_rig_path(value) else fixtures_dir / "rigs" / f"{value}.toml"
+
+
+def writable_folder(folder: Path, option: str = "--out") -> Path:
+    """``folder``, made if missing, before a command computes what it writes there; an OutputError
+    naming it (and a file in its way) when it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(folder, exc, option) from None
+    return folder

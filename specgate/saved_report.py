@@ -3,7 +3,7 @@ wrote it, or gzip-compressed as the project keeps its evidence (``report.json.gz
 version of specgate that wrote ``"specgate_report": 1``.
 
 - :func:`read_saved_report`: the report, or a :class:`~specgate.errors.SpecgateError` naming the
-  file and what it lacks (the caller exits 4, a usage error);
+  file and what it lacks, or the damaged key (specgate.readable_report; the caller exits 4, a usage error);
 - :func:`missing_parts`: what an older or trimmed report does not hold, one phrase each, so the
   summary can say what it could not show instead of crashing on a key.
 """
@@ -49,6 +49,9 @@ def read_saved_report(path: Path | str) -> dict[str, Any]:
         lacks.append("measurements and gates as lists")
     if lacks:
         raise SpecgateError(f"{path}: a specgate report without {', '.join(lacks)}: nothing to render it from")
+    from specgate.readable_report import check_readable  # pydantic: not loaded with the plugin
+
+    check_readable(data, path)
     redact(data)  # an older specgate recorded inherited secrets (VLLM_API_KEY): none reaches a rendering
     return data
 

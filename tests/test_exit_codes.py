@@ -114,6 +114,33 @@ def test_4_usage_error_from_the_command_line_tool(tmp_path, monkeypatch, capsys)
     assert main(["servers", "--stop", "no-such-server"]) == ExitCode.USAGE_ERROR
 
 
+def test_4_plan_refuses_a_folder_that_is_not_a_fixtures_folder_and_looks_a_rig_up_in_the_one_given(
+        tmp_path, monkeypatch, capsys):
+    # it exited 1 after pytest's collection, and looked the rig up in ./fixtures whatever the option said
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "--rig", "cpu-smollm2-quick", f"--specgate-fixtures={tmp_path}"]) == ExitCode.USAGE_ERROR
+    captured = capsys.readouterr()
+    assert f"specgate: {tmp_path / 'modes.toml'}: file not found: {tmp_path} is not a specgate fixtures folder" \
+        in captured.err
+    assert captured.out == ""  # nothing collected, nothing dumped
+    fixtures = copy_fixtures(tmp_path / "fixtures")
+    (fixtures / "rigs" / "cpu-smollm2-quick.toml").rename(fixtures / "rigs" / "only-here.toml")
+    assert main(["plan", "--rig", "only-here", "--specgate-fixtures", str(fixtures)]) == ExitCode.OK
+    assert "specgate plan: rig only-here (duet)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["history", "--rig", "cpu-smollm2"], ["advise", "--seed"]])
+def test_4_an_out_folder_that_cannot_be_written_is_named(tmp_path, monkeypatch, capsys, command):
+    # a file where the folder should be (as root, a read-only folder would not stop the write): a traceback, exit 1
+    monkeypatch.chdir(ROOT)
+    in_the_way = tmp_path / "plots"
+    in_the_way.write_text("a file")
+    for out in (in_the_way, in_the_way / "sub"):
+        assert main([*command, "--out", str(out)]) == ExitCode.USAGE_ERROR
+        assert f"specgate: {out}: cannot write there (--out): {in_the_way} is a file, not a folder" \
+            in capsys.readouterr().err
+
+
 def test_5_no_tests(perf_run, monkeypatch):
     # -m gpu with the default rig, a cpu one: nothing selected
     assert perf_run.runpytest("-m", "gpu", "-p", "no:cacheprovider").ret == ExitCode.NO_TESTS

@@ -1,17 +1,24 @@
 """Every input checked before any server starts (issue 53): a rig's values taken with no coercion, the
 A/B sides' pythons tried before the first start, a --specgate-baselines path that names no file, and a
-bare ``pytest`` that selects no tier starting no server. Each refusal is a usage error (exit 4) naming
-the file and the key."""
+bare ``pytest`` that selects no tier starting no server. Every damaged input (issue 63): a rig value that
+would do harm (a class listed twice, no class, a number that is not finite, a declared backfire of an
+unknown class), a baselines figure that is not finite, a damaged report given to --specgate-report-only.
+Each refusal is a usage error (exit 4) naming the file and the key; tests/test_loader_fuzz.py fuzzes the
+loaders."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import pytest
 from fixture_copy import copy_fixtures
 
+from specgate.cli import main
 from specgate.config import AB, Side, load_rig
 from specgate.errors import ConfigError
+from specgate.exit_codes import ExitCode
 from specgate.session import SessionOptions, SpecgateSession
 
 pytestmark = pytest.mark.fast
@@ -58,6 +65,35 @@ def test_a_value_of_the_wrong_type_is_refused_naming_the_file_and_the_key(rig_fi
     assert (error.path, error.key) == (str(rig_file), key)
     assert str(error).startswith(f"{rig_file}: {key}: ")
     assert said in str(error)
+
+
+# issue 63: accepted before, and each did harm (tests doubled under other ids, a plan of 0 windows, an
+# OverflowError in the plan, a gate no speedup could pass, a declared backfire silently failing the run)
+@pytest.mark.parametrize(("old", "new", "key", "said"), [
+    ('reference_mode = "no_spec"', 'reference_mode = "no_spec"\nclasses = ["coding", "math", "coding"]', "classes",
+     "'coding' listed more than once"),
+    ('reference_mode = "no_spec"', 'reference_mode = "no_spec"\nclasses = []', "classes",
+     "an empty list selects no prompt class"),
+    ("startup_s = 45", "startup_s = inf", "estimate.startup_s", "inf is not a finite number"),
+    ("tokens_per_s = 20", "tokens_per_s = nan", "estimate.tokens_per_s", "nan is not a finite number"),
+    ("min_speedup = 1.0", "min_speedup = inf", "gates.min_speedup", "inf is not a finite number"),
+    ("request_timeout_s = 300", "request_timeout_s = inf", "protocol.request_timeout_s", "inf is not a finite number"),
+    ("[modes.ngram]", "[modes.ngram]\nspeculative_config = { prompt_lookup_max = -inf }",
+     "modes.ngram.speculative_config.prompt_lookup_max", "-inf is not a finite number"),
+    ('classes = ["coding", "math", "structured_json", "explanatory"]', 'classes = ["coding", "nosuch"]',
+     "declared_backfire[0].classes", "unknown prompt class(es) ['nosuch']"),
+    ('classes = ["coding", "math", "structured_json", "explanatory"]', "classes = []",
+     "declared_backfire.0.classes", "an empty list declares nothing"),
+])
+def test_a_rig_value_that_would_do_harm_is_a_usage_error_naming_the_file_and_the_key(rig_file, old, new, key, said,
+                                                                                      monkeypatch, capsys):
+    _edit(rig_file, old, new)
+    error = _refused(rig_file)
+    assert (error.path, error.key) == (str(rig_file), key)
+    assert said in str(error)
+    monkeypatch.chdir(ROOT)  # `specgate plan` refuses it before pytest collects anything (the inf crashed it: exit 1)
+    assert main(["plan", "--rig", "cpu-smollm2", f"--specgate-fixtures={rig_file.parents[1]}"]) == ExitCode.USAGE_ERROR
+    assert f"{rig_file}: {key}: " in capsys.readouterr().err
 
 
 def test_a_float_key_takes_an_integer_and_stays_a_float(rig_file):
@@ -186,12 +222,64 @@ def test_a_run_that_stores_into_a_missing_folder_is_refused_before_it_measures(t
     assert f"--specgate-{update}-baselines" in str(info.value)
 
 
+@pytest.mark.parametrize("written", ["Infinity", "-Infinity", "NaN"])
+def test_a_baselines_figure_that_is_not_finite_is_a_usage_error_naming_the_file_and_the_key(tmp_path, monkeypatch,
+                                                                                            capsys, written):
+    """Python's json reads all three; NaN was refused only where a bound caught it (a median > 0), Infinity not."""
+    path = tmp_path / "baselines.json"
+    shipped = (ROOT / "baselines.json").read_text()
+    first = json.loads(shipped)["rigs"]["cpu-smollm2"]["no_spec"]["coding"]["1"][0]["decode_tokens_per_s"][0]
+    path.write_text(shipped.replace(repr(first), written, 1))
+    monkeypatch.chdir(ROOT)
+    assert main(["history", "--rig", "cpu-smollm2", "--baselines", str(path)]) == ExitCode.USAGE_ERROR
+    key = "rigs.cpu-smollm2.no_spec.coding.1.0.decode_tokens_per_s.0"
+    assert f"{path}: {key}: Input should be a finite number" in capsys.readouterr().err
+
+
 def test_the_default_baselines_path_may_be_missing(tmp_path):
     session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=FIXTURES,
                                              baselines_path=tmp_path / "baselines.json", run_dir=tmp_path / "run",
                                              repo_root=tmp_path))
     session.validate_inputs()  # a project that has stored nothing yet: its gates say "not stored"
     assert session.store.rigs == {}
+
+
+# -- a damaged report (--specgate-report-only) ---------------------------------------------------------
+KEPT_REPORT = ROOT / "docs/evidence/eagle3-runs/cpu-2026-11-30/trained/report.json.gz"
+
+
+def _damage_gate(r):
+    del r["gates"][0]["mode"]
+
+
+def _damage_records(r):
+    del r["measurements"][0]["records"]
+
+
+def _null_records(r):
+    r["measurements"][0]["records"] = None
+
+
+def _worded_concurrency(r):
+    r["measurements"][0]["concurrency"] = "one"
+
+
+@pytest.mark.parametrize(("damage", "key", "said"), [
+    (_damage_gate, "gates[0].mode", "Field required"),
+    (_damage_records, "measurements[0].records", "Field required"),
+    (_null_records, "measurements[0].records", "Input should be a valid list"),
+    (_worded_concurrency, "measurements[0].concurrency", "Input should be a valid integer"),
+], ids=["gate without mode", "measurement without records", "records null", "concurrency a word"])
+def test_a_damaged_report_is_a_usage_error_naming_the_file_and_the_key(pytester, damage, key, said):
+    """Each was a traceback and exit 1, which CI reads as a failed gate."""
+    report = json.loads(gzip.decompress(KEPT_REPORT.read_bytes()))
+    damage(report)
+    path = pytester.path / "report.json"
+    path.write_text(json.dumps(report))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--specgate-report-only={path}")
+    assert result.ret == ExitCode.USAGE_ERROR
+    assert f"specgate: {path}: {key}: {said}" in result.stderr.str()  # fnmatch would read [0] as a set
+    assert sorted(p.name for p in pytester.path.iterdir()) == ["report.json"]  # nothing rendered
 
 
 # -- a bare pytest ----------------------------------------------------------------------------------
