@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-TREE_BUDGET_BYTES = 20_000_000  # the whole tracked tree, evidence and fixtures included
+TREE_BUDGET_BYTES = 21_000_000  # the whole tracked tree, evidence and fixtures included (20 MB until 2026-12-06)
 # Where a cited repository path starts; anything else (/tmp/..., .specgate/runs/..., ~/...) is an
 # output or a user's path, not the repository's.
 TOP = ("docs", "specgate", "specgate_lab", "tests", "fixtures", "benchmarks", "perf_tests", ".ci", "lab")
