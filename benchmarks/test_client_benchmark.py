@@ -47,7 +47,7 @@ import aiohttp
 import httpx
 import pytest
 
-from specgate.client import GenerationRequest, StreamingClient, run_requests
+from specgate.measure.client import GenerationRequest, StreamingClient, run_requests
 
 pytestmark = pytest.mark.bench
 
@@ -319,7 +319,7 @@ def test_client_stream_capacity_and_skew(
             itl_error_ms += [abs(later - earlier) for earlier, later in itertools.pairwise(skew)]
             # The inter-token interval the gates use: a stream's time per output token,
             # (last - first arrival) / (events - 1), as decode tok/s is computed from it
-            # (specgate.client.RequestRecord). Its error, as a share of the true interval.
+            # (specgate.measure.client.RequestRecord). Its error, as a share of the true interval.
             if scenario.interval_s and len(sent) > 1:
                 tpot_error_pct.append(abs((received[-1] - received[0]) / (sent[-1] - sent[0]) - 1) * 100)
     events_per_s = [scenario.total_events / result.wall_s for result in measured]

@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specgate.config import load_rig
+from specgate.config.rig import load_rig
 from specgate.errors import ServerDiedError, ServerStartError
-from specgate.server import VLLMServer, group_members, spec_for_mode
+from specgate.serve.server import VLLMServer, group_members, spec_for_mode
 
 pytestmark = [pytest.mark.cpu, pytest.mark.faults]
 

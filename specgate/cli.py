@@ -13,22 +13,22 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from specgate.advice import advise_command
-from specgate.baselines import load_baselines, merge_updates
-from specgate.config import NO_SPEC, OLD_NO_SPEC, load_rig, read_toml
+from specgate.advise.advice import advise_command
+from specgate.config.locations import resolve_fixtures_dir, writable_folder
+from specgate.config.rig import NO_SPEC, OLD_NO_SPEC, load_rig, read_toml
+from specgate.decide.entry import entries_from_report
+from specgate.decide.start_pairs import combine_folder, run_start_pairs, write_combined
 from specgate.errors import SpecgateError
 from specgate.exit_codes import ExitCode
-from specgate.extensions import run_model_prepared
-from specgate.history_view import build_history, history_text, plot_history
-from specgate.host_memory import HOST_MEMORY_ENV
-from specgate.locations import resolve_fixtures_dir, writable_folder
-from specgate.model_prep import prepare_model
-from specgate.plan import Conditions, arrangement_lines, arrangements, choose_arrangement, paths
+from specgate.plan.estimate import Conditions, arrangement_lines, arrangements, choose_arrangement, paths
 from specgate.plugin.cost import PlanCapture
-from specgate.registry import servers_command
-from specgate.schemas import schema_text, write_schemas
-from specgate.start_pairs import combine_folder, run_start_pairs, write_combined
-from specgate.storing import entries_from_report
+from specgate.report.history_view import build_history, history_text, plot_history
+from specgate.report.schemas import schema_text, write_schemas
+from specgate.serve.extensions import run_model_prepared
+from specgate.serve.host_memory import HOST_MEMORY_ENV
+from specgate.serve.model_prep import prepare_model
+from specgate.serve.registry import servers_command
+from specgate.store.baselines import load_baselines, merge_updates
 
 USAGE = int(ExitCode.USAGE_ERROR)
 
@@ -224,7 +224,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     """``specgate plan``: collect the perf tests of ``rig_name`` as ``pytest -m TIER`` (with the
     extra arguments' selection) would, start nothing, and print the session's plan. On a rig whose
     servers take turns: its arrangements side by side, the cheapest that can decide printed in full
-    (specgate.plan.choose_arrangement), and the paths to a verdict. Exit 4 when the plan refuses a
+    (specgate.plan.estimate.choose_arrangement), and the paths to a verdict. Exit 4 when the plan refuses a
     mode (the session would refuse it before any start)."""
     import contextlib
     import io

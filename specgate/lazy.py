@@ -1,19 +1,19 @@
 """The one place specgate defers imports of its own modules.
 
 The plugin (specgate.plugin, a pytest11 entry point) loads into every pytest run of its
-environment, perf tests or not, and builds a SpecgateSession in each: specgate.session,
-specgate.plan, specgate.outcome and specgate.plugin's modules load then, and must load light
+environment, perf tests or not, and builds a SpecgateSession in each: specgate.plugin.session,
+specgate.plan.estimate, specgate.decide.outcome and specgate.plugin's modules load then, and must load light
 (tests/test_package_imports.py). The modules deferred below are those the light path uses and
 that load heavy packages (at import, directly or through one another): pydantic (baselines,
 config and all that import them), numpy (config, history, measure, gates, ...), httpx and aiohttp
 (sleep, server, fingerprint, measure, ...), prometheus_client (measure, gates, report), psutil
 (server, registry, record), tabulate (report); settings, follow_up and plugin.gatekeeper bring most
 of these together. The light path imports these names at module level (``from specgate.lazy
-import config``) and each module loads at its first attribute access (``config.load_rig(...)``):
+import rig``) and each module loads at its first attribute access (``rig.load_rig(...)``):
 a run with no perf test never loads them.
 
 A name resolves on the real module at every access, so a monkeypatch of the real module
-(``specgate.server.VLLMServer``) holds for callers that go through these names.
+(``specgate.serve.server.VLLMServer``) holds for callers that go through these names.
 
 Every other import of a specgate module is a plain module-level one; a module that is itself light
 (stdlib and light specgate modules only) is imported plainly, even on the light path.
@@ -50,17 +50,17 @@ class Deferred:
         return f"<deferred module {self._name}>"
 
 
-baselines = Deferred("specgate.baselines")
-config = Deferred("specgate.config")
-fingerprint = Deferred("specgate.fingerprint")
-follow_up = Deferred("specgate.follow_up")
-gates = Deferred("specgate.gates")
+baselines = Deferred("specgate.store.baselines")
+fingerprint = Deferred("specgate.store.fingerprint")
+follow_up = Deferred("specgate.decide.follow_up")
 gatekeeper = Deferred("specgate.plugin.gatekeeper")
-history = Deferred("specgate.history")
-measure = Deferred("specgate.measure")
-record = Deferred("specgate.record")
-registry = Deferred("specgate.registry")
-report = Deferred("specgate.report")
-server = Deferred("specgate.server")
-settings = Deferred("specgate.settings")
-sleep = Deferred("specgate.sleep")
+gates = Deferred("specgate.decide.gates")
+history = Deferred("specgate.decide.history")
+protocol = Deferred("specgate.measure.protocol")
+record = Deferred("specgate.measure.record")
+registry = Deferred("specgate.serve.registry")
+rig = Deferred("specgate.config.rig")
+server = Deferred("specgate.serve.server")
+settings = Deferred("specgate.decide.settings")
+sleep = Deferred("specgate.serve.sleep")
+terminal = Deferred("specgate.report.terminal")

@@ -113,11 +113,11 @@ def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     """For tests of a whole in-process run (pytester) that check its verdicts and report, not its
     pictures: the run draws no plot (render_all then writes the summary and the page only). Drawing them costs
     ~0.5 s of matplotlib per run; tests/test_plots.py draws every plot from recorded reports."""
-    import specgate.plots
+    import specgate.report.plots
 
-    monkeypatch.setattr(specgate.plots, "plot_throughput", lambda report, path: None)
-    monkeypatch.setattr(specgate.plots, "plot_acceptance", lambda report, path: None)
-    monkeypatch.setattr(specgate.plots, "plot_forest", lambda report, path: None)
+    monkeypatch.setattr(specgate.report.plots, "plot_throughput", lambda report, path: None)
+    monkeypatch.setattr(specgate.report.plots, "plot_acceptance", lambda report, path: None)
+    monkeypatch.setattr(specgate.report.plots, "plot_forest", lambda report, path: None)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from specgate.settings import window_settings
+from specgate.decide.settings import window_settings
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "cpu"
 
@@ -53,7 +53,7 @@ class StandInServer:
 
 def gate_settings(rig, window):
     """The gate settings of ``window`` on ``rig`` at the rig's own confidence, with no gating (what a
-    session resolves once per window: specgate.settings)."""
+    session resolves once per window: specgate.decide.settings)."""
     return window_settings(rig, window.mode, window.prompt_class, window.concurrency)
 
 

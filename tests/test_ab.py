@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate.config import Side, load_rig
+from specgate.config.rig import Side, load_rig
 from specgate.plugin.options import parse_env_assignment, parse_spec_assignment
-from specgate.server import spec_for_mode
+from specgate.serve.server import spec_for_mode
 
 pytestmark = pytest.mark.fast
 

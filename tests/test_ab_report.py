@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from specgate.comparisons import gate_comparisons
-from specgate.plots import forest_figure, throughput_figure
 from specgate.plugin.output import render_saved_report, step_summary
-from specgate.report import render_all, render_markdown, render_text
-from specgate.saved_report import read_saved_report
+from specgate.report.comparisons import gate_comparisons
+from specgate.report.plots import forest_figure, throughput_figure
+from specgate.report.terminal import render_all, render_markdown, render_text
+from specgate.store.saved_report import read_saved_report
 
 pytestmark = pytest.mark.fast
 
@@ -45,10 +45,10 @@ def _verdict_lines(text: str) -> list[str]:
 @pytest.mark.parametrize("path", [GPU_AB, PASSING_AB, AB_WITH_TTFT], ids=["gpu-ab", "passing-ab", "ab-ttft"])
 def test_a_recorded_ab_prints_every_gates_ratio_and_interval(path: Path, capsys, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import specgate.report
+    import specgate.report.terminal
 
     # what it prints (the plots and the page: tests/test_saved_reports.py and the tests below)
-    monkeypatch.setattr(specgate.report, "render_all", lambda report, out_dir: {})
+    monkeypatch.setattr(specgate.report.terminal, "render_all", lambda report, out_dir: {})
     copy = tmp_path / "report.json.gz"
     shutil.copyfile(path, copy)
     assert render_saved_report(copy) == 0
@@ -145,10 +145,10 @@ def test_an_ab_throughput_plot_shows_both_sides_and_its_subtitle_fits() -> None:
 def test_a_saved_report_renders_the_same_table_plot_and_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The live run's rendering (render_all on the session's report) and --specgate-report-only on the
     report.json it wrote give the same files, byte for byte."""
-    import specgate.plots
+    import specgate.report.plots
 
     # the page embeds every plot; the forest is the one compared here (matplotlib is the slow part)
-    monkeypatch.setattr(specgate.plots, "plot_acceptance", lambda report, path: None)
+    monkeypatch.setattr(specgate.report.plots, "plot_acceptance", lambda report, path: None)
     report = read_saved_report(PASSING_AB)
     live = render_all(report, tmp_path / "live")
     saved = tmp_path / "saved"

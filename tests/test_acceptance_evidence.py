@@ -10,15 +10,15 @@ import pytest
 from fixture_copy import copy_fixtures
 from standins import gate_settings
 
-from specgate.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
-from specgate.client import RequestRecord
-from specgate.config import load_rig
-from specgate.gates import check_acceptance
-from specgate.measure import ClassMeasurement
-from specgate.metrics import AcceptanceStats
-from specgate.outcome import Outcome
-from specgate.stats import METHOD_BINOMIAL, Observed, compare_acceptance, wilson_interval
-from specgate.storing import baseline_entry
+from specgate.config.rig import load_rig
+from specgate.decide.entry import baseline_entry
+from specgate.decide.gates import check_acceptance
+from specgate.decide.outcome import Outcome
+from specgate.decide.stats import METHOD_BINOMIAL, Observed, compare_acceptance, wilson_interval
+from specgate.measure.client import RequestRecord
+from specgate.measure.metrics import AcceptanceStats
+from specgate.measure.protocol import ClassMeasurement
+from specgate.store.baselines import AcceptanceEntry, BaselineEntry, Fingerprint
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -133,11 +133,11 @@ def test_baselines_keep_the_raw_counts_and_old_entries_load():
 
 
 GATE_TEST = textwrap.dedent('''
-    from specgate.baselines import Fingerprint, merge_updates
-    from specgate.client import RequestRecord
-    from specgate.storing import baseline_entry
-    from specgate.measure import ClassMeasurement
-    from specgate.metrics import AcceptanceStats
+    from specgate.store.baselines import Fingerprint, merge_updates
+    from specgate.measure.client import RequestRecord
+    from specgate.decide.entry import baseline_entry
+    from specgate.measure.protocol import ClassMeasurement
+    from specgate.measure.metrics import AcceptanceStats
 
 
     def window(per_position):

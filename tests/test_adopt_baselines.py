@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from old_reports import with_old_mode_name
 
-from specgate.baselines import histories, load_baselines, lookup
 from specgate.cli import main
+from specgate.store.baselines import histories, load_baselines, lookup
 
 pytestmark = pytest.mark.fast
 

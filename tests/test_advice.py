@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.advice import (
+from specgate.advise.advice import (
     BOUNDS,
     CONSTANT,
     FITTED,
@@ -22,7 +22,7 @@ from specgate.advice import (
     advise_report,
     seed_advice,
 )
-from specgate.stats import wilson_interval
+from specgate.decide.stats import wilson_interval
 
 pytestmark = pytest.mark.fast
 
@@ -247,11 +247,11 @@ def test_the_seed_case_cannot_say_whether_a_smaller_k_beats_no_speculation():
 
 
 def test_advise_seed_from_the_command_line(tmp_path, capsys, monkeypatch):
-    import specgate.advice
+    import specgate.advise.advice
     from specgate.cli import main
 
     drawn = []
-    monkeypatch.setattr(specgate.advice, "plot_seed", lambda seed, path: drawn.append(path) or path)
+    monkeypatch.setattr(specgate.advise.advice, "plot_seed", lambda seed, path: drawn.append(path) or path)
     assert main(["advise", "--seed", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "coding: measured 0.741x at k=5, c(5) = 2.51-3.44 plain steps" in out

@@ -1,4 +1,4 @@
-"""Servers taking turns on the same GPUs (arrangement "alternation", specgate.sleep): the plan by block,
+"""Servers taking turns on the same GPUs (arrangement "alternation", specgate.serve.sleep): the plan by block,
 the automatic arrangement choice, the sleep level, swaps checked and timed outside every request's
 timing, a failed swap's message, and the arrangement named in the verdicts. Stand-in servers replay
 recorded vLLM responses and implement /sleep, /wake_up, /is_sleeping and /collective_rpc."""
@@ -14,14 +14,14 @@ import httpx
 import pytest
 from standins import StandInServer, gate_settings
 
-from specgate.arrangement import arrangement_of, drafter_in, gpu_memory_utilization, loads_drafter
-from specgate.config import AB, Side, check_sleep_level, load_rig
-from specgate.duet import alternation_block, plan, swaps_in
+from specgate.config.arrangement import arrangement_of, drafter_in, gpu_memory_utilization, loads_drafter
+from specgate.config.rig import AB, Side, check_sleep_level, load_rig
+from specgate.decide.gates import check_backfire
 from specgate.errors import ConfigError, ServerStartError
-from specgate.gates import check_backfire
-from specgate.measure import Duet, Measurer
-from specgate.server import ServerSpec, spec_for_mode
-from specgate.sleep import SleepController, SleepError, choose_level, weights_gib_from_log, with_sleep_mode
+from specgate.measure.duet import alternation_block, plan, swaps_in
+from specgate.measure.protocol import Duet, Measurer
+from specgate.serve.server import ServerSpec, spec_for_mode
+from specgate.serve.sleep import SleepController, SleepError, choose_level, weights_gib_from_log, with_sleep_mode
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -302,8 +302,7 @@ def test_only_prompt_lookup_speculation_loads_no_drafter(config, drafter):
 def test_sleep_level_2_names_the_kept_servers_that_hold_host_memory(rig, monkeypatch):
     # on the H200 (docs/alternation.md) three kept 15.5 B servers asleep at level 1 held 91 GiB of the host's 123,
     # so a new server of the rig slept at level 2; the message says which kept servers to stop
-    from specgate import registry
-
+    from specgate.serve import registry
     mine = SimpleNamespace(name="mine", pid=11, sleep_level=1, alive=lambda: True)
     elsewhere = SimpleNamespace(name="h200__draft1l_al10_async__ab12", pid=12, sleep_level=1, alive=lambda: True)
     gone = SimpleNamespace(name="gone", pid=13, sleep_level=1, alive=lambda: False)
@@ -546,7 +545,7 @@ def test_a_server_outside_the_window_sleeps_before_it(rig):
 def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
     # protocol.settle_s lets a duet's partner go idle before the other side's turn; in an alternation
     # the swap puts it to sleep, and the plan counts swaps only
-    import specgate.measure as measure_mod
+    import specgate.measure.protocol as measure_mod
 
     settled, real_sleep = [], asyncio.sleep
 

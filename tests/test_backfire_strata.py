@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from standins import gate_settings
 
-from specgate.config import load_rig
-from specgate.gates import check_backfire
-from specgate.measure import ClassMeasurement
+from specgate.config.rig import load_rig
+from specgate.decide.gates import check_backfire
+from specgate.measure.protocol import ClassMeasurement
 
 pytestmark = pytest.mark.fast
 
@@ -50,7 +50,7 @@ def test_on_the_busy_avx2_machine_the_ratio_itself_moved_between_runs():
     # Nothing changed between the two runs; the machine did (within-prompt scatter 3-8 % in run 1,
     # 8-20 % in run 2). Within a run the strata interval is right about that run; across runs the
     # ratio moved (coding 1.145 -> 1.006), which is why the stored-ratio throughput gate carries the
-    # rig's session-to-session spread (specgate.gates._stored_ratio_spread).
+    # rig's session-to-session spread (specgate.decide.gates._stored_ratio_spread).
     assert verdicts("avx2-run1") == {
         "coding": ("faster", 1.145), "math": ("faster", 1.073), "structured_json": ("faster", 1.081),
         "explanatory": ("undecided", 0.995), "extraction": ("faster", 2.141), "summarization": ("faster", 2.029)}

@@ -1,4 +1,4 @@
-"""Tests for specgate.baselines: validation on load, merge, and the atomic write (including a
+"""Tests for specgate.store.baselines: validation on load, merge, and the atomic write (including a
 writer SIGKILLed mid-write)."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specgate.baselines import (
+from specgate.errors import ConfigError
+from specgate.store.baselines import (
     SCHEMA_VERSION,
     AcceptanceEntry,
     BaselineEntry,
@@ -27,7 +28,6 @@ from specgate.baselines import (
     lookup,
     merge_updates,
 )
-from specgate.errors import ConfigError
 
 pytestmark = pytest.mark.fast
 
@@ -278,7 +278,7 @@ def test_write_keeps_the_file_mode(tmp_path: Path) -> None:
 WRITER = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
-    from specgate.baselines import BaselineEntry, merge_updates
+    from specgate.store.baselines import BaselineEntry, merge_updates
 
     def say(*words):  # one write(2) per line: lines of several processes never interleave
         os.write(1, (" ".join(map(str, words)) + "\\n").encode())
@@ -448,7 +448,7 @@ def test_fingerprint_counts_servers_measuring_side_by_side() -> None:
 
 
 def test_fingerprint_commit_says_dirty_and_honours_the_override(tmp_path: Path, monkeypatch) -> None:
-    from specgate.fingerprint import git_commit
+    from specgate.store.fingerprint import git_commit
 
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)

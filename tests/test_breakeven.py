@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.breakeven import break_even, from_report
+from specgate.decide.breakeven import break_even, from_report
 
 pytestmark = pytest.mark.fast
 
@@ -54,7 +54,7 @@ REPORT = {
 
 
 def test_rows_from_a_report_and_their_rendering():
-    from specgate.report import render_markdown, render_text
+    from specgate.report.terminal import render_markdown, render_text
 
     (row,) = from_report(REPORT)
     assert (row["mode"], row["prompt_class"], row["verdict"]) == ("ngram", "coding", "backfires")
@@ -70,10 +70,10 @@ def test_rows_from_a_report_and_their_rendering():
 def test_report_json_carries_the_break_even_rows(tmp_path):
     from pathlib import Path
 
-    from specgate.client import RequestRecord
-    from specgate.measure import ClassMeasurement
-    from specgate.metrics import AcceptanceStats
-    from specgate.session import SessionOptions, SpecgateSession
+    from specgate.measure.client import RequestRecord
+    from specgate.measure.metrics import AcceptanceStats
+    from specgate.measure.protocol import ClassMeasurement
+    from specgate.plugin.session import SessionOptions, SpecgateSession
 
     def window(mode, rate, acceptance=None):
         span = 63 / rate  # 64 tokens: (64 - 1) / span == rate

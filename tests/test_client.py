@@ -1,4 +1,4 @@
-"""Tests of specgate.client: streams, records, failures.
+"""Tests of specgate.measure.client: streams, records, failures.
 
 Most run against httpx.MockTransport; the last section runs the client's own
 transport (httpx over aiohttp) against an in-process loopback server. Either
@@ -19,8 +19,9 @@ import aiohttp
 import httpx
 import pytest
 
-from specgate.client import GenerationRequest, RequestRecord, StreamingClient, auth_headers, run_requests
 from specgate.errors import RequestError
+from specgate.measure.client import GenerationRequest, RequestRecord, StreamingClient, run_requests
+from specgate.serve.http import auth_headers
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""Tests for specgate.config: the shipped fixtures load, and every broken file is reported with
+"""Tests for specgate.config.rig: the shipped fixtures load, and every broken file is reported with
 the file and the dotted key, without the loader touching the file."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fixture_copy import copy_fixtures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specgate.config import list_rigs, load_prompt_classes, load_rig
+from specgate.config.rig import list_rigs, load_prompt_classes, load_rig
 from specgate.errors import ConfigError
 
 pytestmark = pytest.mark.fast
@@ -431,7 +431,7 @@ def test_an_alternation_block_that_is_not_a_multiple_of_every_concurrency_level_
 
 
 def test_a_rig_whose_windows_can_never_reach_six_pairs_is_refused(fx: Path) -> None:
-    # 3 prompts x 1 repeat = 3 pairs per window: every paired gate would stay undecided (specgate.paired)
+    # 3 prompts x 1 repeat = 3 pairs per window: every paired gate would stay undecided (specgate.decide.paired)
     _append(fx / "prompts.toml", "[classes.tiny]\ndescription = \"three prompts\"\n" + "".join(
         f'[[classes.tiny.prompts]]\nid = "p{i}"\ntext = "Write a long story number {i}."\n' for i in range(3)))
     rig_file = fx / "rigs" / "cpu-smollm2-quick.toml"

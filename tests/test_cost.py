@@ -107,11 +107,11 @@ def _item(session, gate: str, mode: str, prompt_class: str, stash: dict):
 def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_what_later_windows_leave(tmp_path):
     from types import SimpleNamespace
 
-    from specgate.baselines import load_baselines
-    from specgate.plan import plan_session, stored_rates
+    from specgate.plan.estimate import plan_session, stored_rates
+    from specgate.plan.progress import SessionProgress
     from specgate.plugin.cost import COST_KEY, SessionCost, check_budget, session_state
-    from specgate.progress import SessionProgress
-    from specgate.session import SessionOptions, SpecgateSession
+    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.store.baselines import load_baselines
 
     clock = Clock(1000.0)
     session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures",

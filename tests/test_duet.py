@@ -1,10 +1,10 @@
-"""The duet's request order (specgate.duet.plan): balanced, seeded, whole rounds at concurrency N."""
+"""The duet's request order (specgate.measure.duet.plan): balanced, seeded, whole rounds at concurrency N."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.duet import plan
+from specgate.measure.duet import plan
 
 pytestmark = pytest.mark.fast
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from standins import StandInServer, gate_settings
 
-from specgate.baselines import Fingerprint
-from specgate.config import load_rig
-from specgate.gates import check_backfire, check_throughput
-from specgate.measure import ClassMeasurement, Duet, Measurer
-from specgate.outcome import Outcome
-from specgate.storing import baseline_entry
+from specgate.config.rig import load_rig
+from specgate.decide.entry import baseline_entry
+from specgate.decide.gates import check_backfire, check_throughput
+from specgate.decide.outcome import Outcome
+from specgate.measure.protocol import ClassMeasurement, Duet, Measurer
+from specgate.store.baselines import Fingerprint
 
 pytestmark = pytest.mark.fast
 
@@ -85,9 +85,9 @@ def test_backfire_and_throughput_decide_on_the_duet(window, rig):
 def test_tables_and_break_even_show_the_gates_one_number(window, rig):
     # Issue 14.3: one statistic. The speed table's change, the plot label and the break-even line
     # use the backfire gate's paired ratio, not a ratio of medians.
-    from specgate.breakeven import from_report
-    from specgate.report import speed_table
-    from specgate.report_figures import gate_ratio
+    from specgate.decide.breakeven import from_report
+    from specgate.report.terminal import speed_table
+    from specgate.store.figures import gate_ratio
 
     m, _ = window
     result = check_backfire(gate_settings(rig, m), m, m.partner)
@@ -119,7 +119,7 @@ def test_warm_up_is_keyed_on_the_server_object_not_its_id(rig):
 def test_settle_s_waits_before_each_turn_on_the_other_server(rig, monkeypatch):
     """Protocol.settle_s: a pause before every switch of side (vLLM's engine processes spin for
     1 s after their last message), none between two requests on the same side."""
-    import specgate.measure as measure
+    import specgate.measure.protocol as measure
 
     waits = []
     real_sleep = asyncio.sleep
@@ -144,10 +144,10 @@ def test_an_undecided_backfire_gate_still_gives_the_tables_its_number(window, ri
     """A skipped (undecided) backfire gate is listed under UNDECIDED with its ratio: the table, the
     plot label and the break-even line show the number its message shows, not a ratio of medians
     (a fresh-clone CI run showed 0.982x in the message and "-4 %" in the table)."""
-    from specgate.breakeven import from_report
-    from specgate.report import speed_table
-    from specgate.report_figures import gate_ratio
-    from specgate.session import SpecgateSession
+    from specgate.decide.breakeven import from_report
+    from specgate.plugin.session import SpecgateSession
+    from specgate.report.terminal import speed_table
+    from specgate.store.figures import gate_ratio
 
     m, _ = window
     result = check_backfire(gate_settings(rig, m), m, m.partner)

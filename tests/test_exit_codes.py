@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fixture_copy import copy_fixtures
 
-import specgate.server
+import specgate.serve.server
 from specgate.cli import main
 from specgate.exit_codes import ExitCode, broken_job, session_exit_code
 
@@ -49,8 +49,8 @@ def test_a_broken_job_outranks_a_failed_gate_and_nothing_else():
 GATE = textwrap.dedent('''
     import os
 
-    from specgate.verdict import GateResult
-    from specgate.outcome import Outcome
+    from specgate.decide.verdict import GateResult
+    from specgate.decide.outcome import Outcome
 
 
     def test_gate(gatekeeper):
@@ -163,7 +163,7 @@ def test_6_a_server_that_cannot_start_breaks_the_job(perf_run, fake, tmp_path, m
         repeats = 1
     '''))
     # The run polls its server every 50 ms, not every second: the server has exited long before.
-    monkeypatch.setattr(specgate.server, "POLL_EVERY_S", 0.05)
+    monkeypatch.setattr(specgate.serve.server, "POLL_EVERY_S", 0.05)
     # In-process: tests/conftest.py imports httpcore before any such run (a server started by an in-process
     # run that first imported it left this process's HTTP client raising raw httpcore errors in later tests,
     # as pytester restores modules). A real process exiting 6: perf_tests/test_faults.py (cpu tier).

@@ -1,4 +1,4 @@
-"""The product's extension points (specgate.extensions): entry-point groups another distribution
+"""The product's extension points (specgate.serve.extensions): entry-point groups another distribution
 registers, as an installed plugin would, read without specgate naming the plugin."""
 
 import sys
@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from specgate import extensions
 from specgate.errors import SpecgateError
+from specgate.serve import extensions
 
 pytestmark = pytest.mark.fast
 

@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 from fixture_copy import copy_fixtures
 
-from specgate.baselines import (
+from specgate.config.rig import load_rig
+from specgate.decide.outcome import Outcome
+from specgate.measure.client import RequestRecord
+from specgate.measure.protocol import ClassMeasurement
+from specgate.store.baselines import (
     OTHER_MACHINE,
     OTHER_MEASUREMENT,
     OTHER_SETUP,
@@ -21,11 +25,7 @@ from specgate.baselines import (
     baseline_notes,
     comparability,
 )
-from specgate.client import RequestRecord
-from specgate.config import load_rig
-from specgate.fingerprint import measured_with, torch_cuda_versions
-from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome
+from specgate.store.fingerprint import measured_with, torch_cuda_versions
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -145,11 +145,11 @@ def window(mode: str, prompt_class: str, tps: list[float]) -> ClassMeasurement:
 
 GATE_TESTS = textwrap.dedent('''
     import pytest
-    from specgate.baselines import Fingerprint, merge_updates
-    from specgate.client import RequestRecord
-    from specgate.fingerprint import measured_with
-    from specgate.storing import baseline_entry
-    from specgate.measure import ClassMeasurement
+    from specgate.store.baselines import Fingerprint, merge_updates
+    from specgate.measure.client import RequestRecord
+    from specgate.store.fingerprint import measured_with
+    from specgate.decide.entry import baseline_entry
+    from specgate.measure.protocol import ClassMeasurement
 
 
     def fingerprint(rig, **changes):
@@ -208,10 +208,10 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
 
 
 def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
-    from specgate.baselines import merge_updates
+    from specgate.decide.entry import baseline_entry
     from specgate.plugin.gatekeeper import GateKeeper
-    from specgate.session import SessionOptions, SpecgateSession
-    from specgate.storing import baseline_entry
+    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.store.baselines import merge_updates
 
     m = window("no_spec", "math", [30.0] * 6)
     session = SpecgateSession(SessionOptions(

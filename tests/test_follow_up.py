@@ -1,5 +1,5 @@
 """Follow-up rounds for a duet window whose first look leaves its backfire gate undecided, and the
-repeated intervals every gate on such a window uses (specgate.paired.repeated_coverage)."""
+repeated intervals every gate on such a window uses (specgate.decide.paired.repeated_coverage)."""
 
 import dataclasses
 import gzip
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from standins import gate_settings
 
-from specgate.config import ClassGate, load_rig
-from specgate.follow_up import speed_follow_up_reason
-from specgate.gates import check_backfire
-from specgate.measure import ClassMeasurement, Duet, Measurer
-from specgate.paired import paired_log_ratio, repeated_coverage
+from specgate.config.rig import ClassGate, load_rig
+from specgate.decide.follow_up import speed_follow_up_reason
+from specgate.decide.gates import check_backfire
+from specgate.decide.paired import paired_log_ratio, repeated_coverage
+from specgate.measure.protocol import ClassMeasurement, Duet, Measurer
 from tests.test_duet_window import StandInServer
 
 pytestmark = pytest.mark.fast
@@ -258,7 +258,7 @@ def test_an_ab_window_follows_up_only_when_undecided():
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = run_k_window("explanatory", 0.5)
     m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, role="partner", ab_side="reference", mode=m.mode))
-    from specgate.gates import ab_throughput
+    from specgate.decide.gates import ab_throughput
 
     assert ab_throughput(gate_settings(rig, m), m).details["verdict"] == "not slower"
     assert speed_follow_up_reason(gate_settings(rig, m), m) is None
@@ -274,7 +274,7 @@ def test_an_ab_window_follows_up_only_when_undecided():
     ("equal", 1.010, 0.990, 1.030, False),
 ])
 def test_only_a_faster_or_slower_inside_the_margin_reaches_into_it(verdict, ratio, low, high, unsettled):
-    from specgate.follow_up import reaches_into_margin
+    from specgate.decide.follow_up import reaches_into_margin
 
     details = {"verdict": verdict, "ratio": ratio, "ci_low": low, "ci_high": high}
     assert reaches_into_margin(details, 0.05) is unsettled
@@ -283,7 +283,7 @@ def test_only_a_faster_or_slower_inside_the_margin_reaches_into_it(verdict, rati
 def test_the_ab_gate_decides_at_its_own_tolerance():
     # ab_tolerance sets the A/B gate's threshold (0.97 on the cpu rig); the stored-ratio and level
     # gates keep throughput_tolerance (0.96); without ab_tolerance the A/B gate uses that too.
-    from specgate.gates import ab_throughput
+    from specgate.decide.gates import ab_throughput
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = run_k_window("explanatory", 0.5)
@@ -301,8 +301,8 @@ def test_a_window_whose_ttft_is_undecided_follows_up_when_its_ttft_gate_is_selec
     # Issue 52: TTFT decides like speed. Run B's coding window: its backfire verdict is settled at the
     # first look, its TTFT (ngram against no speculation, 12 pairs: 1.161x, 0.843-1.601) is not; the
     # rounds go to a gate the session decides, so a selection without the TTFT gate takes none for it.
-    from specgate.follow_up import follow_up_reason
-    from specgate.gates import check_ttft
+    from specgate.decide.follow_up import follow_up_reason
+    from specgate.decide.gates import check_ttft
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = as_first_look(real_windows("b")["coding"])
@@ -314,8 +314,8 @@ def test_a_window_whose_ttft_is_undecided_follows_up_when_its_ttft_gate_is_selec
 
 
 def test_a_ttft_pass_needs_12_pairs():
-    from specgate.gates import TTFT_MIN_PAIRS_TO_PASS, check_ttft
-    from specgate.outcome import Outcome
+    from specgate.decide.gates import TTFT_MIN_PAIRS_TO_PASS, check_ttft
+    from specgate.decide.outcome import Outcome
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     m = real_windows("c")["coding"]

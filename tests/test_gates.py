@@ -1,4 +1,4 @@
-"""specgate.gates: each gate function on small hand-made windows, its outcome and the figures behind
+"""specgate.decide.gates: each gate function on small hand-made windows, its outcome and the figures behind
 it (``details``). The statistics themselves are tested in test_paired.py, test_stats.py and
 test_paired_acceptance.py; the gates on recorded windows in test_duet_window.py, test_ttft.py,
 test_histories.py and test_follow_up.py."""
@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 from standins import gate_settings, window_side
 
-from specgate.baselines import SCHEMA_VERSION, AcceptanceEntry, BaselineEntry, BaselineFile, StoredStart
-from specgate.client import RequestRecord
-from specgate.config import AB, DeclaredBackfire, Gates, load_rig
-from specgate.gates import (
+from specgate.config.rig import AB, DeclaredBackfire, Gates, load_rig
+from specgate.decide.gates import (
     Comparison,
     Rule,
     ab_acceptance,
@@ -30,12 +28,14 @@ from specgate.gates import (
     stored_start_histories,
     window_confidence,
 )
-from specgate.matching import Samples
-from specgate.measure import ClassMeasurement
-from specgate.metrics import AcceptanceStats
-from specgate.outcome import Outcome
-from specgate.paired import change_text
-from specgate.settings import window_settings
+from specgate.decide.matching import Samples
+from specgate.decide.outcome import Outcome
+from specgate.decide.paired import change_text
+from specgate.decide.settings import window_settings
+from specgate.measure.client import RequestRecord
+from specgate.measure.metrics import AcceptanceStats
+from specgate.measure.protocol import ClassMeasurement
+from specgate.store.baselines import SCHEMA_VERSION, AcceptanceEntry, BaselineEntry, BaselineFile, StoredStart
 
 pytestmark = pytest.mark.fast
 

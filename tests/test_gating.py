@@ -12,16 +12,16 @@ import pytest
 from fixture_copy import copy_fixtures
 from standins import gate_settings, window_side
 
-from specgate.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry, StoredStart
-from specgate.client import RequestRecord
-from specgate.config import AB, Gates, load_rig
+from specgate.config.rig import AB, Gates, load_rig
+from specgate.decide.gates import ab_throughput
+from specgate.decide.outcome import Outcome, family, gating_lines, outcome_text, parse_gating, pytest_action
+from specgate.decide.settings import can_decide, resolve_gating, window_settings
 from specgate.errors import ConfigError
-from specgate.gates import ab_throughput
-from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome, family, gating_lines, outcome_text, parse_gating, pytest_action
-from specgate.report import render_markdown, settings_lines, start_order_lines
-from specgate.session import SessionOptions, SpecgateSession
-from specgate.settings import can_decide, resolve_gating, window_settings
+from specgate.measure.client import RequestRecord
+from specgate.measure.protocol import ClassMeasurement
+from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.report.terminal import render_markdown, settings_lines, start_order_lines
+from specgate.store.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry, StoredStart
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -132,8 +132,8 @@ def test_auto_gates_the_live_comparisons_and_stored_figures_with_history_only():
 
 UNDECIDED_GATES = textwrap.dedent('''
     import pytest
-    from specgate.verdict import GateResult
-    from specgate.outcome import Outcome
+    from specgate.decide.verdict import GateResult
+    from specgate.decide.outcome import Outcome
 
 
     @pytest.mark.parametrize("gate", ["throughput", "backfire"])
@@ -279,7 +279,7 @@ def test_the_markdown_summary_carries_the_gating_family_and_start_order(tmp_path
 
 
 def test_the_speed_table_tells_a_reported_only_failure_from_one_that_failed_the_run():
-    from specgate.report import _verdict_text
+    from specgate.report.terminal import _verdict_text
 
     gate = {"gate": "throughput", "passed": False, "declared": None}
     assert _verdict_text([gate]) == "FAIL throughput"

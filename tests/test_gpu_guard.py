@@ -1,4 +1,4 @@
-"""Tests for specgate.gpu.require_free_gpus with injected NVML readings."""
+"""Tests for specgate.serve.gpu.require_free_gpus with injected NVML readings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.errors import ServerStartError
-from specgate.gpu import FREE_THRESHOLD_MIB, GpuReading, require_free_gpus
+from specgate.serve.gpu import FREE_THRESHOLD_MIB, GpuReading, require_free_gpus
 
 pytestmark = pytest.mark.fast
 
@@ -135,7 +135,7 @@ def test_empty_visible_devices_means_no_gpu() -> None:
 def test_fingerprint_counts_the_servers_gpus_not_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from specgate.fingerprint import gpu_info
+    from specgate.store.fingerprint import gpu_info
 
     names = ["NVIDIA H200", "NVIDIA H100"]
     fake = types.SimpleNamespace(
@@ -170,7 +170,7 @@ def test_uuid_and_mig_entries_select_their_gpu_or_instance() -> None:
 def test_telemetry_resolves_uuid_and_mig_entries_to_nvml_indices() -> None:
     """Telemetry reads clocks per NVML index: a GPU UUID (or a unique prefix) is its GPU, a MIG
     instance its parent GPU; an entry NVML does not know reads every GPU (None)."""
-    from specgate.gpu import nvml_indices
+    from specgate.serve.gpu import nvml_indices
 
     readings = [GpuReading(0, "NVIDIA H200", 0.0, (), uuid="GPU-aaaa1111-0000"),
                 GpuReading(1, "NVIDIA H200", 0.0, (), uuid="GPU-bbbb2222-0000"),
@@ -202,7 +202,7 @@ def test_gpu_option_refuses_what_cuda_would_not_take(value: str) -> None:
 def test_fingerprint_counts_uuid_entries(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from specgate.fingerprint import gpu_info
+    from specgate.store.fingerprint import gpu_info
 
     fake = types.SimpleNamespace(
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,

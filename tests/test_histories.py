@@ -1,7 +1,7 @@
 """Issue 51: a stored history is one machine's and one build's. Stand-in machine ids and builds go
-through the store's own code (specgate.baselines.place_start, merge_updates, gating_history), and the
+through the store's own code (specgate.store.baselines.place_start, merge_updates, gating_history), and the
 level gate's false-alarm rate and power with the prediction interval alone are simulated with the
-gate's own code (specgate.gates.check_throughput)."""
+gate's own code (specgate.decide.gates.check_throughput)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from standins import gate_settings
 
-from specgate.baselines import (
+from specgate.config.rig import load_rig
+from specgate.decide.gates import check_throughput
+from specgate.decide.history import StartHistory, change_points, history_steps
+from specgate.decide.outcome import Outcome
+from specgate.measure.protocol import ClassMeasurement
+from specgate.report.history_view import whose_history
+from specgate.store.baselines import (
     BaselineEntry,
     Build,
     Fingerprint,
@@ -26,12 +32,6 @@ from specgate.baselines import (
     merge_updates,
     place_start,
 )
-from specgate.config import load_rig
-from specgate.gates import check_throughput
-from specgate.history import StartHistory, change_points, history_steps
-from specgate.history_view import whose_history
-from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome
 
 pytestmark = pytest.mark.fast
 
@@ -41,7 +41,7 @@ OLD, NEW = "0.26.0", "0.27.0"
 
 
 def _start(level: float, machine: str | None, vllm: str = OLD) -> BaselineEntry:
-    """One start's entry as a storing run writes it (specgate.storing.baseline_entry's shape)."""
+    """One start's entry as a storing run writes it (specgate.decide.entry.baseline_entry's shape)."""
     fingerprint = Fingerprint(accelerator="H200", accelerator_count=1, vllm_version=vllm, machine=machine,
                               date="2026-12-04", commit="abc1234")
     return BaselineEntry(decode_tokens_per_s=[level] * 3, median=level, mad=0.0, n=3, fingerprint=fingerprint,
@@ -173,9 +173,9 @@ def _fail_rate(rig, true_ratio: float, *, starts: int, sd: float, runs: int, see
 def test_the_level_gate_fails_2_5_percent_at_its_threshold_and_catches_a_slowdown_beyond_it(monkeypatch):
     # The gate's words on steps in the stored levels (a change-point search in every call, four fifths
     # of this simulation's time) go into its message only: the outcomes counted here do not read them.
-    import specgate.gates
+    import specgate.decide.gates
 
-    monkeypatch.setattr(specgate.gates, "step_text", lambda baseline: "")
+    monkeypatch.setattr(specgate.decide.gates, "step_text", lambda baseline: "")
     rig = load_rig("h200-wide15b-history", ROOT / "fixtures")
     threshold = 1 - rig.gates.throughput_tolerance  # the rig sets no level_tolerance of its own
     sd, starts = 0.005, 10  # 0.5 % start-to-start spread, a 10-start history
@@ -213,7 +213,7 @@ def test_a_backfire_across_two_starts_allows_for_both_modes_stored_spread():
     import dataclasses
     import gzip
 
-    from specgate.gates import check_backfire, stored_start_histories
+    from specgate.decide.gates import check_backfire, stored_start_histories
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     report = json.loads(gzip.decompress((ROOT / "fixtures/recorded/cpu/reports/run2-plain.json.gz").read_bytes()))
@@ -242,7 +242,7 @@ def test_a_backfire_across_two_starts_allows_for_both_modes_stored_spread():
 def test_the_arrangement_option_runs_the_rig_one_server_at_a_time_as_the_plan_says(tmp_path):
     # the Kimi plan at 512 GiB picks one server at a time; one flag runs it, the rig's file and its
     # stored figures unchanged
-    from specgate.session import SessionOptions, SpecgateSession
+    from specgate.plugin.session import SessionOptions, SpecgateSession
 
     def session(arrangement):
         return SpecgateSession(SessionOptions(

@@ -1,4 +1,4 @@
-"""specgate.history and the stored-level gate with a history of starts: the lab's 10 stored starts
+"""specgate.decide.history and the stored-level gate with a history of starts: the lab's 10 stored starts
 (baselines.json, rig h200-wide15b-history) and two of the plain runs replayed against them on the
 H200 (docs/evidence/lab/2026-12-04-h200-history), decided again by today's gate code."""
 
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from standins import gate_settings
 
-from specgate.baselines import load_baselines, lookup
-from specgate.config import load_rig
-from specgate.gates import check_throughput
-from specgate.history import StartHistory
-from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome
+from specgate.config.rig import load_rig
+from specgate.decide.gates import check_throughput
+from specgate.decide.history import StartHistory
+from specgate.decide.outcome import Outcome
+from specgate.measure.protocol import ClassMeasurement
+from specgate.store.baselines import load_baselines, lookup
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""specgate.host_memory: one host-memory rule for sleep mode, the level each server gets, and the
+"""specgate.serve.host_memory: one host-memory rule for sleep mode, the level each server gets, and the
 refusal of a server that cannot wake from level 2, before anything starts (plan and session)."""
 
 import os
@@ -6,19 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate.baselines import load_baselines
 from specgate.cli import main
-from specgate.config import AB, Side, load_rig
+from specgate.config.rig import AB, Side, load_rig
 from specgate.durations import format_elapsed
-from specgate.host_memory import (
-    HOST_MARGIN,
-    HOST_RESERVE_GIB,
-    PIN_GIB_PER_S,
-    Sleeper,
-    choose_levels,
-    sleep_level_1_need_gib,
-)
-from specgate.plan import (
+from specgate.plan.estimate import (
     SESSION_OVERHEAD_S,
     STOP_S,
     WINDOW_OVERHEAD_S,
@@ -29,6 +20,15 @@ from specgate.plan import (
     plan_session,
     stored_rates,
 )
+from specgate.serve.host_memory import (
+    HOST_MARGIN,
+    HOST_RESERVE_GIB,
+    PIN_GIB_PER_S,
+    Sleeper,
+    choose_levels,
+    sleep_level_1_need_gib,
+)
+from specgate.store.baselines import load_baselines
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -243,7 +243,7 @@ def test_the_session_refuses_a_drafter_mode_before_any_server_starts(perf_projec
 
 
 def test_a_level_stored_on_another_host_of_the_same_kind_is_another_machine():
-    from specgate.baselines import OTHER_MACHINE, SAME, Fingerprint, comparability
+    from specgate.store.baselines import OTHER_MACHINE, SAME, Fingerprint, comparability
 
     here = Fingerprint(accelerator="NVIDIA H200", accelerator_count=1, machine="GPU-aaaa")
     assert comparability(here, here.model_copy()).kind == SAME

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from standins import gate_settings
 
-from specgate.baselines import Fingerprint
-from specgate.config import load_rig
-from specgate.gates import check_throughput
-from specgate.host_pace import host_canary_us
-from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome
-from specgate.storing import baseline_entry
+from specgate.config.rig import load_rig
+from specgate.decide.entry import baseline_entry
+from specgate.decide.gates import check_throughput
+from specgate.decide.host_pace import host_canary_us
+from specgate.decide.outcome import Outcome
+from specgate.measure.protocol import ClassMeasurement
+from specgate.store.baselines import Fingerprint
 
 pytestmark = pytest.mark.fast
 
@@ -97,10 +97,10 @@ def test_a_faster_host_is_undecided_too_and_none_turns_the_check_off(rig, stored
 
 
 def test_the_run_lists_it_as_other_host_pace_not_as_inconclusive(rig, stored_j2, tmp_path) -> None:
-    from specgate.host_pace import HOST_PACE
+    from specgate.decide.host_pace import HOST_PACE
     from specgate.plugin.gatekeeper import GateKeeper
-    from specgate.report import failed_gate_lines
-    from specgate.session import SessionOptions, SpecgateSession
+    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.report.terminal import failed_gate_lines
 
     session = SpecgateSession(SessionOptions(rig_name=rig.name, fixtures_dir=ROOT / "fixtures",
                                              baselines_path=tmp_path / "b.json", run_dir=tmp_path, repo_root=ROOT))

@@ -29,13 +29,13 @@ from fixture_copy import copy_fixtures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specgate.advice import advise_report
-from specgate.baselines import load_baselines
-from specgate.config import load_mode_library, load_prompt_classes, load_rig
+from specgate.advise.advice import advise_report
+from specgate.config.rig import load_mode_library, load_prompt_classes, load_rig
+from specgate.decide.settings import window_settings
 from specgate.errors import SpecgateError
-from specgate.report import render_markdown, render_text
-from specgate.saved_report import missing_parts, read_saved_report
-from specgate.settings import window_settings
+from specgate.report.terminal import render_markdown, render_text
+from specgate.store.baselines import load_baselines
+from specgate.store.saved_report import missing_parts, read_saved_report
 
 pytestmark = pytest.mark.fast
 
@@ -377,3 +377,10 @@ def test_a_damaged_report_is_rendered_or_refused_naming_the_file(tmp_path_factor
         advise_report(report, source=str(path))  # `specgate advise --report` reads it too
 
     _load(render, path, done, how)
+
+
+def test_the_report_loader_knows_exactly_the_outcomes_the_gates_give() -> None:
+    from specgate.decide.outcome import Outcome
+    from specgate.store.readable_report import OUTCOMES
+
+    assert sorted(OUTCOMES) == sorted(o.value for o in Outcome)

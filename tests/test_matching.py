@@ -1,13 +1,13 @@
-"""specgate.matching: a window's decode rates matched request by request with a reference's
+"""specgate.decide.matching: a window's decode rates matched request by request with a reference's
 (match_samples), every request left out named in the note, and the samples' prompts (the strata)."""
 
 from __future__ import annotations
 
 import pytest
 
-from specgate.client import RequestRecord
-from specgate.matching import Samples, match_samples
-from specgate.measure import ClassMeasurement
+from specgate.decide.matching import Samples, match_samples
+from specgate.measure.client import RequestRecord
+from specgate.measure.protocol import ClassMeasurement
 
 pytestmark = pytest.mark.fast
 

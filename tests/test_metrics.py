@@ -1,4 +1,4 @@
-"""Tests for specgate.metrics against /metrics text shaped like vLLM v1's."""
+"""Tests for specgate.measure.metrics against /metrics text shaped like vLLM v1's."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate import metrics
 from specgate.errors import MetricsError
-from specgate.metrics import (
+from specgate.measure import metrics
+from specgate.measure.metrics import (
     INTER_TOKEN_LATENCY,
     REQUEST_TIME_PER_OUTPUT_TOKEN,
     TIME_PER_OUTPUT_TOKEN,

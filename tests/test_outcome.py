@@ -1,4 +1,4 @@
-"""specgate.outcome: the one mapping of a gate's outcome to pytest's (pytest_action), the kinds of
+"""specgate.decide.outcome: the one mapping of a gate's outcome to pytest's (pytest_action), the kinds of
 gates that decided nothing, and the parsing of the per-outcome and per-gate settings. The gating's
 parts (family, gating_lines on a run) are tested in test_gating.py."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from specgate.host_pace import HOST_PACE
-from specgate.outcome import (
+from specgate.decide.host_pace import HOST_PACE
+from specgate.decide.outcome import (
     GATES,
     KIND_OUTCOMES,
     NOT_DECIDED,

@@ -284,17 +284,17 @@ def test_the_function_level_import_count_sees_what_it_should():
 
         def f():
             import json
-            from specgate.config import load_rig
+            from specgate.config.rig import load_rig
             from . import durations
             if TYPE_CHECKING:
-                from specgate.measure import Measurer
+                from specgate.measure.protocol import Measurer
 
         class C:
             def m(self):
-                import specgate.report
+                import specgate.report.terminal
     """))
     assert [text for _, text in _function_level_imports(tree)] == [
-        "from specgate.config import load_rig", "from . import durations", "import specgate.report"]
+        "from specgate.config.rig import load_rig", "from . import durations", "import specgate.report.terminal"]
 
 
 def _imported_names(tree: ast.Module) -> list[tuple[int, str]]:

@@ -1,4 +1,4 @@
-"""The paired-ratio statistic (specgate.paired): Hodges-Lehmann estimate, Wilcoxon interval,
+"""The paired-ratio statistic (specgate.decide.paired): Hodges-Lehmann estimate, Wilcoxon interval,
 non-inferiority verdicts and the stated resolution."""
 
 import math
@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specgate.config import load_rig
-from specgate.paired import MIN_PAIRS, _interval_rank, describe, paired_ratio, verdict_text, walsh_averages
-from specgate.settings import window_settings
+from specgate.config.defaults import MIN_PAIRS
+from specgate.config.rig import load_rig
+from specgate.decide.paired import _interval_rank, describe, paired_ratio, verdict_text, walsh_averages
+from specgate.decide.settings import window_settings
 
 pytestmark = pytest.mark.fast
 
@@ -93,9 +94,9 @@ def test_fewer_than_six_pairs_decide_nothing_and_say_so(factor):
 
 
 def test_fewer_than_six_pairs_make_the_gate_undecided():
-    from specgate.gates import backfire_decision, bare_window
-    from specgate.matching import Samples
-    from specgate.outcome import Outcome
+    from specgate.decide.gates import backfire_decision, bare_window
+    from specgate.decide.matching import Samples
+    from specgate.decide.outcome import Outcome
 
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     for factor in (0.5, 2.0):
@@ -130,7 +131,7 @@ PROMPTS = [p for p in ("a", "b", "c", "d", "e", "f") for _ in range(2)]  # 6 pro
 def test_strata_estimate_and_interval_are_the_stratified_mean_and_t():
     from scipy import stats as scipy_stats
 
-    from specgate.paired import stratified_log_ratio
+    from specgate.decide.paired import stratified_log_ratio
 
     d = np.array([0.10, 0.12, 0.40, 0.36, -0.05, -0.01, 0.20, 0.22, 0.0, 0.06, 0.31, 0.29])
     result = stratified_log_ratio(d, PROMPTS, threshold=1.0)
@@ -146,7 +147,7 @@ def test_strata_estimate_and_interval_are_the_stratified_mean_and_t():
 def test_prompts_that_differ_do_not_widen_it_the_way_they_widen_hodges_lehmann():
     """ngram on coding: 0.95x on some prompts, 1.5x on others, each prompt's repeats within 2 %
     (the shape of the cpu tier's windows): undecided over 12 exchangeable pairs, decided by prompt."""
-    from specgate.paired import stratified_log_ratio
+    from specgate.decide.paired import stratified_log_ratio
 
     per_prompt = np.log([0.95, 1.50, 1.02, 1.35, 0.97, 1.45])
     d = np.repeat(per_prompt, 2) + np.tile([-0.01, 0.01], 6)
@@ -161,7 +162,7 @@ def test_prompts_that_differ_do_not_widen_it_the_way_they_widen_hodges_lehmann()
 
 
 def test_a_hiccup_request_widens_the_strata_interval_and_never_fails_a_faster_mode():
-    from specgate.paired import stratified_log_ratio
+    from specgate.decide.paired import stratified_log_ratio
 
     d = np.repeat(np.log([1.10, 1.20, 1.15, 1.12, 1.18, 1.14]), 2) + np.tile([-0.01, 0.01], 6)
     clean = stratified_log_ratio(d, PROMPTS, threshold=1.0)
@@ -172,7 +173,7 @@ def test_a_hiccup_request_widens_the_strata_interval_and_never_fails_a_faster_mo
 
 
 def test_without_repeats_the_strata_statistic_falls_back_to_hodges_lehmann():
-    from specgate.paired import METHOD, stratified_log_ratio
+    from specgate.decide.paired import METHOD, stratified_log_ratio
 
     d = np.log([1.1, 0.9, 1.2, 1.0, 1.05, 0.95, 1.15])
     assert stratified_log_ratio(d, list("abcdefg"), threshold=1.0) == paired_ratio(np.exp(d), np.ones(7), threshold=1.0)

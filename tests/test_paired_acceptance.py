@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standins import gate_settings, window_side
 
-from specgate.client import RequestRecord
-from specgate.config import load_rig
-from specgate.gates import ab_acceptance, request_acceptances
-from specgate.measure import ClassMeasurement
-from specgate.metrics import AcceptanceStats
-from specgate.outcome import Outcome
-from specgate.stats import METHOD_TWO_SAMPLE, Observed, compare_acceptance, paired_acceptance, request_acceptance
+from specgate.config.rig import load_rig
+from specgate.decide.gates import ab_acceptance, request_acceptances
+from specgate.decide.outcome import Outcome
+from specgate.decide.stats import METHOD_TWO_SAMPLE, Observed, compare_acceptance, paired_acceptance, request_acceptance
+from specgate.measure.client import RequestRecord
+from specgate.measure.metrics import AcceptanceStats
+from specgate.measure.protocol import ClassMeasurement
 
 pytestmark = pytest.mark.fast
 

@@ -1,15 +1,15 @@
-"""specgate.plan: what a session costs before it starts, from the rig and the stored figures; and
+"""specgate.plan.estimate: what a session costs before it starts, from the rig and the stored figures; and
 ``python -m specgate plan`` on the command line."""
 
 from pathlib import Path
 
 import pytest
 
-from specgate.baselines import StoredStart, load_baselines
-from specgate.config import load_rig
+from specgate.config.rig import load_rig
 from specgate.durations import format_elapsed
-from specgate.host_memory import PIN_GIB_PER_S
-from specgate.plan import SESSION_OVERHEAD_S, STOP_S, WINDOW_OVERHEAD_S, Conditions, plan_session, stored_rates
+from specgate.plan.estimate import SESSION_OVERHEAD_S, STOP_S, WINDOW_OVERHEAD_S, Conditions, plan_session, stored_rates
+from specgate.serve.host_memory import PIN_GIB_PER_S
+from specgate.store.baselines import StoredStart, load_baselines
 
 pytestmark = pytest.mark.fast
 
@@ -130,7 +130,7 @@ def test_kept_servers_and_attached_ones_cost_no_start():
 
 def test_an_ab_with_its_reference_kept_starts_only_the_candidate_and_says_so():
     # the pre-merge path: main's build kept loaded from an earlier session, each candidate loads alone
-    from specgate.config import AB, Side
+    from specgate.config.rig import AB, Side
 
     rig = load_rig("cpu-smollm2-eagle3", ROOT / "fixtures")
     ab = rig.model_copy(update={"ab": AB(candidate=Side(env={"SPECGATE_SLOWDOWN": "0.0"}))})
@@ -156,7 +156,7 @@ def test_an_ab_with_its_reference_kept_starts_only_the_candidate_and_says_so():
 
 def test_the_plan_command_prints_the_estimate_of_a_selection_and_starts_nothing(capsys, monkeypatch):
     from specgate.cli import main
-    from specgate.server import VLLMServer
+    from specgate.serve.server import VLLMServer
 
     def no_server(server):
         raise AssertionError(f"the plan started a server: {server.spec}")
@@ -184,7 +184,7 @@ def test_a_host_memory_that_is_not_an_amount_is_a_usage_error(capsys, gib):
 def test_stored_figures_count_only_at_this_hosts_pace_where_the_rig_states_a_rate():
     """The cpu rig's stored figures carry no CPU canary and came from a 1.7x slower machine whose
     fingerprint reads the same: where the rig states a rate, the plan sets them aside for it."""
-    from specgate.plan import estimate_rates
+    from specgate.plan.estimate import estimate_rates
 
     store = load_baselines(ROOT / "baselines.json")
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")

@@ -1,4 +1,4 @@
-"""Tests for specgate.plots and report.render_all, on real reports: the cpu tier's two in
+"""Tests for specgate.report.plots and report.render_all, on real reports: the cpu tier's two in
 fixtures/recorded/cpu/reports (rig cpu-smollm2, no_spec and ngram, 6 classes x 6 requests) and the
 GPU lab's in fixtures/recorded/gpu/reports (rig h200-smollm2, 4 modes x 2 classes, one run under xdist)."""
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from old_reports import with_old_mode_name
 
-from specgate.report import render_all, render_markdown, render_text, window_table
+from specgate.report.terminal import render_all, render_markdown, render_text, window_table
 
 pytestmark = pytest.mark.fast
 
@@ -161,7 +161,7 @@ def test_no_speculative_mode_no_acceptance_plot(tmp_path: Path) -> None:
 
 
 def test_nothing_measured_draws_nothing(tmp_path: Path) -> None:
-    from specgate.plots import plot_acceptance, plot_forest, plot_throughput
+    from specgate.report.plots import plot_acceptance, plot_forest, plot_throughput
 
     report = _load("run2-plain.json")
     report["measurements"], report["gates"] = [], []
@@ -181,7 +181,7 @@ def test_two_levels_and_a_failed_gate_with_a_pipe(tmp_path: Path) -> None:
     report["gates"].append({"gate": "back|fire", "mode": "ngram", "prompt_class": "coding",
                             "concurrency": 4, "passed": False, "verdict": "FAIL",
                             "message": "ngram is 9 % slower", "declared": None})
-    from specgate.plots import plot_throughput
+    from specgate.report.plots import plot_throughput
 
     assert _is_png(plot_throughput(report, tmp_path / "throughput.png"))
     markdown = render_markdown(report)

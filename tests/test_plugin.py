@@ -10,13 +10,13 @@ import pytest
 from fixture_copy import copy_fixtures
 from standins import gate_settings
 
-from specgate.client import RequestRecord
-from specgate.config import load_rig
-from specgate.gates import check_backfire
-from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome
+from specgate.config.rig import load_rig
+from specgate.decide.gates import check_backfire
+from specgate.decide.outcome import Outcome
+from specgate.measure.client import RequestRecord
+from specgate.measure.protocol import ClassMeasurement
 from specgate.plugin.gatekeeper import GateKeeper
-from specgate.session import SessionOptions, SpecgateSession
+from specgate.plugin.session import SessionOptions, SpecgateSession
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -175,9 +175,9 @@ def test_worker_reports_are_merged_on_the_controller(tmp_path):
     worker.options.worker_id = "gw1"
     worker.measurements[("ngram", "coding", 1)] = _measurement("ngram", [40.0] * 3)
     worker.queue_update(worker.measurements[("ngram", "coding", 1)],
-                        __import__("specgate.storing", fromlist=["baseline_entry"]).baseline_entry(
+                        __import__("specgate.decide.entry", fromlist=["baseline_entry"]).baseline_entry(
                             worker.measurements[("ngram", "coding", 1)],
-                            __import__("specgate.baselines", fromlist=["Fingerprint"]).Fingerprint()))
+                            __import__("specgate.store.baselines", fromlist=["Fingerprint"]).Fingerprint()))
     controller.measurements[("no_spec", "coding", 1)] = _measurement("no_spec", [30.0] * 3)
 
     controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))

@@ -1,9 +1,9 @@
-"""specgate.progress: the session's status line, rate-limited, on an injected clock."""
+"""specgate.plan.progress: the session's status line, rate-limited, on an injected clock."""
 
 import pytest
 
-from specgate.plan import ServerPlan, SessionPlan, WindowPlan
-from specgate.progress import SessionProgress
+from specgate.plan.estimate import ServerPlan, SessionPlan, WindowPlan
+from specgate.plan.progress import SessionProgress
 
 pytestmark = pytest.mark.fast
 

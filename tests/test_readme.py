@@ -1,5 +1,5 @@
 """The README is short and its example outputs are today's: each is rendered again from the real code
-(``python -m specgate plan`` through specgate.cli.main; the kept report through specgate.report) and
+(``python -m specgate plan`` through specgate.cli.main; the kept report through specgate.report.terminal) and
 its lines must be in that rendering. Any other code block holds commands only, so an example that
 cannot be rendered again has no place there."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from specgate.cli import main
-from specgate.report import render_markdown, render_text
-from specgate.saved_report import read_saved_report
+from specgate.report.terminal import render_markdown, render_text
+from specgate.store.saved_report import read_saved_report
 
 pytestmark = pytest.mark.fast
 

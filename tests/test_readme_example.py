@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.report import acceptance_table, breakeven_table, speed_table
+from specgate.report.terminal import acceptance_table, breakeven_table, speed_table
 
 pytestmark = pytest.mark.fast
 

@@ -6,7 +6,7 @@ import json
 import httpx
 import pytest
 
-from specgate.record import record_server
+from specgate.measure.record import record_server
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""specgate.registry: servers kept loaded between sessions, with the stand-in `vllm serve` of
+"""specgate.serve.registry: servers kept loaded between sessions, with the stand-in `vllm serve` of
 test_server.py. A kept server is reused only on its whole fingerprint; one of another configuration
 is stopped, never reused; an attached server is never recorded, reused or stopped."""
 
@@ -16,9 +16,9 @@ import psutil
 import pytest
 from test_server import _spec, _wait_gone
 
-from specgate import registry
-from specgate.registry import KeptVLLMServer, ReusedServer, fingerprint, kept_or_started, load_all
-from specgate.server import AttachedServer, VLLMServer
+from specgate.serve import registry
+from specgate.serve.registry import KeptVLLMServer, ReusedServer, fingerprint, kept_or_started, load_all
+from specgate.serve.server import AttachedServer, VLLMServer
 
 pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
-    import specgate.server as server_mod
+    import specgate.serve.server as server_mod
 
     monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.005)  # a fake server is ready in ~50 ms
 
@@ -116,7 +116,7 @@ def test_a_kept_server_is_reused_on_its_fingerprint_and_replaced_on_another(fake
 
 
 def test_a_reused_server_stopped_by_a_failed_swap_is_stopped_for_good(fake, tmp_path, folder, reaper):
-    # an alternation whose swap failed stops every server (specgate.sleep): a reused kept one too,
+    # an alternation whose swap failed stops every server (specgate.serve.sleep): a reused kept one too,
     # or it would hold GPU memory half asleep
     rig = _rig(tmp_path)
 
@@ -179,7 +179,7 @@ def test_the_servers_command_lists_and_stops_kept_servers(fake, tmp_path, folder
 
 def test_an_attached_server_is_never_recorded_or_stopped(fake, tmp_path, folder, reaper):
     from specgate.plugin.fixtures import serve
-    from specgate.session import SessionOptions, SpecgateSession
+    from specgate.plugin.session import SessionOptions, SpecgateSession
 
     with VLLMServer(_spec(fake, tmp_path, label="theirs")) as theirs:
         session = SpecgateSession(SessionOptions(
@@ -229,7 +229,7 @@ def test_an_alternation_s_server_left_asleep_at_sleep_level_1_is_reused_asleep(f
 
     import httpx
 
-    from specgate.sleep import SleepController
+    from specgate.serve.sleep import SleepController
 
     rig, lines = _rig(tmp_path), []
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specgate.client import GenerationRequest, StreamingClient
-from specgate.metrics import AcceptanceStats, metrics_delta, parse_metrics
+from specgate.measure.client import GenerationRequest, StreamingClient
+from specgate.measure.metrics import AcceptanceStats, metrics_delta, parse_metrics
 
 pytestmark = pytest.mark.fast
 
@@ -20,7 +20,7 @@ WINDOWS = sorted(RECORDED.glob("*/*-metrics-before.txt.gz"))
 
 
 def _text(path: Path) -> str:
-    """A recorded /metrics page (kept gzipped: specgate.record)."""
+    """A recorded /metrics page (kept gzipped: specgate.measure.record)."""
     return gzip.decompress(path.read_bytes()).decode()
 
 

@@ -1,4 +1,4 @@
-"""Tests for specgate.report: a run's JSON report (built the way the session builds it) rendered
+"""Tests for specgate.report.terminal: a run's JSON report (built the way the session builds it) rendered
 as terminal text and as GitHub Markdown."""
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.client import RequestRecord
+from specgate.decide.outcome import NOT_STORED, STORING, Outcome
+from specgate.decide.verdict import GateResult
 from specgate.errors import RequestError
-from specgate.measure import ClassMeasurement
-from specgate.metrics import AcceptanceStats
-from specgate.outcome import NOT_STORED, STORING, Outcome
+from specgate.measure.client import RequestRecord
+from specgate.measure.metrics import AcceptanceStats
+from specgate.measure.protocol import ClassMeasurement
 from specgate.plugin.output import progress_writer, render_saved_report
-from specgate.report import render_markdown, render_text, speed_table
-from specgate.safe_text import markdown_without_html
-from specgate.session import SessionOptions, SpecgateSession, load_report
-from specgate.verdict import GateResult
+from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.report.safe_text import markdown_without_html
+from specgate.report.terminal import render_markdown, render_text, speed_table
+from specgate.store.saved_report import load_report
 
 pytestmark = pytest.mark.fast
 
@@ -277,7 +278,7 @@ def test_the_environment_table_and_the_host_bound_notice_on_a_real_lab_session()
     # (and its rate followed that CPU's speed); EAGLE-3's and no_spec's had slack.
     import gzip
 
-    from specgate.report import engine_cpu_per_s, environment_table, notice_lines
+    from specgate.report.terminal import engine_cpu_per_s, environment_table, notice_lines
 
     report = json.loads(gzip.decompress((LAB13 / "J3" / "report.json.gz").read_bytes()))
     by_mode = {m["mode"]: m for m in report["measurements"]}
@@ -298,7 +299,7 @@ def test_the_canary_column_shows_the_fastest_reading_the_host_pace_check_compare
     # CPU ran it at 25.0 us at best (37.8 median, the client's own work delaying it).
     import gzip
 
-    from specgate.report import environment_table, notice_lines
+    from specgate.report.terminal import environment_table, notice_lines
 
     report = json.loads(gzip.decompress((LAB13.parent / "2026-12-02-h200-visit14" / "K1" / "report.json.gz"
                                          ).read_bytes()))
@@ -310,7 +311,7 @@ def test_the_canary_column_shows_the_fastest_reading_the_host_pace_check_compare
 def test_an_ab_windows_engine_is_the_side_that_worked_during_its_requests():
     # An A/B window's two servers run one mode (labels ngram@reference, ngram@candidate): the
     # window's own engine core is the one that used the CPU during its requests.
-    from specgate.report import engine_cpu_per_s
+    from specgate.report.terminal import engine_cpu_per_s
 
     records = [{"started_at": 0.0, "finished_at": 2.0}, {"started_at": 4.0, "finished_at": 6.0}]
     telemetry = {"window": {"proc.ngram@reference.EngineCore-11.cpu_s": 1.2,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate.comparisons import gate_comparisons
-from specgate.report import render_all
-from specgate.saved_report import read_saved_report
+from specgate.report.comparisons import gate_comparisons
+from specgate.report.terminal import render_all
+from specgate.store.saved_report import read_saved_report
 
 # Debian's package (apt-get install -y chromium), else a Chromium or Chrome on PATH (GitHub's runners
 # carry google-chrome)

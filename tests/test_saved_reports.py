@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from specgate.comparisons import gate_comparisons
 from specgate.errors import SpecgateError
 from specgate.plugin.output import render_saved_report, rendered_dir
-from specgate.report import render_markdown, render_text
-from specgate.saved_report import missing_parts, read_saved_report
+from specgate.report.comparisons import gate_comparisons
+from specgate.report.terminal import render_markdown, render_text
+from specgate.store.saved_report import missing_parts, read_saved_report
 
 pytestmark = pytest.mark.fast
 

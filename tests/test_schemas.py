@@ -14,7 +14,7 @@ import pytest
 from test_report import _session
 
 from specgate.cli import main
-from specgate.schemas import SCHEMAS, schema_text
+from specgate.report.schemas import SCHEMAS, schema_text
 
 pytestmark = pytest.mark.fast
 

@@ -17,15 +17,15 @@ import psutil
 import pytest
 from test_server import _spec
 
-import specgate.fingerprint as fingerprint_mod
-import specgate.server as server_mod
-from specgate import registry
-from specgate.baselines import Fingerprint
-from specgate.config import load_rig
+import specgate.serve.server as server_mod
+import specgate.store.fingerprint as fingerprint_mod
+from specgate.config.rig import load_rig
 from specgate.plugin.output import render_saved_report, rendered_dir
 from specgate.redaction import REDACTED, is_secret_name, redact, redacted_argv
-from specgate.registry import KeptVLLMServer, ReusedServer, kept_or_started, load_all
-from specgate.server import VLLMServer
+from specgate.serve import registry
+from specgate.serve.registry import KeptVLLMServer, ReusedServer, kept_or_started, load_all
+from specgate.serve.server import VLLMServer
+from specgate.store.baselines import Fingerprint
 
 pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 

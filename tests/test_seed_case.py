@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from specgate.baselines import load_baselines, lookup
-from specgate.config import load_rig
-from specgate.gates import backfire_decision, bare_window
-from specgate.matching import Samples
-from specgate.outcome import Outcome
-from specgate.settings import window_settings
+from specgate.config.rig import load_rig
+from specgate.decide.gates import backfire_decision, bare_window
+from specgate.decide.matching import Samples
+from specgate.decide.outcome import Outcome
+from specgate.decide.settings import window_settings
+from specgate.store.baselines import load_baselines, lookup
 
 pytestmark = pytest.mark.fast
 
@@ -58,7 +58,7 @@ def test_seed_rig_is_the_seed_configuration(kimi):
 
 
 def test_a_declared_backfire_of_one_pair_is_undecided_and_keeps_its_reason(kimi, store):
-    from specgate.config import DeclaredBackfire
+    from specgate.config.rig import DeclaredBackfire
 
     declared = kimi.model_copy(update={"declared_backfire": (
         DeclaredBackfire(mode="ngram", reason="MoE verification cost; see SEED-FACTS"),)})
@@ -80,7 +80,7 @@ SEED_K = 5
 
 
 def test_seed_break_even_line(store, capsys):
-    from specgate.breakeven import break_even
+    from specgate.decide.breakeven import break_even
 
     no_spec = lookup(store, RIG, "no_spec", "coding", 1)
     ngram = lookup(store, RIG, "ngram", "coding", 1)

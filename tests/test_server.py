@@ -1,4 +1,4 @@
-"""Tests for specgate.server without vLLM: small fake servers (Python scripts in tmp_path) stand in
+"""Tests for specgate.serve.server without vLLM: small fake servers (Python scripts in tmp_path) stand in
 for ``vllm serve``, including an "engine core" child process in the same process group."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import psutil
 import pytest
 from fake_vllm import Reaper
 
-import specgate.server as server_mod
+import specgate.serve.server as server_mod
 from specgate.errors import ServerDiedError, ServerError, ServerStartError
-from specgate.server import AttachedServer, ServerSpec, VLLMServer, format_elapsed, group_members
+from specgate.serve.server import AttachedServer, ServerSpec, VLLMServer, format_elapsed, group_members
 
 pytestmark = [pytest.mark.fast, pytest.mark.timeout(60)]
 
@@ -423,7 +423,7 @@ def test_server_is_terminated_when_specgate_itself_is_killed(tmp_path: Path) -> 
     script.write_text(
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from specgate.server import ServerSpec, VLLMServer\n"
+        "from specgate.serve.server import ServerSpec, VLLMServer\n"
         f"spec = ServerSpec(label='fake', argv=[sys.executable, '-S', '-c', 'import time; time.sleep(600)'],"
         f" served_model_name='x', log_path=Path({str(tmp_path / 'server.log')!r}))\n"
         "server = VLLMServer(spec)\n"
@@ -444,9 +444,9 @@ def test_server_is_terminated_when_specgate_itself_is_killed(tmp_path: Path) -> 
 
 
 def test_a_missing_local_draft_folder_fails_before_the_start_naming_rig_mode_and_key(tmp_path):
-    from specgate.config import load_rig
+    from specgate.config.rig import load_rig
     from specgate.errors import ServerStartError
-    from specgate.server import check_local_paths
+    from specgate.serve.server import check_local_paths
 
     rig = load_rig("cpu-smollm2-eagle3", Path(__file__).resolve().parent.parent / "fixtures")
     mode = rig.mode("eagle3_untrained").model_copy(update={"speculative_config": {

@@ -1,4 +1,4 @@
-"""specgate.settings: one window's gate settings, resolved once (WindowSettings, window_settings) and
+"""specgate.decide.settings: one window's gate settings, resolved once (WindowSettings, window_settings) and
 the session's copy of them at the family's confidence (SpecgateSession.settings_for). The gating
 (can_decide, resolve_gating) is tested in test_gating.py."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fixture_copy import copy_fixtures
 
-from specgate.config import AB, Gates, load_rig
-from specgate.outcome import GATES, Family
-from specgate.session import SessionOptions, SpecgateSession
-from specgate.settings import WindowSettings, window_settings
+from specgate.config.rig import AB, Gates, load_rig
+from specgate.decide.outcome import GATES, Family
+from specgate.decide.settings import WindowSettings, window_settings
+from specgate.plugin.session import SessionOptions, SpecgateSession
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""A slow spell on one side of a duet window (specgate.spells), on real lab windows: visit 14's K1,
+"""A slow spell on one side of a duet window (specgate.measure.spells), on real lab windows: visit 14's K1,
 where 23 of the 1-layer draft's requests ran while its engine's own vCPU was 1.5x slower, and K2,
 the same probe a few minutes later with nothing of the kind."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specgate.report import notice_lines, spell_lines
-from specgate.spells import slow_spell
+from specgate.measure.spells import slow_spell
+from specgate.report.terminal import notice_lines, spell_lines
 
 pytestmark = pytest.mark.fast
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.client import GenerationRequest, StreamingClient
+from specgate.measure.client import GenerationRequest, StreamingClient
 
 pytestmark = pytest.mark.fast
 

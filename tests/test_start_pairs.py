@@ -1,4 +1,4 @@
-"""Issue 52: an A/B over start pairs (specgate.start_pairs). The session commands alternate the side
+"""Issue 52: an A/B over start pairs (specgate.decide.start_pairs). The session commands alternate the side
 started first; each window's throughput ratios combine into one verdict that names its start pairs,
 from the rig's measured start-pair spread with 2, from their own spread with 3 or more."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specgate.config import load_rig
-from specgate.start_pairs import combine_reports, run_start_pairs, session_command
+from specgate.config.rig import load_rig
+from specgate.decide.start_pairs import combine_reports, run_start_pairs, session_command
 
 pytestmark = pytest.mark.fast
 
@@ -89,7 +89,7 @@ def test_run_start_pairs_combines_the_sessions_and_exits_as_the_gates_say(rig, t
 def test_the_spread_a_session_folded_in_is_counted_once_and_a_kept_folder_combines_again(rig, tmp_path):
     # each session's own verdict already widened its interval by the rig's start-pair spread
     # (details.start_pair.widened_log); the combination takes the window's own noise without it
-    from specgate.start_pairs import combine_folder
+    from specgate.decide.start_pairs import combine_folder
 
     spread = _with_spread(rig, 0.038)
     widened = []

@@ -1,4 +1,4 @@
-"""Tests for specgate.stats: summaries, request pairing, the acceptance and output decisions and their
+"""Tests for specgate.decide.stats: summaries, request pairing, the acceptance and output decisions and their
 messages (the speed gates' paired ratio is tested in tests/test_paired.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.stats import METHOD_ONE_SIDED, Observed, compare_acceptance, compare_outputs, match_by_key, summarize
+from specgate.decide.stats import (
+    METHOD_ONE_SIDED,
+    Observed,
+    compare_acceptance,
+    compare_outputs,
+    match_by_key,
+    summarize,
+)
 
 pytestmark = pytest.mark.fast
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from standins import gate_settings
 
-from specgate.baselines import load_baselines, lookup
 from specgate.cli import main
-from specgate.config import load_rig
-from specgate.gates import check_throughput
-from specgate.history import StartHistory
-from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome
+from specgate.config.rig import load_rig
+from specgate.decide.gates import check_throughput
+from specgate.decide.history import StartHistory
+from specgate.decide.outcome import Outcome
+from specgate.measure.protocol import ClassMeasurement
+from specgate.store.baselines import load_baselines, lookup
 
 pytestmark = pytest.mark.fast
 
@@ -30,7 +30,7 @@ MACHINE = "GPU-lab-h200"  # the three sessions ran on one lease; their reports p
 
 def _report(tmp_path: Path, session: str) -> Path:
     """The session's report, its fingerprints naming the lease's machine (stored starts of one machine
-    and build make one history: specgate.baselines.place_start)."""
+    and build make one history: specgate.store.baselines.place_start)."""
     data = json.loads(gzip.decompress((LAB / session / "report.json.gz").read_bytes()))
     for fingerprint in data.get("fingerprints", {}).values():
         fingerprint["machine"] = MACHINE

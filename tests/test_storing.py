@@ -1,4 +1,4 @@
-"""specgate.storing: the stored form of a window (baseline_entry), one start of a history, and the
+"""specgate.decide.entry: the stored form of a window (baseline_entry), one start of a history, and the
 entries a kept report.json gives (entries_from_report)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 from pydantic import ValidationError
 from standins import window_side
 
-from specgate.baselines import LEVEL_HISTORY, Build, Fingerprint, PromptDigest
-from specgate.client import RequestRecord
-from specgate.measure import ClassMeasurement
-from specgate.metrics import AcceptanceStats
-from specgate.storing import baseline_entry, entries_from_report
+from specgate.decide.entry import baseline_entry, entries_from_report
+from specgate.measure.client import RequestRecord
+from specgate.measure.metrics import AcceptanceStats
+from specgate.measure.protocol import ClassMeasurement
+from specgate.store.baselines import LEVEL_HISTORY, Build, Fingerprint, PromptDigest
 
 pytestmark = pytest.mark.fast
 

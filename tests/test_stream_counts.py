@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specgate.gates import request_acceptances, stream_count_mismatch
-from specgate.measure import ClassMeasurement
+from specgate.decide.gates import request_acceptances, stream_count_mismatch
+from specgate.measure.protocol import ClassMeasurement
 
 pytestmark = pytest.mark.fast
 

@@ -16,10 +16,10 @@ import pytest
 from fixture_copy import copy_fixtures
 
 from specgate.cli import main
-from specgate.config import AB, Side, load_rig
+from specgate.config.rig import AB, Side, load_rig
 from specgate.errors import ConfigError
 from specgate.exit_codes import ExitCode
-from specgate.session import SessionOptions, SpecgateSession
+from specgate.plugin.session import SessionOptions, SpecgateSession
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]

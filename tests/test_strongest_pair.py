@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from standins import gate_settings
 
-from specgate.config import load_rig
-from specgate.gates import check_backfire
-from specgate.measure import ClassMeasurement
-from specgate.paired import paired_ratio, stratified_log_ratio, strongest_pair
-from specgate.report import notice_lines
+from specgate.config.rig import load_rig
+from specgate.decide.gates import check_backfire
+from specgate.decide.paired import paired_ratio, stratified_log_ratio, strongest_pair
+from specgate.measure.protocol import ClassMeasurement
+from specgate.report.terminal import notice_lines
 
 pytestmark = pytest.mark.fast
 
@@ -94,7 +94,7 @@ def test_without_repeats_there_is_no_strata_estimate_to_move():
 
 
 def test_a_backfire_window_with_a_pair_standing_out_gets_its_follow_up_rounds():
-    from specgate.follow_up import speed_follow_up_reason
+    from specgate.decide.follow_up import speed_follow_up_reason
 
     data = json.loads(gzip.decompress((VISIT9 / "E2" / "report.json.gz").read_bytes()))
     rig = load_rig("h200-llama8b-dummy", ROOT / "fixtures")
@@ -109,7 +109,7 @@ def test_a_backfire_window_with_a_pair_standing_out_gets_its_follow_up_rounds():
 
 
 def test_a_pair_off_a_window_of_identical_pairs_is_named_without_a_factor():
-    from specgate.gates import _strongest_pair_text
+    from specgate.decide.gates import _strongest_pair_text
 
     measured, reference = [100.0] * 12, [50.0] * 12
     measured[3] = 80.0

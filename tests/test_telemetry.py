@@ -1,4 +1,4 @@
-"""Telemetry (specgate.telemetry) with stand-in readers: summaries over a request's interval,
+"""Telemetry (specgate.measure.telemetry) with stand-in readers: summaries over a request's interval,
 throttle reasons named, a broken reader left out, and attached to a duet window's requests."""
 
 import os
@@ -9,9 +9,10 @@ import types
 
 import pytest
 
-from specgate import gpu, telemetry
-from specgate.gpu import load_pynvml
-from specgate.telemetry import SmiReader, Telemetry, canary_reader, parse_smi_line, throttle_names
+from specgate.measure import telemetry
+from specgate.measure.telemetry import SmiReader, Telemetry, canary_reader, parse_smi_line, throttle_names
+from specgate.serve import gpu
+from specgate.serve.gpu import load_pynvml
 
 pytestmark = pytest.mark.fast
 

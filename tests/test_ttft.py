@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from standins import gate_settings, window_side
 
-from specgate.client import RequestRecord
-from specgate.config import Gates, load_rig
-from specgate.gates import check_ttft
-from specgate.measure import ClassMeasurement
-from specgate.outcome import Outcome
-from specgate.report import render_markdown, render_text, ttft_table
-from specgate.session import SessionOptions, SpecgateSession
+from specgate.config.rig import Gates, load_rig
+from specgate.decide.gates import check_ttft
+from specgate.decide.outcome import Outcome
+from specgate.measure.client import RequestRecord
+from specgate.measure.protocol import ClassMeasurement
+from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.report.terminal import render_markdown, render_text, ttft_table
 
 pytestmark = pytest.mark.fast
 

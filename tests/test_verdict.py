@@ -1,4 +1,4 @@
-"""specgate.verdict: GateResult, the one form of every gate's verdict, and the dict report.json keeps
+"""specgate.decide.verdict: GateResult, the one form of every gate's verdict, and the dict report.json keeps
 of it (read back by the report, the history and the xdist controller)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from specgate.comparisons import outcome_of
-from specgate.outcome import Outcome
-from specgate.verdict import GateResult
+from specgate.decide.outcome import Outcome
+from specgate.decide.verdict import GateResult
+from specgate.report.comparisons import outcome_of
 
 pytestmark = pytest.mark.fast
 

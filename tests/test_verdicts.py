@@ -14,19 +14,19 @@ import pytest
 from fixture_copy import copy_fixtures
 from standins import gate_settings
 
-from specgate.baselines import AcceptanceEntry, BaselineEntry
-from specgate.client import RequestRecord
-from specgate.config import Gates, load_rig
-from specgate.gates import check_acceptance
-from specgate.measure import ClassMeasurement
-from specgate.metrics import AcceptanceStats
-from specgate.outcome import KIND_OUTCOMES, Outcome, parse_policy, pytest_action
-from specgate.paired import describe, paired_log_ratio, start_spread, stratified_log_ratio
+from specgate.config.rig import Gates, load_rig
+from specgate.decide.gates import check_acceptance
+from specgate.decide.outcome import KIND_OUTCOMES, Outcome, parse_policy, pytest_action
+from specgate.decide.paired import describe, paired_log_ratio, start_spread, stratified_log_ratio
+from specgate.decide.stats import Observed, compare_acceptance
+from specgate.decide.verdict import GateResult
+from specgate.measure.client import RequestRecord
+from specgate.measure.metrics import AcceptanceStats
+from specgate.measure.protocol import ClassMeasurement
 from specgate.plugin.gatekeeper import GateKeeper
-from specgate.report import failed_gate_lines
-from specgate.session import SessionOptions, SpecgateSession
-from specgate.stats import Observed, compare_acceptance
-from specgate.verdict import GateResult
+from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.report.terminal import failed_gate_lines
+from specgate.store.baselines import AcceptanceEntry, BaselineEntry
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -199,8 +199,8 @@ def test_the_policy_comes_from_the_rig_and_the_option_overrides_it(tmp_path):
 
 
 UNDECIDED_GATE = textwrap.dedent('''
-    from specgate.verdict import GateResult
-    from specgate.outcome import Outcome
+    from specgate.decide.verdict import GateResult
+    from specgate.decide.outcome import Outcome
 
 
     def test_gate(gatekeeper):
@@ -336,9 +336,9 @@ def test_overall_and_per_position_checks_are_one_decision_at_a_stated_family_wis
 
 # -- 6: stored-figure gates say when they catch nothing useful -------------------------------------
 def test_a_stored_figure_gate_that_catches_nothing_useful_says_so(rig):
-    from specgate.baselines import Fingerprint
-    from specgate.gates import check_throughput
-    from specgate.storing import baseline_entry
+    from specgate.decide.entry import baseline_entry
+    from specgate.decide.gates import check_throughput
+    from specgate.store.baselines import Fingerprint
 
     wobble = [1.02, 0.98, 1.01, 0.99, 1.03, 0.97]
     stored = baseline_entry(_window("no_spec", "coding", [30.0 * w for w in wobble]), Fingerprint())

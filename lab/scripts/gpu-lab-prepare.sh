@@ -74,7 +74,7 @@ for name in ("vllm", "torch", "transformers", "nvidia-ml-py", "psutil", "httpx-s
         print(f"{name}: not installed")
 eps = [e.name for e in md.entry_points(group="vllm.general_plugins")]
 print("vllm.general_plugins:", eps)
-from specgate.telemetry import Telemetry
+from specgate.measure.telemetry import Telemetry
 t = Telemetry.for_rig("gpu", "0")
 with t:
     pass

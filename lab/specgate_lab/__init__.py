@@ -9,5 +9,5 @@
   repository root.
 
 Commands: ``python -m specgate_lab --help``. A distribution of its own (lab/pyproject.toml): the product
-(``specgate``) imports nothing from it; the lab plugs in through entry points (``specgate.extensions``).
+(``specgate``) imports nothing from it; the lab plugs in through entry points (``specgate.serve.extensions``).
 """

@@ -46,13 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specgate.config import Rig, Side
-from specgate.gates import window_confidence
-from specgate.matching import match_samples
-from specgate.measure import ClassMeasurement, Duet, Measurer
-from specgate.paired import paired_ratio, start_spread
-from specgate.settings import window_settings
-from specgate.telemetry import window_sampler
+from specgate.config.rig import Rig, Side
+from specgate.decide.gates import window_confidence
+from specgate.decide.matching import match_samples
+from specgate.decide.paired import paired_ratio, start_spread
+from specgate.decide.settings import window_settings
+from specgate.measure.protocol import ClassMeasurement, Duet, Measurer
+from specgate.measure.telemetry import window_sampler
 from specgate_lab.inject import ENV_FILE, ENV_GPU_FILE
 
 DEFAULT_LEVELS = (0.0, 0.02, 0.05, 0.10, 0.20)
@@ -92,7 +92,7 @@ class WindowResult:
 
 
 def first_look_undecided(lo: float, hi: float, threshold: float, margin: float) -> bool:
-    """The gate's "undecided" (specgate.paired._decide) for a same-mode comparison at ``threshold``: the
+    """The gate's "undecided" (specgate.decide.paired._decide) for a same-mode comparison at ``threshold``: the
     interval holds the threshold, whatever the equivalence margin says (issue 36; ``margin`` is kept
     for the callers, it no longer decides)."""
     return lo < threshold <= hi
@@ -305,9 +305,9 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     ``injector``: "cpu" lengthens each engine step on the host (hidden by async scheduling on a GPU);
     "gpu" enqueues GPU work on the model runner's stream (specgate_lab.inject); "none" loads no injector
     on either side (a true A/A: only level 0). On a rig whose design is
-    an alternation (specgate.arrangement) the two servers take turns by vLLM sleep mode, as the gates'."""
-    from specgate.server import VLLMServer, spec_for_mode
-    from specgate.sleep import SleepController, run, with_sleep_mode
+    an alternation (specgate.config.arrangement) the two servers take turns by vLLM sleep mode, as the gates'."""
+    from specgate.serve.server import VLLMServer, spec_for_mode
+    from specgate.serve.sleep import SleepController, run, with_sleep_mode
 
     check_injector(injector, levels)
     alternate = rig.arrangement.name == "alternate"
@@ -326,7 +326,7 @@ def run_calibration(rig: Rig, out: Path, *, mode_name: str | None = None, rounds
     level_file = out / "slowdown"
     level_file.write_text("0\n")
     concurrency = concurrency or rig.protocol.concurrency[0]
-    # the gate settings the session would resolve for this mode (specgate.settings), per class
+    # the gate settings the session would resolve for this mode (specgate.decide.settings), per class
     settings = {c.name: window_settings(rig, mode.name, c.name, concurrency) for c in prompt_classes}
     first_look: list[tuple[float | None, float | None]] = []  # the window being measured (one at a time)
 

@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "prepare-shape":
         return prepare_shape(args)
     if args.command == "record":
-        from specgate.config import load_rig
-        from specgate.record import record_rig
+        from specgate.config.rig import load_rig
+        from specgate.measure.record import record_rig
 
         fixtures = _fixtures_dir()
         rig = load_rig(args.rig, fixtures)
@@ -108,15 +108,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fixtures_dir() -> Path:
-    from specgate.locations import resolve_fixtures_dir
+    from specgate.config.locations import resolve_fixtures_dir
 
     return resolve_fixtures_dir(None, Path.cwd())
 
 
 def prepare_shape(args: argparse.Namespace) -> int:
-    from specgate.config import default_model_cache
+    from specgate.config.rig import default_model_cache
     from specgate.errors import SpecgateError
-    from specgate.model_prep import MODEL_DIR_NAME
+    from specgate.serve.model_prep import MODEL_DIR_NAME
     from specgate_lab.model_shapes import SHAPES, write_dummy_llama
 
     try:
@@ -145,9 +145,9 @@ def prepare_shape(args: argparse.Namespace) -> int:
 
 
 def train_eagle3(args: argparse.Namespace) -> int:
-    from specgate.config import default_model_cache
+    from specgate.config.rig import default_model_cache
     from specgate.errors import SpecgateError
-    from specgate.model_prep import MODEL_DIR_NAME
+    from specgate.serve.model_prep import MODEL_DIR_NAME
 
     target = args.target or default_model_cache() / MODEL_DIR_NAME
     try:
@@ -176,7 +176,7 @@ def train_eagle3(args: argparse.Namespace) -> int:
 def calibrate(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from specgate.config import load_rig
+    from specgate.config.rig import load_rig
     from specgate.errors import SpecgateError
     from specgate_lab import calibrate as cal
 
@@ -214,7 +214,7 @@ def calibrate(args: argparse.Namespace) -> int:
         print(cal.write_outputs(rig, out, results, tolerances, meta))
         return 0
     if rig.tier == "cpu":
-        from specgate.model_prep import prepare_model
+        from specgate.serve.model_prep import prepare_model
 
         prepare_model()
     out = args.out or root / ".specgate" / "calibration" / f"{dt.datetime.now():%Y%m%d-%H%M%S}-{rig.name}"

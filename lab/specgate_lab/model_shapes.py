@@ -1,7 +1,7 @@
 """Dummy models of a given shape for the GPU lab's rigs (``python -m specgate_lab prepare-shape``):
 Llama-shaped folders with no weights (``vllm serve --load-format dummy``) whose decode step is bound
 by the GPU, and an EAGLE-3 head's config shaped for them. The cpu tier's real model is the product's
-(``specgate.model_prep``)."""
+(``specgate.serve.model_prep``)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.config import load_rig
+from specgate.config.rig import load_rig
 from specgate_lab.calibrate import WindowResult, binomial_interval, load_windows, summarize, write_outputs
 
 pytestmark = pytest.mark.fast
@@ -132,7 +132,7 @@ def test_a_calibration_writes_every_window_and_its_requests(tmp_path, monkeypatc
 
     from standins import StandInServer
 
-    from specgate import server
+    from specgate.serve import server
     from specgate_lab import calibrate
 
     root = Path(__file__).resolve().parents[2]
@@ -208,7 +208,7 @@ def test_fresh_servers_start_both_servers_again_for_every_round(tmp_path, monkey
 
     from standins import StandInServer
 
-    from specgate import server
+    from specgate.serve import server
     from specgate_lab import calibrate
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
@@ -250,7 +250,7 @@ def test_injector_none_loads_no_slowdown_on_either_side(tmp_path, monkeypatch, i
 
     from standins import StandInServer
 
-    from specgate import server
+    from specgate.serve import server
     from specgate_lab import calibrate
     from specgate_lab.inject import ENV_FILE, ENV_GPU_FILE
 
@@ -377,8 +377,8 @@ def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_w
 
     from standins import StandInServer
 
-    from specgate import server
-    from specgate.measure import Measurer
+    from specgate.measure.protocol import Measurer
+    from specgate.serve import server
     from specgate_lab import calibrate
 
     rig = load_rig("cpu-smollm2", Path(__file__).resolve().parents[2] / "fixtures")
@@ -416,7 +416,7 @@ def test_an_interrupted_calibration_stops_its_servers_and_writes_the_tables_of_w
 
 
 def test_repeats_sets_the_window_size_the_tables_name(tmp_path, monkeypatch, capsys):
-    from specgate import model_prep
+    from specgate.serve import model_prep
     from specgate_lab import calibrate
     from specgate_lab.cli import main
 
@@ -438,7 +438,7 @@ def test_repeats_sets_the_window_size_the_tables_name(tmp_path, monkeypatch, cap
 
 
 def test_the_cli_says_where_a_stopped_calibrations_windows_and_tables_are(tmp_path, monkeypatch, capsys):
-    from specgate import model_prep
+    from specgate.serve import model_prep
     from specgate_lab import calibrate
     from specgate_lab.cli import main
 

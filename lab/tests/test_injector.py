@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from specgate.client import StreamingClient
-from specgate.config import Side, load_rig
-from specgate.measure import build_requests
-from specgate.paired import describe, paired_ratio
-from specgate.server import VLLMServer, spec_for_mode
+from specgate.config.rig import Side, load_rig
+from specgate.decide.paired import describe, paired_ratio
+from specgate.measure.client import StreamingClient
+from specgate.measure.protocol import build_requests
+from specgate.serve.server import VLLMServer, spec_for_mode
 from specgate_lab.inject import ENV_FILE
 
 pytestmark = [pytest.mark.cpu, pytest.mark.faults]

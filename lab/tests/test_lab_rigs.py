@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.config import load_rig
+from specgate.config.rig import load_rig
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""The weightless Llama-8B-shaped model folder for the GPU-bound lab rig (specgate.model_prep):
+"""The weightless Llama-8B-shaped model folder for the GPU-bound lab rig (specgate.serve.model_prep):
 its config and files from a stand-in SmolLM2 folder, and the CLI that writes it."""
 
 import json

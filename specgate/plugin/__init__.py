@@ -81,11 +81,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    specgate = get_session(config)
-    deselect_speculative_only(config, items, specgate)
+    run_session = get_session(config)
+    deselect_speculative_only(config, items, run_session)
     deselect_tiers_not_asked_for(config, items)
-    if specgate.config_error is not None or any(item.get_closest_marker("perf") for item in items):
-        refuse_bad_inputs(config, specgate)
+    if run_session.config_error is not None or any(item.get_closest_marker("perf") for item in items):
+        refuse_bad_inputs(config, run_session)
 
 
 TIER_WORDS = ("cpu", "gpu", "perf", "faults")
@@ -131,19 +131,20 @@ def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
             "selects them with -m cpu or -m gpu")
 
 
-def refuse_bad_inputs(config: pytest.Config, specgate) -> None:
+def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
     """Every file the perf tests need, read and validated before any server starts (the session's
     validate_inputs): one usage error naming the file and key. An xdist worker cannot stop the run
     (it would crash and be restarted): its perf tests fail at setup with the message instead, and
     the controller refuses first where it can tell a perf run (pytest_sessionstart). The A/B sides'
     pythons are tried on `import vllm` only where servers may start (not --collect-only, --setup-plan)."""
     try:
-        if specgate.config_error is not None:
-            raise specgate.config_error
-        specgate.validate_inputs(imports=not (config.option.collectonly or getattr(config.option, "setupplan", False)))
+        if run_session.config_error is not None:
+            raise run_session.config_error
+        planning_only = config.option.collectonly or getattr(config.option, "setupplan", False)
+        run_session.validate_inputs(imports=not planning_only)
     except ConfigError as exc:
         if hasattr(config, "workerinput"):
-            specgate.options.worker_refusal = f"specgate: {exc}"
+            run_session.options.worker_refusal = f"specgate: {exc}"
             return
         config.stash[_REFUSED] = True
         raise pytest.UsageError(f"specgate: {exc} (checked before any server starts)") from None
@@ -169,31 +170,31 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session's plan; progress lines from now on."""
     if session.config.stash.get(_REFUSED, False):
         return  # pytest calls this hook even when the selection raised; a refused run plans nothing
-    specgate = get_session(session.config)
+    run_session = get_session(session.config)
     gate_tests = [key for item in session.items if (key := cost.gate_key(item)) is not None]
     if gate_tests:
         import contextlib
 
         with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
-            specgate.plan_family(gate_tests)
-    cost.start(session.config, specgate, session.items)
+            run_session.plan_family(gate_tests)
+    cost.start(session.config, run_session, session.items)
 
 
 # -- the run -------------------------------------------------------------------------------------
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    specgate = get_session(session.config)
+    run_session = get_session(session.config)
     if _xdist_controller_of_a_perf_run(session.config):
-        refuse_bad_inputs(session.config, specgate)
+        refuse_bad_inputs(session.config, run_session)
     if hasattr(session.config, "workerinput"):
         try:
-            specgate.options.worker_gpus = worker_gpus(session.config, specgate)
+            run_session.options.worker_gpus = worker_gpus(session.config, run_session)
         except ConfigError:
             return  # reported at collection, with the file and key
         except pytest.UsageError as exc:
             # Raising here would crash the worker (and xdist would restart it 8 times): fail the
             # perf tests with the reason instead, before any server starts.
-            specgate.options.worker_refusal = str(exc)
+            run_session.options.worker_refusal = str(exc)
 
 
 def _xdist_controller_of_a_perf_run(config: pytest.Config) -> bool:
@@ -231,10 +232,10 @@ def pytest_runtestloop(session: pytest.Session):
     decide the cross-mode gates workers deferred, and report each as a test result, so the
     terminal, JUnit XML and the exit code carry it like any other test."""
     result = yield
-    specgate = get_session(session.config)
-    if not hasattr(session.config, "workerinput") and specgate.worker_reports:
-        decide_deferred_gates(specgate)
-        for report in deferred_test_reports(specgate):
+    run_session = get_session(session.config)
+    if not hasattr(session.config, "workerinput") and run_session.worker_reports:
+        decide_deferred_gates(run_session)
+        for report in deferred_test_reports(run_session):
             # As xdist relays a worker's report: the terminal, JUnit XML and session.testsfailed see it.
             session.config.hook.pytest_runtest_logreport(report=report)
     return result
@@ -243,22 +244,22 @@ def pytest_runtestloop(session: pytest.Session):
 # -- the end of the run --------------------------------------------------------------------------
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    specgate = get_session(session.config)
+    run_session = get_session(session.config)
     if hasattr(session.config, "workerinput"):
-        if has_perf_work(specgate):
-            session.config.workeroutput["specgate"] = json.dumps(specgate.worker_output())
+        if has_perf_work(run_session):
+            session.config.workeroutput["specgate"] = json.dumps(run_session.worker_output())
         return
-    if not has_perf_work(specgate):
+    if not has_perf_work(run_session):
         return
-    if specgate.deferred_failed:
+    if run_session.deferred_failed:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    write_run_output(specgate, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    write_run_output(run_session, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     # specgate.exit_codes: a job that broke (a server that could not start or died, a window not
     # measured) exits JOB_BROKEN, not as a gate that said no
-    session.exitstatus = session_exit_code(session.exitstatus, specgate.report_data(complete=True))
+    session.exitstatus = session_exit_code(session.exitstatus, run_session.report_data(complete=True))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    specgate = get_session(config)
-    if has_perf_work(specgate):
-        write_summary(terminalreporter, specgate, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    run_session = get_session(config)
+    if has_perf_work(run_session):
+        write_summary(terminalreporter, run_session, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate.locations import resolve_fixtures_dir, rig_name_of
+from specgate.config.locations import resolve_fixtures_dir, rig_name_of
 from specgate.plugin.options import ab_from_options, parse_duration
 from specgate.plugin.output import progress_writer
-from specgate.session import SessionOptions, SpecgateSession, default_run_dir
+from specgate.plugin.session import SessionOptions, SpecgateSession, default_run_dir
 
 SESSION_KEY = pytest.StashKey[SpecgateSession]()
 

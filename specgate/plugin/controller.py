@@ -6,36 +6,37 @@ from __future__ import annotations
 
 import pytest
 
-from specgate.lazy import gates, measure
-from specgate.outcome import Outcome, outcome_of_kind, outcome_text, pytest_action
-from specgate.session import SpecgateSession
+from specgate.decide.outcome import Outcome, outcome_of_kind, outcome_text, pytest_action
+from specgate.lazy import gates
+from specgate.lazy import protocol as measure
+from specgate.plugin.session import SpecgateSession
 
 
-def _controller_outcomes(specgate: SpecgateSession) -> dict[tuple[str, str, str, int], tuple[Outcome, str]]:
+def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, str, int], tuple[Outcome, str]]:
     """Every gate result the session holds, decided or not: (gate, mode, class, concurrency) ->
     (its outcome, its message)."""
-    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.message) for r in specgate.results}
-    for u in specgate.undecided:
+    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.message) for r in run_session.results}
+    for u in run_session.undecided:
         found[(u["gate"], u["mode"], u["prompt_class"], u["concurrency"])] = (
             Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(u["kind"]), u["message"])
     return found
 
 
-def deferred_test_reports(specgate: SpecgateSession) -> list[pytest.TestReport]:
+def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestReport]:
     """One call-phase report per test a worker deferred, with the controller's verdict, under the
     test's node id with "-controller" added to its parameters (the worker reported it as skipped).
-    Its pytest outcome comes from specgate.outcome.pytest_action, as on a single process."""
-    results = _controller_outcomes(specgate)
-    policy = specgate.outcome_policy
+    Its pytest outcome comes from specgate.decide.outcome.pytest_action, as on a single process."""
+    results = _controller_outcomes(run_session)
+    policy = run_session.outcome_policy
     reports = []
-    for worker in specgate.worker_reports:
+    for worker in run_session.worker_reports:
         for nodeid, (gate, mode, prompt_class, concurrency) in worker.get("deferred_tests", {}).items():
             found = results.get((gate, mode, prompt_class, concurrency))
             if found is None:  # a window is missing: already reported as NOT MEASURED
                 continue
             outcome, message = found
-            declared = gate == "backfire" and specgate.rig.declared_backfire_for(mode, prompt_class) is not None
-            gating = specgate.gating_of(gate, mode, prompt_class, concurrency)[0]
+            declared = gate == "backfire" and run_session.rig.declared_backfire_for(mode, prompt_class) is not None
+            gating = run_session.gating_of(gate, mode, prompt_class, concurrency)[0]
             action = pytest_action(outcome, policy, declared=declared, gating=gating)
             text = (f"{outcome_text(gate, outcome, message, policy, declared=declared, gating=gating)} "
                     "(decided on the xdist controller)")
@@ -55,26 +56,26 @@ def deferred_test_reports(specgate: SpecgateSession) -> list[pytest.TestReport]:
     return reports
 
 
-def decide_deferred_gates(specgate: SpecgateSession) -> bool:
+def decide_deferred_gates(run_session: SpecgateSession) -> bool:
     """xdist controller: the backfire and lossless gates workers deferred, on the merged windows.
     Returns True when one of them failed, by its outcome or by the policy for an outcome that
     decides nothing (the run then exits as failed)."""
-    merged = specgate.report_data(complete=True)
+    merged = run_session.report_data(complete=True)
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in merged["measurements"]}
-    deferred = {tuple(key) for report in specgate.worker_reports for key in report.get("deferred", [])}
+    deferred = {tuple(key) for report in run_session.worker_reports for key in report.get("deferred", [])}
     failed = False
     for mode, prompt_class, concurrency in sorted(deferred):
         mine = windows.get((mode, prompt_class, concurrency))
-        ref = windows.get((specgate.rig.reference_mode, prompt_class, concurrency))
+        ref = windows.get((run_session.rig.reference_mode, prompt_class, concurrency))
         if mine is None or ref is None:
             continue  # the missing window is already reported as NOT MEASURED
         m, r = measure.ClassMeasurement.from_dict(mine), measure.ClassMeasurement.from_dict(ref)
-        window = specgate.settings_for(mode, prompt_class, concurrency)
+        window = run_session.settings_for(mode, prompt_class, concurrency)
         for result in (gates.check_backfire(window, m, r), gates.check_lossless(window, m, r),
                        gates.check_ttft(window, m, r)):
-            specgate.record(result)  # an undecided one is listed as undecided, never as passed
-            failed |= pytest_action(result.outcome, specgate.outcome_policy, declared=result.declared is not None,
+            run_session.record(result)  # an undecided one is listed as undecided, never as passed
+            failed |= pytest_action(result.outcome, run_session.outcome_policy, declared=result.declared is not None,
                                     gating=result.gating) == "failed"
-    specgate.deferred_failed = failed
+    run_session.deferred_failed = failed
     return failed
 

@@ -20,17 +20,25 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from specgate.decide.outcome import Outcome, outcome_text, pytest_action
 from specgate.durations import format_elapsed
 from specgate.errors import SpecgateError
 from specgate.lazy import registry
-from specgate.outcome import Outcome, outcome_text, pytest_action
-from specgate.plan import Conditions, SessionPlan, WindowKey, estimate_rates, plan_session, window_key, windows_of
+from specgate.measure.telemetry import canary_reader
+from specgate.plan.estimate import (
+    Conditions,
+    SessionPlan,
+    WindowKey,
+    estimate_rates,
+    plan_session,
+    window_key,
+    windows_of,
+)
+from specgate.plan.progress import SessionProgress
 from specgate.plugin.configure import get_session
-from specgate.progress import SessionProgress
-from specgate.telemetry import canary_reader
 
 if TYPE_CHECKING:
-    from specgate.session import SpecgateSession
+    from specgate.plugin.session import SpecgateSession
 
 NOT_RUN = Outcome.NOT_RUN.value  # the undecided kind of a gate the session's budget left out
 GATE_ORDER = ("backfire", "throughput", "lossless", "acceptance", "ttft")
@@ -45,12 +53,12 @@ class SessionCost:
     rates: dict[WindowKey, float] = field(default_factory=dict)
     not_run: list[str] = field(default_factory=list)  # node ids
 
-    def window(self, specgate: SpecgateSession, key: WindowKey):
+    def window(self, run_session: SpecgateSession, key: WindowKey):
         """The plan's window, or, for one the plan counted as the reference side of a duet that did
         not run, the window it now takes alone."""
         window = self.plan.window(key)
         if window is None:
-            alone = plan_session(specgate.rig, [key], self.rates)
+            alone = plan_session(run_session.rig, [key], self.rates)
             window = alone.window(key)
         return window
 
@@ -93,73 +101,73 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
         start = end
 
 
-def rates_of(specgate: SpecgateSession) -> tuple[dict[WindowKey, float], str | None]:
-    """The decode rates the plan uses (specgate.plan.estimate_rates, at this host's CPU canary) and
+def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str | None]:
+    """The decode rates the plan uses (specgate.plan.estimate.estimate_rates, at this host's CPU canary) and
     the note naming the stored figures it set aside."""
     try:
-        store = specgate.store
+        store = run_session.store
     except SpecgateError:
         return {}, None  # a bad baselines file is reported by the gates that read it
     canary = canary_reader(tries=50)()["cpu_canary_us"]
-    return estimate_rates(store, specgate.rig, canary_us=canary)
+    return estimate_rates(store, run_session.rig, canary_us=canary)
 
 
-def build_plan(specgate: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = (),
+def build_plan(run_session: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = (),
                rates: tuple[dict[WindowKey, float], str | None] | None = None,
                host_gib: float | None = None) -> SessionPlan:
     """``rates``: rates_of(specgate) when the caller has them already (it reads the host's canary)."""
     windows, other = windows_of(items)
-    rates, note = rates if rates is not None else rates_of(specgate)
-    return plan_session(specgate.rig, windows, rates, Conditions(
-        attached=specgate.options.attach_url is not None, reused=reused, keep_servers=specgate.options.keep_servers,
-        host_gib=host_gib, other_tests=other, rate_note=note))
+    rates, note = rates if rates is not None else rates_of(run_session)
+    return plan_session(run_session.rig, windows, rates, Conditions(
+        attached=run_session.options.attach_url is not None, reused=reused,
+        keep_servers=run_session.options.keep_servers, host_gib=host_gib, other_tests=other, rate_note=note))
 
 
-def refuse_short_host(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.Item]) -> None:
+def refuse_short_host(config: pytest.Config, run_session: SpecgateSession, items: list[pytest.Item]) -> None:
     """Before any server starts: the selection's alternation, planned against this host's available
     memory, must not need sleep level 2 for a server that cannot wake from it (a drafter, dummy weights):
     one usage error naming the rig file, the servers and the memory that would allow them."""
-    if specgate.options.attach_url is not None or hasattr(config, "workerinput"):
+    if run_session.options.attach_url is not None or hasattr(config, "workerinput"):
         return
-    rig = specgate.rig
+    rig = run_session.rig
     if rig.arrangement.name != "alternation":
         return
     windows, _ = windows_of(items)
-    plan = plan_session(rig, windows, {}, Conditions(keep_servers=specgate.options.keep_servers))
+    plan = plan_session(rig, windows, {}, Conditions(keep_servers=run_session.options.keep_servers))
     if plan.refusal:
         raise pytest.UsageError(f"specgate: {rig.path}: {plan.refusal} (checked before any server starts)")
 
 
-def session_state(specgate: SpecgateSession):
+def session_state(run_session: SpecgateSession):
     def state() -> tuple[dict[WindowKey, float | None], set[str]]:
-        done: dict[WindowKey, float | None] = {k: m.wall_s for k, m in specgate.measurements.items()}
-        done.update({k: None for k in specgate.failures if k not in done})
+        done: dict[WindowKey, float | None] = {k: m.wall_s for k, m in run_session.measurements.items()}
+        done.update({k: None for k in run_session.failures if k not in done})
         # a window declared NOT RUN is over too (no time measured): it leaves the count and the time left
-        done.update({(u["mode"], u["prompt_class"], u["concurrency"]): None for u in specgate.undecided
+        done.update({(u["mode"], u["prompt_class"], u["concurrency"]): None for u in run_session.undecided
                      if u.get("kind") == NOT_RUN and (u["mode"], u["prompt_class"], u["concurrency"]) not in done})
-        return done, set(specgate.servers)
+        return done, set(run_session.servers)
     return state
 
 
-def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.Item]) -> None:
+def start(config: pytest.Config, run_session: SpecgateSession, items: list[pytest.Item]) -> None:
     """After collection: the plan, printed once (not for --collect-only or --setup-plan), and the
     progress lines from then on."""
     if not any(window_key(item) is not None for item in items):
         return
     try:
         reused: tuple[str, ...] = ()
-        if specgate.options.keep_servers and specgate.options.attach_url is None:
-            reused = registry.reusable_labels(specgate)
-        rates = rates_of(specgate)
-        plan = build_plan(specgate, items, reused=reused, rates=rates)
+        if run_session.options.keep_servers and run_session.options.attach_url is None:
+            reused = registry.reusable_labels(run_session)
+        rates = rates_of(run_session)
+        plan = build_plan(run_session, items, reused=reused, rates=rates)
     except SpecgateError:
         return  # a configuration error: collection reports it
-    progress = SessionProgress(plan, session_state(specgate), started_at=specgate.options.started_at)
+    progress = SessionProgress(plan, session_state(run_session), started_at=run_session.options.started_at)
     config.stash[COST_KEY] = SessionCost(plan, progress, rates[0])
     if config.option.collectonly or config.getoption("setupplan", False) or hasattr(config, "workerinput"):
         return
     text = plan.render()
-    budget = specgate.options.time_budget_s
+    budget = run_session.options.time_budget_s
     if budget is not None:
         text += (f"\n  session budget: {format_elapsed(budget)} (--specgate-session-budget); "
                  "a window that does not fit is NOT RUN")
@@ -168,42 +176,42 @@ def start(config: pytest.Config, specgate: SpecgateSession, items: list[pytest.I
             text += (f"; the estimate ({format_elapsed(expected)}) is over it, so the session ends within the "
                      "budget and the last windows in the order may not run")
     for line in text.splitlines():
-        specgate.progress(line)
-    specgate.progress = progress.wrap(specgate.progress)
+        run_session.progress(line)
+    run_session.progress = progress.wrap(run_session.progress)
 
 
 def get_cost(config: pytest.Config) -> SessionCost | None:
     return config.stash.get(COST_KEY, None)
 
 
-def after_test(config: pytest.Config, specgate: SpecgateSession) -> None:
+def after_test(config: pytest.Config, run_session: SpecgateSession) -> None:
     cost = get_cost(config)
     if cost is None or hasattr(config, "workerinput"):
         return
     line = cost.progress.after_test()
     if line is not None:
-        specgate.progress(line)
+        run_session.progress(line)
 
 
-def _measured(specgate: SpecgateSession, key: WindowKey) -> bool:
-    if key in specgate.measurements or key in specgate.failures:
+def _measured(run_session: SpecgateSession, key: WindowKey) -> bool:
+    if key in run_session.measurements or key in run_session.failures:
         return True
     mode, prompt_class, concurrency = key
-    rig = specgate.rig
+    rig = run_session.rig
     # a duet rig's reference window comes from a duet already measured (no cost)
     return rig.comparing == "duet" and mode == rig.reference_mode and \
-        specgate.reference_from_duets(prompt_class, concurrency) is not None
+        run_session.reference_from_duets(prompt_class, concurrency) is not None
 
 
-def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.monotonic) -> None:
+def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.monotonic) -> None:
     """Before a perf test: NOT RUN (skipped, recorded) when its window does not fit in the budget."""
-    budget = specgate.options.time_budget_s
+    budget = run_session.options.time_budget_s
     cost = get_cost(item.config)
     key = window_key(item)
-    if budget is None or cost is None or key is None or _measured(specgate, key):
+    if budget is None or cost is None or key is None or _measured(run_session, key):
         return
-    left = specgate.options.started_at + budget - clock()
-    window = cost.window(specgate, key)
+    left = run_session.options.started_at + budget - clock()
+    window = cost.window(run_session, key)
     pace = cost.progress.pace()
     needed = (window.seconds or 0.0) * pace if window is not None else 0.0
     _, servers = cost.progress.state()
@@ -211,7 +219,7 @@ def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.mon
               and not s.reused and s.label not in servers]
     needed += sum(s.startup_s for s in starts)
     if needed <= left and left > 0:
-        _bound_follow_ups(specgate, cost, key, [s.label for s in starts], left - needed, clock)
+        _bound_follow_ups(run_session, cost, key, [s.label for s in starts], left - needed, clock)
         return
     mode, prompt_class, concurrency = key
     why = (f"{mode} on {prompt_class} (concurrency {concurrency}) not run: the session's time budget "
@@ -220,27 +228,27 @@ def check_budget(item: pytest.Item, specgate: SpecgateSession, *, clock=time.mon
            + (f" (with the start of {', '.join(s.label for s in starts)})" if starts else "")
            + "; the windows run in the order that decides backfire first")
     gate = gate_of(item)
-    specgate.record_undecided(gate, SimpleNamespace(mode=mode, prompt_class=prompt_class,
+    run_session.record_undecided(gate, SimpleNamespace(mode=mode, prompt_class=prompt_class,
                                                     concurrency=concurrency), NOT_RUN, why)
     cost.not_run.append(item.nodeid)
     # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
-    policy = specgate.outcome_policy
+    policy = run_session.outcome_policy
     text = outcome_text(gate, Outcome.NOT_RUN, why, policy)
     if pytest_action(Outcome.NOT_RUN, policy) == "failed":
         pytest.fail(text, pytrace=False)
     pytest.skip(text)
 
 
-def _bound_follow_ups(specgate: SpecgateSession, cost: SessionCost, key: WindowKey, starting: list[str],
+def _bound_follow_ups(run_session: SpecgateSession, cost: SessionCost, key: WindowKey, starting: list[str],
                       spare_s: float, clock) -> None:
     """Follow-up rounds of this window may use only what the later windows' first looks leave
     (``spare_s``: the budget left after this window's first look and the starts it needs)."""
-    if specgate.options.worker_id is not None:
+    if run_session.options.worker_id is not None:
         return  # a worker does not know which windows the others run
     later = cost.progress.remaining_s(exclude=(key,), starting=starting) or 0.0
     window = cost.plan.window(key)
     own = (window.seconds or 0.0) * cost.progress.pace() if window is not None else 0.0
-    specgate.measurer.deadline = clock() + own + max(0.0, spare_s - later)
+    run_session.measurer.deadline = clock() + own + max(0.0, spare_s - later)
 
 
 class PlanCapture:
@@ -255,11 +263,11 @@ class PlanCapture:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not any(window_key(item) is not None for item in session.items):
             return
-        specgate = get_session(session.config)
+        run_session = get_session(session.config)
         reused: tuple[str, ...] = ()
         if self.keep_servers:
-            reused = registry.reusable_labels(specgate)
-        self.specgate = specgate
+            reused = registry.reusable_labels(run_session)
+        self.specgate = run_session
         self.windows, _ = windows_of(session.items)
-        self.rates = rates_of(specgate)
-        self.plan = build_plan(specgate, session.items, reused=reused, rates=self.rates, host_gib=self.host_gib)
+        self.rates = rates_of(run_session)
+        self.plan = build_plan(run_session, session.items, reused=reused, rates=self.rates, host_gib=self.host_gib)

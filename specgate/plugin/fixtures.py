@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from specgate.errors import SpecgateError
-from specgate.gpu import require_free_gpus
 from specgate.lazy import fingerprint, record, registry, sleep
 from specgate.lazy import gatekeeper as gatekeeper_mod
 from specgate.lazy import server as server_mod
 from specgate.plugin.configure import get_session
-from specgate.session import SpecgateSession
+from specgate.plugin.session import SpecgateSession
+from specgate.serve.gpu import require_free_gpus
 
 if TYPE_CHECKING:
     from specgate.plugin.gatekeeper import GateKeeper
@@ -39,8 +39,8 @@ def rig(specgate_session: SpecgateSession):
 
 @pytest.fixture(scope="session")
 def sleep_controller(specgate_session: SpecgateSession) -> Any:
-    """Rigs whose servers take turns on the same GPUs (arrangement "alternation", specgate.arrangement): the
-    specgate.sleep.SleepController every server of the session registers with. None elsewhere."""
+    """Rigs whose servers take turns on the same GPUs (arrangement "alternation", specgate.config.arrangement): the
+    specgate.serve.sleep.SleepController every server of the session registers with. None elsewhere."""
     session = specgate_session
     if session.options.attach_url or session.rig.arrangement.name != "alternation":
         return None

@@ -1,5 +1,5 @@
 """GateKeeper: runs one gate on one measurement, records the result in the session and turns its
-:class:`specgate.outcome.Outcome` into the test's (specgate.outcome.pytest_action: pass, fail, xfail
+:class:`specgate.decide.outcome.Outcome` into the test's (specgate.decide.outcome.pytest_action: pass, fail, xfail
 for a declared backfire, skip or fail by the policy for a gate that decided nothing).
 """
 
@@ -10,7 +10,20 @@ import warnings
 
 import pytest
 
-from specgate.baselines import (
+from specgate.decide.entry import baseline_entry
+from specgate.decide.gates import (
+    ab_acceptance,
+    check_acceptance,
+    check_backfire,
+    check_lossless,
+    check_throughput,
+    check_ttft,
+    stored_start_histories,
+)
+from specgate.decide.outcome import NOT_STORED, STORING, Outcome, outcome_text, pytest_action
+from specgate.decide.verdict import GateResult
+from specgate.plugin.session import SpecgateSession
+from specgate.store.baselines import (
     OTHER_MACHINE,
     OTHER_MEASUREMENT,
     SAME,
@@ -20,19 +33,6 @@ from specgate.baselines import (
     histories,
     lookup,
 )
-from specgate.gates import (
-    ab_acceptance,
-    check_acceptance,
-    check_backfire,
-    check_lossless,
-    check_throughput,
-    check_ttft,
-    stored_start_histories,
-)
-from specgate.outcome import NOT_STORED, STORING, Outcome, outcome_text, pytest_action
-from specgate.session import SpecgateSession
-from specgate.storing import baseline_entry
-from specgate.verdict import GateResult
 
 
 class GateKeeper:
@@ -43,7 +43,7 @@ class GateKeeper:
         self.rig = session.rig
 
     def _settings(self, m):
-        """Window ``m``'s gate settings, resolved once by the session (specgate.settings)."""
+        """Window ``m``'s gate settings, resolved once by the session (specgate.decide.settings)."""
         return self.session.settings_for(m.mode, m.prompt_class, m.concurrency)
 
     def _where(self, m) -> str:

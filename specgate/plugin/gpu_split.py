@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from specgate.gpu import nvml_readings
-from specgate.session import SpecgateSession
+from specgate.plugin.session import SpecgateSession
+from specgate.serve.gpu import nvml_readings
 
 XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the rig is a gpu rig and each worker "
                  "gets its own GPUs (--dist loadgroup, enough GPUs for -n): otherwise two servers would share "

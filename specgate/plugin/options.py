@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from specgate.gpu import is_gpu_id
-from specgate.lazy import config as config_mod
-from specgate.locations import is_rig_path
-from specgate.outcome import parse_gating, parse_policy
+from specgate.config.locations import is_rig_path
+from specgate.decide.outcome import parse_gating, parse_policy
+from specgate.lazy import rig as config_mod
+from specgate.serve.gpu import is_gpu_id
 
 
 def parse_url(value: str) -> str:

@@ -14,10 +14,10 @@ import pytest
 
 from specgate.errors import SpecgateError
 from specgate.exit_codes import ExitCode, broken_job
-from specgate.lazy import report as report_mod
-from specgate.safe_text import without_control_chars
-from specgate.saved_report import read_saved_report
-from specgate.session import SpecgateSession
+from specgate.lazy import terminal as report_mod
+from specgate.plugin.session import SpecgateSession
+from specgate.report.safe_text import without_control_chars
+from specgate.store.saved_report import read_saved_report
 
 
 def progress_writer(config: pytest.Config):
@@ -70,27 +70,27 @@ def render_saved_report(path: Path, run_dir: Path | None = None) -> int:
     return int(pytest.ExitCode.OK)
 
 
-def write_run_output(specgate: SpecgateSession, *, interrupted: bool) -> None:
+def write_run_output(run_session: SpecgateSession, *, interrupted: bool) -> None:
     """The end of a run on the controller: write the queued baseline updates (none after an
     interrupt), the report and its renderings, and the GitHub step summary where there is one."""
     if interrupted:
-        if specgate.pending_updates:
-            specgate.progress(
-                f"{len(specgate.pending_updates)} window(s)' figures not stored: the run was interrupted, and a "
+        if run_session.pending_updates:
+            run_session.progress(
+                f"{len(run_session.pending_updates)} window(s)' figures not stored: the run was interrupted, and a "
                 "cut-short run never touches the stored figures. To keep the windows that finished: "
-                f"python -m specgate adopt-baselines {specgate.report_path}")
-        specgate.pending_updates.clear()
+                f"python -m specgate adopt-baselines {run_session.report_path}")
+        run_session.pending_updates.clear()
     else:
-        written = specgate.flush_updates()
+        written = run_session.flush_updates()
         if written:
-            specgate.progress(f"stored figures written to {written}")
-    path = specgate.write_report(complete=not interrupted)
-    written = report_mod.render_all(specgate.report_data(complete=not interrupted), specgate.options.run_dir)
+            run_session.progress(f"stored figures written to {written}")
+    path = run_session.write_report(complete=not interrupted)
+    written = report_mod.render_all(run_session.report_data(complete=not interrupted), run_session.options.run_dir)
     summary_env = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_env:
         with contextlib.suppress(OSError), open(summary_env, "a") as handle:
             handle.write(step_summary(written["summary"].read_text(), os.environ))
-    specgate.progress(f"report: {path}")
+    run_session.progress(f"report: {path}")
 
 
 def step_summary(markdown: str, environ: Mapping[str, str]) -> str:
@@ -103,9 +103,9 @@ def step_summary(markdown: str, environ: Mapping[str, str]) -> str:
             f"{server}/{repo}/actions/runs/{run}#artifacts\n")
 
 
-def write_summary(terminalreporter, specgate: SpecgateSession, *, interrupted: bool) -> None:
+def write_summary(terminalreporter, run_session: SpecgateSession, *, interrupted: bool) -> None:
     terminalreporter.section("specgate summary")
-    report = specgate.report_data(complete=not interrupted)
+    report = run_session.report_data(complete=not interrupted)
     terminalreporter.write_line(report_mod.render_text(report))
     broken = broken_job(report)
     if broken and not interrupted:
@@ -113,4 +113,4 @@ def write_summary(terminalreporter, specgate: SpecgateSession, *, interrupted: b
                                     "whatever its gates said; run it again once the cause is fixed):", red=True)
         for line in broken:
             terminalreporter.write_line(f"  {without_control_chars(line)}")
-    terminalreporter.write_line(f"run directory: {specgate.options.run_dir}")
+    terminalreporter.write_line(f"run directory: {run_session.options.run_dir}")

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from specgate.errors import ConfigError
-from specgate.session import SpecgateSession
+from specgate.plugin.session import SpecgateSession
 
 
 def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -> None:

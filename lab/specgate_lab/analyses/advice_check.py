@@ -4,7 +4,7 @@ one drafter at several k, each in a duet with no speculation (rig cpu-smollm2-ad
     python -m specgate_lab.analyses.advice_check docs/evidence/calibration/cpu-2026-12-04-advice/report.json.gz
 
 The advice is made as a user would get it from a run at the served k alone: the report cut to the k = 5
-mode and no speculation, through specgate.advice.advise_report. Each smaller k's own window of the same
+mode and no speculation, through specgate.advise.advice.advise_report. Each smaller k's own window of the same
 session then gives the measured ratio (its backfire gate), and the table says whether it lies inside the
 predicted interval under each bound of the step cost (k-independent; linear from no cost at k = 0), and
 the prediction from the step costs fitted over every k measured (c0 + s k)."""
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specgate.advice import CONSTANT, FITTED, LINEAR, Span, WindowAdvice, advise_report
+from specgate.advise.advice import CONSTANT, FITTED, LINEAR, Span, WindowAdvice, advise_report
 
 SERVED = "ngram"  # the mode served at the largest k; the others are SERVED_k<k>
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from scipy.stats import beta
 
-from specgate.history import StartHistory
+from specgate.decide.history import StartHistory
 
 
 def _report(path: Path) -> dict:

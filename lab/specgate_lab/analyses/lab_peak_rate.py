@@ -4,7 +4,7 @@ benchmark's rule is set against (docs/client-benchmark.md).
 Usage: ``python -m specgate_lab.analyses.lab_peak_rate (--rig NAME | --url URL --model NAME) [--streams 1,8,32]
 [--max-tokens 256] [--json OUT]``: with ``--rig``, it starts that rig's reference mode (no
 speculation: the lab's fastest) exactly as the perf tests do, and stops it afterwards. For each
-concurrency it sends that many streams at once, twice, through ``specgate.client`` and prints
+concurrency it sends that many streams at once, twice, through ``specgate.measure.client`` and prints
 the events per second the client took in (all streams together), each stream's median time
 between events and its time per output token.
 """
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specgate.client import GenerationRequest, StreamingClient, run_requests
+from specgate.measure.client import GenerationRequest, StreamingClient, run_requests
 
 PROMPT = "Write a long, detailed essay on the history of the printing press."
 
@@ -59,8 +59,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         url, model = args.url, args.model
         if args.rig:
-            from specgate.config import load_rig
-            from specgate.server import VLLMServer, spec_for_mode
+            from specgate.config.rig import load_rig
+            from specgate.serve.server import VLLMServer, spec_for_mode
 
             rig = load_rig(args.rig, Path(__file__).resolve().parents[3] / "fixtures")
             log_dir = Path(tempfile.mkdtemp(prefix="specgate-peak-"))

@@ -6,7 +6,7 @@ Usage: ``python -m specgate_lab.analyses.regimes_analysis measurements.jsonl.gz 
 when the servers were pinned part-way, lab/scripts/pin-servers-after.py); how much a request's rate
 predicts the next one on the same server and on the other server; and the engine core's CPU share,
 involuntary context switches, GPU utilisation and power in the slowest, middle and fastest third
-of the requests (from the per-request telemetry, specgate/telemetry.py).
+of the requests (from the per-request telemetry, specgate/measure/telemetry.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,796 @@
+"""Config advice (issue 54): from one run's report, the tok/s ratio against no speculation that each
+speculative mode would reach at every k from 1 to the k it served, per prompt class and concurrency.
+
+The model (docs/advice.md):
+
+- AL(k) = 1 + sum_{i<=k} accepted at position i / drafts. vLLM counts an accepted token at position i
+  only when every earlier one was accepted, so accepted_i / drafts is the share of drafts whose first
+  i tokens were all accepted, and the first k positions of a draft of K say what a draft of k would
+  have accepted (the drafter proposes the same chain, cut shorter).
+- ratio(k) = AL(k) / c(k), c(k) the cost of one speculative step in plain decode steps. The run
+  measures the ratio R at the served K and AL(K), so c(K) = AL(K) / R (specgate.decide.breakeven's c).
+- How c varies with k is not measured by one run. With c(k) = c0 + s k, c0 >= 1 (a speculative step
+  is at least a plain one) and s >= 0, it lies between two bounds: c(k) = c(K) (k-independent,
+  pessimistic below K) and c(k) = 1 + (c(K) - 1) k / K (linear from no extra cost at k = 0,
+  optimistic below K). Where the report measures c at two or more k of one drafter (modes of the
+  same method and config but for k), c0 and s are fitted by weighted least squares instead.
+
+Intervals: the measured ratio's is the backfire gate's; c(K)'s follows from it. AL(k)'s is that of
+AL(k) / AL(K) (the share of the served k's tokens that k keeps) times the window's AL(K): the noise
+of AL(K) itself is already inside the ratio's interval (same requests), and counting it twice would
+widen every prediction for nothing. Each position's share is a Wilson interval at 1 - (1 - confidence)
+/ K (Bonferroni over the K positions), drafts taken as independent trials, which they are not (one
+prompt's drafts succeed or fail together): the intervals are narrower than the truth by that much.
+Ends are propagated (the lowest ratio from the lowest AL and the highest cost), which is conservative.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+from tabulate import tabulate
+
+from specgate.advise.plot import COLORS, RatioPanel, RatioSeries, draw_ratio_panels
+from specgate.config.locations import writable_folder
+from specgate.config.rig import load_rig
+from specgate.decide.stats import wilson_interval
+from specgate.errors import SpecgateError
+from specgate.store.saved_report import read_saved_report
+
+CONSTANT = "k-independent cost"
+LINEAR = "cost linear from k=0"
+FITTED = "fitted cost c0 + s*k"
+BOUNDS = (CONSTANT, LINEAR)
+SHORT = {CONSTANT: "const", LINEAR: "linear", FITTED: "fit"}  # the tables' column names
+# Keys of a speculative config that change what a drafter proposes or how much of it is accepted,
+# not what a step costs: modes differing only in these share one step-cost line c0 + s*k.
+COST_NEUTRAL_KEYS = frozenset({"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min",
+                               "synthetic_acceptance_length"})
+DEFAULT_CONFIDENCE = 0.95
+
+
+class AdviceError(SpecgateError):
+    """A report advice cannot be drawn from; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """An estimate with its interval; ``value`` None where only a range is known (the seed's figures)."""
+
+    value: float | None
+    low: float
+    high: float
+
+    def scaled(self, f: Callable[[float], float]) -> Span:
+        """``f`` applied to every figure (f increasing)."""
+        return Span(None if self.value is None else f(self.value), f(self.low), f(self.high))
+
+    @property
+    def verdict(self) -> str:
+        """Against no speculation (a ratio of 1): "faster" or "slower" when the whole interval is on one
+        side, else "undecided"."""
+        return "faster" if self.low > 1 else "slower" if self.high < 1 else "undecided"
+
+    def text(self, digits: int = 2, suffix: str = "") -> str:
+        def num(v: float) -> str:
+            return "inf" if math.isinf(v) else f"{v:.{digits}f}"
+
+        span = num(self.low) if num(self.low) == num(self.high) else f"{num(self.low)}-{num(self.high)}"
+        if self.value is None:
+            return f"{span}{suffix}"
+        return f"{num(self.value)}{suffix}" + ("" if num(self.low) == num(self.high) else f" ({span})")
+
+
+def _divide(numerator: Span, cost: Span) -> Span:
+    """AL / c with ends propagated: the low end from the lowest AL and the highest cost."""
+    def q(a: float, c: float) -> float:
+        return a / c if c > 0 else math.inf
+
+    value = None if numerator.value is None or cost.value is None else q(numerator.value, cost.value)
+    return Span(value, q(numerator.low, cost.high), q(numerator.high, cost.low))
+
+
+# -- acceptance ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Acceptance:
+    """One window's draft counters: drafts and accepted tokens per draft position 1..K."""
+
+    drafts: float
+    accepted_per_position: tuple[float, ...]
+    confidence: float = DEFAULT_CONFIDENCE
+
+    @property
+    def served_k(self) -> int:
+        return len(self.accepted_per_position)
+
+    @property
+    def position_shares(self) -> tuple[float, ...]:
+        """accepted_i / drafts: the share of drafts whose first i tokens were all accepted."""
+        return tuple(a / self.drafts for a in self.accepted_per_position)
+
+    def position_intervals(self) -> tuple[tuple[float, float], ...]:
+        """Each position's Wilson interval at 1 - (1 - confidence) / K: all K hold at once at
+        ``confidence`` (Bonferroni), drafts taken as independent trials."""
+        each = 1 - (1 - self.confidence) / self.served_k
+        return tuple(wilson_interval(a, self.drafts, each) for a in self.accepted_per_position)
+
+    def acceptance_length(self, k: int) -> float:
+        """AL(k) = 1 + sum_{i<=k} accepted_i / drafts."""
+        return 1.0 + math.fsum(self.position_shares[:k])
+
+    def kept_share(self, k: int) -> tuple[float, float]:
+        """The interval of AL(k) / AL(K): (1 + S) / (1 + S + T), S the shares of positions 1..k, T those
+        of k+1..K; its low end takes S at its lowest and T at its highest (conservative)."""
+        bounds = self.position_intervals()
+        s_lo, s_hi = (math.fsum(b[j] for b in bounds[:k]) for j in (0, 1))
+        t_lo, t_hi = (math.fsum(b[j] for b in bounds[k:]) for j in (0, 1))
+        return (1 + s_lo) / (1 + s_lo + t_hi), (1 + s_hi) / (1 + s_hi + t_lo)
+
+    def acceptance_length_span(self, k: int) -> Span:
+        """AL(k) with the interval it has given the window's AL(K) (see the module's docstring)."""
+        full = self.acceptance_length(self.served_k)
+        lo, hi = self.kept_share(k)
+        # AL(k) >= 1 whatever the ends of the shares say (the low end of AL(k) / AL(K) can dip below 1 / AL(K))
+        return Span(self.acceptance_length(k), max(1.0, full * lo), full * hi)
+
+
+# -- step costs ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CostFit:
+    """c(k) = c0 + s k fitted by weighted least squares to the step costs measured at two or more k
+    (one drafter, one class and concurrency), each weighted by its interval's width."""
+
+    c0: float
+    slope: float
+    covariance: tuple[tuple[float, float], tuple[float, float]]
+    z: float  # the normal quantile of the intervals it gives
+    points: tuple[tuple[str, int, Span], ...]  # (mode, k, c(k) measured)
+
+    def at(self, k: int) -> Span:
+        (v00, v01), (_, v11) = self.covariance
+        value = self.c0 + self.slope * k
+        half = self.z * math.sqrt(max(0.0, v00 + 2 * k * v01 + k * k * v11))
+        return Span(value, value - half, value + half)
+
+    def describe(self) -> str:
+        measured = ", ".join(f"c({k}) = {c.text()} ({mode})" for mode, k, c in self.points)
+        return f"fitted c(k) = {self.c0:.2f} + {self.slope:.3f} k from {measured}"
+
+
+def fit_step_cost(points: Sequence[tuple[str, int, Span]], confidence: float) -> CostFit | None:
+    """The least-squares line through (k, c(k)) points, each weighted by 1 / sigma^2 with sigma its
+    interval's half-width over the normal quantile; with more than two points the covariance is scaled
+    up by the residual chi-square per degree of freedom when above 1. None with fewer than two
+    distinct k."""
+    import numpy as np
+
+    if len({k for _, k, _ in points}) < 2:
+        return None
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    ks = np.array([float(k) for _, k, _ in points])
+    cs = np.array([c.value for _, _, c in points], dtype=float)
+    sigmas = np.array([max((c.high - c.low) / (2 * z), 1e-6 * abs(c.value or 1.0)) for _, _, c in points])
+    w = 1 / sigmas**2
+    x = np.column_stack([np.ones_like(ks), ks])
+    normal = x.T @ (w[:, None] * x)
+    beta = np.linalg.solve(normal, x.T @ (w * cs))
+    covariance = np.linalg.inv(normal)
+    if len(points) > 2:
+        chi2 = float(np.sum(w * (cs - x @ beta) ** 2))
+        covariance *= max(1.0, chi2 / (len(points) - 2))
+    cov = ((float(covariance[0, 0]), float(covariance[0, 1])), (float(covariance[1, 0]), float(covariance[1, 1])))
+    return CostFit(float(beta[0]), float(beta[1]), cov, z, tuple(points))
+
+
+def step_cost_at(model: str, k: int, served_k: int, served_cost: Span, fit: CostFit | None = None) -> Span:
+    """c(k) under ``model`` from c(K) (and the fit, for FITTED)."""
+    if model == CONSTANT:
+        return served_cost
+    if model == LINEAR:
+        return served_cost.scaled(lambda c: 1 + (c - 1) * k / served_k)
+    if fit is None:
+        raise ValueError("the fitted model needs a fit")
+    return fit.at(k)
+
+
+# -- one window ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prediction:
+    cost: Span  # c(k): also the break-even AL, the AL that k needs for a ratio of 1
+    ratio: Span
+
+
+@dataclass(frozen=True)
+class KRow:
+    k: int
+    acceptance_length: Span
+    predictions: dict[str, Prediction]
+    measured: bool  # the served k: the ratio is the run's, not a prediction
+
+
+@dataclass(frozen=True)
+class WindowAdvice:
+    mode: str
+    method: str
+    prompt_class: str
+    concurrency: int
+    served_k: int
+    drafts: float
+    measured_ratio: Span
+    confidence: float
+    served_cost: Span  # c(K) = AL(K) / R
+    models: tuple[str, ...]
+    rows: tuple[KRow, ...]
+    fit: CostFit | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def window(self) -> str:
+        return f"{self.mode} / {self.prompt_class} / concurrency {self.concurrency}"
+
+    def best(self, model: str) -> KRow:
+        """The k of the highest predicted ratio (the smaller k on a tie)."""
+        return max(self.rows, key=lambda r: (_point(r.predictions[model].ratio), -r.k))
+
+    def beating(self, model: str, *, sure: bool) -> list[int]:
+        """The k predicted to beat no speculation: the whole interval above 1 (sure) or the estimate."""
+        return [r.k for r in self.rows
+                if (r.predictions[model].ratio.low if sure else _point(r.predictions[model].ratio)) > 1]
+
+    def flips(self) -> list[int]:
+        """The k whose prediction lies on one side of no speculation under one bound and on the other
+        under the other: AL(k) lies between the two break-even ALs, so the assumed cost decides."""
+        if self.models != BOUNDS:
+            return []
+        return [r.k for r in self.rows if not r.measured
+                and (_point(r.predictions[CONSTANT].ratio) > 1) != (_point(r.predictions[LINEAR].ratio) > 1)]
+
+    def ranking_ratio(self) -> float:
+        """What modes are ranked by: the best ratio under the fit where there is one, else the measured
+        ratio (the best under a k-independent cost, which never favours a smaller k)."""
+        model = FITTED if FITTED in self.models else CONSTANT
+        return _point(self.best(model).predictions[model].ratio)
+
+
+def _point(span: Span) -> float:
+    return span.value if span.value is not None else (span.low + span.high) / 2
+
+
+def window_advice(mode: str, method: str, prompt_class: str, concurrency: int, acceptance: Acceptance,
+                  measured_ratio: Span, *, fit: CostFit | None = None, notes: Sequence[str] = ()) -> WindowAdvice:
+    """The advice for one window from its counters and the backfire gate's ratio at the served k."""
+    big_k = acceptance.served_k
+    full = acceptance.acceptance_length(big_k)
+    served_cost = Span(full / measured_ratio.value, full / measured_ratio.high, full / measured_ratio.low)
+    models = (FITTED,) if fit is not None else BOUNDS
+    rows = []
+    for k in range(1, big_k + 1):
+        al = acceptance.acceptance_length_span(k)
+        if k == big_k:  # measured: the run's ratio and the step cost it implies, under every model
+            predictions = {m: Prediction(served_cost, measured_ratio) for m in models}
+        else:
+            predictions = {}
+            for m in models:
+                cost = step_cost_at(m, k, big_k, served_cost, fit)
+                predictions[m] = Prediction(cost, _divide(al, cost))
+        rows.append(KRow(k, al, predictions, k == big_k))
+    return WindowAdvice(mode, method, prompt_class, concurrency, big_k, acceptance.drafts, measured_ratio,
+                        acceptance.confidence, served_cost, models, tuple(rows), fit, tuple(notes))
+
+
+# -- a report ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Advice:
+    rig: str
+    source: str
+    reference_mode: str
+    windows: tuple[WindowAdvice, ...]
+    skipped: tuple[str, ...] = ()
+
+    def ranking(self) -> dict[tuple[str, int], list[WindowAdvice]]:
+        """Per (class, concurrency), the modes best first (:meth:`WindowAdvice.ranking_ratio`)."""
+        out: dict[tuple[str, int], list[WindowAdvice]] = {}
+        for w in self.windows:
+            out.setdefault((w.prompt_class, w.concurrency), []).append(w)
+        return {key: sorted(ws, key=lambda w: -w.ranking_ratio()) for key, ws in out.items()}
+
+
+def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> Span | None:
+    """The backfire gate's paired ratio with its interval (decided or undecided), or None."""
+    for g in [*report.get("gates", []), *report.get("undecided", [])]:
+        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) != \
+                ("backfire", mode, prompt_class, concurrency):
+            continue
+        d = g.get("details") or {}
+        if all(isinstance(d.get(key), (int, float)) and d[key] > 0 for key in ("ratio", "ci_low", "ci_high")):
+            return Span(float(d["ratio"]), float(d["ci_low"]), float(d["ci_high"]))
+    return None
+
+
+def _gate_confidence(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> float:
+    for g in [*report.get("gates", []), *report.get("undecided", [])]:
+        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
+                ("backfire", mode, prompt_class, concurrency):
+            confidence = (g.get("details") or {}).get("confidence")
+            if isinstance(confidence, (int, float)) and 0.5 < confidence < 1:
+                return float(confidence)
+    return DEFAULT_CONFIDENCE  # reports before the confidence was kept: their messages say "95 % CI"
+
+
+def _family(config: dict[str, Any]) -> str:
+    """What a step costs depends on: the speculative config less its cost-neutral keys."""
+    return json.dumps({k: v for k, v in config.items() if k not in COST_NEUTRAL_KEYS}, sort_keys=True, default=str)
+
+
+def _has_reference(report: dict[str, Any], reference: str, prompt_class: str, concurrency: int) -> bool:
+    for m in report.get("measurements", []):
+        if (m.get("prompt_class"), m.get("concurrency")) != (prompt_class, concurrency):
+            continue
+        partner = m.get("partner")
+        if m.get("mode") == reference or (isinstance(partner, dict) and partner.get("mode") == reference):
+            return True
+    return False
+
+
+def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Advice:
+    """The advice for every speculative window of a run's report that has per-position counters, a
+    no-speculation window of its class and concurrency and a backfire ratio with an interval. Raises
+    AdviceError naming ``source`` and the key when no window qualifies."""
+    rig = report.get("rig") or {}
+    reference = rig.get("reference_mode")
+    configs = {name: cfg for name, cfg in (rig.get("modes") or {}).items() if isinstance(cfg, dict)}
+    measurements = report.get("measurements") or []
+    speculative = [m for m in measurements if m.get("mode") != reference and isinstance(m.get("mode"), str)
+                   and (m.get("mode") in configs or m.get("acceptance"))]
+    if not configs or not speculative:
+        raise AdviceError(f"{source}: rig.modes / measurements: no speculative mode was measured "
+                          f"(modes {sorted(rig.get('modes') or {})}, measured "
+                          f"{sorted({str(m.get('mode')) for m in measurements})})")
+    if not any(m.get("mode") == reference or (m.get("partner") or {}).get("mode") == reference
+               for m in measurements):
+        raise AdviceError(f"{source}: measurements: no window of the reference mode {reference!r} "
+                          "(rig.reference_mode): nothing to compare speculation with")
+    if not any((m.get("acceptance") or {}).get("accepted_per_position") for m in speculative):
+        raise AdviceError(f"{source}: measurements[].acceptance.accepted_per_position: no speculative window has "
+                          "per-position counters (a vLLM without vllm:spec_decode_num_accepted_tokens_per_pos, "
+                          "or a window without drafts): AL(k) below the served k cannot be read")
+
+    skipped: list[str] = []
+    ready = []  # (measurement, acceptance, ratio, notes)
+    for m in speculative:
+        mode, prompt_class, concurrency = m["mode"], m.get("prompt_class"), m.get("concurrency")
+        where = f"{mode} / {prompt_class} / concurrency {concurrency}"
+        acc = m.get("acceptance") or {}
+        per_position = acc.get("accepted_per_position") or []
+        drafts = acc.get("drafts")
+        if not per_position or not isinstance(drafts, (int, float)) or drafts <= 0:
+            skipped.append(f"{where}: no per-position counters (acceptance.accepted_per_position, drafts)")
+            continue
+        if any(not isinstance(a, (int, float)) or not 0 <= a <= drafts for a in per_position):
+            raise AdviceError(f"{source}: {where}: acceptance.accepted_per_position {per_position} must be "
+                              f"counts between 0 and drafts ({drafts})")
+        if not _has_reference(report, reference, prompt_class, concurrency):
+            skipped.append(f"{where}: no {reference} window of this class and concurrency")
+            continue
+        ratio = _backfire_ratio(report, mode, prompt_class, concurrency)
+        if ratio is None:
+            skipped.append(f"{where}: no backfire gate with a ratio and an interval "
+                           "(gates[].details.ratio, ci_low, ci_high)")
+            continue
+        notes = []
+        accepted = acc.get("accepted_tokens")
+        if isinstance(accepted, (int, float)) and abs(math.fsum(per_position) - accepted) > 1e-6 * max(1, accepted):
+            notes.append(f"the per-position counts sum to {math.fsum(per_position):g}, vLLM's accepted tokens to "
+                         f"{accepted:g}: AL(K) is taken from the per-position counts")
+        served = (configs.get(mode) or {}).get("num_speculative_tokens")
+        if isinstance(served, int) and served != len(per_position):
+            notes.append(f"rig.modes.{mode}.num_speculative_tokens is {served}, the counters have "
+                         f"{len(per_position)} positions: k runs to {len(per_position)}")
+        confidence = _gate_confidence(report, mode, prompt_class, concurrency)
+        acceptance = Acceptance(float(drafts), tuple(float(a) for a in per_position), confidence)
+        ready.append((m, acceptance, ratio, notes))
+    if not ready:
+        raise AdviceError(f"{source}: no speculative window can be advised on:\n  " + "\n  ".join(skipped))
+
+    # the step costs measured at each served k, per drafter family, class and concurrency
+    costs: dict[tuple[str, str, int], list[tuple[str, int, Span]]] = {}
+    for m, acceptance, ratio, _ in ready:
+        config = configs.get(m["mode"]) or {"method": m["mode"]}
+        full = acceptance.acceptance_length(acceptance.served_k)
+        costs.setdefault((_family(config), m["prompt_class"], m["concurrency"]), []).append(
+            (m["mode"], acceptance.served_k, Span(full / ratio.value, full / ratio.high, full / ratio.low)))
+
+    windows = []
+    for m, acceptance, ratio, notes in ready:
+        config = configs.get(m["mode"]) or {"method": m["mode"]}
+        points = costs[(_family(config), m["prompt_class"], m["concurrency"])]
+        fit = fit_step_cost(points, min(acceptance.confidence, DEFAULT_CONFIDENCE))
+        if fit is not None and (fit.c0 < 1 or fit.slope < 0):
+            notes.append(f"the fit has c0 = {fit.c0:.2f}, s = {fit.slope:.3f}: outside c0 >= 1, s >= 0, "
+                         "what the two bounds assume")
+        windows.append(window_advice(m["mode"], str(config.get("method", "?")), m["prompt_class"],
+                                     m["concurrency"], acceptance, ratio, fit=fit, notes=notes))
+    order = {name: i for i, name in enumerate(rig.get("modes") or {})}
+    classes = list(dict.fromkeys(m.get("prompt_class") for m in measurements))
+    windows.sort(key=lambda w: (w.concurrency, classes.index(w.prompt_class), order.get(w.mode, len(order)), w.mode))
+    return Advice(str(rig.get("name", "?")), source, str(reference), tuple(windows), tuple(skipped))
+
+
+def advise_file(path: Path | str, *, rig: str | None = None) -> Advice:
+    """:func:`advise_report` on a saved report.json(.gz); AdviceError (or the reader's SpecgateError)
+    naming the file. With ``rig``, the report must be that rig's."""
+
+    report = read_saved_report(path)
+    if rig is not None and report["rig"].get("name") != rig:
+        raise AdviceError(f"{path}: rig.name is {report['rig'].get('name')!r}, not the rig asked for ({rig!r}): "
+                          "advice is drawn from a run of the rig it is for")
+    return advise_report(report, source=str(path))
+
+
+# -- text ----------------------------------------------------------------------------------------
+ASSUMPTIONS = (
+    "model: ratio(k) = AL(k) / c(k) against no speculation; AL(k) = 1 + sum_{i<=k} accepted at position i / "
+    "drafts (vLLM counts position i only when all before it were accepted); c(K) = AL(K) / the measured ratio "
+    "at the served k=K.",
+    "assumed, not measured by one run: how c varies with k. For c(k) = c0 + s*k with c0 >= 1 and s >= 0 it lies "
+    f"between two bounds: {CONSTANT}, c(k) = c(K) (pessimistic below K), and {LINEAR}, c(k) = 1 + (c(K)-1)*k/K "
+    "(optimistic below K). Where the report measures c at two or more k of one drafter, c0 and s are fitted.",
+    f"columns: {', '.join(f'{short} = {name}' for name, short in SHORT.items())}; c(k) is also the break-even AL, "
+    "the AL that k needs for a ratio of 1.",
+    "intervals: the measured ratio's is the backfire gate's; AL(k)'s is AL(K) x the interval of AL(k)/AL(K), each "
+    "position a Wilson interval at 1 - (1-confidence)/K, drafts taken as independent trials (they are not: one "
+    "prompt's drafts succeed together, so the truth is wider); ends propagated (conservative).",
+)
+
+
+def _ks(ks: Sequence[int]) -> str:
+    return ", ".join(f"k={k}" for k in ks) if ks else "none"
+
+
+def window_text(w: WindowAdvice) -> str:
+    full = w.rows[-1].acceptance_length.value or 0.0
+    coverage = f"{w.confidence * 100:g} %"
+    head = (f"{w.window} ({w.method}, served k={w.served_k}): measured {w.measured_ratio.text(3, 'x')} of no "
+            f"speculation ({coverage} interval) with AL({w.served_k}) = {full:.2f} over {w.drafts:g} drafts: "
+            f"one step costs c({w.served_k}) = {w.served_cost.text()} plain steps")
+    headers = ["k", "AL(k)"]
+    for m in w.models:
+        headers += [f"c(k) {SHORT[m]}", f"ratio {SHORT[m]}"]
+    headers.append("")
+    flips = w.flips()
+    rows = []
+    for r in w.rows:
+        row = [str(r.k), r.acceptance_length.text() + (" measured" if r.measured else "")]
+        for m in w.models:
+            p = r.predictions[m]
+            row += [p.cost.text(), p.ratio.text(2, "x") + ("" if r.measured else f" {p.ratio.verdict}")]
+        row.append("measured" if r.measured else "flips between the bounds" if r.k in flips else "")
+        rows.append(row)
+    lines = [head, tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+    if w.fit is not None:
+        lines.append(w.fit.describe())
+    for m in w.models:
+        best = w.best(m)
+        ratio = best.predictions[m].ratio
+        lines.append(f"under a {m}: best k={best.k}, {ratio.text(2, 'x')} "
+                     f"({'measured' if best.measured else 'predicted'}); beats no speculation: "
+                     f"{_ks(w.beating(m, sure=True))} with the whole interval above 1, "
+                     f"{_ks(w.beating(m, sure=False))} by the estimate")
+    if w.models == BOUNDS:
+        flips_text = (f"{_ks(flips)}: AL(k) lies between the two break-even ALs, so the assumed step cost decides; "
+                      "measuring c at a second k (a mode of the same drafter at another k) settles it"
+                      if flips else "none: both bounds put every k on the same side of no speculation")
+        lines.append(f"flips between the bounds: {flips_text}")
+    lines += [f"note: {n}" for n in w.notes]
+    return "\n".join(lines)
+
+
+def ranking_text(advice: Advice) -> list[str]:
+    """Per class and concurrency with two or more modes: the modes best first, with what was measured
+    (the served k) and what is predicted."""
+    lines = []
+    for (prompt_class, concurrency), ws in advice.ranking().items():
+        if len(ws) < 2:
+            continue
+        lines.append(f"ranking, {prompt_class} / concurrency {concurrency} (by the best ratio under the fit, else the "
+                     "measured one, which a k-independent cost never beats):")
+        for i, w in enumerate(ws, 1):
+            parts = []
+            for m in w.models:
+                best = w.best(m)
+                what = "measured" if best.measured else "predicted"
+                parts.append(f"{m}: k={best.k} {best.predictions[m].ratio.text(2, 'x')} {what}")
+            lines.append(f"  {i}. {w.mode} ({w.method}, served k={w.served_k}): measured "
+                         f"{w.measured_ratio.text(3, 'x')}; best {'; '.join(parts)}")
+    return lines
+
+
+def advice_text(advice: Advice) -> str:
+    blocks = [f"advice for rig {advice.rig} from {advice.source} (ratio = tok/s against {advice.reference_mode})",
+              "\n".join(ASSUMPTIONS)]
+    blocks += [window_text(w) for w in advice.windows]
+    ranking = ranking_text(advice)
+    if ranking:
+        blocks.append("\n".join(ranking))
+    if advice.skipped:
+        blocks.append("not advised:\n" + "\n".join(f"  {s}" for s in advice.skipped))
+    return "\n\n".join(blocks)
+
+
+# -- the seed case -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SeedFigures:
+    """What the seed case published (/work/shared/SEED-FACTS.md, docs/advice.md): per class one tok/s
+    figure per side, and acceptance as ranges over every prompt, none per class."""
+
+    k: int = 5
+    prompt_lookup_max: int = 4
+    tokens_per_s: dict[str, tuple[float, float]] = field(default_factory=lambda: {  # (no spec, ngram)
+        "coding": (62.6, 46.4), "math": (78.0, 64.8), "structured_json": (76.1, 65.5),
+        "explanatory": (79.5, 72.5)})
+    acceptance_length: tuple[float, float] = (1.86, 2.55)
+    first_position: tuple[float, float] = (0.40, 0.56)
+    last_position: tuple[float, float] = (0.04, 0.13)
+    acceptance_rate: tuple[float, float] = (0.17, 0.31)
+
+
+@dataclass(frozen=True)
+class SeedClass:
+    prompt_class: str
+    measured_ratio: float
+    served_cost: Span  # c(K) over the published AL range
+    acceptance_length: dict[int, Span]
+    predictions: dict[tuple[str, int], Span]  # (bound, k) -> ratio range
+
+    def cost(self, model: str, k: int, served_k: int) -> Span:
+        """c(k), the break-even AL, over the published AL range."""
+        return step_cost_at(model, k, served_k, self.served_cost)
+
+    def flips(self) -> list[int]:
+        """The k a bound puts wholly below 1 and the other not: the assumed cost decides."""
+        return [k for k in self.acceptance_length
+                if (self.predictions[(CONSTANT, k)].high < 1) != (self.predictions[(LINEAR, k)].high < 1)]
+
+
+@dataclass(frozen=True)
+class SeedAdvice:
+    figures: SeedFigures
+    classes: tuple[SeedClass, ...]
+    conclusion: tuple[str, ...]
+
+    @property
+    def decides_small_k(self) -> bool:
+        """Whether the published figures settle if some k below the served one beats no speculation."""
+        return not any(c.flips() for c in self.classes)
+
+
+def _fractional_range(numerator: Sequence[float], n0: float, denominator: Sequence[float], d0: float,
+                      a_ub: list[list[float]], b_ub: list[float], bounds: Sequence[tuple[float, float]]
+                      ) -> tuple[float, float]:
+    """min and max of (n.x + n0) / (d.x + d0) over {A x <= b, bounds}, d.x + d0 > 0 there: two linear
+    programs after the Charnes-Cooper change of variables (y = t x, t = 1 / (d.x + d0))."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    size = len(bounds)
+    rows = [[*row, -b] for row, b in zip(a_ub, b_ub, strict=True)]
+    for i, (lo, hi) in enumerate(bounds):  # lo t <= y_i <= hi t
+        unit = [0.0] * size
+        unit[i] = 1.0
+        rows.append([*(-u for u in unit), lo])
+        rows.append([*unit, -hi])
+    a = np.array(rows)
+    equality = np.array([[*denominator, d0]])
+    out = []
+    for sign in (1.0, -1.0):
+        objective = sign * np.array([*numerator, n0])
+        result = linprog(objective, A_ub=a, b_ub=np.zeros(len(rows)), A_eq=equality, b_eq=[1.0],
+                         bounds=[(None, None)] * size + [(0, None)], method="highs")
+        if not result.success:
+            raise ValueError(f"the seed's figures are inconsistent: {result.message}")
+        out.append(sign * result.fun)
+    return out[0], out[1]
+
+
+def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
+    """What the advice can say from the seed's published figures alone. The per-position shares p_1..p_K
+    range over every non-increasing sequence with p_1 and p_K in their published ranges and 1 + sum p in
+    the published AL range (positions 2 to K-1 were not published); each class's ratio is its one
+    figure per side (no interval). Every range below is the exact min and max over those sequences."""
+    f = figures or SeedFigures()
+    big_k = f.k
+    a_ub: list[list[float]] = []
+    b_ub: list[float] = []
+    for i in range(big_k - 1):  # p_{i+1} <= p_i
+        row = [0.0] * big_k
+        row[i], row[i + 1] = -1.0, 1.0
+        a_ub.append(row)
+        b_ub.append(0.0)
+    s_lo, s_hi = f.acceptance_length[0] - 1, f.acceptance_length[1] - 1
+    a_ub += [[1.0] * big_k, [-1.0] * big_k]
+    b_ub += [s_hi, -s_lo]
+    bounds = [f.first_position] + [(0.0, 1.0)] * (big_k - 2) + [f.last_position]
+    ones = [1.0] * big_k
+    nothing = [0.0] * big_k
+
+    classes = []
+    for prompt_class, (plain, spec) in f.tokens_per_s.items():
+        r = spec / plain
+        served_cost = Span(None, f.acceptance_length[0] / r, f.acceptance_length[1] / r)
+        lengths: dict[int, Span] = {}
+        predictions: dict[tuple[str, int], Span] = {}
+        for k in range(1, big_k + 1):
+            first_k = [1.0] * k + [0.0] * (big_k - k)
+            lo, hi = _fractional_range(first_k, 1.0, nothing, 1.0, a_ub, b_ub, bounds)
+            lengths[k] = Span(None, lo, hi)
+            # k-independent: R (1 + S_k) / (1 + S_K); linear: (1 + S_k) / (1 + ((1 + S_K) / R - 1) k / K)
+            lo, hi = _fractional_range([r * v for v in first_k], r, ones, 1.0, a_ub, b_ub, bounds)
+            predictions[(CONSTANT, k)] = Span(None, lo, hi)
+            slope = k / (big_k * r)
+            lo, hi = _fractional_range(first_k, 1.0, [slope] * big_k, 1 - k / big_k + slope, a_ub, b_ub, bounds)
+            predictions[(LINEAR, k)] = Span(None, lo, hi)
+        classes.append(SeedClass(prompt_class, r, served_cost, lengths, predictions))
+    return SeedAdvice(f, tuple(classes), _seed_conclusion(f, classes))
+
+
+def _seed_conclusion(f: SeedFigures, classes: Sequence[SeedClass]) -> tuple[str, ...]:
+    big_k = f.k
+    slower = all(c.measured_ratio < 1 for c in classes)
+    low_cost = min(c.served_cost.low for c in classes)
+    flips = {c.prompt_class: c.flips() for c in classes}
+    linear_sure = {c.prompt_class: [k for k in range(1, big_k) if c.predictions[(LINEAR, k)].low > 1] for c in classes}
+    constant_best = max(c.predictions[(CONSTANT, k)].high for c in classes for k in range(1, big_k))
+    al = {k: Span(None, min(c.acceptance_length[k].low for c in classes),
+                  max(c.acceptance_length[k].high for c in classes)) for k in range(1, big_k)}
+    lines = [
+        f"measured: at the served k={big_k} ngram is slower than no speculation on "
+        f"{'every class' if slower else 'some classes'} (ratios "
+        f"{', '.join(f'{c.prompt_class} {c.measured_ratio:.3f}' for c in classes)}; one figure per side, so no "
+        "interval).",
+        f"can conclude: one ngram step at k={big_k} costs c({big_k}) >= {low_cost:.2f} plain steps on every class "
+        f"(AL({big_k}) >= {f.acceptance_length[0]} over the measured ratio); under a {CONSTANT} no smaller k does "
+        f"better (AL only falls with k): every k=1..{big_k - 1} stays below {constant_best:.2f}x.",
+        "cannot conclude: whether a smaller k beats no speculation. Under a "
+        f"{LINEAR} some do ("
+        + "; ".join(f"{c}: {_ks(ks)} with the whole range above 1" for c, ks in linear_sure.items() if ks)
+        + "), under a k-independent one none does: the prediction flips for "
+        + "; ".join(f"{c} at {_ks(ks)}" for c, ks in flips.items() if ks)
+        + ", and one run at one k cannot tell which bound holds.",
+        "cannot conclude either: AL(k) per class. The acceptance figures are ranges over every prompt, none per "
+        f"class, and positions 2-{big_k - 1} were not published: AL(k) is only known to lie in "
+        + ", ".join(f"AL({k}) {s.text()}" for k, s in al.items())
+        + " for any class; per-position counts per class would narrow these, not the flip.",
+        f"one run on the rig would need: per class, the backfire ratio with an interval (6 pairs or more; the rig's "
+        f"6 prompts x 3 repeats give 18) and the per-position counters (specgate records them per window), for "
+        f"ngram at k={big_k} and at a second k with the same prompt_lookup_max {f.prompt_lookup_max} (e.g. a mode "
+        "ngram_k2 beside ngram in the same session): c at two k fits c0 + s*k, and the advice then predicts every "
+        f"k=1..{big_k} per class with an interval.",
+    ]
+    return tuple(lines)
+
+
+def seed_text(seed: SeedAdvice) -> str:
+    f = seed.figures
+    head = (f"the seed case (Kimi-K2.5 INT4, 8x RTX PRO 6000): ngram k={f.k}, prompt_lookup_max "
+            f"{f.prompt_lookup_max}; published: AL({f.k}) {f.acceptance_length[0]}-{f.acceptance_length[1]}, "
+            f"position 1 {f.first_position[0]:.0%}-{f.first_position[1]:.0%}, position {f.k} "
+            f"{f.last_position[0]:.0%}-{f.last_position[1]:.0%}, acceptance rate {f.acceptance_rate[0]:.0%}-"
+            f"{f.acceptance_rate[1]:.0%} (over every prompt, none per class); one tok/s figure per class and side.\n"
+            "Each range is the min and max over every non-increasing per-position sequence the published figures "
+            f"allow. Columns: {', '.join(f'{short} = {name}' for name, short in SHORT.items() if name in BOUNDS)}; "
+            "c(k) is the break-even AL.")
+    blocks = [head]
+    for c in seed.classes:
+        rows = []
+        for k in c.acceptance_length:
+            const, linear = c.predictions[(CONSTANT, k)], c.predictions[(LINEAR, k)]
+            measured = k == f.k
+            rows.append([str(k), c.acceptance_length[k].text(), c.cost(CONSTANT, k, f.k).text(),
+                         f"{c.measured_ratio:.3f}x measured" if measured else f"{const.text(2, 'x')} {const.verdict}",
+                         c.cost(LINEAR, k, f.k).text(),
+                         f"{c.measured_ratio:.3f}x measured" if measured else f"{linear.text(2, 'x')} {linear.verdict}",
+                         "flips between the bounds" if k in c.flips() else ""])
+        headers = ["k", "AL(k)"]
+        for m in BOUNDS:
+            headers += [f"c(k) {SHORT[m]}", f"ratio {SHORT[m]}"]
+        blocks.append(f"{c.prompt_class}: measured {c.measured_ratio:.3f}x at k={f.k}, c({f.k}) = "
+                      f"{c.served_cost.text()} plain steps\n"
+                      + tabulate(rows, headers=[*headers, ""], tablefmt="simple", disable_numparse=True))
+    blocks.append("\n".join(seed.conclusion))
+    return "\n\n".join(blocks)
+
+
+# -- the picture ---------------------------------------------------------------------------------
+MODEL_STYLE = {CONSTANT: ("o", "-"), LINEAR: ("s", "--"), FITTED: ("D", "-")}  # (marker, line style)
+
+
+def _interval(span: Span) -> tuple[float | None, float, float]:
+    return span.value, span.low, span.high
+
+
+def plot_advice(advice: Advice, path: Path) -> Path | None:
+    """The report's advice as a PNG at ``path`` (specgate.advise.plot); None (no file) without a window."""
+
+    modes = list(dict.fromkeys(w.mode for w in advice.windows))
+    color = {mode: COLORS[i % len(COLORS)] for i, mode in enumerate(modes)}
+    panels: dict[tuple[str, int], tuple[list, list]] = {}
+    for w in advice.windows:
+        series, measured = panels.setdefault((w.prompt_class, w.concurrency), ([], []))
+        predicted = [r for r in w.rows if not r.measured]  # the served k is the star
+        for model in w.models:
+            series.append(RatioSeries(w.mode, model, color[w.mode], tuple(r.k for r in predicted),
+                                      tuple(_interval(r.predictions[model].ratio) for r in predicted),
+                                      (w.served_k, w.measured_ratio.value or 0.0)))
+        measured.append((w.served_k, _interval(w.measured_ratio), color[w.mode]))
+    return draw_ratio_panels(
+        [RatioPanel(f"{prompt_class} / concurrency {concurrency}", tuple(series), tuple(measured))
+         for (prompt_class, concurrency), (series, measured) in panels.items()],
+        styles=MODEL_STYLE, title=f"specgate advise: rig {advice.rig}",
+        subtitle="predicted ratio = AL(k) / c(k), bars = intervals (ends propagated); star = measured at the served k",
+        path=path)
+
+
+def plot_seed(seed: SeedAdvice, path: Path) -> Path | None:
+    """The seed case's advice as a PNG: ranges only (hollow markers at their middles), no estimate."""
+
+    big_k = seed.figures.k
+    below = tuple(range(1, big_k))  # the served k is the star
+    panels = [RatioPanel(c.prompt_class,
+                         tuple(RatioSeries(f"ngram k={big_k}", model, COLORS[0], below,
+                                           tuple(_interval(c.predictions[(model, k)]) for k in below),
+                                           (big_k, c.measured_ratio)) for model in BOUNDS),
+                         # one figure per side: no interval
+                         ((big_k, (c.measured_ratio, c.measured_ratio, c.measured_ratio), COLORS[0]),))
+              for c in seed.classes]
+    return draw_ratio_panels(
+        panels, styles=MODEL_STYLE,
+        title=f"specgate advise --seed: Kimi-K2.5 INT4, ngram k={big_k} (published figures)",
+        subtitle="bars = every ratio the published ranges allow under each step-cost bound; star = measured", path=path)
+
+
+# -- the command ---------------------------------------------------------------------------------
+SEED_RIG = "kimi-k25-int4-8x-rtx6000"
+
+
+def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Path | None, fixtures_dir: Path,
+                   root: Path) -> int:
+    """``python -m specgate advise``: print the advice and write its PNG (``<out>/advice.png``, by default
+    ``.specgate/advice/<rig>``); 4 (a usage error) for an unknown rig, an unreadable report, or a report
+    advice cannot be drawn from, the message naming the file and the key."""
+    import sys
+
+
+    try:
+        if seed:
+            name = rig or SEED_RIG
+            if name != SEED_RIG:
+                raise AdviceError(f"--seed: the seed's figures are of rig {SEED_RIG}, not {name}")
+            folder = writable_folder(out or root / ".specgate" / "advice" / name)
+            figures = SeedFigures()
+            config = load_rig(name, fixtures_dir).mode("ngram").speculative_config or {}
+            if (config.get("num_speculative_tokens"), config.get("prompt_lookup_max")) != \
+                    (figures.k, figures.prompt_lookup_max):
+                raise AdviceError(f"rig {name}: modes.ngram is {config}, not the seed's ngram k={figures.k}, "
+                                  f"prompt_lookup_max {figures.prompt_lookup_max}: its figures do not apply")
+            result = seed_advice(figures)
+            print(seed_text(result))
+            path = plot_seed(result, folder / "advice-seed.png")
+        else:
+            assert rig is not None and report is not None  # the parser asks for both
+            load_rig(rig, fixtures_dir)  # an unknown rig: exit 4 before the report is read
+            folder = writable_folder(out or root / ".specgate" / "advice" / rig)
+            advice = advise_file(report, rig=rig)
+            print(advice_text(advice))
+            path = plot_advice(advice, folder / "advice.png")
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
+    if path is not None:
+        print(f"plot: {path}")
+    return 0

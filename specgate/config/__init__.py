@@ -1,0 +1,4 @@
+"""config: the rig, mode and prompt files users edit, loaded and validated strictly before anything starts.
+
+May import: the bottom modules only (errors, durations, files, exit_codes, lazy).
+"""

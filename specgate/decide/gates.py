@@ -1,0 +1,669 @@
+"""The five gates, each a decision on one measurement with a one-line reason.
+
+- throughput: decode tok/s against the stored baseline, decided on the paired ratio (Hodges-Lehmann
+  estimate with its Wilcoxon interval; a duet ratio between two modes with the prompts as strata;
+  see specgate/decide/paired.py and docs/statistics.md);
+- acceptance: mean acceptance length, acceptance rate and per-position rates against the stored
+  baseline, one-sided (only lower fails);
+- backfire: a speculative mode against the no-speculation mode measured in the same session on
+  the same prompts; a rig may declare a known backfire, which is then reported, not failed;
+- lossless: greedy outputs of a speculative mode against the no-speculation mode;
+- ttft: time to first token against a live reference (an A/B's reference side, or no speculation),
+  paired, one-sided (only longer fails).
+
+Each check returns a :class:`GateResult` with one :class:`specgate.decide.outcome.Outcome`; the plugin
+maps it to the test's outcome (specgate.decide.outcome.pytest_action) and keeps every result for the report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specgate.config.arrangement import window_arrangement
+from specgate.decide.entry import baseline_entry
+from specgate.decide.history import MIN_STARTS as HISTORY_MIN_STARTS
+from specgate.decide.history import StartHistory, history_steps
+from specgate.decide.host_pace import at_stored_host_pace
+from specgate.decide.matching import Samples, match_samples
+from specgate.decide.outcome import Outcome
+from specgate.decide.paired import (
+    STRONGEST_PAIR_SHOWN,
+    change_text,
+    describe,
+    paired_ratio,
+    predicted_ratio,
+    repeated_coverage,
+    spread_quantile,
+    start_spread,
+    strongest_pair,
+    verdict_text,
+)
+from specgate.decide.settings import WindowSettings
+from specgate.decide.stats import (
+    Observed,
+    compare_acceptance,
+    compare_outputs,
+    match_by_key,
+    paired_acceptance,
+    request_acceptance,
+    summarize,
+)
+from specgate.decide.verdict import GateResult
+from specgate.measure.protocol import ClassMeasurement
+from specgate.store.baselines import BaselineEntry, BaselineFile, Fingerprint, RatioEntry, lookup
+
+
+def _with_note(message: str, note: str) -> str:
+    return f"{message} [{note}]" if note else message
+
+
+def window_confidence(confidence: float, m: ClassMeasurement) -> float:
+    """The coverage of the gates' intervals on window ``m``: ``confidence``, or on a window that may
+    be looked at twice (``first_look_share``) the repeated intervals' per-look coverage."""
+    share = m.first_look_share
+    return repeated_coverage(confidence, share) if share else confidence
+
+
+def _looks_text(m: ClassMeasurement) -> str:
+    if not m.first_look_share:
+        return ""
+    if m.follow_up:
+        return "; second look, after follow-up rounds (repeated intervals over two looks)"
+    if m.follow_up_skipped:
+        return f"; first look of two (repeated intervals); its follow-up was skipped: {m.follow_up_skipped}"
+    return "; first look of two (repeated intervals)"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The line a ratio is held against: its threshold, the interval's coverage before the window's
+    looks are counted (``window_confidence``), and the equivalence margin of "equal within"."""
+
+    threshold: float
+    confidence: float
+    margin: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One paired comparison a gate decides on: the two sides' samples and how to read them.
+    ``two_modes``: two different modes (the prompts as strata, specgate.decide.paired.stratified_log_ratio;
+    the message then names a pair that alone moves the estimate by 1 % or more). ``shift`` divides
+    every pair's ratio (a ratio against a stored one); ``extra_log_spread`` widens the interval for
+    what the pairs cannot see (start noise, a stored window's interval)."""
+
+    window: ClassMeasurement
+    gate: str
+    samples: Samples
+    rule: Rule
+    reference_label: str
+    compared: str
+    shift: float = 1.0
+    extra_log_spread: float = 0.0
+    subject: str | None = None
+    fail_phrase: str | None = None  # the FAIL's head, "{change}" filled in ("26 % slower")
+    two_modes: bool = False
+
+
+def ratio_result(c: Comparison) -> GateResult:
+    """A gate decided on paired log ratios (specgate.decide.paired): one statistic, one message."""
+    m = c.window
+    measured, reference, note = c.samples.measured, c.samples.reference, c.samples.note
+    strata = c.samples.prompts if c.two_modes else None
+    subject = c.subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
+    if not c.samples.paired or len(measured) != len(reference):
+        # a paired ratio needs the same requests on both sides: two unrelated samples paired by
+        # position would read as a decided ratio of nothing
+        return undecided_result(c.gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
+                                f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?)",
+                                compared=c.compared, note=note)
+    result = paired_ratio(measured, reference, threshold=c.rule.threshold,
+                          confidence=window_confidence(c.rule.confidence, m), equivalence_margin=c.rule.margin,
+                          shift=c.shift, extra_log_spread=c.extra_log_spread, strata=strata)
+    gate, fail_phrase, reference_label, keys = c.gate, c.fail_phrase, c.reference_label, c.samples.keys
+    head = fail_phrase.format(change=change_text(result.ratio)) if (fail_phrase and not result.passed) else subject
+    compared = f"{c.compared}{_looks_text(m)}"
+    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{compared}]"
+    details = {**result.to_dict(), "compared": compared, "reference_label": reference_label,
+               "undecided": result.verdict == "undecided"}
+    if strata is not None and keys is not None and len(keys) == len(measured):
+        strongest = _strongest_pair_text(measured, reference, strata, keys, shift=c.shift)
+        if strongest is not None:
+            details["strongest_pair"], text = strongest
+            note = f"{note}; {text}" if note else text
+    outcome = Outcome.UNDECIDED if result.verdict == "undecided" else (
+        Outcome.PASS if result.passed else Outcome.FAIL)
+    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, outcome, _with_note(message, note),
+                      details=details)
+
+
+def _strongest_pair_text(measured: list[float], reference: list[float], strata: list[str], keys: list[str], *,
+                         shift: float) -> tuple[dict[str, Any], str] | None:
+    """The outlying pair that alone moves a strata estimate by STRONGEST_PAIR_SHOWN or more
+    (:func:`specgate.decide.paired.strongest_pair`), for the report and the message: its key, both sides'
+    tok/s, its prompt's other pairs (medians) and the ratio without it. None when there is none."""
+    found = strongest_pair(measured, reference, strata, shift=shift)
+    if found is None or abs(found.shift) < STRONGEST_PAIR_SHOWN:
+        return None
+    i = found.index
+    others = [j for j, s in enumerate(strata) if s == strata[i] and j != i]
+    other_m = float(np.median([measured[j] for j in others]))
+    other_r = float(np.median([reference[j] for j in others]))
+    apart = (f"{found.outlier_factor:.0f}x the window's median residual" if math.isfinite(found.outlier_factor)
+             else "the window's other residuals are 0")
+    text = (f"one pair stands out ({apart}) and "
+            f"{'lowers' if found.shift < 0 else 'raises'} the ratio {abs(found.shift) * 100:.1f} %: {keys[i]} at "
+            f"{measured[i]:.1f} vs {reference[i]:.1f} tok/s (its prompt's other pairs: {other_m:.1f} vs "
+            f"{other_r:.1f}); {found.ratio_without:.3f}x without it")
+    info = {"key": keys[i], "measured": measured[i], "reference": reference[i], "prompt_others_measured": other_m,
+            "prompt_others_reference": other_r, "ratio_without": found.ratio_without, "shift_pct": found.shift * 100,
+            "outlier_factor": found.outlier_factor, "text": text}
+    return info, text
+
+
+def undecided_result(gate: str, m: ClassMeasurement, message: str, *, compared: str, note: str = "") -> GateResult:
+    """A gate that cannot decide on this window: UNDECIDED with ``message``."""
+    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.UNDECIDED,
+                      _with_note(f"{message} [{compared}]", note),
+                      details={"verdict": "undecided", "undecided": True, "compared": compared})
+
+
+def timing_mismatch(m: ClassMeasurement, tolerance: float) -> str | None:
+    """Why window ``m``'s client timings are not measurements, or None when they agree with the
+    server's: the client's decode rate against vLLM's own (its time-per-output-token histogram
+    over the same window). A client starved of CPU reads a stream's chunks late and in bursts, so
+    its rates come out too high (seen: 245,643 tok/s from a server decoding 19); a window where the
+    server exported no such figure is not checked."""
+    client, server = m.client_decode_tokens_per_s, m.server_decode_tokens_per_s
+    if not client or not server or abs(client / server - 1) <= tolerance:
+        return None
+    side = f" ({m.ab_side or m.role} side)" if (m.ab_side or m.role) != "subject" else ""
+    return (f"the client timed {m.mode}{side} at {client:.1f} tok/s where vLLM's own time per output token "
+            f"gives {server:.1f} ({client / server:,.2f}x it; the rig allows ±"
+            f"{tolerance * 100:g} %, client_server_tolerance): the client read the streams late (starved of "
+            f"CPU?), so this window's rates are not measurements")
+
+
+def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
+                    *others: ClassMeasurement | None) -> GateResult | None:
+    """The undecided result of a speed gate whose window (or the one it is compared with) was
+    timed wrongly (:func:`timing_mismatch`), else None."""
+    tolerance = settings.thresholds.client_server_tolerance
+    if tolerance is None:
+        return None
+    reasons = [why for w in (m, *others) if w is not None and (why := timing_mismatch(w, tolerance))]
+    if not reasons:
+        return None
+    return undecided_result(gate, m, f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency}): undecided: "
+                            + "; ".join(reasons), compared="client timings checked against the server's")
+
+
+def _stored_ratio_spread(stored: RatioEntry, start_noise: float, confidence: float) -> tuple[float, str]:
+    """How far to widen a duet ratio's interval when it is compared with one ratio stored from
+    another session (fewer than 3 stored: with more, their own spread decides, specgate.decide.history):
+    the stored window's own interval, or the rig's ``start_noise`` for the four server starts behind
+    the two ratios when that is wider. A session's offset is what one window's pairs cannot see
+    (1.528-1.630 over seven sessions on a GPU-bound rig, each window's interval about +-1.5 %)."""
+    own = 0.0
+    if stored.ci_low and stored.ci_high:
+        own = float(np.log(stored.ci_high) - np.log(stored.ci_low)) / 2
+    if not start_noise:
+        return own, ("its interval added; session-to-session spread unknown (fewer than 3 stored ratios, "
+                     "no start_noise): the interval holds the two windows' noise only")
+    between = start_spread(start_noise, starts=4, confidence=confidence)
+    text = (f"session-to-session spread from the rig's start noise ({start_noise * 100:g} % per start, four "
+            f"starts, z = {spread_quantile(confidence):.2f}) until 3 ratios are stored" if between > own else
+            "its interval added (wider than the rig's start noise for four starts)")
+    return max(own, between), text
+
+
+def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
+    """Decode speed, decided the strongest way the window allows:
+
+    - an A/B duet (the partner is the same mode on the reference side): the paired ratio
+      candidate / reference, against 1 - ab_tolerance (default throughput_tolerance);
+    - a duet with the live no-speculation reference, with a stored ratio: this window's paired
+      ratio against the stored one (the ratio is what a change to the mode moves);
+    - otherwise the level: this window's median tok/s against the stored history's.
+
+    Against a history of 3 or more stored starts (``baseline``: this machine's and this build's,
+    specgate.store.baselines.gating_history), a new start is judged by the history's prediction interval
+    alone (specgate.decide.paired.predicted_ratio): the stored starts' spread already holds each window's
+    noise. With fewer, the stored window's samples are paired with this one's, the interval widened
+    by the rig's start noise.
+    """
+    gates = settings.thresholds
+    confidence = window_confidence(gates.confidence, m)
+    partner = m.partner
+    if m.ab:
+        return ab_throughput(settings, m)
+    if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
+        return untimed
+    stored_ratio = baseline.ratio_to_reference
+    steps = step_text(baseline)
+    if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
+        threshold = 1 - gates.throughput_tolerance
+        rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
+        samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
+                                partner.untimed, ref_label=partner.mode)
+        ratios = StartHistory(tuple(baseline.ratio_history))
+        head = f"{window_arrangement(settings.arrangement, m, 'duet')} ratio to {partner.mode} vs the stored ratio"
+        if ratios.usable and len(samples.measured) == len(samples.reference) and samples.measured:
+            now = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
+                               confidence=confidence)
+            compared = (f"{head}; this window's ratio ({now.ratio:.3f}x) against the mean of {ratios.starts} stored "
+                      f"ratios; " + ratios.describe(threshold).replace("start-to-start", "session-to-session")
+                      + f"; this mode and class only (not pooled); {baseline.describe()}{steps}")
+            return at_stored_host_pace(_stored_resolution(_against_history(
+                m, math.log(now.ratio / ratios.center), ratios, rule, label=f"the stored ratios' mean to "
+                f"{partner.mode} ({ratios.center:.3f})", compared=compared, note=samples.note),
+                gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
+        shift = stored_ratio.ratio
+        spread, compared = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
+        return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
+            m, "throughput", samples, rule, reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
+            compared=f"{head}; {compared}; {baseline.describe()}{steps}", shift=shift, extra_log_spread=spread,
+            two_modes=True)), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
+    level_tolerance = settings.level_tolerance
+    level_threshold = 1 - level_tolerance
+    rule = Rule(level_threshold, gates.confidence, gates.equivalence_margin)
+    history = StartHistory(tuple(baseline.level_history))
+    if history.usable and m.decode_tokens_per_s:
+        level = summarize(m.decode_tokens_per_s).median
+        compared = (f"level vs the mean of the stored starts; {history.describe(level_threshold, confidence)}; "
+                  f"this mode and class only (not pooled); {baseline.describe()}{steps}")
+        return at_stored_host_pace(_stored_resolution(_against_history(
+            m, math.log(level / history.center), history, rule, label=f"the stored starts' mean level "
+            f"({history.center:.1f} tok/s; this start {level:.1f})", compared=compared), level_tolerance),
+            m, baseline, gates.host_pace_tolerance)
+    samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
+    spread = start_spread(gates.start_noise, confidence=confidence)
+    source = (f"level vs stored samples ({history.starts} stored start(s); a history is used from "
+              f"{HISTORY_MIN_STARTS} on, `python -m specgate build-history`); start noise "
+              + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
+                 "unknown (no start_noise): the interval holds this run's noise only") + f"{steps}")
+    return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
+        m, "throughput", samples, rule, reference_label="stored level", compared=source,
+        extra_log_spread=float(spread))), level_tolerance), m, baseline, gates.host_pace_tolerance)
+
+
+def step_text(baseline: BaselineEntry) -> str:
+    """"; the history has a step ..." where a change-point shows in its stored levels, else ""."""
+    found = history_steps(baseline.level_history)
+    return f"; {found}" if found else ""
+
+
+def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *, label: str,
+                     compared: str, note: str = "") -> GateResult:
+    """The throughput gate of a new start against a history of stored starts: its log ratio to the
+    history's mean (``estimate``) within the history's prediction interval alone."""
+    confidence = window_confidence(rule.confidence, m)
+    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts,
+                             threshold=rule.threshold, confidence=confidence, equivalence_margin=rule.margin)
+    subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
+    head = f"{m.mode} is {change_text(result.ratio)} than its history on {m.prompt_class}" if not result.passed \
+        else subject
+    compared = f"{compared}{_looks_text(m)}"
+    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=label)} [{compared}]"
+    outcome = Outcome.UNDECIDED if result.verdict == "undecided" else (
+        Outcome.PASS if result.passed else Outcome.FAIL)
+    details = {**result.to_dict(), "compared": compared, "reference_label": label, "history_starts": history.starts,
+               "history_spread": history.log_sd, "undecided": result.verdict == "undecided"}
+    return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, outcome, _with_note(message, note),
+                      details=details)
+
+
+def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
+    """A comparison with stored figures says so in its verdict when it catches nothing useful: 95 % of
+    the time it would catch only a true ratio below 1 - 2 x its tolerance (the cpu tier's stored ratio:
+    "catches a true ratio <= 0.422" at a 4 % tolerance). Such a gate cannot stand as a speed gate; the
+    live comparisons (an A/B, the backfire duet) do (docs/statistics.md, "What each gate can catch")."""
+    detectable = result.details.get("detectable")
+    if detectable is None or detectable >= 1 - 2 * tolerance:
+        return result
+    result.details["catches_nothing_useful"] = True
+    result.message = (f"{result.message} [this stored-figure comparison catches only a true ratio <= "
+                      f"{detectable:.3f} (95 % of the time), not a slowdown of twice its {tolerance * 100:g} % "
+                      "tolerance: no speed gate on its own; gate speed on a live comparison (A/B, or the "
+                      "backfire duet)]")
+    return result
+
+
+def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
+    """An A/B duet's throughput gate: the candidate's paired ratio to the same mode on the
+    reference side (``m.partner``), against 1 - ``Gates.ab_gate_tolerance``."""
+    gates = settings.thresholds
+    partner = m.partner
+    assert m.ab and partner is not None, "an A/B window has the reference side as partner"
+    if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
+        return untimed
+    samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
+                            partner.untimed, ref_label="reference side")
+    spread, start_text = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m))
+    result = ratio_result(Comparison(
+        m, "throughput", samples, Rule(1 - settings.ab_tolerance, gates.confidence, gates.equivalence_margin),
+        reference_label="the reference side",
+        compared=f"{window_arrangement(settings.arrangement, m, 'A/B duet, requests alternated')}; {start_text}",
+        extra_log_spread=spread))
+    result.details["start_pair"] = {"first": (m.extra.get("start_order") or {}).get("first"),
+                                    "seed": (m.extra.get("start_order") or {}).get("seed"),
+                                    "spread": gates.start_pair_spread, "widened_log": spread}
+    return result
+
+
+def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float) -> tuple[float, str]:
+    """How far (log units) to widen an A/B interval for the offset between its two servers' starts
+    (``start_pair_spread``), and the verdict's words for it and for the start order."""
+    order = m.extra.get("start_order") or {}
+    first = f"the {order['first']} side started first (seed {order['seed']})" if order.get("first") else (
+        "start order not recorded")
+    if not relative_sd:
+        return 0.0, (f"{first}; start-pair offset not folded in (start_pair_spread = 0; two fresh servers of one "
+                     "build have read 1 % apart by start order)")
+    spread = spread_quantile(confidence) * math.log1p(relative_sd)
+    return spread, (f"{first}; start-pair spread {relative_sd * 100:g} % folded in (z = "
+                    f"{spread_quantile(confidence):.2f}: ±{math.expm1(spread) * 100:.1f} %)")
+
+
+def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry, *,
+                     reference_label: str = "stored") -> GateResult:
+    """Acceptance against the stored figures (or, in an A/B, the reference side's window, with
+    ``reference_label`` "reference side") as one decision over the overall rate and every position's
+    rate. Each check compares two samples of accepted / drafted (``stats.compare_acceptance``: the
+    interval of the ratio of the two proportions; one sample, a Wilson interval, where the stored
+    entry predates its counts), at the family's confidence split over the checks (Bonferroni), so
+    the whole gate fails falsely at most (1 - confidence) / 2 of the time however many positions it
+    checks. FAIL when any check's interval lies below 1 - tolerance; PASS when none reaches it;
+    otherwise UNDECIDED (the counts cannot tell a drop of the tolerance from chance)."""
+    gates = settings.thresholds
+    subject = f"{m.mode} on {m.prompt_class}"
+    if m.acceptance is None:
+        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
+                          f"{subject}: the server exported no spec-decode counters; is speculation on?")
+    if baseline.acceptance is None:
+        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
+                          f"{subject}: the {reference_label} figures have no acceptance; "
+                          + ("update them" if reference_label == "stored" else "is speculation on there?"))
+    stored, now = baseline.acceptance, m.acceptance
+    stored_counts = bool(stored.drafts)
+    # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
+    # interval counts drafts as the trials (wider, never falsely narrow), on both sides.
+    specs = [dict(measured=Observed(now.acceptance_rate, (now.acceptance_rate * now.drafts, now.drafts)),
+                  reference=Observed(stored.acceptance_rate,
+                                     (stored.acceptance_rate * stored.drafts, stored.drafts) if stored_counts else None,
+                                     reference_label),
+                  trial_label="drafts (as trials)",
+                  metric=f"acceptance rate (mean acceptance length {now.mean_acceptance_length:.2f} vs "
+                         f"{stored.mean_acceptance_length:.2f})")]
+    stored_accepted = stored.accepted_per_position or []
+    for pos, (accepted, then) in enumerate(zip(now.accepted_per_position, stored.per_position_rates)):
+        if then > 0:
+            then_accepted = stored_accepted[pos] if pos < len(stored_accepted) else then * (stored.drafts or 0)
+            specs.append(dict(measured=Observed(accepted / now.drafts, (accepted, now.drafts)),
+                              reference=Observed(then, (then_accepted, stored.drafts) if stored_counts else None,
+                                                 reference_label),
+                              metric=f"position {pos + 1} rate"))
+    family = window_confidence(gates.confidence, m)
+    each = 1.0 - (1.0 - family) / len(specs)
+    checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=subject, confidence=each)
+              for spec in specs]
+    failed = [c for c in checks if c.decided and not c.passed]
+    open_checks = [c for c in checks if not c.decided]
+    outcome = Outcome.FAIL if failed else Outcome.UNDECIDED if open_checks else Outcome.PASS
+    shown = failed or open_checks or checks[:1]
+    family_text = (f"one decision over {len(checks)} checks (overall and per position), each at {each * 100:.4g} % "
+                   f"(Bonferroni): a false FAIL at most {(1 - family) / 2 * 100:.3g} % of the time"
+                   + ("" if stored_counts else f"; the {reference_label} figures have no counts, taken as exact"))
+    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
+                      "; ".join(c.message for c in shown) + f" [{family_text}]",
+                      details={"checks": [c.to_dict() for c in checks], "family_confidence": family,
+                               "check_confidence": each, "undecided": outcome is Outcome.UNDECIDED})
+
+
+def request_acceptances(m: ClassMeasurement) -> dict[str, tuple[int, int]]:
+    """Each request's (accepted draft tokens, decode steps) by request key, read from its stream
+    (:func:`specgate.decide.stats.request_acceptance`); requests with no decode step are left out."""
+    counts = {}
+    for key, record in zip(m.sample_keys, m.records):
+        found = request_acceptance(record.completion_tokens, len(record.chunk_times))
+        if found is not None:
+            counts[key] = found
+    return counts
+
+
+# How many more accepted tokens than vLLM counted a window's streams may show, per decode step they
+# show: a chunk that merges two steps adds one (stream steps = chunks - 1, accepted = tokens - chunks),
+# so tokens per step inflated by 10 % adds 0.09 per step. On the 52 streamed cpu and lab windows kept
+# (docs/evidence, fixtures/recorded, tests/data) the streams never counted more than vLLM did.
+STREAM_EXCESS_PER_STEP = 0.02
+
+
+def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]) -> str | None:
+    """Why the accepted tokens and decode steps counted from ``m``'s streams are not vLLM's, or None
+    when they agree. One-sided where the causes are: a client that reads late sees steps merged into
+    one chunk, so it counts more accepted tokens than vLLM (allowed: 2 % of the steps it saw, plus 2;
+    each merge drops one step and adds one accepted token); a request cut at max_tokens drops its last
+    step's accepted
+    tokens from its output while vLLM counts them, so the streams may count up to one draft's tokens
+    per request fewer."""
+    if m.acceptance is None or not counts:
+        return None
+    counted = sum(a for a, _ in counts.values())
+    steps = sum(s for _, s in counts.values())
+    server, drafts = m.acceptance.accepted_tokens, m.acceptance.drafts
+    per_draft = m.acceptance.draft_tokens / drafts if drafts else 0.0
+    high = server + STREAM_EXCESS_PER_STEP * steps + 2
+    low = server - per_draft * len(m.records) - STREAM_EXCESS_PER_STEP * steps - 2
+    side = f" ({m.ab_side or m.role} side)" if (m.ab_side or m.role) != "subject" else ""
+    counts_text = (f"its streams show {counted} accepted draft tokens over {steps} decode steps where vLLM counted "
+                   f"{server:.0f} over {drafts:.0f} drafts")
+    if counted > high:
+        return (f"{m.mode}{side}: {counts_text} (allowed: at most {high - server:.0f} more, 2 % of the steps plus "
+                "2): the client read steps merged into one chunk (late)")
+    if counted < low:
+        return (f"{m.mode}{side}: {counts_text} (allowed: at most {server - low:.0f} fewer, one draft's "
+                f"{per_draft:.3g} tokens per request cut at max_tokens, 2 % of the steps plus 2)")
+    return None
+
+
+def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
+    """An A/B's acceptance gate: the candidate's accepted tokens per decode step against the
+    reference side's, on the same requests, clustered by prompt (:func:`specgate.decide.stats.paired_acceptance`).
+    Where the streams' counts disagree with vLLM's counters (a client that read chunks late), the
+    window-wide counters decide instead (:func:`check_acceptance`), drafts counted as trials."""
+    partner = m.partner
+    assert m.ab and partner is not None, "an A/B window has the reference side as partner"
+    gates = settings.thresholds
+    subject = f"{m.mode} on {m.prompt_class}"
+    if m.acceptance is None:
+        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
+                          f"{subject}: the server exported no spec-decode counters; is speculation on?")
+    ours, theirs = request_acceptances(m), request_acceptances(partner)
+    mismatch = [why for w, c in ((m, ours), (partner, theirs)) if (why := stream_count_mismatch(w, c))]
+    keys = [k for k in theirs if k in ours]
+    # The clusters are the prompts: a greedy prompt's repeats accept the same tokens (one cluster,
+    # not several independent ones), so each prompt's requests are summed on both sides first.
+    by_prompt: dict[str, list[list[int]]] = {}
+    for key in keys:
+        sums = by_prompt.setdefault(key.rsplit("#", 1)[0], [[0, 0], [0, 0]])
+        for side, counts in ((0, ours[key]), (1, theirs[key])):
+            sums[side][0] += counts[0]
+            sums[side][1] += counts[1]
+    if mismatch or len(by_prompt) < 2:
+        why = "; ".join(mismatch) if mismatch else f"only {len(by_prompt)} prompt(s) with decode steps on both sides"
+        result = check_acceptance(settings, m, baseline_entry(partner, Fingerprint()), reference_label="reference side")
+        result.message = f"{result.message} [per-request counts not used: {why}]"
+        result.details["per_request"] = None
+        return result
+    comparison = paired_acceptance([tuple(c[0]) for c in by_prompt.values()], [tuple(c[1]) for c in by_prompt.values()],
+                                   tolerance=gates.acceptance_tolerance, subject=subject,
+                                   confidence=window_confidence(gates.confidence, m), unit="prompts")
+    outcome = (Outcome.UNDECIDED if not comparison.decided else Outcome.PASS if comparison.passed else Outcome.FAIL)
+    now, then = m.acceptance, partner.acceptance
+    counters = (f"vLLM's counters: acceptance rate {now.acceptance_rate:.3f} vs {then.acceptance_rate:.3f}, mean "
+                f"acceptance length {now.mean_acceptance_length:.2f} vs {then.mean_acceptance_length:.2f}"
+                if then is not None else "the reference side exported no spec-decode counters")
+    compared = window_arrangement(settings.arrangement, m, "A/B duet, requests alternated") + _looks_text(m)
+    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
+                      f"{comparison.message} [{counters}; {compared}]",
+                      details={**comparison.to_dict(), "per_request": True, "compared": compared,
+                               "verdict": "undecided" if outcome is Outcome.UNDECIDED else outcome.value,
+                               "confidence": window_confidence(gates.confidence, m),
+                               "undecided": outcome is Outcome.UNDECIDED})
+
+
+StartHistories = tuple[StartHistory, StartHistory]  # (this mode's, no speculation's) stored starts
+
+
+def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: ClassMeasurement, machine: str | None
+                           ) -> StartHistories | None:
+    """This machine's stored histories of starts of window ``m``'s mode and of no speculation on its
+    class (specgate.store.baselines.lookup), when both are long enough to give a spread; else None."""
+    found = [lookup(store, settings.rig, mode, m.prompt_class, m.concurrency, machine=machine)
+             for mode in (m.mode, settings.reference_mode)]
+    pair = tuple(StartHistory(tuple(h.level_history)) if h is not None else None for h in found)
+    return pair if all(h is not None and h.usable for h in pair) else None  # type: ignore[return-value]
+
+
+def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement,
+                   starts: StartHistories | None = None) -> GateResult:
+    """``m`` against the no-speculation window ``reference``: its duet partner when the two were
+    alternated, else a window measured before or after it: then the two servers' start offsets are
+    allowed for, from the two modes' stored histories on this machine (``starts``) where there are
+    some, else from the rig's start noise."""
+    if (untimed := _untimed_window("backfire", settings, m, reference)) is not None:
+        return untimed
+    ref = reference.timed_samples
+    samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
+    return backfire_decision(settings, m, samples, duet=m.partner is reference, starts=starts)
+
+
+def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: bool, duet: bool,
+                       starts: StartHistories | None = None) -> tuple[str, float]:
+    """How a window compared its two sides, and the start noise added when they were not live at
+    once (windows one after the other): two new starts' offsets, each as far as its mode's stored
+    history spreads (t at the shorter history's degrees of freedom x the root of the two prediction
+    variances), or the rig's start noise for two starts."""
+    gates = settings.thresholds
+    if ab:
+        return window_arrangement(settings.arrangement, m, "A/B duet, requests alternated"), 0.0
+    if duet:
+        return window_arrangement(settings.arrangement, m, "duet with no speculation, requests alternated"), 0.0
+    confidence = window_confidence(gates.confidence, m)
+    if starts is not None:
+        mine, theirs = starts
+        dof = min(mine.dof, theirs.dof)
+        spread = spread_quantile(confidence, dof) * math.sqrt(
+            (mine.log_sd ** 2) * (1 + 1 / mine.starts) + (theirs.log_sd ** 2) * (1 + 1 / theirs.starts))
+        return (f"windows one after the other; the two starts' offsets from this machine's stored histories "
+                f"({mine.starts} and {theirs.starts} starts, spread {mine.log_sd * 100:.2f} % and "
+                f"{theirs.log_sd * 100:.2f} %, t({dof})) added: ±{math.expm1(spread) * 100:.2f} %"), spread
+    spread = start_spread(gates.start_noise, confidence=confidence)
+    noise = f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known"
+    return "windows one after the other" + noise, spread
+
+
+def bare_window(settings: WindowSettings) -> ClassMeasurement:
+    """The window of ``settings`` with no requests of its own: the subject of a gate replayed on bare
+    samples (stored figures, like the seed case's)."""
+    return ClassMeasurement(rig=settings.rig, mode=settings.mode, prompt_class=settings.prompt_class,
+                            concurrency=settings.concurrency, records=[],
+                            acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0)
+
+
+def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Samples, *, duet: bool = False,
+                      starts: StartHistories | None = None) -> GateResult:
+    """The backfire gate on ``samples`` of window ``m`` (also replayed on stored figures, like the seed
+    case, with :func:`bare_window`): FAIL when the paired ratio's upper bound is below min_speedup, the
+    prompts as strata (two modes compared)."""
+    mode, prompt_class = m.mode, m.prompt_class
+    gates = settings.thresholds
+    compared, spread = _compared_and_spread(settings, m, ab=False, duet=duet, starts=starts)
+    result = ratio_result(Comparison(
+        m, "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
+        reference_label="no speculation", compared=compared, extra_log_spread=spread,
+        subject=f"{mode} on {prompt_class}",
+        fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}", two_modes=True))
+    declared = settings.declared_backfire
+    if declared is not None:
+        result.declared = declared.reason
+        if result.outcome is Outcome.FAIL:
+            result.outcome = Outcome.DECLARED_BACKFIRE
+            result.message = f"{result.message} [declared backfire: {declared.reason}]"
+    return result
+
+
+TTFT_MIN_PAIRS_TO_PASS = 12  # below this a TTFT pass is undecided (follow-up rounds add pairs)
+TTFT_VERDICTS = {"slower": "longer", "faster": "shorter", "not slower": "not longer", "equal": "equal",
+                 "undecided": "undecided"}
+
+
+def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+    """Time to first token, ``m`` against ``reference`` on the same requests: in an A/B the same
+    mode on the reference side, else the no-speculation window (its duet partner, or a window of
+    its own with the rig's start noise added). A drafter's prefill or a config change can lengthen
+    TTFT while decode tok/s holds. Decided as the speed gates are (specgate.decide.paired: Hodges-Lehmann
+    within one mode, the prompts as strata between two), on 1 / TTFT, and reported as the TTFT
+    ratio (measured / reference; higher is worse): FAIL when the whole interval lies above
+    1 + ttft_tolerance, PASS when none of it does, otherwise undecided."""
+    gates = settings.thresholds
+    ab = reference.ab_side == "reference"
+    label = "the reference side" if ab else "no speculation"
+    subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
+    ours = {k: r.ttft_s for k, r in zip(m.sample_keys, m.records) if r.ttft_s and r.ttft_s > 0}
+    theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s and r.ttft_s > 0}
+    matched = match_by_key(ours, theirs)
+    duet = m.partner is reference
+    compared, spread = _compared_and_spread(settings, m, ab=ab, duet=duet)
+    compared = f"{compared}{_looks_text(m)}"
+    if not matched.paired or len(matched.measured) < 2:
+        shared = len(set(ours) & set(theirs))
+        return undecided_result("ttft", m, f"{subject}: TTFT undecided: {shared} request(s) with a first token on "
+                                f"both sides share a key ({len(ours)} vs {len(theirs)} with one)", compared=compared)
+    limit = 1.0 + gates.ttft_tolerance
+    strata = None if ab else [k.rsplit("#", 1)[0] for k in matched.keys or []]
+    speed = paired_ratio([1 / t for t in matched.measured], [1 / t for t in matched.reference],
+                         threshold=1 / limit, confidence=window_confidence(gates.confidence, m),
+                         equivalence_margin=gates.equivalence_margin, extra_log_spread=spread, strata=strata)
+    ratio = 1 / speed.ratio
+    ci_low = 1 / speed.ci_high if speed.ci_high else None
+    ci_high = 1 / speed.ci_low if speed.ci_low else None
+    verdict = TTFT_VERDICTS.get(speed.verdict, speed.verdict.replace("slower", "longer"))
+    pct = (ratio - 1) * 100
+    change = "no change" if round(pct, 1) == 0 else f"{abs(pct):.1f} % {'longer' if pct > 0 else 'shorter'}"
+    ours_ms = float(np.median(matched.measured)) * 1000
+    theirs_ms = float(np.median(matched.reference)) * 1000
+    interval = (f"{speed.confidence * 100:.1f} % CI {ci_low:.3f}-{ci_high:.3f}" if ci_low is not None
+                else f"no interval under {speed.n} pairs")
+    message = (f"{subject}: TTFT {verdict}: {ratio:.3f}x {label} ({change}; {interval}; fails above "
+               f"{limit:.2f}; {speed.n} pairs; median {ours_ms:.0f} vs {theirs_ms:.0f} ms; {speed.method}) "
+               f"[{compared}]")
+    outcome = (Outcome.UNDECIDED if speed.verdict == "undecided" else Outcome.PASS if speed.passed
+               else Outcome.FAIL)
+    if outcome is Outcome.PASS and speed.n < TTFT_MIN_PAIRS_TO_PASS:
+        # at 6 pairs the signed-rank interval is the range of the pairs: one stall decides it
+        outcome, verdict = Outcome.UNDECIDED, "undecided"
+        message = (f"{subject}: TTFT undecided: it would pass, but a pass needs {TTFT_MIN_PAIRS_TO_PASS} pairs and "
+                   f"this window has {speed.n} ({ratio:.3f}x {label}; {interval}; fails above {limit:.2f}) "
+                   f"[{compared}]")
+    details = {"ratio": ratio, "ci_low": ci_low, "ci_high": ci_high, "limit": limit, "tolerance": gates.ttft_tolerance,
+               "confidence": speed.confidence, "n": speed.n, "verdict": verdict, "method": speed.method,
+               "median_ttft_ms": ours_ms, "reference_median_ttft_ms": theirs_ms, "reference_label": label,
+               "compared": compared, "undecided": outcome is Outcome.UNDECIDED}
+    return GateResult("ttft", m.mode, m.prompt_class, m.concurrency, outcome, message, details=details)
+
+
+def check_lossless(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+    gates = settings.thresholds
+    ref_outputs = reference.outputs
+    pairs = [(key, text, ref_outputs[key]) for key, text in m.outputs.items() if key in ref_outputs]
+    result = compare_outputs(pairs, min_identical_share=gates.min_identical_share,
+                             subject=f"{m.mode} on {m.prompt_class}")
+    return GateResult("lossless", m.mode, m.prompt_class, m.concurrency,
+                      Outcome.PASS if result.passed else Outcome.FAIL, result.message,
+                      details={"identical_share": result.identical_share,
+                               "first_divergence": result.first_divergence})

@@ -1,0 +1,285 @@
+"""What a gate's verdict is, and the one place it becomes a pytest outcome.
+
+Every gate ends in one :class:`Outcome`. Four of them decide nothing about the build (UNDECIDED,
+NOT_STORED, OTHER_MACHINE, NOT_RUN); what each of those does to the run is a policy
+(:class:`specgate.config.rig.OutcomePolicy`: ``skip`` or ``fail``, for a gate that must decide, e.g.
+before a merge; by default a window with nothing stored fails and the others skip), set by the
+rig's ``[gates] undecided`` key or ``--specgate-undecided``. :func:`pytest_action` is the only
+mapping from an outcome and a policy to what pytest reports, on the single-process path and on the
+xdist controller alike.
+
+**Gating.** Which gates gate the run, and the session's false-alarm bound over them.
+
+A gate *gates* the run when its outcome sets the exit code. The rig's ``[gates] gating`` (or
+``--specgate-gating``) says, per gate, ``gate``, ``report`` or ``auto``:
+
+- ``gate``: a FAIL fails the run, and so does an UNDECIDED (after its follow-up rounds): a gate a
+  team relies on before a merge must not let the run go green having decided nothing;
+- ``report``: the gate is reported (summary, report.json) and never fails the run, whatever it
+  says: a gate that cannot decide on this rig (a comparison with stored figures that have no
+  history yet) would otherwise turn every plain run red under ``undecided = "fail"``;
+- ``auto``: ``gate`` where the gate can decide on this rig (specgate.decide.settings.can_decide), else
+  ``report``. Live comparisons can: an A/B's throughput, acceptance (per request) and TTFT,
+  backfire and TTFT against the live no-speculation mode, lossless. A comparison with stored
+  figures can when this machine's history lets it: at least 3 stored starts, and a prediction
+  interval narrower than the gate's tolerance (an A/A then passes and a slowdown of twice the
+  tolerance fails). A history of an unknown machine or of another machine never gates.
+
+Unset (the default), every gate's FAIL fails the run and a gate that decided nothing follows the
+outcome policy (``[gates] undecided``), as before. The other outcomes that decide nothing (not
+stored, other machine, not run) follow the outcome policy under ``gate`` too.
+
+The family: each gate with an interval that can fail the run (not lossless, which compares
+outputs; not a declared backfire, which never fails it) fails falsely at most (1 - confidence) / 2
+of the time (one-sided; repeated intervals over a window's two looks keep it so). Over m of them,
+at most m times that (Bonferroni). ``[gates] family_false_alarm = F`` holds the session's bound at F: each
+gate's confidence becomes 1 - 2 F / m, m counted from the selected tests before any server starts.
+Either way the summary states the bound.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specgate.lazy import rig as config
+
+Policy = Literal["skip", "fail"]
+Action = Literal["passed", "failed", "skipped", "xfailed"]
+
+
+class Outcome(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    DECLARED_BACKFIRE = "declared backfire"  # failed, but the rig declares it: reported, not failed
+    UNDECIDED = "undecided"  # the evidence cannot tell a pass from a failure (an interval across the line)
+    NOT_STORED = "not stored"  # nothing stored (or nothing comparable) to compare this window with
+    OTHER_MACHINE = "other machine"  # the stored figures are another machine's (or another host pace's)
+    NOT_RUN = "not run"  # the gate could not run (e.g. the session's time budget ran out)
+
+    @property
+    def decided(self) -> bool:
+        """True when the gate decided on the build (pass, fail, declared backfire)."""
+        return self in (Outcome.PASS, Outcome.FAIL, Outcome.DECLARED_BACKFIRE)
+
+    @property
+    def tag(self) -> str:
+        """How the summary names it: 'UNDECIDED', 'NOT STORED', ..."""
+        return "FAILED" if self is Outcome.FAIL else self.value.upper()
+
+    @property
+    def policy_key(self) -> str:
+        """Its key in the policy table (``undecided``, ``not_stored``, ``other_machine``, ``not_run``)."""
+        return self.name.lower()
+
+
+NOT_DECIDED = tuple(o for o in Outcome if not o.decided)
+
+# The kinds of gate that decided nothing for want of a comparison (report.json's "undecided"
+# entries), named for the stored figures (the no-speculation mode is no_spec; it used to be called
+# baseline, so these kinds must not read like a mode).
+NOT_STORED = "no stored figures"  # nothing in baselines.json to compare this window with
+STORING = "storing figures"  # --specgate-update-baselines: this run's figures are stored, nothing compared
+
+# The kinds of session.undecided entries (report.json's "undecided" list) and their outcome. A kind
+# not listed here (an old report's, or one another module adds without an entry) counts as UNDECIDED.
+KIND_OUTCOMES: dict[str, Outcome] = {
+    "undecided": Outcome.UNDECIDED,  # an interval across the threshold
+    "inconclusive": Outcome.UNDECIDED,  # the same, in report.json before the wording was one
+    "too few drafts": Outcome.UNDECIDED,  # acceptance counts too few to tell
+    NOT_STORED: Outcome.NOT_STORED,
+    STORING: Outcome.NOT_STORED,  # --specgate-update-baselines, nothing compared
+    # the stored figures measured other prompts or another protocol: not comparable, so undecided
+    # (skipped by default, as before issue 36; a missing entry fails by default instead)
+    "fingerprint": Outcome.UNDECIDED,
+    "other machine": Outcome.OTHER_MACHINE,
+    "other host pace": Outcome.OTHER_MACHINE,  # specgate.decide.gates.HOST_PACE
+    "not run": Outcome.NOT_RUN,
+    "no baseline": Outcome.NOT_STORED,  # report.json before issue 16
+    "baseline update": Outcome.NOT_STORED,
+}
+# The kind an undecided entry gets when only its outcome is known.
+OUTCOME_KINDS = {Outcome.UNDECIDED: "undecided", Outcome.NOT_STORED: NOT_STORED,
+                 Outcome.OTHER_MACHINE: "other machine", Outcome.NOT_RUN: "not run"}
+
+
+def outcome_of_kind(kind: str) -> Outcome:
+    return KIND_OUTCOMES.get(kind, Outcome.UNDECIDED)
+
+
+def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tuple[str, ...], *,
+                      what: str, normalize: bool = False) -> dict[str, str]:
+    """One VALUE for every key, or ``KEY=VALUE,KEY=VALUE`` for some (the command line's and the rig's
+    per-outcome and per-gate settings). Raises ValueError naming the part that is wrong."""
+    text = text.strip()
+    if text in values:
+        return dict.fromkeys(keys, text)
+    out: dict[str, str] = {}
+    choices = "|".join(values)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if normalize:
+            key = key.replace("-", "_").replace(" ", "_")
+        if key not in keys or value not in values:
+            raise ValueError(f"{part!r}: expected {', '.join(repr(v) for v in values)} or {what}={choices} with "
+                             f"{what} one of {', '.join(keys)}")
+        out[key] = value
+    if not out:
+        raise ValueError(f"empty {what.lower()} setting: expected {', '.join(repr(v) for v in values)} or "
+                         f"{what}={choices},...")
+    return out
+
+
+def parse_policy(text: str) -> dict[str, Policy]:
+    """``fail`` or ``skip`` (every outcome that decides nothing), or per outcome:
+    ``not_stored=skip,undecided=fail``. Raises ValueError naming what is wrong."""
+    return parse_assignments(text, [o.policy_key for o in NOT_DECIDED], ("skip", "fail"),  # type: ignore[return-value]
+                             what="OUTCOME", normalize=True)
+
+
+def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str, Policy] | None = None, *,
+                 declared: bool = False, gating: str | None = None) -> str:
+    """The test report's line for a gate's outcome (the same on every path)."""
+    if gating == "report" and not declared and outcome is not Outcome.PASS:
+        return (f"{gate} gate {outcome.tag}, reported only ([gates] gating: this gate cannot decide on this rig, "
+                f"it never fails the run): {message}")
+    if outcome is Outcome.FAIL:
+        return f"{gate} gate: {message}"
+    if outcome is Outcome.DECLARED_BACKFIRE:
+        return f"declared backfire, reported and not failed: {message}"
+    if outcome.decided:
+        return message
+    head = f"{gate} gate undecided" + ("" if outcome is Outcome.UNDECIDED else f" ({outcome.value})")
+    if declared:
+        head += " [a declared backfire: reported, never fails the run]"
+    elif gating == "gate" and outcome is Outcome.UNDECIDED:
+        head += " [fails the run: this gate gates it and is still undecided ([gates] gating, --specgate-gating)]"
+    elif pytest_action(outcome, policy) == "failed":
+        head += (f" [fails the run: the policy for '{outcome.policy_key}' is 'fail' (--specgate-undecided, "
+                 "[gates] undecided)]")
+    return f"{head}: {message}"
+
+
+def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, *, declared: bool = False,
+                  gating: str | None = None) -> Action:
+    """The pytest outcome of a gate: PASS passes, FAIL fails, a declared backfire is an expected
+    failure, and a gate that decided nothing is skipped, or failed where ``policy`` (outcome key ->
+    "skip" | "fail") says so. A ``declared`` backfire gate never fails the run: undecided, it is
+    skipped whatever the policy (its window takes no follow-up rounds, Rig.follow_up_rounds).
+    ``gating`` (specgate.gating): "report" never fails the run (a FAIL is skipped, and listed as
+    failed in the summary), "gate" fails an UNDECIDED one whatever the policy."""
+    if outcome is Outcome.PASS:
+        return "passed"
+    if outcome is Outcome.DECLARED_BACKFIRE:
+        return "xfailed"
+    if gating == "report":
+        return "skipped"
+    if outcome is Outcome.FAIL:
+        return "failed"
+    if declared:
+        return "skipped"
+    if gating == "gate" and outcome is Outcome.UNDECIDED:
+        return "failed"
+    if policy is None:
+        policy = config.OutcomePolicy().model_dump()
+    return "failed" if policy.get(outcome.policy_key, "skip") == "fail" else "skipped"
+
+
+# -- gating: which gates fail the run, and the family's false-alarm bound ----------------------
+Gating = Literal["gate", "report"]
+Setting = Literal["gate", "report", "auto"]
+GATES = ("throughput", "acceptance", "backfire", "ttft", "lossless")
+
+
+def parse_gating(text: str) -> dict[str, Setting]:
+    """``auto``, ``gate`` or ``report`` (every gate), or per gate: ``throughput=gate,acceptance=report``.
+    Raises ValueError naming what is wrong."""
+    return parse_assignments(text, GATES, ("auto", "gate", "report"), what="GATE")  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Family:
+    """The gates that may fail the run, counted before anything starts, and the per-gate one-sided
+    false-alarm level that gives the session's bound."""
+
+    gating: int  # gate tests that may fail the run
+    confidence: float  # each gate's two-sided confidence
+    controlled: float | None  # [gates] family_false_alarm (or AUTO_FAMILY_FALSE_ALARM), None: not controlled
+    undecided_red: bool = False  # an undecided gate gates the run (gating "gate", or "auto" where it can decide)
+
+    @property
+    def per_gate(self) -> float:
+        return (1 - self.confidence) / 2
+
+    @property
+    def bound(self) -> float:
+        return min(1.0, self.gating * self.per_gate)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gating_decisions": self.gating, "confidence": self.confidence, "per_gate_one_sided": self.per_gate,
+                "bound": self.bound, "family_false_alarm": self.controlled, "undecided_red": self.undecided_red}
+
+    def text(self) -> str:
+        if not self.gating:
+            return "FALSE ALARMS: no gate of this run can fail it"
+        head = (f"FALSE ALARMS: {self.gating} gate(s) can fail this run, each falsely at most "
+                f"{self.per_gate * 100:.3g} % of the time (one-sided, confidence {self.confidence * 100:.4g} %)")
+        if self.controlled is not None:
+            text = (f"{head}: a false FAIL anywhere in the session at most {self.bound * 100:.3g} % "
+                    f"(Bonferroni; [gates] family_false_alarm = {self.controlled:g})")
+        else:
+            text = (f"{head}: a false FAIL anywhere in the session at most {self.bound * 100:.3g} % (Bonferroni, "
+                    "not controlled: set [gates] family_false_alarm to hold it)")
+        if self.undecided_red:
+            text += (". A gate that gates the run and stays undecided after its follow-up rounds turns it red as "
+                     "well; that rate is the rig's, not the intervals' (docs/statistics.md: the cpu tier's A/A "
+                     "windows, 8 of 53 undecided at the first look)")
+        return text
+
+
+# Under gating = "auto" the session's false FAIL is held at this unless the rig sets family_false_alarm:
+# a pre-merge job that gates on every gate that can decide must not go red on chance 30 x 2.5 % of runs.
+AUTO_FAMILY_FALSE_ALARM = 0.05
+
+
+def family(confidence: float, controlled: float | None, gating: int, *, undecided_red: bool = False) -> Family:
+    """The family over ``gating`` gates at the rig's ``confidence``; with ``controlled`` (F), each
+    gate's confidence 1 - 2 F / gating, never below the rig's."""
+    if controlled is None or gating == 0:
+        return Family(gating, confidence, controlled, undecided_red)
+    return Family(gating, max(confidence, 1 - 2 * controlled / gating), controlled, undecided_red)
+
+
+def gating_lines(report: dict[str, Any]) -> list[str]:
+    """The summary's lines: which gates gated the run (by gate and reason), which were reported
+    only, and the family's false-alarm bound."""
+    entries = [*report.get("gates", []), *report.get("undecided", [])]
+    gated: Counter = Counter()
+    reported: Counter = Counter()
+    for e in entries:
+        if e.get("gating") == "gate":
+            gated[(e["gate"], e.get("gating_reason", ""))] += 1
+        elif e.get("gating") == "report":
+            reported[(e["gate"], e.get("gating_reason", ""))] += 1
+    lines = []
+    if entries and not gated and not reported:  # no gating set: the outcome policy alone
+        fails = sorted(k for k, v in (report.get("outcome_policy") or {}).items() if v == "fail")
+        lines.append(f"GATED THE RUN: every failed gate ([gates] gating unset), and of the outcomes that decide "
+                     f"nothing: {', '.join(fails) if fails else 'none'} ([gates] undecided); --specgate-gating=auto "
+                     "gates the run on the gates that can decide on this rig")
+    if gated or reported:
+        if gated:
+            lines.append(f"GATED THE RUN: {sum(gated.values())} gate(s): "
+                         + "; ".join(f"{gate} x{n} ({why})" for (gate, why), n in sorted(gated.items())))
+        if reported:
+            lines.append(f"REPORTED ONLY (never fail the run): {sum(reported.values())} gate(s): "
+                         + "; ".join(f"{gate} x{n} ({why})" for (gate, why), n in sorted(reported.items())))
+    fam = report.get("family")
+    if fam:
+        lines.append(Family(fam["gating_decisions"], fam["confidence"], fam.get("family_false_alarm"),
+                            fam.get("undecided_red", False)).text())
+    return lines

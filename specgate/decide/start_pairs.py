@@ -1,0 +1,173 @@
+"""An A/B over several start pairs: ``python -m specgate start-pairs --rig NAME --pairs K -- ARGS``.
+
+Inside one start pair (one start of each side's server) the A/B is sharp; across start pairs it is
+not: two fresh servers of one build read up to 6 % apart on 2 vCPUs, an offset no window's pairs can
+see, and the side started second has read faster. So the start pair is a unit of the design: K
+sessions, each starting both sides afresh, the first side alternating (reference first, then the
+candidate first, ...) so the order effect cancels, and each window's throughput ratio combined over
+them:
+
+- the estimate: the mean of the K log ratios;
+- from 3 start pairs, the interval from their own spread: t(K - 1) x sd / sqrt(K);
+- with 2, the rig's measured ``start_pair_spread`` (relative SD of one start pair's offset) over K,
+  with the windows' own noise: z x sqrt(spread^2 / K + sum(se_j^2) / K^2); a rig that states none
+  says so (the interval then holds the windows' noise only).
+
+Each verdict names its start pairs and their orders; the exit code is the gates' (1 when a combined
+gate FAILS), or the first session's that broke.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specgate.config.rig import Rig
+from specgate.decide.paired import Line, describe, interval_ratio, spread_quantile, verdict_text
+from specgate.decide.settings import window_settings
+from specgate.store.saved_report import load_report
+
+ORDERS = ("reference", "candidate")  # the side that starts first, alternating from one pair to the next
+METHOD_T = "A/B over start pairs: mean log ratio, t(K - 1) x sd / sqrt(K)"
+METHOD_KNOWN = "A/B over start pairs: mean log ratio, z x sqrt(start-pair spread^2 / K + windows' noise / K^2)"
+
+
+@dataclass(frozen=True)
+class PairRatio:
+    """One start pair's throughput ratio for one window (from its session's report.json)."""
+
+    first: str  # the side started first
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float
+    n: int
+    widened_log: float = 0.0  # what the session's own verdict added for the start-pair spread (log units)
+
+    @property
+    def log_se(self) -> float | None:
+        """The standard error of the log ratio its window's pairs imply (normal at the interval's
+        coverage), without what the session's verdict added for the start-pair spread: the combination
+        counts that spread once, over the K pairs."""
+        if not self.ci_low or not self.ci_high:
+            return None
+        half = (math.log(self.ci_high) - math.log(self.ci_low)) / 2 - self.widened_log
+        return max(half, 0.0) / spread_quantile(self.confidence)
+
+
+def session_command(rig: Rig, first: str, run_dir: Path, pytest_args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-m", rig.tier, f"--specgate-rig={rig.name}",
+            f"--specgate-first-side={first}", f"--specgate-run-dir={run_dir}", "-p", "no:cacheprovider",
+            *pytest_args]
+
+
+def throughput_ratios(report: dict[str, Any]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Each A/B window's throughput gate details in a session's report, by (mode, class, concurrency)."""
+    found = {}
+    for entry in [*report.get("gates", []), *report.get("undecided", [])]:
+        details = entry.get("details") or {}
+        if entry.get("gate") == "throughput" and details.get("reference_label") == "the reference side" \
+                and details.get("ratio"):
+            found[(entry["mode"], entry["prompt_class"], int(entry["concurrency"]))] = details
+    return found
+
+
+def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> dict[str, Any]:
+    """One window's A/B throughput verdict over its start pairs (see the module's doc)."""
+    mode, prompt_class, concurrency = key
+    window = window_settings(rig, mode, prompt_class, concurrency)
+    gates = window.thresholds
+    threshold = 1 - window.ab_tolerance
+    logs = [math.log(p.ratio) for p in pairs]
+    k = len(pairs)
+    estimate = statistics.fmean(logs)
+    confidence = gates.confidence
+    if k >= 3:
+        half = spread_quantile(confidence, k - 1) * statistics.stdev(logs) / math.sqrt(k)
+        dof, method, spread_text = k - 1, METHOD_T, f"their own spread ({statistics.stdev(logs) * 100:.2f} %)"
+    else:
+        ses = [p.log_se or 0.0 for p in pairs]
+        sigma = math.log1p(gates.start_pair_spread)
+        half = spread_quantile(confidence) * math.sqrt(sigma**2 / k + sum(se**2 for se in ses) / k**2)
+        dof, method = None, METHOD_KNOWN
+        spread_text = (f"the rig's start-pair spread {gates.start_pair_spread * 100:g} %" if sigma else
+                       "start-pair spread unknown (start_pair_spread = 0): the interval holds the windows' noise "
+                       "only")
+    result = interval_ratio(estimate, half, n=k, unit="start pairs", dof=dof,
+                            line=Line(threshold, gates.equivalence_margin), confidence=confidence, method=method)
+    each = "; ".join(f"{p.first} first: {p.ratio:.3f}x" + (f" ({p.ci_low:.3f}-{p.ci_high:.3f}, {p.n} pairs)"
+                                                           if p.ci_low and p.ci_high else "") for p in pairs)
+    outcome = "undecided" if result.verdict == "undecided" else ("pass" if result.passed else "fail")
+    message = (f"{mode} on {prompt_class} (concurrency {concurrency}): {verdict_text(result)}: "
+               f"{describe(result, reference_label='the reference side')} [{k} start pairs, the first side "
+               f"alternating; {spread_text}; each: {each}]")
+    return {"gate": "throughput", "mode": mode, "prompt_class": prompt_class, "concurrency": concurrency,
+            "outcome": outcome, "message": message, "start_pairs": k,
+            "details": {**result.to_dict(), "reference_label": "the reference side", "start_pairs": k,
+                        "per_pair": [p.__dict__ for p in pairs]}}
+
+
+def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every A/B window measured in all of ``reports`` ((first side, report) per start pair), combined."""
+    per_report = [(first, throughput_ratios(report)) for first, report in reports]
+    keys = sorted(set.intersection(*(set(found) for _, found in per_report))) if per_report else []
+    return [combine(rig, key, [PairRatio(first, d["ratio"], d.get("ci_low"), d.get("ci_high"),
+                                         d.get("confidence", 0.95), int(d.get("n", 0)),
+                                         float((d.get("start_pair") or {}).get("widened_log") or 0.0))
+                               for first, found in per_report for d in [found[key]]])
+            for key in keys]
+
+
+def combine_folder(rig: Rig, runs_dir: Path) -> list[dict[str, Any]]:
+    """The combination again from a start-pairs folder's kept reports (pair-NN/report.json, or the
+    compact report.json.gz kept as evidence; the first side read from each report's start order)."""
+    reports = []
+    for folder in sorted(runs_dir.glob("pair-*")):
+        kept = folder / "report.json.gz"
+        report = (json.loads(gzip.decompress(kept.read_bytes())) if kept.exists()
+                  else load_report(folder / "report.json"))
+        first = next(iter(((report.get("start_order") or {}).get("first") or {}).values()), None)
+        reports.append((first or "?", report))
+    return combine_reports(rig, reports)
+
+
+def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path, pytest_args: Sequence[str] = ()) -> int:
+    """Run ``pairs`` A/B sessions of ``rig`` one after the other, the first side alternating, then
+    combine their throughput gates (combined.json beside the sessions' folders). Returns the exit code."""
+    reports = []
+    for k in range(pairs):
+        first = ORDERS[k % 2]
+        run_dir = runs_dir / f"pair-{k + 1:02d}"
+        print(f"specgate start-pairs: start pair {k + 1}/{pairs} of rig {rig.name}, the {first} side first "
+              f"(run folder {run_dir})", flush=True)
+        code = subprocess.run(session_command(rig, first, run_dir, pytest_args)).returncode
+        if code not in (0, 1):
+            print(f"specgate start-pairs: start pair {k + 1} ended with exit code {code}: nothing combined",
+                  file=sys.stderr)
+            return code
+        reports.append((first, load_report(run_dir / "report.json")))
+    return write_combined(rig, combine_reports(rig, reports), runs_dir)
+
+
+def write_combined(rig: Rig, combined: list[dict[str, Any]], runs_dir: Path) -> int:
+    """Print the combined verdicts, write them to ``runs_dir``/combined.json; the exit code."""
+    pairs = max((g["start_pairs"] for g in combined), default=0)
+    if not combined:
+        print("specgate start-pairs: the sessions' reports hold no A/B throughput gate measured in every start "
+              "pair (is the run an A/B? --specgate-ab-* or the rig's [ab])", file=sys.stderr)
+        return 5
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    (runs_dir / "combined.json").write_text(json.dumps({"rig": rig.name, "start_pairs": pairs, "gates": combined},
+                                                       indent=1) + "\n")
+    for gate in combined:
+        print(f"{gate['outcome'].upper():9} {gate['message']}")
+    print(f"combined verdicts: {runs_dir / 'combined.json'}")
+    return 1 if any(g["outcome"] == "fail" for g in combined) else 0

@@ -1,0 +1,439 @@
+"""Gate decisions other than speed: has acceptance dropped, are the outputs still identical?
+Plus the helpers the speed gates share: robust summaries and pairing two samples by request key.
+Each decision comes back as a record whose one-line message carries the whole comparison, so a
+failing gate can be acted on from the test report alone.
+
+The speed gates (throughput, backfire) decide on the paired ratio: the Hodges-Lehmann estimate of
+the per-request log ratios with its Wilcoxon signed-rank interval, or, between two modes, the mean
+over prompts with a t interval from the repeats (specgate/decide/paired.py, docs/statistics.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from specgate.decide.paired import change_text
+
+METHOD_ONE_SIDED = "one-sided tolerance"
+METHOD_BINOMIAL = "Wilson binomial interval"
+METHOD_TWO_SAMPLE = "two samples: ratio of proportions, Katz log interval"
+
+
+@dataclass(frozen=True)
+class SampleSummary:
+    """Robust summary of repeated measurements of one quantity."""
+
+    median: float
+    mad: float  # median absolute deviation scaled to match a normal standard deviation
+    iqr: float
+    n: int
+    samples: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One acceptance decision (:func:`compare_acceptance`): the measured figure against its
+    reference, their ratio, and the interval when the decision rests on counts."""
+
+    gate: str
+    passed: bool
+    measured: float
+    reference: float
+    ratio: float
+    threshold: float
+    ci_low: float | None
+    ci_high: float | None
+    n_measured: int
+    n_reference: int
+    method: str
+    message: str
+    # False when the evidence cannot tell a pass from a failure (an acceptance window with too
+    # few drafts); ``passed`` is then meaningless and the gate is recorded as undecided.
+    decided: bool = True
+
+    @property
+    def change_pct(self) -> float:
+        """Change of measured relative to reference in percent (negative: lower)."""
+        return (self.ratio - 1.0) * 100.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: a ratio that cannot be formed (nothing accepted on the reference side) is None."""
+        data = {**asdict(self), "change_pct": self.change_pct}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()}
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    """Whether generated texts match their reference texts, prompt by prompt."""
+
+    identical_share: float
+    first_divergence: dict[str, int | None]  # prompt id -> first differing character, None if identical
+    passed: bool
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _finite_array(samples: Sequence[float], what: str) -> np.ndarray:
+    values = np.asarray(samples, dtype=float)
+    if values.ndim != 1:
+        raise ValueError(f"{what} must be a flat sequence of numbers, got shape {values.shape}")
+    if values.size == 0:
+        raise ValueError(f"{what} is empty: at least one measurement is needed")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{what} contains NaN or infinite values: {values.tolist()}")
+    return values
+
+
+def summarize(samples: Sequence[float]) -> SampleSummary:
+    """Median, normal-scaled MAD and IQR of a non-empty sample of finite numbers."""
+    values = _finite_array(samples, "sample")
+    return SampleSummary(
+        median=float(np.median(values)),
+        # normal-scaled MAD (a consistent estimate of the standard deviation for normal data)
+        mad=float(np.median(np.abs(values - np.median(values))) / NormalDist().inv_cdf(0.75)),
+        iqr=float(np.subtract(*np.percentile(values, [75, 25]))),
+        n=int(values.size),
+        samples=tuple(float(v) for v in values),
+    )
+
+
+@dataclass(frozen=True)
+class Matched:
+    """Two keyed samples lined up for the paired ratio (``specgate.decide.paired``; see :func:`match_by_key`)."""
+    measured: list[float]
+    reference: list[float]
+    paired: bool
+    one_sided: list[str]  # keys paired out because only one side has them (empty when unpaired)
+    keys: list[str] | None = None  # the key of each pair (None when unpaired)
+
+
+def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) -> Matched:
+    """Pair two samples item by item on their keys (e.g. "prompt-id#repeat").
+
+    The pair is made on the keys both sides have, as long as that keeps at least two pairs and
+    half of the smaller side: a request missing from one side (it had no decode rate) then costs
+    one pair, not the pairing, and a window with more rounds than the stored one (follow-up
+    rounds: 60 requests against 12 stored) pairs on the stored keys. With fewer shared keys (other
+    prompts, or none stored) the samples are compared unpaired, whole.
+    """
+    common = [k for k in reference if k in measured]
+    if len(common) >= 2 and 2 * len(common) >= min(len(measured), len(reference)):
+        one_sided = sorted((set(measured) | set(reference)) - set(common))
+        return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided, common)
+    return Matched(list(measured.values()), list(reference.values()), False, [])
+
+
+def wilson_interval(successes: float, trials: float, confidence: float) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (two-sided, at ``confidence``). Works with
+    non-integer counts (Prometheus counters are floats) and stays inside [0, 1] with 0 or all
+    successes, where the normal approximation does not."""
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes!r} of {trials!r}")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion_ratio_interval(successes: float, trials: float, ref_successes: float, ref_trials: float,
+                              confidence: float) -> tuple[float, float, float]:
+    """The ratio of two binomial proportions (measured over reference), with its two-sided Katz
+    log interval at ``confidence``: ln(p1 / p2) +- z sqrt(1/x1 - 1/n1 + 1/x2 - 1/n2). Both sides
+    carry their own sampling noise (a stored figure from 100 drafts is no exact line). A side with
+    0 or all successes gets half a success added or taken (the usual correction), so the interval
+    stays finite; non-integer counts (Prometheus counters) are taken as they are."""
+    for x, n in ((successes, trials), (ref_successes, ref_trials)):
+        if n <= 0 or not 0 <= x <= n:
+            raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {x!r} of {n!r}")
+
+    def corrected(x: float, n: float) -> tuple[float, float]:
+        return (x + 0.5, n + 1.0) if x < 0.5 or x > n - 0.5 else (x, n)
+
+    (x1, n1), (x2, n2) = corrected(successes, trials), corrected(ref_successes, ref_trials)
+    ratio = (successes / trials) / (ref_successes / ref_trials) if ref_successes > 0 else math.inf
+    centre = math.log((x1 / n1) / (x2 / n2))
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 / x1 - 1 / n1 + 1 / x2 - 1 / n2)
+    return ratio, math.exp(centre - half), math.exp(centre + half)
+
+
+def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float:
+    """About how many trials make the interval of a proportion near ``rate`` narrower than a drop
+    of ``tolerance`` (relative): n = z^2 p (1 - p) / (tolerance p)^2."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    if tolerance <= 0 or rate <= 0:
+        return math.inf
+    return z * z * rate * (1 - rate) / (tolerance * rate) ** 2
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One side of an acceptance comparison: the figure, the (successes, trials) it was counted from
+    when it is a proportion with known counts, and what messages call that side."""
+
+    value: float
+    counts: tuple[float, float] | None = None
+    label: str = "measured"
+
+
+def compare_acceptance(
+    measured: Observed,
+    reference: Observed,
+    *,
+    tolerance: float,
+    subject: str,
+    metric: str,
+    gate: str = "acceptance",
+    confidence: float = 0.95,
+    trial_label: str = "drafts",
+) -> Comparison:
+    """One-sided check of an acceptance figure against its stored one; higher acceptance never
+    fails (an improvement, not a regression).
+
+    Without ``measured.counts``: FAIL iff measured < reference * (1 - tolerance).
+
+    With ``measured.counts`` = (accepted, trials), ``measured.value`` is that proportion and the
+    decision rests on its Wilson interval at ``confidence``: FAIL when the whole interval lies below
+    the fail line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop at
+    all), and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a drop
+    of the tolerance from chance, and the message says about how many would.
+
+    With ``reference.counts`` too, the reference is a sample of its own (stored figures, or an A/B's
+    reference side): the decision rests on the interval of the ratio of the two proportions
+    (:func:`proportion_ratio_interval`) against 1 - tolerance, by the same three rules.
+    """
+    _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject, metric=metric)
+    line = _FailLine(reference.value, tolerance, reference.label)
+    ratio = measured.value / reference.value
+    change = change_text(ratio, up="higher", down="lower")
+    common = {"gate": gate, "measured": float(measured.value), "reference": float(reference.value), "ratio": ratio,
+              "threshold": line.threshold, "n_reference": 1}
+    if measured.counts is None:
+        message = (f"{subject}: {metric} {measured.value:.3g} vs {reference.value:.3g} {reference.label} "
+                   f"(ratio {ratio:.3f}, {change}; fails below {line}; {METHOD_ONE_SIDED})")
+        return Comparison(**common, passed=not measured.value < line.value, ci_low=None, ci_high=None, n_measured=1,
+                          method=METHOD_ONE_SIDED, message=message)
+    successes, trials = measured.counts
+    if reference.counts is not None and reference.counts[1] > 0 and reference.counts[0] > 0:
+        return _compare_two_samples(measured, reference, line=line, common=common, subject=subject, metric=metric,
+                                    confidence=confidence, trial_label=trial_label)
+    ci_low, ci_high = wilson_interval(successes, trials, confidence)
+    count = f"{successes:.0f}" if float(successes).is_integer() else f"{successes:.3g}"
+    head = (f"{subject}: {metric} {measured.value:.3g} ({count} of {trials:.0f} {trial_label}, "
+            f"{confidence * 100:g} % interval {ci_low:.3g}-{ci_high:.3g}) vs {reference.value:.3g} {reference.label}")
+    rule = f"fails when the interval lies below {line}; {METHOD_BINOMIAL}"
+    # The speed gates' rule: a point at or above the reference is no pass while the interval still
+    # reaches below the fail line (10 of 20 against a stored 0.5 cannot tell 0.5 from 0.45).
+    if ci_low >= line.value:
+        passed, decided, message = True, True, f"{head} (ratio {ratio:.3f}, {change}; {rule})"
+    elif ci_high < line.value:
+        passed, decided = False, True
+        message = f"{head} (ratio {ratio:.3f}, {change}; the whole interval is below the fail line; {rule})"
+    else:
+        passed, decided = False, False
+        needed = trials_to_resolve(reference.value, tolerance, confidence)
+        message = (f"{head}: too few {trial_label} to gate (ratio {ratio:.3f}, {change}, but the interval spans "
+                   f"the fail line {line}; about {float(f'{needed:.2g}'):.0f} {trial_label} would resolve a "
+                   f"{tolerance * 100:g} % drop; {METHOD_BINOMIAL})")
+    return Comparison(**common, passed=passed, ci_low=ci_low, ci_high=ci_high, n_measured=round(trials),
+                      method=METHOD_BINOMIAL, message=message, decided=decided)
+
+
+def _count_text(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
+
+
+def _compare_two_samples(measured: Observed, reference: Observed, *, line: _FailLine, common: dict[str, Any],
+                         subject: str, metric: str, confidence: float, trial_label: str) -> Comparison:
+    """compare_acceptance's decision on two samples, both with counts: the ratio's interval against
+    1 - tolerance."""
+    (x1, n1), (x2, n2) = measured.counts, reference.counts
+    ratio, ci_low, ci_high = proportion_ratio_interval(x1, n1, x2, n2, confidence)
+    change = change_text(ratio, up="higher", down="lower")
+    head = (f"{subject}: {metric} {measured.value:.3g} ({_count_text(x1)} of {n1:.0f} {trial_label}) vs "
+            f"{reference.value:.3g} {line.label} ({_count_text(x2)} of {n2:.0f}): ratio {ratio:.3f} "
+            f"({confidence * 100:.4g} % CI {ci_low:.3f}-{ci_high:.3f}, {change})")
+    rule = f"fails when the interval lies below {line.threshold:.3g} ({line}); {METHOD_TWO_SAMPLE}"
+    # No pass on the point alone: 10 of 20 against 10 of 20 reads ratio 1.000 (CI 0.443-2.258), which
+    # cannot tell no change from a drop of the tolerance: undecided, by the speed gates' rule.
+    if ci_low >= line.threshold:
+        passed, decided, message = True, True, f"{head}; {rule}"
+    elif ci_high < line.threshold:
+        passed, decided, message = False, True, f"{head}: the whole interval is below {line.threshold:.3g}; {rule}"
+    else:
+        passed, decided = False, False
+        message = (f"{head}: too few {trial_label} to gate, the interval spans {line.threshold:.3g} "
+                   f"({line.tolerance * 100:g} % lower); {METHOD_TWO_SAMPLE}")
+    return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)}, passed=passed, ci_low=ci_low,
+                      ci_high=ci_high, n_measured=round(n1), method=METHOD_TWO_SAMPLE, message=message,
+                      decided=decided)
+
+
+METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired on the same requests; ratio of "
+                          "sums with a cluster-robust (per-prompt) delta-method t interval")
+
+
+def request_acceptance(completion_tokens: int, chunks: int) -> tuple[int, int] | None:
+    """One request's (accepted draft tokens, decode steps) from its stream: each engine step sends
+    one chunk holding one verified token plus the draft tokens it accepted, and the first chunk is
+    the prefill's one token. So accepted = tokens - chunks, steps = chunks - 1. None for a request
+    with fewer than two chunks (no decode step seen). A client that reads late may see two steps
+    merged into one chunk; the gate checks the sum against vLLM's own counters first."""
+    if chunks < 2 or completion_tokens < chunks:
+        return None
+    return completion_tokens - chunks, chunks - 1
+
+
+def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequence[tuple[float, float]], *,
+                      tolerance: float, subject: str, confidence: float = 0.95,
+                      reference_label: str = "reference side", gate: str = "acceptance",
+                      unit: str = "requests") -> Comparison:
+    """Accepted tokens per decode step, candidate over reference, on the same requests: item i of
+    both sides is one cluster's (accepted, steps): a request key, or a prompt's requests summed
+    (``unit`` names them in the message). The statistic is the ratio of the two sides'
+    ratios of sums, (A_c / S_c) / (A_r / S_r); its standard error is cluster-robust, each request a
+    cluster (the delta method: pair i's influence on the ratio, summed over pairs, with Student's t
+    at n - 1 degrees of freedom). A request's drafts are not independent trials (one rejection ends
+    a draft, and one prompt's drafts succeed or fail together), so counting drafts as trials gives
+    intervals far too narrow for a drop and far too wide for no change; per request, two identical
+    builds, which accept the same tokens on every request, give a ratio of exactly 1 with no width.
+
+    The speed gates' rules: FAIL when the whole interval lies below 1 - ``tolerance``, PASS when
+    none of it does, otherwise undecided (``decided`` False)."""
+    from scipy.stats import t as student_t
+
+    if len(measured) != len(reference):
+        raise ValueError(f"paired acceptance needs equal lengths, got {len(measured)} and {len(reference)}")
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance for the acceptance of {subject} must be in [0, 1), got {tolerance!r}")
+    m = np.asarray(measured, dtype=float).reshape(-1, 2)
+    r = np.asarray(reference, dtype=float).reshape(-1, 2)
+    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(r)) and np.all(m >= 0) and np.all(r >= 0)):
+        raise ValueError(f"per-request acceptance counts must be finite and non-negative: {m.tolist()} vs {r.tolist()}")
+    threshold = 1.0 - tolerance
+    n = len(m)
+    a_c, s_c, a_r, s_r = m[:, 0].sum(), m[:, 1].sum(), r[:, 0].sum(), r[:, 1].sum()
+    common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n,
+              "method": METHOD_PAIRED_REQUESTS}
+    if n < 2 or s_c <= 0 or s_r <= 0 or a_r <= 0:
+        why = (f"{n} paired {unit}" if n < 2 else "no decode steps on one side" if min(s_c, s_r) <= 0
+               else f"the {reference_label} accepted no draft token")
+        rate_c, rate_r = (a_c / s_c if s_c > 0 else 0.0), (a_r / s_r if s_r > 0 else 0.0)
+        return Comparison(**common, passed=False, measured=rate_c, reference=rate_r, ratio=math.nan, ci_low=None,
+                          ci_high=None, decided=False,
+                          message=f"{subject}: accepted tokens per step cannot be compared: {why}; "
+                                  f"{METHOD_PAIRED_REQUESTS}")
+    rate_c, rate_r = a_c / s_c, a_r / s_r
+    ratio = rate_c / rate_r
+    # d ratio = ratio * (dA_c / A_c - dS_c / S_c - dA_r / A_r + dS_r / S_r), with A_c's term written
+    # without dividing by A_c (a candidate that accepted nothing has ratio 0, not an error).
+    influence = (m[:, 0] * s_r / (s_c * a_r) - ratio * m[:, 1] / s_c - ratio * r[:, 0] / a_r + ratio * r[:, 1] / s_r)
+    se = math.sqrt(n / (n - 1) * float(np.sum(influence ** 2)))
+    q = float(student_t.ppf(0.5 + confidence / 2, n - 1))
+    ci_low, ci_high = max(0.0, ratio - q * se), ratio + q * se
+    change = change_text(ratio, up="higher", down="lower")
+    head = (f"{subject}: accepted tokens per step {rate_c:.3f} ({a_c:.0f} over {s_c:.0f} steps) vs {rate_r:.3f} "
+            f"{reference_label} ({a_r:.0f} over {s_r:.0f}), same {n} {unit}: ratio {ratio:.3f} "
+            f"({confidence * 100:.4g} % CI {ci_low:.3f}-{ci_high:.3f}, t {n - 1} df = {q:.2f}; {change})")
+    rule = f"fails when the interval lies below {threshold:.3g} ({tolerance * 100:g} % lower); {METHOD_PAIRED_REQUESTS}"
+    if ci_high < threshold:
+        passed, decided, message = False, True, f"{head}: the whole interval is below {threshold:.3g}; {rule}"
+    elif ci_low >= threshold:
+        passed, decided, message = True, True, f"{head}; {rule}"
+    else:
+        passed, decided = False, False
+        message = f"{head}: undecided, the interval holds {threshold:.3g}; {rule}"
+    return Comparison(**common, passed=passed, measured=rate_c, reference=rate_r, ratio=ratio, ci_low=ci_low,
+                      ci_high=ci_high, message=message, decided=decided)
+
+
+@dataclass(frozen=True)
+class _FailLine:
+    """reference * (1 - tolerance), written as "0.462 = stored - 20 %" in messages."""
+
+    reference: float
+    tolerance: float
+    label: str
+
+    @property
+    def threshold(self) -> float:
+        return 1.0 - self.tolerance
+
+    @property
+    def value(self) -> float:
+        return self.reference * self.threshold
+
+    def __str__(self) -> str:
+        return f"{self.value:.3g} = {self.label} - {self.tolerance * 100:g} %"
+
+
+def _check_acceptance_inputs(measured: Observed, reference: Observed, *, tolerance: float, subject: str,
+                             metric: str) -> None:
+    for name, value in ((measured.label, measured.value), (reference.label, reference.value)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(
+                f"{name} {metric} for {subject} must be a finite non-negative number, got {value!r}"
+            )
+    if reference.value == 0:
+        raise ValueError(
+            f"{reference.label} {metric} for {subject} is 0: there is nothing to compare against"
+        )
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance for {metric} of {subject} must be in [0, 1), got {tolerance!r}")
+
+
+def _first_divergence(text: str, reference: str) -> int | None:
+    if text == reference:
+        return None
+    # When one text is a prefix of the other the first difference is where the
+    # shorter one ends.
+    return next(
+        (index for index, (a, b) in enumerate(zip(text, reference, strict=False)) if a != b),
+        min(len(text), len(reference)),
+    )
+
+
+def compare_outputs(
+    pairs: Sequence[tuple[str, str, str]],
+    *,
+    min_identical_share: float,
+    subject: str,
+    reference_label: str = "reference",
+) -> OutputComparison:
+    """Compare generated texts with reference texts, given as
+    (prompt_id, text, reference_text) triples.
+
+    Passes when the share of identical texts is at least min_identical_share
+    (greedy speculative decoding should reproduce the reference exactly).
+    """
+    if not pairs:
+        raise ValueError(f"no outputs to compare for {subject}")
+    if not 0 <= min_identical_share <= 1:
+        raise ValueError(f"min_identical_share for {subject} must be in [0, 1], got {min_identical_share!r}")
+    first_divergence: dict[str, int | None] = {}
+    for prompt_id, text, reference_text in pairs:
+        if prompt_id in first_divergence:
+            raise ValueError(f"prompt id {prompt_id!r} appears twice in the outputs for {subject}")
+        first_divergence[prompt_id] = _first_divergence(text, reference_text)
+    identical = sum(1 for index in first_divergence.values() if index is None)
+    share = identical / len(first_divergence)
+    passed = share >= min_identical_share
+    diverged = [f"{pid} at char {index}" for pid, index in first_divergence.items() if index is not None]
+    shown = ", ".join(diverged[:5]) + (f" and {len(diverged) - 5} more" if len(diverged) > 5 else "")
+    message = (
+        f"{subject}: {identical}/{len(first_divergence)} outputs identical to {reference_label} "
+        f"({share * 100:.0f} %, minimum {min_identical_share * 100:g} %)"
+        + (f"; first divergence: {shown}" if diverged else "")
+    )
+    return OutputComparison(
+        identical_share=share, first_divergence=first_divergence, passed=passed, message=message
+    )

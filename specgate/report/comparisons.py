@@ -1,0 +1,333 @@
+"""What each gate of a run compared, for the verdict table, the forest plot and report.html: one
+:class:`GateComparison` per gate entry (``gates`` and ``undecided``, passing gates included), from the
+entry's ``details`` and the report's windows. It compared against the A/B's reference side, the
+no-speculation mode, or stored figures (a level, a ratio to no speculation, older samples). An older
+report's entry may have no ``details`` (an undecided gate before issue 36): its ratio, interval,
+threshold and pairs are then read from its message ("0.972x the reference side (...; 95.8 % CI
+0.932-1.006; threshold 0.97; 12 pairs; ...)"); what neither holds stays "-".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from specgate.decide.outcome import NOT_STORED, STORING, Outcome, outcome_of_kind
+from specgate.store.figures import ab_side, median_rate
+
+GATE_ORDER = ("throughput", "backfire", "acceptance", "ttft", "lossless")
+# report.json files written before these names (issue 16) render with them (--specgate-report-only)
+OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING, "inconclusive": "undecided"}
+_KIND_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "UNDECIDED (other protocol)",
+              "too few drafts": "UNDECIDED", "other host pace": "OTHER MACHINE (host pace)"}
+
+# the paired gates' messages; TTFT's says "fails above 1.10", the first ones' "(ratio 0.971, ...; n=6/6)"
+_RATIO_X = re.compile(r"(\d+(?:\.\d+)?)x (the reference side|no speculation|stored level|"
+                      r"its stored ratio to \S+ \(\d+(?:\.\d+)?\)|stored|[a-z][\w ]*?) \(")
+_RATIO_WORD = re.compile(r"\bratio (\d+(?:\.\d+)?)")
+_CI = re.compile(r"CI (\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)")
+_THRESHOLD = re.compile(r"threshold (\d+(?:\.\d+)?)")
+_FAILS_ABOVE = re.compile(r"fails above (\d+(?:\.\d+)?)")
+_PAIRS = re.compile(r"(\d+) pairs")
+_N_SLASH = re.compile(r"n=(\d+)/\d+")
+_STORED_RATIO = re.compile(r"stored ratio to (\S+) \((\d+(?:\.\d+)?)\)")
+_STORED_LEVEL = re.compile(r"\((\d+(?:\.\d+)?) tok/s\)")
+_STARTS = re.compile(r"(\d+) stored (starts|ratios|sessions)")
+_MEDIAN_TOKS = re.compile(r"median (\d+(?:\.\d+)?) tok/s")
+_ACCEPTANCE_METRIC = re.compile(r"^\S+ on \S+: (acceptance rate|position (\d+) rate|accepted tokens per step)")
+
+
+def _acceptance_metric(message: str) -> str:
+    m = _ACCEPTANCE_METRIC.search(message)
+    if m is None:
+        return ""
+    return f"pos. {m.group(2)}" if m.group(2) else {"acceptance rate": "rate"}.get(m.group(1), "tok/step")
+
+
+@dataclass(frozen=True)
+class GateComparison:
+    """One gate on one window: what it compared against, both sides' figures (text with its unit,
+    "-" where the report does not hold it), the ratio this run / reference with its interval, the
+    line it fails past, what the ratio rests on, and the outcome."""
+
+    mode: str
+    prompt_class: str
+    concurrency: int
+    gate: str
+    against: str
+    reference: str
+    measured: str
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    threshold: float | None
+    fails_above: bool  # TTFT: higher is worse, the gate fails above its line
+    n: str
+    outcome: Outcome
+    tag: str  # how the summary names the outcome: PASS, FAIL, DECLARED, UNDECIDED, NOT STORED, ...
+    verdict: str  # the gate's own word where it has one: "not slower", "equal within 2 %", "slower"
+    gating: str | None
+    metric: str = ""  # an acceptance gate's figure: "rate", "pos. 2" (a position's rate), "tok/step"
+
+    @property
+    def gate_text(self) -> str:
+        return f"{self.gate} ({self.metric})" if self.metric else self.gate
+
+    @property
+    def where(self) -> str:
+        return f"{self.mode}-{self.prompt_class}-c{self.concurrency}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} / {self.prompt_class} / c{self.concurrency} / {self.gate_text} vs {self.against}"
+
+    @property
+    def ratio_text(self) -> str:
+        if self.ratio is None:
+            return "-"
+        if self.ci_low is None or self.ci_high is None:
+            return f"{self.ratio:.3f}"
+        return f"{self.ratio:.3f} ({self.ci_low:.3f}-{self.ci_high:.3f})"
+
+    @property
+    def threshold_text(self) -> str:
+        if self.threshold is None:
+            return "-"
+        value = f"{self.threshold:.2f}" if round(self.threshold, 2) == round(self.threshold, 6) \
+            else f"{self.threshold:.3f}"
+        return ("> " if self.fails_above else "< ") + value
+
+    @property
+    def outcome_text(self) -> str:
+        text = self.tag
+        if self.verdict and self.verdict.upper() != self.tag and self.verdict.lower() not in ("pass", "fail"):
+            text += f" ({self.verdict})"
+        if self.gating == "report":
+            text += " [reported only]"
+        return text
+
+
+def _num(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def undecided_kind(entry: dict[str, Any]) -> str:
+    """An undecided entry's kind, an old report.json's name mapped to today's."""
+    return OLD_KINDS.get(entry["kind"], entry["kind"])
+
+
+def outcome_of(entry: dict[str, Any]) -> Outcome:
+    """The entry's outcome: its own where the report names it, else from its kind (an undecided
+    entry) or its passed/declared fields (a decided one, before outcomes were written)."""
+    if entry.get("outcome"):
+        try:
+            return Outcome(entry["outcome"])
+        except ValueError:
+            pass
+    if "kind" in entry:
+        return outcome_of_kind(undecided_kind(entry))
+    if entry.get("passed"):
+        return Outcome.PASS
+    return Outcome.DECLARED_BACKFIRE if entry.get("declared") else Outcome.FAIL
+
+
+def _tag(entry: dict[str, Any], outcome: Outcome) -> str:
+    if "kind" in entry and undecided_kind(entry) in _KIND_TAGS:
+        return _KIND_TAGS[undecided_kind(entry)]
+    return {Outcome.FAIL: "FAIL", Outcome.DECLARED_BACKFIRE: "DECLARED"}.get(outcome, outcome.value.upper())
+
+
+def _against(label: str | None) -> str | None:
+    if not label:
+        return None
+    label = label.strip()
+    if label in ("the reference side", "reference side"):
+        return "reference side"
+    if label in ("stored", "baseline"):
+        return "stored figures"
+    if (m := _STORED_RATIO.search(label)) is not None:
+        return f"stored ratio to {m.group(1)}"
+    return label
+
+
+class _Windows:
+    """The report's windows by (mode, class, concurrency), a duet's partner included."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        self.reference_mode = (report.get("rig") or {}).get("reference_mode")
+        self.by_key: dict[tuple[str, str, int], dict[str, Any]] = {}
+        for m in report.get("measurements", []):
+            self.by_key.setdefault((m.get("mode"), m.get("prompt_class"), m.get("concurrency")), m)
+        for m in report.get("measurements", []):
+            partner = m.get("partner")
+            if isinstance(partner, dict) and ab_side(partner) != "reference":
+                self.by_key.setdefault((partner.get("mode"), partner.get("prompt_class"),
+                                        partner.get("concurrency")), partner)
+
+    def window(self, entry: dict[str, Any]) -> dict[str, Any] | None:
+        return self.by_key.get((entry["mode"], entry["prompt_class"], entry["concurrency"]))
+
+    def reference_side(self, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """An A/B window's reference side (its partner), or None outside an A/B."""
+        m = self.window(entry)
+        partner = (m or {}).get("partner")
+        return partner if ab_side(partner) == "reference" else None
+
+    def no_speculation(self, entry: dict[str, Any]) -> dict[str, Any] | None:
+        return self.by_key.get((self.reference_mode, entry["prompt_class"], entry["concurrency"]))
+
+
+def _tok_s(m: dict[str, Any] | None) -> str:
+    rate = median_rate(m) if m else None
+    return f"{rate:.1f} tok/s" if rate else "-"
+
+
+def _from_message(message: str) -> dict[str, Any]:
+    """What an entry without details said in its message (see the module's docstring)."""
+    found: dict[str, Any] = {}
+    if (m := _RATIO_X.search(message)) is not None:
+        found["ratio"], found["reference_label"] = float(m.group(1)), m.group(2)
+    elif (m := _RATIO_WORD.search(message)) is not None:
+        found["ratio"] = float(m.group(1))
+    if (m := _CI.search(message)) is not None:
+        found["ci_low"], found["ci_high"] = float(m.group(1)), float(m.group(2))
+    if (m := _FAILS_ABOVE.search(message)) is not None:
+        found["limit"] = float(m.group(1))
+    elif (m := _THRESHOLD.search(message)) is not None:
+        found["threshold"] = float(m.group(1))
+    if (m := _PAIRS.search(message)) is not None or (m := _N_SLASH.search(message)) is not None:
+        found["n"] = int(m.group(1))
+    return found
+
+
+def _acceptance_check(details: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """The check of an acceptance gate the row shows: the gate's own figures when it made one
+    decision (``ratio`` in its details), else (one check per rate, before issue 36) the check that
+    failed it, else one left undecided, else the first (the overall rate)."""
+    checks = [c for c in details.get("checks") or [] if isinstance(c, dict)]
+    if details.get("ratio") is not None or not checks:
+        return details
+    if outcome in (Outcome.FAIL, Outcome.DECLARED_BACKFIRE):
+        failed = [c for c in checks if not c.get("passed") and c.get("decided", True)]
+        if failed:
+            return failed[0]
+    undecided = [c for c in checks if c.get("decided") is False]
+    return undecided[0] if outcome is Outcome.UNDECIDED and undecided else checks[0]
+
+
+def _ratio_scale(figures: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The interval on the ratio's scale: an acceptance check of before issue 36 gave the interval
+    of the measured rate (0.567-0.649 around 0.608 vs 0.667 stored), not of the ratio."""
+    lo, hi = _num(figures.get("ci_low")), _num(figures.get("ci_high"))
+    ratio, measured = _num(figures.get("ratio")), _num(figures.get("measured"))
+    reference = _num(figures.get("reference"))
+    if lo is None or hi is None or ratio is None:
+        return lo, hi
+    if not lo <= ratio <= hi and measured is not None and reference and lo <= measured <= hi:
+        return lo / reference, hi / reference
+    return lo, hi
+
+
+def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
+    gate = entry.get("gate", "?")
+    details = entry.get("details") or {}
+    outcome = outcome_of(entry)
+    parsed = _from_message(entry.get("message") or "") if details.get("ratio") is None else {}
+    figures = {**parsed, **details} if gate != "acceptance" else _acceptance_check(details, outcome)
+    if gate == "acceptance" and figures.get("ratio") is None:
+        figures = {**_from_message(entry.get("message") or ""), **figures}
+    ab = windows.reference_side(entry)
+    m = windows.window(entry)
+
+    label = _against(figures.get("reference_label") or parsed.get("reference_label"))
+    if label is None:
+        if ab is not None:
+            label = "reference side"
+        elif gate in ("backfire", "ttft", "lossless"):
+            label = "no speculation"
+        elif gate == "acceptance" and "reference side" in (entry.get("message") or ""):
+            label = "reference side"
+        else:
+            label = "stored figures"
+
+    ratio = _num(figures.get("ratio"))
+    ci_low, ci_high = _ratio_scale(figures)
+    fails_above = gate == "ttft"
+    threshold = _num(figures.get("limit") if fails_above else figures.get("threshold"))
+    n = figures.get("n") if figures.get("n") is not None else figures.get("n_measured")
+    unit = "pairs"
+    if gate == "acceptance":
+        unit = "prompts" if figures.get("per_request") else "drafts"
+    n_text = f"{int(n)} {unit}" if _num(n) is not None else "-"
+    # how the window was compared: details["compared"] ("design" in reports before 2026-12-05), else the message
+    compared = str(details.get("compared") or details.get("design") or entry.get("message") or "")
+    if (starts := _STARTS.search(compared)) is not None:
+        n_text = f"{n_text}, {starts.group(1)} stored {starts.group(2)}"
+
+    reference, measured = "-", "-"
+    if gate == "throughput":
+        measured = _tok_s(m)
+        if ab is not None:
+            reference = _tok_s(ab)
+        elif (stored := _STORED_RATIO.search(str(figures.get("reference_label") or entry.get("message") or ""))):
+            shift = float(stored.group(2))
+            reference = f"x{shift:.3f}"  # ratios to the mode the "against" column names
+            if ratio is not None:
+                measured = f"x{ratio * shift:.3f}"
+        elif _num(figures.get("reference")) is not None:  # the first paired gates: stored median
+            reference = f"{float(figures['reference']):.1f} tok/s"
+        elif (level := _STORED_LEVEL.search(compared)):
+            reference = f"{float(level.group(1)):.1f} tok/s"
+        elif (median := _MEDIAN_TOKS.search(entry.get("message") or "")) and measured == "-":
+            measured = f"{float(median.group(1)):.1f} tok/s"
+    elif gate == "backfire":
+        measured = _tok_s(m)
+        reference = _tok_s(windows.no_speculation(entry))
+    elif gate == "ttft":
+        if _num(figures.get("median_ttft_ms")) is not None:
+            measured = f"{figures['median_ttft_ms']:.0f} ms"
+        if _num(figures.get("reference_median_ttft_ms")) is not None:
+            reference = f"{figures['reference_median_ttft_ms']:.0f} ms"
+    elif gate == "acceptance":
+        if _num(figures.get("measured")) is not None:
+            measured = f"{figures['measured']:.3f}"
+        elif m and (m.get("acceptance") or {}).get("acceptance_rate") is not None:
+            measured = f"{m['acceptance']['acceptance_rate']:.3f}"
+        if _num(figures.get("reference")) is not None:
+            reference = f"{figures['reference']:.3f}"
+    elif gate == "lossless" and _num(details.get("identical_share")) is not None:
+        measured = f"{details['identical_share'] * 100:.0f} % identical"
+
+    verdict = str(figures.get("verdict") or details.get("verdict") or "")
+    message = str(figures.get("message") or entry.get("message") or "")
+    metric = _acceptance_metric(message) if gate == "acceptance" else ""
+    return GateComparison(
+        mode=entry["mode"], prompt_class=entry["prompt_class"], concurrency=entry["concurrency"], gate=gate,
+        against=label, reference=reference, measured=measured, ratio=ratio, ci_low=ci_low, ci_high=ci_high,
+        threshold=threshold, fails_above=fails_above, n=n_text, outcome=outcome, tag=_tag(entry, outcome),
+        verdict=verdict, gating=entry.get("gating"), metric=metric)
+
+
+def gate_comparisons(report: dict[str, Any]) -> list[GateComparison]:
+    """Every gate entry of the report (decided and undecided), ordered by concurrency, mode (the
+    no-speculation mode first, then the rig's order), prompt class (as measured) and gate."""
+    windows = _Windows(report)
+    rig = report.get("rig") or {}
+    modes = [rig.get("reference_mode"), *(rig.get("modes") or {})]
+    classes = list(dict.fromkeys(m.get("prompt_class") for m in report.get("measurements", [])))
+    entries = [e for e in [*report.get("gates", []), *report.get("undecided", [])]
+               if all(k in e for k in ("mode", "prompt_class", "concurrency"))]
+
+    def order(e: dict[str, Any]) -> tuple:
+        return (e["concurrency"], modes.index(e["mode"]) if e["mode"] in modes else len(modes), e["mode"],
+                classes.index(e["prompt_class"]) if e["prompt_class"] in classes else len(classes),
+                e["prompt_class"],
+                GATE_ORDER.index(e.get("gate")) if e.get("gate") in GATE_ORDER else len(GATE_ORDER), e.get("gate", ""))
+
+    return [comparison(e, windows) for e in sorted(entries, key=order)]

@@ -1,0 +1,191 @@
+"""The commands over a rig's stored histories: ``python -m specgate build-history --rig NAME --starts N``
+runs N fresh-start sessions of the rig back to back, each storing its windows (one more start of
+this machine's history of this build, specgate.store.baselines); ``python -m specgate history --rig NAME``
+shows the stored histories as a user reads them.
+
+Per window (mode, prompt class, concurrency) and per history (one machine's, one build's): every stored
+start as a table row (its date, level, suite commit), the history's spread and what its level gate
+catches, whether it gates (superseded and unknown-machine histories never do), and a step or a drift
+in its levels (change-points, specgate.decide.history.change_points). A PNG draws the levels over the starts,
+one panel per window, one line per history, the gating history's prediction band shaded.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tabulate import tabulate
+
+from specgate.config.rig import Rig, load_rig
+from specgate.decide.history import MIN_STARTS, StartHistory, change_points, history_steps
+from specgate.decide.settings import window_settings
+from specgate.durations import format_elapsed
+from specgate.store.baselines import BaselineEntry, BaselineFile, histories, load_baselines
+from specgate.store.fingerprint import machine_id
+
+DPI = 110
+
+
+def _windows(store: BaselineFile, rig: str) -> list[tuple[str, str, int]]:
+    return sorted((mode, prompt_class, int(concurrency))
+                  for mode, classes in store.rigs.get(rig, {}).items()
+                  for prompt_class, levels in classes.items() for concurrency in levels)
+
+
+def _status(entry: BaselineEntry) -> str:
+    if entry.superseded:
+        return f"superseded {entry.superseded}: never gates"
+    if entry.machine is None:
+        return ("machine unknown (stored before machines were recorded, or unreadable): never gates; start this "
+                "machine's history with build-history")
+    return "gates runs on this machine"
+
+
+def history_text(store: BaselineFile, rig: Rig) -> str:
+    """The histories of ``rig`` as text: a block per window and history, its starts as a table."""
+    blocks = []
+    for mode, prompt_class, concurrency in _windows(store, rig.name):
+        window = window_settings(rig, mode, prompt_class, concurrency)
+        threshold, confidence = 1 - window.level_tolerance, window.confidence
+        for entry in histories(store, rig.name, mode, prompt_class, concurrency):
+            history = StartHistory(tuple(entry.level_history))
+            head = f"{mode} / {prompt_class} / concurrency {concurrency}: {entry.describe()}; {_status(entry)}"
+            rows = [[i + 1, s.date or "-", f"{s.level:.2f}", f"{s.ratio:.3f}" if s.ratio else "-",
+                     s.suite_commit or "-"] for i, s in enumerate(entry.starts)]
+            lines = [head, tabulate(rows, headers=["start", "date", "tok/s", "ratio to no_spec", "suite commit"],
+                                    tablefmt="simple")]
+            if history.usable:
+                half = math.expm1(history.half_width(confidence))
+                lines.append(f"mean {history.center:.2f} tok/s; {history.describe(threshold, confidence)}; a new "
+                             f"start lands within ±{half * 100:.2f} % of the mean {confidence * 100:g} % of the time")
+            else:
+                lines.append(f"{history.starts} start(s): the level gate uses a history from {MIN_STARTS} on")
+            steps = history_steps(entry.level_history)
+            lines.append(steps[0].upper() + steps[1:] if steps else "no step or drift in the stored levels")
+            blocks.append("\n".join(lines))
+    if not blocks:
+        return f"no stored history of rig {rig.name}"
+    return "\n\n".join(blocks)
+
+
+def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0.95) -> Path | None:
+    """Levels over the stored starts, one panel per window, one line per history; the gating
+    history's prediction band shaded and its change-points marked. None when nothing is stored."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    windows = _windows(store, rig)
+    if not windows:
+        return None
+    fig = Figure(figsize=(9, 3.2 * len(windows)), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(windows), 1, squeeze=False)[:, 0]
+    for ax, (mode, prompt_class, concurrency) in zip(axes, windows):
+        for k, entry in enumerate(histories(store, rig, mode, prompt_class, concurrency)):
+            levels = entry.level_history
+            x = list(range(1, len(levels) + 1))
+            gates = entry.superseded is None and entry.machine is not None
+            label = f"{entry.machine or 'unknown machine'} · {entry.build.describe()}" + (
+                "" if gates else " (never gates)")
+            ax.plot(x, levels, marker="o", linestyle="-" if gates else ":", label=label, color=f"C{k}")
+            history = StartHistory(tuple(levels))
+            if history.usable:
+                factor = math.exp(history.half_width(confidence))
+                ax.axhline(history.center, color=f"C{k}", linewidth=0.8)
+                ax.fill_between([0.5, len(levels) + 0.5], history.center / factor, history.center * factor,
+                                color=f"C{k}", alpha=0.12, label=f"{confidence * 100:g} % prediction band")
+            for point in change_points(levels):
+                ax.axvline(point + 0.5, color=f"C{k}", linestyle="--", linewidth=1.0)
+        ax.set_title(f"{rig}: {mode} / {prompt_class} / concurrency {concurrency}", fontsize=10)
+        ax.set_xlabel("stored start")
+        ax.set_ylabel("decode tok/s (window median)")
+        ax.legend(fontsize=8, loc="best")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"history-{rig}.png"
+    fig.savefig(path)
+    return path
+
+
+# -- build-history: N fresh-start sessions, each storing its windows ------------------------------
+def session_command(rig: str, tier: str, *, baselines: Path, run_dir: Path, pytest_args: Sequence[str]) -> list[str]:
+    """The pytest command of one start: the rig's perf tests, its windows stored (and passed)."""
+    return [sys.executable, "-m", "pytest", "-m", tier, f"--specgate-rig={rig}", f"--specgate-baselines={baselines}",
+            "--specgate-regen-baselines", f"--specgate-run-dir={run_dir}", "-p", "no:cacheprovider", *pytest_args]
+
+
+def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> list[str]:
+    """One line per stored window of ``rig`` and history (of ``machine`` only, when given): its
+    starts, spread and what its level gate catches (at its class's tolerance)."""
+    lines = []
+    for mode, classes in sorted(store.rigs.get(rig.name, {}).items()):
+        for prompt_class, levels in sorted(classes.items()):
+            for concurrency in sorted(levels):
+                threshold = 1 - window_settings(rig, mode, prompt_class, int(concurrency)).level_tolerance
+                for entry in histories(store, rig.name, mode, prompt_class, int(concurrency)):
+                    if machine is not None and entry.machine != machine:
+                        continue
+                    history = StartHistory(tuple(entry.level_history))
+                    where = f"{mode} / {prompt_class} / c{concurrency} [{entry.describe()}]"
+                    if history.usable:
+                        lines.append(f"  {where}: {history.describe(threshold)}")
+                    else:
+                        lines.append(f"  {where}: the level gate uses a history from {MIN_STARTS} starts on")
+    return lines
+
+
+def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: Path, runs_dir: Path,
+                  pytest_args: Sequence[str] = ()) -> int:
+    """Run ``starts`` fresh-start sessions of the rig one after the other, each storing its windows.
+    Stops at the first session that fails (its exit code is returned); what earlier sessions
+    stored stays stored (each writes baselines.json once, atomically, at its end)."""
+    rig = load_rig(rig_name, fixtures_dir)
+    machine = machine_id(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    print(f"specgate build-history: {whose_history(load_baselines(baselines), rig_name, machine)}", flush=True)
+    started = time.monotonic()
+    for k in range(1, starts + 1):
+        run_dir = runs_dir / f"start-{k:02d}"
+        print(f"specgate build-history: start {k}/{starts} of rig {rig_name} (run folder {run_dir})", flush=True)
+        code = subprocess.run(session_command(rig_name, rig.tier, baselines=baselines, run_dir=run_dir,
+                                              pytest_args=pytest_args)).returncode
+        if code != 0:
+            print(f"specgate build-history: start {k}/{starts} ended with pytest exit code {code}; the "
+                  f"{k - 1} start(s) before it stay stored in {baselines}", file=sys.stderr)
+            return code
+        elapsed = time.monotonic() - started
+        print(f"specgate build-history: {k}/{starts} starts stored in {baselines} after "
+              f"{format_elapsed(elapsed)} (~{format_elapsed(elapsed / k * (starts - k))} left)", flush=True)
+        for line in history_lines(load_baselines(baselines), rig, machine=machine):
+            print(line, flush=True)
+    return 0
+
+
+def whose_history(store: BaselineFile, rig: str, machine: str | None) -> str:
+    """What a build-history on ``machine`` does to the stored histories of ``rig``, in one sentence."""
+    if machine is None:
+        return ("this machine cannot be identified (no GPU UUID, /etc/machine-id or host name): each start is "
+                "stored as a history of its own, which never gates")
+    found = [(key, h) for key, h in _all_histories(store, rig)]
+    own = [h for _, h in found if h.machine == machine and h.superseded is None]
+    others = {h.machine for _, h in found if h.machine != machine}
+    apart = (f"; the histories of {len(others)} other machine(s) (unknown included) are kept apart and never "
+             "appended to" if others else "")
+    if not own:
+        return f"no history of rig {rig} on this machine ({machine}): this starts this machine's history{apart}"
+    starts = max(len(h.starts) for h in own)
+    return (f"this machine ({machine}) has {len(own)} window history(ies) of rig {rig} (up to {starts} starts): "
+            f"each new start extends the one of its window and build, and a window whose build changed starts "
+            f"a new history (the old one kept, superseded){apart}")
+
+
+def _all_histories(store: BaselineFile, rig: str):
+    for mode, classes in store.rigs.get(rig, {}).items():
+        for prompt_class, levels in classes.items():
+            for concurrency in levels:
+                for entry in histories(store, rig, mode, prompt_class, int(concurrency)):
+                    yield (mode, prompt_class, int(concurrency)), entry

@@ -1,0 +1,547 @@
+"""Rendering a run: the terminal tables, the Markdown summary, the plots. Input is the run's JSON
+report (``SpecgateSession.report_data``), so a saved report renders exactly like a live run.
+
+- :func:`render_text`: the terminal summary;
+- :func:`render_markdown`: the same as GitHub Markdown (``summary.md``, ``$GITHUB_STEP_SUMMARY``);
+- :func:`render_all`: ``summary.md``, ``throughput.png`` and ``acceptance.png`` into a directory.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from specgate.decide.breakeven import from_report
+from specgate.decide.outcome import NOT_STORED, STORING, Outcome, gating_lines, outcome_of_kind, pytest_action
+from specgate.measure.protocol import client_decode_rate
+from specgate.measure.spells import slow_spell, span_mean_residual
+from specgate.report import plots
+from specgate.report.comparisons import gate_comparisons, undecided_kind
+from specgate.report.html import write_html
+from specgate.report.safe_text import markdown_without_html, without_control_chars
+from specgate.store.figures import ab_side, change_percent, is_partner, median_rate
+from specgate.store.saved_report import missing_line
+
+# Table formats whose cells are separated by "|": a "|" inside a cell must be escaped there
+# (tabulate does not), or GitHub splits the cell in two.
+PIPE_FORMATS = ("github", "pipe")
+HTML_NAME = "report.html"  # the self-contained page beside report.json (specgate.report.html)
+
+
+def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
+    if fmt in PIPE_FORMATS:
+        rows = [[str(cell).replace("|", "\\|") for cell in row] for row in rows]
+        headers = [h.replace("|", "\\|") for h in headers]
+    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+
+
+UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
+                  "too few drafts": "UNDECIDED", "undecided": "UNDECIDED", "not run": "NOT RUN"}
+
+
+def _verdicts(report: dict[str, Any]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+    by_key: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for gate in [*report["gates"], *report.get("undecided", [])]:
+        by_key[(gate["mode"], gate["prompt_class"], gate["concurrency"])].append(gate)
+    return by_key
+
+
+def _verdict_text(gates: list[dict[str, Any]]) -> str:
+    """"pass", "FAIL throughput,backfire", "declared backfire", plus the gates that decided
+    nothing ("throughput: no stored figures"); "-" when no gate ran."""
+    decided = [g for g in gates if "kind" not in g]
+    failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared") and g.get("gating") != "report"]
+    declared = [g["gate"] for g in decided if not g["passed"] and g.get("declared")]
+    reported = [g["gate"] for g in decided if not g["passed"] and not g.get("declared") and g.get("gating") == "report"]
+    parts = []
+    if failed:
+        parts.append("FAIL " + ",".join(failed))
+    if reported:  # specgate.gating: a gate that cannot decide on this rig never fails the run
+        parts.append("failed, reported only: " + ",".join(reported))
+    if not failed and not reported:
+        if declared:
+            parts.append("declared backfire")
+        elif decided:
+            parts.append("pass")
+    parts += [f"{g['gate']}: {undecided_kind(g)}" for g in gates if "kind" in g]
+    return ", ".join(parts) or "-"
+
+
+VERDICT_TITLE = ("verdicts, one row per gate: what it compared against (the A/B's reference side, no speculation, "
+                 "or stored figures), both sides' figures (decode tok/s median per request, TTFT ms, acceptance), "
+                 "the ratio this run / reference with its interval (CI), the line it fails past, what the ratio "
+                 "rests on, and the outcome")
+VERDICT_HEADERS = ["mode", "class", "conc.", "gate", "against", "reference", "this run", "ratio (CI)", "fails",
+                   "n", "outcome"]
+
+
+def verdict_rows(report: dict[str, Any]) -> list[list[Any]]:
+    """The verdict table's cells (:func:`verdict_table`), one row per gate entry of the report."""
+    return [[c.mode, c.prompt_class, c.concurrency, c.gate_text, c.against, c.reference, c.measured, c.ratio_text,
+             c.threshold_text, c.n, c.outcome_text] for c in gate_comparisons(report)]
+
+
+def verdict_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Every gate, passing ones included: what it compared against, both sides' figures, the ratio
+    with its interval, the threshold, the pairs and the outcome (specgate.report.comparisons); "" when no
+    gate ran."""
+    rows = verdict_rows(report)
+    return VERDICT_TITLE + "\n" + _table(rows, VERDICT_HEADERS, fmt) if rows else ""
+
+
+def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Per prompt class: no-speculation tok/s, each mode's tok/s and change, and the verdict."""
+    reference = report["rig"]["reference_mode"]
+    measurements = report["measurements"]
+    modes = [m for m in report["rig"]["modes"] if any(x["mode"] == m for x in measurements)]
+    concurrencies = sorted({m["concurrency"] for m in measurements})
+    verdicts = _verdicts(report)
+    tables = []
+    for concurrency in concurrencies:
+        by = {(m["mode"], m["prompt_class"]): m for m in measurements if m["concurrency"] == concurrency}
+        classes = list(dict.fromkeys(m["prompt_class"] for m in measurements if m["concurrency"] == concurrency))
+        rows = []
+        for prompt_class in classes:
+            ref = by.get((reference, prompt_class))
+            ref_tps = median_rate(ref) if ref else None
+            row: list[Any] = [prompt_class, f"{ref_tps:.1f}" if ref_tps else "-"]
+            ref_verdict = _verdict_text(verdicts.get((reference, prompt_class, concurrency), []))
+            verdict_parts = [f"{reference}: {ref_verdict}"]  # joined with "; ", never "|" (Markdown)
+            for mode in modes:
+                if mode == reference:
+                    continue
+                m = by.get((mode, prompt_class))
+                tps = median_rate(m) if m else None
+                change = change_percent(report, mode, prompt_class, concurrency, tps, ref_tps) if tps else None
+                if change is not None:
+                    row.append(f"{tps:.1f} ({change:+.0f} %)")
+                else:
+                    row.append(f"{tps:.1f}" if tps else "-")
+                verdict = _verdict_text(verdicts.get((mode, prompt_class, concurrency), []))
+                verdict_parts.append(f"{mode}: {verdict}")
+            row.append("; ".join(verdict_parts))
+            rows.append(row)
+        headers = ["class", f"{reference} tok/s", *(f"{m} tok/s (change)" for m in modes if m != reference),
+                   "verdict"]
+        title = (f"decode tok/s, median per request, concurrency {concurrency}; change: the backfire gate's paired "
+                 "ratio where it ran (its message names the statistic), else the ratio of medians")
+        tables.append(title + "\n" + _table(rows, headers, fmt))
+    return "\n\n".join(tables)
+
+
+def acceptance_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    rows = []
+    for m in report["measurements"]:
+        acc = m.get("acceptance")
+        if not acc:
+            continue
+        positions = " ".join(f"{r * 100:.0f}" for r in acc.get("per_position_rates", []))
+        rows.append([m["mode"], m["prompt_class"], m["concurrency"], f"{acc['mean_acceptance_length']:.2f}",
+                     f"{acc['acceptance_rate'] * 100:.1f} %", positions])
+    if not rows:
+        return ""
+    return "acceptance (from vLLM's spec-decode counters, this run's windows)\n" + _table(
+        rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate", "per-position rate %"], fmt)
+
+
+def ttft_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """The TTFT gate per mode, class and concurrency: both sides' median TTFT, the paired ratio with
+    its interval and the verdict, the numbers the gate's message gives (specgate.decide.gates.check_ttft)."""
+    rows = []
+    for gate in [*report["gates"], *report.get("undecided", [])]:
+        d = gate.get("details") or {}
+        if gate["gate"] != "ttft" or d.get("ratio") is None:
+            continue
+        interval = f" ({d['ci_low']:.3f}-{d['ci_high']:.3f})" if d.get("ci_low") is not None else ""
+        verdict = "FAIL" if gate.get("outcome") == "fail" else d.get("verdict", "")
+        rows.append([gate["mode"], gate["prompt_class"], gate["concurrency"], d.get("reference_label", ""),
+                     f"{d['median_ttft_ms']:.0f}", f"{d['reference_median_ttft_ms']:.0f}",
+                     f"{d['ratio']:.3f}{interval}", f"{d['limit']:.2f}", verdict])
+    if not rows:
+        return ""
+    return ("time to first token: paired ratio measured / reference (higher is longer), median ms per side\n"
+            + _table(rows, ["mode", "class", "conc.", "against", "TTFT ms", "ref. ms", "ratio (CI)", "fails above",
+                            "verdict"], fmt))
+
+
+def _median_ttft_ms(measurement: dict[str, Any]) -> float | None:
+    values = [r["ttft_s"] for r in measurement["records"] if r.get("ttft_s") is not None]
+    return statistics.median(values) * 1000 if values else None
+
+
+def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Per measurement window: the median time to first token and, where the server exported its
+    decode rate, client vs server decode tok/s and their difference (client / server - 1)."""
+    measurements = report["measurements"]
+    with_server = any(m.get("server_decode_tokens_per_s") for m in measurements)
+    rows = []
+    for m in measurements:
+        ttft = _median_ttft_ms(m)
+        aggregate = m.get("aggregate_tokens_per_s")
+        row: list[Any] = [m["mode"], m["prompt_class"], m["concurrency"],
+                          f"{len(m['records'])}" + (" (follow-up)" if m.get("follow_up") else
+                                                    " (follow-up skipped)" if m.get("follow_up_skipped") else ""),
+                          f"{ttft:.0f}" if ttft is not None else "-",
+                          f"{aggregate:.1f}" if aggregate else "-"]
+        if with_server:
+            # a report from before records kept tpot_s: 1 / decode tok/s is the same interval
+            client = client_decode_rate(r.get("tpot_s") or (1 / r["decode_tokens_per_s"] if r.get("decode_tokens_per_s")
+                                                            else None) for r in m["records"])
+            server = m.get("server_decode_tokens_per_s")
+            row += [f"{client:.1f}" if client else "-", f"{server:.1f}" if server else "-",
+                    f"{round((client / server - 1) * 100, 2) + 0.0:+.2f} %" if client and server else "-"]
+        rows.append(row)
+    if not rows:
+        return ""
+    # aggregate: every generated token of the window over its wall time, the figure that matters
+    # at concurrency > 1 (per-request decode tok/s is in the speed table).
+    headers = ["mode", "class", "conc.", "requests", "TTFT median ms", "aggregate tok/s"]
+    title = ("per window: requests (with follow-up rounds where the first look left a gate unsettled), "
+             "time to first token (median per request), aggregate tok/s")
+    if with_server:
+        headers += ["client tok/s", "server tok/s", "diff %"]
+        sources = sorted({m["server_metric_source"] for m in measurements if m.get("server_metric_source")})
+        source = (f"vLLM's {', '.join(s.removeprefix('vllm:') for s in sources)} histogram" if sources
+                  else "vLLM's /metrics")
+        title = ("per window: requests (with follow-up rounds where the first look left a gate unsettled), "
+                 "time to first token (median per request), aggregate tok/s (all tokens / wall "
+                 "time), client vs server decode tok/s\n"
+                 f"(client: 1 / mean time per output token of the requests; server: {source} "
+                 "over the same window; diff = client / server - 1)")
+    return title + "\n" + _table(rows, headers, fmt)
+
+
+def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Per speculative window: acceptance length, decode steps/s, the step-cost ratio c and the
+    break-even line (``specgate.decide.breakeven``); "" when no window has what it needs."""
+
+    rows = []
+    for row in from_report(report):
+        full = row.get("speedup_at_full_acceptance")
+        rows.append([row["mode"], row["prompt_class"], row["concurrency"], f"{row['acceptance_length'][0]:.2f}",
+                     f"{row['spec_steps_per_s'][0]:.1f}", f"{row['step_cost'][1]:.2f}", row["verdict"],
+                     f"{full[0]:.2f}x" if full else "-", row["line"]])
+    if not rows:
+        return ""
+    return ("break-even (step cost c = AL x no-spec tok/s / spec tok/s, in plain decode steps; speculation pays "
+            "iff AL > c; at the same k, AL' would give AL' / c)\n" + _table(
+                rows, ["mode", "class", "conc.", "AL", "steps/s", "step cost c", "verdict", "at AL = k+1",
+                       "diagnosis"], fmt))
+
+
+# An engine core using this much CPU per second of its server's requests keeps a CPU busy: its
+# speed is the host's as much as the accelerator's (vLLM's draft_model path reads 1.03-1.05 and follows
+# the host's speed; EAGLE-3 reads 0.81-0.88).
+HOST_BOUND_CPU_S_PER_S = 0.95
+# A SLOW SPELL notice needs a run this unlikely from the order alone and this much slower than the
+# partner's requests in the same span (log units): over 357 recorded windows these flag three draft
+# windows only, two from one slow host.
+SPELL_P = 0.01
+SPELL_SIZE = 0.03
+
+
+def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
+    """The window's engine-core CPU seconds (vLLM titles the process "EngineCore") per second of its
+    own requests, from the window's telemetry; None without it. The window's telemetry holds both
+    servers of a duet (keys ``proc.<server label>.EngineCore-<pid>.cpu_s``); this window's server is
+    the one of its mode (an A/B's two sides, ``mode@side``, share it) that worked during its requests."""
+    telemetry = m.get("telemetry") or {}
+    window = telemetry.get("window") or {}
+    engines: dict[str, list[str]] = defaultdict(list)
+    for key in window:
+        parts = key.split(".")
+        if len(parts) == 4 and parts[0] == "proc" and parts[2].startswith("EngineCore") and parts[3] == "cpu_s" \
+                and parts[1].split("@")[0] == m["mode"]:
+            engines[parts[1]].append(key)
+    if not engines:
+        return None
+    requests = list((telemetry.get("requests") or {}).values())
+    own = max(engines, key=lambda label: sum(r.get(k, 0.0) for r in requests for k in engines[label]))
+    cpu_s = sum(window[k] for k in engines[own])
+    # a trimmed report (the kept evidence) holds no timestamps: no busy time to divide by
+    busy_s = sum(r["finished_at"] - r["started_at"] for r in m.get("records") or []
+                 if r.get("finished_at") is not None and r.get("started_at") is not None)
+    return cpu_s / busy_s if cpu_s and busy_s > 0 else None
+
+
+def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
+    """Per window, what the machine did meanwhile (the window's telemetry, specgate.measure.telemetry): the
+    CPU canary (the host's pace: the fastest reading, which the host-pace check of stored figures
+    compares, and the median, us), CPU busy and stolen shares, the engine
+    core's CPU seconds per second of its requests, and on GPU rigs the SM clock range, the power and
+    any throttle reason. "" when no window has telemetry."""
+    rows = []
+    for m in report["measurements"]:
+        w = (m.get("telemetry") or {}).get("window")
+        if not w:
+            continue
+        canary = f"{w['cpu_canary_us'][0]:.1f} ({w['cpu_canary_us'][1]:.1f})" if "cpu_canary_us" in w else "-"
+        steal = f"{w['cpu_steal_pct'][2]:.1f}" if "cpu_steal_pct" in w else "-"
+        engine = engine_cpu_per_s(m)
+        sm = [w[k] for k in sorted(w) if k.endswith(".sm_clock_mhz")]
+        power = [w[k][1] for k in sorted(w) if k.endswith(".power_w")]
+        rows.append([m["mode"], m["prompt_class"], m["concurrency"], canary,
+                     f"{w['cpu_busy_pct'][1]:.0f}" if "cpu_busy_pct" in w else "-", steal,
+                     f"{engine:.2f}" if engine is not None else "-",
+                     ", ".join(f"{lo:.0f}-{hi:.0f}" for lo, _, hi in sm) or "-",
+                     ", ".join(f"{x:.0f}" for x in power) or "-", ", ".join(w.get("throttle_reasons", [])) or "-"])
+    if not rows:
+        return ""
+    return ("environment per window (telemetry): CPU canary us, fastest (median): a fixed piece of Python work, "
+            "slower when the host is (the fastest is the host's pace the stored figures' check compares); "
+            "CPU busy % (median) and stolen % (most); engine core CPU-s per s of "
+            f"its requests (>= {HOST_BOUND_CPU_S_PER_S:g}: host-bound); GPU SM clock MHz, power W, throttle reasons\n"
+            + _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %", "engine CPU-s/s",
+                            "SM MHz", "power W", "throttle"], fmt))
+
+
+def host_bound_lines(report: dict[str, Any]) -> list[str]:
+    """GPU windows whose engine core kept a CPU busy: their speed, and a ratio built on it, moves
+    with the host's CPU, so a ratio stored in another session compares hosts too."""
+    if (report.get("rig") or {}).get("tier") != "gpu":
+        return []  # on a CPU rig every engine is host-bound by design
+    lines = []
+    for m in report["measurements"]:
+        engine = engine_cpu_per_s(m)
+        if engine is None or engine < HOST_BOUND_CPU_S_PER_S:
+            continue
+        canary = ((m.get("telemetry") or {}).get("window") or {}).get("cpu_canary_us")
+        lines.append(f"HOST-BOUND [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: its engine core used "
+                     f"{engine:.2f} CPU-s per s of its requests, so its speed follows the host CPU's"
+                     + (f" (canary fastest {canary[0]:.1f} us this window)" if canary else ""))
+    return [f"{line}; a ratio from another session compares the two hosts' speed too (compare the canary "
+            "column of both sessions' environment tables)" for line in lines]
+
+
+def notice_lines(report: dict[str, Any]) -> list[str]:
+    """Stored figures a decided gate compared with although they were measured on another
+    machine or setup, or are stale, and a pair standing out of a window's ratio (one hiccup
+    request); one line per distinct reason, naming its windows."""
+    by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for gate in report["gates"]:
+        details = gate.get("details") or {}
+        where = f"{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}"
+        fit = details.get("baseline_fingerprint") or {}
+        tag = {"other_machine": "OTHER MACHINE", "other_setup": "OTHER SETUP"}.get(fit.get("kind", ""))
+        if tag:
+            by_reason[(tag, f"the stored figures were measured with {'; '.join(fit['differences'])}")].append(where)
+        if details.get("stale_baseline"):
+            by_reason[("STALE FIGURES", details["stale_baseline"])].append(where)
+        if (pair := details.get("strongest_pair")) and pair.get("text"):
+            by_reason[(f"PAIR STANDS OUT in {gate['gate']}", pair["text"])].append(where)
+    return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()] + \
+        host_bound_lines(report) + spell_lines(report)
+
+
+def _series(window: dict[str, Any]) -> tuple[list[float], list[float], list[str]]:
+    timed = [r for r in window.get("records") or [] if r.get("decode_tokens_per_s") and r.get("started_at") is not None]
+    return ([r["started_at"] for r in timed], [r["decode_tokens_per_s"] for r in timed],
+            [r.get("prompt_id") or r.get("request_id", "").rsplit("#", 1)[0] for r in timed])
+
+
+def spell_lines(report: dict[str, Any]) -> list[str]:
+    """Duet windows where one side's requests ran slow for a stretch of time and its partner's did
+    not (specgate.measure.spells): the pairs do not cancel such a spell, so the window's ratio holds it."""
+    lines = []
+    for m in report.get("measurements", []):
+        partner = m.get("partner")
+        if is_partner(m) or not isinstance(partner, dict) or not partner.get("records"):
+            continue
+        ab = ab_side(partner) == "reference"
+        subject = (m["mode"] + ("@candidate" if ab else ""), m)
+        reference = (partner["mode"] + ("@reference" if ab else ""), partner)
+        for (label, side), (other_label, other) in ((subject, reference), (reference, subject)):
+            times, rates, prompts = _series(side)
+            spell = slow_spell(times, rates, prompts)
+            if spell is None or spell.p_value > SPELL_P:
+                continue
+            first = min(times)
+            t0, t1 = first + spell.started_s[0], first + spell.started_s[1]
+            then = round(span_mean_residual(*_series(other), t0, t1) or 0.0, 4) + 0.0  # no "-0.0 %"
+            if spell.mean_residual - then > -SPELL_SIZE:
+                continue
+            lines.append(
+                f"SLOW SPELL [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: {spell.requests} of {label}'s "
+                f"{spell.of} requests, {spell.started_s[0]:.0f}-{spell.started_s[1]:.0f} s into the window, ran "
+                f"{-math.expm1(spell.mean_residual) * 100:.1f} % under their prompts' other requests ({other_label}'s "
+                f"then: {math.expm1(then) * 100:+.1f} %; a run this slow from the order alone: p = "
+                f"{spell.p_value:.3f}). The pairs do not cancel a spell on one side, so this window's ratio holds "
+                f"it: on a shared VM one vCPU running slower for a while under a host-bound engine core is "
+                f"such a spell")
+    return lines
+
+
+def failed_gate_lines(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for gate in report["gates"]:
+        if not gate["passed"]:
+            tag = "DECLARED" if gate.get("declared") else (
+                "FAILED (reported only, never fails the run)" if gate.get("gating") == "report" else "FAILED")
+            where = f"{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}"
+            lines.append(f"{tag} {gate['gate']} [{where}]: {gate['message'].splitlines()[0]}")
+    for failure in report.get("failures", []):
+        lines.append(f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
+                     f"{failure['error'].splitlines()[0]}")
+    undecided = report.get("undecided", [])
+    lines += _decided_nothing_lines(report)
+    updates = [u for u in undecided if undecided_kind(u) == STORING]
+    if updates:
+        lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(updates)} gate(s) measured to store their figures, not decided")
+    for u in undecided:
+        kind = undecided_kind(u)
+        if kind != STORING:
+            tag = UNDECIDED_TAGS.get(kind, kind.upper())
+            lines.append(f"{tag} {u['gate']} [{u['mode']}-{u['prompt_class']}-c{u['concurrency']}]: "
+                         f"{u['message'].splitlines()[0]}")
+    return lines
+
+
+def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
+    """One line counting the gates that decided nothing, by outcome, and what the run's policy
+    made of each (specgate.decide.outcome): listed always, whether they were skipped or failed the run."""
+
+    entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
+    if not entries:
+        return []
+
+    counts: dict[tuple[Outcome, bool, str], int] = defaultdict(int)
+    policy = report.get("outcome_policy") or {}
+    for u in entries:  # a declared backfire never fails the run (specgate.decide.outcome.pytest_action)
+        outcome = Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u))
+        action = pytest_action(outcome, policy, declared="declared" in u, gating=u.get("gating"))
+        counts[(outcome, "declared" in u, "FAILED" if action == "failed" else "skipped")] += 1
+    parts = [f"{n} {outcome.value}" + (" of a declared backfire (skipped)" if declared else f" ({action})")
+             for (outcome, declared, action), n in counts.items()]
+    return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)}; what each does to the exit code: "
+            "[gates] undecided and [gates] gating in the rig, or --specgate-undecided and --specgate-gating"]
+
+
+def start_order_lines(report: dict[str, Any]) -> list[str]:
+    """An A/B's start order: which side's server started first, per mode, and the seed that chose it."""
+    order = report.get("start_order")
+    if not order or not order.get("first"):
+        return []
+    firsts = ", ".join(f"{mode}: {side}" for mode, side in sorted(order["first"].items()))
+    return [f"START ORDER (side started first, seed {order['seed']}; --specgate-start-seed to repeat it): {firsts}"]
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The gate and notice lines under the tables: failed and undecided gates, what gated the run,
+    the figures the gates decided with, the start order, stored figures from elsewhere, host-bound
+    windows, slow spells, and what an older report lacks."""
+    return (failed_gate_lines(report) + gating_lines(report) + settings_lines(report) + start_order_lines(report)
+            + notice_lines(report) + missing_line(report))
+
+
+def detail_tables(report: dict[str, Any], fmt: str = "simple") -> list[str]:
+    """The tables after the verdict table, those with something to show: speed, acceptance, TTFT,
+    per window, environment, break-even."""
+    if not report["measurements"]:
+        return []
+    tables = (speed_table(report, fmt), acceptance_table(report, fmt), ttft_table(report, fmt),
+              window_table(report, fmt), environment_table(report, fmt), breakeven_table(report, fmt))
+    return [t for t in tables if t]
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The terminal summary, without control characters (a name's ANSI escape steers no terminal)."""
+    return without_control_chars(_summary_text(report))
+
+
+def _summary_text(report: dict[str, Any]) -> str:
+    if not report["measurements"]:
+        # failures, and gates that decided nothing (NOT RUN: the budget), and which of them gate the run
+        lines = failed_gate_lines(report) + gating_lines(report)
+        return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
+    rig = report["rig"]
+    parts = [f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier, model {rig.get('model', '?')})"
+             + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]")]
+    verdicts = verdict_table(report)
+    if verdicts:
+        parts.append(verdicts)
+    parts += detail_tables(report)
+    lines = summary_lines(report)
+    if lines:
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def settings_lines(report: dict[str, Any]) -> list[str]:
+    """The figures the gates decided with (report.json's "settings", one entry per window, as the
+    session resolved them once: specgate.decide.settings), windows with the same figures on one line."""
+    groups: dict[str, list[str]] = {}
+    for w in report.get("settings") or []:
+        ab = w.get("comparing") == "ab"
+        parts = [f"confidence {w['confidence'] * 100:.4g} %",
+                 f"throughput fails below {1 - (w['ab_tolerance'] if ab else w['level_tolerance']):.3g}"
+                 + (" (A/B)" if ab else " (stored level)"),
+                 f"acceptance {w['acceptance_tolerance'] * 100:g} %", f"TTFT +{w['ttft_tolerance'] * 100:g} %",
+                 f"backfire below {w['min_speedup']:g}x", f"arrangement {w['arrangement']}"]
+        if w.get("declared_backfire"):
+            parts.append("declared backfire")
+        groups.setdefault("; ".join(parts), []).append(f"{w['mode']}/{w['prompt_class']}/c{w['concurrency']}")
+    return [f"GATE SETTINGS: {', '.join(windows)}: {figures}" for figures, windows in groups.items()]
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """summary.md and the GitHub job summary: the verdict table first, a link to the page
+    (report.html, in the run's artifact on CI), then the other tables and the lines; no name or
+    message opens raw HTML there (specgate.report.safe_text)."""
+    parts = [f"## specgate: rig `{report['rig']['name']}`" +
+             ("" if report.get("complete", True) else " (partial run)")]
+    verdicts = verdict_table(report, "github")
+    if verdicts:
+        parts.append(verdicts)
+    parts.append(f"The full report, with the plots and the run's facts: [{HTML_NAME}]({HTML_NAME}), beside "
+                 "this summary (in a CI run, in the run's artifact).")
+    parts += detail_tables(report, "github")
+    lines = failed_gate_lines(report)
+    if lines:
+        parts.append("\n".join(f"- {line}" for line in lines))
+    else:
+        parts.append("All gates passed." if report["gates"] else "No gate ran.")
+    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report) + notice_lines(report)
+               + missing_line(report))
+    if notices:
+        parts.append("\n".join(f"- {line}" for line in notices))
+    return markdown_without_html("\n\n".join(parts) + "\n")
+
+
+def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Write ``summary.md`` (:func:`render_markdown`), the plots ``forest.png`` (every gate's ratio
+    against its threshold), ``throughput.png`` and ``acceptance.png``, and ``report.html`` (all of it
+    on one self-contained page, specgate.report.html) into ``out_dir``; return what was written:
+    ``{"summary": ..., "forest": ..., "throughput": ..., "acceptance": ..., "html": ...}``, a plot left
+    out when there is nothing to draw (no gate; no measurement with tok/s; no speculative mode with
+    acceptance figures), and a stale file of that name removed. A plot or page that cannot be drawn
+    is a warning, not an error: the summary is written first and stays."""
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = out_dir / "summary.md"
+    summary.write_text(render_markdown(report))
+    written: dict[str, Path] = {"summary": summary}
+    for name, draw in (("forest", plots.plot_forest), ("throughput", plots.plot_throughput),
+                       ("acceptance", plots.plot_acceptance)):
+        target = out_dir / f"{name}.png"
+        try:
+            path = draw(report, target)
+        except Exception as exc:  # a plot must never cost the run its report
+            warnings.warn(f"specgate: could not draw {target}: {type(exc).__name__}: {exc}", stacklevel=2)
+            path = None
+        if path is None:
+            target.unlink(missing_ok=True)
+        else:
+            written[name] = Path(path)
+    try:
+        written["html"] = write_html(report, out_dir / HTML_NAME, written, headers=VERDICT_HEADERS,
+                                     lines=summary_lines(report), tables="\n\n".join(detail_tables(report)))
+    except Exception as exc:  # like a plot: never at the cost of the summary
+        warnings.warn(f"specgate: could not write {out_dir / HTML_NAME}: {type(exc).__name__}: {exc}", stacklevel=2)
+    return written

@@ -1,0 +1,443 @@
+"""Servers that take turns on the same GPUs: vLLM sleep mode (arrangement "alternation", specgate.config.arrangement).
+
+Every server of a comparison is started once with ``--enable-sleep-mode`` (and
+``VLLM_SERVER_DEV_MODE=1``, which exposes the endpoints), one after the other: the awake one is
+put to sleep before the next starts, since a start measures the GPU memory that is free. Then one
+is awake at a time and the measurement window swaps them between turns (never inside a request's
+timing): ``POST /sleep?level=N`` on the awake one, a check that it sleeps (``GET /is_sleeping``) and
+that the GPUs' memory came free (NVML), then ``POST /wake_up`` on the other and a check that it is
+awake. Every swap is timed; the window keeps them (``extra["alternation"]["swaps"]``).
+
+A server's first sleep at sleep level 1 copies its weights to host memory (tens of seconds for a large
+model); later swaps take about a second, and no warm-up follows a wake (docs/alternation.md).
+
+Levels (vLLM's sleep mode docs): sleep level 1 offloads the weights to host memory and discards the
+KV cache; sleep level 2 discards both and keeps only the model's buffers. At sleep level 1 the host must hold
+the sleeping server's weights (Kimi-K2.5 INT4: ~600 GB), so before a server's first sleep the
+level is chosen: 1 when the host's available memory holds its weights with room to spare, else
+2 (or the rig's ``sleep_level``). A wake at sleep level 2 reallocates the weights without their contents,
+so specgate wakes the weights (``/wake_up?tags=weights``), reloads them from the model's files
+(``POST /collective_rpc`` with method ``reload_weights``, the RLHF path of the worker), then
+wakes the KV cache (``/wake_up?tags=kv_cache``); that wake reads the weights from disk every time
+and is timed like any swap. A server with ``--load-format dummy`` weights never sleeps at sleep level 2:
+vLLM 0.26 refuses their reload (NotImplementedError), and woken without it the server decodes
+but generates no text, so no request has a decode rate. Such a rig is refused when it loads
+(``sleep_level = 2``), and a sleep level 2 chosen for host memory is refused before the sleep.
+
+Drafters (read in vLLM's source, v1 ``gpu_worker.py`` and the model runners; to be confirmed on
+the GPU): the worker loads the model runner's model *and its drafter* inside one
+``CuMemAllocator.use_memory_pool(tag="weights")`` block (the runner's ``load_model`` loads the
+draft model or EAGLE head there), so sleep level 1 offloads and restores the draft weights with the
+target's: speculative modes can alternate at sleep level 1. At sleep level 2 the worker saves and restores
+only the target model's buffers and ``reload_weights`` reloads the target model only, so a draft
+model or EAGLE head would wake with garbage weights: specgate refuses sleep level 2 for a server with a
+drafter (a clear error naming the host memory sleep level 1 needs). n-gram and suffix speculation load
+no weights of their own, so they may sleep at sleep level 2 (the seed's Kimi case on a host short of RAM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from specgate.config.arrangement import drafter_in, dummy_weights, gpu_memory_utilization
+from specgate.config.defaults import EXPECTED_SWAP_S
+from specgate.durations import format_elapsed
+from specgate.errors import ServerError, ServerStartError
+from specgate.serve.gpu import is_gpu_id, nvml
+from specgate.serve.host_memory import GiB, host_available_gib, sleep_level_1_need_gib
+from specgate.serve.http import auth_headers, tls_context
+
+# A sleep or wake may take minutes on a big model (the first sleep at sleep level 1 copies every weight to
+# host memory: 23.5 s for 28.9 GiB on the H200; ~75 GB per GPU for Kimi on 8 GPUs).
+SWAP_TIMEOUT_S = 1800.0
+# A sleeping server keeps ~1 GiB per GPU (CUDA context, buffers): a wake needs its own share of
+# the GPU free within this fraction of the GPU's memory.
+GPU_FREE_SLACK = 0.03
+LOG_TAIL_LINES = 30
+_MODEL_LOADING = re.compile(r"Model loading took ([0-9.]+) ?GiB")
+
+
+class SleepError(ServerError):
+    """A server of an alternation would not sleep or wake, or its memory did not come free."""
+
+
+def with_sleep_mode(spec):
+    """A server spec (specgate.serve.server.ServerSpec) started so that it can sleep."""
+    argv = list(spec.argv)
+    if "--enable-sleep-mode" not in argv:
+        argv.append("--enable-sleep-mode")
+    return dataclasses.replace(spec, argv=argv, env={**spec.env, "VLLM_SERVER_DEV_MODE": "1"})
+
+
+def weights_gib_from_log(text: str, gpus: int) -> float | None:
+    """The GiB a server's weights take over its ``gpus`` GPUs, from vLLM's "Model loading took X GiB"
+    (one line per worker, each its own share; the largest share times ``gpus``), or None."""
+    shares = [float(m) for m in _MODEL_LOADING.findall(text)]
+    return max(shares) * gpus if shares else None
+
+
+def weights_gib_in_folder(model: str) -> float | None:
+    """The size of the weight files in a local model folder, in GiB, or None (none there)."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return None
+    total = sum(p.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt") for p in folder.glob(pattern))
+    return total / GiB if total else None
+
+
+def choose_level(need_gib: float | None, available_gib: float, *, forced: int | None = None) -> tuple[int, str]:
+    """The sleep level of a server whose weights take ``need_gib`` (None: not known) on a host with
+    ``available_gib`` available, and why."""
+    if forced is not None:
+        return forced, f"level {forced}: set by the rig (sleep_level)"
+    if need_gib is None:
+        return 1, (f"sleep level 1: the weights' size is not known (set sleep_host_memory_gib in the rig); the host "
+                   f"has {available_gib:.0f} GiB available")
+    wanted = sleep_level_1_need_gib([need_gib])
+    if available_gib >= wanted:
+        return 1, (f"sleep level 1: the host has {available_gib:.0f} GiB available for the sleeping server's "
+                   f"{need_gib:.1f} GiB of weights")
+    return 2, ("sleep level 2 (weights discarded, reloaded from the model's files at every wake; slower swaps, "
+               f"timed): sleep level 1 would keep {need_gib:.1f} GiB of weights in host memory (with headroom "
+               f"{wanted:.0f} GiB) and the host has {available_gib:.0f} GiB available")
+
+
+def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:
+    """(GPU, free memory / total) for the visible GPUs (``gpus``: CUDA_VISIBLE_DEVICES style;
+    None: every GPU), from NVML; None when NVML is not there."""
+
+    try:
+        with nvml() as pynvml:
+            wanted = [g.strip() for g in gpus.split(",")] if gpus else None
+            out = []
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = pynvml.nvmlDeviceGetUUID(handle)
+                uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+                if wanted is not None and not any(w == str(index) or (is_gpu_id(w) and w == uuid) for w in wanted):
+                    continue
+                info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                out.append((str(index), info.free / info.total))
+            return out
+    except Exception:  # no NVML, no driver: the /is_sleeping check still stands
+        return None
+
+
+@dataclass
+class _Sleeper:
+    """One server of the alternation and what is known of it."""
+
+    server: Any
+    level: int | None = None  # chosen at its first sleep
+    level_why: str = ""
+    sleeping: bool = False
+
+
+@dataclass
+class SleepController:
+    """The servers of one comparison taking turns on the same GPUs: which one is awake, the swaps
+    between them (each timed and checked), and their sleep levels.
+
+    ``available_gib`` and ``gpu_free`` read the host's available memory and the GPUs' free share
+    (injectable for tests); ``gpu_free`` returning None skips the GPU check."""
+
+    rig: Any
+    progress: Callable[[str], None] = lambda line: None
+    gpus: str | None = None
+    available_gib: Callable[[], float] = host_available_gib
+    gpu_free: Callable[[str | None], Sequence[tuple[str, float]] | None] = nvml_free_fractions
+    # the kept servers (specgate.serve.registry) asleep at sleep level 1, but for these pids: names, for the
+    # level-2 message; the plugin passes the registry's, nothing by default
+    kept_asleep: Callable[[set[int]], list[str]] = lambda pids: []
+    sleepers: list[_Sleeper] = field(default_factory=list)
+    swaps: list[dict[str, Any]] = field(default_factory=list)
+    failure: str | None = None  # a failed swap: every later swap fails with it
+
+    # -- the servers -------------------------------------------------------------------------
+    def _sleeper(self, server: Any) -> _Sleeper:
+        for sleeper in self.sleepers:
+            if sleeper.server is server:
+                return sleeper
+        raise SleepError(f"server {server.label} is not one of this alternation's servers")
+
+    @property
+    def awake(self) -> Any | None:
+        return next((t.server for t in self.sleepers if not t.sleeping), None)
+
+    def add(self, server: Any, *, asleep_at: int | None = None) -> None:
+        """A server that just started (awake: every other one sleeps, see :meth:`make_room`), or a
+        kept one an earlier session left asleep at level ``asleep_at`` (woken for its first turn)."""
+        if any(t.server is server for t in self.sleepers):
+            return
+        if asleep_at is None:
+            self.sleepers.append(_Sleeper(server))
+        else:
+            self.sleepers.append(_Sleeper(server, level=asleep_at, sleeping=True,
+                                    level_why=f"level {asleep_at}, as it slept when an earlier session left it"))
+
+    def has_slept(self, server: Any) -> bool:
+        """Whether ``server`` has been asleep (its level is chosen at its first sleep)."""
+        return self._sleeper(server).level is not None
+
+    def remove(self, server: Any) -> None:
+        """A server torn down: it no longer takes turns."""
+        self.sleepers = [t for t in self.sleepers if t.server is not server]
+
+    async def leave(self, server: Any, *, stays_running: bool) -> None:
+        """A server's last turn is over (its mode's last test). One that stays running after it
+        (--specgate-keep-servers) goes to sleep first when it is awake: the next server to start
+        must find the GPUs free, and no longer sees it among the turns."""
+        sleeper = next((t for t in self.sleepers if t.server is server), None)
+        self.remove(server)
+        if not stays_running or sleeper is None or sleeper.sleeping or self.failure is not None:
+            return
+        try:
+            server.check_alive()
+        except ServerError:
+            return  # it died: the test that met it said so, and the others take turns on
+        try:
+            await self._sleep(server, sleeper)
+        except SleepError as exc:
+            # only this server holds the GPUs awake: stop it, so the next start finds them free
+            stop = getattr(server, "stop", None)
+            if stop is not None:
+                stop()
+            raise SleepError(f"{exc}\n(it was leaving the alternation after its mode's last test; it was stopped)") \
+                from None
+
+    def require_room(self, spec: Any) -> None:
+        """Before a server of the alternation starts: the GPUs must have its share free. Servers
+        asleep (this session's, or kept ones of an earlier session) keep ~1 GiB per GPU, so the
+        guard of a lone server (nothing held at all) would refuse where there is room."""
+        short = self._short_of(spec.argv)
+        if short:
+            shown, need = short
+            raise ServerStartError(
+                f"refusing to start {spec.label}: it needs {need * 100:.0f} % of the GPU memory (less "
+                f"{GPU_FREE_SLACK * 100:.0f} % slack) and {shown}; kept servers are listed by `python -m specgate "
+                "servers`, and nvidia-smi shows the rest")
+
+    def _short_of(self, argv: Sequence[str]) -> tuple[str, float] | None:
+        """The GPUs short of a server of ``argv`` (its --gpu-memory-utilization less the slack), as
+        shown in a message, and that share; None when they have it or cannot say (no share in the
+        argv, no NVML)."""
+        need = gpu_memory_utilization(argv)
+        if need is None:
+            return None
+        short = [(gpu, free) for gpu, free in self.gpu_free(self.gpus) or () if free < need - GPU_FREE_SLACK]
+        if not short:
+            return None
+        return ", ".join(f"GPU {gpu} {free * 100:.0f} % free" for gpu, free in short), need
+
+    def check(self) -> None:
+        """Raise the earlier swap failure, if any: the alternation is over."""
+        if self.failure is not None:
+            raise SleepError(f"an earlier swap of this alternation failed, so no window can run:\n{self.failure}")
+
+    def typical_swap_s(self) -> float:
+        """A swap's cost as measured so far (the median of the later ones: a server's first sleep
+        copies its weights), else the rig's ``[estimate] swap_s``."""
+        measured = [s["sleep_s"] + s["wake_s"] for s in self.swaps if s.get("sleep_s") is not None
+                    and not s.get("first_sleep") and not s.get("before_start") and s.get("from")]
+        if measured:
+            return statistics.median(measured)
+        estimate = getattr(self.rig, "estimate", None)
+        return estimate.swap_s if estimate is not None else EXPECTED_SWAP_S
+
+    # -- swaps -------------------------------------------------------------------------------
+    async def make_room(self) -> None:
+        """Before a server starts: put the awake one to sleep."""
+        self.check()
+        awake = self.awake
+        if awake is not None:
+            started = time.monotonic()
+            first = self._sleeper(awake).level is None
+            try:
+                await self._sleep(awake)
+            except SleepError as exc:
+                self._fail(str(exc))
+                raise
+            self.swaps.append({"to": None, "from": awake.label, "sleep_s": round(time.monotonic() - started, 3),
+                               "wake_s": 0.0, "first_sleep": first, "before_start": True})
+
+    async def activate(self, server: Any) -> dict[str, Any] | None:
+        """Make ``server`` the awake one: put the awake other to sleep, check the GPU memory came
+        free, wake ``server``. Returns the swap (timings), or None when it was awake already."""
+        self.check()
+        sleeper = self._sleeper(server)
+        if not sleeper.sleeping:
+            return None
+        record: dict[str, Any] = {"to": server.label, "from": None, "sleep_s": 0.0, "first_sleep": False}
+        other = self.awake
+        try:
+            if other is not None:
+                record["from"], record["first_sleep"] = other.label, self._sleeper(other).level is None
+                started = time.monotonic()
+                await self._sleep(other)
+                record["sleep_s"] = round(time.monotonic() - started, 3)
+            self._check_gpu_free(server, other)
+            started = time.monotonic()
+            await self._wake(sleeper)
+            record["wake_s"] = round(time.monotonic() - started, 3)
+        except SleepError as exc:
+            self._fail(str(exc))
+            raise
+        record["level"] = sleeper.level
+        self.swaps.append(record)
+        return record
+
+    def _fail(self, message: str) -> None:
+        """A swap failed: remember why, and tear every server of the alternation down (a server
+        half asleep holds GPU memory nobody can use)."""
+        self.failure = message
+        for sleeper in self.sleepers:
+            stop = getattr(sleeper.server, "stop", None)
+            if stop is not None:
+                try:
+                    stop()
+                except Exception as exc:  # the failure being reported matters more
+                    self.progress(f"alternation: stopping {sleeper.server.label} after the failed swap: {exc}")
+
+    def _client(self, server: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=server.base_url, headers=auth_headers(server.api_key),
+                                 timeout=httpx.Timeout(SWAP_TIMEOUT_S, connect=10.0),
+                                 transport=getattr(server, "transport", None), verify=tls_context())
+
+    def _error(self, server: Any, what: str) -> SleepError:
+        return SleepError(f"alternation: {server.label} {what}.\nLast {LOG_TAIL_LINES} lines of its log:\n"
+                          f"{server.log_tail(LOG_TAIL_LINES)}")
+
+    async def _post(self, client: httpx.AsyncClient, server: Any, path: str, what: str, **kwargs: Any) -> None:
+        try:
+            response = await client.post(path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise self._error(server, f"did not {what}: POST {path} failed: {type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            hint = (" (started without --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1?)"
+                    if response.status_code == 404 else "")
+            raise self._error(server, f"did not {what}: POST {path} answered HTTP {response.status_code}{hint}: "
+                              f"{response.text[:300]}")
+
+    async def _is_sleeping(self, client: httpx.AsyncClient, server: Any) -> bool:
+        try:
+            response = await client.get("/is_sleeping")
+            response.raise_for_status()
+            return bool(response.json()["is_sleeping"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise self._error(server, f"did not say whether it sleeps: GET /is_sleeping: {type(exc).__name__}: "
+                              f"{exc}") from None
+
+    def _alive(self, server: Any) -> None:
+        try:
+            server.check_alive()
+        except ServerError as exc:
+            raise SleepError(f"alternation: {server.label} cannot take its turn: {exc}") from None
+
+    async def _sleep(self, server: Any, sleeper: _Sleeper | None = None) -> None:
+        sleeper = sleeper or self._sleeper(server)
+        self._alive(server)
+        if sleeper.level is None:
+            sleeper.level, sleeper.level_why = self._choose_level(sleeper)
+            self.progress(f"alternation: {server.label} sleeps at {sleeper.level_why}")
+            if sleeper.level == 1:
+                self.progress(f"alternation: putting {server.label} to sleep for the first time (its weights are "
+                              "copied to host memory: ~24 s for 29 GiB)")
+        started = time.monotonic()
+        async with self._client(server) as client:
+            await self._post(client, server, "/sleep", "go to sleep", params={"level": sleeper.level})
+            if not await self._is_sleeping(client, server):
+                raise self._error(server, "answered POST /sleep but GET /is_sleeping says it is awake")
+        sleeper.sleeping = True
+        _note_sleep(server, sleeper.level)
+        if time.monotonic() - started > 10:
+            self.progress(f"alternation: {server.label} asleep after {format_elapsed(time.monotonic() - started)}")
+
+    def _choose_level(self, sleeper: _Sleeper) -> tuple[int, str]:
+        rig, server = self.rig, sleeper.server
+        need = rig.sleep_host_memory_gib
+        if need is None:
+            log_path = getattr(server, "log_path", None)
+            try:
+                text = Path(log_path).read_text(errors="replace") if log_path else ""
+            except OSError:
+                text = ""
+            need = weights_gib_from_log(text, rig.gpus_per_server) or weights_gib_in_folder(rig.model)
+        level, why = choose_level(need, self.available_gib(), forced=rig.sleep_level)
+        if level == 2 and rig.sleep_level is None:
+            why += self._kept_elsewhere()
+        dummy, drafter = dummy_weights(_argv(server)), drafter_in(_argv(server))
+        if level == 2 and (dummy or drafter):
+            cause = ("its weights are dummy (--load-format dummy), which vLLM 0.26 cannot reload, and a server woken "
+                     "without them generates no text (tokens, but no text, so no decode rate)" if dummy
+                     else "its drafter's weights would not come back (vLLM's reload_weights reloads the target model "
+                     "only)")
+            fix = (f"Set sleep_level = 1 or leave it unset in {rig.path}" if rig.sleep_level == 2 else
+                   "Free host memory, or set sleep_host_memory_gib if the estimate is wrong, or run this rig with "
+                   "design = \"sequential\"")
+            raise self._error(server, f"cannot sleep at sleep level 2: {cause}; {why}. {fix}")
+        return level, why
+
+    def _kept_elsewhere(self) -> str:
+        """Kept servers (--specgate-keep-servers) asleep at sleep level 1 outside this alternation: their
+        weights hold host memory that a sleep at sleep level 1 here would need."""
+        ours = {getattr(getattr(t.server, "kept", None), "pid", None) for t in self.sleepers}
+        others = self.kept_asleep(ours - {None})
+        if not others:
+            return ""
+        return (f"; kept servers asleep at sleep level 1 hold host memory for their weights: {', '.join(others)} "
+                "(`python -m specgate servers --stop NAME` frees it)")
+
+    def _check_gpu_free(self, server: Any, other: Any | None) -> None:
+        """Before a wake: the GPUs must have this server's share free (the other server's memory
+        came back when it went to sleep)."""
+        short = self._short_of(_argv(server))
+        if short:
+            (shown, need), who = short, other if other is not None else server
+            raise self._error(who, (
+                f"{'went to sleep' if other is not None else 'sleeps'} but the GPU memory did not come free for "
+                f"{server.label} ({shown}; it needs {need * 100:.0f} % less {GPU_FREE_SLACK * 100:.0f} % slack)"))
+
+    async def _wake(self, sleeper: _Sleeper) -> None:
+        server = sleeper.server
+        self._alive(server)
+        async with self._client(server) as client:
+            if sleeper.level == 2:
+                # Sleep level 2 kept no weights: wake their memory, reload them from the files, then the KV cache.
+                await self._post(client, server, "/wake_up", "wake up its weights", params={"tags": "weights"})
+                await self._post(client, server, "/collective_rpc", "reload its weights",
+                                 json={"method": "reload_weights"})
+                await self._post(client, server, "/wake_up", "wake up its KV cache", params={"tags": "kv_cache"})
+            else:
+                await self._post(client, server, "/wake_up", "wake up")
+            if await self._is_sleeping(client, server):
+                raise self._error(server, "answered POST /wake_up but GET /is_sleeping says it still sleeps")
+        sleeper.sleeping = False
+        _note_sleep(server, None)
+
+
+def _note_sleep(server: Any, level: int | None) -> None:
+    """A kept server (--specgate-keep-servers) records the level it sleeps at, so the next session
+    can take it asleep and wake it (specgate.serve.registry.awake_or_why)."""
+    note = getattr(server, "note_sleep", None)
+    if note is not None:
+        note(level)
+
+
+def _argv(server: Any) -> Sequence[str]:
+    """The argv a server was started with (a reused kept one's too), or () for one without a spec."""
+    return getattr(getattr(server, "spec", None), "argv", None) or ()
+
+
+def run(coro: Any) -> Any:
+    """Run one of the controller's coroutines from synchronous code (the fixtures, a warm-up)."""
+    return asyncio.run(coro)
