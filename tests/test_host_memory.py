@@ -85,12 +85,29 @@ def test_an_ab_keeps_its_reference_at_sleep_level_1_first_and_the_paths_stand_si
     plain, ab, kept = lines[1:]
     assert plain.startswith("  plain run, stored figures, taking turns: 2 start(s)")
     assert "catches nothing useful until 3+" in plain
-    assert ab.startswith("  A/B, fresh reference, one mode at a time: 4 start(s)")
+    assert ab.startswith("  A/B, fresh reference, one mode at a time (the cheapest A/B): 4 start(s)")
     assert "sleep level 1 for 4, sleep level 2 for 0" in ab
-    assert kept.startswith("  A/B, reference kept: 2 start(s), reference kept (2 server(s), 0 starts)")
-    assert "sleep level 2 for 2" in kept  # two kept references and a candidate do not fit
+    assert kept.startswith("  A/B, reference kept, one candidate at a time: 2 start(s), reference kept (2 server(s), "
+                           "0 starts)")
+    # two kept references and one candidate loaded at once need 1,856 GiB: the candidates sleep at level 2
+    assert "sleep level 2 for 2" in kept and "(1,856 GiB for sleep level 1 of the 3 loaded at once)" in kept
+    assert "with 1,856 GiB available every server sleeps at sleep level 1: about 3h02m" in kept
     # at 512 GiB the reference would sleep at level 2 and start again: no kept path there
     assert "not on this host" in paths(rig, windows, rates, host_gib=512)[3]
+
+
+def test_the_kept_reference_ab_loads_one_candidate_at_a_time_and_is_the_cheapest_where_the_host_holds_three():
+    """Issue 62, build item 7: the kept references stay asleep and each candidate loads for its own mode's
+    windows only (not every server loaded, which took 8h45m with two candidates at sleep level 2)."""
+    rig, windows, rates = _kimi(ab=True)
+    kept = plan_session(rig, windows, rates, Conditions(host_gib=2048, reused=["no_spec@reference", "ngram@reference"],
+                                                        keep_servers=False))
+    assert kept.loaded_at_once == 3 and set(dict(kept.sleep_levels).values()) == {1}
+    assert [s.label for s in kept.servers if not s.reused] == ["ngram@candidate", "no_spec@candidate"]
+    assert kept.expected_s <= 3.5 * 3600  # the candidates' two loads (30 and 90 min), first sleeps and windows
+    lines = paths(rig, windows, rates, host_gib=2048)
+    assert lines[3].startswith("  A/B, reference kept, one candidate at a time (the cheapest A/B): 2 start(s)")
+    assert f"about {format_elapsed(kept.expected_s)}" in lines[3] and "sleep level 2 for 0" in lines[3]
 
 
 def test_a_drafter_that_would_need_level_2_is_refused_naming_the_memory_that_allows_it():

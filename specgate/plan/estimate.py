@@ -315,141 +315,163 @@ class Conditions:
     rate_note: str | None = None
 
 
+@dataclass
+class _Held:
+    """The servers a planned session starts (in order) or reuses, and how an alternation sleeps them."""
+
+    rig: Rig
+    conditions: Conditions
+    servers: dict[str, ServerPlan] = field(default_factory=dict)
+    choice: LevelChoice | None = None
+    asleep: list[Sleeper] = field(default_factory=list)
+    wakes: dict[str, float | None] = field(default_factory=dict)  # label -> a wake's seconds beyond swap_s
+    loaded_why: str = ""
+
+    def need(self, label: str, mode: str) -> str:
+        if label not in self.servers and not self.conditions.attached:
+            startup = self.rig.estimate.startup_for(self.rig.mode(mode).is_speculative)
+            self.servers[label] = ServerPlan(label, mode, startup, reused=label in self.conditions.reused)
+        return label
+
+    def sides(self, key: WindowKey, rates: Mapping[WindowKey, float], duet_covered: set) -> list | None:
+        """The window's sides, (server label, decode tok/s) subject first; None: measured in a duet already."""
+        rig, (mode, prompt_class, concurrency) = self.rig, key
+        rate, _ = _rate(rig, rates, key)
+        if self.conditions.attached or rig.comparing == "sequential" or (
+                rig.comparing == "duet" and mode == rig.reference_mode):
+            if rig.comparing == "duet" and mode == rig.reference_mode and (prompt_class, concurrency) in duet_covered:
+                return None  # the reference side of a duet of this class: measured there
+            return [(self.need(mode, mode), rate)]
+        if rig.comparing == "duet":
+            return [(self.need(mode, mode), rate),
+                    (rig.reference_mode, _rate(rig, rates, (rig.reference_mode, prompt_class, concurrency))[0])]
+        return [(self.need(f"{mode}@candidate", mode), rate), (self.need(f"{mode}@reference", mode), rate)]
+
+    def take_turns(self, selected: Sequence[WindowKey]) -> None:
+        """An alternation: each mode's servers, those loaded at once, and each server's sleep level."""
+        rig, reused, reference = self.rig, set(self.conditions.reused), self.rig.reference_mode
+        own: dict[str, list[str]] = {}  # each mode's servers, in order
+        for mode, _, _ in selected:
+            if rig.comparing != "ab":
+                labels = [self.need(mode, mode)] + ([self.need(reference, reference)] if mode != reference else [])
+            else:
+                labels = [self.need(f"{mode}@candidate", mode), self.need(f"{mode}@reference", mode)]
+            own.setdefault(mode, labels[:1] if rig.comparing != "ab" else labels)
+        keep = bool(reused) if self.conditions.keep_servers is None else self.conditions.keep_servers
+        # loaded throughout: kept servers reused, a plain run's reference
+        always = [label for label in self.servers if label in reused or (rig.comparing != "ab" and label == reference)]
+        groups: list[list[str]] = []  # the servers loaded at once, as each mode's start
+        for labels in own.values():
+            groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups else always), *labels])))
+        self.loaded_why = ("every server: --specgate-keep-servers keeps each one loaded" if keep else
+                           ("one mode's two sides" if rig.comparing == "ab" else "the reference and one mode's server")
+                           + (", beside the kept server(s)" if reused else "")
+                           + ": a mode's servers stop after its windows")
+        self.asleep = sleepers(rig, self.servers.values())
+        host = host_available_gib() if self.conditions.host_gib is None else self.conditions.host_gib
+        self.choice = choose_levels(self.asleep, host, forced=rig.sleep_level, at_once=groups or None,
+                                    prefer=[label for label in self.servers if label.endswith("@reference")
+                                            or label in reused])
+        self.wakes = {s.label: (sleep_level_2_wake_s(s.weights_gib, rig.estimate.weights_read_gib_per_s)
+                                if self.choice.levels[s.label] == 2 else 0.0) for s in self.asleep}
+
+
 def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float],
                  conditions: Conditions | None = None) -> SessionPlan:
     """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run), with
     ``rates`` the decode tok/s per window (see :func:`stored_rates`), under ``conditions`` (default:
     servers started afresh, on the host as read)."""
     conditions = conditions or Conditions()
-    attached, keep_servers, host_gib = conditions.attached, conditions.keep_servers, conditions.host_gib
-    protocol, reference = rig.protocol, rig.reference_mode
-    selected = list(dict.fromkeys(windows))
-    comparing = rig.comparing
-    modes = {m.name: m for m in rig.modes}
-    prompts = {c.name: len(c.prompts) for c in rig.prompt_classes}
-    chars = {c.name: sum(len(p.text) for p in c.prompts) / len(c.prompts) for c in rig.prompt_classes}
-    reused = set(conditions.reused)
+    modes, classes = {m.name for m in rig.modes}, {c.name for c in rig.prompt_classes}
+    selected = [key for key in dict.fromkeys(windows) if key[0] in modes and key[1] in classes]
+    held = _Held(rig, conditions)
+    if rig.comparing == "duet" and selected and not conditions.attached:
+        held.need(rig.reference_mode, rig.reference_mode)  # started first, live for the whole session
     # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.config.arrangement): swaps, no settle pauses
     alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternation"
-
-    servers: dict[str, ServerPlan] = {}
-
-    def need(label: str, mode: str) -> str:
-        if label not in servers and not attached:
-            servers[label] = ServerPlan(label, mode, rig.estimate.startup_for(modes[mode].is_speculative),
-                                        reused=label in reused)
-        return label
-
-    if comparing == "duet" and selected and not attached:
-        need(reference, reference)  # started first, live for the whole session
-    duet_covered = {(c, n) for m, c, n in selected if comparing == "duet" and m != reference}
-    choice: LevelChoice | None = None
-    loaded_why = ""
-    if alternating and not attached:
-        own: dict[str, list[str]] = {}  # each mode's servers, in order
-        for key in selected:
-            mode = key[0]
-            if mode not in modes:
-                continue
-            if comparing != "ab":
-                labels = [need(mode, mode)]
-                if mode != reference:
-                    need(reference, reference)
-            else:
-                labels = [need(f"{mode}@candidate", mode), need(f"{mode}@reference", mode)]
-            own.setdefault(mode, labels)
-        keep = bool(reused) if keep_servers is None else keep_servers
-        # loaded throughout: kept servers reused, a plain run's reference
-        always = [label for label in servers if label in reused or (comparing != "ab" and label == reference)]
-        groups: list[list[str]] = []  # the servers loaded at once, as each mode's start
-        for labels in own.values():
-            groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups else always), *labels])))
-        loaded_why = ("every server: --specgate-keep-servers keeps each one loaded" if keep else
-                      ("one mode's two sides" if comparing == "ab" else "the reference and one mode's server")
-                      + (", beside the kept server(s)" if reused else "") + ": a mode's servers stop after its windows")
-        asleep = sleepers(rig, servers.values())
-        choice = choose_levels(asleep, host_available_gib() if host_gib is None else host_gib, forced=rig.sleep_level,
-                               prefer=[label for label in servers if label.endswith("@reference") or label in reused],
-                               at_once=groups or None)
-        wakes = {s.label: (sleep_level_2_wake_s(s.weights_gib, rig.estimate.weights_read_gib_per_s)
-                           if choice.levels[s.label] == 2 else 0.0) for s in asleep}
+    if alternating and not conditions.attached:
+        held.take_turns(selected)
+    duet_covered = {(c, n) for m, c, n in selected if rig.comparing == "duet" and m != rig.reference_mode}
     plans: list[WindowPlan] = []
-    warmed: set[str] = set()
-    warmup_s: float | None = 0.0
+    warmed: dict[str, float | None] = {}  # each server's warm-up request time, on its first window
     for key in selected:
-        mode, prompt_class, concurrency = key
-        if mode not in modes or prompt_class not in prompts:
-            continue
-        per_side = protocol.repeats * prompts[prompt_class]
-        rate, source = _rate(rig, rates, key)
-        if attached or comparing == "sequential" or (comparing == "duet" and mode == reference):
-            if comparing == "duet" and mode == reference and (prompt_class, concurrency) in duet_covered:
-                continue  # the reference side of a duet of this class: measured there
-            sides = [(need(mode, mode), rate)]
-        elif comparing == "duet":
-            partner_rate, _ = _rate(rig, rates, (reference, prompt_class, concurrency))
-            sides = [(need(mode, mode), rate), (reference, partner_rate)]
-        else:  # A/B: the same mode on both sides
-            sides = [(need(f"{mode}@candidate", mode), rate), (need(f"{mode}@reference", mode), rate)]
-        times = [_request_s(rig, r, chars[prompt_class]) for _, r in sides]
+        sides = held.sides(key, rates, duet_covered)
+        if sides is not None:
+            plans.append(_window_plan(held, key, sides, rates, alternating))
+            chars = _prompt_chars(rig, key[1])
+            for label, rate in sides:
+                warmed.setdefault(label, _request_s(rig, rate, chars))
+    warmup_s = (0.0 if not rig.protocol.warmup_requests else None if None in warmed.values()
+                else sum(warmed.values()) * rig.protocol.warmup_requests)  # type: ignore[arg-type]
+    return _session_plan(held, plans, warmup_s, len(warmed) if rig.protocol.warmup_requests else 0, alternating)
+
+
+def _prompt_chars(rig: Rig, prompt_class: str) -> float:
+    prompts = next(c for c in rig.prompt_classes if c.name == prompt_class).prompts
+    return sum(len(p.text) for p in prompts) / len(prompts)
+
+
+def _window_plan(held: _Held, key: WindowKey, sides: list, rates: Mapping[WindowKey, float],
+                 alternating: bool) -> WindowPlan:
+    """One window's requests, tokens and seconds: its requests at each side's rate, an alternation's swaps
+    (a wake at sleep level 2 whose time is unknown counts as the rig's swap_s) or a duet's settle pauses."""
+    rig, protocol, (mode, prompt_class, concurrency) = held.rig, held.rig.protocol, key
+    prompts = len(next(c for c in rig.prompt_classes if c.name == prompt_class).prompts)
+    per_side = protocol.repeats * prompts
+    times = [_request_s(rig, r, _prompt_chars(rig, prompt_class)) for _, r in sides]
+    seconds, swaps, follow = None, 0, None
+    if all(t is not None for t in times):
         rounds = math.ceil(per_side / concurrency)
-        seconds, swaps = None, 0
-        if all(t is not None for t in times):
-            seconds = sum(rounds * t for t in times)  # type: ignore[operator]
-            if len(sides) == 2 and alternating:
-                # a wake at sleep level 2 whose time is unknown counts as the rig's swap_s (its line says so)
-                wake = [wakes.get(label) or 0.0 for label, _ in sides] if choice is not None else [0.0, 0.0]
-                swap_s = rig.estimate.swap_s + sum(wake) / 2
-                swaps = _alternation_swaps(rig, max(times), prompts[prompt_class], concurrency,  # type: ignore[type-var]
-                                           swap_s=swap_s)
-                seconds += swaps * swap_s
-            elif len(sides) == 2:
-                seconds += protocol.settle_s * protocol.repeats * _switches(
-                    prompts[prompt_class], concurrency, protocol.seed or 0)
-            if seconds is not None:
-                seconds += WINDOW_OVERHEAD_S
-        follow = None
-        if len(sides) == 2 and seconds is not None and not attached:
-            extra = rig.follow_up_rounds(mode, prompt_class, backfire=comparing == "duet")
-            follow = (seconds - WINDOW_OVERHEAD_S) * extra / protocol.repeats if extra else None
-        for label, r in sides:
-            if label not in warmed and protocol.warmup_requests:
-                warmed.add(label)
-                t = _request_s(rig, r, chars[prompt_class])
-                warmup_s = None if t is None or warmup_s is None else warmup_s + protocol.warmup_requests * t
-        plans.append(WindowPlan(
-            key=key, arrangement=("alternation" if alternating else "duet") if len(sides) == 2 else "solo",
-            partner=sides[1][0] if len(sides) == 2 else None, requests=per_side * len(sides),
-            tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
-            rate_source=source, seconds=seconds, follow_up_seconds=follow,
-            servers=tuple(label for label, _ in sides if not attached), swaps=swaps))
+        seconds = sum(rounds * t for t in times)  # type: ignore[operator]
+        if len(sides) == 2 and alternating:
+            wake = [held.wakes.get(label) or 0.0 for label, _ in sides]
+            swap_s = rig.estimate.swap_s + sum(wake) / 2
+            swaps = _alternation_swaps(rig, max(times), prompts, concurrency, swap_s=swap_s)  # type: ignore[type-var]
+            seconds += swaps * swap_s
+        elif len(sides) == 2:
+            seconds += protocol.settle_s * protocol.repeats * _switches(prompts, concurrency, protocol.seed or 0)
+        if len(sides) == 2 and not held.conditions.attached:
+            extra = rig.follow_up_rounds(mode, prompt_class, backfire=rig.comparing == "duet")
+            follow = seconds * extra / protocol.repeats if extra else None
+        seconds += WINDOW_OVERHEAD_S
+    return WindowPlan(
+        key=key, arrangement=("alternation" if alternating else "duet") if len(sides) == 2 else "solo",
+        partner=sides[1][0] if len(sides) == 2 else None, requests=per_side * len(sides),
+        tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
+        rate_source=_rate(rig, rates, key)[1], seconds=seconds, follow_up_seconds=follow,
+        servers=tuple(label for label, _ in sides if not held.conditions.attached), swaps=swaps)
+
+
+def _session_plan(held: _Held, plans: list[WindowPlan], warmup_s: float | None, warmed: int,
+                  alternating: bool) -> SessionPlan:
+    """The session from its windows: notes, the host memory and sleep levels of an alternation."""
+    rig, conditions, choice = held.rig, held.conditions, held.choice
     notes = [conditions.rate_note] if conditions.rate_note and plans else []
-    if attached:
+    if conditions.attached:
         notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
     host_lines: list[str] = []
-    first_sleeps = 0.0
-    refusal = None
+    first_sleeps, refusal, reused = 0.0, None, set(conditions.reused)
     if choice is not None:
-        host_lines.append(choice.host_line(loaded_why if len(asleep) > 1 else ""))
-        host_lines.append("sleep levels: " + "; ".join(level_line(s, choice.levels[s.label], wakes[s.label])
-                                                      for s in asleep))
-        first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in asleep
+        host_lines.append(choice.host_line(held.loaded_why if len(held.asleep) > 1 else ""))
+        host_lines.append("sleep levels: " + "; ".join(level_line(s, choice.levels[s.label], held.wakes[s.label])
+                                                      for s in held.asleep))
+        first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in held.asleep
                            if choice.levels[s.label] == 1 and s.label not in reused)
         one_by_one = f"run it one server at a time, with no sleep mode ({sequential_how(rig)})"
-        refusal = choice.refusal(asleep, instead="" if comparing == "ab" else one_by_one)
-    if alternating and not attached:
+        refusal = choice.refusal(held.asleep, instead="" if rig.comparing == "ab" else one_by_one)
+    if alternating and not conditions.attached:
         first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
                  "model from a local disk), counted in the swaps" if rig.sleep_level == 2 else
                  "each server's first sleep at sleep level 1 copies its weights to host memory (counted with the "
-                 "starts, "
-                 f"at ~{PIN_GIB_PER_S:g} GiB/s)")
+                 f"starts, at ~{PIN_GIB_PER_S:g} GiB/s)")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
                      f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
-    return SessionPlan(rig=rig.name, comparing=comparing, arrangement=rig.arrangement.name,
-                       servers=tuple(servers.values()), windows=tuple(plans),
-                       warmup_requests=protocol.warmup_requests * len(warmed), warmup_s=warmup_s,
+    asleep = held.asleep
+    return SessionPlan(rig=rig.name, comparing=rig.comparing, arrangement=rig.arrangement.name,
+                       servers=tuple(held.servers.values()), windows=tuple(plans),
+                       warmup_requests=rig.protocol.warmup_requests * warmed, warmup_s=warmup_s,
                        other_tests=conditions.other_tests, notes=tuple(notes),
-                       follow_up_share=rig.estimate.follow_up_share if not attached else 0.0,
+                       follow_up_share=rig.estimate.follow_up_share if not conditions.attached else 0.0,
                        host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
                        sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
                        sleep_level_2_wake_s=sleep_level_2_wake_s(asleep[0].weights_gib,
@@ -614,8 +636,10 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
           host_gib: float | None = None) -> list[str]:
     """Each path to a verdict for this selection, side by side: a plain run against stored figures
     (as :func:`choose_arrangement` picks), an A/B that starts its reference afresh (one mode at a
-    time), and an A/B whose reference a previous session kept (``--specgate-keep-servers``: only the
-    candidate loads). Each with its starts, windows, swaps, duration, host memory and what it catches."""
+    time), and an A/B whose reference a previous session kept (``--specgate-keep-servers``): the kept
+    references stay loaded and each candidate loads for its own mode's windows only, one at a time.
+    Each with its starts, windows, swaps, duration, host memory and what it catches; the cheapest A/B
+    is marked."""
     host = host_available_gib() if host_gib is None else host_gib
     plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates, store=store,
                                             conditions=Conditions(host_gib=host)))
@@ -623,33 +647,53 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
     ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": candidate_only})
     fresh = plan_session(ab_rig, windows, rates, Conditions(host_gib=host, keep_servers=False))
     kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
+
+    def kept_at(gib: float) -> SessionPlan:
+        return plan_session(ab_rig, windows, rates, Conditions(host_gib=gib, reused=kept_labels, keep_servers=False))
+
+    kept = kept_at(host)
     live = _ab_catches(rig, windows)
     rows = [(f"plain run, stored figures, {plain.name}", plain.plan, plain.catches),
             ("A/B, fresh reference, one mode at a time", fresh, live),
-            ("A/B, reference kept", plan_session(ab_rig, windows, rates, Conditions(host_gib=host, reused=kept_labels)),
+            ("A/B, reference kept, one candidate at a time", kept,
              f"{live}; the reference is the one a --specgate-keep-servers session left")]
+    if any(level == 2 for _, level in kept.sleep_levels) and kept.sleep_level_1_need_gib:
+        enough = math.ceil(round(kept.sleep_level_1_need_gib, 6))  # two kept references and a candidate
+        at_level_1 = kept_at(kept.sleep_level_1_need_gib).expected_s
+        if at_level_1 is not None:
+            rows[2] = (*rows[2][:2], f"{rows[2][2]}; with {enough:,} GiB available every server sleeps at sleep "
+                       f"level 1: about {format_elapsed(at_level_1)}")
+    usable = [p for _, p, _ in rows[1:] if p.refusal is None and p.expected_s is not None
+              and not (p is kept and _kept_dropped(p, kept_labels))]
+    cheapest = min(usable, key=lambda p: p.expected_s or 0.0) if usable else None
     lines = [f"paths to a verdict (host memory available: {host:,.0f} GiB):"]
     for name, p, catches in rows:
-        starts = [s for s in p.servers if not s.reused]
-        kept = len(p.servers) - len(starts)
-        duration = p.expected_s
-        levels = dict(p.sleep_levels)
-        if name.endswith("kept") and any(levels.get(label) == 2 for label in kept_labels):
+        if p is kept and _kept_dropped(p, kept_labels):
             lines.append(f"  {name}: not on this host: a kept server asleep at sleep level 2 has dropped its weights "
                          "and starts again, so the reference is kept only at sleep level 1 (see host memory)")
-            continue
-        ones = sum(1 for v in levels.values() if v == 1)
-        twos = len(levels) - ones
-        wake = (f", wake ~{format_elapsed(p.sleep_level_2_wake_s)} each" if p.sleep_level_2_wake_s is not None else
-                ", wake time unknown: set [estimate] weights_read_gib_per_s") if twos else ""
-        memory = ("; no sleep mode" if not levels else
-                  f"; host memory: sleep level 1 for {ones}, sleep level 2 for {twos}{wake}"
-                  + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at "
-                     "once)"
-                     if p.sleep_level_1_need_gib is not None else ""))
-        lines.append(
-            f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")
-            + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "
-            + (f"about {format_elapsed(duration)}" if duration is not None else "duration unknown")
-            + memory + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; catches: {catches}")
+        else:
+            lines.append(_path_line(name + (" (the cheapest A/B)" if p is cheapest else ""), p, catches))
     return lines
+
+
+def _kept_dropped(plan: SessionPlan, kept_labels: Sequence[str]) -> bool:
+    """A kept reference would sleep at sleep level 2 (its weights dropped: no longer kept)."""
+    return any(dict(plan.sleep_levels).get(label) == 2 for label in kept_labels)
+
+
+def _path_line(name: str, p: SessionPlan, catches: str) -> str:
+    starts = [s for s in p.servers if not s.reused]
+    kept = len(p.servers) - len(starts)
+    levels = dict(p.sleep_levels)
+    ones = sum(1 for v in levels.values() if v == 1)
+    twos = len(levels) - ones
+    wake = (f", wake ~{format_elapsed(p.sleep_level_2_wake_s)} each" if p.sleep_level_2_wake_s is not None else
+            ", wake time unknown: set [estimate] weights_read_gib_per_s") if twos else ""
+    memory = ("; no sleep mode" if not levels else
+              f"; host memory: sleep level 1 for {ones}, sleep level 2 for {twos}{wake}"
+              + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at once)"
+                 if p.sleep_level_1_need_gib is not None else ""))
+    return (f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")
+            + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "
+            + (f"about {format_elapsed(p.expected_s)}" if p.expected_s is not None else "duration unknown")
+            + memory + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; catches: {catches}")
