@@ -258,6 +258,12 @@ def test_the_ab_verdict_states_the_start_order_and_folds_in_the_start_pair_sprea
 
     assert math.log(widened.details["ci_high"]) - math.log(stated.details["ci_high"]) == pytest.approx(grow)
     assert f"{widened.details['ci_low']:.3f}-{widened.details['ci_high']:.3f}" in widened.message
+    # a spread measured over 7 start pairs has 6 degrees of freedom: folded in with t(6), not z (issue 62)
+    measured = widened_rig.model_copy(update={"gates": widened_rig.gates.model_copy(
+        update={"start_pair_spread_pairs": 7})})
+    with_t = ab_throughput(gate_settings(measured, m), m)
+    assert "start-pair spread 1 % folded in (t, 6 df = " in with_t.message
+    assert with_t.details["start_pair"]["widened_log"] / grow == pytest.approx(2.447 / 1.96, rel=0.01)
 
 
 def test_the_markdown_summary_carries_the_gating_family_and_start_order(tmp_path):

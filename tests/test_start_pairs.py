@@ -58,6 +58,20 @@ def test_two_start_pairs_fold_in_the_rigs_measured_spread(rig):
     assert "start-pair spread unknown (start_pair_spread = 0)" in unknown["message"]
 
 
+def test_two_start_pairs_take_t_at_the_degrees_of_freedom_of_the_rigs_spread(rig):
+    """Issue 62, build item 2: the rig's 0.038 rests on seven start pairs (start_pair_spread_pairs = 7),
+    so two start pairs combine with t(6) = 2.45, not z = 1.96: the A/A's interval widens."""
+    assert rig.gates.start_pair_spread_pairs == 7 and rig.gates.start_pair_dof == 6
+    aa = [("reference", _report(1.0)), ("candidate", _report(1.0))]
+    (with_t,) = combine_reports(rig, aa)
+    known = rig.model_copy(update={"gates": rig.gates.model_copy(update={"start_pair_spread_pairs": None})})
+    (with_z,) = combine_reports(known, aa)
+    assert "t, 6 df = 2.45" in with_t["message"] and "over 7 start pairs" in with_t["message"]
+    assert "(z = 1.96)" in with_z["message"]
+    assert with_t["details"]["ci_low"] < with_z["details"]["ci_low"] < 1 < with_z["details"]["ci_high"] < \
+        with_t["details"]["ci_high"]
+
+
 def test_three_or_more_start_pairs_take_their_own_spread(rig):
     reports = [(("reference", "candidate")[i % 2], _report(r)) for i, r in enumerate(SEVEN_AA)]
     (gate,) = combine_reports(rig, reports)
@@ -103,4 +117,4 @@ def test_the_spread_a_session_folded_in_is_counted_once_and_a_kept_folder_combin
     (once,) = combine_folder(spread, tmp_path)
     assert [p["first"] for p in once["details"]["per_pair"]] == ["reference", "candidate"]
     half = (once["details"]["ci_high"] - once["details"]["ci_low"]) / 2
-    assert 0.05 < half < 0.06  # z x sqrt(0.037^2 / 2 + noise / 4): about ±5.5 %, not ±8 %
+    assert 0.06 < half < 0.07  # t(6) x sqrt(0.037^2 / 2 + noise / 4): about ±6.5 %, not ±10 %

@@ -183,6 +183,7 @@ class ClassGate(_Strict):
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     start_noise: float | None = Field(default=None, ge=0, lt=1)
     start_pair_spread: float | None = Field(default=None, ge=0, lt=1)
+    start_pair_spread_pairs: int | None = Field(default=None, ge=2)
     acceptance_tolerance: float | None = Field(default=None, ge=0, lt=1)
     ttft_tolerance: float | None = Field(default=None, ge=0, lt=10)
     min_speedup: float | None = Field(default=None, gt=0)
@@ -241,9 +242,13 @@ class Gates(_Strict):
     # The A/B gates compare two servers started once each: two fresh servers of one build read
     # apart by their start order (on the lab's GPU 1.0 % both ways: the one started second ran
     # faster in an alternation, slower in a duet), an offset one window's pairs cannot see. This is
-    # its relative SD: the A/B throughput interval is widened by z x ln(1 + this) on both ends.
+    # its relative SD: the A/B throughput interval is widened by q x ln(1 + this) on both ends.
     # 0 (the default): not folded in, and the verdict says so; gpu rigs measured like the lab's: 0.01.
     start_pair_spread: float = Field(default=0.0, ge=0, lt=1)
+    # How many start pairs that spread was measured over: q is then Student's t at pairs - 1 degrees of
+    # freedom (an estimated spread has its own uncertainty: 7 pairs give t(6) = 2.45, not z = 1.96 at
+    # 95 %); None: the spread is taken as known (z).
+    start_pair_spread_pairs: int | None = Field(default=None, ge=2)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
     # The client's decode rate (1 / mean time per output token of a window's requests) and vLLM's
@@ -288,6 +293,11 @@ class Gates(_Strict):
         if isinstance(self.undecided, str):
             return dict.fromkeys(OutcomePolicy.model_fields, self.undecided)
         return self.undecided.model_dump()
+
+    @property
+    def start_pair_dof(self) -> int | None:
+        """The degrees of freedom of start_pair_spread (None: taken as known)."""
+        return None if self.start_pair_spread_pairs is None else self.start_pair_spread_pairs - 1
 
     @property
     def ab_gate_tolerance(self) -> float:

@@ -343,7 +343,8 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
         return untimed
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
-    spread, start_text = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m))
+    spread, start_text = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m),
+                                    dof=gates.start_pair_dof)
     result = ratio_result(Comparison(
         m, "throughput", samples, Rule(1 - settings.ab_tolerance, gates.confidence, gates.equivalence_margin),
         reference_label="the reference side",
@@ -355,18 +356,22 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     return result
 
 
-def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float) -> tuple[float, str]:
+def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float, *, dof: int | None = None
+               ) -> tuple[float, str]:
     """How far (log units) to widen an A/B interval for the offset between its two servers' starts
-    (``start_pair_spread``), and the verdict's words for it and for the start order."""
+    (``start_pair_spread``, Student's t at ``dof`` where it was measured over start pairs, else z), and the
+    verdict's words for it and for the start order."""
     order = m.extra.get("start_order") or {}
     first = f"the {order['first']} side started first (seed {order['seed']})" if order.get("first") else (
         "start order not recorded")
     if not relative_sd:
         return 0.0, (f"{first}; start-pair offset not folded in (start_pair_spread = 0; two fresh servers of one "
                      "build have read 1 % apart by start order)")
-    spread = spread_quantile(confidence) * math.log1p(relative_sd)
-    return spread, (f"{first}; start-pair spread {relative_sd * 100:g} % folded in (z = "
-                    f"{spread_quantile(confidence):.2f}: ±{math.expm1(spread) * 100:.1f} %)")
+    quantile = spread_quantile(confidence, dof)
+    spread = quantile * math.log1p(relative_sd)
+    name = "z" if dof is None else f"t, {dof} df"
+    return spread, (f"{first}; start-pair spread {relative_sd * 100:g} % folded in ({name} = "
+                    f"{quantile:.2f}: ±{math.expm1(spread) * 100:.1f} %)")
 
 
 def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry, *,

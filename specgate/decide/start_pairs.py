@@ -10,8 +10,10 @@ them:
 - the estimate: the mean of the K log ratios;
 - from 3 start pairs, the interval from their own spread: t(K - 1) x sd / sqrt(K);
 - with 2, the rig's measured ``start_pair_spread`` (relative SD of one start pair's offset) over K,
-  with the windows' own noise: z x sqrt(spread^2 / K + sum(se_j^2) / K^2); a rig that states none
-  says so (the interval then holds the windows' noise only).
+  with the windows' own noise: q x sqrt(spread^2 / K + sum(se_j^2) / K^2), q Student's t at the
+  degrees of freedom of the spread (``start_pair_spread_pairs`` - 1: the seven pairs behind 0.038 give
+  t(6)), z where the rig does not say how many pairs it rests on; a rig that states no spread says so
+  (the interval then holds the windows' noise only).
 
 Each verdict names its start pairs and their orders; the exit code is the gates' (1 when a combined
 gate FAILS), or the first session's that broke.
@@ -37,7 +39,7 @@ from specgate.store.saved_report import load_report
 
 ORDERS = ("reference", "candidate")  # the side that starts first, alternating from one pair to the next
 METHOD_T = "A/B over start pairs: mean log ratio, t(K - 1) x sd / sqrt(K)"
-METHOD_KNOWN = "A/B over start pairs: mean log ratio, z x sqrt(start-pair spread^2 / K + windows' noise / K^2)"
+METHOD_KNOWN = "A/B over start pairs: mean log ratio, q x sqrt(start-pair spread^2 / K + windows' noise / K^2)"
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,10 @@ def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> 
     else:
         ses = [p.log_se or 0.0 for p in pairs]
         sigma = math.log1p(gates.start_pair_spread)
-        half = spread_quantile(confidence) * math.sqrt(sigma**2 / k + sum(se**2 for se in ses) / k**2)
-        dof, method = None, METHOD_KNOWN
-        spread_text = (f"the rig's start-pair spread {gates.start_pair_spread * 100:g} %" if sigma else
+        dof, method = gates.start_pair_dof if sigma else None, METHOD_KNOWN
+        half = spread_quantile(confidence, dof) * math.sqrt(sigma**2 / k + sum(se**2 for se in ses) / k**2)
+        rests_on = f" over {gates.start_pair_spread_pairs} start pairs" if dof is not None else ""
+        spread_text = (f"the rig's start-pair spread {gates.start_pair_spread * 100:g} %{rests_on}" if sigma else
                        "start-pair spread unknown (start_pair_spread = 0): the interval holds the windows' noise "
                        "only")
     result = interval_ratio(estimate, half, n=k, unit="start pairs", dof=dof,
