@@ -14,9 +14,10 @@ from standins import gate_settings, window_side
 from specgate.config.rig import load_rig
 from specgate.decide.gates import ab_acceptance, request_acceptances
 from specgate.decide.outcome import Outcome
-from specgate.decide.stats import METHOD_TWO_SAMPLE, Observed, compare_acceptance, paired_acceptance, request_acceptance
+from specgate.decide.stats import METHOD_TWO_SAMPLE, Observed, compare_acceptance, paired_acceptance
 from specgate.measure.client import RequestRecord
 from specgate.measure.metrics import AcceptanceStats
+from specgate.measure.per_request import stream_acceptance as request_acceptance
 from specgate.measure.protocol import ClassMeasurement
 
 pytestmark = pytest.mark.fast

@@ -49,10 +49,10 @@ from specgate.decide.stats import (
     compare_outputs,
     match_by_key,
     paired_acceptance,
-    request_acceptance,
     summarize,
 )
 from specgate.decide.verdict import GateResult
+from specgate.measure.per_request import agreement, stream_acceptance, vllm_acceptance
 from specgate.measure.protocol import ClassMeasurement
 from specgate.store.baselines import BaselineEntry, BaselineFile, Fingerprint, RatioEntry, lookup
 
@@ -429,15 +429,22 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
                                "check_confidence": each, "undecided": outcome is Outcome.UNDECIDED})
 
 
-def request_acceptances(m: ClassMeasurement) -> dict[str, tuple[int, int]]:
-    """Each request's (accepted draft tokens, decode steps) by request key, read from its stream
-    (:func:`specgate.decide.stats.request_acceptance`); requests with no decode step are left out."""
+def request_acceptances(m: ClassMeasurement, *, vllm: bool = False) -> dict[str, tuple[int, int]]:
+    """Each request's (accepted draft tokens, steps) by request key: read from its stream (decode steps,
+    :func:`specgate.measure.per_request.stream_acceptance`), or with ``vllm`` vLLM's own count (steps that
+    carried a draft, --per-request-spec-decode-metrics); requests with no such step are left out."""
     counts = {}
     for key, record in zip(m.sample_keys, m.records):
-        found = request_acceptance(record.completion_tokens, len(record.chunk_times))
-        if found is not None:
+        found = vllm_acceptance(record) if vllm else stream_acceptance(record.completion_tokens,
+                                                                        len(record.chunk_times))
+        if found is not None and found[1] > 0:
             counts[key] = found
     return counts
+
+
+def _vllm_counts_everywhere(*windows: ClassMeasurement) -> bool:
+    """vLLM counted every request's acceptance on every side (the two sides then count alike)."""
+    return all(w.records and all(vllm_acceptance(r) is not None for r in w.records) for w in windows)
 
 
 # How many more accepted tokens than vLLM counted a window's streams may show, per decode step they
@@ -487,8 +494,9 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     if m.acceptance is None:
         return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
                           f"{subject}: the server exported no spec-decode counters; is speculation on?")
-    ours, theirs = request_acceptances(m), request_acceptances(partner)
-    mismatch = [why for w, c in ((m, ours), (partner, theirs)) if (why := stream_count_mismatch(w, c))]
+    vllm = _vllm_counts_everywhere(m, partner)
+    ours, theirs = request_acceptances(m, vllm=vllm), request_acceptances(partner, vllm=vllm)
+    mismatch = [] if vllm else [why for w, c in ((m, ours), (partner, theirs)) if (why := stream_count_mismatch(w, c))]
     keys = [k for k in theirs if k in ours]
     # The clusters are the prompts: a greedy prompt's repeats accept the same tokens (one cluster,
     # not several independent ones), so each prompt's requests are summed on both sides first.
@@ -513,9 +521,13 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
                 f"acceptance length {now.mean_acceptance_length:.2f} vs {then.mean_acceptance_length:.2f}"
                 if then is not None else "the reference side exported no spec-decode counters")
     compared = window_arrangement(settings.arrangement, m, "A/B duet, requests alternated") + _looks_text(m)
+    if vllm:
+        agreed = [a.text() for w in (m, partner) if (a := agreement(w.sample_keys, w.records))]
+        counters += f"; per request: vLLM's own counts (draft steps); {'; '.join(agreed)}"
     return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
                       f"{comparison.message} [{counters}; {compared}]",
                       details={**comparison.to_dict(), "per_request": True, "compared": compared,
+                               "per_request_source": "vllm" if vllm else "stream",
                                "verdict": "undecided" if outcome is Outcome.UNDECIDED else outcome.value,
                                "confidence": window_confidence(gates.confidence, m),
                                "undecided": outcome is Outcome.UNDECIDED})

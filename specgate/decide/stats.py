@@ -282,17 +282,6 @@ METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired 
                           "sums with a cluster-robust (per-prompt) delta-method t interval")
 
 
-def request_acceptance(completion_tokens: int, chunks: int) -> tuple[int, int] | None:
-    """One request's (accepted draft tokens, decode steps) from its stream: each engine step sends
-    one chunk holding one verified token plus the draft tokens it accepted, and the first chunk is
-    the prefill's one token. So accepted = tokens - chunks, steps = chunks - 1. None for a request
-    with fewer than two chunks (no decode step seen). A client that reads late may see two steps
-    merged into one chunk; the gate checks the sum against vLLM's own counters first."""
-    if chunks < 2 or completion_tokens < chunks:
-        return None
-    return completion_tokens - chunks, chunks - 1
-
-
 def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequence[tuple[float, float]], *,
                       tolerance: float, subject: str, confidence: float = 0.95,
                       reference_label: str = "reference side", gate: str = "acceptance",

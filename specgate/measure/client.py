@@ -29,7 +29,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import aiohttp
@@ -149,6 +149,10 @@ class RequestRecord:
     completion_tokens: int  # from the final usage chunk, never from counting chunks
     text: str
     finish_reason: str | None
+    # vLLM's own acceptance of this request (``metrics.speculative_decoding`` of the usage chunk, with
+    # --per-request-spec-decode-metrics): acceptance_histogram, num_spec_steps, num_accepted_draft_tokens,
+    # num_draft_tokens, num_spec_tokens (specgate.measure.per_request). None where the server offers none.
+    spec_decode: dict[str, Any] | None = None
 
     @property
     def ttft_s(self) -> float | None:
@@ -208,7 +212,7 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         """Inverse of ``to_dict``; derived values are recomputed, not trusted."""
-        names = [f.name for f in fields(cls)]
+        names = [f.name for f in fields(cls) if f.name in data or f.default is MISSING]
         missing = [name for name in names if name not in data]
         if missing:
             raise ValueError(f"request record {data.get('request_id')!r} lacks {missing}")
@@ -268,6 +272,7 @@ class _StreamState:
     events: int = 0
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    spec_decode: dict[str, Any] | None = None
     saw_done: bool = False
 
 
@@ -437,6 +442,7 @@ class StreamingClient:
             completion_tokens=int(state.usage.get("completion_tokens") or 0),
             text="".join(state.text_parts),
             finish_reason=state.finish_reason,
+            spec_decode=state.spec_decode,
         )
 
     async def _stream(
@@ -509,8 +515,9 @@ class StreamingClient:
                     if reason is not None:
                         state.finish_reason = reason
                 usage = event.get("usage")
-                if usage:  # the last usage seen is the final one
+                if usage:  # the last usage seen is the final one; vLLM's per-request metrics ride on it
                     state.usage = usage
+                    state.spec_decode = (event.get("metrics") or {}).get("speculative_decoding")
 
     # -- errors -----------------------------------------------------------------
 

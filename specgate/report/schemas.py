@@ -43,6 +43,8 @@ class RequestRecord(_Open):
     tpot_s: float | None = None
     decode_tokens_per_s: float | None = Field(default=None, description="the rate every speed gate compares")
     e2e_tokens_per_s: float | None = None
+    spec_decode: dict[str, Any] | None = Field(default=None, description="vLLM's own acceptance of this request "
+                                               "(--per-request-spec-decode-metrics); absent without it")
 
 
 class Measurement(_Open):
