@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -37,17 +37,15 @@ from typing import Any
 from tabulate import tabulate
 
 from specgate.advise.plot import COLORS, RatioPanel, RatioSeries, draw_ratio_panels
+from specgate.advise.spans import BOUNDS, CONSTANT, FITTED, LINEAR, SHORT, Span
 from specgate.config.locations import writable_folder
 from specgate.config.rig import load_rig
 from specgate.decide.stats import wilson_interval
 from specgate.errors import SpecgateError
+from specgate.measure.client import RequestRecord
+from specgate.measure.per_request import accepted_per_position, agreement
 from specgate.store.saved_report import read_saved_report
 
-CONSTANT = "k-independent cost"
-LINEAR = "cost linear from k=0"
-FITTED = "fitted cost c0 + s*k"
-BOUNDS = (CONSTANT, LINEAR)
-SHORT = {CONSTANT: "const", LINEAR: "linear", FITTED: "fit"}  # the tables' column names
 # Keys of a speculative config that change what a drafter proposes or how much of it is accepted,
 # not what a step costs: modes differing only in these share one step-cost line c0 + s*k.
 COST_NEUTRAL_KEYS = frozenset({"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min",
@@ -57,34 +55,6 @@ DEFAULT_CONFIDENCE = 0.95
 
 class AdviceError(SpecgateError):
     """A report advice cannot be drawn from; the message names the file and the key."""
-
-
-@dataclass(frozen=True)
-class Span:
-    """An estimate with its interval; ``value`` None where only a range is known (the seed's figures)."""
-
-    value: float | None
-    low: float
-    high: float
-
-    def scaled(self, f: Callable[[float], float]) -> Span:
-        """``f`` applied to every figure (f increasing)."""
-        return Span(None if self.value is None else f(self.value), f(self.low), f(self.high))
-
-    @property
-    def verdict(self) -> str:
-        """Against no speculation (a ratio of 1): "faster" or "slower" when the whole interval is on one
-        side, else "undecided"."""
-        return "faster" if self.low > 1 else "slower" if self.high < 1 else "undecided"
-
-    def text(self, digits: int = 2, suffix: str = "") -> str:
-        def num(v: float) -> str:
-            return "inf" if math.isinf(v) else f"{v:.{digits}f}"
-
-        span = num(self.low) if num(self.low) == num(self.high) else f"{num(self.low)}-{num(self.high)}"
-        if self.value is None:
-            return f"{span}{suffix}"
-        return f"{num(self.value)}{suffix}" + ("" if num(self.low) == num(self.high) else f" ({span})")
 
 
 def _divide(numerator: Span, cost: Span) -> Span:
@@ -104,6 +74,9 @@ class Acceptance:
     drafts: float
     accepted_per_position: tuple[float, ...]
     confidence: float = DEFAULT_CONFIDENCE
+    # the drafts' clustering (:func:`design_effect`, from vLLM's per-request counts): each interval is
+    # taken over drafts / design_effect trials; 1 (independent drafts) from the window's counters alone
+    design_effect: float = 1.0
 
     @property
     def served_k(self) -> int:
@@ -117,8 +90,8 @@ class Acceptance:
     def position_intervals(self) -> tuple[tuple[float, float], ...]:
         """Each position's Wilson interval at 1 - (1 - confidence) / K: all K hold at once at
         ``confidence`` (Bonferroni), drafts taken as independent trials."""
-        each = 1 - (1 - self.confidence) / self.served_k
-        return tuple(wilson_interval(a, self.drafts, each) for a in self.accepted_per_position)
+        each, n = 1 - (1 - self.confidence) / self.served_k, self.design_effect
+        return tuple(wilson_interval(a / n, self.drafts / n, each) for a in self.accepted_per_position)
 
     def acceptance_length(self, k: int) -> float:
         """AL(k) = 1 + sum_{i<=k} accepted_i / drafts."""
@@ -338,10 +311,9 @@ def _has_reference(report: dict[str, Any], reference: str, prompt_class: str, co
     return False
 
 
-def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Advice:
-    """The advice for every speculative window of a run's report that has per-position counters, a
-    no-speculation window of its class and concurrency and a backfire ratio with an interval. Raises
-    AdviceError naming ``source`` and the key when no window qualifies."""
+def _speculative_windows(report: dict[str, Any], source: str) -> list[dict[str, Any]]:
+    """The report's speculative windows; AdviceError naming ``source`` and the key where advice cannot
+    come from it (no speculative mode, no reference window, no per-position counters)."""
     rig = report.get("rig") or {}
     reference = rig.get("reference_mode")
     configs = {name: cfg for name, cfg in (rig.get("modes") or {}).items() if isinstance(cfg, dict)}
@@ -360,66 +332,115 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
         raise AdviceError(f"{source}: measurements[].acceptance.accepted_per_position: no speculative window has "
                           "per-position counters (a vLLM without vllm:spec_decode_num_accepted_tokens_per_pos, "
                           "or a window without drafts): AL(k) below the served k cannot be read")
+    return speculative
 
-    skipped: list[str] = []
-    ready = []  # (measurement, acceptance, ratio, notes)
-    for m in speculative:
-        mode, prompt_class, concurrency = m["mode"], m.get("prompt_class"), m.get("concurrency")
-        where = f"{mode} / {prompt_class} / concurrency {concurrency}"
-        acc = m.get("acceptance") or {}
-        per_position = acc.get("accepted_per_position") or []
-        drafts = acc.get("drafts")
-        if not per_position or not isinstance(drafts, (int, float)) or drafts <= 0:
-            skipped.append(f"{where}: no per-position counters (acceptance.accepted_per_position, drafts)")
-            continue
-        if any(not isinstance(a, (int, float)) or not 0 <= a <= drafts for a in per_position):
-            raise AdviceError(f"{source}: {where}: acceptance.accepted_per_position {per_position} must be "
-                              f"counts between 0 and drafts ({drafts})")
-        if not _has_reference(report, reference, prompt_class, concurrency):
-            skipped.append(f"{where}: no {reference} window of this class and concurrency")
-            continue
-        ratio = _backfire_ratio(report, mode, prompt_class, concurrency)
-        if ratio is None:
-            skipped.append(f"{where}: no backfire gate with a ratio and an interval "
-                           "(gates[].details.ratio, ci_low, ci_high)")
-            continue
-        notes = []
-        accepted = acc.get("accepted_tokens")
-        if isinstance(accepted, (int, float)) and abs(math.fsum(per_position) - accepted) > 1e-6 * max(1, accepted):
-            notes.append(f"the per-position counts sum to {math.fsum(per_position):g}, vLLM's accepted tokens to "
-                         f"{accepted:g}: AL(K) is taken from the per-position counts")
-        served = (configs.get(mode) or {}).get("num_speculative_tokens")
-        if isinstance(served, int) and served != len(per_position):
-            notes.append(f"rig.modes.{mode}.num_speculative_tokens is {served}, the counters have "
-                         f"{len(per_position)} positions: k runs to {len(per_position)}")
-        confidence = _gate_confidence(report, mode, prompt_class, concurrency)
-        acceptance = Acceptance(float(drafts), tuple(float(a) for a in per_position), confidence)
-        ready.append((m, acceptance, ratio, notes))
+
+def design_effect(clusters: Sequence[tuple[float, Sequence[float]]]) -> float:
+    """How much a position share's variance exceeds that of independent drafts when the drafts come in
+    clusters (a prompt's drafts succeed or fail together): per position, the cluster-robust variance of
+    accepted / drafts over the binomial one; the largest over the positions, never below 1."""
+    total, n = math.fsum(d for d, _ in clusters), len(clusters)
+    effect = 1.0
+    for i in range(len(clusters[0][1]) if n > 1 and total > 0 else 0):
+        p = math.fsum(a[i] for _, a in clusters) / total
+        if 0 < p < 1:
+            robust = n / (n - 1) * math.fsum((a[i] - p * d) ** 2 for d, a in clusters) / total**2
+            effect = max(effect, robust / (p * (1 - p) / total))
+    return effect
+
+
+def _per_request_acceptance(m: dict[str, Any], counters: tuple[float, list[float]], notes: list[str]
+                            ) -> tuple[float, list[float], float]:
+    """(drafts, accepted per position, design effect): vLLM's per-request counts where every request has
+    them (the prompts as clusters), else the window's counters with drafts as independent trials."""
+    records = [r for r in m.get("records") or [] if isinstance(r, dict)]
+    found = accepted_per_position([r.get("spec_decode") for r in records])
+    if found is None or len(found[1][0]) != len(counters[1]) or not sum(found[0]):
+        return counters[0], counters[1], 1.0
+    by_prompt: dict[str, list[Any]] = {}
+    for r, steps, positions in zip(records, *found, strict=True):
+        cluster = by_prompt.setdefault(str(r.get("prompt_id")), [0.0, [0.0] * len(positions)])
+        cluster[0] += steps
+        cluster[1] = [a + b for a, b in zip(cluster[1], positions, strict=True)]
+    drafts, per_position = float(sum(found[0])), [float(sum(col)) for col in zip(*found[1], strict=True)]
+    effect = design_effect([(d, a) for d, a in by_prompt.values()])
+    streams = agreement([str(r.get("request_id")).split("/", 2)[-1] for r in records],
+                        [RequestRecord.from_dict(r) for r in records])
+    notes.append(f"acceptance from vLLM's per-request counts ({len(records)} requests, {len(by_prompt)} prompts as "
+                 f"clusters: intervals {math.sqrt(effect):.2f}x as wide as for independent drafts)"
+                 + ("" if (drafts, per_position) == tuple(counters) else
+                    f"; the window's counters say {counters[0]:g} drafts, {counters[1]}")
+                 + (f"; {streams.text()}" if streams else ""))
+    return drafts, per_position, effect
+
+
+Ready = tuple[dict[str, Any], Acceptance, Span, list[str]]
+
+
+def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, Any], source: str) -> Ready | str:
+    """A speculative window advice can be drawn from, or why not (a line of "not advised")."""
+    reference = (report.get("rig") or {}).get("reference_mode")
+    mode, prompt_class, concurrency = m["mode"], m.get("prompt_class"), m.get("concurrency")
+    where = f"{mode} / {prompt_class} / concurrency {concurrency}"
+    acc = m.get("acceptance") or {}
+    per_position = acc.get("accepted_per_position") or []
+    drafts = acc.get("drafts")
+    if not per_position or not isinstance(drafts, (int, float)) or drafts <= 0:
+        return f"{where}: no per-position counters (acceptance.accepted_per_position, drafts)"
+    if any(not isinstance(a, (int, float)) or not 0 <= a <= drafts for a in per_position):
+        raise AdviceError(f"{source}: {where}: acceptance.accepted_per_position {per_position} must be "
+                          f"counts between 0 and drafts ({drafts})")
+    if not _has_reference(report, reference, prompt_class, concurrency):
+        return f"{where}: no {reference} window of this class and concurrency"
+    ratio = _backfire_ratio(report, mode, prompt_class, concurrency)
+    if ratio is None:
+        return f"{where}: no backfire gate with a ratio and an interval (gates[].details.ratio, ci_low, ci_high)"
+    notes: list[str] = []
+    accepted = acc.get("accepted_tokens")
+    if isinstance(accepted, (int, float)) and abs(math.fsum(per_position) - accepted) > 1e-6 * max(1, accepted):
+        notes.append(f"the per-position counts sum to {math.fsum(per_position):g}, vLLM's accepted tokens to "
+                     f"{accepted:g}: AL(K) is taken from the per-position counts")
+    served = (configs.get(mode) or {}).get("num_speculative_tokens")
+    if isinstance(served, int) and served != len(per_position):
+        notes.append(f"rig.modes.{mode}.num_speculative_tokens is {served}, the counters have "
+                     f"{len(per_position)} positions: k runs to {len(per_position)}")
+    drafts, per_position, effect = _per_request_acceptance(m, (float(drafts), list(per_position)), notes)
+    confidence = _gate_confidence(report, mode, prompt_class, concurrency)
+    return m, Acceptance(drafts, tuple(float(a) for a in per_position), confidence, effect), ratio, notes
+
+
+def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Advice:
+    """The advice for every speculative window of a run's report that has per-position counters, a
+    no-speculation window of its class and concurrency and a backfire ratio with an interval. Raises
+    AdviceError naming ``source`` and the key when no window qualifies."""
+    rig = report.get("rig") or {}
+    configs = {name: cfg for name, cfg in (rig.get("modes") or {}).items() if isinstance(cfg, dict)}
+    found = [_ready_window(report, m, configs, source) for m in _speculative_windows(report, source)]
+    skipped = [f for f in found if isinstance(f, str)]
+    ready = [f for f in found if not isinstance(f, str)]
     if not ready:
         raise AdviceError(f"{source}: no speculative window can be advised on:\n  " + "\n  ".join(skipped))
-
     # the step costs measured at each served k, per drafter family, class and concurrency
     costs: dict[tuple[str, str, int], list[tuple[str, int, Span]]] = {}
     for m, acceptance, ratio, _ in ready:
-        config = configs.get(m["mode"]) or {"method": m["mode"]}
         full = acceptance.acceptance_length(acceptance.served_k)
-        costs.setdefault((_family(config), m["prompt_class"], m["concurrency"]), []).append(
+        key = (_family(configs.get(m["mode"]) or {"method": m["mode"]}), m["prompt_class"], m["concurrency"])
+        costs.setdefault(key, []).append(
             (m["mode"], acceptance.served_k, Span(full / ratio.value, full / ratio.high, full / ratio.low)))
-
     windows = []
     for m, acceptance, ratio, notes in ready:
         config = configs.get(m["mode"]) or {"method": m["mode"]}
-        points = costs[(_family(config), m["prompt_class"], m["concurrency"])]
-        fit = fit_step_cost(points, min(acceptance.confidence, DEFAULT_CONFIDENCE))
+        fit = fit_step_cost(costs[(_family(config), m["prompt_class"], m["concurrency"])],
+                            min(acceptance.confidence, DEFAULT_CONFIDENCE))
         if fit is not None and (fit.c0 < 1 or fit.slope < 0):
             notes.append(f"the fit has c0 = {fit.c0:.2f}, s = {fit.slope:.3f}: outside c0 >= 1, s >= 0, "
                          "what the two bounds assume")
         windows.append(window_advice(m["mode"], str(config.get("method", "?")), m["prompt_class"],
                                      m["concurrency"], acceptance, ratio, fit=fit, notes=notes))
     order = {name: i for i, name in enumerate(rig.get("modes") or {})}
-    classes = list(dict.fromkeys(m.get("prompt_class") for m in measurements))
+    classes = list(dict.fromkeys(m.get("prompt_class") for m in report.get("measurements") or []))
     windows.sort(key=lambda w: (w.concurrency, classes.index(w.prompt_class), order.get(w.mode, len(order)), w.mode))
-    return Advice(str(rig.get("name", "?")), source, str(reference), tuple(windows), tuple(skipped))
+    return Advice(str(rig.get("name", "?")), source, str(rig.get("reference_mode")), tuple(windows), tuple(skipped))
 
 
 def advise_file(path: Path | str, *, rig: str | None = None) -> Advice:
@@ -783,14 +804,28 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
             path = plot_seed(result, folder / "advice-seed.png")
         else:
             assert rig is not None and report is not None  # the parser asks for both
-            load_rig(rig, fixtures_dir)  # an unknown rig: exit 4 before the report is read
+            loaded = load_rig(rig, fixtures_dir)  # an unknown rig: exit 4 before the report is read
             folder = writable_folder(out or root / ".specgate" / "advice" / rig)
             advice = advise_file(report, rig=rig)
             print(advice_text(advice))
             path = plot_advice(advice, folder / "advice.png")
+            _write_schedules(advice, loaded, folder)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 4
     if path is not None:
         print(f"plot: {path}")
     return 0
+
+
+def _write_schedules(advice: Advice, rig: Any, folder: Path) -> None:
+    """Each speculative mode measured at two or more concurrencies: its schedule (specgate.advise.schedule),
+    printed and written for --specgate-advise-confirm."""
+    from specgate.advise.schedule import DEFAULT_MAX_BATCH, build_schedules, schedule_text, write_schedule
+
+    argv = [*rig.argv_prefix, *(a for extra in rig.mode_extra_args.values() for a in extra)]
+    seqs = argv.index("--max-num-seqs") + 1 if "--max-num-seqs" in argv[:-1] else None
+    max_batch = int(argv[seqs]) if seqs is not None and argv[seqs].isdigit() else DEFAULT_MAX_BATCH
+    configs = {m.name: m.speculative_config for m in rig.modes if m.speculative_config}
+    for schedule in build_schedules(advice.windows, configs, rig=advice.rig, max_batch=max_batch):
+        print(f"\n{schedule_text(schedule)}\nschedule: {write_schedule(schedule, folder, source=advice.source)}")

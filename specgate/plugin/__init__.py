@@ -35,7 +35,7 @@ from specgate.plugin.options import add_options
 from specgate.plugin.output import has_perf_work, render_saved_report, write_run_output, write_summary
 from specgate.plugin.parametrize import deselect_speculative_only, parametrize_perf_test
 
-pytest_plugins = ["specgate.plugin.fixtures"]
+pytest_plugins = ["specgate.plugin.fixtures", "specgate.plugin.confirm"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

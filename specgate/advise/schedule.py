@@ -1,0 +1,172 @@
+"""The speculation schedule (issue 64): the k to speculate with per batch-size range, for vLLM's
+``speculative_config.num_speculative_tokens_per_batch_size`` (vLLM #32374; a list of inclusive
+``[first, last, k]`` ranges, the first starting at 1, k clamped to ``num_speculative_tokens``, k = 0
+allowed: vllm/v1/spec_decode/dynamic/utils.py).
+
+From a run at several concurrencies (the rig's list), each concurrency stands for the batch sizes nearer
+it on a log scale (1 and 4: batch 1, and 2 up). At each, every k from 1 to the served K gets the
+advice's predicted ratio against no speculation (specgate.advise.advice: the fitted step cost where the
+run served two k of the drafter, else the k-independent cost, which picks the served k or none), the
+classes combined as a geometric mean, the interval's ends as the classes' ends (all classes low at once:
+conservative). The best k by the estimate wins; where no k's estimate beats no speculation, k = 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tabulate import tabulate
+
+from specgate.advise.spans import CONSTANT, FITTED, LINEAR, Span
+from specgate.files import atomic_write_json
+
+if TYPE_CHECKING:
+    from specgate.advise.advice import WindowAdvice
+
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+DEFAULT_MAX_BATCH = 1024  # the last range's end where the rig sets no --max-num-seqs (vLLM clamps it)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One concurrency's k: its batch sizes, every k's combined ratio, and each class's at the chosen k."""
+
+    concurrency: int
+    batch_sizes: tuple[int, int]
+    k: int  # 0: no speculation at these batch sizes
+    combined: dict[int, Span]  # k -> the classes' geometric mean of the predicted ratio
+    per_class: dict[str, Span]  # at the best k (the chosen one, or the best rejected one)
+    best: int  # the k of the highest combined estimate (k is it, or 0 where it does not beat 1)
+    measured: bool  # best is the served k: its ratio is measured, not predicted
+    linear_best: tuple[int, Span] | None = None  # where the cost is assumed: the best k under the other bound
+
+
+@dataclass(frozen=True)
+class Schedule:
+    rig: str
+    mode: str
+    model: str
+    served_k: int
+    static_config: dict[str, Any]
+    choices: tuple[Choice, ...]
+    classes: tuple[str, ...]
+    confidence: float
+
+    def ranges(self) -> list[list[int]]:
+        """[first, last, k] per range, neighbours of the same k merged."""
+        out: list[list[int]] = []
+        for c in self.choices:
+            if out and out[-1][2] == c.k:
+                out[-1][1] = c.batch_sizes[1]
+            else:
+                out.append([c.batch_sizes[0], c.batch_sizes[1], c.k])
+        return out
+
+    def speculative_config(self) -> dict[str, Any] | None:
+        """What to paste: the served config with the schedule and num_speculative_tokens its largest k;
+        None where k = 0 everywhere (no speculation at all)."""
+        top = max(c.k for c in self.choices)
+        if top == 0:
+            return None
+        return {**self.static_config, "num_speculative_tokens": top, SCHEDULE_KEY: self.ranges()}
+
+    def to_dict(self, source: str) -> dict[str, Any]:
+        def span(s: Span) -> list[float | None]:
+            return [s.value, s.low, s.high]
+
+        return {"specgate_schedule": 1, "rig": self.rig, "mode": self.mode, "source": source, "model": self.model,
+                "served_k": self.served_k, "confidence": self.confidence, "static_config": self.static_config,
+                "speculative_config": self.speculative_config(),
+                "ranges": [{"batch_sizes": list(c.batch_sizes), "concurrency": c.concurrency, "k": c.k,
+                            "best_k": c.best, "measured": c.measured, "ratio": span(c.combined[c.best]),
+                            "classes": {name: span(s) for name, s in c.per_class.items()}} for c in self.choices]}
+
+
+def batch_ranges(levels: Sequence[int], max_batch: int) -> list[tuple[int, int]]:
+    """Each concurrency's batch sizes: from the geometric middle with the one below (rounded up) to just
+    below the next one's; the first from 1, the last to ``max_batch``."""
+    starts = [1] + [math.ceil(math.sqrt(a * b)) for a, b in itertools.pairwise(levels)]
+    ends = [s - 1 for s in starts[1:]] + [max(max_batch, starts[-1])]
+    return list(zip(starts, ends, strict=True))
+
+
+def _combined(spans: Sequence[Span]) -> Span:
+    def geo(values: Sequence[float]) -> float:
+        return math.exp(math.fsum(math.log(v) for v in values) / len(values)) if all(v > 0 for v in values) else 0.0
+
+    return Span(geo([s.value or 0.0 for s in spans]), geo([s.low for s in spans]), geo([s.high for s in spans]))
+
+
+def _choice(level: int, batch: tuple[int, int], windows: Sequence[WindowAdvice], model: str) -> Choice:
+    big_k = min(w.served_k for w in windows)
+
+    def ratios(m: str, k: int) -> list[Span]:
+        return [w.rows[k - 1].predictions[m].ratio for w in windows]
+
+    combined = {k: _combined(ratios(model, k)) for k in range(1, big_k + 1)}
+    best = max(combined, key=lambda k: (combined[k].value or 0.0, -k))
+    linear = None
+    if model == CONSTANT:
+        spans = {k: _combined(ratios(LINEAR, k)) for k in range(1, big_k + 1)}
+        top = max(spans, key=lambda k: (spans[k].value or 0.0, -k))
+        linear = (top, spans[top]) if top != best else None
+    return Choice(level, batch, best if (combined[best].value or 0.0) > 1 else 0, combined,
+                  {w.prompt_class: w.rows[best - 1].predictions[model].ratio for w in windows}, best,
+                  windows[0].rows[best - 1].measured and all(w.served_k == best for w in windows), linear)
+
+
+def build_schedules(windows: Sequence[WindowAdvice], configs: dict[str, dict[str, Any]], *, rig: str,
+                    max_batch: int = DEFAULT_MAX_BATCH) -> list[Schedule]:
+    """One schedule per speculative mode measured at two or more concurrencies (a schedule of one
+    concurrency would say nothing a static k does not)."""
+    out = []
+    for mode in dict.fromkeys(w.mode for w in windows):
+        mine = [w for w in windows if w.mode == mode]
+        levels = sorted({w.concurrency for w in mine})
+        if len(levels) < 2:
+            continue
+        classes = tuple(dict.fromkeys(w.prompt_class for w in mine))
+        model = FITTED if all(FITTED in w.models for w in mine) else CONSTANT
+        choices = tuple(_choice(level, batch, [w for w in mine if w.concurrency == level], model)
+                        for level, batch in zip(levels, batch_ranges(levels, max_batch), strict=True))
+        config = {k: v for k, v in (configs.get(mode) or {}).items() if k != SCHEDULE_KEY}
+        out.append(Schedule(rig, mode, model, max(w.served_k for w in mine), config, choices, classes,
+                            min(w.confidence for w in mine)))
+    return out
+
+
+def schedule_text(s: Schedule) -> str:
+    rows = []
+    for c in s.choices:
+        ratio, (first, last) = c.combined[c.best], c.batch_sizes
+        rows.append([f"{first}" if first == last else f"{first}-{last}", f"c{c.concurrency}", str(c.k),
+                     f"k={c.best}: {ratio.text(2, 'x')} {'measured' if c.measured else 'predicted'}, {ratio.verdict}"])
+    per_class = [[name, *(f"k={c.best}: {c.per_class[name].text(2, 'x')}" for c in s.choices)] for name in s.classes]
+    config = s.speculative_config()
+    lines = [f"schedule for {s.mode} (served k={s.served_k}; {s.model}; {s.confidence * 100:g} % intervals): k = 0 "
+             "where no k's estimate beats no speculation",
+             tabulate(rows, headers=["batch sizes", "measured at", "k", "best k, classes combined (geometric mean)"],
+                      tablefmt="simple", disable_numparse=True),
+             tabulate(per_class, headers=["class", *(f"c{c.concurrency}" for c in s.choices)], tablefmt="simple",
+                      disable_numparse=True)]
+    for c in s.choices:
+        if c.linear_best is not None:
+            k, ratio = c.linear_best
+            lines.append(f"c{c.concurrency}: a {LINEAR} would pick k={k} ({ratio.text(2, 'x')}); a second served k "
+                         "of the drafter in the run settles it (a fit)")
+    lines.append("speculative_config to paste: " + (json.dumps(config) if config else
+                                                    "none (no k beats no speculation at any concurrency)"))
+    return "\n".join(lines)
+
+
+def write_schedule(s: Schedule, folder: Path, *, source: str) -> Path:
+    """``<folder>/schedule-<mode>.json``: what --specgate-advise-confirm serves."""
+    path = folder / f"schedule-{s.mode}.json"
+    atomic_write_json(path, s.to_dict(source))
+    return path

@@ -1,0 +1,42 @@
+"""What the advice's numbers are: an estimate with its interval (:class:`Span`), and the step-cost models
+it is predicted under (specgate.advise.advice's docstring, docs/advice.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+CONSTANT = "k-independent cost"
+LINEAR = "cost linear from k=0"
+FITTED = "fitted cost c0 + s*k"
+BOUNDS = (CONSTANT, LINEAR)
+SHORT = {CONSTANT: "const", LINEAR: "linear", FITTED: "fit"}  # the tables' column names
+
+
+@dataclass(frozen=True)
+class Span:
+    """An estimate with its interval; ``value`` None where only a range is known (the seed's figures)."""
+
+    value: float | None
+    low: float
+    high: float
+
+    def scaled(self, f: Callable[[float], float]) -> Span:
+        """``f`` applied to every figure (f increasing)."""
+        return Span(None if self.value is None else f(self.value), f(self.low), f(self.high))
+
+    @property
+    def verdict(self) -> str:
+        """Against no speculation (a ratio of 1): "faster" or "slower" when the whole interval is on one
+        side, else "undecided"."""
+        return "faster" if self.low > 1 else "slower" if self.high < 1 else "undecided"
+
+    def text(self, digits: int = 2, suffix: str = "") -> str:
+        def num(v: float) -> str:
+            return "inf" if math.isinf(v) else f"{v:.{digits}f}"
+
+        span = num(self.low) if num(self.low) == num(self.high) else f"{num(self.low)}-{num(self.high)}"
+        if self.value is None:
+            return f"{span}{suffix}"
+        return f"{num(self.value)}{suffix}" + ("" if num(self.low) == num(self.high) else f" ({span})")
