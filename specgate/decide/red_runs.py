@@ -1,0 +1,278 @@
+"""A session's chance of going red with nothing changed (an A/A), before any server starts.
+
+A run goes red when a gate that can fail it FAILS, or ends in an outcome that fails it: an undecided
+gate that gates (``gating = "gate"``, or ``auto`` where chosen), or an outcome the policy fails
+(``[gates] undecided``: not stored, other machine, undecided). The family's Bonferroni bound
+(specgate.decide.outcome.Family) counts FAILs only; here each gate's whole chance of a red A/A is
+computed by the gate's own rule, for the rig as configured, at the confidence the gate will decide at:
+
+- a stored history of n starts (levels, or duet ratios; specgate.decide.history): a new start's log
+  ratio x to the history's mean against the prediction interval t x s x sqrt(1 + 1/n). Under the
+  gate's own model x / (s sqrt(1 + 1/n)) is Student's t at n - 1 df, so the chance that the interval
+  reaches the threshold (undecided) or lies below it (FAIL) is a t probability: 3 starts at a 0.5 %
+  spread and a 3 % tolerance cannot pass at 99 % two-sided (t(2) = 9.92: a half-width of 5.7 %);
+- a live A/B: the start pair's offset (``start_pair_spread``) and the window's own noise (from the
+  stored window's repeats where there is one; else not counted) against the interval the gate builds
+  from them, the folded-in spread with z or t of its start pairs; with follow-up rounds, two looks at
+  the repeated intervals' coverage (a seeded simulation of the gate's normal model). At 0.038 and a
+  3 % tolerance the interval's folded-in part alone is wider than the tolerance: red almost always;
+- fewer than 3 stored starts: the stored window's samples against this one's, with the rig's
+  ``start_noise`` for the two starts; nothing stored, or another machine's figures: red where the
+  outcome policy fails that outcome;
+- the acceptance gate of an A/B (per request: identical builds accept identical tokens), TTFT and
+  lossless: no chance of their own in an A/A beyond what the window's noise, not counted, adds; a
+  backfire is modelled from the stored ratio to no speculation where one is stored (a mode at break-even
+  is undecided in most runs).
+
+The session's bound is the sum over its gates (a union bound: at most that, whatever ties the gates).
+``gating = auto`` chooses the gates that gate so that the bound is at most AUTO_RED_BOUND: the gates
+with the smallest chance first, at the family's confidence for that many (:func:`choose_auto`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from specgate.decide.history import StartHistory
+from specgate.decide.outcome import Family, family
+from specgate.decide.paired import repeated_coverage, spread_quantile
+from specgate.store.baselines import lookup
+
+if TYPE_CHECKING:
+    from specgate.decide.settings import WindowSettings
+
+GateTest = tuple[str, str, str, int]  # gate, mode, prompt class, concurrency
+AUTO_RED_BOUND = 0.05  # gating = auto keeps a red A/A at most this likely
+HL_EFFICIENCY = 3 / math.pi  # the Hodges-Lehmann estimate's variance is the mean's / this on normal data
+SIMULATED = 4000  # A/A sessions a two-look A/B is simulated over (seeded)
+_N = NormalDist()
+
+
+@dataclass(frozen=True)
+class GateRisk:
+    """One gate test's chance, in an A/A, of a FAIL and of ending undecided (or with nothing to decide
+    on: ``undecided_outcome`` says which), and how it was had."""
+
+    test: GateTest
+    fail: float
+    undecided: float
+    how: str
+    undecided_outcome: str = "undecided"  # the outcome policy key of the chance in ``undecided``
+
+    def red(self, gating: str | None, policy: Mapping[str, str]) -> float:
+        """The chance it turns the run red under ``gating`` ("gate", "report", None: the outcome policy)."""
+        if gating == "report":
+            return 0.0
+        fails_run = (gating == "gate" and self.undecided_outcome == "undecided") or \
+            policy.get(self.undecided_outcome, "skip") == "fail"
+        return min(1.0, self.fail + (self.undecided if fails_run else 0.0))
+
+
+@dataclass(frozen=True)
+class RedRuns:
+    """The session's gates, each with its chance of turning an A/A red, and the bound over them."""
+
+    gates: tuple[tuple[GateRisk, str | None, float], ...]  # (risk, gating, its red chance)
+    family: Family
+
+    @property
+    def bound(self) -> float:
+        return min(1.0, sum(red for _, _, red in self.gates))
+
+    @property
+    def fail_bound(self) -> float:
+        return min(1.0, sum(min(risk.fail, red) for risk, _, red in self.gates))
+
+    def to_dict(self) -> dict[str, Any]:
+        counted = sorted((g for g in self.gates if g[2] > 0), key=lambda g: -g[2])
+        return {"bound": self.bound, "fail_bound": self.fail_bound, "gates_counted": len(counted),
+                "confidence": self.family.confidence, "limit": AUTO_RED_BOUND,
+                "largest": [{"gate": r.test[0], "mode": r.test[1], "prompt_class": r.test[2],
+                             "concurrency": r.test[3], "red": red, "fail": r.fail, "how": r.how, "gating": gating}
+                            for r, gating, red in counted[:5]]}
+
+
+def _t_cdf(x: float, dof: int) -> float:
+    from scipy.special import stdtr  # here only: scipy stays off the plugin's import path
+
+    return float(stdtr(dof, x))
+
+
+def history_risk(test: GateTest, history: StartHistory, tolerance: float, confidence: float, what: str) -> GateRisk:
+    """A new start against a stored history's prediction interval (module doc)."""
+    scale = history.log_sd * math.sqrt(1 + 1 / history.starts)
+    q = spread_quantile(confidence, history.dof)
+    line = math.log1p(-tolerance)
+    if scale <= 0:
+        return GateRisk(test, 0.0, 0.0, f"{history.starts} {what}, no spread between them")
+    fail = _t_cdf(line / scale - q, history.dof)
+    red = _t_cdf(line / scale + q, history.dof)
+    return GateRisk(test, fail, red - fail, f"{history.starts} {what} at a spread of {history.log_sd * 100:.2f} %: "
+                    f"prediction interval ±{math.expm1(q * scale) * 100:.2f} % (t, {history.dof} df = {q:.2f})")
+
+
+def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, line: float, how: str) -> GateRisk:
+    """An estimate N(0, offset_sd^2 + noise_se^2) decided against ``line`` (log units) with a half-width
+    ``half``: FAIL below line - half, undecided up to line + half."""
+    sd = math.hypot(offset_sd, noise_se)
+    if sd <= 0:
+        return GateRisk(test, 0.0, 0.0 if half < -line else 1.0, how)
+    fail, red = _N.cdf((line - half) / sd), _N.cdf((line + half) / sd)
+    return GateRisk(test, fail, red - fail, how)
+
+
+@cache
+def two_looks(offset_sd: float, pair_sd: float, first: int, extra: int, fold: float, line: float,
+              confidence: float) -> tuple[float, float]:
+    """(FAIL, undecided) of an A/B window looked at twice (follow-up rounds), by the gate's normal model:
+    a start-pair offset shared by both looks, the pairs' noise, each look's interval at the repeated
+    intervals' coverage plus the folded-in spread ``fold``. Seeded: the same figures every time."""
+    rng = np.random.default_rng(62)
+    per_look = repeated_coverage(confidence, first / (first + extra))
+    q = _N.inv_cdf(0.5 + per_look / 2) / math.sqrt(HL_EFFICIENCY)
+    offset = rng.normal(0.0, offset_sd, SIMULATED)
+    one = rng.normal(0.0, pair_sd / math.sqrt(first), SIMULATED)
+    more = rng.normal(0.0, pair_sd / math.sqrt(extra), SIMULATED)
+    looks = [(offset + one, q * pair_sd / math.sqrt(first) + fold),
+             (offset + (first * one + extra * more) / (first + extra), q * pair_sd / math.sqrt(first + extra) + fold)]
+    (e1, h1), (e2, h2) = looks
+    open1 = (e1 + h1 >= line) & (e1 - h1 <= line)
+    fail = (e1 + h1 < line) | (open1 & (e2 + h2 < line))
+    undecided = open1 & (e2 + h2 >= line) & (e2 - h2 <= line)
+    return float(fail.mean()), float(undecided.mean())
+
+
+def pair_spread(entry: Any) -> float | None:
+    """The SD of one pair's log ratio a window of this entry's requests would show: its repeats' spread
+    around their prompt's mean (log tok/s), times sqrt(2) for two sides; None without repeats."""
+    keys = entry.sample_keys or []
+    groups: dict[str, list[float]] = {}
+    for key, value in zip(keys, entry.decode_tokens_per_s):
+        if value > 0:
+            groups.setdefault(key.rsplit("#", 1)[0], []).append(math.log(value))
+    dof = sum(len(v) - 1 for v in groups.values())
+    if dof < 2:
+        return None
+    squares = sum((x - sum(v) / len(v)) ** 2 for v in groups.values() for x in v)
+    return math.sqrt(2 * squares / dof)
+
+
+def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int, extra: int) -> GateRisk:
+    """A live A/B throughput gate (module doc); ``pairs`` at the first look, ``extra`` more in its follow-up."""
+    gates = window.thresholds
+    offset = math.log1p(gates.start_pair_spread)
+    fold = spread_quantile(window.confidence, gates.start_pair_dof) * offset
+    line = math.log1p(-window.ab_tolerance)
+    noise = pair_spread(stored) if stored is not None else None
+    how = (f"start-pair spread {gates.start_pair_spread * 100:g} % folded in (±{math.expm1(fold) * 100:.1f} %)"
+           if offset else "no start-pair spread stated")
+    how += "; window noise from the stored window's repeats" if noise else "; window noise not known (not counted)"
+    if noise and extra:
+        fail, undecided = two_looks(offset, noise, pairs, extra, fold, line, window.confidence)
+        return GateRisk(test, fail, undecided, how + f"; two looks ({pairs} + {extra} pairs), simulated")
+    se = (noise or 0.0) / math.sqrt(pairs * HL_EFFICIENCY)
+    return normal_risk(test, offset, se, fold + spread_quantile(window.confidence) * se, line, how)
+
+
+def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str | None, *, pairs: int,
+              extra: int) -> GateRisk:
+    """One gate test's chance of a red A/A by its own rule (module doc), at ``window``'s confidence."""
+    gate, mode, prompt_class, concurrency = test
+    rig = window.rig
+    if gate == "lossless" or (gate == "acceptance" and window.comparing == "ab"):
+        return GateRisk(test, 0.0, 0.0, "identical builds: the same outputs and accepted tokens")
+    if gate == "ttft":
+        return GateRisk(test, 0.0, 0.0, "live reference: window noise not known (not counted)")
+    if gate == "throughput" and window.comparing == "ab":
+        return ab_risk(test, window, lookup(store, rig, mode, prompt_class, concurrency) if store else None,
+                       pairs, extra)
+    if gate == "backfire":
+        return backfire_risk(test, window, store)
+    entry = lookup(store, rig, mode, prompt_class, concurrency, machine=machine) if store is not None else None
+    if entry is None:
+        anyone = lookup(store, rig, mode, prompt_class, concurrency) if store is not None else None
+        kind = "other_machine" if anyone is not None else "not_stored"
+        return GateRisk(test, 0.0, 1.0, kind.replace("_", " "), undecided_outcome=kind)
+    if gate == "acceptance":
+        return GateRisk(test, 0.0, 0.0, "stored counters: not modelled")
+    ratio = entry.ratio_to_reference is not None and window.comparing == "duet" and mode != window.reference_mode
+    history = StartHistory(tuple(entry.ratio_history if ratio else entry.level_history))
+    tolerance = window.tolerance_for(ratio)
+    if history.usable:
+        return history_risk(test, history, tolerance, window.confidence, "stored ratios" if ratio else "stored starts")
+    noise = pair_spread(entry) or 0.0
+    start = math.sqrt(2) * math.log1p(window.thresholds.start_noise)
+    se = noise / math.sqrt(pairs * HL_EFFICIENCY)
+    half = spread_quantile(window.confidence) * (se + start)
+    return normal_risk(test, start, se, half, math.log1p(-tolerance),
+                       f"{history.starts} stored start(s): start noise {window.thresholds.start_noise * 100:g} %")
+
+
+def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRisk:
+    """The backfire gate against min_speedup, from the stored ratio to no speculation and its interval."""
+    if window.declared_backfire is not None:
+        return GateRisk(test, 0.0, 0.0, "a declared backfire never fails the run")
+    entry = lookup(store, window.rig, *test[1:]) if store is not None else None
+    stored = entry.ratio_to_reference if entry is not None else None
+    if stored is None or not stored.ci_low or not stored.ci_high:
+        return GateRisk(test, 0.0, 0.0, "no stored ratio to no speculation: not modelled")
+    se = math.log(stored.ci_high / stored.ci_low) / 2 / spread_quantile(0.95)
+    half = spread_quantile(window.confidence) * se
+    shifted = math.log(window.thresholds.min_speedup) - math.log(stored.ratio)
+    return normal_risk(test, 0.0, se, half, shifted, f"stored ratio {stored.ratio:.3f} to no speculation")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What ``gating = auto`` chose: the gating of each auto gate, why, the family and the red runs."""
+
+    gating: dict[GateTest, tuple[str, str]]
+    red_runs: RedRuns
+
+
+def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | None],
+                risk_at: Callable[[GateTest, float], GateRisk], counts: Callable[[GateTest], bool], *,
+                confidence: float, controlled: float | None, policy: Mapping[str, str],
+                limit: float = AUTO_RED_BOUND) -> Choice:
+    """The gating that keeps a red A/A at most ``limit``: the fixed gates as set, then the auto gates
+    with the smallest chance first, as many as fit at the family's confidence for that many.
+    ``counts``: the test is one of the family's (an interval that can fail the run)."""
+    auto = [t for t in tests if setting(t) == "auto"]
+    fixed = [t for t in tests if setting(t) != "auto"]
+    counted_fixed = sum(1 for t in fixed if counts(t) and setting(t) != "report")
+    free = [t for t in auto if not counts(t)]  # lossless, a declared backfire: not in the family
+    ranked = [t for t in auto if counts(t)]
+
+    def with_gates(k: int) -> Choice:
+        fam = family(confidence, controlled, counted_fixed + k)
+        risks = {t: risk_at(t, fam.confidence) for t in tests}
+        chosen = set(sorted(ranked, key=lambda t: risks[t].red("gate", policy))[:k])
+        chosen |= {t for t in free if risks[t].red("gate", policy) == 0}
+        gating = {t: ("gate" if t in chosen else "report") for t in auto}
+        rows = tuple((risks[t], g, risks[t].red(g, policy)) for t in tests
+                     for g in [gating.get(t, setting(t) if setting(t) != "auto" else None)])
+        return Choice({t: (gating[t], _why(risks[t], gating[t], fam)) for t in auto}, RedRuns(rows, fam))
+
+    # the most auto gates that keep the bound within the limit (it grows with their number: bisected)
+    low, high, best = 0, len(ranked), with_gates(0)
+    while low < high:
+        middle = (low + high + 1) // 2
+        tried = with_gates(middle)
+        if tried.red_runs.bound <= limit:
+            low, best = middle, tried
+        else:
+            high = middle - 1
+    return best
+
+
+def _why(risk: GateRisk, gating: str, fam: Family) -> str:
+    chance = risk.red("gate", {})
+    head = f"a red A/A {chance * 100:.2g} % of the time at {fam.confidence * 100:.4g} %"
+    return f"{head} ({risk.how})" if gating == "gate" else f"reported only: {head} ({risk.how})"
