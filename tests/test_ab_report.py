@@ -37,9 +37,11 @@ def _entries(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _verdict_lines(text: str) -> list[str]:
-    """The verdict table's rows, as printed (after its title, header and rule)."""
+    """The verdict table's rows, as printed (after its title, header and rule); a cell wrapped onto
+    the next lines (the terminal's table is at most 120 columns) joined to its row."""
     lines = text[text.index("verdicts, one row per gate"):].split("\n\n", 1)[0].splitlines()
-    return lines[3:] if lines[2].startswith(("-", "|")) else lines[2:]
+    rows = lines[lines.index(next(line for line in lines if line.startswith(("---", "|---")))) + 1:]
+    return [row for row in "\n".join(rows).replace("\n ", " ").splitlines()]
 
 
 @pytest.mark.parametrize("path", [GPU_AB, PASSING_AB, AB_WITH_TTFT], ids=["gpu-ab", "passing-ab", "ab-ttft"])
@@ -61,16 +63,20 @@ def test_a_recorded_ab_prints_every_gates_ratio_and_interval(path: Path, capsys,
         assert c.against == "reference side"
         for cell in (c.mode, c.gate, c.ratio_text, c.threshold_text, c.n, c.outcome_text):
             assert cell in line, (cell, line)
-        if c.gate == "throughput":  # both sides' figures
-            assert re.search(r"\d+\.\d tok/s\s+\d+\.\d tok/s", line), line
+        assert len(line) <= 120 or "\n" not in line
+    for c, line in zip(gate_comparisons(report), _verdict_lines(render_markdown(report)), strict=True):
+        if c.gate == "throughput":  # both sides' figures, in summary.md (the terminal's speed table has them)
+            assert re.search(r"\d+\.\d tok/s +\| \d+\.\d tok/s", line), line
 
 
 def test_a_passing_ab_shows_its_comparison() -> None:
     """The complaint: a passing A/B showed the candidate's tok/s and "pass" only."""
     text = render_text(read_saved_report(PASSING_AB))
     (row,) = _verdict_lines(text)
-    assert re.search(r"eagle3\s+coding\s+1\s+throughput\s+reference side\s+31\.6 tok/s\s+32\.8 tok/s\s+"
+    assert re.search(r"eagle3\s+coding\s+1\s+throughput\s+reference side\s+"
                      r"1\.013 \(0\.942-1\.065\)\s+< 0\.90\s+12 pairs\s+PASS \(not slower\)", row), row
+    (md_row,) = _verdict_lines(render_markdown(read_saved_report(PASSING_AB)))
+    assert re.search(r"\| 31\.6 tok/s +\| 32\.8 tok/s +\|", md_row), md_row
 
 
 def test_the_gpu_ab_of_an_older_report_reads_its_undecided_gate_from_the_message() -> None:
@@ -89,10 +95,11 @@ def test_the_gpu_ab_of_an_older_report_reads_its_undecided_gate_from_the_message
 
 def test_terminal_and_summary_md_show_one_table() -> None:
     report = read_saved_report(AB_WITH_TTFT)
-    terminal = [line.split() for line in _verdict_lines(render_text(report))]
+    terminal = [sorted(line.split()) for line in _verdict_lines(render_text(report))]
     markdown = render_markdown(report)
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in _verdict_lines(markdown)]
-    assert [" ".join(row).split() for row in cells] == terminal
+    # the terminal's table leaves both sides' figures to its speed table
+    assert [sorted(" ".join(row[:5] + row[7:]).split()) for row in cells] == terminal
     assert "[report.html](report.html)" in markdown
     passing = [row for row in cells if row[-1].startswith("PASS")]
     assert passing and all(re.match(r"\d\.\d{3} \(\d\.\d{3}-\d\.\d{3}\)$", row[7]) for row in passing)

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.decide.breakeven import break_even, from_report
+from specgate.report.verdicts import breakeven_line
 
 pytestmark = pytest.mark.fast
 
@@ -31,7 +32,8 @@ def test_speculation_pays_iff_al_exceeds_the_step_cost(al, spec, plain):
 def test_ranges_straddling_break_even_say_so():
     d = break_even("eagle", acceptance_length=(2.0, 2.2), spec_tokens_per_s=(40.0, 60.0), plain_tokens_per_s=50.0)
     assert d.verdict == "break-even"
-    assert d.line() == "eagle's step costs 1.7-2.8 plain steps; it needs AL above that; it reached 2.00-2.20"
+    assert breakeven_line(d.to_dict()) == ("eagle's step costs 1.7-2.8 plain steps; it needs AL above that; it reached "
+                                           "2.00-2.20")
     with pytest.raises(ValueError, match="positive ranges"):
         break_even("x", acceptance_length=(3.0, 2.0), spec_tokens_per_s=1.0, plain_tokens_per_s=1.0)
 
@@ -61,10 +63,10 @@ def test_rows_from_a_report_and_their_rendering():
     assert row["step_cost"] == pytest.approx([3.0, 3.0])
     assert row["speedup_at_full_acceptance"] == pytest.approx([2.0, 2.0])  # AL 6 / c 3
     line = "ngram's step costs 3.0 plain steps; it needs AL above that; it reached 2.00"
-    assert row["line"] == line
-    text = render_text(REPORT)
-    assert "break-even (step cost c = AL x no-spec tok/s / spec tok/s" in text and line in text
-    assert f"| {line} |" in render_markdown(REPORT)  # summary.md
+    assert breakeven_line(row) == line
+    text = render_text(REPORT)  # the terminal's table has the figures, summary.md the diagnosis too
+    assert "break-even: step cost c = AL x no-spec tok/s / spec tok/s" in text and "backfires" in text
+    assert f"| {line} |" in render_markdown(REPORT)
 
 
 def test_report_json_carries_the_break_even_rows(tmp_path):
@@ -98,4 +100,4 @@ def test_report_json_carries_the_break_even_rows(tmp_path):
     assert row["acceptance_length"] == pytest.approx([3.0, 3.0])
     assert row["step_cost"] == pytest.approx([2.0, 2.0])  # 3 x 30 / 45
     assert row["verdict"] == "pays"
-    assert row["line"] == "ngram's step costs 2.0 plain steps; it needs AL above that; it reached 3.00"
+    assert breakeven_line(row) == "ngram's step costs 2.0 plain steps; it needs AL above that; it reached 3.00"

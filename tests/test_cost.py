@@ -48,8 +48,7 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
         "--specgate-session-budget=1", f"--specgate-run-dir={run_dir}", "-rs")
     out = result.stdout.str()
     result.assert_outcomes(skipped=6)  # 5 ngram gates, no_spec's throughput: no server started
-    assert "backfire gate undecided (not run): ngram on coding (concurrency 1) not run: the session's time budget" \
-        in out
+    assert "ngram coding c1 backfire: the session's time budget (1s) has 0s left; its window needs ~" in out
     assert "(with the start of no_spec, ngram)" in out  # the first window would start both servers
     report = json.loads((run_dir / "report.json").read_text())
     assert report["measurements"] == [] and report["servers"] == {}
@@ -57,7 +56,7 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
     assert not_run == [("acceptance", "ngram"), ("backfire", "ngram"), ("lossless", "ngram"),
                        ("throughput", "ngram"), ("throughput", "no_spec"), ("ttft", "ngram")]
     # the summary (report.json's, merged across xdist workers) lists each with its reason, and counts them
-    assert "NOT RUN backfire [ngram-coding-c1]: " in out
+    assert "NOT RUN ngram coding c1 backfire: the session's time budget (1s)" in out
     assert "DECIDED NOTHING: 6 gate(s): 6 not run (skipped)" in out
 
 
@@ -135,7 +134,7 @@ def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_wh
     clock.now += starts + 2 * coding
     left = 800 - (starts + 2 * coding)
     assert left < 2 * extraction
-    with pytest.raises(pytest.skip.Exception, match=r"backfire gate undecided \(not run\): ngram on extraction"):
+    with pytest.raises(pytest.skip.Exception, match=r"^ngram extraction c1 backfire: .* \[not run\]$"):
         check_budget(_item(session, "backfire", "ngram", "extraction", stash), session, clock=clock)
     assert [(u["gate"], u["prompt_class"], u["kind"]) for u in session.undecided] == [
         ("backfire", "extraction", "not run")]

@@ -5,6 +5,7 @@ software (vLLM, torch, CUDA) and the machine (CPU model, GPU name/count); ``comp
 what a difference means. Old entries without the new fields still load and still gate."""
 
 import inspect
+import json
 import textwrap
 from pathlib import Path
 
@@ -192,19 +193,20 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
     result = gate_project.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::UserWarning", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
     out = result.stdout.str()
-    # other prompts: undecided (skipped, never passed or failed), naming the prompt and the refresh
-    assert "FINGERPRINT throughput [no_spec-coding-c1]: the stored entry of rig cpu-smollm2 / mode no_spec / class " \
-           "coding / concurrency 1 was measured on other prompts or with another protocol" in out
-    assert "prompts of class coding: text of" in out
+    # other prompts: undecided (skipped, never passed or failed); the terminal's line says so, the report
+    # (summary.md) names the prompt and the refresh
+    assert "FINGERPRINT no_spec coding c1 throughput: stored figures of other prompts or another protocol" in out
+    report = json.loads(next((gate_project.path / ".specgate" / "runs").glob("*/report.json")).read_text())
+    said = " ".join(u["message"] for u in report["undecided"])
+    assert "prompts of class coding: text of" in said
     assert ("refresh it with: pytest -m cpu --specgate-rig cpu-smollm2 --specgate-update-baselines "
-            "-k 'no_spec-coding-c1'") in out
+            "-k 'no_spec-coding-c1'") in said
     # another machine: undecided (a level from another CPU says nothing here), reported in the summary
-    assert "the stored entry of rig cpu-smollm2 / mode no_spec / class math / concurrency 1 was measured on another " \
-           "machine: accelerator: stored 'Intel Xeon', now 'AMD EPYC'; cpu_model: stored 'Intel Xeon', " \
-           "now 'AMD EPYC'; not compared" in out
+    assert "the stored entry was measured on another machine: accelerator: stored 'Intel Xeon', now 'AMD EPYC'; " \
+           "cpu_model: stored 'Intel Xeon', now 'AMD EPYC'; not compared" in said
+    assert "OTHER MACHINE no_spec math c1 throughput: stored figures of another machine: not compared" in out
     # a run twice as fast as the stored figure: reported with the command that refreshes it
     assert "STALE FIGURES [no_spec-extraction-c1]: this run's median 30.0 tok/s is 2.00x the stored 15.0" in out
-    assert "throughput gate undecided" in out
 
 
 def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
@@ -222,8 +224,8 @@ def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
         m, now.model_copy(update={"accelerator": "Intel Xeon", "cpu_model": "Intel Xeon"}))})
     session.fingerprints["no_spec"] = now
 
-    with pytest.raises(pytest.fail.Exception, match=r"another machine: accelerator: stored 'Intel Xeon'.*"
-                                                    r"\(--specgate-strict-fingerprint\)"):
+    with pytest.raises(pytest.fail.Exception, match=r"^no_spec math c1 throughput: refused \(--specgate-strict-"
+                                                    r"fingerprint\): the stored entry was measured on another machine"):
         GateKeeper(session).throughput(m)
     # a failed gate in the summary, not one that decided nothing
     assert session.undecided == []

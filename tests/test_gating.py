@@ -14,13 +14,14 @@ from standins import gate_settings, window_side
 
 from specgate.config.rig import AB, Gates, load_rig
 from specgate.decide.gates import ab_throughput
-from specgate.decide.outcome import Outcome, family, gating_lines, outcome_text, parse_gating, pytest_action
+from specgate.decide.outcome import Outcome, family, parse_gating, pytest_action
 from specgate.decide.settings import can_decide, resolve_gating, window_settings
 from specgate.errors import ConfigError
 from specgate.measure.client import RequestRecord
 from specgate.measure.protocol import ClassMeasurement
 from specgate.plugin.session import SessionOptions, SpecgateSession
 from specgate.report.terminal import render_markdown, settings_lines, start_order_lines
+from specgate.report.verdicts import family_text, gating_lines, pytest_text
 from specgate.store.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry, StoredStart
 
 pytestmark = pytest.mark.fast
@@ -82,8 +83,9 @@ def test_report_never_fails_the_run_gate_fails_an_undecided_one(outcome):
 
 
 def test_the_test_report_says_why_a_gate_did_or_did_not_fail_the_run():
-    assert "reported only" in outcome_text("throughput", Outcome.FAIL, "m", gating="report")
-    assert "this gate gates it and is still undecided" in outcome_text("ttft", Outcome.UNDECIDED, "m", gating="gate")
+    entry = {"gate": "ttft", "mode": "ngram", "prompt_class": "coding", "concurrency": 1, "message": "m"}
+    assert pytest_text(entry, Outcome.FAIL, gating="report").endswith("[FAILED, reported only: cannot decide here]")
+    assert pytest_text(entry, Outcome.UNDECIDED, gating="gate").endswith("[undecided; gates the run: fails it]")
 
 
 def _ab_rig():
@@ -150,8 +152,8 @@ def test_under_auto_an_undecided_live_gate_fails_the_run_a_stored_one_is_reporte
                                 f"--specgate-run-dir={run_dir}", "-rA")
     result.assert_outcomes(failed=1, skipped=1)
     out = result.stdout.str()
-    assert "backfire gate undecided [fails the run: this gate gates it and is still undecided" in out
-    assert "throughput gate UNDECIDED, reported only" in out
+    assert "ngram coding c1 backfire: backfire: interval across [undecided; gates the run: fails it]" in out
+    assert "throughput: interval across [UNDECIDED, reported only: cannot decide here]" in out
     assert "GATED THE RUN: 1 gate(s): backfire x1 (a live no-speculation reference in the same session)" in out
     assert "REPORTED ONLY (never fail the run): 1 gate(s): throughput x1 (no stored history of this machine)" in out
     report = json.loads((run_dir / "report.json").read_text())
@@ -166,12 +168,12 @@ def test_under_auto_an_undecided_live_gate_fails_the_run_a_stored_one_is_reporte
 def test_the_family_is_held_at_its_bound_or_its_bound_is_stated():
     loose = family(0.95, None, 36)
     assert loose.per_gate == pytest.approx(0.025) and loose.bound == pytest.approx(0.9)
-    assert "at most 90 % (Bonferroni, not controlled" in loose.text()
+    assert "at most 90 % (Bonferroni, not controlled" in family_text(loose)
     held = family(0.95, 0.05, 36)
     assert held.bound == pytest.approx(0.05) and held.confidence == pytest.approx(1 - 0.1 / 36)
-    assert "at most 5 % (Bonferroni; [gates] family_false_alarm = 0.05)" in held.text()
+    assert "at most 5 % (Bonferroni; [gates] family_false_alarm = 0.05)" in family_text(held)
     assert family(0.95, 0.05, 1).confidence == 0.95  # never below the rig's own confidence
-    assert "no gate of this run can fail it" in family(0.95, 0.05, 0).text()
+    assert "no gate of this run can fail it" in family_text(family(0.95, 0.05, 0))
 
 
 def test_the_session_counts_the_gates_that_gate_and_every_later_interval_uses_their_confidence(tmp_path):
@@ -368,5 +370,5 @@ def test_under_auto_the_red_rate_is_held_by_default_and_the_undecided_part_is_st
     assert report["family"]["family_false_alarm"] == 0.05 and report["family"]["bound"] == pytest.approx(0.05)
     assert report["family"]["undecided_red"] is True
     text = " ".join(gating_lines(report))
-    assert "a false FAIL anywhere in the session at most 5 %" in text
+    assert "; in the session at most 5 % (Bonferroni" in text
     assert "stays undecided after its follow-up rounds turns it red as well" in text

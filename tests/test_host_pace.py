@@ -105,10 +105,11 @@ def test_the_run_lists_it_as_other_host_pace_not_as_inconclusive(rig, stored_j2,
     session = SpecgateSession(SessionOptions(rig_name=rig.name, fixtures_dir=ROOT / "fixtures",
                                              baselines_path=tmp_path / "b.json", run_dir=tmp_path, repo_root=ROOT))
     with pytest.raises(pytest.skip.Exception,
-                       match=r"throughput gate undecided \(other machine\): draft1l_al30_async on coding"):
+                       match=r"^draft1l_al30_async coding c1 throughput: host at 1\.87x the stored figures' CPU "
+                             r"canary time \(47\.5 vs 25\.4 us\): not compared \[other machine\]$"):
         window = _window("J1", 47.5)
         GateKeeper(session)._finish(check_throughput(gate_settings(rig, window), window, stored_j2))
     recorded = session.undecided
     assert [(u["kind"], u["outcome"]) for u in recorded] == [(HOST_PACE, "other machine")]
     *_, line = failed_gate_lines({"gates": [], "undecided": recorded})
-    assert line.startswith("OTHER HOST PACE throughput [draft1l_al30_async-coding-c1]: draft1l_al30_async on coding")
+    assert line.startswith("OTHER HOST PACE draft1l_al30_async coding c1 throughput: host at 1.87x the stored")

@@ -15,14 +15,13 @@ from specgate.decide.outcome import (
     OUTCOME_KINDS,
     STORING,
     Outcome,
-    gating_lines,
     outcome_of_kind,
-    outcome_text,
     parse_assignments,
     parse_gating,
     parse_policy,
     pytest_action,
 )
+from specgate.report.verdicts import gating_lines, pytest_text
 
 pytestmark = pytest.mark.fast
 
@@ -125,11 +124,13 @@ def test_the_assignments_keep_their_keys_as_written_unless_told_to_normalize():
 
 def test_the_test_reports_line_names_what_decided_the_run():
     # a gate that decided nothing and failed the run by the policy names the policy's key
-    assert "the policy for 'not_stored' is 'fail'" in outcome_text("throughput", Outcome.NOT_STORED, "m", None)
-    assert "fails the run" not in outcome_text("throughput", Outcome.OTHER_MACHINE, "m", None)
-    assert outcome_text("backfire", Outcome.PASS, "1.5x no speculation", None) == "1.5x no speculation"
-    assert outcome_text("backfire", Outcome.DECLARED_BACKFIRE, "m", None).startswith("declared backfire")
-    assert "never fails the run" in outcome_text("backfire", Outcome.UNDECIDED, "m", ALL_FAIL, declared=True)
+    entry = {"gate": "backfire", "mode": "ngram", "prompt_class": "coding", "concurrency": 1, "message": "m"}
+    assert pytest_text(entry, Outcome.NOT_STORED).endswith(" [fails the run: not_stored = fail]")
+    assert "fails the run" not in pytest_text(entry, Outcome.OTHER_MACHINE)
+    passed = {**entry, "message": "1.5x no speculation"}
+    assert pytest_text(passed, Outcome.PASS) == "ngram coding c1 backfire: 1.5x no speculation"
+    assert pytest_text(entry, Outcome.DECLARED_BACKFIRE).endswith(" [declared backfire: never fails the run]")
+    assert "never fails the run" in pytest_text(entry, Outcome.UNDECIDED, ALL_FAIL, declared=True)
 
 
 def test_the_summary_counts_the_gates_that_gated_and_those_reported_only():

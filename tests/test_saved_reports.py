@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,26 @@ IN_FULL = ["docs/evidence/lab/2026-12-01-h200-draft4l/ab/report.json.gz",
            "docs/evidence/lab/2026-12-04-h200-history/replay-02.report.json.gz"]
 
 
+# The terminal's widths (issue 61): a line a person reads in one breath, a table a terminal shows whole.
+LINE_WIDTH, TABLE_WIDTH = 160, 120
+RECORDED = sorted(ROOT.glob("fixtures/recorded/**/reports/*.json*"))
+RULE = re.compile(r"^-+(  -+)*$")
+
+
+def too_wide(text: str) -> list[str]:
+    """The lines of a terminal summary that do not fit. A table is tabulate's: a header line, the rule
+    under it (dashes, two spaces between columns) and every line down to the next blank one; each of
+    those is at most TABLE_WIDTH columns. Every other line (a gate's FAILED or UNDECIDED line, a table's
+    legend, a notice) is at most LINE_WIDTH characters."""
+    lines = text.splitlines()
+    in_table = set()
+    for i, line in enumerate(lines):
+        if i and RULE.match(line):
+            end = next((j for j in range(i, len(lines)) if not lines[j].strip()), len(lines))
+            in_table.update(range(i - 1, end))
+    return [line for i, line in enumerate(lines) if len(line) > (TABLE_WIDTH if i in in_table else LINE_WIDTH)]
+
+
 def test_the_evidence_is_there() -> None:
     assert len(EVIDENCE) >= 90, EVIDENCE  # 98 when this was written
     assert all(ROOT / name in EVIDENCE for name in IN_FULL)
@@ -40,6 +62,7 @@ def test_the_evidence_is_there() -> None:
 def test_every_kept_report_renders(path: Path) -> None:
     report = read_saved_report(path)
     text = render_text(report)
+    assert not too_wide(text)
     markdown = render_markdown(report)
     entries = [*report["gates"], *report.get("undecided", [])]
     assert len(gate_comparisons(report)) == len(entries)
@@ -49,6 +72,36 @@ def test_every_kept_report_renders(path: Path) -> None:
     if trimmed:  # the kept evidence is trimmed: the summary says what it could not show
         assert "NOT IN THIS REPORT" in text and "request timestamps" in markdown
         assert any("request timestamps" in part for part in missing_parts(report))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[str(p.relative_to(ROOT / "fixtures/recorded")) for p in RECORDED])
+def test_the_recorded_runs_fit_the_terminal(path: Path) -> None:
+    assert not too_wide(render_text(read_saved_report(path)))
+
+
+def _quick_runs() -> list[tuple[str, dict]]:
+    """The quick rig's kept runs (its A/Bs), and the cpu tier's kept plain run cut to the quick rig's
+    classes (the main job on a fresh machine: stored figures of another machine)."""
+    classes = set(tomllib.loads((ROOT / "fixtures/rigs/cpu-smollm2-quick.toml").read_text())["classes"])
+    runs = [(p.name, read_saved_report(p)) for p in sorted(ROOT.glob("tests/data/calibration/*/*report.json.gz"))]
+    plain = read_saved_report(ROOT / "docs/evidence/calibration/cpu-2026-12-03/run-x-report.json.gz")
+    for key in ("measurements", "gates", "undecided"):
+        plain[key] = [e for e in plain[key] if e["prompt_class"] in classes]
+    return [(name, r) for name, r in runs if r["rig"]["name"] == "cpu-smollm2-quick"] + [("run-x, quick", plain)]
+
+
+def test_the_quick_rigs_summary_fits_in_50_lines() -> None:
+    runs = _quick_runs()
+    assert len(runs) >= 4
+    for name, report in runs:
+        text = render_text(report)
+        assert len(text.splitlines()) <= 50 and not too_wide(text), (name, text)
+
+
+def test_a_line_too_wide_is_found() -> None:
+    table = "mode  class\n----  -----\n" + "x" * 121 + "\n\n"
+    assert too_wide(table + "y" * 160) == ["x" * 121]
+    assert too_wide("z" * 161 + "\n" + "x" * 121) == ["z" * 161]
 
 
 def test_report_only_renders_a_kept_report_in_full(tmp_path: Path, capsys) -> None:

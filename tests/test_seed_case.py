@@ -14,6 +14,7 @@ from specgate.decide.gates import backfire_decision, bare_window
 from specgate.decide.matching import Samples
 from specgate.decide.outcome import Outcome
 from specgate.decide.settings import window_settings
+from specgate.report.verdicts import breakeven_line
 from specgate.store.baselines import load_baselines, lookup
 
 pytestmark = pytest.mark.fast
@@ -89,9 +90,10 @@ def test_seed_break_even_line(store, capsys):
     diagnosis = break_even("ngram", acceptance_length=SEED_ACCEPTANCE_LENGTH, spec_tokens_per_s=ngram.median,
                            plain_tokens_per_s=no_spec.median, num_speculative_tokens=SEED_K)
     with capsys.disabled():
-        print(f"\nseed, coding: {diagnosis.line()}")
+        print(f"\nseed, coding: {breakeven_line(diagnosis.to_dict())}")
 
-    assert diagnosis.line() == "ngram's step costs 2.5-3.4 plain steps; it needs AL above that; it reached 1.86-2.55"
+    assert breakeven_line(diagnosis.to_dict()) == ("ngram's step costs 2.5-3.4 plain steps; it needs AL above that; "
+                                                   "it reached 1.86-2.55")
     assert diagnosis.verdict == "backfires"
     # even if every draft token were accepted (AL 6) ngram would be only 1.7-2.4x no speculation
     low, high = diagnosis.predicted_speedup(SEED_K + 1)

@@ -16,7 +16,7 @@ from specgate.decide.outcome import Outcome
 from specgate.measure.client import RequestRecord
 from specgate.measure.protocol import ClassMeasurement
 from specgate.plugin.session import SessionOptions, SpecgateSession
-from specgate.report.terminal import render_markdown, render_text, ttft_table
+from specgate.report.terminal import render_markdown, render_text, verdict_rows
 
 pytestmark = pytest.mark.fast
 
@@ -111,12 +111,11 @@ def test_the_summary_and_report_json_show_the_numbers_of_the_message(rig, tmp_pa
     assert stored["outcome"] == "fail" and undecided["outcome"] == "undecided"
     ratio, interval = f"{d['ratio']:.3f}", f"{d['ci_low']:.3f}-{d['ci_high']:.3f}"
     assert ratio in stored["message"] and interval in stored["message"]
-    table = ttft_table(report)
-    row = next(line for line in table.splitlines() if line.startswith("ngram") and "coding" in line)
-    assert f"{ratio} ({interval})" in row and "FAIL" in row
-    assert f"{d['median_ttft_ms']:.0f}" in row and f"{d['reference_median_ttft_ms']:.0f}" in row
-    math_row = next(line for line in table.splitlines() if "math" in line)
-    assert "undecided" in math_row
+    rows = [row for row in verdict_rows(report) if row[3] == "ttft"]  # the TTFT table's numbers, one row per gate
+    row = next(row for row in rows if row[:2] == ["ngram", "coding"])
+    assert row[7] == f"{ratio} ({interval})" and row[10] == "FAIL (longer)"
+    assert row[6] == f"{d['median_ttft_ms']:.0f} ms" and row[5] == f"{d['reference_median_ttft_ms']:.0f} ms"
+    assert next(row for row in rows if row[1] == "math")[10] == "UNDECIDED"
     report["measurements"] = [_window("ngram", _ttfts(BASE)).to_dict()]
     report["rig"]["modes"] = {"ngram": {}}
-    assert "time to first token" in render_text(report) and "time to first token" in render_markdown(report)
+    assert "ngram coding c1 ttft: " in render_text(report) and "time to first token" in render_markdown(report)

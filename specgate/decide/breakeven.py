@@ -31,11 +31,6 @@ def _range(value: float | Range) -> Range:
     return float(lo), float(hi)
 
 
-def _text(r: Range, digits: int) -> str:
-    lo, hi = (f"{v:.{digits}f}" for v in r)
-    return lo if lo == hi else f"{lo}-{hi}"
-
-
 @dataclass(frozen=True)
 class BreakEven:
     mode: str
@@ -70,17 +65,12 @@ class BreakEven:
         cost = self.step_cost
         return al[0] / cost[1], al[1] / cost[0]
 
-    def line(self) -> str:
-        """"ngram's step costs 2.5-3.4 plain steps; it needs AL above that; it reached 1.86-2.55"."""
-        return (f"{self.mode}'s step costs {_text(self.step_cost, 1)} plain steps; it needs AL above that; "
-                f"it reached {_text(self.acceptance_length, 2)}")
-
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "mode": self.mode, "acceptance_length": list(self.acceptance_length),
             "spec_tokens_per_s": list(self.spec_tokens_per_s), "plain_tokens_per_s": list(self.plain_tokens_per_s),
             "spec_steps_per_s": list(self.spec_steps_per_s), "step_cost": list(self.step_cost),
-            "verdict": self.verdict, "line": self.line()}
+            "verdict": self.verdict}
         if self.num_speculative_tokens:
             out["num_speculative_tokens"] = self.num_speculative_tokens
             out["speedup_at_full_acceptance"] = list(self.predicted_speedup(self.num_speculative_tokens + 1))

@@ -40,7 +40,6 @@ Either way the summary states the bound.
 from __future__ import annotations
 
 import enum
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -141,29 +140,6 @@ def parse_policy(text: str) -> dict[str, Policy]:
                              what="OUTCOME", normalize=True)
 
 
-def outcome_text(gate: str, outcome: Outcome, message: str, policy: Mapping[str, Policy] | None = None, *,
-                 declared: bool = False, gating: str | None = None) -> str:
-    """The test report's line for a gate's outcome (the same on every path)."""
-    if gating == "report" and not declared and outcome is not Outcome.PASS:
-        return (f"{gate} gate {outcome.tag}, reported only ([gates] gating: this gate cannot decide on this rig, "
-                f"it never fails the run): {message}")
-    if outcome is Outcome.FAIL:
-        return f"{gate} gate: {message}"
-    if outcome is Outcome.DECLARED_BACKFIRE:
-        return f"declared backfire, reported and not failed: {message}"
-    if outcome.decided:
-        return message
-    head = f"{gate} gate undecided" + ("" if outcome is Outcome.UNDECIDED else f" ({outcome.value})")
-    if declared:
-        head += " [a declared backfire: reported, never fails the run]"
-    elif gating == "gate" and outcome is Outcome.UNDECIDED:
-        head += " [fails the run: this gate gates it and is still undecided ([gates] gating, --specgate-gating)]"
-    elif pytest_action(outcome, policy) == "failed":
-        head += (f" [fails the run: the policy for '{outcome.policy_key}' is 'fail' (--specgate-undecided, "
-                 "[gates] undecided)]")
-    return f"{head}: {message}"
-
-
 def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, *, declared: bool = False,
                   gating: str | None = None) -> Action:
     """The pytest outcome of a gate: PASS passes, FAIL fails, a declared backfire is an expected
@@ -223,23 +199,6 @@ class Family:
         return {"gating_decisions": self.gating, "confidence": self.confidence, "per_gate_one_sided": self.per_gate,
                 "bound": self.bound, "family_false_alarm": self.controlled, "undecided_red": self.undecided_red}
 
-    def text(self) -> str:
-        if not self.gating:
-            return "FALSE ALARMS: no gate of this run can fail it"
-        head = (f"FALSE ALARMS: {self.gating} gate(s) can fail this run, each falsely at most "
-                f"{self.per_gate * 100:.3g} % of the time (one-sided, confidence {self.confidence * 100:.4g} %)")
-        if self.controlled is not None:
-            text = (f"{head}: a false FAIL anywhere in the session at most {self.bound * 100:.3g} % "
-                    f"(Bonferroni; [gates] family_false_alarm = {self.controlled:g})")
-        else:
-            text = (f"{head}: a false FAIL anywhere in the session at most {self.bound * 100:.3g} % (Bonferroni, "
-                    "not controlled: set [gates] family_false_alarm to hold it)")
-        if self.undecided_red:
-            text += (". A gate that gates the run and stays undecided after its follow-up rounds turns it red as "
-                     "well; that rate is the rig's, not the intervals' (docs/statistics.md: the cpu tier's A/A "
-                     "windows, 8 of 53 undecided at the first look)")
-        return text
-
 
 # Under gating = "auto" the session's false FAIL is held at this unless the rig sets family_false_alarm:
 # a pre-merge job that gates on every gate that can decide must not go red on chance 30 x 2.5 % of runs.
@@ -253,33 +212,3 @@ def family(confidence: float, controlled: float | None, gating: int, *, undecide
         return Family(gating, confidence, controlled, undecided_red)
     return Family(gating, max(confidence, 1 - 2 * controlled / gating), controlled, undecided_red)
 
-
-def gating_lines(report: dict[str, Any]) -> list[str]:
-    """The summary's lines: which gates gated the run (by gate and reason), which were reported
-    only, and the family's false-alarm bound."""
-    entries = [*report.get("gates", []), *report.get("undecided", [])]
-    gated: Counter = Counter()
-    reported: Counter = Counter()
-    for e in entries:
-        if e.get("gating") == "gate":
-            gated[(e["gate"], e.get("gating_reason", ""))] += 1
-        elif e.get("gating") == "report":
-            reported[(e["gate"], e.get("gating_reason", ""))] += 1
-    lines = []
-    if entries and not gated and not reported:  # no gating set: the outcome policy alone
-        fails = sorted(k for k, v in (report.get("outcome_policy") or {}).items() if v == "fail")
-        lines.append(f"GATED THE RUN: every failed gate ([gates] gating unset), and of the outcomes that decide "
-                     f"nothing: {', '.join(fails) if fails else 'none'} ([gates] undecided); --specgate-gating=auto "
-                     "gates the run on the gates that can decide on this rig")
-    if gated or reported:
-        if gated:
-            lines.append(f"GATED THE RUN: {sum(gated.values())} gate(s): "
-                         + "; ".join(f"{gate} x{n} ({why})" for (gate, why), n in sorted(gated.items())))
-        if reported:
-            lines.append(f"REPORTED ONLY (never fail the run): {sum(reported.values())} gate(s): "
-                         + "; ".join(f"{gate} x{n} ({why})" for (gate, why), n in sorted(reported.items())))
-    fam = report.get("family")
-    if fam:
-        lines.append(Family(fam["gating_decisions"], fam["confidence"], fam.get("family_false_alarm"),
-                            fam.get("undecided_red", False)).text())
-    return lines

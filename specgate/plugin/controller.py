@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from specgate.decide.outcome import Outcome, outcome_of_kind, outcome_text, pytest_action
-from specgate.lazy import gates
+from specgate.decide.outcome import Outcome, outcome_of_kind, pytest_action
+from specgate.lazy import gates, verdicts
 from specgate.lazy import protocol as measure
 from specgate.plugin.session import SpecgateSession
 
 
-def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, str, int], tuple[Outcome, str]]:
+def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, str, int], tuple[Outcome, dict]]:
     """Every gate result the session holds, decided or not: (gate, mode, class, concurrency) ->
-    (its outcome, its message)."""
-    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.message) for r in run_session.results}
+    (its outcome, its entry)."""
+    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.to_dict()) for r in run_session.results}
     for u in run_session.undecided:
         found[(u["gate"], u["mode"], u["prompt_class"], u["concurrency"])] = (
-            Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(u["kind"]), u["message"])
+            Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(u["kind"]), u)
     return found
 
 
@@ -34,12 +34,12 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
             found = results.get((gate, mode, prompt_class, concurrency))
             if found is None:  # a window is missing: already reported as NOT MEASURED
                 continue
-            outcome, message = found
+            outcome, entry = found
             declared = gate == "backfire" and run_session.rig.declared_backfire_for(mode, prompt_class) is not None
             gating = run_session.gating_of(gate, mode, prompt_class, concurrency)[0]
             action = pytest_action(outcome, policy, declared=declared, gating=gating)
-            text = (f"{outcome_text(gate, outcome, message, policy, declared=declared, gating=gating)} "
-                    "(decided on the xdist controller)")
+            text = verdicts.pytest_text(entry, outcome, policy, declared=declared, gating=gating,
+                                        where="xdist controller")
             base = nodeid.split("@")[0]  # without xdist's "@<group>" suffix
             controller_id = f"{base[:-1]}-controller]" if base.endswith("]") else f"{base}[controller]"
             path, _, name = controller_id.partition("::")

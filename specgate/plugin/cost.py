@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from specgate.decide.outcome import Outcome, outcome_text, pytest_action
+from specgate.decide.outcome import Outcome, pytest_action
 from specgate.durations import format_elapsed
 from specgate.errors import SpecgateError
-from specgate.lazy import registry
+from specgate.lazy import registry, verdicts
 from specgate.measure.telemetry import canary_reader
 from specgate.plan.estimate import (
     Conditions,
@@ -222,18 +222,17 @@ def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.
         _bound_follow_ups(run_session, cost, key, [s.label for s in starts], left - needed, clock)
         return
     mode, prompt_class, concurrency = key
-    why = (f"{mode} on {prompt_class} (concurrency {concurrency}) not run: the session's time budget "
-           f"(--specgate-session-budget {format_elapsed(budget)}) has {format_elapsed(max(0.0, left))} left and "
-           f"its window needs ~{format_elapsed(needed)}"
-           + (f" (with the start of {', '.join(s.label for s in starts)})" if starts else "")
-           + "; the windows run in the order that decides backfire first")
+    why = (f"the session's time budget ({format_elapsed(budget)}) has {format_elapsed(max(0.0, left))} left; its "
+           f"window needs ~{format_elapsed(needed)}" + (f" (with the start of {', '.join(s.label for s in starts)})"
+                                                        if starts else ""))
     gate = gate_of(item)
     run_session.record_undecided(gate, SimpleNamespace(mode=mode, prompt_class=prompt_class,
                                                     concurrency=concurrency), NOT_RUN, why)
     cost.not_run.append(item.nodeid)
     # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
     policy = run_session.outcome_policy
-    text = outcome_text(gate, Outcome.NOT_RUN, why, policy)
+    text = verdicts.pytest_text({"gate": gate, "mode": mode, "prompt_class": prompt_class,
+                                 "concurrency": concurrency, "kind": NOT_RUN, "message": why}, Outcome.NOT_RUN, policy)
     if pytest_action(Outcome.NOT_RUN, policy) == "failed":
         pytest.fail(text, pytrace=False)
     pytest.skip(text)

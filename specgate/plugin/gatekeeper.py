@@ -20,9 +20,10 @@ from specgate.decide.gates import (
     check_ttft,
     stored_start_histories,
 )
-from specgate.decide.outcome import NOT_STORED, STORING, Outcome, outcome_text, pytest_action
+from specgate.decide.outcome import NOT_STORED, OUTCOME_KINDS, STORING, Outcome, pytest_action
 from specgate.decide.verdict import GateResult
 from specgate.plugin.session import SpecgateSession
+from specgate.report.verdicts import pytest_text, terminal_line
 from specgate.store.baselines import (
     OTHER_MACHINE,
     OTHER_MEASUREMENT,
@@ -50,7 +51,7 @@ class GateKeeper:
         return f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency {m.concurrency}"
 
     def _stored_entry(self, m, fit) -> str:
-        return f"the stored entry of {self._where(m)} {fit.describe()}"
+        return f"the stored entry {fit.describe()}"
 
     def _update(self, m, gate: str) -> bool:
         """In update mode, queue the measured values as one start to store; True when the gate is done.
@@ -66,8 +67,9 @@ class GateKeeper:
                       "one more start of this machine's history of this build, or a new one)"))
         self.session.record_undecided(gate, m, STORING, message)
         if update == "update":
-            pytest.fail(f"{message}; this test fails so an update never passes silently: run again without "
-                        "--specgate-update-baselines", pytrace=False)
+            pytest.fail(terminal_line({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
+                                       "concurrency": m.concurrency, "kind": STORING, "message": message},
+                                      suffix=" [fails: an update never passes silently]"), pytrace=False)
         return True
 
     def _machine(self, m) -> str | None:
@@ -88,8 +90,8 @@ class GateKeeper:
             message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store a "
                        f"history of starts with: {self._build_history()} (or one start: pytest -m {self.rig.tier} "
                        f"--specgate-rig {self.rig.name} --specgate-update-baselines)")
-            self.session.record_undecided(gate, m, NOT_STORED, message)
-            self._act(gate, Outcome.NOT_STORED, message, m=m)
+            self.session.record_undecided(gate, m, NOT_STORED, message, {"command": self._build_history()})
+            self._act(gate, Outcome.NOT_STORED, message, m=m, kind=NOT_STORED, command=self._build_history())
         if gate != "throughput":
             return lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency) or found[-1]
         machine = self._machine(m)
@@ -100,11 +102,12 @@ class GateKeeper:
                    if machine is None else f"no history of this machine ({machine}) is stored: only {stored}")
             note = (f"{self._where(m)}: other machine: {why}; not compared (a level is one machine's); start this "
                     f"machine's history with: {self._build_history()}")
-            self.session.record_undecided(gate, m, "other machine", note)
-            self._act(gate, Outcome.OTHER_MACHINE, note, m=m)
+            self.session.record_undecided(gate, m, "other machine", note, {"command": self._build_history()})
+            self._act(gate, Outcome.OTHER_MACHINE, note, m=m, kind="other machine", command=self._build_history())
         return entry
 
-    def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None) -> None:
+    def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None,
+             kind: str | None = None, command: str | None = None) -> None:
         """End the test as ``outcome`` says under the window's outcome policy and the gate's gating
         (its settings; the one mapping). ``m``: the window (or result) whose gate this is."""
         __tracebackhide__ = True
@@ -112,7 +115,11 @@ class GateKeeper:
         policy = settings.outcome_policy if settings is not None else self.session.outcome_policy
         gating = settings.gating_of(gate) if settings is not None else None
         action = pytest_action(outcome, policy, declared=declared, gating=gating)
-        text = outcome_text(gate, outcome, message, policy, declared=declared, gating=gating)
+        entry = m.to_dict() if isinstance(m, GateResult) else {
+            "gate": gate, "mode": m.mode, "prompt_class": m.prompt_class, "concurrency": m.concurrency,
+            "kind": kind or OUTCOME_KINDS.get(outcome, "undecided"), "message": message,
+            "details": {"command": command} if command else {}}
+        text = pytest_text(entry, outcome, policy, declared=declared, gating=gating)
         if action == "skipped":
             pytest.skip(text)
         if action == "xfailed":
@@ -139,8 +146,9 @@ class GateKeeper:
             # machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
             note = (f"{self._stored_entry(m, fit)}; not compared; start this machine's history with: "
                     f"{self._build_history()}")
-            self.session.record_undecided("throughput", m, "other machine", note)
-            self._act("throughput", Outcome.OTHER_MACHINE, note, m=m)
+            self.session.record_undecided("throughput", m, "other machine", note, {"command": self._build_history()})
+            self._act("throughput", Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
+                      command=self._build_history())
         result = check_throughput(self._settings(m), m, stored)
         result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median, self._refresh(m)))
         self._finish(result)
@@ -160,9 +168,9 @@ class GateKeeper:
             note = f"{self._stored_entry(m, fit)}; refresh it with: {self._refresh(m)}"
             if strict:  # refused on purpose: a failed gate, listed as FAILED, never as undecided
                 self._finish(GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
-                                        f"{note} (--specgate-strict-fingerprint)"))
+                                        f"refused (--specgate-strict-fingerprint): {note}"))
             self.session.record_undecided(gate, m, "fingerprint", note)  # not comparable: undecided
-            self._act(gate, Outcome.UNDECIDED, note, m=m)
+            self._act(gate, Outcome.UNDECIDED, note, m=m, kind="fingerprint")
             pytest.fail(note, pytrace=False)
         if fit.kind != SAME and gate == "throughput":
             warnings.warn(self._stored_entry(m, fit), stacklevel=1)

@@ -33,6 +33,7 @@ _FAILS_ABOVE = re.compile(r"fails above (\d+(?:\.\d+)?)")
 _PAIRS = re.compile(r"(\d+) pairs")
 _N_SLASH = re.compile(r"n=(\d+)/\d+")
 _STORED_RATIO = re.compile(r"stored ratio to (\S+) \((\d+(?:\.\d+)?)\)")
+_STORED_RATIOS = re.compile(r"the stored ratios' mean to (\S+)")
 _STORED_LEVEL = re.compile(r"\((\d+(?:\.\d+)?) tok/s\)")
 _STARTS = re.compile(r"(\d+) stored (starts|ratios|sessions)")
 _MEDIAN_TOKS = re.compile(r"median (\d+(?:\.\d+)?) tok/s")
@@ -153,6 +154,10 @@ def _against(label: str | None) -> str | None:
         return "stored figures"
     if (m := _STORED_RATIO.search(label)) is not None:
         return f"stored ratio to {m.group(1)}"
+    if label.startswith("the stored starts' mean"):
+        return "stored starts"
+    if (m := _STORED_RATIOS.match(label)) is not None:
+        return f"stored ratios to {m.group(1)}"
     return label
 
 
@@ -181,6 +186,11 @@ class _Windows:
 
     def no_speculation(self, entry: dict[str, Any]) -> dict[str, Any] | None:
         return self.by_key.get((self.reference_mode, entry["prompt_class"], entry["concurrency"]))
+
+
+def no_windows() -> _Windows:
+    """No window: an entry's figures alone."""
+    return _Windows({})
 
 
 def _tok_s(m: dict[str, Any] | None) -> str:

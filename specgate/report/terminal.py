@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -18,13 +19,14 @@ from typing import Any
 from tabulate import tabulate
 
 from specgate.decide.breakeven import from_report
-from specgate.decide.outcome import NOT_STORED, STORING, Outcome, gating_lines, outcome_of_kind, pytest_action
+from specgate.decide.outcome import NOT_STORED, STORING, Outcome, outcome_of_kind, pytest_action
 from specgate.measure.protocol import client_decode_rate
 from specgate.measure.spells import slow_spell, span_mean_residual
 from specgate.report import plots
 from specgate.report.comparisons import gate_comparisons, undecided_kind
 from specgate.report.html import write_html
 from specgate.report.safe_text import markdown_without_html, without_control_chars
+from specgate.report.verdicts import LINE_WIDTH, breakeven_line, clip, gating_lines, grouped_lines
 from specgate.store.figures import ab_side, change_percent, is_partner, median_rate
 from specgate.store.saved_report import missing_line
 
@@ -34,11 +36,30 @@ PIPE_FORMATS = ("github", "pipe")
 HTML_NAME = "report.html"  # the self-contained page beside report.json (specgate.report.html)
 
 
-def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
+TABLE_WIDTH = 120  # a terminal table's columns at most; its legend is wrapped to it
+
+
+def _table(rows: list[list[Any]], headers: list[str], fmt: str, title: str = "") -> str:
+    """``title`` and the table: in the terminal at most TABLE_WIDTH columns (the widest cells wrapped
+    at their spaces, the legend wrapped), in Markdown as wide as its cells."""
     if fmt in PIPE_FORMATS:
         rows = [[str(cell).replace("|", "\\|") for cell in row] for row in rows]
         headers = [h.replace("|", "\\|") for h in headers]
-    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+        return (title + "\n" if title else "") + tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+    cells = [[str(cell) for cell in row] for row in rows]
+    headers = [{"conc.": "c", "fails": "line"}.get(h, h) for h in headers]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *cells)]
+    floors = [max(len(h) + 2, min(w, 8)) for h, w in zip(headers, widths)]  # tabulate pads a header by 2
+    words = [any(" " in cell for cell in column) for column in zip(*cells)] if cells else []
+    # the widest column of words gives a character at a time (tabulate wraps at spaces), then any
+    for wrappable in ([i for i, w in enumerate(words) if w], range(len(widths))):
+        while sum(map(max, widths, floors)) + 2 * (len(widths) - 1) > TABLE_WIDTH:
+            widest = max(wrappable, key=lambda i: widths[i] - floors[i], default=None)
+            if widest is None or widths[widest] <= floors[widest]:
+                break
+            widths[widest] -= 1
+    table = tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True, maxcolwidths=widths)
+    return "\n".join([*textwrap.wrap(title, TABLE_WIDTH), table]) if title else table
 
 
 UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
@@ -73,10 +94,8 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "-"
 
 
-VERDICT_TITLE = ("verdicts, one row per gate: what it compared against (the A/B's reference side, no speculation, "
-                 "or stored figures), both sides' figures (decode tok/s median per request, TTFT ms, acceptance), "
-                 "the ratio this run / reference with its interval (CI), the line it fails past, what the ratio "
-                 "rests on, and the outcome")
+VERDICT_TITLE = ("verdicts, one row per gate: ratio this run / reference (CI); the line it fails past (TTFT: above); "
+                 "n: what it rests on")
 VERDICT_HEADERS = ["mode", "class", "conc.", "gate", "against", "reference", "this run", "ratio (CI)", "fails",
                    "n", "outcome"]
 
@@ -88,50 +107,45 @@ def verdict_rows(report: dict[str, Any]) -> list[list[Any]]:
 
 
 def verdict_table(report: dict[str, Any], fmt: str = "simple") -> str:
-    """Every gate, passing ones included: what it compared against, both sides' figures, the ratio
-    with its interval, the threshold, the pairs and the outcome (specgate.report.comparisons); "" when no
-    gate ran."""
+    """Every gate, passing ones included: what it compared against, both sides' figures (not in the
+    terminal: the speed table has them), the ratio with its interval, the threshold, the pairs and the
+    outcome (specgate.report.comparisons); "" when no gate ran."""
     rows = verdict_rows(report)
-    return VERDICT_TITLE + "\n" + _table(rows, VERDICT_HEADERS, fmt) if rows else ""
+    if not rows:
+        return ""
+    if fmt in PIPE_FORMATS:
+        return _table(rows, VERDICT_HEADERS, fmt, VERDICT_TITLE)
+    keep = [i for i, h in enumerate(VERDICT_HEADERS) if h not in ("reference", "this run")]
+    return _table([[row[i] for i in keep] for row in rows], [VERDICT_HEADERS[i] for i in keep], fmt, VERDICT_TITLE)
 
 
 def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
-    """Per prompt class: no-speculation tok/s, each mode's tok/s and change, and the verdict."""
+    """Per concurrency, a row per prompt class and mode: decode tok/s, its change against no
+    speculation, and the window's verdict."""
     reference = report["rig"]["reference_mode"]
     measurements = report["measurements"]
-    modes = [m for m in report["rig"]["modes"] if any(x["mode"] == m for x in measurements)]
-    concurrencies = sorted({m["concurrency"] for m in measurements})
+    modes = [reference, *(m for m in report["rig"]["modes"] if m != reference)]
     verdicts = _verdicts(report)
     tables = []
-    for concurrency in concurrencies:
+    for concurrency in sorted({m["concurrency"] for m in measurements}):
         by = {(m["mode"], m["prompt_class"]): m for m in measurements if m["concurrency"] == concurrency}
-        classes = list(dict.fromkeys(m["prompt_class"] for m in measurements if m["concurrency"] == concurrency))
         rows = []
-        for prompt_class in classes:
+        for prompt_class in dict.fromkeys(m["prompt_class"] for m in measurements if m["concurrency"] == concurrency):
             ref = by.get((reference, prompt_class))
             ref_tps = median_rate(ref) if ref else None
-            row: list[Any] = [prompt_class, f"{ref_tps:.1f}" if ref_tps else "-"]
-            ref_verdict = _verdict_text(verdicts.get((reference, prompt_class, concurrency), []))
-            verdict_parts = [f"{reference}: {ref_verdict}"]  # joined with "; ", never "|" (Markdown)
             for mode in modes:
-                if mode == reference:
-                    continue
                 m = by.get((mode, prompt_class))
+                if m is None:
+                    continue
                 tps = median_rate(m) if m else None
-                change = change_percent(report, mode, prompt_class, concurrency, tps, ref_tps) if tps else None
-                if change is not None:
-                    row.append(f"{tps:.1f} ({change:+.0f} %)")
-                else:
-                    row.append(f"{tps:.1f}" if tps else "-")
-                verdict = _verdict_text(verdicts.get((mode, prompt_class, concurrency), []))
-                verdict_parts.append(f"{mode}: {verdict}")
-            row.append("; ".join(verdict_parts))
-            rows.append(row)
-        headers = ["class", f"{reference} tok/s", *(f"{m} tok/s (change)" for m in modes if m != reference),
-                   "verdict"]
-        title = (f"decode tok/s, median per request, concurrency {concurrency}; change: the backfire gate's paired "
-                 "ratio where it ran (its message names the statistic), else the ratio of medians")
-        tables.append(title + "\n" + _table(rows, headers, fmt))
+                change = (change_percent(report, mode, prompt_class, concurrency, tps, ref_tps)
+                          if tps and mode != reference else None)
+                rows.append([prompt_class, mode, f"{tps:.1f}" if tps else "-",
+                             f"{change:+.0f} %" if change is not None else "-",
+                             _verdict_text(verdicts.get((mode, prompt_class, concurrency), []))])
+        title = (f"decode tok/s, median per request, concurrency {concurrency}; change against {reference}: the "
+                 "backfire gate's ratio, else of medians")
+        tables.append(_table(rows, ["class", "mode", "tok/s", "change", "verdict"], fmt, title))
     return "\n\n".join(tables)
 
 
@@ -144,30 +158,8 @@ def acceptance_table(report: dict[str, Any], fmt: str = "simple") -> str:
         positions = " ".join(f"{r * 100:.0f}" for r in acc.get("per_position_rates", []))
         rows.append([m["mode"], m["prompt_class"], m["concurrency"], f"{acc['mean_acceptance_length']:.2f}",
                      f"{acc['acceptance_rate'] * 100:.1f} %", positions])
-    if not rows:
-        return ""
-    return "acceptance (from vLLM's spec-decode counters, this run's windows)\n" + _table(
-        rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate", "per-position rate %"], fmt)
-
-
-def ttft_table(report: dict[str, Any], fmt: str = "simple") -> str:
-    """The TTFT gate per mode, class and concurrency: both sides' median TTFT, the paired ratio with
-    its interval and the verdict, the numbers the gate's message gives (specgate.decide.gates.check_ttft)."""
-    rows = []
-    for gate in [*report["gates"], *report.get("undecided", [])]:
-        d = gate.get("details") or {}
-        if gate["gate"] != "ttft" or d.get("ratio") is None:
-            continue
-        interval = f" ({d['ci_low']:.3f}-{d['ci_high']:.3f})" if d.get("ci_low") is not None else ""
-        verdict = "FAIL" if gate.get("outcome") == "fail" else d.get("verdict", "")
-        rows.append([gate["mode"], gate["prompt_class"], gate["concurrency"], d.get("reference_label", ""),
-                     f"{d['median_ttft_ms']:.0f}", f"{d['reference_median_ttft_ms']:.0f}",
-                     f"{d['ratio']:.3f}{interval}", f"{d['limit']:.2f}", verdict])
-    if not rows:
-        return ""
-    return ("time to first token: paired ratio measured / reference (higher is longer), median ms per side\n"
-            + _table(rows, ["mode", "class", "conc.", "against", "TTFT ms", "ref. ms", "ratio (CI)", "fails above",
-                            "verdict"], fmt))
+    return _table(rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate", "per-position rate %"], fmt,
+                  "acceptance (from vLLM's spec-decode counters, this run's windows)") if rows else ""
 
 
 def _median_ttft_ms(measurement: dict[str, Any]) -> float | None:
@@ -203,36 +195,30 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
     # at concurrency > 1 (per-request decode tok/s is in the speed table).
     headers = ["mode", "class", "conc.", "requests", "TTFT median ms", "aggregate tok/s"]
     title = ("per window: requests (with follow-up rounds where the first look left a gate unsettled), "
-             "time to first token (median per request), aggregate tok/s")
+             "time to first token (median per request), aggregate tok/s (all tokens / wall time)")
     if with_server:
         headers += ["client tok/s", "server tok/s", "diff %"]
         sources = sorted({m["server_metric_source"] for m in measurements if m.get("server_metric_source")})
         source = (f"vLLM's {', '.join(s.removeprefix('vllm:') for s in sources)} histogram" if sources
                   else "vLLM's /metrics")
-        title = ("per window: requests (with follow-up rounds where the first look left a gate unsettled), "
-                 "time to first token (median per request), aggregate tok/s (all tokens / wall "
-                 "time), client vs server decode tok/s\n"
-                 f"(client: 1 / mean time per output token of the requests; server: {source} "
-                 "over the same window; diff = client / server - 1)")
-    return title + "\n" + _table(rows, headers, fmt)
+        title += (f", client vs server decode tok/s (client: 1 / mean time per output token of the requests; "
+                  f"server: {source} over the same window; diff = client / server - 1)")
+    return _table(rows, headers, fmt, title)
 
 
 def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
     """Per speculative window: acceptance length, decode steps/s, the step-cost ratio c and the
     break-even line (``specgate.decide.breakeven``); "" when no window has what it needs."""
-
     rows = []
     for row in from_report(report):
         full = row.get("speedup_at_full_acceptance")
         rows.append([row["mode"], row["prompt_class"], row["concurrency"], f"{row['acceptance_length'][0]:.2f}",
                      f"{row['spec_steps_per_s'][0]:.1f}", f"{row['step_cost'][1]:.2f}", row["verdict"],
-                     f"{full[0]:.2f}x" if full else "-", row["line"]])
-    if not rows:
-        return ""
-    return ("break-even (step cost c = AL x no-spec tok/s / spec tok/s, in plain decode steps; speculation pays "
-            "iff AL > c; at the same k, AL' would give AL' / c)\n" + _table(
-                rows, ["mode", "class", "conc.", "AL", "steps/s", "step cost c", "verdict", "at AL = k+1",
-                       "diagnosis"], fmt))
+                     f"{full[0]:.2f}x" if full else "-", *([breakeven_line(row)] if fmt in PIPE_FORMATS else [])])
+    headers = ["mode", "class", "conc.", "AL", "steps/s", "step cost c", "verdict", "at AL = k+1", "diagnosis"]
+    return _table(rows, headers[:len(rows[0])] if rows else headers, fmt,
+                  "break-even: step cost c = AL x no-spec tok/s / spec tok/s, in plain steps; speculation pays iff "
+                  "AL > c") if rows else ""
 
 
 # An engine core using this much CPU per second of its server's requests keeps a CPU busy: its
@@ -291,14 +277,13 @@ def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
                      f"{engine:.2f}" if engine is not None else "-",
                      ", ".join(f"{lo:.0f}-{hi:.0f}" for lo, _, hi in sm) or "-",
                      ", ".join(f"{x:.0f}" for x in power) or "-", ", ".join(w.get("throttle_reasons", [])) or "-"])
-    if not rows:
-        return ""
-    return ("environment per window (telemetry): CPU canary us, fastest (median): a fixed piece of Python work, "
-            "slower when the host is (the fastest is the host's pace the stored figures' check compares); "
-            "CPU busy % (median) and stolen % (most); engine core CPU-s per s of "
-            f"its requests (>= {HOST_BOUND_CPU_S_PER_S:g}: host-bound); GPU SM clock MHz, power W, throttle reasons\n"
-            + _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %", "engine CPU-s/s",
-                            "SM MHz", "power W", "throttle"], fmt))
+    return _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %", "engine CPU-s/s",
+                         "SM MHz", "power W", "throttle"], fmt,
+                  "environment per window (telemetry): CPU canary us, fastest (median): a fixed piece of Python "
+                  "work, slower when the host is (the fastest is the host's pace the stored figures' check "
+                  "compares); CPU busy % (median) and stolen % (most); engine core CPU-s per s of its requests "
+                  f"(>= {HOST_BOUND_CPU_S_PER_S:g}: host-bound); GPU SM clock MHz, power W, throttle reasons"
+                  ) if rows else ""
 
 
 def host_bound_lines(report: dict[str, Any]) -> list[str]:
@@ -377,29 +362,31 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def failed_gate_lines(report: dict[str, Any]) -> list[str]:
-    lines = []
-    for gate in report["gates"]:
-        if not gate["passed"]:
-            tag = "DECLARED" if gate.get("declared") else (
-                "FAILED (reported only, never fails the run)" if gate.get("gating") == "report" else "FAILED")
-            where = f"{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}"
-            lines.append(f"{tag} {gate['gate']} [{where}]: {gate['message'].splitlines()[0]}")
+def failed_gate_lines(report: dict[str, Any], *, full: bool = False) -> list[str]:
+    """A line per gate that failed or decided nothing, and per window not measured: the terminal's
+    short line (specgate.report.verdicts.terminal_line; three or more gates that decided nothing for
+    one reason on one line), or with ``full`` the whole statement (summary.md, report.html)."""
+
+    def gate_lines(tagged: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        if not full:
+            return grouped_lines(tagged)
+        return [f"{tag} {e['gate']} [{e['mode']}-{e['prompt_class']}-c{e['concurrency']}]: "
+                f"{e['message'].splitlines()[0]}" for tag, e in tagged]
+
+    lines = gate_lines([("DECLARED" if gate.get("declared") else "FAILED (reported only)"
+                         if gate.get("gating") == "report" else "FAILED", gate)
+                        for gate in report["gates"] if not gate["passed"]])
     for failure in report.get("failures", []):
-        lines.append(f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
-                     f"{failure['error'].splitlines()[0]}")
+        text = (f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
+                f"{failure['error'].splitlines()[0]}")
+        lines.append(text if full else clip(text))
     undecided = report.get("undecided", [])
     lines += _decided_nothing_lines(report)
     updates = [u for u in undecided if undecided_kind(u) == STORING]
     if updates:
         lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(updates)} gate(s) measured to store their figures, not decided")
-    for u in undecided:
-        kind = undecided_kind(u)
-        if kind != STORING:
-            tag = UNDECIDED_TAGS.get(kind, kind.upper())
-            lines.append(f"{tag} {u['gate']} [{u['mode']}-{u['prompt_class']}-c{u['concurrency']}]: "
-                         f"{u['message'].splitlines()[0]}")
-    return lines
+    return lines + gate_lines([(UNDECIDED_TAGS.get(kind, kind.upper()), u) for u in undecided
+                               if (kind := undecided_kind(u)) != STORING])
 
 
 def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
@@ -418,8 +405,8 @@ def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
         counts[(outcome, "declared" in u, "FAILED" if action == "failed" else "skipped")] += 1
     parts = [f"{n} {outcome.value}" + (" of a declared backfire (skipped)" if declared else f" ({action})")
              for (outcome, declared, action), n in counts.items()]
-    return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)}; what each does to the exit code: "
-            "[gates] undecided and [gates] gating in the rig, or --specgate-undecided and --specgate-gating"]
+    return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)} ([gates] undecided and gating, or "
+            "--specgate-undecided and --specgate-gating)"]
 
 
 def start_order_lines(report: dict[str, Any]) -> list[str]:
@@ -431,21 +418,29 @@ def start_order_lines(report: dict[str, Any]) -> list[str]:
     return [f"START ORDER (side started first, seed {order['seed']}; --specgate-start-seed to repeat it): {firsts}"]
 
 
-def summary_lines(report: dict[str, Any]) -> list[str]:
+def summary_lines(report: dict[str, Any], *, full: bool = False) -> list[str]:
     """The gate and notice lines under the tables: failed and undecided gates, what gated the run,
     the figures the gates decided with, the start order, stored figures from elsewhere, host-bound
-    windows, slow spells, and what an older report lacks."""
-    return (failed_gate_lines(report) + gating_lines(report) + settings_lines(report) + start_order_lines(report)
-            + notice_lines(report) + missing_line(report))
+    windows, slow spells, and what an older report lacks. In the terminal a gate's line is its short
+    one and a notice is wrapped; ``full``: the whole statements (summary.md, report.html)."""
+    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report) + notice_lines(report)
+               + missing_line(report))
+    return failed_gate_lines(report, full=full) + (notices if full else _wrapped(notices))
 
 
-def detail_tables(report: dict[str, Any], fmt: str = "simple") -> list[str]:
-    """The tables after the verdict table, those with something to show: speed, acceptance, TTFT,
-    per window, environment, break-even."""
+def _wrapped(lines: list[str]) -> list[str]:
+    """Notice lines wrapped for the terminal, each line after a notice's first indented."""
+    return [part for line in lines for part in textwrap.wrap(line, LINE_WIDTH, subsequent_indent="  ")]
+
+
+def detail_tables(report: dict[str, Any], fmt: str = "simple", *, every: bool = False) -> list[str]:
+    """The tables after the verdict table, those with something to show: speed, acceptance and
+    break-even, and with ``every`` (summary.md, report.html) per window and the environment."""
     if not report["measurements"]:
         return []
-    tables = (speed_table(report, fmt), acceptance_table(report, fmt), ttft_table(report, fmt),
-              window_table(report, fmt), environment_table(report, fmt), breakeven_table(report, fmt))
+    tables = [speed_table(report, fmt), acceptance_table(report, fmt), breakeven_table(report, fmt)]
+    if every:
+        tables[2:2] = [window_table(report, fmt), environment_table(report, fmt)]
     return [t for t in tables if t]
 
 
@@ -457,7 +452,7 @@ def render_text(report: dict[str, Any]) -> str:
 def _summary_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
         # failures, and gates that decided nothing (NOT RUN: the budget), and which of them gate the run
-        lines = failed_gate_lines(report) + gating_lines(report)
+        lines = failed_gate_lines(report) + _wrapped(gating_lines(report))
         return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
     rig = report["rig"]
     parts = [f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier, model {rig.get('model', '?')})"
@@ -500,8 +495,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         parts.append(verdicts)
     parts.append(f"The full report, with the plots and the run's facts: [{HTML_NAME}]({HTML_NAME}), beside "
                  "this summary (in a CI run, in the run's artifact).")
-    parts += detail_tables(report, "github")
-    lines = failed_gate_lines(report)
+    parts += detail_tables(report, "github", every=True)
+    lines = failed_gate_lines(report, full=True)
     if lines:
         parts.append("\n".join(f"- {line}" for line in lines))
     else:
@@ -541,7 +536,8 @@ def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
             written[name] = Path(path)
     try:
         written["html"] = write_html(report, out_dir / HTML_NAME, written, headers=VERDICT_HEADERS,
-                                     lines=summary_lines(report), tables="\n\n".join(detail_tables(report)))
+                                     lines=summary_lines(report, full=True),
+                                     tables="\n\n".join(detail_tables(report, every=True)))
     except Exception as exc:  # like a plot: never at the cost of the summary
         warnings.warn(f"specgate: could not write {out_dir / HTML_NAME}: {type(exc).__name__}: {exc}", stacklevel=2)
     return written

@@ -66,8 +66,7 @@ def missing_parts(report: dict[str, Any]) -> list[str]:
     parts = []
     records = _records(report)
     if records and not any("started_at" in r for r in records):
-        parts.append("request timestamps (the records hold decode tok/s only, as the kept evidence is trimmed): "
-                     "no TTFT, engine CPU per request or slow-spell check")
+        parts.append("request timestamps (trimmed records: no TTFT, engine CPU or slow-spell check)")
     if "fingerprints" not in report:
         parts.append("the servers' fingerprints")
     ab = any(ab_side(m.get("partner")) == "reference" for m in report.get("measurements", []))
@@ -78,14 +77,14 @@ def missing_parts(report: dict[str, Any]) -> list[str]:
     bare = [e for e in [*report.get("gates", []), *report.get("undecided", [])]
             if not e.get("details") and e.get("gate") != "lossless"]
     if bare:
-        parts.append(f"the details of {len(bare)} gate(s) (ratio and interval read from their messages)")
+        parts.append(f"the details of {len(bare)} gate(s) (read from their messages)")
     return parts
 
 
 def missing_line(report: dict[str, Any]) -> list[str]:
     """The summary's one line for :func:`missing_parts`, or none."""
     parts = missing_parts(report)
-    return [f"NOT IN THIS REPORT (written by an older specgate, or trimmed): {'; '.join(parts)}"] if parts else []
+    return [f"NOT IN THIS REPORT (older or trimmed): {'; '.join(parts)}"] if parts else []
 
 def load_report(path: Path) -> dict[str, Any]:
     try:
