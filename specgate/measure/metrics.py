@@ -439,10 +439,11 @@ class AcceptanceStats:
         return len(self.accepted_per_position)
 
     @classmethod
-    def from_delta(cls, delta: MetricsDelta) -> AcceptanceStats | None:
-        """Acceptance for the window, or None when the server runs without speculation."""
+    def from_delta(cls, delta: MetricsDelta, *, drafts_expected: bool = True) -> AcceptanceStats | None:
+        """Acceptance for the window, or None when the server runs without speculation, or made no draft
+        where none need be (``drafts_expected`` False: a schedule with k = 0 at some batch sizes)."""
         spec = delta.spec
-        if spec is None:
+        if spec is None or (spec.num_drafts == 0 and not drafts_expected):
             return None
         if spec.num_drafts == 0:
             raise MetricsError(f"speculation is on but no drafts were made in the window ({delta.label})")

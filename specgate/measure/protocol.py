@@ -170,6 +170,13 @@ class ClassMeasurement:
         )
 
 
+def drafts_expected(mode: Mode) -> bool:
+    """Whether every window of ``mode`` makes drafts: not where its speculation schedule
+    (num_speculative_tokens_per_batch_size, specgate.advise.schedule) has k = 0 at some batch sizes."""
+    ranges = (mode.speculative_config or {}).get("num_speculative_tokens_per_batch_size") or []
+    return not any(isinstance(r, (list, tuple)) and len(r) == 3 and r[2] == 0 for r in ranges)
+
+
 def client_decode_rate(tpots: Iterable[float | None]) -> float | None:
     """1 / mean time per output token over a window's requests (None where a request has none):
     the client-side counterpart of the server's figure (vLLM observes one mean TPOT per finished
@@ -346,7 +353,7 @@ class Measurer:
         server_rate = server_decode_tokens_per_s(delta)
         return _with_telemetry(sampler, ClassMeasurement(
             rig=self.rig.name, mode=mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
-            records=records, acceptance=AcceptanceStats.from_delta(delta),
+            records=records, acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(mode)),
             server_decode_tokens_per_s=server_rate.value if server_rate else None,
             server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
         ))
@@ -464,7 +471,8 @@ class Measurer:
                 rate = server_decode_tokens_per_s(delta)
                 windows[side] = ClassMeasurement(
                     rig=self.rig.name, mode=side_mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
-                    records=list(records[side]), acceptance=AcceptanceStats.from_delta(delta),
+                    records=list(records[side]),
+                    acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(side_mode)),
                     server_decode_tokens_per_s=rate.value if rate else None,
                     server_metric_source=rate.source if rate else None, wall_s=wall_s,
                     arrangement="duet" if sleeper is None else "alternation",
