@@ -32,6 +32,7 @@ with the smallest chance first, at the family's confidence for that many (:func:
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specgate.decide.history import StartHistory
-from specgate.decide.outcome import Family, family
+from specgate.decide.outcome import AUTO_FAMILY_FALSE_ALARM, Family, family
 from specgate.decide.paired import repeated_coverage, spread_quantile
 from specgate.store.baselines import lookup
 
@@ -65,6 +66,7 @@ class GateRisk:
     undecided: float
     how: str
     undecided_outcome: str = "undecided"  # the outcome policy key of the chance in ``undecided``
+    modelled: bool = True  # False: only the interval's own FAIL level is counted (its undecided chance unknown)
 
     def red(self, gating: str | None, policy: Mapping[str, str]) -> float:
         """The chance it turns the run red under ``gating`` ("gate", "report", None: the outcome policy)."""
@@ -91,12 +93,13 @@ class RedRuns:
         return min(1.0, sum(min(risk.fail, red) for risk, _, red in self.gates))
 
     def to_dict(self) -> dict[str, Any]:
-        counted = sorted((g for g in self.gates if g[2] > 0), key=lambda g: -g[2])
+        counted = sorted((g for g in self.gates if g[1] != "report"), key=lambda g: -g[2])
         return {"bound": self.bound, "fail_bound": self.fail_bound, "gates_counted": len(counted),
+                "not_modelled": dict(Counter(r.how for r, _, _ in counted if not r.modelled)),
                 "confidence": self.family.confidence, "limit": AUTO_RED_BOUND,
                 "largest": [{"gate": r.test[0], "mode": r.test[1], "prompt_class": r.test[2],
                              "concurrency": r.test[3], "red": red, "fail": r.fail, "how": r.how, "gating": gating}
-                            for r, gating, red in counted[:5]]}
+                            for r, gating, red in counted[:5] if red > 0]}
 
 
 def _t_cdf(x: float, dof: int) -> float:
@@ -189,7 +192,7 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
     if gate == "lossless" or (gate == "acceptance" and window.comparing == "ab"):
         return GateRisk(test, 0.0, 0.0, "identical builds: the same outputs and accepted tokens")
     if gate == "ttft":
-        return GateRisk(test, 0.0, 0.0, "live reference: window noise not known (not counted)")
+        return _interval_only(test, window, "TTFT")
     if gate == "throughput" and window.comparing == "ab":
         return ab_risk(test, window, lookup(store, rig, mode, prompt_class, concurrency) if store else None,
                        pairs, extra)
@@ -201,7 +204,7 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
         kind = "other_machine" if anyone is not None else "not_stored"
         return GateRisk(test, 0.0, 1.0, kind.replace("_", " "), undecided_outcome=kind)
     if gate == "acceptance":
-        return GateRisk(test, 0.0, 0.0, "stored counters: not modelled")
+        return _interval_only(test, window, "acceptance against stored counters")
     ratio = entry.ratio_to_reference is not None and window.comparing == "duet" and mode != window.reference_mode
     history = StartHistory(tuple(entry.ratio_history if ratio else entry.level_history))
     tolerance = window.tolerance_for(ratio)
@@ -215,6 +218,11 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
                        f"{history.starts} stored start(s): start noise {window.thresholds.start_noise * 100:g} %")
 
 
+def _interval_only(test: GateTest, window: WindowSettings, what: str) -> GateRisk:
+    """A gate whose undecided chance cannot be known before the run: its interval's own FAIL level."""
+    return GateRisk(test, (1 - window.confidence) / 2, 0.0, what, modelled=False)
+
+
 def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRisk:
     """The backfire gate against min_speedup, from the stored ratio to no speculation and its interval."""
     if window.declared_backfire is not None:
@@ -222,7 +230,7 @@ def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRis
     entry = lookup(store, window.rig, *test[1:]) if store is not None else None
     stored = entry.ratio_to_reference if entry is not None else None
     if stored is None or not stored.ci_low or not stored.ci_high:
-        return GateRisk(test, 0.0, 0.0, "no stored ratio to no speculation: not modelled")
+        return _interval_only(test, window, "backfire with no stored ratio")
     se = math.log(stored.ci_high / stored.ci_low) / 2 / spread_quantile(0.95)
     half = spread_quantile(window.confidence) * se
     shifted = math.log(window.thresholds.min_speedup) - math.log(stored.ratio)
@@ -276,3 +284,27 @@ def _why(risk: GateRisk, gating: str, fam: Family) -> str:
     chance = risk.red("gate", {})
     head = f"a red A/A {chance * 100:.2g} % of the time at {fam.confidence * 100:.4g} %"
     return f"{head} ({risk.how})" if gating == "gate" else f"reported only: {head} ({risk.how})"
+
+
+def for_run(run: Any, tests: Sequence[GateTest]) -> Choice:
+    """:func:`choose_auto` for a run's settings (specgate.decide.settings.RunSettings: its rig, stored
+    figures, machine, gating and outcome policy) and its selected gate ``tests``: each window's pairs and
+    follow-up rounds as the rig measures them."""
+    rig = run.rig
+    controlled = rig.gates.family_false_alarm
+    if controlled is None and "auto" in run.gating.values():
+        controlled = AUTO_FAMILY_FALSE_ALARM
+    prompts = {c.name: len(c.prompts) for c in rig.prompt_classes}
+
+    def risk_at(test: GateTest, confidence: float) -> GateRisk:
+        _, mode, prompt_class, concurrency = test
+        window = run.window(mode, prompt_class, concurrency).with_family(confidence)
+        rounds = rig.follow_up_rounds(mode, prompt_class, backfire=window.comparing == "duet")
+        n = prompts.get(prompt_class, 1)
+        return gate_risk(test, window, run.store, run.machine, pairs=n * rig.protocol.repeats, extra=n * rounds)
+
+    def counts(test: GateTest) -> bool:  # one of the family: an interval that can fail the run
+        return test[0] != "lossless" and not (test[0] == "backfire" and rig.declared_backfire_for(*test[1:3]))
+
+    return choose_auto(list(dict.fromkeys(tests)), lambda t: run.gating.get(t[0]), risk_at, counts,
+                       confidence=rig.gates.confidence, controlled=controlled, policy=run.outcome_policy)

@@ -140,6 +140,9 @@ class ReportFile(_Open):
         "confidence and one-sided false-alarm level, the session's Bonferroni bound, family_false_alarm if set")
     start_order: dict[str, Any] | None = Field(
         default=None, description="an A/B's start order: seed, and first: mode -> the side started first")
+    red_runs: dict[str, Any] | None = Field(
+        default=None, description="the chance of a red run with nothing changed (a FAIL, or an undecided gate that "
+        "gates): bound, fail_bound, gates_counted, confidence, limit (gating = auto), the largest gates' chances")
 
 
 SCHEMAS = {"report": ReportFile, "baselines": BaselineFile}

@@ -1,0 +1,32 @@
+"""The words for a session's chance of a red run with nothing changed (specgate.decide.red_runs), as
+``plan`` and the summary print it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _pct(x: float) -> str:
+    return "0 %" if x == 0 else "< 0.01 %" if x < 1e-4 else f"{x * 100:.2g} %" if x < 0.1 else f"{x * 100:.0f} %"
+
+
+def red_run_lines(data: dict[str, Any] | None) -> list[str]:
+    """One line for the bound (a FAIL or an undecided gate that gates, every gate counted), and one for the
+    gates that carry most of it; [] when none was computed."""
+    if not data:
+        return []
+    if not data.get("gates_counted"):
+        return ["RED A/A: no gate of this run can turn it red"]
+    lines = [f"RED A/A: at most {_pct(data['bound'])} of runs go red with nothing changed ({data['gates_counted']} "
+             f"gate(s) at {data['confidence'] * 100:.4g} %: a FAIL at most {_pct(data['fail_bound'])}, the rest "
+             "undecided or not stored)"]
+    if data["bound"] > data.get("limit", 1.0):
+        lines[0] += f"; above {_pct(data['limit'])}: gating = auto holds it there"
+    if data.get("not_modelled"):
+        lines.append("  their undecided chance not modelled, their interval's FAIL level counted: "
+                     + ", ".join(f"{what} x{n}" for what, n in data["not_modelled"].items()))
+    largest = [f"{g['gate']} {g['mode']}/{g['prompt_class']} c{g['concurrency']} {_pct(g['red'])} ({g['how']})"
+               for g in data.get("largest", [])[:3] if g["red"] > (1 - data["confidence"]) / 2]
+    if largest and data["bound"] > 0.005:
+        lines.append("  most of it: " + "; ".join(largest))
+    return lines
