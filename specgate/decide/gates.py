@@ -250,7 +250,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
         rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
-        ratios = StartHistory(tuple(baseline.ratio_history))
+        ratios = StartHistory.of(baseline, ratios=True)
         head = f"{window_arrangement(settings.arrangement, m, 'duet')} ratio to {partner.mode} vs the stored ratio"
         if ratios.usable and len(samples.measured) == len(samples.reference) and samples.measured:
             now = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
@@ -271,7 +271,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
     level_tolerance = settings.level_tolerance
     level_threshold = 1 - level_tolerance
     rule = Rule(level_threshold, gates.confidence, gates.equivalence_margin)
-    history = StartHistory(tuple(baseline.level_history))
+    history = StartHistory.of(baseline)
     if history.usable and m.decode_tokens_per_s:
         level = summarize(m.decode_tokens_per_s).median
         compared = (f"level vs the mean of the stored starts; {history.describe(level_threshold, confidence)}; "
@@ -293,7 +293,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
 
 def step_text(baseline: BaselineEntry) -> str:
     """"; the history has a step ..." where a change-point shows in its stored levels, else ""."""
-    found = history_steps(baseline.level_history)
+    found = history_steps(baseline.level_history, [s.sitting for s in baseline.starts])
     return f"; {found}" if found else ""
 
 
@@ -302,7 +302,7 @@ def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory
     """The throughput gate of a new start against a history of stored starts: its log ratio to the
     history's mean (``estimate``) within the history's prediction interval alone."""
     confidence = window_confidence(rule.confidence, m)
-    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts,
+    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts, dof=history.dof,
                              threshold=rule.threshold, confidence=confidence, equivalence_margin=rule.margin)
     subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     head = f"{m.mode} is {change_text(result.ratio)} than its history on {m.prompt_class}" if not result.passed \
@@ -312,7 +312,9 @@ def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory
     outcome = Outcome.UNDECIDED if result.verdict == "undecided" else (
         Outcome.PASS if result.passed else Outcome.FAIL)
     details = {**result.to_dict(), "compared": compared, "reference_label": label, "history_starts": history.starts,
-               "history_spread": history.log_sd, "undecided": result.verdict == "undecided"}
+               "history_spread": history.log_sd, "history_between_spread": history.components[1],
+               "history_sittings": len(history.groups) if history.recorded else None,
+               "undecided": result.verdict == "undecided"}
     return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, outcome, _with_note(message, note),
                       details=details)
 
@@ -542,7 +544,7 @@ def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: Cla
     class (specgate.store.baselines.lookup), when both are long enough to give a spread; else None."""
     found = [lookup(store, settings.rig, mode, m.prompt_class, m.concurrency, machine=machine)
              for mode in (m.mode, settings.reference_mode)]
-    pair = tuple(StartHistory(tuple(h.level_history)) if h is not None else None for h in found)
+    pair = tuple(StartHistory.of(h) if h is not None else None for h in found)
     return pair if all(h is not None and h.usable for h in pair) else None  # type: ignore[return-value]
 
 
@@ -574,8 +576,7 @@ def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: b
     if starts is not None:
         mine, theirs = starts
         dof = min(mine.dof, theirs.dof)
-        spread = spread_quantile(confidence, dof) * math.sqrt(
-            (mine.log_sd ** 2) * (1 + 1 / mine.starts) + (theirs.log_sd ** 2) * (1 + 1 / theirs.starts))
+        spread = spread_quantile(confidence, dof) * math.hypot(mine.prediction_sd, theirs.prediction_sd)
         return (f"windows one after the other; the two starts' offsets from this machine's stored histories "
                 f"({mine.starts} and {theirs.starts} starts, spread {mine.log_sd * 100:.2f} % and "
                 f"{theirs.log_sd * 100:.2f} %, t({dof})) added: ±{math.expm1(spread) * 100:.2f} %"), spread

@@ -6,11 +6,13 @@ show one: specgate.report.history_view).
 back, each starting its servers afresh and storing its windows (``--specgate-regen-baselines``).
 Each stored window keeps its level (the window's median decode tok/s) as one stored start of a
 history (specgate.store.baselines: one machine's and one build's), so the level gate of a later plain run
-compares with the history's mean and allows for the spread between starts that the history measured:
-Student's t at n - 1 degrees of freedom, scaled by sqrt(1 + 1/n) (a new start against the mean of n
-stored ones), that prediction interval alone. ``python -m specgate history --rig NAME`` shows every
+compares with the history's mean and allows for the spread between starts that the history measured, that
+prediction interval alone. Each start names its sitting (one uninterrupted series of starts on the
+machine: one build-history, one pytest session, specgate.store.fingerprint.sitting_id); from two sittings
+on the interval holds the spread between sittings too (one-way random effects, :attr:`StartHistory.components`),
+and a history of one sitting says it does not. ``python -m specgate history --rig NAME`` shows every
 machine's histories: the levels over time (a table and a PNG), the spread, what the gate catches, and
-a step or a drift in the levels (change-points, ruptures' PELT).
+a step or a drift within a sitting (change-points, ruptures' PELT; :data:`STEP_RULE`).
 """
 
 from __future__ import annotations
@@ -18,21 +20,40 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specgate.decide.paired import spread_quantile
 
+if TYPE_CHECKING:
+    from specgate.store.baselines import BaselineEntry
+
 # A history needs at least this many starts before its spread is used (two degrees of freedom).
 MIN_STARTS = 3
+# How far apart sittings can read (docs/statistics.md, the GPU lab): the words of a one-sitting history.
+LEASES_APART = "levels of one machine kind have read 1.7-3.7 % apart between leases, docs/statistics.md"
+STEP_ALPHA = 0.01  # a history with no step shows one at most this often (normal levels)
+STEP_RULE = ("the rule: a step only within a sitting, where the mean log levels either side (2+ starts a side) "
+             "differ by more than their spread explains: a two-sample t-test at 1 % over every split tried "
+             "(Bonferroni; binary segmentation); sittings differ by design, their spread is in the interval and "
+             "never a step")
 
 
 @dataclass(frozen=True)
 class StartHistory:
-    """The levels of one window over its stored starts (oldest first)."""
+    """The levels of one window over its stored starts (oldest first) and each start's sitting (None:
+    not recorded; such starts count as one sitting, ``sittings`` None: none recorded)."""
 
     levels: tuple[float, ...]
+    sittings: tuple[str | None, ...] | None = None
+
+    @classmethod
+    def of(cls, entry: BaselineEntry | None, *, ratios: bool = False) -> StartHistory:
+        """A stored history's levels (``ratios``: its ratios to the no-speculation partner) with their sittings."""
+        starts = [s for s in (entry.starts if entry is not None else ()) if not ratios or s.ratio is not None]
+        return cls(tuple(s.ratio if ratios else s.level for s in starts), tuple(s.sitting for s in starts))
 
     @property
     def starts(self) -> int:
@@ -49,63 +70,137 @@ class StartHistory:
 
     @property
     def log_sd(self) -> float:
-        """The start-to-start spread: the SD of the log levels (n - 1 degrees of freedom)."""
+        """The start-to-start spread: the SD of the log levels, the starts as one sample (n - 1 df)."""
         logs = [math.log(v) for v in self.levels]
         mean = sum(logs) / len(logs)
         return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
 
     @property
+    def groups(self) -> list[list[float]]:
+        """The log levels by sitting, in the order the sittings began (starts of no sitting: one group)."""
+        found: dict[str | None, list[float]] = {}
+        for level, sitting in zip(self.levels, self.sittings or [None] * self.starts):
+            found.setdefault(sitting, []).append(math.log(level))
+        return list(found.values())
+
+    @property
+    def recorded(self) -> bool:
+        """Whether any start's sitting is recorded (a history stored before then is one unknown sitting)."""
+        return any(s is not None for s in self.sittings or ())
+
+    @cached_property
+    def components(self) -> tuple[float, float, float, int]:
+        """(within-sitting SD, between-sitting SD, the SD of a new start in a new sitting around the
+        history's mean, its degrees of freedom), log units. One-way random effects on the log levels (k
+        sittings of n_i starts, N in all): MSW on N - k df, MSB on k - 1, n0 = (N - sum n_i^2 / N) / (k - 1),
+        the between variance (MSB - MSW) / n0 (shown; 0 when negative). A new start's variance, within^2
+        (1 + 1/N) + between^2 (1 + sum n_i^2 / N^2), is estimated without bias as a MSW + b MSB (a, b >= 0)
+        and taken with t at the smaller of the two df (Hsu's conservative rule; Satterthwaite's df missed a
+        new sitting up to 9-11 % of the time at a nominal 5 % in simulations of two sittings, the min df
+        at most 5 %: tests/test_sittings.py)
+        One sitting, or one start a sitting (the spread is then the sittings'): the starts as one sample,
+        t(N - 1) x sd x sqrt(1 + 1/N)."""
+        n, sd = self.starts, self.log_sd
+        groups = self.groups
+        k = len(groups)
+        if k < 2 or n == k:
+            return sd, 0.0, sd * math.sqrt(1 + 1 / n), n - 1
+        means = [sum(g) / len(g) for g in groups]
+        grand = sum(sum(g) for g in groups) / n
+        msw = sum((x - m) ** 2 for g, m in zip(groups, means) for x in g) / (n - k)
+        msb = sum(len(g) * (m - grand) ** 2 for g, m in zip(groups, means)) / (k - 1)
+        n0 = (n - sum(len(g) ** 2 for g in groups) / n) / (k - 1)
+        b = (1 + sum(len(g) ** 2 for g in groups) / n**2) / n0
+        variance = max(0.0, 1 + 1 / n - b) * msw + b * msb
+        return math.sqrt(msw), math.sqrt(max(0.0, msb - msw) / n0), math.sqrt(variance), min(n - k, k - 1)
+
+    @property
+    def prediction_sd(self) -> float:
+        """The SD (log units) of a new start around the history's mean (:attr:`components`)."""
+        return self.components[2]
+
+    @property
     def dof(self) -> int:
-        return self.starts - 1
+        return self.components[3]
 
     def half_width(self, confidence: float) -> float:
         """How far (log units) a new start's level may lie from the history's mean at ``confidence``
-        (two-sided): the prediction interval t(n-1) x sd x sqrt(1 + 1/n)."""
-        return spread_quantile(confidence, self.dof) * self.log_sd * math.sqrt(1 + 1 / self.starts)
+        (two-sided): the prediction interval t x its SD (:attr:`components`)."""
+        return spread_quantile(confidence, self.dof) * self.prediction_sd
 
     def catches(self, threshold: float, confidence: float = 0.95) -> float:
         """The true level ratio a plain run catches 95 % of the time with this history alone: the
         threshold lowered by the interval's half-width and the one-sided 95 % quantile of the same
         t, each on the prediction's scale."""
-        one_sided = spread_quantile(0.90, self.dof)  # the one-sided 95 % point of t(n-1)
-        scale = self.log_sd * math.sqrt(1 + 1 / self.starts)
-        return threshold * math.exp(-(self.half_width(confidence) + one_sided * scale))
+        one_sided = spread_quantile(0.90, self.dof)  # the one-sided 95 % point of t
+        return threshold * math.exp(-(self.half_width(confidence) + one_sided * self.prediction_sd))
+
+    def sittings_text(self) -> str:
+        """Which sittings the history holds and whether the interval holds the spread between them."""
+        within, between, _, _ = self.components
+        k = len(self.groups)
+        if not self.recorded:
+            return (f"sittings not recorded (stored before specgate recorded them): taken as one sitting, so "
+                    f"the spread between sittings is not in the interval ({LEASES_APART})")
+        if k == 1:
+            return (f"one sitting: the spread between sittings is not in the interval ({LEASES_APART}); "
+                    "build-history in a later sitting adds it")
+        ones = " (the starts stored before sittings were recorded count as one)" if None in self.sittings else ""
+        if self.starts == k:
+            return f"{k} sittings{ones}, one start each: the spread is between sittings"
+        return (f"{k} sittings{ones}: within them {within * 100:.2f} %, between them {between * 100:.2f} % (one-way "
+                f"random effects), both in the interval, t at the smaller df (Hsu)")
 
     def describe(self, threshold: float, confidence: float = 0.95) -> str:
         return (f"{self.starts} stored starts, start-to-start spread {self.log_sd * 100:.2f} % "
-                f"(t, {self.dof} df = {spread_quantile(confidence, self.dof):.2f}); catches a true level ratio "
-                f"<= {self.catches(threshold, confidence):.3f}")
+                f"({self.sittings_text()}; t, {self.dof} df = {spread_quantile(confidence, self.dof):.2f}); "
+                f"catches a true level ratio <= {self.catches(threshold, confidence):.3f}")
 
 
-def change_points(levels: Sequence[float]) -> list[int]:
-    """Where the mean of the log levels steps (indices of the first start after each step): PELT
-    (ruptures) on the log levels with a BIC-like penalty, 3 x sigma^2 x ln n, sigma the noise read
-    robustly from successive differences (so a step does not inflate it); at least 2 starts a side."""
-    if len(levels) < 4:
+def _splits(x: np.ndarray, offset: int, alpha: float) -> list[int]:
+    """Binary segmentation of one sitting's log levels ``x``: the split (at least 2 starts a side) whose
+    two means differ most in units of their pooled SD, kept when that two-sample t exceeds t(m - 2) at
+    two-sided 1 - alpha / (the m - 3 splits tried), then each side searched the same way."""
+    m = len(x)
+    if m < 4:
         return []
-    # lazily: ruptures brings scipy's numpy.fft, which a process can load only once, and pytest's
-    # in-process runs (pytester) unload what a run imported; only a history with 4+ starts needs it
-    import ruptures
+    best, at = -1.0, 0
+    for i in range(2, m - 1):
+        a, b = x[:i], x[i:]
+        sd = math.sqrt((float(((a - a.mean()) ** 2).sum()) + float(((b - b.mean()) ** 2).sum())) / (m - 2))
+        diff = abs(float(b.mean() - a.mean()))
+        t = diff / (sd * math.sqrt(1 / i + 1 / (m - i))) if sd > 0 else math.inf if diff > 0 else 0.0
+        if t > best:
+            best, at = t, i
+    if best <= spread_quantile(1 - alpha / (m - 3), m - 2):
+        return []
+    return [*_splits(x[:at], offset, alpha), offset + at, *_splits(x[at:], offset + at, alpha)]
 
+
+def change_points(levels: Sequence[float], sittings: Sequence[str | None] | None = None) -> list[int]:
+    """Where the mean of the log levels steps within a sitting (indices of the first start after each
+    step), by :data:`STEP_RULE`. No sittings recorded: the history as one."""
     x = np.log(np.asarray(levels, dtype=float))
-    sigma = 1.4826 * float(np.median(np.abs(np.diff(x)))) / math.sqrt(2)
-    if sigma <= 0:
-        sigma = max(float(np.std(x)), 1e-12) / 4  # most successive starts equal: any step stands out
-    found = ruptures.Pelt(model="l2", min_size=2, jump=1).fit(x).predict(pen=3 * sigma**2 * math.log(len(x)))
-    return [i for i in found if i < len(x)]
+    labels = list(sittings) if sittings is not None else [None] * len(x)
+    runs = [[i for i, s in enumerate(labels) if s == label] for label in dict.fromkeys(labels)]
+    alpha = STEP_ALPHA / max(1, sum(len(run) >= 4 for run in runs))  # over the sittings searched
+    return sorted(run[i] for run in runs for i in _splits(x[run], 0, alpha))
 
 
-def history_steps(levels: Sequence[float]) -> str:
-    """The words for a stored history's change-points ("" when none): each step with its size, and
-    "a drift" when two or more steps go the same way."""
-    points = change_points(levels)
+def history_steps(levels: Sequence[float], sittings: Sequence[str | None] | None = None) -> str:
+    """The words for a stored history's steps within its sittings ("" when none): each step with the
+    mean levels either side of it in its sitting, "a drift" when two or more go the same way, and the rule."""
+    points = change_points(levels, sittings)
     if not points:
         return ""
-    bounds = [0, *points, len(levels)]
-    means = [math.exp(float(np.mean(np.log(levels[a:b])))) for a, b in pairwise(bounds)]
-    parts = [f"at start {i + 1} {means[k]:.1f} -> {means[k + 1]:.1f} tok/s "
-             f"({(means[k + 1] / means[k] - 1) * 100:+.1f} %)" for k, i in enumerate(points)]
-    moves = [b > a for a, b in pairwise(means)]
+    labels = list(sittings) if sittings is not None else [None] * len(levels)
+    edges = sorted({0, len(levels), *points, *(i for i in range(1, len(levels)) if labels[i] != labels[i - 1])})
+    parts, moves = [], []
+    for i in points:  # the means either side of the step, inside its sitting
+        lo, hi = edges[edges.index(i) - 1], edges[edges.index(i) + 1]
+        a, b = (math.exp(float(np.mean(np.log(levels[x:y])))) for x, y in ((lo, i), (i, hi)))
+        parts.append(f"at start {i + 1} {a:.1f} -> {b:.1f} tok/s ({(b / a - 1) * 100:+.1f} %)")
+        moves.append(b > a)
     kind = "a drift" if len(moves) >= 2 and len(set(moves)) == 1 else "a step" if len(points) == 1 else "steps"
-    return (f"the stored levels show {kind} ({'; '.join(parts)}): the history's spread holds it, so the gate "
-            "is wider than the machine's start noise; if a change caused it, start a new history")
+    return (f"the stored levels show {kind} ({'; '.join(parts)}): the history's spread holds it, so the gate is "
+            f"wider than the machine's start noise; if a change caused it, start a new history ({STEP_RULE})")

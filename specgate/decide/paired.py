@@ -324,12 +324,13 @@ PREDICTION_METHOD = "a new start against its history: t(n-1) x s x sqrt(1 + 1/n)
 
 
 def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshold: float, confidence: float,
-                    equivalence_margin: float) -> PairedRatio:
+                    equivalence_margin: float, dof: int | None = None) -> PairedRatio:
     """A new start's figure (``estimate``: its log ratio to the mean of ``starts`` stored starts) judged
     by the history's prediction interval alone, ``half_width`` in log units (specgate.decide.history): the
     spread of the stored starts already holds each window's own noise, so the window's interval is not
-    added on top. Decided by the same rules as a paired ratio (:func:`_decide`); ``n`` counts starts."""
-    return interval_ratio(estimate, half_width, n=starts, unit="stored starts", dof=starts - 1,
+    added on top. Decided by the same rules as a paired ratio (:func:`_decide`); ``n`` counts starts; ``dof``:
+    the interval's degrees of freedom (default n - 1; a history of several sittings has its own)."""
+    return interval_ratio(estimate, half_width, n=starts, unit="stored starts", dof=starts - 1 if dof is None else dof,
                           line=Line(threshold, equivalence_margin), confidence=confidence, method=PREDICTION_METHOD)
 
 

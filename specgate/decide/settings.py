@@ -130,7 +130,7 @@ def can_decide(settings: WindowSettings, store: Any, gate: str, machine: str | N
         return False, ("no stored history of this machine" if machine else "this machine cannot be identified")
     duet_ratio = (entry.ratio_to_reference is not None and settings.comparing == "duet"
                   and settings.mode != settings.reference_mode)
-    history = StartHistory(tuple(entry.ratio_history if duet_ratio else entry.level_history))
+    history = StartHistory.of(entry, ratios=duet_ratio)
     tolerance = settings.tolerance_for(duet_ratio)
     what = "stored ratios" if duet_ratio else "stored starts (levels)"
     if not history.usable:

@@ -608,7 +608,7 @@ def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Seque
         for prompt_class, concurrency in classes:
             entry = baselines.lookup(store, rig.name, mode, prompt_class, concurrency) if store else None
             threshold = 1 - _settings(rig, (mode, prompt_class, concurrency)).level_tolerance
-            histories.append((mode, history.StartHistory(tuple(entry.level_history if entry else ())), threshold))
+            histories.append((mode, history.StartHistory.of(entry), threshold))
     if not histories:
         return "no window selected"
     fewest_mode, fewest, _ = min(histories, key=lambda h: h[1].starts)

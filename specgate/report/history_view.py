@@ -4,10 +4,11 @@ this machine's history of this build, specgate.store.baselines); ``python -m spe
 shows the stored histories as a user reads them.
 
 Per window (mode, prompt class, concurrency) and per history (one machine's, one build's): every stored
-start as a table row (its date, level, suite commit), the history's spread and what its level gate
-catches, whether it gates (superseded and unknown-machine histories never do), and a step or a drift
-in its levels (change-points, specgate.decide.history.change_points). A PNG draws the levels over the starts,
-one panel per window, one line per history, the gating history's prediction band shaded.
+start as a table row (its date, sitting, level, suite commit), the history's sittings, spread and what its
+level gate catches, whether it gates (superseded and unknown-machine histories never do), and a step or a
+drift within a sitting (specgate.decide.history.change_points), with the rule that finds one. A PNG draws
+the levels over the starts, one panel per window, one line per history, the gating history's prediction band
+shaded.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from pathlib import Path
 from tabulate import tabulate
 
 from specgate.config.rig import Rig, load_rig
-from specgate.decide.history import MIN_STARTS, StartHistory, change_points, history_steps
+from specgate.decide.history import MIN_STARTS, STEP_RULE, StartHistory, change_points, history_steps
 from specgate.decide.settings import window_settings
 from specgate.durations import format_elapsed
 from specgate.store.baselines import BaselineEntry, BaselineFile, histories, load_baselines
-from specgate.store.fingerprint import machine_id
+from specgate.store.fingerprint import SITTING_ENV, machine_id, sitting_id
 
 DPI = 110
 
@@ -42,8 +43,9 @@ def _status(entry: BaselineEntry) -> str:
     if entry.superseded:
         return f"superseded {entry.superseded}: never gates"
     if entry.machine is None:
-        return ("machine unknown (stored before machines were recorded, or unreadable): never gates; start this "
-                "machine's history with build-history")
+        return ("machine unknown (stored before machines were recorded, unreadable, or a schema-1 history of several "
+                "starts, whose machines cannot be told apart): never gates; start this machine's history with "
+                "build-history")
     return "gates runs on this machine"
 
 
@@ -54,20 +56,22 @@ def history_text(store: BaselineFile, rig: Rig) -> str:
         window = window_settings(rig, mode, prompt_class, concurrency)
         threshold, confidence = 1 - window.level_tolerance, window.confidence
         for entry in histories(store, rig.name, mode, prompt_class, concurrency):
-            history = StartHistory(tuple(entry.level_history))
+            history = StartHistory.of(entry)
             head = f"{mode} / {prompt_class} / concurrency {concurrency}: {entry.describe()}; {_status(entry)}"
-            rows = [[i + 1, s.date or "-", f"{s.level:.2f}", f"{s.ratio:.3f}" if s.ratio else "-",
+            rows = [[i + 1, s.date or "-", s.sitting or "-", f"{s.level:.2f}", f"{s.ratio:.3f}" if s.ratio else "-",
                      s.suite_commit or "-"] for i, s in enumerate(entry.starts)]
-            lines = [head, tabulate(rows, headers=["start", "date", "tok/s", "ratio to no_spec", "suite commit"],
-                                    tablefmt="simple")]
+            lines = [head, tabulate(rows, headers=["start", "date", "sitting", "tok/s", "ratio to no_spec",
+                                                   "suite commit"], tablefmt="simple")]
             if history.usable:
                 half = math.expm1(history.half_width(confidence))
                 lines.append(f"mean {history.center:.2f} tok/s; {history.describe(threshold, confidence)}; a new "
                              f"start lands within ±{half * 100:.2f} % of the mean {confidence * 100:g} % of the time")
             else:
-                lines.append(f"{history.starts} start(s): the level gate uses a history from {MIN_STARTS} on")
-            steps = history_steps(entry.level_history)
-            lines.append(steps[0].upper() + steps[1:] if steps else "no step or drift in the stored levels")
+                lines.append(f"{history.starts} start(s), {history.sittings_text()}: the level gate uses a history "
+                             f"from {MIN_STARTS} on")
+            steps = history_steps(history.levels, history.sittings)
+            lines.append(steps[0].upper() + steps[1:] if steps else
+                         f"no step or drift in the stored levels ({STEP_RULE})")
             blocks.append("\n".join(lines))
     if not blocks:
         return f"no stored history of rig {rig.name}"
@@ -94,13 +98,13 @@ def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0
             label = f"{entry.machine or 'unknown machine'} · {entry.build.describe()}" + (
                 "" if gates else " (never gates)")
             ax.plot(x, levels, marker="o", linestyle="-" if gates else ":", label=label, color=f"C{k}")
-            history = StartHistory(tuple(levels))
+            history = StartHistory.of(entry)
             if history.usable:
                 factor = math.exp(history.half_width(confidence))
                 ax.axhline(history.center, color=f"C{k}", linewidth=0.8)
                 ax.fill_between([0.5, len(levels) + 0.5], history.center / factor, history.center * factor,
                                 color=f"C{k}", alpha=0.12, label=f"{confidence * 100:g} % prediction band")
-            for point in change_points(levels):
+            for point in change_points(levels, history.sittings):
                 ax.axvline(point + 0.5, color=f"C{k}", linestyle="--", linewidth=1.0)
         ax.set_title(f"{rig}: {mode} / {prompt_class} / concurrency {concurrency}", fontsize=10)
         ax.set_xlabel("stored start")
@@ -130,12 +134,13 @@ def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> 
                 for entry in histories(store, rig.name, mode, prompt_class, int(concurrency)):
                     if machine is not None and entry.machine != machine:
                         continue
-                    history = StartHistory(tuple(entry.level_history))
+                    history = StartHistory.of(entry)
                     where = f"{mode} / {prompt_class} / c{concurrency} [{entry.describe()}]"
                     if history.usable:
                         lines.append(f"  {where}: {history.describe(threshold)}")
                     else:
-                        lines.append(f"  {where}: the level gate uses a history from {MIN_STARTS} starts on")
+                        lines.append(f"  {where}: {history.sittings_text()}; the level gate uses a history from "
+                                     f"{MIN_STARTS} starts on")
     return lines
 
 
@@ -143,16 +148,20 @@ def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: 
                   pytest_args: Sequence[str] = ()) -> int:
     """Run ``starts`` fresh-start sessions of the rig one after the other, each storing its windows.
     Stops at the first session that fails (its exit code is returned); what earlier sessions
-    stored stays stored (each writes baselines.json once, atomically, at its end)."""
+    stored stays stored (each writes baselines.json once, atomically, at its end). Every start of one
+    invocation is of one sitting (``SPECGATE_SITTING``: the caller's where set, else minted here)."""
     rig = load_rig(rig_name, fixtures_dir)
     machine = machine_id(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    print(f"specgate build-history: {whose_history(load_baselines(baselines), rig_name, machine)}", flush=True)
+    sitting = sitting_id()
+    print(f"specgate build-history: {whose_history(load_baselines(baselines), rig_name, machine)}; these starts "
+          f"are one sitting ({sitting})", flush=True)
     started = time.monotonic()
     for k in range(1, starts + 1):
         run_dir = runs_dir / f"start-{k:02d}"
         print(f"specgate build-history: start {k}/{starts} of rig {rig_name} (run folder {run_dir})", flush=True)
         code = subprocess.run(session_command(rig_name, rig.tier, baselines=baselines, run_dir=run_dir,
-                                              pytest_args=pytest_args)).returncode
+                                              pytest_args=pytest_args), env={**os.environ, SITTING_ENV: sitting}
+                              ).returncode
         if code != 0:
             print(f"specgate build-history: start {k}/{starts} ended with pytest exit code {code}; the "
                   f"{k - 1} start(s) before it stay stored in {baselines}", file=sys.stderr)

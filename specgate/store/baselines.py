@@ -75,6 +75,7 @@ class Fingerprint(_Model):
     machine: str | None = None
     date: str | None = None
     commit: str | None = None
+    sitting: str | None = None  # the series of starts it was measured in (specgate.store.fingerprint.sitting_id)
     note: str | None = None
 
     @field_validator("env")
@@ -250,6 +251,9 @@ class StoredStart(_Model):
     build: Build = Build()
     suite_commit: str | None = None  # specgate's own commit
     date: str | None = None
+    # its sitting: one uninterrupted series of starts on the machine (specgate.store.fingerprint.sitting_id);
+    # None: not recorded (stored before specgate recorded sittings), all such starts taken as one sitting
+    sitting: str | None = None
 
 
 class BaselineEntry(_Model):
@@ -276,8 +280,10 @@ class BaselineEntry(_Model):
     @classmethod
     def _from_schema_1(cls, data: Any) -> Any:
         """A schema-1 entry (level_history, ratio_history, host_canary_us as bare lists) as one history:
-        its starts take the entry's machine and build (as the file stored them, possibly mixed: a
-        schema-1 history named no machine per start), the last one its date and commit."""
+        its starts take the entry's build, the last one its date and commit. Schema 1 named no machine per
+        start, and from c404bac to 3472353 it appended levels across machines under the last start's
+        fingerprint: a schema-1 history of more than one start is of an unknown machine and never gates
+        (one start is its fingerprint's machine's). Their sittings are not known."""
         if not isinstance(data, dict) or not ({"level_history", "ratio_history", "host_canary_us"} & data.keys()):
             return data
         data = dict(data)
@@ -302,8 +308,8 @@ class BaselineEntry(_Model):
             last = back == 1
             starts.append({"level": level, "ratio": ratios[-back] if back <= len(ratios) else None,
                            "canary_us": canaries[-back] if back <= len(canaries) else None,
-                           "machine": fp.machine, "build": build, "suite_commit": fp.commit if last else None,
-                           "date": fp.date if last else None})
+                           "machine": fp.machine if count == 1 else None, "build": build,
+                           "suite_commit": fp.commit if last else None, "date": fp.date if last else None})
         data["starts"] = starts
         return data
 

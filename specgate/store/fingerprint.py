@@ -5,11 +5,13 @@ arguments, environment). ``baselines.comparability`` decides what a difference m
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import importlib.util
 import os
 import platform
 import re
+import secrets
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,10 +58,10 @@ def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
         return "unknown", 0, None
 
 
-def machine_id(tier: str, visible: str | None = None) -> str | None:
+def machine_id(tier: str, visible: str | None = None, root: Path = Path("/")) -> str | None:
     """Which machine this is, not only its kind: on the gpu tier the UUIDs of the server's GPUs (two
-    hosts of one GPU model read apart, so a history of starts belongs to one), else the host's
-    /etc/machine-id or its name. None where none can be read."""
+    hosts of one GPU model read apart, so a history of starts belongs to one), else :func:`host_id`.
+    None where none can be read."""
     if tier == "gpu":
         try:
             with nvml() as pynvml:
@@ -76,13 +78,63 @@ def machine_id(tier: str, visible: str | None = None) -> str | None:
                     return ",".join(sorted(uuids))
         except Exception:  # no NVML: fall back to the host
             pass
+    return host_id(root)
+
+
+UNSURE = "unsure"  # in a host id that a clone of this machine's image may share
+
+
+def _read(path: Path) -> str:
     try:
-        text = Path("/etc/machine-id").read_text().strip()
-        if text:
-            return f"machine-id {text}"
-    except OSError:
-        pass
-    return f"host {platform.node()}" if platform.node() else None
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def host_id(root: Path = Path("/")) -> str | None:
+    """The host: /etc/machine-id, which every clone of an image shares, with a hash of the hardware
+    addresses of its network cards that are not virtual (not under /sys/devices/virtual) and are
+    permanent (addr_assign_type 0): a hypervisor or a card gives each its own, kept across reboots.
+    Where none of those is universally administered (burned in; a locally administered one, as a cloud
+    or a microVM assigns, may repeat on every clone) or none is found, the id adds the host name and
+    says it is :data:`UNSURE`. The boot id is not used: it changes at every reboot."""
+    nics = []
+    for link in sorted((root / "sys/class/net").glob("*")):
+        if "/devices/virtual/" in str(link.resolve()) or _read(link / "addr_assign_type") != "0":
+            continue
+        address = _read(link / "address").lower()
+        if re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", address) and address != "00:00:00:00:00:00":
+            nics.append(address)
+    mid = _read(root / "etc/machine-id")
+    parts = [f"machine-id {mid}"] if mid else []
+    if nics:
+        parts.append(f"nic {hashlib.sha256(' '.join(nics).encode()).hexdigest()[:12]}")
+    if any(int(a[:2], 16) & 2 == 0 for a in nics):
+        return ", ".join(parts)
+    if node := _read(root / "etc/hostname") or (platform.node() if root == Path("/") else ""):
+        parts.append(f"host {node}")
+    return ", ".join([*parts, f"{UNSURE}: a clone may share it"]
+                     ) if parts else None
+
+
+SITTING_ENV = "SPECGATE_SITTING"
+
+
+@functools.cache
+def _minted() -> str:
+    return f"{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%MZ} {secrets.token_hex(3)}"
+
+
+def sitting_id() -> str:
+    """The sitting a start is stored in: one uninterrupted series of starts on one machine (one lease).
+    ``SPECGATE_SITTING`` where set (``build-history`` sets it once for all its sessions; set it to join
+    several commands of one lease), else the pytest-xdist run every worker of one session shares, else
+    one minted per process (one pytest session): its UTC time and 6 random hex digits."""
+    if os.environ.get(SITTING_ENV):
+        return os.environ[SITTING_ENV]
+    if run := os.environ.get("PYTEST_XDIST_TESTRUNUID"):
+        return f"pytest-xdist run {run[:12]}"
+    return _minted()
 
 
 def git_commit(cwd: Path) -> str | None:
@@ -208,5 +260,6 @@ def collect(*, tier: str, model: str, speculative_config: dict[str, Any] | None,
         accelerator=accelerator, accelerator_count=count, driver=driver, vllm_version=vllm_version,
         model=Path(model).name, speculative_config=speculative_config, concurrent_servers=concurrent_servers,
         torch_version=torch_version, cuda_version=cuda_version, cpu_model=cpu_model(),
-        machine=machine_id(tier, gpus), date=dt.date.today().isoformat(), commit=git_commit(repo), **measurement,
+        machine=machine_id(tier, gpus), date=dt.date.today().isoformat(), commit=git_commit(repo),
+        sitting=sitting_id(), **measurement,
     )
