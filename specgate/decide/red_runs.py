@@ -109,16 +109,16 @@ def _t_cdf(x: float, dof: int) -> float:
 
 
 def history_risk(test: GateTest, history: StartHistory, tolerance: float, confidence: float, what: str) -> GateRisk:
-    """A new start against a stored history's prediction interval (module doc)."""
-    scale = history.log_sd * math.sqrt(1 + 1 / history.starts)
+    """A new start against a stored history's prediction interval (module doc): its half-width is the
+    history's own (t at its df times its predictive scale), so the chances are t probabilities of that scale."""
     q = spread_quantile(confidence, history.dof)
-    line = math.log1p(-tolerance)
-    if scale <= 0:
+    half = history.half_width(confidence)
+    if half <= 0:
         return GateRisk(test, 0.0, 0.0, f"{history.starts} {what}, no spread between them")
-    fail = _t_cdf(line / scale - q, history.dof)
-    red = _t_cdf(line / scale + q, history.dof)
+    line = math.log1p(-tolerance) / (half / q)  # the threshold on the predictive scale
+    fail, red = _t_cdf(line - q, history.dof), _t_cdf(line + q, history.dof)
     return GateRisk(test, fail, red - fail, f"{history.starts} {what} at a spread of {history.log_sd * 100:.2f} %: "
-                    f"prediction interval ±{math.expm1(q * scale) * 100:.2f} % (t, {history.dof} df = {q:.2f})")
+                    f"prediction interval ±{math.expm1(half) * 100:.2f} % (t, {history.dof} df = {q:.2f})")
 
 
 def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, line: float, how: str) -> GateRisk:
@@ -206,7 +206,7 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
     if gate == "acceptance":
         return _interval_only(test, window, "acceptance against stored counters")
     ratio = entry.ratio_to_reference is not None and window.comparing == "duet" and mode != window.reference_mode
-    history = StartHistory(tuple(entry.ratio_history if ratio else entry.level_history))
+    history = StartHistory.of(entry, ratios=ratio)
     tolerance = window.tolerance_for(ratio)
     if history.usable:
         return history_risk(test, history, tolerance, window.confidence, "stored ratios" if ratio else "stored starts")

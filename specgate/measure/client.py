@@ -153,6 +153,10 @@ class RequestRecord:
     # --per-request-spec-decode-metrics): acceptance_histogram, num_spec_steps, num_accepted_draft_tokens,
     # num_draft_tokens, num_spec_tokens (specgate.measure.per_request). None where the server offers none.
     spec_decode: dict[str, Any] | None = None
+    # Chunks that carried no text (an engine step whose tokens detokenized to nothing yet, the text
+    # following in a later chunk; not the chat API's role announcement): each is an engine step all the
+    # same, so the stream's steps are the chunks of both kinds (specgate.measure.per_request.stream_acceptance).
+    empty_chunks: int = 0
 
     @property
     def ttft_s(self) -> float | None:
@@ -273,6 +277,7 @@ class _StreamState:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     spec_decode: dict[str, Any] | None = None
+    empty_chunks: int = 0
     saw_done: bool = False
 
 
@@ -443,6 +448,7 @@ class StreamingClient:
             text="".join(state.text_parts),
             finish_reason=state.finish_reason,
             spec_decode=state.spec_decode,
+            empty_chunks=state.empty_chunks,
         )
 
     async def _stream(
@@ -511,6 +517,8 @@ class StreamingClient:
                     if text:
                         text_parts.append(text)
                         chunk_times.append(received_at)
+                    elif not (is_chat and "role" in delta):  # an engine step whose tokens carried no text (yet)
+                        state.empty_chunks += 1
                     reason = choice.get("finish_reason")
                     if reason is not None:
                         state.finish_reason = reason

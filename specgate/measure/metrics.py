@@ -496,6 +496,17 @@ class AcceptanceStats:
         )
 
 
+def server_decode_steps(delta: MetricsDelta) -> float | None:
+    """The decode steps vLLM took for the window's requests: its inter-token latency histogram (the time
+    per output token's older name) observes once per request per engine step after the first token,
+    however many tokens the step emitted; None where neither has observations."""
+    for name in (INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN):
+        totals = delta.histograms.get(name)
+        if totals is not None and totals.count > 0:
+            return totals.count
+    return None
+
+
 def server_decode_tokens_per_s(delta: MetricsDelta) -> DecodeRate | None:
     """Server-side decode rate of the window: 1 / mean time per output token.
 

@@ -21,8 +21,9 @@ from specgate.measure.client import RequestRecord
 
 
 def stream_acceptance(completion_tokens: int, chunks: int) -> tuple[int, int] | None:
-    """(accepted draft tokens, decode steps) from a stream of ``chunks`` text chunks: accepted = tokens -
-    chunks, steps = chunks - 1 (the first chunk is the prefill's token). None with no decode step seen."""
+    """(accepted draft tokens, decode steps) from a stream of ``chunks`` chunks (those with text and those
+    without, RequestRecord.empty_chunks): accepted = tokens - chunks, steps = chunks - 1
+    (the first chunk is the prefill's token). None with no decode step seen."""
     if chunks < 2 or completion_tokens < chunks:
         return None
     return completion_tokens - chunks, chunks - 1
@@ -70,7 +71,7 @@ def agreement(keys: Sequence[str], records: Sequence[RequestRecord]) -> Agreemen
     """The stream's accepted tokens against vLLM's for every request that has both; None where none has."""
     rows = []
     for key, r in zip(keys, records, strict=True):
-        ours, theirs = stream_acceptance(r.completion_tokens, len(r.chunk_times)), vllm_acceptance(r)
+        ours, theirs = stream_acceptance(r.completion_tokens, len(r.chunk_times) + r.empty_chunks), vllm_acceptance(r)
         if ours is None or theirs is None:
             continue
         cut = int((r.spec_decode or {}).get("num_spec_tokens") or 0) if r.finish_reason == "length" else 0

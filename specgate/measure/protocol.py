@@ -27,7 +27,13 @@ from specgate.durations import format_elapsed
 from specgate.errors import RequestError, ServerDiedError
 from specgate.measure.client import GenerationRequest, RequestRecord, StreamingClient, run_requests
 from specgate.measure.duet import alternation_block, plan
-from specgate.measure.metrics import AcceptanceStats, metrics_delta, parse_metrics, server_decode_tokens_per_s
+from specgate.measure.metrics import (
+    AcceptanceStats,
+    metrics_delta,
+    parse_metrics,
+    server_decode_steps,
+    server_decode_tokens_per_s,
+)
 
 PROGRESS_EVERY_S = 10.0
 
@@ -87,6 +93,9 @@ class ClassMeasurement:
     first_look_share: float | None = None
     follow_up: str | None = None
     follow_up_skipped: str | None = None
+    # vLLM's decode steps for this window's requests (specgate.measure.metrics.server_decode_steps): what
+    # the streams' steps are checked against (specgate.decide.gates.stream_count_mismatch); None: not exported
+    server_decode_steps: float | None = None
 
     @property
     def ab(self) -> bool:
@@ -143,6 +152,7 @@ class ClassMeasurement:
             "groups": list(self.groups),
             "first_look_share": self.first_look_share, "follow_up": self.follow_up,
             **({"follow_up_skipped": self.follow_up_skipped} if self.follow_up_skipped else {}),
+            **({"server_decode_steps": self.server_decode_steps} if self.server_decode_steps is not None else {}),
             **self.extra,
         }
 
@@ -155,6 +165,7 @@ class ClassMeasurement:
             acceptance=AcceptanceStats.from_dict(data["acceptance"]) if data.get("acceptance") else None,
             server_decode_tokens_per_s=data.get("server_decode_tokens_per_s"),
             server_metric_source=data.get("server_metric_source"),
+            server_decode_steps=data.get("server_decode_steps"),
             # "design": the arrangement's key in reports before 2026-12-05
             arrangement=data.get("arrangement", data.get("design", "solo")),
             role=data.get("role", "partner" if data.get("side") in ("partner", "reference") else "subject"),
@@ -356,6 +367,7 @@ class Measurer:
             records=records, acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(mode)),
             server_decode_tokens_per_s=server_rate.value if server_rate else None,
             server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
+            server_decode_steps=server_decode_steps(delta),
         ))
 
     def _telemetry(self, servers: list[Any]):
@@ -475,6 +487,7 @@ class Measurer:
                     acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(side_mode)),
                     server_decode_tokens_per_s=rate.value if rate else None,
                     server_metric_source=rate.source if rate else None, wall_s=wall_s,
+                    server_decode_steps=server_decode_steps(delta),
                     arrangement="duet" if sleeper is None else "alternation",
                     role=side, ab_side=({"subject": "candidate", "partner": "reference"}[side] if duet.ab else None),
                     first_look_share=share)

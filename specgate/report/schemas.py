@@ -45,6 +45,8 @@ class RequestRecord(_Open):
     e2e_tokens_per_s: float | None = None
     spec_decode: dict[str, Any] | None = Field(default=None, description="vLLM's own acceptance of this request "
                                                "(--per-request-spec-decode-metrics); absent without it")
+    empty_chunks: int = Field(default=0, description="chunks that carried no text (each an engine step all the "
+                              "same); absent in reports before 2026-12-06")
 
 
 class Measurement(_Open):
@@ -59,6 +61,8 @@ class Measurement(_Open):
     aggregate_tokens_per_s: float | None = None
     server_decode_tokens_per_s: float | None = Field(default=None, description="vLLM's own decode rate (TPOT)")
     server_metric_source: str | None = None
+    server_decode_steps: float | None = Field(default=None, description="vLLM's decode steps for the window's "
+                                              "requests (its inter-token latency observations); absent: not exported")
     acceptance: dict[str, Any] | None = Field(default=None,
                                               description="speculative acceptance; None without speculation")
     records: list[RequestRecord]
