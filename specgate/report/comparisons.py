@@ -279,6 +279,9 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
     compared = str(details.get("compared") or details.get("design") or entry.get("message") or "")
     if (starts := _STARTS.search(compared)) is not None:
         n_text = f"{n_text}, {starts.group(1)} stored {starts.group(2)}"
+    if "history_sittings" in details:  # the stored history's sittings (None: not recorded)
+        k = details["history_sittings"]
+        n_text += ", sittings unknown" if k is None else ", one sitting" if k == 1 else f", {k} sittings"
 
     reference, measured = "-", "-"
     if gate == "throughput":
