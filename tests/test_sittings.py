@@ -137,6 +137,19 @@ def test_later_sittings_extend_the_same_history_and_each_start_keeps_its_sitting
     assert fingerprint.sitting_id() == fingerprint.sitting_id()
 
 
+def test_build_history_runs_its_sessions_in_one_sitting(tmp_path, monkeypatch, capsys):
+    from specgate.report import history_view
+
+    seen = []
+    monkeypatch.setattr(history_view.subprocess, "run", lambda command, env: seen.append(env) or
+                        type("Done", (), {"returncode": 0})())
+    monkeypatch.delenv(fingerprint.SITTING_ENV, raising=False)
+    assert history_view.build_history("cpu-smollm2", 3, fixtures_dir=ROOT / "fixtures",
+                                      baselines=tmp_path / "b.json", runs_dir=tmp_path) == 0
+    sittings = {env[fingerprint.SITTING_ENV] for env in seen}
+    assert len(seen) == 3 and len(sittings) == 1 and f"are one sitting ({sittings.pop()})" in capsys.readouterr().out
+
+
 def test_a_schema_1_history_of_several_starts_never_gates(tmp_path):
     # schema-1 files of c404bac..3472353 appended levels across machines under the last start's fingerprint
     def stored(levels):

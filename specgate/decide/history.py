@@ -141,9 +141,9 @@ class StartHistory:
         k = len(self.groups)
         if not self.recorded:
             return (f"sittings not recorded (stored before specgate recorded them): taken as one sitting, so "
-                    f"the spread between sittings is not in the interval ({LEASES_APART})")
+                    f"the spread between sittings is not in the interval: {LEASES_APART}")
         if k == 1:
-            return (f"one sitting: the spread between sittings is not in the interval ({LEASES_APART}); "
+            return (f"one sitting: the spread between sittings is not in the interval: {LEASES_APART}; "
                     "build-history in a later sitting adds it")
         ones = " (the starts stored before sittings were recorded count as one)" if None in self.sittings else ""
         if self.starts == k:
