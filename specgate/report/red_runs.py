@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
+
+WIDTH = 160  # as the summary's other lines (specgate.report.verdicts.LINE_WIDTH)
 
 
 def _pct(x: float) -> str:
@@ -29,4 +32,4 @@ def red_run_lines(data: dict[str, Any] | None) -> list[str]:
                for g in data.get("largest", [])[:3] if g["red"] > (1 - data["confidence"]) / 2]
     if largest and data["bound"] > 0.005:
         lines.append("  most of it: " + "; ".join(largest))
-    return lines
+    return [part for line in lines for part in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]

@@ -17,6 +17,7 @@ from typing import Any
 from specgate.decide.host_pace import HOST_PACE
 from specgate.decide.outcome import NOT_STORED, STORING, Family, Outcome, Policy, pytest_action
 from specgate.report.comparisons import comparison, no_windows, undecided_kind
+from specgate.report.red_runs import red_run_lines
 
 LINE_WIDTH = 160
 
@@ -172,7 +173,7 @@ def gating_lines(report: Mapping[str, Any]) -> list[str]:
     if fam := report.get("family"):
         lines.append(family_text(Family(fam["gating_decisions"], fam["confidence"], fam.get("family_false_alarm"),
                                         fam.get("undecided_red", False))))
-    return lines
+    return lines + red_run_lines(report.get("red_runs"))  # every gate's chance of a red A/A (issue 62)
 
 
 def _span(r: list[float] | tuple[float, float], digits: int) -> str:
