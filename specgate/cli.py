@@ -270,12 +270,8 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})", file=sys.stderr)
         return int(code) if code not in (ExitCode.OK, ExitCode.GATE_FAILED) else int(ExitCode.NO_TESTS)
     plan = capture.plan
-    rig = capture.specgate.rig
+    rig, store = capture.run_session.settings.rig, capture.run_session.settings.store
     if rig.arrangement.name == "alternation" and plan.servers:
-
-        store = None
-        with contextlib.suppress(SpecgateError):
-            store = capture.specgate.store
         asked = Conditions(reused=[s.label for s in plan.servers if s.reused], keep_servers=keep_servers,
                            host_gib=host_gib, other_tests=plan.other_tests, rate_note=capture.rates[1])
         options = arrangements(rig, capture.windows, capture.rates[0], store=store, conditions=asked)

@@ -75,7 +75,8 @@ def test_report_json_carries_the_break_even_rows(tmp_path):
     from specgate.measure.client import RequestRecord
     from specgate.measure.metrics import AcceptanceStats
     from specgate.measure.protocol import ClassMeasurement
-    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.plugin.resolve import SessionOptions
+    from specgate.plugin.session import SpecgateSession
 
     def window(mode, rate, acceptance=None):
         span = 63 / rate  # 64 tokens: (64 - 1) / span == rate

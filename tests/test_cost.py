@@ -96,8 +96,9 @@ class Clock:
 def _item(session, gate: str, mode: str, prompt_class: str, stash: dict):
     from types import SimpleNamespace
 
-    params = {"mode": session.rig.mode(mode), "prompt_class": next(c for c in session.rig.prompt_classes
-                                                                   if c.name == prompt_class), "concurrency": 1}
+    rig = session.settings.rig
+    params = {"mode": rig.mode(mode), "prompt_class": next(c for c in rig.prompt_classes if c.name == prompt_class),
+              "concurrency": 1}
     return SimpleNamespace(callspec=SimpleNamespace(params=params), fixturenames=("vllm_server", "class_measurement"),
                            originalname=f"test_{gate}", name=f"test_{gate}[{mode}-{prompt_class}-c1]",
                            nodeid=f"perf::test_{gate}[{mode}-{prompt_class}-c1]", config=SimpleNamespace(stash=stash))
@@ -109,7 +110,8 @@ def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_wh
     from specgate.plan.estimate import plan_session, stored_rates
     from specgate.plan.progress import SessionProgress
     from specgate.plugin.cost import COST_KEY, SessionCost, check_budget, session_state
-    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.plugin.resolve import SessionOptions
+    from specgate.plugin.session import SpecgateSession
     from specgate.store.baselines import load_baselines
 
     clock = Clock(1000.0)
@@ -118,7 +120,7 @@ def test_the_budget_runs_what_fits_at_the_measured_pace_and_leaves_follow_ups_wh
                                              repo_root=ROOT, time_budget_s=800.0, started_at=clock.now))
     rates = stored_rates(load_baselines(ROOT / "baselines.json"), "cpu-smollm2")
     windows = [("ngram", "coding", 1), ("ngram", "extraction", 1)]
-    plan = plan_session(session.rig, windows, rates)
+    plan = plan_session(session.settings.rig, windows, rates)
     coding, extraction = (plan.window(k).seconds for k in windows)
     progress = SessionProgress(plan, session_state(session), started_at=clock.now, clock=clock)
     stash = {COST_KEY: SessionCost(plan, progress, rates)}

@@ -140,20 +140,21 @@ def test_settle_s_waits_before_each_turn_on_the_other_server(rig, monkeypatch):
     assert waits == [1.2] * switches and 0 < switches < len(starts) - 1  # ABBA: some turns stay on a side
 
 
-def test_an_undecided_backfire_gate_still_gives_the_tables_its_number(window, rig):
+def test_an_undecided_backfire_gate_still_gives_the_tables_its_number(window, rig, tmp_path):
     """A skipped (undecided) backfire gate is listed under UNDECIDED with its ratio: the table, the
     plot label and the break-even line show the number its message shows, not a ratio of medians
     (a fresh-clone CI run showed 0.982x in the message and "-4 %" in the table)."""
     from specgate.decide.breakeven import from_report
+    from specgate.plugin.resolve import SessionOptions
     from specgate.plugin.session import SpecgateSession
     from specgate.report.terminal import speed_table
     from specgate.store.figures import gate_ratio
 
     m, _ = window
     result = check_backfire(gate_settings(rig, m), m, m.partner)
-    session = SpecgateSession.__new__(SpecgateSession)
-    session.undecided = []
-    session._gating = {("backfire", m.mode, m.prompt_class, m.concurrency): (None, "no gating set")}
+    session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures",
+                                             baselines_path=tmp_path / "b.json", run_dir=tmp_path / "run",
+                                             repo_root=ROOT))
     session.record_undecided("backfire", m, "undecided", result.message, result.details)
     report = {"rig": {"reference_mode": "no_spec", "modes": {"no_spec": None, "ngram": {}}},
               "measurements": [m.to_dict(), m.partner.to_dict()], "gates": [], "undecided": session.undecided}

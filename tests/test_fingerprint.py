@@ -162,7 +162,7 @@ GATE_TESTS = textwrap.dedent('''
 
     @pytest.mark.parametrize("case", ["prompts", "machine", "stale"])
     def test_throughput(specgate_session, gatekeeper, case):
-        rig = specgate_session.rig
+        rig = specgate_session.settings.rig
         prompt_class = {"prompts": "coding", "machine": "math", "stale": "extraction"}[case]
         stored = fingerprint(rig)
         if case == "prompts":
@@ -174,7 +174,7 @@ GATE_TESTS = textwrap.dedent('''
         merge_updates(specgate_session.options.baselines_path, {
             ("cpu-smollm2", "no_spec", prompt_class, 1):
                 baseline_entry(window("no_spec", prompt_class, [15.0 if case == "stale" else 30.0] * 6), stored)})
-        specgate_session._store = None  # re-read the file written above
+        specgate_session._settings = None  # resolved again: the baselines file written above is read
         specgate_session.fingerprints["no_spec"] = fingerprint(rig)
         specgate_session.measurements[("no_spec", prompt_class, 1)] = m
         gatekeeper.throughput(m)
@@ -212,7 +212,8 @@ def test_gates_refuse_other_prompts_and_report_another_machine_and_a_stale_figur
 def test_strict_fingerprint_fails_on_another_machine(rig, tmp_path):
     from specgate.decide.entry import baseline_entry
     from specgate.plugin.gatekeeper import GateKeeper
-    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.plugin.resolve import SessionOptions
+    from specgate.plugin.session import SpecgateSession
     from specgate.store.baselines import merge_updates
 
     m = window("no_spec", "math", [30.0] * 6)

@@ -4,6 +4,7 @@ the A/B's start order (seeded, reported) with the start-pair spread stated or fo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -19,7 +20,8 @@ from specgate.decide.settings import can_decide, resolve_gating, window_settings
 from specgate.errors import ConfigError
 from specgate.measure.client import RequestRecord
 from specgate.measure.protocol import ClassMeasurement
-from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.plugin.resolve import SessionOptions
+from specgate.plugin.session import SpecgateSession
 from specgate.report.terminal import render_markdown, settings_lines, start_order_lines
 from specgate.report.verdicts import family_text, gating_lines, pytest_text
 from specgate.store.baselines import SCHEMA_VERSION, BaselineEntry, BaselineFile, RatioEntry, StoredStart
@@ -59,7 +61,7 @@ def test_the_rig_sets_the_gating_per_gate_and_the_option_overrides_it(tmp_path):
     session = SpecgateSession(SessionOptions(
         rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
         run_dir=tmp_path / "run", repo_root=ROOT, gating={"backfire": "report"}))
-    assert session.gating_setting == {"backfire": "report"}
+    assert session.settings.gating == {"backfire": "report"}
 
 
 # outcome -> pytest's action under gating "report", "gate", and none (the default policy)
@@ -189,12 +191,12 @@ def test_the_session_counts_the_gates_that_gate_and_every_later_interval_uses_th
     session.plan_family(tests)
     # backfire on extraction (coding's is a declared backfire, never failing) and ttft on 2 classes;
     # lossless has no interval; stored-figure throughput and acceptance are reported only
-    assert session.family.gating == 3
+    assert session.settings.family.gating == 3
     # resolved once per selected window, at the family's confidence (the rig itself is left as it is)
-    assert session.settings_for("ngram", "coding", 1).confidence == pytest.approx(1 - 0.1 / 3)
-    assert session.settings_for("no_spec", "extraction", 1).confidence == pytest.approx(1 - 0.1 / 3)
-    assert session.settings_for("ngram", "coding", 1) is session.settings_for("ngram", "coding", 1)
-    assert session.rig.gates.confidence == 0.95
+    assert session.settings.window("ngram", "coding", 1).confidence == pytest.approx(1 - 0.1 / 3)
+    assert session.settings.window("no_spec", "extraction", 1).confidence == pytest.approx(1 - 0.1 / 3)
+    assert session.settings.window("ngram", "coding", 1) is session.settings.window("ngram", "coding", 1)
+    assert session.settings.rig.gates.confidence == 0.95
     report = session.report_data(complete=True)
     assert report["family"]["bound"] == pytest.approx(0.05)
     assert any("FALSE ALARMS: 3 gate(s) can fail this run" in line for line in gating_lines(report))
@@ -313,7 +315,7 @@ def test_the_side_the_seed_picks_starts_first_and_every_server_is_stopped(tmp_pa
     session = SpecgateSession(SessionOptions(
         rig_name="cpu-smollm2-quick", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
         run_dir=tmp_path / "run", repo_root=ROOT, start_seed=seed, ab=AB()))
-    mode = session.rig.mode("ngram")
+    mode = session.settings.rig.mode("ngram")
     first = SpecgateSession(SessionOptions(
         rig_name="cpu-smollm2-quick", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
         run_dir=tmp_path / "run", repo_root=ROOT, start_seed=seed)).first_side("ngram")
@@ -346,11 +348,11 @@ def test_the_xdist_controller_decides_deferred_gates_at_the_workers_family_confi
             run_dir=tmp_path / "run", repo_root=ROOT, **kw))
 
     worker = session(gating={"backfire": "gate", "ttft": "gate"})
-    worker.options.worker_id = "gw0"
-    worker._use_family(family(0.95, 0.05, 10))
+    worker = SpecgateSession(dataclasses.replace(worker.options, worker_id="gw0"))
+    worker._settings = worker.settings.with_family(family(0.95, 0.05, 10))
     controller = session()
     controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
-    assert controller.settings_for("ngram", "coding", 1).confidence == pytest.approx(0.99)
+    assert controller.settings.window("ngram", "coding", 1).confidence == pytest.approx(0.99)
     assert controller.report_data(complete=True)["family"]["gating_decisions"] == 10
 
 

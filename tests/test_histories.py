@@ -242,13 +242,14 @@ def test_a_backfire_across_two_starts_allows_for_both_modes_stored_spread():
 def test_the_arrangement_option_runs_the_rig_one_server_at_a_time_as_the_plan_says(tmp_path):
     # the Kimi plan at 512 GiB picks one server at a time; one flag runs it, the rig's file and its
     # stored figures unchanged
-    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.plugin.resolve import SessionOptions
+    from specgate.plugin.session import SpecgateSession
 
     def session(arrangement):
         return SpecgateSession(SessionOptions(
             rig_name="kimi-k25-int4-8x-rtx6000", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
             run_dir=tmp_path / "run", repo_root=ROOT, arrangement=arrangement))
 
-    assert session(None).rig.arrangement.name == "alternation"
-    chosen = session("sequential").rig
-    assert chosen.arrangement.name == "sequential" and chosen.path == session(None).rig.path
+    assert session(None).settings.rig.arrangement.name == "alternation"
+    chosen = session("sequential").settings.rig
+    assert chosen.arrangement.name == "sequential" and chosen.path == session(None).settings.rig.path

@@ -99,7 +99,8 @@ def test_a_faster_host_is_undecided_too_and_none_turns_the_check_off(rig, stored
 def test_the_run_lists_it_as_other_host_pace_not_as_inconclusive(rig, stored_j2, tmp_path) -> None:
     from specgate.decide.host_pace import HOST_PACE
     from specgate.plugin.gatekeeper import GateKeeper
-    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.plugin.resolve import SessionOptions
+    from specgate.plugin.session import SpecgateSession
     from specgate.report.terminal import failed_gate_lines
 
     session = SpecgateSession(SessionOptions(rig_name=rig.name, fixtures_dir=ROOT / "fixtures",

@@ -16,7 +16,8 @@ from specgate.decide.outcome import Outcome
 from specgate.measure.client import RequestRecord
 from specgate.measure.protocol import ClassMeasurement
 from specgate.plugin.gatekeeper import GateKeeper
-from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.plugin.resolve import SessionOptions
+from specgate.plugin.session import SpecgateSession
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -143,7 +144,7 @@ def test_perf_tiers_refuse_xdist_before_any_fixture_runs(tmp_path):
     session = _session(tmp_path)
 
     def item(worker: bool, perf: bool, gpus: str | None = None):
-        session.options.worker_gpus = gpus
+        session._settings = dataclasses.replace(session.settings, worker_gpus=gpus)
         config = SimpleNamespace(stash={SESSION_KEY: session})
         if worker:
             config.workerinput = {"workerid": "gw0"}
@@ -172,7 +173,7 @@ def test_each_worker_gets_its_own_gpus():
 def test_worker_reports_are_merged_on_the_controller(tmp_path):
     controller = _session(tmp_path)
     worker = _session(tmp_path)
-    worker.options.worker_id = "gw1"
+    worker = SpecgateSession(dataclasses.replace(worker.options, worker_id="gw1"))
     worker.measurements[("ngram", "coding", 1)] = _measurement("ngram", [40.0] * 3)
     worker.queue_update(worker.measurements[("ngram", "coding", 1)],
                         __import__("specgate.decide.entry", fromlist=["baseline_entry"]).baseline_entry(
@@ -196,7 +197,7 @@ def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path)
     for worker_id, m in (("gw0", _measurement("ngram", [20.0] * 6, "extraction")),
                          ("gw1", _measurement("no_spec", [30.0] * 6, "extraction"))):
         worker = _session(tmp_path)
-        worker.options.worker_id = worker_id
+        worker = SpecgateSession(dataclasses.replace(worker.options, worker_id=worker_id))
         worker.measurements[(m.mode, "extraction", 1)] = m
         if m.mode == "ngram":
             worker.deferred.append(("ngram", "extraction", 1))
@@ -229,9 +230,9 @@ def test_h200_rig_sets_up_each_of_its_five_mode_servers_once(perf_project):
 
 def test_a_worker_reads_the_reference_window_another_worker_measured(tmp_path):
     measuring = _session(tmp_path)
-    measuring.options.worker_id = "gw0"
+    measuring = SpecgateSession(dataclasses.replace(measuring.options, worker_id="gw0"))
     waiting = _session(tmp_path)
-    waiting.options.worker_id = "gw1"
+    waiting = SpecgateSession(dataclasses.replace(waiting.options, worker_id="gw1"))
     measuring._share(("no_spec", "coding", 1), _measurement("no_spec", [30.0] * 3).to_dict())
 
     reference = waiting.reference_measurement("coding", 1, wait_s=5)
@@ -291,7 +292,7 @@ def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):
     updating.flush_updates()
     stored = json.loads((tmp_path / "baselines.json").read_text())
     (history,) = stored["rigs"]["cpu-smollm2"]["no_spec"]["coding"]["1"]
-    assert history["n"] == 6 and history["starts"][0]["machine"] == updating.machine
+    assert history["n"] == 6 and history["starts"][0]["machine"] == updating.settings.machine
 
     GateKeeper(_session(tmp_path)).throughput(_measurement("no_spec", [x * 1.01 for x in measured]))
 
@@ -360,7 +361,7 @@ def test_a_sequential_rig_measures_the_reference_first_whatever_its_order(tmp_pa
     rig.write_text(text.replace("[modes.no_spec]\n[modes.ngram]", "[modes.ngram]\n[modes.no_spec]"))
     session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=fixtures,
                                              baselines_path=tmp_path / "b.json", run_dir=tmp_path, repo_root=tmp_path))
-    assert [m.name for m in session.rig.modes] == ["ngram", "no_spec"]
+    assert [m.name for m in session.settings.rig.modes] == ["ngram", "no_spec"]
     assert [m.name for m in session.modes_to_run()] == ["no_spec", "ngram"]
 
 
@@ -402,6 +403,5 @@ def test_the_time_budget_becomes_the_measurers_deadline(tmp_path):
     # session's start; without it, nothing bounds the follow-ups.
     session = _session(tmp_path)
     assert session.measurer.deadline is None
-    bounded = _session(tmp_path)
-    bounded.options.time_budget_s = 1800.0
+    bounded = SpecgateSession(dataclasses.replace(_session(tmp_path).options, time_budget_s=1800.0))
     assert bounded.measurer.deadline == bounded.options.started_at + 1800.0

@@ -179,13 +179,14 @@ def test_the_servers_command_lists_and_stops_kept_servers(fake, tmp_path, folder
 
 def test_an_attached_server_is_never_recorded_or_stopped(fake, tmp_path, folder, reaper):
     from specgate.plugin.fixtures import serve
-    from specgate.plugin.session import SessionOptions, SpecgateSession
+    from specgate.plugin.resolve import SessionOptions
+    from specgate.plugin.session import SpecgateSession
 
     with VLLMServer(_spec(fake, tmp_path, label="theirs")) as theirs:
         session = SpecgateSession(SessionOptions(
             rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures", baselines_path=tmp_path / "b.json",
             run_dir=tmp_path / "run", repo_root=ROOT, attach_url=theirs.base_url, keep_servers=True))
-        serving = serve(session, session.rig.mode("no_spec"))
+        serving = serve(session, session.settings.rig.mode("no_spec"))
         attached = next(serving)
         assert isinstance(attached, AttachedServer)
         with contextlib.suppress(StopIteration):

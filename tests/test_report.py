@@ -20,7 +20,8 @@ from specgate.measure.client import RequestRecord
 from specgate.measure.metrics import AcceptanceStats
 from specgate.measure.protocol import ClassMeasurement
 from specgate.plugin.output import progress_writer, render_saved_report
-from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.plugin.resolve import SessionOptions
+from specgate.plugin.session import SpecgateSession
 from specgate.report.safe_text import markdown_without_html
 from specgate.report.terminal import render_markdown, render_text, speed_table
 from specgate.store.saved_report import load_report

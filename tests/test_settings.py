@@ -1,6 +1,6 @@
-"""specgate.decide.settings: one window's gate settings, resolved once (WindowSettings, window_settings) and
-the session's copy of them at the family's confidence (SpecgateSession.settings_for). The gating
-(can_decide, resolve_gating) is tested in test_gating.py."""
+"""specgate.decide.settings: one window's gate settings, resolved once (WindowSettings, window_settings), and
+the run's (RunSettings: every window's, at the family's confidence once the selection is known). The
+gating (can_decide, resolve_gating) is tested in test_gating.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from fixture_copy import copy_fixtures
 from specgate.config.rig import AB, Gates, load_rig
 from specgate.decide.outcome import GATES, Family
 from specgate.decide.settings import WindowSettings, window_settings
-from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.plugin.resolve import SessionOptions
+from specgate.plugin.session import SpecgateSession
 
 pytestmark = pytest.mark.fast
 
@@ -110,39 +111,50 @@ def test_a_declared_backfire_is_set_for_the_modes_and_classes_it_covers_only(rig
     assert window_settings(rig, "no_spec", "coding").declared_backfire is None
 
 
-def test_the_session_resolves_a_windows_settings_once(tmp_path):
+def test_the_run_resolves_every_windows_settings_once(tmp_path):
     session = _session(tmp_path, ROOT / "fixtures", undecided_policy={"undecided": "fail"})
-    first = session.settings_for("ngram", "extraction", 1)
+    run = session.settings
+    assert session.settings is run  # resolved once
+    first = run.window("ngram", "extraction", 1)
     assert isinstance(first, WindowSettings)
-    assert session.settings_for("ngram", "extraction", 1) is first
-    assert session.settings_for("ngram", "coding", 1) is not first
-    # the session's own parts: each gate's gating, the option's outcome policy over the rig's
+    assert run.window("ngram", "extraction", 1) is first
+    assert run.window("ngram", "coding", 1) is not first
+    assert set(run.windows) == {(m.name, c.name, 1) for m in run.rig.modes for c in run.rig.prompt_classes}
+    # the run's own parts: each gate's gating, the option's outcome policy over the rig's
     assert set(first.gating) == set(GATES)
-    assert first.gating["backfire"] == session.gating_of("backfire", "ngram", "extraction", 1)
-    assert first.outcome_policy == {**session.rig.gates.outcome_policy, "undecided": "fail"}
+    assert first.gating["backfire"] == (None, "no gating set: the outcome policy ([gates] undecided)")
+    assert first.gating_of("backfire") is None
+    assert first.outcome_policy == run.outcome_policy == {**run.rig.gates.outcome_policy, "undecided": "fail"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.family = None  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        session.options.update = "regen"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        run.windows[("ngram", "extraction", 1)] = first  # type: ignore[index]
 
 
 def test_after_plan_family_the_settings_are_resolved_again_at_the_familys_confidence(tmp_path):
     fixtures = _edited_rig(tmp_path, "[gates]\n", '[gates]\ngating = "gate"\nfamily_false_alarm = 0.05\n')
     session = _session(tmp_path, fixtures)
-    before = session.settings_for("ngram", "extraction", 1)
+    before = session.settings.window("ngram", "extraction", 1)
     assert before.confidence == 0.95
     # backfire gates on both classes, one of them a declared backfire (never fails): one gate in the family
     session.plan_family([("backfire", "ngram", "extraction", 1), ("backfire", "ngram", "coding", 1),
                          ("throughput", "ngram", "extraction", 1)])
-    assert session.family.gating == 2
-    after = session.settings_for("ngram", "extraction", 1)
-    assert after is not before and after.confidence == pytest.approx(session.family.confidence)
+    assert session.settings.family.gating == 2
+    after = session.settings.window("ngram", "extraction", 1)
+    assert after.confidence == pytest.approx(session.settings.family.confidence)
     assert after.confidence == pytest.approx(1 - 2 * 0.05 / 2)
-    assert after is session.settings_for("ngram", "extraction", 1)
-    assert session.rig.gates.confidence == 0.95  # the rig itself is not swapped
+    assert after is session.settings.window("ngram", "extraction", 1)
+    assert session.settings.rig.gates.confidence == 0.95  # the rig itself is not swapped
 
 
 def test_a_family_below_the_rigs_confidence_never_lowers_it(tmp_path):
     fixtures = _edited_rig(tmp_path, "[gates]\n", "[gates]\nconfidence = 0.99\n")
     session = _session(tmp_path, fixtures)
     # e.g. a worker's family absorbed by the xdist controller: a looser family never loosens a window
-    session._use_family(Family(gating=3, confidence=0.95, controlled=None))
-    assert session.settings_for("ngram", "extraction", 1).confidence == 0.99
-    session._use_family(Family(gating=3, confidence=0.999, controlled=0.0015))
-    assert session.settings_for("ngram", "extraction", 1).confidence == 0.999
+    looser = session.settings.with_family(Family(gating=3, confidence=0.95, controlled=None))
+    assert looser.window("ngram", "extraction", 1).confidence == 0.99
+    tighter = session.settings.with_family(Family(gating=3, confidence=0.999, controlled=0.0015))
+    assert tighter.window("ngram", "extraction", 1).confidence == 0.999
+    assert session.settings.window("ngram", "extraction", 1).confidence == 0.99  # frozen: each is a new one

@@ -19,7 +19,8 @@ from specgate.cli import main
 from specgate.config.rig import AB, Side, load_rig
 from specgate.errors import ConfigError
 from specgate.exit_codes import ExitCode
-from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.plugin.resolve import SessionOptions
+from specgate.plugin.session import SpecgateSession
 
 pytestmark = pytest.mark.fast
 pytest_plugins = ["pytester"]
@@ -241,7 +242,7 @@ def test_the_default_baselines_path_may_be_missing(tmp_path):
                                              baselines_path=tmp_path / "baselines.json", run_dir=tmp_path / "run",
                                              repo_root=tmp_path))
     session.validate_inputs()  # a project that has stored nothing yet: its gates say "not stored"
-    assert session.store.rigs == {}
+    assert session.settings.store.rigs == {}
 
 
 # -- a damaged report (--specgate-report-only) ---------------------------------------------------------

@@ -15,7 +15,8 @@ from specgate.decide.gates import check_ttft
 from specgate.decide.outcome import Outcome
 from specgate.measure.client import RequestRecord
 from specgate.measure.protocol import ClassMeasurement
-from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.plugin.resolve import SessionOptions
+from specgate.plugin.session import SpecgateSession
 from specgate.report.terminal import render_markdown, render_text, verdict_rows
 
 pytestmark = pytest.mark.fast

@@ -4,6 +4,7 @@ controller alike); a policy for what a gate that decided nothing does to the exi
 refused before any server starts; the level each interval uses stated; acceptance as one decision
 over two samples."""
 
+import dataclasses
 import json
 import math
 import textwrap
@@ -24,7 +25,8 @@ from specgate.measure.client import RequestRecord
 from specgate.measure.metrics import AcceptanceStats
 from specgate.measure.protocol import ClassMeasurement
 from specgate.plugin.gatekeeper import GateKeeper
-from specgate.plugin.session import SessionOptions, SpecgateSession
+from specgate.plugin.resolve import SessionOptions
+from specgate.plugin.session import SpecgateSession
 from specgate.report.terminal import failed_gate_lines
 from specgate.store.baselines import AcceptanceEntry, BaselineEntry
 
@@ -93,7 +95,7 @@ def test_single_process_each_outcome_becomes_its_pytest_outcome(tmp_path, outcom
     expected = EXPECTED[outcome][policy == "fail"]
     result = GateResult("backfire", "ngram", "extraction", 1, outcome, "0.985x no speculation (stand-in)",
                         declared="known" if outcome is Outcome.DECLARED_BACKFIRE else None)
-    assert pytest_action(outcome, session.outcome_policy) == expected
+    assert pytest_action(outcome, session.settings.outcome_policy) == expected
     if expected == "passed":
         GateKeeper(session)._finish(result)
     else:
@@ -111,7 +113,7 @@ def test_single_process_each_outcome_becomes_its_pytest_outcome(tmp_path, outcom
 def _controller_with_deferred(tmp_path: Path, policy: dict[str, str] | None = None) -> SpecgateSession:
     controller = _session(tmp_path, policy)
     worker = _session(tmp_path)
-    worker.options.worker_id = "gw0"
+    worker = SpecgateSession(dataclasses.replace(worker.options, worker_id="gw0"))
     nodeid = "perf_tests/test_speculative_perf.py::test_backfire[ngram-extraction-c1]@ngram"
     worker.deferred_tests[nodeid] = ["backfire", "ngram", "extraction", 1]
     controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
@@ -140,7 +142,7 @@ def test_an_undecided_declared_backfire_never_fails_the_run_even_under_the_fail_
 
     policy = parse_policy("fail")
     session = _session(tmp_path, policy)
-    assert session.rig.declared_backfire_for("ngram", "coding") is not None
+    assert session.settings.rig.declared_backfire_for("ngram", "coding") is not None
     result = GateResult("backfire", "ngram", "coding", 1, Outcome.UNDECIDED, "1.01x no speculation (stand-in)",
                         declared="known")
     assert pytest_action(Outcome.UNDECIDED, policy) == "failed"
@@ -153,7 +155,7 @@ def test_an_undecided_declared_backfire_never_fails_the_run_even_under_the_fail_
 
     controller = _session(tmp_path / "controller", policy)
     worker = _session(tmp_path / "worker")
-    worker.options.worker_id = "gw0"
+    worker = SpecgateSession(dataclasses.replace(worker.options, worker_id="gw0"))
     worker.deferred_tests["perf_tests/test_speculative_perf.py::test_backfire[ngram-coding-c1]@ngram"] = [
         "backfire", "ngram", "coding", 1]
     controller.absorb_worker(json.loads(json.dumps(worker.worker_output())))
@@ -172,7 +174,7 @@ def test_an_undecided_backfire_decided_on_the_controller_is_not_reported_passed(
         for worker_id, m in (("gw0", _window("ngram", tps=[30.0 * w for w in wobble])),
                              ("gw1", _window("no_spec"))):
             worker = _session(tmp_path)
-            worker.options.worker_id = worker_id
+            worker = SpecgateSession(dataclasses.replace(worker.options, worker_id=worker_id))
             worker.measurements[(m.mode, "extraction", 1)] = m
             if m.mode == "ngram":
                 worker.deferred.append(("ngram", "extraction", 1))
@@ -195,7 +197,7 @@ def test_the_policy_comes_from_the_rig_and_the_option_overrides_it(tmp_path):
     assert parse_policy("not_stored=skip,undecided=fail") == {"not_stored": "skip", "undecided": "fail"}
     with pytest.raises(ValueError, match="expected 'skip', 'fail'"):
         parse_policy("undecided=maybe")
-    assert _session(tmp_path, {"not_stored": "skip"}).outcome_policy["not_stored"] == "skip"
+    assert _session(tmp_path, {"not_stored": "skip"}).settings.outcome_policy["not_stored"] == "skip"
 
 
 UNDECIDED_GATE = textwrap.dedent('''

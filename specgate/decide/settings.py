@@ -1,12 +1,14 @@
-"""A window's gate settings, resolved once.
+"""The run's settings, resolved once.
 
 ``config.Gates`` is the TOML schema: a rig's ``[gates]``, with per-class overrides under
 ``[gates.classes]``. :class:`WindowSettings` is what one window's gates decide with: the class's
 thresholds with the session's family confidence applied, the arrangement of its servers, what it is
-compared with, any declared backfire, and each gate's gating with the outcome policy. The session
-builds one per window when it plans its family, before any server starts
-(``SpecgateSession.settings_for``); the gates, the follow-up policy, ``plan``, ``history`` and the
-report read it, and nothing resolves a threshold again.
+compared with, any declared backfire, and each gate's gating with the outcome policy.
+:class:`RunSettings` is the whole run's: the rig as the options amend it, the stored figures, this
+machine, the outcome policy, the gating, the family and every window's WindowSettings. The plugin
+resolves it once, before any server starts (specgate.plugin.resolve), and fixes the family's
+confidence once the selection is known (:meth:`RunSettings.for_selection`); the gates, the follow-up
+policy, ``plan``, ``history`` and the report read it, and nothing resolves a threshold again.
 
 The gating (``[gates] gating``, ``--specgate-gating``; specgate.decide.outcome's module doc) is resolved
 here too: ``auto`` gates where the gate can decide on this rig (:func:`can_decide`).
@@ -15,22 +17,26 @@ here too: ``auto`` gates where the gate can decide on this rig (:func:`can_decid
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from specgate.config.arrangement import ArrangementChoice
 from specgate.decide.history import MIN_STARTS, StartHistory
-from specgate.decide.outcome import Gating
+from specgate.decide.outcome import AUTO_FAMILY_FALSE_ALARM, GATES, Family, Gating, family
 from specgate.store.baselines import lookup
 
 if TYPE_CHECKING:
     from specgate.config.rig import DeclaredBackfire, Gates, Rig
+    from specgate.store.baselines import BaselineFile
 
 # What a window is compared with: "ab" (each mode on both A/B sides, live at once), "duet" (a live
 # no-speculation partner where the arrangement allows one), "sequential" (one server at a time:
 # stored figures, or a window measured before or after).
 Comparing = Literal["ab", "duet", "sequential"]
+WindowKey = tuple[str, str, int]  # mode, prompt class, concurrency
+GateTest = tuple[str, str, str, int]  # gate, mode, prompt class, concurrency
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class WindowSettings:
     comparing: Comparing
     declared_backfire: DeclaredBackfire | None = None
     outcome_policy: Mapping[str, str] = field(default_factory=dict)  # outcome key -> "skip" | "fail"
-    # gate -> (gating: "gate" | "report" | None where none is set, and why); filled by the session
+    # gate -> (gating: "gate" | "report" | None where none is set, and why); filled by RunSettings
     gating: Mapping[str, tuple[Gating | None, str]] = field(default_factory=dict)
 
     @property
@@ -89,6 +95,8 @@ class WindowSettings:
                 "gating": {gate: value for gate, (value, _) in self.gating.items() if value is not None}}
 
     def gating_of(self, gate: str) -> Gating | None:
+        """Whether ``gate`` of this window gates the run ("gate"), is reported only ("report"), or
+        follows the outcome policy alone (None); why is ``gating[gate][1]`` (:func:`resolve_gating`)."""
         return self.gating.get(gate, (None, ""))[0]
 
     def with_family(self, confidence: float) -> WindowSettings:
@@ -100,8 +108,8 @@ class WindowSettings:
 
 def window_settings(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1, *,
                     outcome_policy: Mapping[str, str] | None = None) -> WindowSettings:
-    """The settings of one window of ``rig`` at the rig's own confidence, with no gating: the session
-    adds the family's confidence and the gating (``SpecgateSession.settings_for``)."""
+    """The settings of one window of ``rig`` at the rig's own confidence, with no gating: RunSettings
+    adds the family's confidence and the gating."""
     return WindowSettings(
         rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
         reference_mode=rig.reference_mode, speculative=rig.mode(mode).is_speculative,
@@ -154,3 +162,60 @@ def resolve_gating(setting: Mapping[str, str] | None, settings: WindowSettings, 
         return value, f"gating = {value!r} for {gate}"  # type: ignore[return-value]
     decides, why = can_decide(settings, store, gate, machine)
     return ("gate" if decides else "report"), why
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything one run decides with, resolved once before any server starts."""
+
+    rig: Rig  # the rig file as the command line amends it (an A/B's sides, the arrangement)
+    store: BaselineFile  # the stored figures the run compares with
+    machine: str | None  # this host as a stored history names it (specgate.store.fingerprint.machine_id)
+    worker_gpus: str | None  # an xdist worker's GPUs for its servers; None elsewhere
+    gpus: str | None  # the GPUs this process's servers use: the worker's, else CUDA_VISIBLE_DEVICES
+    outcome_policy: Mapping[str, str]  # outcome key -> "skip" | "fail": the rig's, the option's over it
+    gating: Mapping[str, str]  # gate -> "auto" | "gate" | "report": the rig's, the option's over it
+    windows: Mapping[WindowKey, WindowSettings]  # every window of the rig
+    family: Family | None = None  # the gates that can fail the run, once the selection is known
+
+    @classmethod
+    def resolve(cls, rig: Rig, store: BaselineFile, *, machine: str | None, worker_gpus: str | None = None,
+                gpus: str | None = None, outcome_policy: Mapping[str, str] | None = None,
+                gating: Mapping[str, str] | None = None) -> RunSettings:
+        """The settings of every window of ``rig`` at the rig's own confidence; ``outcome_policy`` and
+        ``gating`` (the options') over the rig's."""
+        run = cls(rig=rig, store=store, machine=machine, worker_gpus=worker_gpus, gpus=gpus,
+                  outcome_policy=MappingProxyType({**rig.gates.outcome_policy, **(outcome_policy or {})}),
+                  gating=MappingProxyType({**rig.gates.gating_setting, **(gating or {})}), windows={})
+        keys = [(m.name, c.name, n) for m in rig.modes for c in rig.prompt_classes for n in rig.protocol.concurrency]
+        return replace(run, windows=MappingProxyType({key: run._resolve_window(*key) for key in keys}))
+
+    def _resolve_window(self, mode: str, prompt_class: str, concurrency: int) -> WindowSettings:
+        own = window_settings(self.rig, mode, prompt_class, concurrency, outcome_policy=self.outcome_policy)
+        # the gating is decided at the rig's own confidence; the family's applies to the intervals
+        gating = {gate: resolve_gating(self.gating, own, self.store, gate, self.machine) for gate in GATES}
+        held = own.with_family(self.family.confidence) if self.family is not None else own
+        return replace(held, gating=gating)
+
+    def window(self, mode: str, prompt_class: str, concurrency: int) -> WindowSettings:
+        """One window's settings (one outside the rig's classes and concurrencies is resolved alike)."""
+        found = self.windows.get((mode, prompt_class, concurrency))
+        return found if found is not None else self._resolve_window(mode, prompt_class, concurrency)
+
+    def with_family(self, chosen: Family) -> RunSettings:
+        """Every window at the family's confidence (never below a class's own)."""
+        return replace(self, family=chosen, windows=MappingProxyType(
+            {key: w.with_family(chosen.confidence) for key, w in self.windows.items()}))
+
+    def for_selection(self, tests: Iterable[GateTest]) -> RunSettings:
+        """These settings at the confidence of the family of the selected gate ``tests``: those with an
+        interval that can fail the run ([gates] family_false_alarm). Lossless compares outputs (no
+        interval), a declared backfire never fails, a gate reported only never fails the run."""
+        deciding = sum(1 for gate, mode, prompt_class, n in tests
+                       if gate != "lossless" and self.window(mode, prompt_class, n).gating_of(gate) != "report"
+                       and not (gate == "backfire" and self.rig.declared_backfire_for(mode, prompt_class) is not None))
+        controlled = self.rig.gates.family_false_alarm
+        if controlled is None and "auto" in self.gating.values():
+            controlled = AUTO_FAMILY_FALSE_ALARM
+        return self.with_family(family(self.rig.gates.confidence, controlled, deciding,
+                                       undecided_red=any(v in ("auto", "gate") for v in self.gating.values())))

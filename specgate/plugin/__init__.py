@@ -30,7 +30,7 @@ from specgate.exit_codes import session_exit_code
 from specgate.plugin import cost
 from specgate.plugin.configure import configure_session, get_session
 from specgate.plugin.controller import decide_deferred_gates, deferred_test_reports
-from specgate.plugin.gpu_split import XDIST_REFUSAL, worker_gpus
+from specgate.plugin.gpu_split import XDIST_REFUSAL
 from specgate.plugin.options import add_options
 from specgate.plugin.output import has_perf_work, render_saved_report, write_run_output, write_summary
 from specgate.plugin.parametrize import deselect_speculative_only, parametrize_perf_test
@@ -144,7 +144,7 @@ def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
         run_session.validate_inputs(imports=not planning_only)
     except ConfigError as exc:
         if hasattr(config, "workerinput"):
-            run_session.options.worker_refusal = f"specgate: {exc}"
+            run_session.worker_refusal = f"specgate: {exc}"
             return
         config.stash[_REFUSED] = True
         raise pytest.UsageError(f"specgate: {exc} (checked before any server starts)") from None
@@ -160,14 +160,14 @@ class _Ordering:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if any(cost.window_key(item) is not None for item in items):
-            cost.order_items(items, [c.name for c in get_session(config).rig.prompt_classes])
+            cost.order_items(items, [c.name for c in get_session(config).settings.rig.prompt_classes])
             cost.refuse_short_host(config, get_session(config), items)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The selection is known: count the gates that can fail the run (specgate.gating), print the
-    session's plan; progress lines from now on."""
+    """The selection is known: count the gates that can fail the run (specgate.decide.outcome's
+    family), print the session's plan; progress lines from now on."""
     if session.config.stash.get(_REFUSED, False):
         return  # pytest calls this hook even when the selection raised; a refused run plans nothing
     run_session = get_session(session.config)
@@ -183,18 +183,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 # -- the run -------------------------------------------------------------------------------------
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    run_session = get_session(session.config)
     if _xdist_controller_of_a_perf_run(session.config):
-        refuse_bad_inputs(session.config, run_session)
-    if hasattr(session.config, "workerinput"):
-        try:
-            run_session.options.worker_gpus = worker_gpus(session.config, run_session)
-        except ConfigError:
-            return  # reported at collection, with the file and key
-        except pytest.UsageError as exc:
-            # Raising here would crash the worker (and xdist would restart it 8 times): fail the
-            # perf tests with the reason instead, before any server starts.
-            run_session.options.worker_refusal = str(exc)
+        refuse_bad_inputs(session.config, get_session(session.config))
 
 
 def _xdist_controller_of_a_perf_run(config: pytest.Config) -> bool:
@@ -210,9 +200,9 @@ def _xdist_controller_of_a_perf_run(config: pytest.Config) -> bool:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Fail before any fixture runs, so no server is started by an xdist worker.
     if hasattr(item.config, "workerinput") and item.get_closest_marker("perf"):
-        session = get_session(item.config)
-        if session.options.worker_gpus is None or session.options.worker_refusal:
-            pytest.fail(session.options.worker_refusal or XDIST_REFUSAL, pytrace=False)
+        run_session = get_session(item.config)
+        if run_session.worker_refusal or run_session.settings.worker_gpus is None:
+            pytest.fail(run_session.worker_refusal or XDIST_REFUSAL, pytrace=False)
     if item.get_closest_marker("perf"):
         cost.check_budget(item, get_session(item.config))
 

@@ -13,7 +13,8 @@ import pytest
 from specgate.config.locations import resolve_fixtures_dir, rig_name_of
 from specgate.plugin.options import ab_from_options, parse_duration
 from specgate.plugin.output import progress_writer
-from specgate.plugin.session import SessionOptions, SpecgateSession, default_run_dir
+from specgate.plugin.resolve import SessionOptions, default_run_dir
+from specgate.plugin.session import SpecgateSession
 
 SESSION_KEY = pytest.StashKey[SpecgateSession]()
 
@@ -83,6 +84,8 @@ def configure_session(config: pytest.Config) -> None:
         baselines_given=config.getoption("specgate_baselines") is not None,
         run_dir=run_dir, worker_id=workerinput["workerid"] if workerinput else None,
         worker_count=int(workerinput["workercount"]) if workerinput else 1,
+        dist=workerinput.get("specgate_dist") if workerinput else None,
+        gpus=tuple(config.getoption("specgate_gpus") or ()) or None,
         repo_root=root, update=update, strict_fingerprint=config.getoption("specgate_strict_fingerprint"),
         attach_url=config.getoption("specgate_vllm_url"), attach_mode=config.getoption("specgate_vllm_mode"),
         api_key=config.getoption("specgate_vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),

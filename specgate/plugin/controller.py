@@ -27,7 +27,8 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
     test's node id with "-controller" added to its parameters (the worker reported it as skipped).
     Its pytest outcome comes from specgate.decide.outcome.pytest_action, as on a single process."""
     results = _controller_outcomes(run_session)
-    policy = run_session.outcome_policy
+    run = run_session.settings
+    policy = run.outcome_policy
     reports = []
     for worker in run_session.worker_reports:
         for nodeid, (gate, mode, prompt_class, concurrency) in worker.get("deferred_tests", {}).items():
@@ -35,8 +36,8 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
             if found is None:  # a window is missing: already reported as NOT MEASURED
                 continue
             outcome, entry = found
-            declared = gate == "backfire" and run_session.rig.declared_backfire_for(mode, prompt_class) is not None
-            gating = run_session.gating_of(gate, mode, prompt_class, concurrency)[0]
+            declared = gate == "backfire" and run.rig.declared_backfire_for(mode, prompt_class) is not None
+            gating = run.window(mode, prompt_class, concurrency).gating_of(gate)
             action = pytest_action(outcome, policy, declared=declared, gating=gating)
             text = verdicts.pytest_text(entry, outcome, policy, declared=declared, gating=gating,
                                         where="xdist controller")
@@ -64,17 +65,18 @@ def decide_deferred_gates(run_session: SpecgateSession) -> bool:
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in merged["measurements"]}
     deferred = {tuple(key) for report in run_session.worker_reports for key in report.get("deferred", [])}
     failed = False
+    run = run_session.settings
     for mode, prompt_class, concurrency in sorted(deferred):
         mine = windows.get((mode, prompt_class, concurrency))
-        ref = windows.get((run_session.rig.reference_mode, prompt_class, concurrency))
+        ref = windows.get((run.rig.reference_mode, prompt_class, concurrency))
         if mine is None or ref is None:
             continue  # the missing window is already reported as NOT MEASURED
         m, r = measure.ClassMeasurement.from_dict(mine), measure.ClassMeasurement.from_dict(ref)
-        window = run_session.settings_for(mode, prompt_class, concurrency)
+        window = run.window(mode, prompt_class, concurrency)
         for result in (gates.check_backfire(window, m, r), gates.check_lossless(window, m, r),
                        gates.check_ttft(window, m, r)):
             run_session.record(result)  # an undecided one is listed as undecided, never as passed
-            failed |= pytest_action(result.outcome, run_session.outcome_policy, declared=result.declared is not None,
+            failed |= pytest_action(result.outcome, run.outcome_policy, declared=result.declared is not None,
                                     gating=result.gating) == "failed"
     run_session.deferred_failed = failed
     return failed

@@ -58,7 +58,7 @@ class SessionCost:
         not run, the window it now takes alone."""
         window = self.plan.window(key)
         if window is None:
-            alone = plan_session(run_session.rig, [key], self.rates)
+            alone = plan_session(run_session.settings.rig, [key], self.rates)
             window = alone.window(key)
         return window
 
@@ -105,20 +105,25 @@ def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str 
     """The decode rates the plan uses (specgate.plan.estimate.estimate_rates, at this host's CPU canary) and
     the note naming the stored figures it set aside."""
     try:
-        store = run_session.store
+        run = run_session.settings
     except SpecgateError:
-        return {}, None  # a bad baselines file is reported by the gates that read it
+        return {}, None  # a bad rig or baselines file is refused with its file and key (refuse_bad_inputs)
     canary = canary_reader(tries=50)()["cpu_canary_us"]
-    return estimate_rates(store, run_session.rig, canary_us=canary)
+    return estimate_rates(run.store, run.rig, canary_us=canary)
+
+
+def reusable(run_session: SpecgateSession) -> tuple[str, ...]:
+    """The labels of the kept servers this --specgate-keep-servers session would reuse now."""
+    return registry.reusable_labels(run_session.settings.rig, run_session.modes_to_run(), run_session.server_spec)
 
 
 def build_plan(run_session: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = (),
                rates: tuple[dict[WindowKey, float], str | None] | None = None,
                host_gib: float | None = None) -> SessionPlan:
-    """``rates``: rates_of(specgate) when the caller has them already (it reads the host's canary)."""
+    """``rates``: rates_of(run_session) when the caller has them already (it reads the host's canary)."""
     windows, other = windows_of(items)
     rates, note = rates if rates is not None else rates_of(run_session)
-    return plan_session(run_session.rig, windows, rates, Conditions(
+    return plan_session(run_session.settings.rig, windows, rates, Conditions(
         attached=run_session.options.attach_url is not None, reused=reused,
         keep_servers=run_session.options.keep_servers, host_gib=host_gib, other_tests=other, rate_note=note))
 
@@ -129,7 +134,7 @@ def refuse_short_host(config: pytest.Config, run_session: SpecgateSession, items
     one usage error naming the rig file, the servers and the memory that would allow them."""
     if run_session.options.attach_url is not None or hasattr(config, "workerinput"):
         return
-    rig = run_session.rig
+    rig = run_session.settings.rig
     if rig.arrangement.name != "alternation":
         return
     windows, _ = windows_of(items)
@@ -157,7 +162,7 @@ def start(config: pytest.Config, run_session: SpecgateSession, items: list[pytes
     try:
         reused: tuple[str, ...] = ()
         if run_session.options.keep_servers and run_session.options.attach_url is None:
-            reused = registry.reusable_labels(run_session)
+            reused = reusable(run_session)
         rates = rates_of(run_session)
         plan = build_plan(run_session, items, reused=reused, rates=rates)
     except SpecgateError:
@@ -197,7 +202,7 @@ def _measured(run_session: SpecgateSession, key: WindowKey) -> bool:
     if key in run_session.measurements or key in run_session.failures:
         return True
     mode, prompt_class, concurrency = key
-    rig = run_session.rig
+    rig = run_session.settings.rig
     # a duet rig's reference window comes from a duet already measured (no cost)
     return rig.comparing == "duet" and mode == rig.reference_mode and \
         run_session.reference_from_duets(prompt_class, concurrency) is not None
@@ -230,7 +235,7 @@ def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.
                                                     concurrency=concurrency), NOT_RUN, why)
     cost.not_run.append(item.nodeid)
     # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
-    policy = run_session.outcome_policy
+    policy = run_session.settings.outcome_policy
     text = verdicts.pytest_text({"gate": gate, "mode": mode, "prompt_class": prompt_class,
                                  "concurrency": concurrency, "kind": NOT_RUN, "message": why}, Outcome.NOT_RUN, policy)
     if pytest_action(Outcome.NOT_RUN, policy) == "failed":
@@ -265,8 +270,8 @@ class PlanCapture:
         run_session = get_session(session.config)
         reused: tuple[str, ...] = ()
         if self.keep_servers:
-            reused = registry.reusable_labels(run_session)
-        self.specgate = run_session
+            reused = reusable(run_session)
+        self.run_session = run_session
         self.windows, _ = windows_of(session.items)
         self.rates = rates_of(run_session)
         self.plan = build_plan(run_session, session.items, reused=reused, rates=self.rates, host_gib=self.host_gib)

@@ -34,7 +34,7 @@ def specgate_session(request: pytest.FixtureRequest) -> SpecgateSession:
 
 @pytest.fixture(scope="session")
 def rig(specgate_session: SpecgateSession):
-    return specgate_session.rig
+    return specgate_session.settings.rig
 
 
 @pytest.fixture(scope="session")
@@ -42,12 +42,12 @@ def sleep_controller(specgate_session: SpecgateSession) -> Any:
     """Rigs whose servers take turns on the same GPUs (arrangement "alternation", specgate.config.arrangement): the
     specgate.serve.sleep.SleepController every server of the session registers with. None elsewhere."""
     session = specgate_session
-    if session.options.attach_url or session.rig.arrangement.name != "alternation":
+    if session.options.attach_url or session.settings.rig.arrangement.name != "alternation":
         return None
-    rig = session.rig
-    session.progress(f"design: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
+    rig = session.settings.rig
+    session.progress(f"arrangement: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
     return sleep.SleepController(rig, progress=session.progress, kept_asleep=registry.asleep_at_sleep_level_1,
-                           gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"))
+                                 gpus=session.settings.gpus)
 
 
 @pytest.fixture(scope="session")
@@ -56,10 +56,11 @@ def reference_server(specgate_session: SpecgateSession, sleep_controller) -> Ite
     session; every mode's windows alternate requests with it (or take turns with it: an
     alternation). None on other designs."""
     session = specgate_session
-    if session.rig.comparing != "duet" or session.options.attach_url:
+    rig = session.settings.rig
+    if rig.comparing != "duet" or session.options.attach_url:
         yield None
         return
-    yield from serve(session, session.rig.mode(session.rig.reference_mode), sleeper=sleep_controller)
+    yield from serve(session, rig.mode(rig.reference_mode), sleeper=sleep_controller)
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +68,7 @@ def partner_server(mode, specgate_session: SpecgateSession, sleep_controller,
                    request: pytest.FixtureRequest) -> Iterator[Any]:
     """The server a mode's windows alternate with: the live reference (duet rigs; none for the
     reference mode itself), the same mode on the reference side (A/B), or none (one at a time)."""
-    session, rig = specgate_session, specgate_session.rig
+    session, rig = specgate_session, specgate_session.settings.rig
     if session.options.attach_url or rig.comparing == "sequential":
         yield None
     elif rig.comparing == "duet":
@@ -90,7 +91,7 @@ def vllm_server(mode, partner_server, specgate_session: SpecgateSession, sleep_c
     """One server per mode per session (per side in an A/B): started here, torn down (whole
     process group) after the mode's last test, or attached to with --specgate-vllm-url. A duet rig's
     reference mode is the live reference server itself."""
-    session, rig = specgate_session, specgate_session.rig
+    session, rig = specgate_session, specgate_session.settings.rig
     if rig.comparing == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
         yield request.getfixturevalue("reference_server")
         return
@@ -117,7 +118,7 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None, sleeper: A
 
 def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> Any:
     """The server object of ``mode`` (on an A/B ``side``): attached, kept or new, not yet entered."""
-    rig = session.rig
+    rig = session.settings.rig
     if session.options.attach_url:
         server: Any = server_mod.AttachedServer(session.options.attach_url, label=mode.name,
                                                 api_key=session.options.api_key)
@@ -129,7 +130,7 @@ def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> A
         server_mod.check_local_paths(rig, mode)
         # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded. In
         # an alternation every start is, for its own share (servers asleep keep ~1 GiB per GPU).
-        guard = gpu_guard(rig, session.options.worker_gpus) if not session.live_servers else None
+        guard = gpu_guard(rig, session.settings.worker_gpus) if not session.live_servers else None
         spec = session.server_spec(mode, side)
         if sleeper is not None:
             spec = sleep.with_sleep_mode(spec)
@@ -147,7 +148,7 @@ def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> A
 
 def _serving(session: SpecgateSession, server: Any, mode, side: str | None, label: str, sleeper: Any) -> Iterator[Any]:
     """An entered server: recorded in the session (address, fingerprint), yielded, left."""
-    rig = session.rig
+    rig = session.settings.rig
     session.live_servers += 1
     if sleeper is not None:
         asleep_at = getattr(server, "asleep_at", None)  # a kept server an earlier session left asleep
@@ -157,12 +158,12 @@ def _serving(session: SpecgateSession, server: Any, mode, side: str | None, labe
             "base_url": "attached" if session.options.attach_url else server.base_url,
             "ready_after_s": server.ready_after_s, "log": str(server.log_path) if server.log_path else None,
             "worker": session.options.worker_id, "side": side, "live_with": session.live_servers - 1,
-            "gpus": session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")}
+            "gpus": session.settings.gpus}
         session.fingerprints[mode.name if side in (None, "candidate") else label] = fingerprint.collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
             vllm_version=fingerprint.server_vllm_version(server.base_url, server.api_key),
             repo=session.options.repo_root,
-            gpus=session.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES"),
+            gpus=session.settings.gpus,
             concurrent_servers=session.options.worker_count, **fingerprint.measured_with(rig, mode))
         if session.options.record_dir is not None and side != "reference":
             _record(session, server, mode)
@@ -179,7 +180,7 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
     hold the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every
     server stays loaded: a kept one is reused awake, or asleep at sleep level 1 (its record holds the
     level; sleep level 2 dropped its weights, so such a one is stopped and started again)."""
-    rig = session.rig
+    rig = session.settings.rig
     label = f"{mode.name}@{side}" if side else mode.name
     one_at_a_time = rig.tier == "gpu" and rig.comparing == "sequential" and not alternating
     others = [m.name for m in rig.modes if m.name != mode.name] if one_at_a_time else []
@@ -194,8 +195,8 @@ def _record(session: SpecgateSession, server, mode) -> None:
 
     record_dir = session.options.record_dir
     try:
-        record.record_server(server.base_url, session.rig.served_model_name, mode.name, record_dir,
-                             api_key=server.api_key, timeout_s=session.rig.protocol.request_timeout_s)
+        record.record_server(server.base_url, session.settings.rig.served_model_name, mode.name, record_dir,
+                             api_key=server.api_key, timeout_s=session.settings.rig.protocol.request_timeout_s)
         session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
     except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
         warnings.warn(f"--specgate-record-responses: recording mode {mode.name} into {record_dir} failed: "
@@ -218,7 +219,7 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
     The test that takes it also records it with pytest-benchmark (one round per pass over the
     class's prompts), so ``--benchmark-autosave`` / ``--benchmark-compare`` keep a history."""
     key = (mode.name, prompt_class.name, concurrency)
-    rig = specgate_session.rig
+    rig = specgate_session.settings.rig
     reused = (specgate_session.reference_from_duets(prompt_class.name, concurrency)
               if rig.comparing == "duet" and mode.name == rig.reference_mode else None)
     if reused is not None:  # the reference side of a duet window: measured (and benchmarked) there
@@ -227,7 +228,7 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
     benchmark = request.getfixturevalue("benchmark") if fresh and _benchmark_usable(request) else None
     kwargs = {}
     if benchmark is not None:
-        benchmark.group = f"{specgate_session.rig.name}/{prompt_class.name}/c{concurrency}"
+        benchmark.group = f"{specgate_session.settings.rig.name}/{prompt_class.name}/c{concurrency}"
         kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds, iterations=1)
     try:
         if partner_server is not None:

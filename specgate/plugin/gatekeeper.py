@@ -41,11 +41,16 @@ class GateKeeper:
 
     def __init__(self, session: SpecgateSession) -> None:
         self.session = session
-        self.rig = session.rig
+        self.rig = session.settings.rig
+
+    @property
+    def run(self):
+        """The run's settings (specgate.decide.settings.RunSettings), as the session holds them now."""
+        return self.session.settings
 
     def _settings(self, m):
         """Window ``m``'s gate settings, resolved once by the session (specgate.decide.settings)."""
-        return self.session.settings_for(m.mode, m.prompt_class, m.concurrency)
+        return self.run.window(m.mode, m.prompt_class, m.concurrency)
 
     def _where(self, m) -> str:
         return f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency {m.concurrency}"
@@ -59,7 +64,7 @@ class GateKeeper:
         update = self.session.options.update
         if update == "off":
             return False
-        entry = baseline_entry(m, self.session.fingerprints.get(m.mode) or Fingerprint(machine=self.session.machine))
+        entry = baseline_entry(m, self.session.fingerprints.get(m.mode) or Fingerprint(machine=self.run.machine))
         self.session.queue_update(m, entry)
         message = (f"this run's figures of {self._where(m)} will be stored in {self.session.options.baselines_path} "
                    f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n}; "
@@ -75,7 +80,7 @@ class GateKeeper:
     def _machine(self, m) -> str | None:
         """The machine window ``m`` was measured on: its server's fingerprint's, else this session's."""
         now = self.session.fingerprints.get(m.mode)
-        return now.machine if now is not None and now.machine else self.session.machine
+        return now.machine if now is not None and now.machine else self.run.machine
 
     def _build_history(self) -> str:
         return f"python -m specgate build-history --rig {self.rig.name} --starts 10"
@@ -85,7 +90,7 @@ class GateKeeper:
         newest of any machine (acceptance does not depend on the host). A window with no history of
         this machine is OTHER_MACHINE, naming whose histories are stored and the command that starts
         this machine's; one with nothing stored is NOT_STORED."""
-        found = histories(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
+        found = histories(self.run.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
         if not found:
             message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store a "
                        f"history of starts with: {self._build_history()} (or one start: pytest -m {self.rig.tier} "
@@ -93,9 +98,9 @@ class GateKeeper:
             self.session.record_undecided(gate, m, NOT_STORED, message, {"command": self._build_history()})
             self._act(gate, Outcome.NOT_STORED, message, m=m, kind=NOT_STORED, command=self._build_history())
         if gate != "throughput":
-            return lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency) or found[-1]
+            return lookup(self.run.store, self.rig.name, m.mode, m.prompt_class, m.concurrency) or found[-1]
         machine = self._machine(m)
-        entry = lookup(self.session.store, self.rig.name, m.mode, m.prompt_class, m.concurrency, machine=machine)
+        entry = lookup(self.run.store, self.rig.name, m.mode, m.prompt_class, m.concurrency, machine=machine)
         if entry is None:
             stored = "; ".join(h.describe() for h in found[-3:])
             why = ("this run's machine cannot be identified, and a history of an unknown machine never gates"
@@ -112,7 +117,7 @@ class GateKeeper:
         (its settings; the one mapping). ``m``: the window (or result) whose gate this is."""
         __tracebackhide__ = True
         settings = self._settings(m) if m is not None else None
-        policy = settings.outcome_policy if settings is not None else self.session.outcome_policy
+        policy = settings.outcome_policy if settings is not None else self.run.outcome_policy
         gating = settings.gating_of(gate) if settings is not None else None
         action = pytest_action(outcome, policy, declared=declared, gating=gating)
         entry = m.to_dict() if isinstance(m, GateResult) else {
@@ -217,7 +222,7 @@ class GateKeeper:
         __tracebackhide__ = True
         reference = self._reference(m)
         starts = None if m.partner is reference else stored_start_histories(
-            self.session.store, self._settings(m), m, self._machine(m))
+            self.run.store, self._settings(m), m, self._machine(m))
         result = check_backfire(self._settings(m), m, reference, starts)
         if result.outcome is Outcome.PASS and result.declared:
             warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "

@@ -5,21 +5,25 @@ tiers refuse xdist where that cannot hold (a cpu rig, too few GPUs, a --dist oth
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
 
-from specgate.plugin.session import SpecgateSession
 from specgate.serve.gpu import nvml_readings
+
+if TYPE_CHECKING:
+    from specgate.config.rig import Rig
+    from specgate.plugin.resolve import SessionOptions
 
 XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the rig is a gpu rig and each worker "
                  "gets its own GPUs (--dist loadgroup, enough GPUs for -n): otherwise two servers would share "
                  "an accelerator and measure each other's load. Run them without -n.")
 
 
-def visible_gpus(config: pytest.Config) -> list[str]:
-    explicit = config.getoption("specgate_gpus")
+def visible_gpus(explicit: tuple[str, ...] | None) -> list[str]:
+    """The GPUs to hand out: ``explicit`` (--specgate-gpus), else CUDA_VISIBLE_DEVICES, else all NVML sees."""
     if explicit:
-        return explicit
+        return list(explicit)
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [v.strip() for v in env.split(",") if v.strip()]
@@ -41,15 +45,12 @@ def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int,
     return ",".join(visible[worker_index * per_server:(worker_index + 1) * per_server])
 
 
-def worker_gpus(config: pytest.Config, session: SpecgateSession) -> str | None:
+def worker_gpus(options: SessionOptions, rig: Rig) -> str | None:
     """This xdist worker's GPUs, or None when perf tests may not run here (see XDIST_REFUSAL)."""
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is None or session.rig.tier != "gpu":
+    if options.worker_id is None or rig.tier != "gpu":
         return None
-    if workerinput.get("specgate_dist") != "loadgroup":
+    if options.dist != "loadgroup":
         raise pytest.UsageError("specgate: under xdist the perf tiers need --dist loadgroup, so that all "
                                 "tests of one mode run on one worker and its server starts once")
-    index = int(workerinput["workerid"].removeprefix("gw"))
-    return assign_worker_gpus(visible_gpus(config), index, int(workerinput["workercount"]),
-                              session.rig.gpus_per_server)
-
+    index = int(options.worker_id.removeprefix("gw"))
+    return assign_worker_gpus(visible_gpus(options.gpus), index, options.worker_count, rig.gpus_per_server)

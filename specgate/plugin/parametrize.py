@@ -14,7 +14,7 @@ from specgate.plugin.session import SpecgateSession
 
 def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -> None:
     try:
-        rig = session.rig
+        rig = session.settings.rig
         modes = session.modes_to_run()
     except ConfigError as exc:
         # Refused as a usage error once collection ends (refuse_bad_inputs): raised here it would be
@@ -46,7 +46,7 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], s
         import contextlib
 
         with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
-            ab = session.rig.comparing == "ab"
+            ab = session.settings.rig.comparing == "ab"
     for item in items:
         mode = getattr(item, "callspec", None) and item.callspec.params.get("mode")
         only_speculative = item.get_closest_marker("speculative_only") or (
@@ -60,7 +60,7 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], s
         items[:] = keep
     if keep and config.option.markexpr.strip() == "gpu":
         try:
-            rig = session.rig
+            rig = session.settings.rig
         except ConfigError:
             return  # refused with its file and key by the input check (refuse_bad_inputs)
         if rig.tier != "gpu":

@@ -4,90 +4,36 @@ and the fixtures are thin wrappers over it (the pytest-benchmark pattern)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from specgate.decide.breakeven import from_report
-from specgate.decide.outcome import (
-    AUTO_FAMILY_FALSE_ALARM,
-    GATES,
-    OUTCOME_KINDS,
-    Family,
-    Outcome,
-    family,
-    outcome_of_kind,
-)
+from specgate.decide.outcome import OUTCOME_KINDS, Family, Outcome, outcome_of_kind
 from specgate.errors import ConfigError, SpecgateError
-from specgate.lazy import baselines, fingerprint, follow_up, server, settings
+from specgate.lazy import baselines, follow_up, server
 from specgate.lazy import protocol as measure
-from specgate.lazy import rig as config
 from specgate.measure.telemetry import window_sampler
+from specgate.plugin.resolve import SessionOptions, resolve_run
 
 # The plugin builds a session in every pytest run of the environment, perf tests or not: the
 # modules that bring pydantic, numpy and the HTTP clients load when the session first needs them
 # (specgate.lazy).
 if TYPE_CHECKING:
-    from specgate.config.rig import AB, Mode, PromptClass, Rig
-    from specgate.decide.settings import WindowSettings
+    from specgate.config.rig import Mode, PromptClass
+    from specgate.decide.settings import RunSettings
     from specgate.decide.verdict import GateResult
     from specgate.measure.protocol import ClassMeasurement, Measurer
-    from specgate.store.baselines import BaselineEntry, BaselineFile, Fingerprint
+    from specgate.store.baselines import BaselineEntry, Fingerprint
 
-UpdateMode = Literal["off", "update", "regen"]
 MeasureKey = tuple[str, str, int]  # mode, prompt class, concurrency
-
-
-@dataclass
-class SessionOptions:
-    rig_name: str
-    fixtures_dir: Path
-    baselines_path: Path
-    run_dir: Path
-    repo_root: Path
-    update: UpdateMode = "off"
-    # --specgate-baselines given: a path that names no file is refused (unless the run stores), where
-    # the default baselines.json of a project that has stored nothing yet is not
-    baselines_given: bool = False
-    strict_fingerprint: bool = False
-    attach_url: str | None = None
-    attach_mode: str | None = None
-    api_key: str | None = None
-    # --specgate-record-responses: each started server's raw responses go here (fast-tier replay data).
-    record_dir: Path | None = None
-    # Under xdist: this worker's GPUs (CUDA_VISIBLE_DEVICES for its servers); None elsewhere.
-    worker_gpus: str | None = None
-    worker_id: str | None = None
-    worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
-    worker_refusal: str | None = None
-    ab: AB | None = None  # from the --specgate-ab-* options (overrides the rig's [ab])
-    # --specgate-session-budget: seconds from the session's start within which its
-    # windows (specgate.plugin.cost) and follow-up rounds must fit; None: unbounded. ``started_at``:
-    # time.monotonic() when the options were made.
-    time_budget_s: float | None = None
-    # --specgate-keep-servers: started servers stay loaded after the session, and a kept one whose
-    # fingerprint matches is reused (specgate.serve.registry).
-    keep_servers: bool = False
-    started_at: float = field(default_factory=time.monotonic)
-    # --specgate-undecided: outcome key -> "skip" | "fail" (overrides the rig's [gates] undecided)
-    undecided_policy: dict[str, str] | None = None
-    # --specgate-start-seed: picks which side of an A/B starts first, per mode (None: drawn per session)
-    start_seed: int | None = None
-    first_side: str | None = None  # --specgate-first-side: "reference" | "candidate" over the seed's pick
-    # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
-    gating: dict[str, str] | None = None
-    # --specgate-arrangement: the arrangement of the servers over the rig's own (None: the rig's)
-    arrangement: str | None = None
 
 
 @dataclass
@@ -122,41 +68,22 @@ class SpecgateSession:
     start_order: dict[str, str] = field(default_factory=dict)
     started_first: dict[str, Any] = field(default_factory=dict)  # mode -> its A/B candidate server, started first
     _start_seed: int | None = None
-    # specgate.decide.outcome.Family: the gates that can fail the run, counted at collection (plan_family)
-    family: Any = None
     # (gate, mode, prompt class, concurrency) of every selected gate test (plan_family), None before
     selected_tests: list[tuple[str, str, str, int]] | None = None
-    _gating: dict[tuple[str, str, str, int], tuple[str | None, str]] = field(default_factory=dict)
-    _settings: dict[MeasureKey, WindowSettings] = field(default_factory=dict)
+    # why this xdist worker may start no server (its perf tests fail at setup with it); None where it may
+    worker_refusal: str | None = None
     _pythons_import_vllm: bool = False  # the A/B sides' pythons were seen to import vLLM (once a session)
-    _rig: Rig | None = None
-    _store: BaselineFile | None = None
+    _settings: RunSettings | None = None
     _measurer: Measurer | None = None
 
     @property
-    def rig(self) -> Rig:
-        if self._rig is None:
-            rig = config.load_rig(self.options.rig_name, self.options.fixtures_dir)
-            if self.options.ab is not None:  # --specgate-ab-* options: an A/B of the command line's sides
-                rig = rig.model_copy(update={"ab": self.options.ab})
-                config.check_sleep_level(rig, ab_from=" (the --specgate-ab-* options)")
-            if self.options.arrangement is not None:  # --specgate-arrangement: the same rig, arranged otherwise
-                rig = rig.model_copy(update={"arrangement_key": self.options.arrangement})
-            self._rig = rig
-        return self._rig
-
-    @property
-    def store(self) -> BaselineFile:
-        if self._store is None:
-            self._store = baselines.load_baselines(self.options.baselines_path)
-        return self._store
-
-    @functools.cached_property
-    def machine(self) -> str | None:
-        """This host's identity as a stored history names it (specgate.store.fingerprint.machine_id), read
-        before any server starts: which stored history may gate this session's plain runs."""
-        gpus = self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
-        return fingerprint.machine_id(self.rig.tier, gpus)
+    def settings(self) -> RunSettings:
+        """The run's settings (specgate.plugin.resolve.resolve_run), resolved at the run's first need of
+        them and fixed at the family's confidence once the selection is known (:meth:`plan_family`)."""
+        if self._settings is None:
+            self._settings, refusal = resolve_run(self.options)
+            self.worker_refusal = self.worker_refusal or refusal
+        return self._settings
 
     def validate_inputs(self, *, imports: bool = True) -> None:
         """Read and validate every file the session needs (the rig, the mode library, the prompts,
@@ -165,7 +92,7 @@ class SpecgateSession:
         spent minutes (or, on a large rig, an hour) starting. Reading never writes: a file that
         fails stays as it was. ``imports``: also check that each side's python imports vLLM (seconds
         each; a run that starts no server, such as --collect-only, leaves it out)."""
-        _ = self.rig, self.store
+        _ = self.settings
         self._check_baselines_path()
         self._check_side_pythons(imports=imports)
 
@@ -187,7 +114,7 @@ class SpecgateSession:
     def _check_side_pythons(self, *, imports: bool) -> None:
         """Each A/B side's python exists, is executable and (``imports``) imports vLLM, so that a
         mistyped environment fails here, not after the other side's server spent minutes loading."""
-        rig = self.rig
+        rig = self.settings.rig
         if rig.ab is None or self.options.attach_url:
             return
         sides = {name: side for name in ("reference", "candidate") if (side := getattr(rig.ab, name)).python}
@@ -214,25 +141,23 @@ class SpecgateSession:
         if self.options.ab is not None:
             return lambda message: ConfigError(python, None, f"the A/B {name} side's python "
                                                f"({self._side_python_key(name)}) {message}")
-        return lambda message: ConfigError(self.rig.path, self._side_python_key(name), f"{python!r} {message}")
+        return lambda message: ConfigError(self.settings.rig.path, self._side_python_key(name), f"{python!r} {message}")
 
     @property
     def measurer(self) -> Measurer:
         if self._measurer is None:
-            gpus = self.options.worker_gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
-            rig = self.rig
-            budget = self.options.time_budget_s
+            run, budget = self.settings, self.options.time_budget_s
             self._measurer = measure.Measurer(
-                rig, progress=self.progress, telemetry=window_sampler(rig.tier, gpus),
-                follow_up=lambda m: follow_up.follow_up_reason(self.settings_for(m.mode, m.prompt_class, m.concurrency),
+                run.rig, progress=self.progress, telemetry=window_sampler(run.rig.tier, run.gpus),
+                follow_up=lambda m: follow_up.follow_up_reason(run.window(m.mode, m.prompt_class, m.concurrency),
                                                                m, self.gates_selected_for(m)),
                 deadline=None if budget is None else self.options.started_at + budget)
         return self._measurer
 
     def server_spec(self, mode: Mode, side: str | None = None):
         """The specgate.serve.server.ServerSpec of ``mode``'s server (on an A/B ``side``) in this session."""
-        rig = self.rig
-        return server.spec_for_mode(rig, mode, log_dir=self.options.run_dir, gpus=self.options.worker_gpus,
+        rig = self.settings.rig
+        return server.spec_for_mode(rig, mode, log_dir=self.options.run_dir, gpus=self.settings.worker_gpus,
                                     side=getattr(rig.ab, side) if (side and rig.ab) else None, side_name=side)
 
     def modes_to_run(self) -> list[Mode]:
@@ -240,58 +165,33 @@ class SpecgateSession:
         other mode's backfire and lossless gates need its windows), except on a duet rig, where
         its server starts first and its windows are the reference side of the other modes' duets,
         so its own tests come last and reuse them (see :meth:`reference_from_duets`)."""
+        rig = self.settings.rig
         if self.options.attach_url:
-            return [self.rig.mode(self.options.attach_mode or self.rig.reference_mode)]
-        reference = self.rig.reference_mode
-        last = self.rig.comparing == "duet"
-        return sorted(self.rig.modes, key=lambda m: (m.name == reference) == last)
+            return [rig.mode(self.options.attach_mode or rig.reference_mode)]
+        last = rig.comparing == "duet"
+        return sorted(rig.modes, key=lambda m: (m.name == rig.reference_mode) == last)
 
     def reference_from_duets(self, prompt_class: str, concurrency: int) -> ClassMeasurement | None:
         """Duet rigs: the reference mode's window of a class, taken as the reference side of the
         first duet that measured it (the reference server's requests in that window); None when no
         duet measured the class (the reference then gets a window of its own)."""
-        key = (self.rig.reference_mode, prompt_class, concurrency)
+        reference = self.settings.rig.reference_mode
+        key = (reference, prompt_class, concurrency)
         if key in self.measurements:
             return self.measurements[key]
-        for (_mode, cls, level), m in self.measurements.items():
-            if (cls, level) == (prompt_class, concurrency) and m.partner is not None \
-                    and m.partner.mode == self.rig.reference_mode and not m.ab:
+        for (_mode, cls, concurrency_of), m in self.measurements.items():
+            if (cls, concurrency_of) == (prompt_class, concurrency) and m.partner is not None \
+                    and m.partner.mode == reference and not m.ab:
                 self.measurements[key] = m.partner
                 return m.partner
         return None
 
-    @property
-    def gating_setting(self) -> dict[str, str]:
-        """Per gate "auto" | "gate" | "report": the rig's [gates] gating, the option's over it."""
-        return {**self.rig.gates.gating_setting, **(self.options.gating or {})}
-
-    def gating_of(self, gate: str, mode: str, prompt_class: str, concurrency: int) -> tuple[str | None, str]:
-        """Whether this gate test gates the run ("gate"), is reported only ("report"), or follows the
-        outcome policy alone (None), and why (specgate.decide.settings.resolve_gating); one answer per session."""
-        key = (gate, mode, prompt_class, concurrency)
-        if key not in self._gating:
-            own = settings.window_settings(self.rig, mode, prompt_class, concurrency)
-            self._gating[key] = settings.resolve_gating(self.gating_setting, own, self.store, gate,
-                                                        machine=self.machine)
-        return self._gating[key]
-
     def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
-        """Count the selected gates with an interval that can fail the run (all of them where no gating
-        is set; not lossless, not a declared backfire) and fix each gate's confidence for the family
-        ([gates] family_false_alarm), before any server starts: every later interval (follow-up
-        rounds' decisions included) uses it."""
+        """Fix every window's confidence for the family of the selected gate ``tests`` before any server
+        starts (specgate.decide.settings.RunSettings.for_selection): every later interval, follow-up
+        rounds' decisions included, uses it."""
         self.selected_tests = list(tests)
-        # lossless compares outputs (no interval, no false-alarm level); a declared backfire never fails
-        deciding = sum(1 for t in tests if t[0] != "lossless" and self.gating_of(*t)[0] != "report"
-                       and not (t[0] == "backfire" and self.rig.declared_backfire_for(t[1], t[2]) is not None))
-        setting = self.gating_setting
-        controlled = self.rig.gates.family_false_alarm
-        if controlled is None and "auto" in setting.values():
-            controlled = AUTO_FAMILY_FALSE_ALARM
-        self._use_family(family(self.rig.gates.confidence, controlled, deciding,
-                                undecided_red=any(v in ("auto", "gate") for v in setting.values())))
-        for _, mode, prompt_class, concurrency in self.selected_tests:  # resolved once, before any start
-            self.settings_for(mode, prompt_class, concurrency)
+        self._settings = self.settings.for_selection(tests)
 
     def gates_selected_for(self, m: Any) -> set[str] | None:
         """The gates this session's selection runs on window ``m`` (None before the selection is known:
@@ -300,25 +200,6 @@ class SpecgateSession:
             return None
         return {g for g, mode, prompt_class, c in self.selected_tests
                 if (mode, prompt_class, c) == (m.mode, m.prompt_class, m.concurrency)}
-
-    def _use_family(self, chosen: Any) -> None:
-        """Every gate of the session decides at the family's confidence (the xdist controller's
-        deferred gates too, from the workers' count)."""
-        self.family = chosen
-        self._settings.clear()  # resolved again, once, at the family's confidence
-
-    def settings_for(self, mode: str, prompt_class: str, concurrency: int) -> WindowSettings:
-        """The gate settings of one window (specgate.decide.settings), resolved once per session: the class's
-        thresholds at the family's confidence (never below the class's own), the arrangement, any
-        declared backfire, each gate's gating and the outcome policy. plan_family builds those of the
-        selected windows before any server starts."""
-        key = (mode, prompt_class, concurrency)
-        if key not in self._settings:
-            own = settings.window_settings(self.rig, mode, prompt_class, concurrency,
-                                           outcome_policy=self.outcome_policy)
-            held = own.with_family(self.family.confidence) if self.family is not None else own
-            self._settings[key] = dataclasses.replace(held, gating={gate: self.gating_of(gate, *key) for gate in GATES})
-        return self._settings[key]
 
     @property
     def start_seed(self) -> int:
@@ -387,13 +268,13 @@ class SpecgateSession:
                               wait_s: float | None = None) -> ClassMeasurement | None:
         """The no-speculation window of this class. Under xdist another worker may measure it:
         wait for its file (bounded, with progress), or for its failure."""
-        key = (self.rig.reference_mode, prompt_class, concurrency)
+        key = (self.settings.rig.reference_mode, prompt_class, concurrency)
         if key in self.measurements or self.options.worker_id is None:
             return self.measurements.get(key)
         import time
 
         path = self._shared_path(key)
-        budget = wait_s if wait_s is not None else self.rig.startup_timeout_s + 3600
+        budget = wait_s if wait_s is not None else self.settings.rig.startup_timeout_s + 3600
         started = last = time.monotonic()
         while not path.exists():
             now = time.monotonic()
@@ -403,7 +284,7 @@ class SpecgateSession:
                         f"the no-speculation window {key} did not appear in {path.parent} within {budget:.0f}s"))
                 return None
             if now - last >= 30:
-                self.progress(f"waiting for another worker to measure {self.rig.reference_mode} on "
+                self.progress(f"waiting for another worker to measure {key[0]} on "
                               f"{prompt_class} ({now - started:.0f}s)")
                 last = now
             time.sleep(min(1.0, max(0.01, budget - (now - started))))
@@ -414,17 +295,12 @@ class SpecgateSession:
         self.measurements[key] = measure.ClassMeasurement.from_dict(data)
         return self.measurements[key]
 
-    @property
-    def outcome_policy(self) -> dict[str, str]:
-        """What each outcome that decides nothing does to the run: the rig's, or the option's."""
-        return {**self.rig.gates.outcome_policy, **(self.options.undecided_policy or {})}
-
     def record(self, result: GateResult) -> None:
         """Keep a gate's result: a decided one in ``results``, one that decided nothing in
         ``undecided`` (with its kind), so no report counts it as passed."""
         if result.gating is None:
-            result.gating, result.gating_reason = self.gating_of(result.gate, result.mode, result.prompt_class,
-                                                                 result.concurrency)
+            window = self.settings.window(result.mode, result.prompt_class, result.concurrency)
+            result.gating, result.gating_reason = window.gating[result.gate]
         if result.outcome.decided:
             self.results.append(result)
             return
@@ -442,7 +318,7 @@ class SpecgateSession:
         an interval across its threshold): the report says so instead of counting it as passed.
         ``details``: what an undecided paired comparison measured (its ratio and interval), so that
         tables and plots show the number its message shows."""
-        setting, why = self.gating_of(gate, m.mode, m.prompt_class, m.concurrency)
+        setting, why = self.settings.window(m.mode, m.prompt_class, m.concurrency).gating[gate]
         self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
                                "concurrency": m.concurrency, "kind": kind, "outcome": outcome_of_kind(kind).value,
                                "message": message, **({"details": details} if details else {}),
@@ -455,7 +331,7 @@ class SpecgateSession:
         self._write_partial_report()
 
     def queue_update(self, m: ClassMeasurement, entry: BaselineEntry) -> None:
-        self.pending_updates[(self.rig.name, m.mode, m.prompt_class, m.concurrency)] = entry
+        self.pending_updates[(self.settings.rig.name, m.mode, m.prompt_class, m.concurrency)] = entry
 
     def flush_updates(self) -> Path | None:
         """Write every queued baseline at once, at the end of the session (nothing half-done if
@@ -480,9 +356,10 @@ class SpecgateSession:
         for key, entry in output.get("updates", []):
             self.pending_updates[tuple(key)] = baselines.BaselineEntry.model_validate(entry)  # type: ignore[index]
         family = output["report"].get("family")
-        if family is not None and self.family is None:  # the controller collects nothing: the workers' count
-            self._use_family(Family(family["gating_decisions"], family["confidence"],
-                                           family["family_false_alarm"], family.get("undecided_red", False)))
+        if family is not None and self.settings.family is None:  # the controller collects nothing: the workers'
+            self._settings = self.settings.with_family(Family(family["gating_decisions"], family["confidence"],
+                                                              family["family_false_alarm"],
+                                                              family.get("undecided_red", False)))
 
     # -- the run's JSON report -------------------------------------------------------------
     def report_data(self, *, complete: bool, merge: bool = True) -> dict[str, Any]:
@@ -519,7 +396,8 @@ class SpecgateSession:
         return own
 
     def _own_report_data(self, *, complete: bool) -> dict[str, Any]:
-        rig = self.rig
+        run = self.settings
+        rig = run.rig
         return {
             "specgate_report": 1,
             "complete": complete,
@@ -539,11 +417,13 @@ class SpecgateSession:
             "server_failures": list(self.server_failures),
             "gates": [r.to_dict() for r in self.results],
             "undecided": list(self.undecided),
-            "outcome_policy": self.outcome_policy,
+            "outcome_policy": dict(run.outcome_policy),
             **({"start_order": {"seed": self.start_seed, "first": dict(self.start_order)}} if self.start_order else {}),
-            **({"family": self.family.to_dict()} if self.family is not None else {}),
-            **({"gating": self.gating_setting} if self.gating_setting else {}),
-            "settings": [w.to_dict() for w in self._settings.values()],
+            **({"family": run.family.to_dict()} if run.family is not None else {}),
+            **({"gating": dict(run.gating)} if run.gating else {}),
+            # the settings of the selected windows: every window a gate of this run decides on
+            "settings": [run.window(*key).to_dict()
+                         for key in dict.fromkeys((m, c, n) for _, m, c, n in self.selected_tests or [])],
         }
 
     @property
@@ -593,8 +473,3 @@ def _check_imports_vllm(python: str, env: dict[str, str], refused: Callable[[str
         lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
         raise refused(f"cannot import vllm (exit code {done.returncode}: {lines[-1] if lines else 'no output'}): "
                       "install the side's vLLM build in that environment")
-
-
-def default_run_dir(root: Path, rig_name: str) -> Path:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return root / ".specgate" / "runs" / f"{stamp}-{rig_name}-{os.getpid()}"

@@ -397,15 +397,15 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callabl
                           progress=progress, before_start=before_start)
 
 
-def reusable_labels(specgate) -> tuple[str, ...]:
-    """The server labels a --specgate-keep-servers session of ``specgate``'s rig would reuse now."""
-    rig = specgate.rig
+def reusable_labels(rig, modes, server_spec: Callable[..., Any]) -> tuple[str, ...]:
+    """The server labels a --specgate-keep-servers session of ``rig`` would reuse now: of its ``modes``,
+    whose servers ``server_spec(mode, side)`` describes."""
     labels = []
     sides = ("reference", "candidate") if rig.comparing == "ab" else (None,)
     alternating = rig.arrangement.name == "alternation"
-    for mode in specgate.modes_to_run():
+    for mode in modes:
         for side in sides:
-            spec = specgate.server_spec(mode, side)
+            spec = server_spec(mode, side)
             if alternating:  # as fixtures.serve starts them: with sleep mode
 
                 spec = with_sleep_mode(spec)
