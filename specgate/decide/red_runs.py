@@ -256,7 +256,8 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
     fixed = [t for t in tests if setting(t) != "auto"]
     counted_fixed = sum(1 for t in fixed if counts(t) and setting(t) != "report")
     free = [t for t in auto if not counts(t)]  # lossless, a declared backfire: not in the family
-    ranked = [t for t in auto if counts(t)]
+    # those with something to compare on this machine (not: nothing stored here, or another machine's)
+    ranked = [t for t in auto if counts(t) and risk_at(t, confidence).undecided_outcome == "undecided"]
 
     def with_gates(k: int) -> Choice:
         fam = family(confidence, controlled, counted_fixed + k)
