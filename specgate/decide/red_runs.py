@@ -171,7 +171,8 @@ def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int, ext
     """A live A/B throughput gate (module doc); ``pairs`` at the first look, ``extra`` more in its follow-up."""
     gates = window.thresholds
     offset = math.log1p(gates.start_pair_spread)
-    fold = spread_quantile(window.confidence, gates.start_pair_dof) * offset
+    look = repeated_coverage(window.confidence, pairs / (pairs + extra)) if extra else window.confidence
+    fold = spread_quantile(look, gates.start_pair_dof) * offset  # as the gate folds it in, at each look
     line = math.log1p(-window.ab_tolerance)
     noise = pair_spread(stored) if stored is not None else None
     how = (f"start-pair spread {gates.start_pair_spread * 100:g} % folded in (±{math.expm1(fold) * 100:.1f} %)"
@@ -181,7 +182,7 @@ def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int, ext
         fail, undecided = two_looks(offset, noise, pairs, extra, fold, line, window.confidence)
         return GateRisk(test, fail, undecided, how + f"; two looks ({pairs} + {extra} pairs), simulated")
     se = (noise or 0.0) / math.sqrt(pairs * HL_EFFICIENCY)
-    return normal_risk(test, offset, se, fold + spread_quantile(window.confidence) * se, line, how)
+    return normal_risk(test, offset, se, fold + spread_quantile(look) * se, line, how)
 
 
 def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str | None, *, pairs: int,
