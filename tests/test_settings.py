@@ -4,6 +4,7 @@ gating (can_decide, resolve_gating) is tested in test_gating.py."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -102,6 +103,20 @@ def test_the_tolerances_follow_the_one_rule(rig, level, ab):
     assert duet.tolerance_for(duet_ratio=False) == level_tolerance
     assert duet.speed_tolerance == level_tolerance
     assert dataclasses.replace(duet, comparing="ab").speed_tolerance == ab_tolerance
+
+
+SPEED_TOLERANCES = {"throughput_tolerance", "level_tolerance", "ab_tolerance", "level_gate_tolerance",
+                    "ab_gate_tolerance", "speed_tolerance"}
+
+
+def test_the_gates_read_the_speed_tolerances_from_the_window_settings_only():
+    # one rule (WindowSettings.tolerance_for and its properties): a gate that read [gates] itself would
+    # miss a rule the settings apply (a duet ratio's tolerance, ab_tolerance over throughput_tolerance)
+    tree = ast.parse((ROOT / "specgate" / "decide" / "gates.py").read_text())
+    found = [f"gates.py:{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr in SPEED_TOLERANCES
+             and not (isinstance(node.value, ast.Name) and node.value.id == "settings")]
+    assert found == []
 
 
 def test_a_declared_backfire_is_set_for_the_modes_and_classes_it_covers_only(rig):

@@ -246,7 +246,8 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
     stored_ratio = baseline.ratio_to_reference
     steps = step_text(baseline)
     if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
-        threshold = 1 - gates.throughput_tolerance
+        tolerance = settings.tolerance_for(duet_ratio=True)
+        threshold = 1 - tolerance
         rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
@@ -261,14 +262,14 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
             return at_stored_host_pace(_stored_resolution(_against_history(
                 m, math.log(now.ratio / ratios.center), ratios, rule, label=f"the stored ratios' mean to "
                 f"{partner.mode} ({ratios.center:.3f})", compared=compared, note=samples.note),
-                gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
+                tolerance), m, baseline, gates.host_pace_tolerance)
         shift = stored_ratio.ratio
         spread, compared = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
         return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
             m, "throughput", samples, rule, reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
             compared=f"{head}; {compared}; {baseline.describe()}{steps}", shift=shift, extra_log_spread=spread,
-            two_modes=True)), gates.throughput_tolerance), m, baseline, gates.host_pace_tolerance)
-    level_tolerance = settings.level_tolerance
+            two_modes=True)), tolerance), m, baseline, gates.host_pace_tolerance)
+    level_tolerance = settings.tolerance_for(duet_ratio=False)
     level_threshold = 1 - level_tolerance
     rule = Rule(level_threshold, gates.confidence, gates.equivalence_margin)
     history = StartHistory.of(baseline)
