@@ -44,8 +44,35 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     """Exit codes as a pytest run's (specgate.exit_codes): 4 for a bad argument or input file, 6 when
     the job broke (the model could not be prepared), 5 when ``plan`` selects no perf test."""
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command in _NO_EXTRA_ARGUMENTS and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return _COMMANDS[args.command](args, rest, parser)
+
+
+def _parser() -> _Parser:
     parser = _Parser(prog="specgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_session_commands(sub)
+    _add_history_commands(sub)
+    schema = sub.add_parser("schema", help="print the JSON schema of report.json or baselines.json, or write "
+                            "both (--out FOLDER)")
+    schema.add_argument("name", nargs="?", choices=["report", "baselines"], help="the schema to print")
+    schema.add_argument("--out", type=Path, default=None, help="write report.schema.json and "
+                        "baselines.schema.json into this folder")
+    advise = sub.add_parser("advise", help="from a run's report (a speculative mode and no speculation): the "
+                            "predicted tok/s ratio of each mode at every k up to the served one, per class, with "
+                            "intervals, the best k and a PNG; --seed: what the seed case's published figures allow")
+    advise.add_argument("--rig", default=None, help="the rig the report is of (with --seed: default the seed's)")
+    advise.add_argument("--report", type=Path, default=None, help="a run's report.json (or report.json.gz)")
+    advise.add_argument("--seed", action="store_true", help="advise from the seed case's published figures")
+    advise.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/advice/<rig>)")
+    return parser
+
+
+def _add_session_commands(sub) -> None:
+    """The commands around one session: prepare the model, run, plan, the kept servers."""
     prep = sub.add_parser("prepare-model", help="fetch and convert SmolLM2-135M-Instruct for the cpu tier")
     prep.add_argument("--cache", type=Path, default=None, help="model cache (default $SPECGATE_MODEL_CACHE "
                       "or ~/.cache/specgate/models)")
@@ -68,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                              "(--specgate-keep-servers), or stop them")
     servers.add_argument("--stop", action="append", default=[], metavar="NAME", help="stop this kept server")
     servers.add_argument("--stop-all", action="store_true", help="stop every kept server")
+
+
+def _add_history_commands(sub) -> None:
+    """The commands around stored figures: adopt a report's windows, build and show a history, start pairs."""
     adopt = sub.add_parser("adopt-baselines", help="write the windows measured in a saved report.json as "
                            "baselines (e.g. those an interrupted --specgate-update-baselines run finished)")
     adopt.add_argument("report", type=Path, help="a run's report.json (or report.json.gz)")
@@ -96,99 +127,85 @@ def main(argv: list[str] | None = None) -> int:
     shown.add_argument("--rig", required=True)
     shown.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     shown.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/history/<rig>)")
-    schema = sub.add_parser("schema", help="print the JSON schema of report.json or baselines.json, or write "
-                            "both (--out FOLDER)")
-    schema.add_argument("name", nargs="?", choices=["report", "baselines"], help="the schema to print")
-    schema.add_argument("--out", type=Path, default=None, help="write report.schema.json and "
-                        "baselines.schema.json into this folder")
-    advise = sub.add_parser("advise", help="from a run's report (a speculative mode and no speculation): the "
-                            "predicted tok/s ratio of each mode at every k up to the served one, per class, with "
-                            "intervals, the best k and a PNG; --seed: what the seed case's published figures allow")
-    advise.add_argument("--rig", default=None, help="the rig the report is of (with --seed: default the seed's)")
-    advise.add_argument("--report", type=Path, default=None, help="a run's report.json (or report.json.gz)")
-    advise.add_argument("--seed", action="store_true", help="advise from the seed case's published figures")
-    advise.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/advice/<rig>)")
-    args, rest = parser.parse_known_args(argv)
 
-    if args.command == "advise":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        if args.seed == (args.report is not None) or (args.report is not None and args.rig is None):
-            parser.error("advise: give --rig NAME --report PATH, or --seed")
 
-        return advise_command(rig=args.rig, report=args.report, seed=args.seed, out=args.out,
-                              fixtures_dir=_fixtures_dir(), root=_project_root())
+def _refused(exc: SpecgateError, code: int = USAGE) -> int:
+    print(f"specgate: {exc}", file=sys.stderr)
+    return code
 
-    if args.command == "schema":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        return schema_command(args.name, args.out, parser)
 
-    if args.command == "build-history":
+def _advise(args, rest: list[str], parser: _Parser) -> int:
+    if args.seed == (args.report is not None) or (args.report is not None and args.rig is None):
+        parser.error("advise: give --rig NAME --report PATH, or --seed")
+    return advise_command(rig=args.rig, report=args.report, seed=args.seed, out=args.out,
+                          fixtures_dir=_fixtures_dir(), root=_project_root())
 
+
+def _build_history(args, rest: list[str], parser: _Parser) -> int:
+    try:
+        return build_history(args.rig, args.starts, fixtures_dir=_fixtures_dir(),
+                             baselines=args.baselines or _project_root() / "baselines.json",
+                             runs_dir=args.runs or _project_root() / ".specgate" / "history" / args.rig,
+                             pytest_args=[a for a in rest if a != "--"])
+    except SpecgateError as exc:
+        return _refused(exc)
+
+
+def _start_pairs(args, rest: list[str], parser: _Parser) -> int:
+    try:
+        rig = load_rig(args.rig, _fixtures_dir())
+    except SpecgateError as exc:
+        return _refused(exc)
+    runs = args.runs or _project_root() / ".specgate" / "start-pairs" / args.rig
+    if args.combine_only:
+        return write_combined(rig, combine_folder(rig, runs), runs)
+    return run_start_pairs(rig, args.pairs, runs_dir=runs, pytest_args=[a for a in rest if a != "--"])
+
+
+def _prepare_model(args, rest: list[str], parser: _Parser) -> int:
+    try:
+        run_model_prepared(prepare_model(args.cache, force=args.force))
+    except SpecgateError as exc:
+        return _refused(exc, int(ExitCode.JOB_BROKEN))
+    return 0
+
+
+def _run(args, rest: list[str], parser: _Parser) -> int:
+    import pytest
+
+    try:
+        tier = load_rig(args.rig, _fixtures_dir()).tier
+    except SpecgateError as exc:
+        return _refused(exc)
+    if tier == "cpu":
         try:
-            return build_history(args.rig, args.starts, fixtures_dir=_fixtures_dir(),
-                                 baselines=args.baselines or _project_root() / "baselines.json",
-                                 runs_dir=args.runs or _project_root() / ".specgate" / "history" / args.rig,
-                                 pytest_args=[a for a in rest if a != "--"])
+            run_model_prepared(prepare_model())
         except SpecgateError as exc:
-            print(f"specgate: {exc}", file=sys.stderr)
-            return 4
-
-    if args.command == "start-pairs":
-        try:
-            rig = load_rig(args.rig, _fixtures_dir())
-        except SpecgateError as exc:
-            print(f"specgate: {exc}", file=sys.stderr)
-            return USAGE
-        runs = args.runs or _project_root() / ".specgate" / "start-pairs" / args.rig
-        if args.combine_only:
-            return write_combined(rig, combine_folder(rig, runs), runs)
-        return run_start_pairs(rig, args.pairs, runs_dir=runs, pytest_args=[a for a in rest if a != "--"])
-
-    if args.command == "history":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        return history_command(args.rig, args.baselines or _project_root() / "baselines.json",
-                               args.out or _project_root() / ".specgate" / "history" / args.rig)
-
-    if args.command == "plan":
-        return plan_session_command(args.rig, rest, keep_servers=args.specgate_keep_servers,
-                                    host_gib=args.host_memory_gib, fixtures=args.specgate_fixtures)
-    if args.command == "servers":
-
-        return USAGE if servers_command(names=args.stop, stop_all=args.stop_all) else 0  # 1: an unknown name
-
-    if args.command == "prepare-model":
-
-        try:
-            run_model_prepared(prepare_model(args.cache, force=args.force))
-        except SpecgateError as exc:
-            print(f"specgate: {exc}", file=sys.stderr)
-            return int(ExitCode.JOB_BROKEN)
-        return 0
-    if args.command == "adopt-baselines":
-        return adopt_baselines(args.report, args.baselines or _project_root() / "baselines.json",
-                               modes=args.modes.split(",") if args.modes else None)
-    if args.command == "run":
-        import pytest
+            return _refused(exc, 1)
+    return int(pytest.main(["-m", tier, "--specgate-rig", args.rig, str(_project_root() / "perf_tests"), *rest]))
 
 
-        root = _project_root()
-        try:
-            tier = load_rig(args.rig, _fixtures_dir()).tier
-        except SpecgateError as exc:
-            print(f"specgate: {exc}", file=sys.stderr)
-            return USAGE
-        if tier == "cpu":
-
-            try:
-                run_model_prepared(prepare_model())
-            except SpecgateError as exc:
-                print(f"specgate: {exc}", file=sys.stderr)
-                return 1
-        return int(pytest.main(["-m", tier, "--specgate-rig", args.rig, str(root / "perf_tests"), *rest]))
-    return USAGE
+# Each command: (parsed arguments, the extra arguments, the parser) -> exit code.
+_COMMANDS = {
+    "advise": _advise,
+    "schema": lambda args, rest, parser: schema_command(args.name, args.out, parser),
+    "build-history": _build_history,
+    "start-pairs": _start_pairs,
+    "history": lambda args, rest, parser: history_command(
+        args.rig, args.baselines or _project_root() / "baselines.json",
+        args.out or _project_root() / ".specgate" / "history" / args.rig),
+    "plan": lambda args, rest, parser: plan_session_command(
+        args.rig, rest, keep_servers=args.specgate_keep_servers, host_gib=args.host_memory_gib,
+        fixtures=args.specgate_fixtures),
+    # 1 from servers_command: an unknown name
+    "servers": lambda args, rest, parser: USAGE if servers_command(names=args.stop, stop_all=args.stop_all) else 0,
+    "prepare-model": _prepare_model,
+    "adopt-baselines": lambda args, rest, parser: adopt_baselines(
+        args.report, args.baselines or _project_root() / "baselines.json",
+        modes=args.modes.split(",") if args.modes else None),
+    "run": _run,
+}
+_NO_EXTRA_ARGUMENTS = ("advise", "schema", "history")
 
 
 def _positive_int(text: str) -> int:

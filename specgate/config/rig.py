@@ -743,34 +743,8 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         if mode.speculative_config else mode
         for mode in modes
     )
-    if rig.classes is not None:
-        unknown = [c for c in rig.classes if c not in classes]
-        if unknown:
-            raise ConfigError(path, "classes", f"unknown prompt class(es) {unknown}; "
-                              f"{fixtures_dir / 'prompts.toml'} has: {', '.join(classes)}")
-        selected = tuple(classes[c] for c in rig.classes)
-    else:
-        selected = tuple(classes.values())
-    for gate_class in rig.gates.classes:
-        if gate_class not in classes:
-            raise ConfigError(path, f"gates.classes.{gate_class}", "unknown prompt class")
-    _check_window_pairs(selected, rig.protocol.repeats, path, fixtures_dir / "prompts.toml")
-    mode_names = [m.name for m in modes]
-    if rig.reference_mode not in mode_names:
-        if rig.reference_mode == OLD_NO_SPEC and NO_SPEC in mode_names:
-            raise ConfigError(path, "reference_mode", f"the library's no-speculation mode is now called "
-                              f'{NO_SPEC!r} (it was {OLD_NO_SPEC!r}): set reference_mode = "{NO_SPEC}"')
-        if "reference_mode" not in rig.model_fields_set:
-            raise ConfigError(path, "reference_mode", f"not set, and the default {NO_SPEC!r} (the library's "
-                              f"no-speculation mode) is not among the modes {mode_names}: add [modes.{NO_SPEC}] "
-                              f"or set reference_mode to the rig's mode without speculation")
-    for i, declared in enumerate(rig.declared_backfire):
-        if declared.mode not in mode_names:
-            raise ConfigError(path, f"declared_backfire[{i}].mode", f"unknown mode {declared.mode!r}")
-        unknown = [c for c in declared.classes if c != "*" and c not in classes]
-        if unknown:  # else the backfire meant to be accepted would fail the run
-            raise ConfigError(path, f"declared_backfire[{i}].classes", f"unknown prompt class(es) {unknown}; "
-                              f"{fixtures_dir / 'prompts.toml'} has: {', '.join(classes)}")
+    selected = _selected_classes(rig, classes, path, fixtures_dir / "prompts.toml")
+    _check_modes(rig, [m.name for m in modes], classes, path, fixtures_dir / "prompts.toml")
     try:
         built = Rig(
             name=name, path=path, description=rig.description, tier=rig.tier, model=model,
@@ -788,6 +762,45 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None
     check_sleep_level(built)
     return built
+
+
+def _selected_classes(rig: RigFile, classes: dict[str, PromptClass], path: Path,
+                      prompts_path: Path) -> tuple[PromptClass, ...]:
+    """The rig's prompt classes (``classes``, else every class of the prompts file), each class named in
+    [gates.classes] checked, and every window able to decide (:func:`_check_window_pairs`)."""
+    if rig.classes is not None:
+        unknown = [c for c in rig.classes if c not in classes]
+        if unknown:
+            raise ConfigError(path, "classes", f"unknown prompt class(es) {unknown}; "
+                              f"{prompts_path} has: {', '.join(classes)}")
+        selected = tuple(classes[c] for c in rig.classes)
+    else:
+        selected = tuple(classes.values())
+    for gate_class in rig.gates.classes:
+        if gate_class not in classes:
+            raise ConfigError(path, f"gates.classes.{gate_class}", "unknown prompt class")
+    _check_window_pairs(selected, rig.protocol.repeats, path, prompts_path)
+    return selected
+
+
+def _check_modes(rig: RigFile, mode_names: list[str], classes: dict[str, PromptClass], path: Path,
+                 prompts_path: Path) -> None:
+    """The reference mode is one of the rig's modes; each declared backfire names a mode and classes it has."""
+    if rig.reference_mode not in mode_names:
+        if rig.reference_mode == OLD_NO_SPEC and NO_SPEC in mode_names:
+            raise ConfigError(path, "reference_mode", f"the library's no-speculation mode is now called "
+                              f'{NO_SPEC!r} (it was {OLD_NO_SPEC!r}): set reference_mode = "{NO_SPEC}"')
+        if "reference_mode" not in rig.model_fields_set:
+            raise ConfigError(path, "reference_mode", f"not set, and the default {NO_SPEC!r} (the library's "
+                              f"no-speculation mode) is not among the modes {mode_names}: add [modes.{NO_SPEC}] "
+                              f"or set reference_mode to the rig's mode without speculation")
+    for i, declared in enumerate(rig.declared_backfire):
+        if declared.mode not in mode_names:
+            raise ConfigError(path, f"declared_backfire[{i}].mode", f"unknown mode {declared.mode!r}")
+        unknown = [c for c in declared.classes if c != "*" and c not in classes]
+        if unknown:  # else the backfire meant to be accepted would fail the run
+            raise ConfigError(path, f"declared_backfire[{i}].classes", f"unknown prompt class(es) {unknown}; "
+                              f"{prompts_path} has: {', '.join(classes)}")
 
 
 def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Path, prompts_path: Path) -> None:

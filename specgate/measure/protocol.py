@@ -415,120 +415,49 @@ class Measurer:
             return asyncio.run(sleeper.activate(partner if awake is subject else subject))
         return asyncio.run(sleeper.activate(partner))
 
-    def _measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, label: str,
-                      run_rounds: RoundRunner, sleeper: Any) -> ClassMeasurement:
-        protocol = self.rig.protocol
-        subject, partner, mode, partner_mode = duet.subject, duet.partner, duet.mode, duet.partner_mode
-        sides = [(subject, mode), (partner, partner_mode)]
-        if sleeper is not None and sleeper.awake is partner:
-            sides.reverse()  # the awake server warms up first: a swap only for the other's first warm-up
-        before_window: list[dict[str, Any]] = []  # an alternation's swaps before the window, each with its reason
+    def _warm_up_duet(self, duet: Duet, prompt_class: PromptClass, label: str, sleeper: Any) -> list[dict[str, Any]]:
+        """Warm both servers up (the awake one first in an alternation: a swap only for the other's
+        first warm-up); returns an alternation's swaps before the window, each with its reason."""
+        sides = [(duet.subject, duet.mode), (duet.partner, duet.partner_mode)]
+        if sleeper is not None and sleeper.awake is duet.partner:
+            sides.reverse()
+        before_window: list[dict[str, Any]] = []
         for server, server_mode in sides:
             if sleeper is not None and self._needs_warm_up(server):
                 swap = asyncio.run(sleeper.activate(server))
                 if swap is not None:
                     before_window.append({**swap, "for": f"{server.label}'s warm-up"})
             self._warm_up(server, server_mode, prompt_class, label)
-        if sleeper is not None and (swap := self._before_window(sleeper, subject, partner)) is not None:
+        if sleeper is not None and (swap := self._before_window(sleeper, duet.subject, duet.partner)) is not None:
             before_window.append({**swap, "for": "the window's first turn"})
-        servers = {"subject": subject, "partner": partner}
-        records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
-        groups: list[dict[str, Any]] = []
-        swaps: list[dict[str, Any]] = []
-        on_done = WindowProgress(self.progress, label, 2 * protocol.repeats * len(prompt_class.prompts), name_mode=True)
-        block = (self._alternation_block(servers.values(), sleeper, concurrency, len(prompt_class.prompts))
-                 if sleeper is not None else None)
-        if block is not None:
-            self.progress(f"{label}: alternation in turns of up to {block} request(s) per side "
-                          f"(a swap ~{sleeper.typical_swap_s():.1f}s)")
+        return before_window
 
-        async def swap_to(side: str) -> None:
-            """An alternation's swap before a turn, outside every request's timing. No warm-up after
-            a wake: the first request after one was 0.3-2 % slower than the rest of its turn, which
-            moved a window's ratio by at most 0.2 % (docs/alternation.md)."""
-            swap = await sleeper.activate(servers[side])
-            if swap is not None:
-                swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - on_done.started, 3)})
-
-        async def window(repeat: int) -> None:
-            awake = None if sleeper is None else next(
-                (side for side, server in servers.items() if server is sleeper.awake), None)
-            steps = plan(build_requests(self.rig, mode, prompt_class, repeat=repeat),
-                         build_requests(self.rig, partner_mode, prompt_class, repeat=repeat),
-                         concurrency=concurrency, seed=(protocol.seed or 0) + repeat, block=block, first=awake)
-            async with self._client(subject) as a, self._client(partner) as b:
-                clients = {"subject": a, "partner": b}
-                last_side = None
-                for step in steps:
-                    if protocol.settle_s and sleeper is None and last_side not in (None, step.side):
-                        # let the server that just answered go idle first (Protocol.settle_s)
-                        await asyncio.sleep(protocol.settle_s)
-                    if sleeper is not None:
-                        await swap_to(step.side)
-                    last_side = step.side
-                    if step.side == steps[2 * step.group].side:  # the first step of its group
-                        groups.append({"group": len(groups), "first": step.side,
-                                      "started_s": round(time.monotonic() - on_done.started, 3)})
-                    got = await run_requests(clients[step.side], step.items, concurrency=concurrency, on_done=on_done)
-                    records[step.side].extend(got)
-
-        def one_round() -> None:
-            repeat = len(records["subject"]) // len(prompt_class.prompts)
-            asyncio.run(window(repeat))
-
-        def assemble(after: dict[str, Any], wall_s: float, sampler: Any) -> ClassMeasurement:
-            windows = {}
-            for side, side_mode in (("subject", mode), ("partner", partner_mode)):
-                delta = metrics_delta(before[side], after[side], label=f"{label}, {side} {servers[side].label}")
-                rate = server_decode_tokens_per_s(delta)
-                windows[side] = ClassMeasurement(
-                    rig=self.rig.name, mode=side_mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
-                    records=list(records[side]),
-                    acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(side_mode)),
-                    server_decode_tokens_per_s=rate.value if rate else None,
-                    server_metric_source=rate.source if rate else None, wall_s=wall_s,
-                    server_decode_steps=server_decode_steps(delta),
-                    arrangement="duet" if sleeper is None else "alternation",
-                    role=side, ab_side=({"subject": "candidate", "partner": "reference"}[side] if duet.ab else None),
-                    first_look_share=share)
-            result = _with_telemetry(sampler, windows["subject"])
-            result.partner, result.groups = _with_telemetry(sampler, windows["partner"]), list(groups)
-            if sleeper is not None:
-                swap_s = sum(s["sleep_s"] + s["wake_s"] for s in swaps)
-                result.extra["alternation"] = result.partner.extra["alternation"] = {
-                    "block": block, "swaps": list(swaps), "swap_s": round(swap_s, 3),
-                    "swap_share": round(swap_s / wall_s, 4) if wall_s > 0 else None,
-                    "before_window": before_window,
-                    "levels": {t.server.label: t.level for t in sleeper.sleepers
-                               if any(t.server is s for s in servers.values())}}
-            return result
-
-        def snapshot() -> dict[str, Any]:
-            return {side: asyncio.run(self._metrics(server)) for side, server in servers.items()}
-
-        extra = (self.rig.follow_up_rounds(mode.name, prompt_class.name, backfire=not duet.ab)
+    def _measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, label: str,
+                      run_rounds: RoundRunner, sleeper: Any) -> ClassMeasurement:
+        protocol = self.rig.protocol
+        before_window = self._warm_up_duet(duet, prompt_class, label, sleeper)
+        window = _DuetWindow(self, duet, prompt_class, concurrency, label, sleeper, before_window)
+        extra = (self.rig.follow_up_rounds(duet.mode.name, prompt_class.name, backfire=not duet.ab)
                  if self.follow_up is not None else 0)
-        share = protocol.repeats / (protocol.repeats + extra) if extra else None
-        before = snapshot()
-        started = on_done.restart()
+        window.share = protocol.repeats / (protocol.repeats + extra) if extra else None
+        window.before = window.snapshot()
+        started = window.on_done.restart()
         reason = skipped = None
-        with self._telemetry([subject, partner]) as sampler:
-            run_rounds(one_round, protocol.repeats)
+        with self._telemetry([duet.subject, duet.partner]) as sampler:
+            run_rounds(window.one_round, protocol.repeats)
             if extra and self.follow_up is not None:
                 wall_s = time.monotonic() - started
-                first_look = assemble(snapshot(), wall_s, None)
-                if (reason := self.follow_up(first_look)) is not None:
+                if (reason := self.follow_up(window.assemble(window.snapshot(), wall_s, None))) is not None:
                     if (skipped := self._over_budget(extra * wall_s / protocol.repeats, extra)) is not None:
                         self.progress(f"{label}: follow-up skipped: {skipped} (it was for: {reason})")
                         reason = None
                     else:
-                        on_done.total += 2 * extra * len(prompt_class.prompts)
+                        window.on_done.total += 2 * extra * len(prompt_class.prompts)
                         self.progress(f"{label}: {extra} follow-up round(s): {reason}")
-                        loop_rounds(one_round, extra)  # pytest-benchmark's rounds are the planned ones
-        wall_s = time.monotonic() - started
-        result = assemble(snapshot(), wall_s, sampler)
+                        loop_rounds(window.one_round, extra)  # pytest-benchmark's rounds are the planned ones
+        result = window.assemble(window.snapshot(), time.monotonic() - started, sampler)
         for side in ("subject", "partner"):
-            self._note_request_time(servers[side], records[side])
+            self._note_request_time(window.servers[side], window.records[side])
         result.follow_up = result.partner.follow_up = reason
         result.follow_up_skipped = result.partner.follow_up_skipped = skipped
         return result
@@ -543,6 +472,98 @@ class Measurer:
             return None
         return (f"its {rounds} round(s) would take ~{format_elapsed(expected_s)} at this window's pace and "
                 f"the session's time budget (--specgate-session-budget) has {format_elapsed(max(0.0, left))} left")
+
+
+class _DuetWindow:
+    """One duet window being taken: its two servers, each side's answered requests, the groups of
+    the balanced order and an alternation's swaps. ``one_round`` takes a pass over the class's prompts
+    on both sides; ``assemble`` makes the two sides' measurements from a ``/metrics`` snapshot."""
+
+    def __init__(self, measurer: Measurer, duet: Duet, prompt_class: PromptClass, concurrency: int, label: str,
+                 sleeper: Any, before_window: list[dict[str, Any]]) -> None:
+        self.measurer, self.duet, self.prompt_class, self.concurrency = measurer, duet, prompt_class, concurrency
+        self.label, self.sleeper, self.before_window = label, sleeper, before_window
+        self.servers = {"subject": duet.subject, "partner": duet.partner}
+        self.records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
+        self.groups: list[dict[str, Any]] = []
+        self.swaps: list[dict[str, Any]] = []
+        self.before: dict[str, Any] = {}  # the /metrics snapshot before the window, per side
+        self.share: float | None = None  # the first look's share of the rounds (follow-up rounds planned)
+        protocol = measurer.rig.protocol
+        self.on_done = WindowProgress(measurer.progress, label, 2 * protocol.repeats * len(prompt_class.prompts),
+                                      name_mode=True)
+        self.block = (measurer._alternation_block(self.servers.values(), sleeper, concurrency,
+                                                  len(prompt_class.prompts)) if sleeper is not None else None)
+        if self.block is not None:
+            measurer.progress(f"{label}: alternation in turns of up to {self.block} request(s) per side "
+                              f"(a swap ~{sleeper.typical_swap_s():.1f}s)")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {side: asyncio.run(self.measurer._metrics(server)) for side, server in self.servers.items()}
+
+    def one_round(self) -> None:
+        asyncio.run(self._round(len(self.records["subject"]) // len(self.prompt_class.prompts)))
+
+    async def _swap_to(self, side: str) -> None:
+        """An alternation's swap before a turn, outside every request's timing. No warm-up after
+        a wake: the first request after one was 0.3-2 % slower than the rest of its turn, which
+        moved a window's ratio by at most 0.2 % (docs/alternation.md)."""
+        swap = await self.sleeper.activate(self.servers[side])
+        if swap is not None:
+            self.swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - self.on_done.started, 3)})
+
+    async def _round(self, repeat: int) -> None:
+        measurer, duet, sleeper, protocol = self.measurer, self.duet, self.sleeper, self.measurer.rig.protocol
+        awake = None if sleeper is None else next(
+            (side for side, server in self.servers.items() if server is sleeper.awake), None)
+        steps = plan(build_requests(measurer.rig, duet.mode, self.prompt_class, repeat=repeat),
+                     build_requests(measurer.rig, duet.partner_mode, self.prompt_class, repeat=repeat),
+                     concurrency=self.concurrency, seed=(protocol.seed or 0) + repeat, block=self.block, first=awake)
+        async with measurer._client(duet.subject) as a, measurer._client(duet.partner) as b:
+            clients = {"subject": a, "partner": b}
+            last_side = None
+            for step in steps:
+                if protocol.settle_s and sleeper is None and last_side not in (None, step.side):
+                    # let the server that just answered go idle first (Protocol.settle_s)
+                    await asyncio.sleep(protocol.settle_s)
+                if sleeper is not None:
+                    await self._swap_to(step.side)
+                last_side = step.side
+                if step.side == steps[2 * step.group].side:  # the first step of its group
+                    self.groups.append({"group": len(self.groups), "first": step.side,
+                                        "started_s": round(time.monotonic() - self.on_done.started, 3)})
+                got = await run_requests(clients[step.side], step.items, concurrency=self.concurrency,
+                                         on_done=self.on_done)
+                self.records[step.side].extend(got)
+
+    def assemble(self, after: dict[str, Any], wall_s: float, sampler: Any) -> ClassMeasurement:
+        duet, sleeper = self.duet, self.sleeper
+        windows = {}
+        for side, side_mode in (("subject", duet.mode), ("partner", duet.partner_mode)):
+            delta = metrics_delta(self.before[side], after[side],
+                                  label=f"{self.label}, {side} {self.servers[side].label}")
+            rate = server_decode_tokens_per_s(delta)
+            windows[side] = ClassMeasurement(
+                rig=self.measurer.rig.name, mode=side_mode.name, prompt_class=self.prompt_class.name,
+                concurrency=self.concurrency, records=list(self.records[side]),
+                acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(side_mode)),
+                server_decode_tokens_per_s=rate.value if rate else None,
+                server_metric_source=rate.source if rate else None, wall_s=wall_s,
+                server_decode_steps=server_decode_steps(delta),
+                arrangement="duet" if sleeper is None else "alternation",
+                role=side, ab_side=({"subject": "candidate", "partner": "reference"}[side] if duet.ab else None),
+                first_look_share=self.share)
+        result = _with_telemetry(sampler, windows["subject"])
+        result.partner, result.groups = _with_telemetry(sampler, windows["partner"]), list(self.groups)
+        if sleeper is not None:
+            swap_s = sum(s["sleep_s"] + s["wake_s"] for s in self.swaps)
+            result.extra["alternation"] = result.partner.extra["alternation"] = {
+                "block": self.block, "swaps": list(self.swaps), "swap_s": round(swap_s, 3),
+                "swap_share": round(swap_s / wall_s, 4) if wall_s > 0 else None,
+                "before_window": self.before_window,
+                "levels": {t.server.label: t.level for t in sleeper.sleepers
+                           if any(t.server is s for s in self.servers.values())}}
+        return result
 
 
 def _with_telemetry(sampler: Any, m: ClassMeasurement) -> ClassMeasurement:

@@ -130,6 +130,13 @@ def ab_from_options(config: pytest.Config):
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("specgate", "specgate: vLLM speculative-decoding performance gates")
+    _add_input_options(group)
+    _add_ab_options(group)
+    _add_session_options(group)
+
+
+def _add_input_options(group) -> None:
+    """What the run reads and where it writes: the rig, the fixtures, the baselines, an attached server."""
     group.addoption("--specgate-rig", type=parse_rig_name, default=os.environ.get("SPECGATE_RIG", "cpu-smollm2"),
                     help="rig to run: NAME (fixtures/rigs/NAME.toml) or a path to a rig .toml file "
                          "(default: cpu-smollm2, or $SPECGATE_RIG)")
@@ -162,6 +169,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--specgate-record-responses", type=Path, default=None, metavar="DIR",
                     help="also record each started server's raw responses and /metrics into DIR, for the "
                          "fast tier's replay tests (no extra server start)")
+
+
+def _add_ab_options(group) -> None:
+    """An A/B from the command line: each side's python, arguments, environment and speculative config."""
     for side in AB_SIDES:
         group.addoption(f"--specgate-ab-{side}-python", default=None, metavar="PYTHON",
                         help=f"A/B: the {side} side's python (its vLLM build's environment); "
@@ -174,6 +185,17 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(f"--specgate-ab-{side}-spec", type=parse_spec_assignment, action="append", default=None,
                         metavar="KEY=VALUE", help=f"A/B: a speculative-config key of the {side} side's speculative "
                         "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
+    group.addoption("--specgate-start-seed", type=int, default=None, metavar="N",
+                    help="A/B: the seed that picks, per mode, which side's server starts first (two fresh identical "
+                         "servers read about 1 %% apart by start order); reported in the summary and report.json "
+                         "(default: drawn for each session)")
+    group.addoption("--specgate-first-side", choices=("reference", "candidate"), default=None,
+                    help="A/B: the side whose server starts first for every mode, over the seed's pick (`python -m "
+                         "specgate start-pairs` alternates it from one start pair to the next)")
+
+
+def _add_session_options(group) -> None:
+    """How the session runs and what decides: its budget, kept servers, outcome policy, arrangement, gating."""
     group.addoption("--specgate-session-budget", type=parse_duration, default=os.environ.get("SPECGATE_SESSION_BUDGET"),
                     metavar="DURATION", help="bound the whole session (1500, 25m, 1h30m): the windows run in the order "
                     "that decides backfire first; a window that would not end within DURATION of the session's start "
@@ -203,13 +225,6 @@ def add_options(parser: pytest.Parser) -> None:
                          "one fails the run), 'report' (never fails it), or per gate, e.g. "
                          "throughput=gate,acceptance=report (default: the rig's [gates] gating, else unset: every "
                          "FAIL fails the run and --specgate-undecided says what one that decided nothing does)")
-    group.addoption("--specgate-start-seed", type=int, default=None, metavar="N",
-                    help="A/B: the seed that picks, per mode, which side's server starts first (two fresh identical "
-                         "servers read about 1 %% apart by start order); reported in the summary and report.json "
-                         "(default: drawn for each session)")
-    group.addoption("--specgate-first-side", choices=("reference", "candidate"), default=None,
-                    help="A/B: the side whose server starts first for every mode, over the seed's pick (`python -m "
-                         "specgate start-pairs` alternates it from one start pair to the next)")
     group.addoption("--specgate-report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json into "
                          "--specgate-run-dir, else a folder beside it named after it (report-rendered/); runs no "

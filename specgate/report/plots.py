@@ -145,6 +145,22 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
     return None if fig is None else save_figure(fig, path)
 
 
+def _bar_change(report: dict[str, Any], series: list, kind: str, m: dict[str, Any], median: float) -> float | None:
+    """The % change a bar of ``m`` is labelled with: an A/B candidate's paired ratio to its reference side,
+    a mode's change against the reference mode (the backfire gate's ratio where it ran); None for the rest."""
+    mode, prompt_class, concurrency = m["mode"], m["prompt_class"], m["concurrency"]
+    if kind == "ab-candidate":
+        ref_side = _ab_reference(m)
+        ref_median = median_rate(ref_side) if ref_side else None
+        ratio = _ab_ratio(report, mode, prompt_class, concurrency) or (median / ref_median if ref_median else None)
+        return None if ratio is None else (ratio - 1) * 100
+    if kind == "mode":
+        ref = next((w.get((prompt_class, concurrency)) for _, k, w in series if k == "reference"), None)
+        if ref is not None:
+            return change_percent(report, mode, prompt_class, concurrency, median, median_rate(ref))
+    return None
+
+
 def throughput_figure(report: dict[str, Any]):
     """:func:`plot_throughput`'s figure, not saved; None when there is nothing to draw."""
     measurements = [m for m in report.get("measurements", []) if request_rates(m)]
@@ -189,18 +205,7 @@ def throughput_figure(report: dict[str, Any]):
                 ax.scatter(x + jitter, values, s=9, color="black", alpha=0.55, linewidths=0, zorder=3)
                 top = max(top, q3, *values)
                 mode = m["mode"]
-                change = None
-                if kind == "ab-candidate":
-                    ratio = _ab_ratio(report, mode, prompt_class, concurrency)
-                    ref_side = _ab_reference(m)
-                    ref_median = median_rate(ref_side) if ref_side else None
-                    ratio = ratio or (median / ref_median if ref_median else None)
-                    change = None if ratio is None else (ratio - 1) * 100
-                elif kind == "mode":
-                    ref = next((w.get((prompt_class, concurrency)) for _, k, w in series if k == "reference"), None)
-                    if ref is not None:
-                        change = change_percent(report, mode, prompt_class, concurrency, median, median_rate(ref))
-                if change is not None:
+                if (change := _bar_change(report, series, kind, m, median)) is not None:
                     bad = (mode, prompt_class, concurrency) in failed
                     ax.annotate(f"{change:+.0f} %" + (" FAIL" if bad else ""),
                                 (x, max(q3, *values)), xytext=(0, 3), textcoords="offset points",
