@@ -17,13 +17,14 @@ from specgate.advise.advice import advise_command
 from specgate.config.locations import resolve_fixtures_dir, writable_folder
 from specgate.config.rig import NO_SPEC, OLD_NO_SPEC, load_rig, read_toml
 from specgate.decide.entry import entries_from_report
-from specgate.decide.start_pairs import combine_folder, run_start_pairs, write_combined
+from specgate.decide.start_pairs import combine_folder
 from specgate.errors import SpecgateError
 from specgate.exit_codes import ExitCode
 from specgate.plan.estimate import Conditions, arrangement_lines, arrangements, choose_arrangement, paths
 from specgate.plugin.cost import PlanCapture
 from specgate.report.history_view import build_history, history_text, plot_history
 from specgate.report.schemas import schema_text, write_schemas
+from specgate.report.start_pairs_view import run_start_pairs, write_combined
 from specgate.serve.extensions import run_model_prepared
 from specgate.serve.host_memory import HOST_MEMORY_ENV
 from specgate.serve.model_prep import prepare_model

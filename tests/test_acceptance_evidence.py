@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fixture_copy import copy_fixtures
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.entry import baseline_entry
@@ -38,12 +39,12 @@ def test_a_clear_drop_fails_a_small_drop_in_a_small_window_is_undecided_no_drop_
     common = {"tolerance": 0.05, "subject": "ngram on coding", "metric": "position 1 rate"}
     failed = compare_acceptance(Observed(0.4, (400, 1000)), Observed(0.5, label="stored"), **common)
     assert failed.decided and not failed.passed and failed.method == METHOD_BINOMIAL
-    assert "400 of 1000 drafts, 95 % interval 0.37-0.431" in failed.message
+    assert "400 of 1000 drafts, 95 % interval 0.37-0.431" in said(failed)
     # the seed's complaint: 13 drafts, where a rate rests on a couple of accepted tokens
     open_ = compare_acceptance(Observed(2 / 13, (2, 13)), Observed(0.231, label="stored"), **common)
     assert not open_.decided
-    assert "too few drafts to gate" in open_.message and "spans the fail line 0.219" in open_.message
-    assert "about 5100 drafts would resolve a 5 % drop" in open_.message
+    assert "too few drafts to gate" in said(open_) and "spans the fail line 0.219" in said(open_)
+    assert "about 5100 drafts would resolve a 5 % drop" in said(open_)
     # no drop on the point is no pass while the interval reaches below the fail line (issue 47)
     same = compare_acceptance(Observed(10 / 13, (10, 13)), Observed(10 / 13, label="stored"), **common)
     assert not same.decided and not same.passed
@@ -90,7 +91,7 @@ def test_a_thirteen_draft_window_one_token_lower_is_undecided(rig):
     window = _window(_stats(13, [10, 9, 7, 7, 2]))
     result = check_acceptance(gate_settings(rig, window), window, _entry(STORED))
     assert result.details["undecided"] and not result.passed
-    assert "ngram on coding: position 5 rate 0.154 (2 of 13 drafts" in result.message
+    assert "ngram on coding: position 5 rate 0.154 (2 of 13 drafts" in said(result)
     assert [c["decided"] for c in result.details["checks"]].count(False) >= 1  # the words: the test above
 
 
@@ -105,8 +106,8 @@ def test_the_same_rates_in_a_small_window_are_undecided_a_large_one_passes_one_t
     window = _window(_stats(2000, [1200, 1000, 800, 700, 300]))
     dropped = check_acceptance(gate_settings(rig, window), window, _entry(STORED))
     assert not dropped.passed and not dropped.details["undecided"]
-    assert "position 1 rate 0.6 (1200 of 2000 drafts" in dropped.message
-    assert "the whole interval is below the fail line" in dropped.message
+    assert "position 1 rate 0.6 (1200 of 2000 drafts" in said(dropped)
+    assert "the whole interval is below the fail line" in said(dropped)
 
 
 def test_an_ab_window_names_the_reference_side_not_stored_figures(rig):
@@ -115,9 +116,9 @@ def test_an_ab_window_names_the_reference_side_not_stored_figures(rig):
     window = _window(_stats(544, [544, 449, 0]))
     result = check_acceptance(gate_settings(rig, window), window, reference, reference_label="reference side")
     assert result.outcome is Outcome.FAIL
-    assert "position 2 rate 0.825 (449 of 544 drafts) vs 1 reference side (516 of 516): ratio 0.825" in result.message
-    assert "17 % lower" in result.message
-    assert "stored" not in result.message
+    assert "position 2 rate 0.825 (449 of 544 drafts) vs 1 reference side (516 of 516): ratio 0.825" in said(result)
+    assert "17 % lower" in said(result)
+    assert "stored" not in said(result)
 
 
 def test_baselines_keep_the_raw_counts_and_old_entries_load():

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from standins import StandInServer, gate_settings
+from words import said
 
 from specgate.config.arrangement import arrangement_of, drafter_in, gpu_memory_utilization, loads_drafter
 from specgate.config.rig import AB, Side, check_sleep_level, load_rig
@@ -520,7 +521,7 @@ def test_a_just_started_partner_warms_up_first_so_one_swap_wakes_the_subject_for
     # that swap holds no_spec's first sleep: the report keeps it (on the H200 it is 17-24 s)
     [before] = m.extra["alternation"]["before_window"]
     assert before["from"] == "no_spec" and before["first_sleep"] and before["for"] == "ngram's warm-up"
-    assert "a swap before it (no_spec's first sleep, " in check_backfire(gate_settings(rig, m), m, m.partner).message
+    assert "a swap before it (no_spec's first sleep, " in said(check_backfire(gate_settings(rig, m), m, m.partner))
 
 
 def test_a_server_outside_the_window_sleeps_before_it(rig):
@@ -539,7 +540,7 @@ def test_a_server_outside_the_window_sleeps_before_it(rig):
     assert before["for"] == "the window's first turn"
     assert not any(s["first_sleep"] for s in m.extra["alternation"]["swaps"])
     result = check_backfire(gate_settings(no_warm_up, m), m, m.partner)
-    assert "a swap before it (outsider's first sleep, " in result.message
+    assert "a swap before it (outsider's first sleep, " in said(result)
 
 
 def test_an_alternation_window_makes_no_settle_pauses(rig, monkeypatch):
@@ -570,8 +571,8 @@ def test_the_backfire_verdict_names_the_alternation_and_why(window, rig):
     m, _, _ = window
     result = check_backfire(gate_settings(rig, m), m, m.partner)
     assert "alternation with no speculation" in result.details["compared"]
-    assert "one server awake at a time" in result.message
-    assert "chosen: the rig asks for it (alternation)" in result.message
+    assert "one server awake at a time" in said(result)
+    assert "chosen: the rig asks for it (alternation)" in said(result)
 
 
 def test_a_side_that_fails_to_wake_fails_the_window_with_its_log(rig):

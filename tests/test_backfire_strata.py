@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_backfire
@@ -63,8 +64,8 @@ def test_the_message_names_the_statistic_and_its_degrees_of_freedom():
     m = windows("avx512-run-a")["coding"]
     result = check_backfire(gate_settings(rig, m), m, m.partner)
     assert "prompts as strata: mean of per-prompt log ratios, t interval from the repeats (6 prompts, 6 df)" \
-        in result.message
-    assert result.message.startswith("ngram on coding: faster: 1.206x no speculation")
+        in said(result)
+    assert said(result).startswith("ngram on coding: faster: 1.206x no speculation")
 
 
 @pytest.mark.parametrize("run", ["f", "g", "h"])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from standins import StandInServer, gate_settings
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.entry import baseline_entry
@@ -79,7 +80,7 @@ def test_backfire_and_throughput_decide_on_the_duet(window, rig):
     # the 0.96 threshold, so the gate has not excluded a slowdown and says undecided (issue 36)
     assert throughput.details["ratio"] == pytest.approx(1.0) and throughput.outcome is Outcome.UNDECIDED
     assert throughput.details["ci_low"] < throughput.details["threshold"] < 1.0
-    assert "stored ratio" in throughput.details["compared"]
+    assert throughput.details["compared"]["how"] == "stored ratio" and "vs the stored ratio" in said(throughput)
 
 
 def test_tables_and_break_even_show_the_gates_one_number(window, rig):
@@ -155,7 +156,7 @@ def test_an_undecided_backfire_gate_still_gives_the_tables_its_number(window, ri
     session = SpecgateSession(SessionOptions(rig_name="cpu-smollm2", fixtures_dir=ROOT / "fixtures",
                                              baselines_path=tmp_path / "b.json", run_dir=tmp_path / "run",
                                              repo_root=ROOT))
-    session.record_undecided("backfire", m, "undecided", result.message, result.details)
+    session.record_undecided("backfire", m, "undecided", said(result), result.details)
     report = {"rig": {"reference_mode": "no_spec", "modes": {"no_spec": None, "ngram": {}}},
               "measurements": [m.to_dict(), m.partner.to_dict()], "gates": [], "undecided": session.undecided}
     ratio = gate_ratio(report, "ngram", "coding", 1)

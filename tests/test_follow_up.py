@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import ClassGate, load_rig
 from specgate.decide.follow_up import speed_follow_up_reason
 from specgate.decide.gates import check_backfire
 from specgate.decide.paired import paired_log_ratio, repeated_coverage
 from specgate.measure.protocol import ClassMeasurement, Duet, Measurer
+from specgate.report.verdicts import follow_up_text
 from tests.test_duet_window import StandInServer
 
 pytestmark = pytest.mark.fast
@@ -60,14 +62,14 @@ def test_run_cs_undecided_explanatory_asks_for_a_follow_up_and_a_decided_class_d
     rig = load_rig("cpu-smollm2", ROOT / "fixtures")
     run_c = real_windows("c")
     window = as_first_look(run_c["explanatory"])
-    reason = speed_follow_up_reason(gate_settings(rig, window), window)
+    reason = follow_up_text(speed_follow_up_reason(gate_settings(rig, window), window))
     assert reason is not None and "backfire gate is undecided after 12 pairs" in reason
     assert "97.1 % CI" in reason  # the first look's repeated interval, not the one-look 95 %
     window = as_first_look(run_c["coding"])
     assert speed_follow_up_reason(gate_settings(rig, window), window) is None
     # one look (no follow-up planned): the gate keeps its 95 % and says nothing about looks
     plain = check_backfire(gate_settings(rig, run_c["coding"]), run_c["coding"], run_c["coding"].partner)
-    assert plain.details["confidence"] == pytest.approx(0.95) and "look" not in plain.message
+    assert plain.details["confidence"] == pytest.approx(0.95) and "look" not in said(plain)
 
 
 def test_every_gate_on_a_two_look_window_uses_the_repeated_interval():
@@ -75,10 +77,10 @@ def test_every_gate_on_a_two_look_window_uses_the_repeated_interval():
     m = as_first_look(real_windows("b")["coding"])
     result = check_backfire(gate_settings(rig, m), m, m.partner)
     assert result.details["confidence"] == pytest.approx(repeated_coverage(0.95, 0.5))
-    assert "first look of two (repeated intervals)" in result.message
+    assert "first look of two (repeated intervals)" in said(result)
     followed = dataclasses.replace(m, follow_up="the backfire gate is undecided")
     result = check_backfire(gate_settings(rig, followed), followed, m.partner)
-    assert "second look, after follow-up rounds" in result.message
+    assert "second look, after follow-up rounds" in said(result)
 
 
 @pytest.fixture()
@@ -139,7 +141,7 @@ def test_the_time_budget_skips_a_follow_up_that_would_not_fit_and_the_verdict_sa
     assert m.follow_up_skipped.startswith(f"its {extra} round(s) would take ~")
     assert "the session's time budget (--specgate-session-budget) has 0s left" in m.follow_up_skipped
     assert any("follow-up skipped" in line and "backfire undecided (test)" in line for line in progress)
-    message = check_backfire(gate_settings(rig, m), m, m.partner).message
+    message = said(check_backfire(gate_settings(rig, m), m, m.partner))
     assert "first look of two (repeated intervals); its follow-up was skipped: its 8 round(s)" in message
     again = ClassMeasurement.from_dict(json.loads(json.dumps(m.to_dict())))
     assert again.follow_up_skipped == m.follow_up_skipped
@@ -170,7 +172,7 @@ def test_a_declared_backfire_window_takes_no_follow_up_and_has_one_look(stand_in
     assert asked == [] and m.follow_up is None and m.first_look_share is None
     assert len(m.records) == rig.protocol.repeats * len(coding.prompts)
     result = check_backfire(gate_settings(rig, m), m, m.partner)
-    assert result.details["confidence"] == pytest.approx(0.95) and "look" not in result.message
+    assert result.details["confidence"] == pytest.approx(0.95) and "look" not in said(result)
 
 
 def test_an_ab_window_follows_up_on_its_throughput_gate():
@@ -181,7 +183,7 @@ def test_an_ab_window_follows_up_on_its_throughput_gate():
     m = as_first_look(real_windows("c")["explanatory"])
     m = dataclasses.replace(m, partner=dataclasses.replace(m.partner, role="partner", ab_side="reference", mode=m.mode))
     strict = rig.model_copy(update={"gates": rig.gates.model_copy(update={"ab_tolerance": 0.0})})
-    reason = speed_follow_up_reason(gate_settings(strict, m), m)
+    reason = follow_up_text(speed_follow_up_reason(gate_settings(strict, m), m))
     assert reason is not None and reason.startswith("the throughput gate is undecided after 12 pairs")
     assert speed_follow_up_reason(gate_settings(rig, m), m) is None  # at the rig's 3 % it is decided at the first look
 
@@ -224,7 +226,7 @@ def test_a_faster_first_look_reaching_into_the_margin_is_followed_up():
     details = check_backfire(gate_settings(rig, explanatory), explanatory, explanatory.partner).details
     assert details["verdict"] == "faster" and 1.0 < details["ci_low"] < 1.05
     assert details["confidence"] == pytest.approx(repeated_coverage(0.95, 0.2))
-    reason = speed_follow_up_reason(gate_settings(rig, explanatory), explanatory)
+    reason = follow_up_text(speed_follow_up_reason(gate_settings(rig, explanatory), explanatory))
     assert reason is not None and "reaches into the equivalence margin (±5 %)" in reason
     assert reason.endswith("after 24 pairs reaches into the equivalence margin (±5 %): "
                            "1.028x (97.3 % CI 1.005-1.051, threshold 1.00)")
@@ -246,7 +248,7 @@ def test_a_slower_first_look_inside_the_margin_is_followed_up_too():
     assert window.first_look_share == pytest.approx(0.2) and window.follow_up is None
     details = check_backfire(gate_settings(rig, window), window, window.partner).details
     assert details["verdict"] == "slower" and 0.95 < details["ci_high"] < 1.0
-    reason = speed_follow_up_reason(gate_settings(rig, window), window)
+    reason = follow_up_text(speed_follow_up_reason(gate_settings(rig, window), window))
     assert reason == ("the backfire gate's 'slower' after 12 pairs reaches into the equivalence margin (±5 %): "
                       "0.975x (97.3 % CI 0.956-0.995, threshold 1.00)")
 
@@ -308,7 +310,7 @@ def test_a_window_whose_ttft_is_undecided_follows_up_when_its_ttft_gate_is_selec
     m = as_first_look(real_windows("b")["coding"])
     assert speed_follow_up_reason(gate_settings(rig, m), m) is None
     assert check_ttft(gate_settings(rig, m), m, m.partner).outcome.value == "undecided"
-    reason = follow_up_reason(gate_settings(rig, m), m, {"backfire", "ttft"})
+    reason = follow_up_text(follow_up_reason(gate_settings(rig, m), m, {"backfire", "ttft"}))
     assert reason is not None and reason.startswith("the ttft gate is undecided after the first look: ngram on coding")
     assert follow_up_reason(gate_settings(rig, m), m, {"backfire", "throughput"}) is None
 
@@ -325,4 +327,4 @@ def test_a_ttft_pass_needs_12_pairs():
     assert check_ttft(gate_settings(rig, window), window, same).outcome is Outcome.PASS  # 12 pairs, equal
     short = dataclasses.replace(window, records=window.records[:TTFT_MIN_PAIRS_TO_PASS - 2])
     result = check_ttft(gate_settings(rig, short), short, same)
-    assert result.outcome is Outcome.UNDECIDED and "a pass needs 12 pairs and this window has 10" in result.message
+    assert result.outcome is Outcome.UNDECIDED and "a pass needs 12 pairs and this window has 10" in said(result)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from standins import gate_settings, window_side
+from words import said
 
 from specgate.config.rig import AB, DeclaredBackfire, Gates, load_rig
 from specgate.decide.gates import (
@@ -30,11 +31,11 @@ from specgate.decide.gates import (
 )
 from specgate.decide.matching import Samples
 from specgate.decide.outcome import Outcome
-from specgate.decide.paired import change_text
 from specgate.decide.settings import window_settings
 from specgate.measure.client import RequestRecord
 from specgate.measure.metrics import AcceptanceStats
 from specgate.measure.protocol import ClassMeasurement
+from specgate.report.verdicts import change_text
 from specgate.store.baselines import SCHEMA_VERSION, AcceptanceEntry, BaselineEntry, BaselineFile, StoredStart
 
 pytestmark = pytest.mark.fast
@@ -97,22 +98,22 @@ def test_ratio_result_is_undecided_when_the_two_sides_have_different_counts():
     result = ratio_result(_comparison(m, Samples(_rates(30.0, 12), _rates(30.0, 7), paired=False)))
     assert result.outcome is Outcome.UNDECIDED and not result.passed
     assert result.details["undecided"] and result.details["compared"] == "hand-made"
-    assert "(12 vs 7 timed requests" in result.message
+    assert "(12 vs 7 timed requests" in said(result)
 
 
 def test_ratio_result_decides_on_the_rule_and_names_a_failure_by_its_change():
     m = _window("ngram", _rates(30.0))
     same = ratio_result(_comparison(m, Samples(_rates(30.0), _rates(30.0)[::-1], paired=True),
-                                    fail_phrase="ngram is {change} than stored"))
+                                    head="history"))
     assert same.outcome is Outcome.PASS
     assert same.details["threshold"] == 0.95 and same.details["n"] == 12
     assert same.details["reference_label"] == "stand-in reference"
-    assert same.message.startswith("ngram on coding (concurrency 1): ")  # the subject, not the fail phrase
+    assert said(same).startswith("ngram on coding (concurrency 1): ")  # the subject, not the fail phrase
     slower = ratio_result(_comparison(m, Samples(_rates(21.0), _rates(30.0)[::-1], paired=True),
-                                      fail_phrase="ngram is {change} than stored"))
+                                      head="history"))
     assert slower.outcome is Outcome.FAIL
     assert slower.details["ratio"] == pytest.approx(0.7, abs=0.02) and slower.details["ci_high"] < 0.95
-    assert slower.message.startswith(f"ngram is {change_text(slower.details['ratio'])} than stored: ")
+    assert said(slower).startswith(f"ngram is {change_text(slower.details['ratio'])} than its history on coding: ")
     # a stored ratio as the shift: 0.7x against a stored 0.7x is no change
     shifted = ratio_result(_comparison(m, Samples(_rates(21.0), _rates(30.0)[::-1], paired=True), shift=0.7))
     assert shifted.outcome is Outcome.PASS and shifted.details["ratio"] == pytest.approx(1.0, abs=0.02)
@@ -197,7 +198,7 @@ def test_check_acceptance_fails_a_window_or_a_stored_entry_without_counters(rig)
     assert check_acceptance(gate_settings(rig, bare), bare, _stored_acceptance(100, [60])).outcome is Outcome.FAIL
     m = _accepting("ngram", 100, [60])
     result = check_acceptance(gate_settings(rig, m), m, _stored(30.0), reference_label="reference side")
-    assert result.outcome is Outcome.FAIL and "the reference side figures have no acceptance" in result.message
+    assert result.outcome is Outcome.FAIL and "the reference side figures have no acceptance" in said(result)
 
 
 def test_ab_acceptance_with_one_prompt_on_both_sides_falls_back_to_the_counters(rig):
@@ -208,7 +209,7 @@ def test_ab_acceptance_with_one_prompt_on_both_sides_falls_back_to_the_counters(
     m.partner = _accepting("ngram", 59, per_position, side="reference", chunks=chunks, prompts=1)
     result = ab_acceptance(gate_settings(rig, m), m)
     assert result.gate == "acceptance" and result.details["per_request"] is None
-    assert "only 1 prompt(s) with decode steps on both sides" in result.message
+    assert "only 1 prompt(s) with decode steps on both sides" in said(result)
     assert len(result.details["checks"]) == 1 + len(per_position)  # the counters' decision
 
 
@@ -224,7 +225,8 @@ def test_check_backfire_on_a_duet_adds_no_start_noise_and_on_two_windows_does(ri
     assert duet.outcome is apart.outcome is Outcome.PASS
     assert duet.details["ratio"] == pytest.approx(apart.details["ratio"]) == pytest.approx(1.5, abs=0.03)
     assert "duet with no speculation" in duet.details["compared"]
-    assert apart.details["compared"].startswith("windows one after the other; start noise 5 % added")
+    assert apart.details["compared"] == {"how": "sequential", "start_noise": 0.05}
+    assert "[windows one after the other; start noise 5 % added]" in said(apart)
     assert duet.details["ci_high"] - duet.details["ci_low"] < apart.details["ci_high"] - apart.details["ci_low"]
 
 
@@ -232,7 +234,7 @@ def test_check_backfire_leaves_out_untimed_requests_and_says_so(rig):
     m = _window("ngram", [*_rates(45.0)[:11], None])
     result = check_backfire(gate_settings(rig, m), m, _window("no_spec", _rates(30.0), side="partner"))
     assert result.details["n"] == 11
-    assert "p5#1 (all 64 tokens arrived in one chunk)" in result.message
+    assert "p5#1 (all 64 tokens arrived in one chunk)" in said(result)
 
 
 def test_backfire_decision_holds_the_ratio_against_min_speedup(rig):
@@ -305,7 +307,7 @@ def test_check_ttft_is_undecided_when_the_sides_share_too_few_requests(rig):
 
 
 def test_the_undecided_ttft_message_counts_the_requests_that_share_a_key(rig):
-    assert "TTFT undecided: 1 request(s) with a first token on both sides share a key" in _one_key_shared(rig).message
+    assert "TTFT undecided: 1 request(s) with a first token on both sides share a key" in said(_one_key_shared(rig))
 
 
 def test_check_ttft_reports_the_ttft_ratio_against_its_limit(rig):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fixture_copy import copy_fixtures
 from standins import gate_settings, window_side
+from words import said
 
 from specgate.config.rig import AB, Gates, load_rig
 from specgate.decide.gates import ab_throughput
@@ -251,22 +252,23 @@ def test_the_ab_verdict_states_the_start_order_and_folds_in_the_start_pair_sprea
     m.extra["start_order"] = {"first": "candidate", "seed": 7}
     stated = ab_throughput(gate_settings(rig, m), m)
     assert "the candidate side started first (seed 7); start-pair offset not folded in (start_pair_spread = 0" \
-        in stated.message
-    assert stated.details["start_pair"] == {"first": "candidate", "seed": 7, "spread": 0.0, "widened_log": 0.0}
+        in said(stated)
+    assert stated.details["start_pair"] == {"first": "candidate", "seed": 7, "spread": 0.0, "dof": None,
+                                            "quantile": pytest.approx(1.96, abs=0.01), "widened_log": 0.0}
     widened_rig = rig.model_copy(update={"gates": rig.gates.model_copy(update={"start_pair_spread": 0.01})})
     widened = ab_throughput(gate_settings(widened_rig, m), m)
-    assert "start-pair spread 1 % folded in (z = " in widened.message
+    assert "start-pair spread 1 % folded in (z = " in said(widened)
     grow = widened.details["start_pair"]["widened_log"]
     assert grow > 0.019
     import math
 
     assert math.log(widened.details["ci_high"]) - math.log(stated.details["ci_high"]) == pytest.approx(grow)
-    assert f"{widened.details['ci_low']:.3f}-{widened.details['ci_high']:.3f}" in widened.message
+    assert f"{widened.details['ci_low']:.3f}-{widened.details['ci_high']:.3f}" in said(widened)
     # a spread measured over 7 start pairs has 6 degrees of freedom: folded in with t(6), not z (issue 62)
     measured = widened_rig.model_copy(update={"gates": widened_rig.gates.model_copy(
         update={"start_pair_spread_pairs": 7})})
     with_t = ab_throughput(gate_settings(measured, m), m)
-    assert "start-pair spread 1 % folded in (t, 6 df = " in with_t.message
+    assert "start-pair spread 1 % folded in (t, 6 df = " in said(with_t)
     assert with_t.details["start_pair"]["widened_log"] / grow == pytest.approx(2.447 / 1.96, rel=0.01)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_throughput
@@ -175,7 +176,7 @@ def test_the_level_gate_fails_2_5_percent_at_its_threshold_and_catches_a_slowdow
     # of this simulation's time) go into its message only: the outcomes counted here do not read them.
     import specgate.decide.gates
 
-    monkeypatch.setattr(specgate.decide.gates, "step_text", lambda baseline: "")
+    monkeypatch.setattr(specgate.decide.gates, "_steps", lambda baseline: None)
     rig = load_rig("h200-wide15b-history", ROOT / "fixtures")
     threshold = 1 - rig.gates.throughput_tolerance  # the rig sets no level_tolerance of its own
     sd, starts = 0.005, 10  # 0.5 % start-to-start spread, a 10-start history
@@ -234,8 +235,8 @@ def test_a_backfire_across_two_starts_allows_for_both_modes_stored_spread():
     plain = check_backfire(gate_settings(rig, ngram), ngram, no_spec)
     allowed = check_backfire(gate_settings(rig, ngram), ngram, no_spec, starts)
     assert allowed.details["ratio"] == pytest.approx(plain.details["ratio"])
-    assert "the two starts' offsets from this machine's stored histories (4 and 3 starts" in allowed.message
-    assert "start noise 10 % added" in plain.message
+    assert "the two starts' offsets from this machine's stored histories (4 and 3 starts" in said(allowed)
+    assert "start noise 10 % added" in said(plain)
     assert allowed.details["ci_high"] - allowed.details["ci_low"] < plain.details["ci_high"] - plain.details["ci_low"]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_throughput
@@ -51,8 +52,8 @@ def test_plain_runs_against_the_stored_starts_decide(replay, outcome):
     entry = lookup(load_baselines(ROOT / "baselines.json"), RIG, "no_spec", "coding", 1)
     window = _window(replay)
     result = check_throughput(gate_settings(rig, window), window, entry)
-    assert result.outcome is outcome, result.message
+    assert result.outcome is outcome, said(result)
     # the history's own words (StartHistory.describe; pinned in test_histories' history command test)
     history = StartHistory(tuple(entry.level_history))
-    assert history.describe(1 - rig.gates.level_gate_tolerance, result.details["confidence"]) in result.message
-    assert "not pooled" in result.message
+    assert history.describe(1 - rig.gates.level_gate_tolerance, result.details["confidence"]) in said(result)
+    assert "not pooled" in said(result)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.entry import baseline_entry
@@ -68,9 +69,9 @@ def test_a_window_on_a_slower_host_is_undecided_and_says_what_the_comparison_gav
     assert result.details["decided_as"] == "slower"  # 1.846 against 2.312: this would have failed
     assert result.details["ratio"] == pytest.approx(1.846 / 2.312, abs=0.001)
     assert result.details["host_pace"]["factor"] == pytest.approx(47.5 / 25.4)
-    assert "took 47.5 us for specgate's CPU canary against 25.4 us behind the stored figures" in result.message
-    assert "1.87x as long: a slower host; the rig allows ±25 %, host_pace_tolerance" in result.message
-    assert "It gave: " in result.message and "slower" in result.message
+    assert "took 47.5 us for specgate's CPU canary against 25.4 us behind the stored figures" in said(result)
+    assert "1.87x as long: a slower host; the rig allows ±25 %, host_pace_tolerance" in said(result)
+    assert "It gave: " in said(result) and "slower" in said(result)
 
 
 def test_at_the_stored_pace_the_comparison_decides_as_before(rig, stored_j2) -> None:
@@ -88,7 +89,7 @@ def test_a_faster_host_is_undecided_too_and_none_turns_the_check_off(rig, stored
     # A faster host can hide a slowdown as well as a slower one can invent it.
     window = _window("J3", 15.0)
     faster = check_throughput(gate_settings(rig, window), window, stored_j2)
-    assert faster.details["verdict"] == "undecided" and "1.69x as fast: a faster host" in faster.message
+    assert faster.details["verdict"] == "undecided" and "1.69x as fast: a faster host" in said(faster)
     assert faster.outcome is Outcome.OTHER_MACHINE
     unchecked = rig.model_copy(update={"gates": rig.gates.model_copy(update={"host_pace_tolerance": None})})
     window = _window("J3", 15.0)

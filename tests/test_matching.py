@@ -8,6 +8,7 @@ import pytest
 from specgate.decide.matching import Samples, match_samples
 from specgate.measure.client import RequestRecord
 from specgate.measure.protocol import ClassMeasurement
+from specgate.report.verdicts import left_out_text
 
 pytestmark = pytest.mark.fast
 
@@ -37,7 +38,7 @@ def test_the_two_sides_are_paired_by_key_whatever_their_order():
     m = _window(RATES)
     keys = KEYS[::-1]
     samples = match_samples(m, keys, [RATES[k] * 1.5 for k in keys])
-    assert samples.paired and samples.note == ""
+    assert samples.paired and samples.left_out is None
     assert samples.keys == keys  # in the reference's order
     assert samples.measured == pytest.approx([RATES[k] for k in keys])
     assert samples.reference == pytest.approx([RATES[k] * 1.5 for k in keys])
@@ -48,8 +49,8 @@ def test_a_request_without_a_decode_rate_drops_out_and_the_note_says_why():
     m = _window({**RATES, "p2#1": None})
     samples = match_samples(m, KEYS, [30.0] * 6)
     assert samples.paired and "p2#1" not in samples.keys and len(samples.measured) == len(samples.reference) == 5
-    assert "without a decode rate: p2#1 (all 64 tokens arrived in one chunk)" in samples.note
-    assert "left out (timed on one side only): p2#1" in samples.note
+    assert "without a decode rate: p2#1 (all 64 tokens arrived in one chunk)" in left_out_text(samples.left_out)
+    assert "left out (timed on one side only): p2#1" in left_out_text(samples.left_out)
 
 
 def test_the_references_untimed_requests_are_named_with_its_label():
@@ -58,8 +59,8 @@ def test_the_references_untimed_requests_are_named_with_its_label():
     samples = match_samples(m, timed, [30.0] * 5, ref_untimed={"p2#1": "1 token(s) generated"},
                             ref_label="no speculation")
     assert samples.keys == timed
-    assert "p2#1 (no speculation) (1 token(s) generated)" in samples.note
-    assert "paired on 5 requests" in samples.note
+    assert "p2#1 (no speculation) (1 token(s) generated)" in left_out_text(samples.left_out)
+    assert "paired on 5 requests" in left_out_text(samples.left_out)
 
 
 def test_reference_samples_without_keys_are_kept_whole_and_unpaired():
@@ -68,7 +69,7 @@ def test_reference_samples_without_keys_are_kept_whole_and_unpaired():
         samples = match_samples(m, keys, [30.0, 31.0, 32.0])
         assert not samples.paired and samples.keys is None and samples.prompts is None
         assert samples.measured == pytest.approx(list(RATES.values())) and samples.reference == [30.0, 31.0, 32.0]
-        assert samples.note == ""
+        assert samples.left_out is None
 
 
 def test_other_prompts_share_too_few_keys_to_pair_on():

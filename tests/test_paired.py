@@ -6,11 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from words import said
 
 from specgate.config.defaults import MIN_PAIRS
 from specgate.config.rig import load_rig
-from specgate.decide.paired import _interval_rank, describe, paired_ratio, verdict_text, walsh_averages
+from specgate.decide.paired import _interval_rank, paired_ratio, walsh_averages
 from specgate.decide.settings import window_settings
+from specgate.report.verdicts import ratio_text, verdict_text
 
 pytestmark = pytest.mark.fast
 
@@ -68,14 +70,14 @@ def test_a_straddling_interval_is_undecided_and_says_its_resolution():
     reference = rng.normal(50, 1, 8)
     result = paired_ratio(reference * rng.normal(0.99, 0.08, 8), reference, threshold=1.0)
     assert result.verdict == "undecided" and result.passed
-    text = describe(result, reference_label="no speculation")
+    text = ratio_text(result.to_dict(), "no speculation")
     assert f"catches a true ratio <= {result.detectable:.3f}" in text and result.detectable < 1.0
 
 
 def test_equal_within_reports_the_margin():
     reference = np.linspace(40, 60, 12)
     result = paired_ratio(reference * np.array([1.01, 0.99] * 6), reference, threshold=0.97)
-    assert verdict_text(result) == f"equal within ±{result.equal_within * 100:.1f} %"
+    assert verdict_text(result.to_dict()) == f"equal within ±{result.equal_within * 100:.1f} %"
     assert result.equal_within <= 0.011
 
 
@@ -87,8 +89,8 @@ def test_fewer_than_six_pairs_decide_nothing_and_say_so(factor):
         result = paired_ratio(reference * factor, reference, threshold=1.0)
         assert result.ci_low is None and result.ci_high is None and result.verdict == "undecided"
         assert result.ratio == pytest.approx(factor)
-        assert f"{n} pair(s), too few for an interval (at least 6): undecided" in describe(
-            result, reference_label="no speculation")
+        assert f"{n} pair(s), too few for an interval (at least 6): undecided" in ratio_text(
+            result.to_dict(), "no speculation")
     assert MIN_PAIRS == 6
     assert paired_ratio(np.linspace(40, 60, 6) * 0.5, np.linspace(40, 60, 6), threshold=1.0).verdict == "slower"
 
@@ -103,8 +105,8 @@ def test_fewer_than_six_pairs_make_the_gate_undecided():
         ngram = window_settings(rig, "ngram", "coding")
         result = backfire_decision(ngram, bare_window(ngram),
                                    Samples([30.0 * factor] * 5, [30.0] * 5, paired=True))
-        assert result.outcome is Outcome.UNDECIDED, result.message
-        assert "5 pair(s), too few for an interval" in result.message
+        assert result.outcome is Outcome.UNDECIDED, said(result)
+        assert "5 pair(s), too few for an interval" in said(result)
 
 
 def test_shift_and_extra_spread():
@@ -141,7 +143,7 @@ def test_strata_estimate_and_interval_are_the_stratified_mean_and_t():
     centre = means.mean()
     assert result.ratio == pytest.approx(math.exp(centre))
     assert (result.ci_low, result.ci_high) == pytest.approx((math.exp(centre - half), math.exp(centre + half)))
-    assert result.confidence == 0.95 and "6 prompts, 6 df" in result.method
+    assert result.confidence == 0.95 and (result.prompts, result.dof) == (6, 6)
 
 
 def test_prompts_that_differ_do_not_widen_it_the_way_they_widen_hodges_lehmann():

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from standins import gate_settings, window_side
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import ab_acceptance, request_acceptances
@@ -32,7 +33,7 @@ def test_ten_of_twenty_against_ten_of_twenty_is_undecided():
     assert result.method == METHOD_TWO_SAMPLE
     assert not result.decided and not result.passed
     assert (round(result.ci_low, 3), round(result.ci_high, 3)) == (0.538, 1.859)
-    assert "CI 0.538-1.859" in result.message  # its words: test_acceptance_evidence (the one place)
+    assert "CI 0.538-1.859" in said(result)  # its words: test_acceptance_evidence (the one place)
     # the 0.443-2.258: the same counts at one check's share of the gate's 95 % (5 checks, Bonferroni)
     wide = compare_acceptance(ten_of_20, stored, metric="acceptance rate", confidence=1 - 0.05 / 5, **COMMON)
     assert not wide.decided and (round(wide.ci_low, 3), round(wide.ci_high, 3)) == (0.443, 2.258)
@@ -43,7 +44,7 @@ def test_identical_requests_pass_with_no_width():
     result = paired_acceptance(counts, counts, **COMMON)
     assert result.decided and result.passed
     assert (result.ratio, result.ci_low, result.ci_high) == (1.0, 1.0, 1.0)
-    assert "ratio 1.000 (95 % CI 1.000-1.000" in result.message
+    assert "ratio 1.000 (95 % CI 1.000-1.000" in said(result)
 
 
 def test_a_ten_percent_drop_on_every_request_fails():
@@ -53,7 +54,7 @@ def test_a_ten_percent_drop_on_every_request_fails():
     assert result.decided and not result.passed
     assert result.ratio == pytest.approx(0.9, abs=0.01)
     assert result.ci_high < 0.95
-    assert "the whole interval is below 0.95" in result.message
+    assert "the whole interval is below 0.95" in said(result)
 
 
 def test_a_noisy_small_window_is_undecided_and_says_its_interval():
@@ -62,13 +63,13 @@ def test_a_noisy_small_window_is_undecided_and_says_its_interval():
     result = paired_acceptance(candidate, reference, **COMMON)
     assert not result.decided
     assert result.ci_low < 0.95 <= result.ci_high
-    assert "undecided, the interval holds 0.95" in result.message
+    assert "undecided, the interval holds 0.95" in said(result)
 
 
 def test_nothing_accepted_on_the_reference_side_cannot_be_compared():
     result = paired_acceptance([(3, 10), (4, 10)], [(0, 10), (0, 10)], **COMMON)
     assert not result.decided and result.to_dict()["ratio"] is None
-    assert "accepted no draft token" in result.message
+    assert "accepted no draft token" in said(result)
 
 
 def test_a_request_counts_one_token_per_chunk_beyond_its_accepted_ones():
@@ -144,7 +145,7 @@ def test_an_ab_of_identical_builds_passes_on_the_same_requests(rig):
     result = ab_acceptance(gate_settings(rig, window), window)
     assert result.outcome is Outcome.PASS
     assert result.details["per_request"] and result.details["ratio"] == 1.0
-    assert "same 6 prompts: ratio 1.000" in result.message
+    assert "same 6 prompts: ratio 1.000" in said(result)
 
 
 def test_an_ab_whose_candidate_accepts_less_fails(rig):
@@ -154,7 +155,7 @@ def test_an_ab_whose_candidate_accepts_less_fails(rig):
     result = ab_acceptance(gate_settings(rig, window), window)
     assert result.outcome is Outcome.FAIL
     assert result.details["ci_high"] < 0.95
-    assert f"ratio {result.details['ratio']:.3f}" in result.message
+    assert f"ratio {result.details['ratio']:.3f}" in said(result)
 
 
 def test_streams_that_disagree_with_the_counters_fall_back_to_the_counters(rig):
@@ -163,8 +164,8 @@ def test_streams_that_disagree_with_the_counters_fall_back_to_the_counters(rig):
     window = _ab(candidate, _window("reference", chunks))
     result = ab_acceptance(gate_settings(rig, window), window)
     assert result.details["per_request"] is None
-    assert "per-request counts not used: ngram: its streams show" in result.message
-    assert "where vLLM counted 10" in result.message
+    assert "per-request counts not used: ngram: its streams show" in said(result)
+    assert "where vLLM counted 10" in said(result)
 
 
 def test_request_acceptances_are_keyed_like_the_speed_samples():
@@ -181,7 +182,7 @@ def test_a_prompts_repeats_are_one_cluster_not_independent_requests(rig):
 
     window = _ab(window("subject", [22, 30, 16, 40]), window("reference", [20, 30, 14, 40]))
     result = ab_acceptance(gate_settings(rig, window), window)
-    assert "same 4 prompts" in result.message and result.details["n_measured"] == 4
+    assert "same 4 prompts" in said(result) and result.details["n_measured"] == 4
 
 
 RECORDED = ROOT / "tests" / "data" / "calibration" / "cpu-2026-12-04-acceptance"
@@ -208,7 +209,7 @@ def test_real_ab_windows_decide_again_as_they_did(run, expected):
         m = ClassMeasurement.from_dict(data)
         result = ab_acceptance(gate_settings(rig, m), m)
         outcome, ratio = expected[m.prompt_class]
-        assert result.outcome.value == outcome, result.message
+        assert result.outcome.value == outcome, said(result)
         assert result.details["ratio"] == pytest.approx(ratio, abs=5e-4)
         recorded = next(g for g in [*report["gates"], *report["undecided"]]
                         if g["gate"] == "acceptance" and g["prompt_class"] == m.prompt_class)

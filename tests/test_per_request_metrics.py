@@ -12,6 +12,7 @@ import httpx
 import pytest
 from standins import gate_settings, window_side
 from test_client import BASE_URL, chat_chunk, chat_request, sse
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import ab_acceptance, request_acceptances
@@ -96,8 +97,8 @@ def test_the_ab_acceptance_gate_counts_with_vllms_figures_where_both_sides_have_
     assert request_acceptances(window, vllm=True)["p0#0"] == (20, 10)  # draft steps, not decode steps
     result = ab_acceptance(gate_settings(rig, window), window)
     assert result.details["per_request_source"] == "vllm" and result.details["ratio"] == 1.0
-    assert "per request: vLLM's own counts" in result.message
-    assert "6 of 6 requests' streams agree with vLLM's own count" in result.message
+    assert "per request: vLLM's own counts" in said(result)
+    assert "6 of 6 requests' streams agree with vLLM's own count" in said(result)
 
     window.partner = _window("reference", same, with_vllm=False)  # one side without: both count from the stream
     assert ab_acceptance(gate_settings(rig, window), window).details["per_request_source"] == "stream"

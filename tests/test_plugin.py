@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fixture_copy import copy_fixtures
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_backfire
@@ -208,7 +209,7 @@ def test_the_controller_decides_cross_mode_gates_that_workers_deferred(tmp_path)
 
     assert decide_deferred_gates(controller) is True
     backfire = [r for r in controller.results if r.gate == "backfire"]
-    assert len(backfire) == 1 and "ngram is 33 % slower than no speculation on extraction" in backfire[0].message
+    assert len(backfire) == 1 and "ngram is 33 % slower than no speculation on extraction" in said(backfire[0])
 
     # Each deferred test gets the controller's verdict as a test report (terminal, JUnit, exit code).
     reports = {r.nodeid: r for r in deferred_test_reports(controller)}
@@ -329,9 +330,9 @@ def test_backfire_pairs_on_the_requests_both_modes_timed():
     ngram = _measurement("ngram", [27.5, 29.5, 29.2, 43.0, 31.9, 31.0])
     result = check_backfire(gate_settings(rig, ngram), ngram, reference)
     assert result.details["n"] == 5  # 5 pairs: too few for an interval, and the message says so
-    assert "Hodges-Lehmann" in result.details["method"] and "too few for an interval" in result.message
-    assert "p2#0 (no speculation) (1 token(s) generated)" in result.message
-    assert "left out (timed on one side only): p2#0" in result.message
+    assert "Hodges-Lehmann" in result.details["method"] and "too few for an interval" in said(result)
+    assert "p2#0 (no speculation) (1 token(s) generated)" in said(result)
+    assert "left out (timed on one side only): p2#0" in said(result)
 
 
 def _stored_then_fresh(tmp_path: Path, measured: list[float]) -> SpecgateSession:
@@ -350,7 +351,7 @@ def test_throughput_names_the_request_without_a_decode_rate(tmp_path):
     GateKeeper(session).throughput(_untimed(_measurement("no_spec", measured), 0, last_token_at=0.1))
     (result,) = session.results
     assert result.passed and result.details["n"] == 5
-    assert "p0#0 (all 64 tokens arrived in one chunk)" in result.message
+    assert "p0#0 (all 64 tokens arrived in one chunk)" in said(result)
 
 
 def test_a_sequential_rig_measures_the_reference_first_whatever_its_order(tmp_path):
@@ -380,8 +381,8 @@ def test_backfire_is_undecided_when_the_client_timed_a_window_wrongly():
     starved = _with_server_rate(_measurement("ngram", [245_643.0, 19.1, 262_931.6, 19.0, 18.5, 19.2]), 0.001)
     result = check_backfire(gate_settings(rig, starved), starved, reference)
     assert result.outcome is Outcome.UNDECIDED and not result.passed
-    assert "undecided: the client timed ngram at" in result.message
-    assert "client_server_tolerance" in result.message and "not measurements" in result.message
+    assert "undecided: the client timed ngram at" in said(result)
+    assert "client_server_tolerance" in said(result) and "not measurements" in said(result)
     # the same windows, timed right (client within 0.05 % of the server): decided on the pairs as before
     honest = _with_server_rate(_measurement("ngram", [20.0, 21.0, 19.5, 20.5, 20.2, 19.8]), 0.9995)
     decided = check_backfire(gate_settings(rig, honest), honest, reference)

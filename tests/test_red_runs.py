@@ -76,7 +76,7 @@ def test_auto_holds_a_red_aa_at_5_percent_with_3_start_histories_on_10_gates(mon
     # the gate's words on steps in the stored levels go into its message only (a change-point search per call)
     import specgate.decide.gates
 
-    monkeypatch.setattr(specgate.decide.gates, "step_text", lambda baseline: "")
+    monkeypatch.setattr(specgate.decide.gates, "_steps", lambda baseline: None)
     rig = load_rig("h200-wide15b-history", ROOT / "fixtures")  # a plain run against stored starts, 3 % tolerance
     red, gated = _red_sessions(rig, 200, seed=62, auto=True)
     assert red <= AUTO_RED_BOUND, red  # 0 of 200 (2 of 400)

@@ -8,6 +8,7 @@ build, on one hiccup request). The rig itself measures 6 prompts x 3 repeats per
 from pathlib import Path
 
 import pytest
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import backfire_decision, bare_window
@@ -46,9 +47,9 @@ def test_seed_ngram_is_slower_on_every_class_and_one_pair_decides_nothing(kimi, 
                                Samples(ngram.decode_tokens_per_s, no_spec.decode_tokens_per_s, paired=True))
 
     assert result.outcome is Outcome.UNDECIDED and not result.passed
-    assert f"({EXPECTED_SLOWDOWN[prompt_class]} % slower;" in result.message
+    assert f"({EXPECTED_SLOWDOWN[prompt_class]} % slower;" in said(result)
     # one figure per side: no interval, so undecided, and it says why
-    assert "1 pair(s), too few for an interval (at least 6): undecided" in result.message
+    assert "1 pair(s), too few for an interval (at least 6): undecided" in said(result)
 
 
 def test_seed_rig_is_the_seed_configuration(kimi):

@@ -21,7 +21,7 @@ from specgate.decide.history import StartHistory, change_points, history_steps
 from specgate.decide.paired import spread_quantile
 from specgate.measure.protocol import ClassMeasurement
 from specgate.report.history_view import history_text
-from specgate.report.verdicts import terminal_line
+from specgate.report.verdicts import statement, terminal_line
 from specgate.store import fingerprint
 from specgate.store.baselines import (
     BaselineEntry,
@@ -115,7 +115,7 @@ def test_a_verdict_says_which_sittings_its_history_holds(sittings, said):
     window = _Level(rig=rig.name, mode="no_spec", prompt_class="coding", concurrency=1, records=[], acceptance=None,
                     server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0, level=119.9)
     result = check_throughput(gate_settings(rig, window), window, _entry(H200, sittings))
-    assert said in result.message
+    assert said in statement(result.to_dict())
     assert result.details["history_sittings"] == (None if sittings[0] is None else len(set(sittings)))
     short = "sittings unknown]" if sittings[0] is None else {1: "one sitting]", 2: "2 sittings]"}[len(set(sittings))]
     assert terminal_line(result.to_dict()).endswith(short)  # the terminal's line says it too

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from specgate.config.rig import load_rig
-from specgate.decide.start_pairs import combine_reports, run_start_pairs, session_command
+from specgate.decide.start_pairs import combine_reports, session_command
+from specgate.report.start_pairs_view import run_start_pairs
+from specgate.report.verdicts import statement
 
 pytestmark = pytest.mark.fast
 
@@ -48,14 +50,14 @@ def test_the_sessions_alternate_the_side_started_first(rig, tmp_path):
 def test_two_start_pairs_fold_in_the_rigs_measured_spread(rig):
     (gate,) = combine_reports(_with_spread(rig, 0.038), [("reference", _report(1.060)),
                                                         ("candidate", _report(0.942))])
-    assert gate["start_pairs"] == 2 and "2 start pairs, the first side alternating" in gate["message"]
-    assert "reference first: 1.060x" in gate["message"] and "candidate first: 0.942x" in gate["message"]
+    assert gate["start_pairs"] == 2 and "2 start pairs, the first side alternating" in statement(gate)
+    assert "reference first: 1.060x" in statement(gate) and "candidate first: 0.942x" in statement(gate)
     assert gate["details"]["ratio"] == pytest.approx((1.060 * 0.942) ** 0.5)
-    assert "the rig's start-pair spread 3.8 %" in gate["message"]
+    assert "the rig's start-pair spread 3.8 %" in statement(gate)
     # the two worst A/A start pairs of seven, averaged: not a FAIL
     assert gate["outcome"] != "fail"
     (unknown,) = combine_reports(_with_spread(rig, 0.0), [("reference", _report(1.0)), ("candidate", _report(1.0))])
-    assert "start-pair spread unknown (start_pair_spread = 0)" in unknown["message"]
+    assert "start-pair spread unknown (start_pair_spread = 0)" in statement(unknown)
 
 
 def test_two_start_pairs_take_t_at_the_degrees_of_freedom_of_the_rigs_spread(rig):
@@ -66,8 +68,8 @@ def test_two_start_pairs_take_t_at_the_degrees_of_freedom_of_the_rigs_spread(rig
     (with_t,) = combine_reports(rig, aa)
     known = rig.model_copy(update={"gates": rig.gates.model_copy(update={"start_pair_spread_pairs": None})})
     (with_z,) = combine_reports(known, aa)
-    assert "t, 6 df = 2.45" in with_t["message"] and "over 7 start pairs" in with_t["message"]
-    assert "(z = 1.96)" in with_z["message"]
+    assert "t, 6 df = 2.45" in statement(with_t) and "over 7 start pairs" in statement(with_t)
+    assert "(z = 1.96)" in statement(with_z)
     assert with_t["details"]["ci_low"] < with_z["details"]["ci_low"] < 1 < with_z["details"]["ci_high"] < \
         with_t["details"]["ci_high"]
 
@@ -75,7 +77,7 @@ def test_two_start_pairs_take_t_at_the_degrees_of_freedom_of_the_rigs_spread(rig
 def test_three_or_more_start_pairs_take_their_own_spread(rig):
     reports = [(("reference", "candidate")[i % 2], _report(r)) for i, r in enumerate(SEVEN_AA)]
     (gate,) = combine_reports(rig, reports)
-    assert gate["start_pairs"] == 7 and "t, 6 df" in gate["message"]
+    assert gate["start_pairs"] == 7 and "t, 6 df" in statement(gate)
     assert gate["outcome"] == "pass"  # the seven A/A start pairs together: within the teeth's tolerance
     slowed = [(("reference", "candidate")[i % 2], _report(r * 0.90)) for i, r in enumerate(SEVEN_AA)]
     (slow,) = combine_reports(rig, slowed)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from words import said
 
 from specgate.decide.stats import (
     METHOD_ONE_SIDED,
@@ -45,7 +46,7 @@ def test_acceptance_is_one_sided() -> None:
         Observed(2.0), stored, tolerance=0.1, subject="eagle on chat", metric="mean acceptance length"
     )
     assert not lower.passed
-    assert lower.message.startswith(
+    assert said(lower, "eagle on chat").startswith(
         "eagle on chat: mean acceptance length 2 vs 2.6 stored (ratio 0.769, 23 % lower"
     )
     # Exactly at the tolerance (values exact in binary floating point) passes.
@@ -70,7 +71,7 @@ def test_compare_outputs_share_and_first_divergence() -> None:
     assert result.identical_share == 0.5
     assert result.first_divergence == {"p1": None, "p2": 6, "p3": 5, "p4": None}
     assert not result.passed
-    assert "2/4 outputs identical" in result.message and "p2 at char 6" in result.message
+    assert "2/4 outputs identical" in said(result) and "p2 at char 6" in said(result)
     assert compare_outputs([("p1", "a", "a"), ("p2", "a", "b")], min_identical_share=0.5, subject="s").passed
     with pytest.raises(ValueError, match="no outputs to compare for s"):
         compare_outputs([], min_identical_share=1.0, subject="s")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from standins import gate_settings
+from words import said
 
 from specgate.cli import main
 from specgate.config.rig import load_rig
@@ -87,7 +88,7 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
     # sessions is not known.
     assert one.outcome is Outcome.UNDECIDED and one.details["verdict"] == "undecided"
     assert round(one.details["ratio"], 3) == 0.942 and 0.97 < one.details["ci_high"] < 0.98
-    assert "session-to-session spread unknown (fewer than 3 stored ratios, no start_noise)" in one.message
+    assert "session-to-session spread unknown (fewer than 3 stored ratios, no start_noise)" in said(one)
 
     # with three stored, the comparison is with their mean (s1b's own ratio among them), within their
     # prediction interval alone: 2 degrees of freedom, t = 4.30 (not 1.96) x s x sqrt(1 + 1/3)
@@ -98,9 +99,9 @@ def test_a_session_6_percent_off_is_undecided_and_the_stored_spread_says_why(tmp
     assert three.details["ratio"] == pytest.approx(one.details["ratio"] * entry.ratio_to_reference.ratio / mean)
     assert three.outcome is Outcome.UNDECIDED and three.details["verdict"] == "undecided"
     assert three.details["ci_low"] < one.details["ci_low"] and three.details["ci_high"] > 1.0
-    assert "against the mean of 3 stored ratios; 3 stored starts, session-to-session spread 3.26 %" in three.message
-    assert "95.0 % prediction interval 0.819-1.133" in three.message
-    assert "(t, 2 df = 4.30)" in three.message
+    assert "against the mean of 3 stored ratios; 3 stored starts, session-to-session spread 3.26 %" in said(three)
+    assert "95.0 % prediction interval 0.819-1.133" in said(three)
+    assert "(t, 2 df = 4.30)" in said(three)
 
 
 def test_with_fewer_than_3_stored_ratios_the_rigs_start_noise_stands_in_for_the_sessions(tmp_path, baselines):
@@ -119,4 +120,4 @@ def test_with_fewer_than_3_stored_ratios_the_rigs_start_noise_stands_in_for_the_
     assert widened.details["ratio"] == pytest.approx(plain.details["ratio"])
     assert widened.details["ci_low"] < plain.details["ci_low"] and widened.details["ci_high"] > 1.0
     assert "from the rig's start noise (2 % per start, four starts, z = 1.96) until 3 ratios are stored" \
-        in widened.message
+        in said(widened)

@@ -10,12 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_backfire
 from specgate.decide.paired import paired_ratio, stratified_log_ratio, strongest_pair
 from specgate.measure.protocol import ClassMeasurement
 from specgate.report.terminal import notice_lines
+from specgate.report.verdicts import follow_up_text, strongest_pair_text
 
 pytestmark = pytest.mark.fast
 
@@ -45,10 +47,10 @@ def test_the_hiccup_request_of_visit9_e2_is_named_and_does_not_change_the_verdic
     assert result.details["verdict"] == "faster" and round(result.details["ratio"], 3) == 2.396
     assert ("one pair stands out (72x the window's median residual) and lowers the ratio 1.7 %: "
             "bst-insert-delete#1 at 437.8 vs 221.5 tok/s (its prompt's other pairs: 540.1 vs 221.7); "
-            "2.438x without it") in result.message
+            "2.438x without it") in said(result)
     report = {"gates": [{"gate": "backfire", "mode": "eagle3_al30", "prompt_class": "coding", "concurrency": 1,
                          "details": result.details}]}
-    assert notice_lines(report) == [f"PAIR STANDS OUT in backfire [eagle3_al30-coding-c1]: {pair['text']}"]
+    assert notice_lines(report) == [f"PAIR STANDS OUT in backfire [eagle3_al30-coding-c1]: {strongest_pair_text(pair)}"]
 
 
 def test_windows_without_a_hiccup_name_no_pair():
@@ -99,7 +101,7 @@ def test_a_backfire_window_with_a_pair_standing_out_gets_its_follow_up_rounds():
     data = json.loads(gzip.decompress((VISIT9 / "E2" / "report.json.gz").read_bytes()))
     rig = load_rig("h200-llama8b-dummy", ROOT / "fixtures")
     windows = {m.mode: m for m in map(ClassMeasurement.from_dict, data["measurements"]) if m.partner is not None}
-    reason = speed_follow_up_reason(gate_settings(rig, windows["eagle3_al30"]), windows["eagle3_al30"])
+    reason = follow_up_text(speed_follow_up_reason(gate_settings(rig, windows["eagle3_al30"]), windows["eagle3_al30"]))
     assert reason is not None and reason.startswith("2.396x (95.0 % CI 2.296-2.501, threshold 1.00) after 12 pairs: "
                                                     "one pair stands out")
     assert "bst-insert-delete#1" in reason
@@ -109,10 +111,10 @@ def test_a_backfire_window_with_a_pair_standing_out_gets_its_follow_up_rounds():
 
 
 def test_a_pair_off_a_window_of_identical_pairs_is_named_without_a_factor():
-    from specgate.decide.gates import _strongest_pair_text
+    from specgate.decide.gates import _strongest_pair
 
     measured, reference = [100.0] * 12, [50.0] * 12
     measured[3] = 80.0
-    info, text = _strongest_pair_text(measured, reference, PROMPTS, [f"{p}#{i % 2}" for i, p in enumerate(PROMPTS)],
-                                      shift=1.0)
+    info = _strongest_pair(measured, reference, PROMPTS, [f"{p}#{i % 2}" for i, p in enumerate(PROMPTS)], shift=1.0)
+    text = strongest_pair_text(info)
     assert info["key"] == "b#1" and "(the window's other residuals are 0)" in text and "lowers the ratio" in text

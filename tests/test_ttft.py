@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from standins import gate_settings, window_side
+from words import said
 
 from specgate.config.rig import Gates, load_rig
 from specgate.decide.gates import check_ttft
@@ -69,15 +70,15 @@ def test_an_ab_with_the_same_ttft_passes_and_one_twenty_percent_longer_fails(rig
     assert longer.outcome is Outcome.FAIL
     assert longer.details["ratio"] == pytest.approx(1.2, abs=0.02)
     assert longer.details["ci_low"] > longer.details["limit"] == pytest.approx(1.10)
-    assert "TTFT longer: 1.2" in longer.message and "x the reference side (" in longer.message
-    assert "fails above 1.10" in longer.message
+    assert "TTFT longer: 1.2" in said(longer) and "x the reference side (" in said(longer)
+    assert "fails above 1.10" in said(longer)
 
 
 def test_a_noisy_window_near_the_limit_is_undecided(rig):
     result = _ab(rig, 1.09, wobble=0.2)
     assert result.outcome is Outcome.UNDECIDED
     assert result.details["ci_low"] < result.details["limit"] < result.details["ci_high"]
-    assert "TTFT undecided" in result.message
+    assert "TTFT undecided" in said(result)
 
 
 def test_a_backfire_window_compares_with_no_speculation_by_prompt(rig):
@@ -86,7 +87,7 @@ def test_a_backfire_window_compares_with_no_speculation_by_prompt(rig):
     ngram.partner = no_spec
     result = check_ttft(gate_settings(rig, ngram), ngram, no_spec)
     assert result.outcome is Outcome.PASS
-    assert "x no speculation" in result.message and "prompts as strata" in result.details["method"]
+    assert "x no speculation" in said(result) and "prompts as strata" in result.details["method"]
 
 
 def test_the_tolerance_comes_from_the_rig_per_class():

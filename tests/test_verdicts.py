@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from fixture_copy import copy_fixtures
 from standins import gate_settings
+from words import said
 
 from specgate.config.rig import Gates, load_rig
 from specgate.decide.gates import check_acceptance
 from specgate.decide.outcome import KIND_OUTCOMES, Outcome, parse_policy, pytest_action
-from specgate.decide.paired import describe, paired_log_ratio, start_spread, stratified_log_ratio
+from specgate.decide.paired import paired_log_ratio, start_spread, stratified_log_ratio
 from specgate.decide.stats import Observed, compare_acceptance
 from specgate.decide.verdict import GateResult
 from specgate.measure.client import RequestRecord
@@ -28,6 +29,7 @@ from specgate.plugin.gatekeeper import GateKeeper
 from specgate.plugin.resolve import SessionOptions
 from specgate.plugin.session import SpecgateSession
 from specgate.report.terminal import failed_gate_lines
+from specgate.report.verdicts import ratio_text
 from specgate.store.baselines import AcceptanceEntry, BaselineEntry
 
 pytestmark = pytest.mark.fast
@@ -277,13 +279,13 @@ def test_spreads_and_resolutions_use_the_intervals_own_quantiles():
     q = norm.ppf(0.5 + hl.confidence / 2)
     upper = math.log(hl.ci_high / hl.ratio)
     assert hl.detectable == pytest.approx(0.8 * math.exp(-(1 + norm.ppf(0.95) / q) * upper))
-    assert f"one-sided at {(1 - hl.confidence) / 2 * 100:.2g} % (z = {q:.2f})" in describe(hl, reference_label="x")
+    assert f"one-sided at {(1 - hl.confidence) / 2 * 100:.2g} % (z = {q:.2f})" in ratio_text(hl.to_dict(), "x")
     # prompts as strata: Student's t at the interval's degrees of freedom (6 prompts x 2 repeats: 6 df)
     strata = [f"p{i // 2}" for i in range(12)]
     st = stratified_log_ratio(d, strata, threshold=0.8)
     upper = math.log(st.ci_high / st.ratio)
     assert st.detectable == pytest.approx(0.8 * math.exp(-(1 + t.ppf(0.95, 6) / t.ppf(0.975, 6)) * upper))
-    assert f"(t, 6 df = {t.ppf(0.975, 6):.2f})" in describe(st, reference_label="x")
+    assert f"(t, 6 df = {t.ppf(0.975, 6):.2f})" in ratio_text(st.to_dict(), "x")
 
 
 # -- 7: acceptance as one decision over two samples -----------------------------------------------
@@ -314,7 +316,7 @@ def test_the_stored_sides_own_counts_widen_the_comparison(rig):
     window = _acceptance(10_000, [5_000])
     result = check_acceptance(gate_settings(rig, window), window, _stored(100, [60]))
     assert result.outcome is Outcome.UNDECIDED
-    assert "(5000 of 10000 drafts) vs 0.6 stored (60 of 100)" in result.message
+    assert "(5000 of 10000 drafts) vs 0.6 stored (60 of 100)" in said(result)
     window = _acceptance(10_000, [5_000])
     settled = check_acceptance(gate_settings(rig, window), window, _stored(10_000, [6_000]))
     assert settled.outcome is Outcome.FAIL
@@ -327,7 +329,7 @@ def test_overall_and_per_position_checks_are_one_decision_at_a_stated_family_wis
     result = check_acceptance(gate_settings(rig, window), window, _stored(1_500, [1_400, 1_150, 700]))
     assert result.details["check_confidence"] == pytest.approx(1 - 0.05 / 4)
     assert "one decision over 4 checks (overall and per position), each at 98.75 % (Bonferroni): a false FAIL " \
-           "at most 2.5 % of the time" in result.message
+           "at most 2.5 % of the time" in said(result)
     now, stored = Observed(1_040 / 1_500, (1_040, 1_500)), Observed(1_150 / 1_500, (1_150, 1_500), "stored")
     lone = compare_acceptance(now, stored, tolerance=0.05, subject="s", metric="position 2", confidence=0.95)
     assert lone.decided and not lone.passed
@@ -348,6 +350,6 @@ def test_a_stored_figure_gate_that_catches_nothing_useful_says_so(rig):
     window = _window("no_spec", "coding", [30.0 * w for w in reversed(wobble)])
     result = check_throughput(gate_settings(rig, window), window, stored)
     assert result.details["catches_nothing_useful"] and result.details["detectable"] < 0.5
-    assert f"catches only a true ratio <= {result.details['detectable']:.3f}" in result.message
-    assert "no speed gate on its own" in result.message
+    assert f"catches only a true ratio <= {result.details['detectable']:.3f}" in said(result)
+    assert "no speed gate on its own" in said(result)
     assert result.outcome is Outcome.UNDECIDED  # and it cannot pass: its interval holds the threshold

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from specgate.config.rig import Side, load_rig
-from specgate.decide.paired import describe, paired_ratio
+from specgate.decide.paired import paired_ratio
 from specgate.measure.client import StreamingClient
 from specgate.measure.protocol import build_requests
+from specgate.report.verdicts import ratio_text
 from specgate.serve.server import VLLMServer, spec_for_mode
 from specgate_lab.inject import ENV_FILE
 
@@ -70,7 +71,7 @@ def test_injected_slowdown_slows_the_real_engine(tmp_path, record_property):
     server_side = paired_ratio(tpot_slowed, tpot_plain, threshold=1.0)  # time per token: higher is slower
     record_property("decode_ratio", round(client_side.ratio, 3))
     record_property("server_tpot_ratio", round(server_side.ratio, 3))
-    print(f"injected {FRACTION}: decode {describe(client_side, reference_label='uninjected')}; "
+    print(f"injected {FRACTION}: decode {ratio_text(client_side.to_dict(), 'uninjected')}; "
           f"vLLM TPOT x{server_side.ratio:.3f} ({server_side.ci_low:.3f}-{server_side.ci_high:.3f})")
-    assert client_side.verdict == "slower" and client_side.ci_high < 0.9, describe(client_side, reference_label="0")
+    assert client_side.verdict == "slower" and client_side.ci_high < 0.9, ratio_text(client_side.to_dict(), "0")
     assert server_side.ci_low > 1.1, f"vLLM's own TPOT ratio {server_side.ratio:.3f} ({server_side.ci_low:.3f}-)"

@@ -33,6 +33,7 @@ from specgate.errors import ConfigError, SpecgateError
 from specgate.exit_codes import ExitCode
 from specgate.files import atomic_write_json
 from specgate.measure.protocol import ClassMeasurement, Duet, Measurer
+from specgate.report.verdicts import worded
 
 AGAINST_NONE, AGAINST_STATIC = "no speculation", "static k"
 
@@ -78,7 +79,7 @@ def decide(rig: Rig, windows: Sequence[ClassMeasurement]) -> list[GateResult]:
         settings = window_settings(rig, m.mode, m.prompt_class, m.concurrency)
         result = ab_throughput(settings, m) if m.ab else check_backfire(settings, m, m.partner)
         result.details["against"] = AGAINST_STATIC if m.ab else AGAINST_NONE
-        results.append(result)
+        results.append(worded(result))
     return results
 
 

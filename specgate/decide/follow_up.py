@@ -4,15 +4,29 @@ second look with repeated intervals) because the gate deciding on its pairs coul
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from specgate.decide.gates import ab_acceptance, ab_throughput, check_backfire, check_ttft
 from specgate.decide.outcome import Outcome
 from specgate.decide.settings import WindowSettings
+from specgate.decide.verdict import GateResult
 from specgate.measure.protocol import ClassMeasurement
 
 
+@dataclass(frozen=True)
+class FollowUp:
+    """Why a window's first look gets its follow-up rounds (specgate.report.verdicts.follow_up_text words
+    it): ``why`` is "undecided" or "not slower" (after the first look's pairs), "margin" (its interval reaches
+    into the equivalence ``margin``), "strongest pair" (one pair moves the ratio) or "first look" (a TTFT or
+    acceptance gate undecided); ``result`` the gate's result at the first look."""
+
+    why: str
+    result: GateResult
+    margin: float | None = None
+
+
 def follow_up_reason(settings: WindowSettings, m: ClassMeasurement,
-                     selected: Collection[str] | None = None) -> str | None:
+                     selected: Collection[str] | None = None) -> FollowUp | None:
     """Why a duet window's first look should get its follow-up rounds, or None: its speed gate could
     still change its words (:func:`speed_follow_up_reason`), or its TTFT gate, or an A/B's acceptance
     gate, is undecided with an interval that more pairs narrow (a TTFT pass also needs
@@ -30,11 +44,11 @@ def follow_up_reason(settings: WindowSettings, m: ClassMeasurement,
         d = result.details
         if result.outcome is Outcome.UNDECIDED and (d.get("ci_low") is not None or d.get("checks")
                                                     or d.get("per_request")):
-            return f"the {result.gate} gate is undecided after the first look: {result.message}"
+            return FollowUp("first look", result)
     return None
 
 
-def speed_follow_up_reason(settings: WindowSettings, m: ClassMeasurement) -> str | None:
+def speed_follow_up_reason(settings: WindowSettings, m: ClassMeasurement) -> FollowUp | None:
     """Why a duet window's first look should get its follow-up rounds, or None: the gate that
     decides on its pairs (an A/B's throughput; backfire against the live no-speculation partner)
     is undecided, or, for backfire, "faster" or "slower" with an interval and estimate inside the
@@ -60,19 +74,16 @@ def speed_follow_up_reason(settings: WindowSettings, m: ClassMeasurement) -> str
     d = result.details
     if d.get("ci_low") is None:
         return None
-    interval = (f"{d['ratio']:.3f}x ({d['confidence'] * 100:.1f} % CI {d['ci_low']:.3f}-{d['ci_high']:.3f}, "
-                f"threshold {d['threshold']:.2f})")
     if d.get("verdict") == "undecided" or (backfire and d.get("verdict") == "not slower"):
-        return f"the {result.gate} gate is {d['verdict']} after {d['n']} pairs: {interval}"
+        return FollowUp(d["verdict"], result)
     margin = settings.thresholds.equivalence_margin
     if backfire and reaches_into_margin(d, margin):
-        return (f"the {result.gate} gate's '{d['verdict']}' after {d['n']} pairs reaches into the equivalence "
-                f"margin (±{margin * 100:g} %): {interval}")
-    if backfire and (pair := d.get("strongest_pair")):
+        return FollowUp("margin", result, margin)
+    if backfire and d.get("strongest_pair"):
         # The strata estimate weighs each request by 1 / (prompts x its prompt's repeats): more
         # repeats of every prompt dilute the pair that stands out (one hiccup request on the GPU-bound
         # rig: 1.7 % at 12 pairs).
-        return f"{interval} after {d['n']} pairs: {pair['text']}"
+        return FollowUp("strongest pair", result)
     return None
 
 

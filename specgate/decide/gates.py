@@ -26,21 +26,18 @@ import numpy as np
 from specgate.config.arrangement import window_arrangement
 from specgate.decide.entry import baseline_entry
 from specgate.decide.history import MIN_STARTS as HISTORY_MIN_STARTS
-from specgate.decide.history import StartHistory, history_steps
+from specgate.decide.history import StartHistory, change_points
 from specgate.decide.host_pace import at_stored_host_pace
 from specgate.decide.matching import Samples, match_samples
 from specgate.decide.outcome import Outcome
 from specgate.decide.paired import (
     STRONGEST_PAIR_SHOWN,
-    change_text,
-    describe,
     paired_ratio,
     predicted_ratio,
     repeated_coverage,
     spread_quantile,
     start_spread,
     strongest_pair,
-    verdict_text,
 )
 from specgate.decide.settings import WindowSettings
 from specgate.decide.stats import (
@@ -57,25 +54,11 @@ from specgate.measure.protocol import ClassMeasurement
 from specgate.store.baselines import BaselineEntry, BaselineFile, Fingerprint, RatioEntry, lookup
 
 
-def _with_note(message: str, note: str) -> str:
-    return f"{message} [{note}]" if note else message
-
-
 def window_confidence(confidence: float, m: ClassMeasurement) -> float:
     """The coverage of the gates' intervals on window ``m``: ``confidence``, or on a window that may
     be looked at twice (``first_look_share``) the repeated intervals' per-look coverage."""
     share = m.first_look_share
     return repeated_coverage(confidence, share) if share else confidence
-
-
-def _looks_text(m: ClassMeasurement) -> str:
-    if not m.first_look_share:
-        return ""
-    if m.follow_up:
-        return "; second look, after follow-up rounds (repeated intervals over two looks)"
-    if m.follow_up_skipped:
-        return f"; first look of two (repeated intervals); its follow-up was skipped: {m.follow_up_skipped}"
-    return "; first look of two (repeated intervals)"
 
 
 @dataclass(frozen=True)
@@ -88,91 +71,93 @@ class Rule:
     margin: float
 
 
+def _looks(m: ClassMeasurement) -> dict[str, Any] | None:
+    """A window that may be looked at twice: its first look's share, whether this is the second look,
+    and why a wanted follow-up was skipped; None for a window of one look."""
+    if not m.first_look_share:
+        return None
+    return {"share": m.first_look_share, "second": bool(m.follow_up), "skipped": m.follow_up_skipped}
+
+
+def _result(gate: str, m: ClassMeasurement, outcome: Outcome, rule: str, /, **details: Any) -> GateResult:
+    """A gate's result: its outcome, the rule that decided (``details["rule"]``) and the facts it rests on;
+    specgate.report.verdicts words it."""
+    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, outcome, "", details={"rule": rule, **details})
+
+
+def _outcome(verdict: str, passed: bool) -> Outcome:
+    return Outcome.UNDECIDED if verdict == "undecided" else Outcome.PASS if passed else Outcome.FAIL
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One paired comparison a gate decides on: the two sides' samples and how to read them.
     ``two_modes``: two different modes (the prompts as strata, specgate.decide.paired.stratified_log_ratio;
-    the message then names a pair that alone moves the estimate by 1 % or more). ``shift`` divides
+    the report then names a pair that alone moves the estimate by 1 % or more). ``shift`` divides
     every pair's ratio (a ratio against a stored one); ``extra_log_spread`` widens the interval for
-    what the pairs cannot see (start noise, a stored window's interval)."""
+    what the pairs cannot see (start noise, a stored window's interval). ``compared``: how the window
+    was taken and what it is held against (facts, or the arrangement's words). ``head``: the FAIL's
+    subject ("backfire": slower than no speculation)."""
 
     window: ClassMeasurement
     gate: str
     samples: Samples
     rule: Rule
     reference_label: str
-    compared: str
+    compared: Any
     shift: float = 1.0
     extra_log_spread: float = 0.0
-    subject: str | None = None
-    fail_phrase: str | None = None  # the FAIL's head, "{change}" filled in ("26 % slower")
+    head: str | None = None
     two_modes: bool = False
 
 
 def ratio_result(c: Comparison) -> GateResult:
-    """A gate decided on paired log ratios (specgate.decide.paired): one statistic, one message."""
+    """A gate decided on paired log ratios (specgate.decide.paired): one statistic."""
     m = c.window
-    measured, reference, note = c.samples.measured, c.samples.reference, c.samples.note
+    measured, reference = c.samples.measured, c.samples.reference
     strata = c.samples.prompts if c.two_modes else None
-    subject = c.subject or f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
+    facts = {"compared": c.compared, "looks": _looks(m), "left_out": c.samples.left_out, "head": c.head}
     if not c.samples.paired or len(measured) != len(reference):
         # a paired ratio needs the same requests on both sides: two unrelated samples paired by
         # position would read as a decided ratio of nothing
-        return undecided_result(c.gate, m, f"{subject}: undecided: the two sides share too few request keys to pair "
-                                f"({len(measured)} vs {len(reference)} timed requests; other prompts or repeats?)",
-                                compared=c.compared, note=note)
+        return _result(c.gate, m, Outcome.UNDECIDED, "unpaired", verdict="undecided", undecided=True,
+                       n_measured=len(measured), n_reference=len(reference), **facts)
     result = paired_ratio(measured, reference, threshold=c.rule.threshold,
                           confidence=window_confidence(c.rule.confidence, m), equivalence_margin=c.rule.margin,
                           shift=c.shift, extra_log_spread=c.extra_log_spread, strata=strata)
-    gate, fail_phrase, reference_label, keys = c.gate, c.fail_phrase, c.reference_label, c.samples.keys
-    head = fail_phrase.format(change=change_text(result.ratio)) if (fail_phrase and not result.passed) else subject
-    compared = f"{c.compared}{_looks_text(m)}"
-    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=reference_label)} [{compared}]"
-    details = {**result.to_dict(), "compared": compared, "reference_label": reference_label,
+    details = {**result.to_dict(), **facts, "reference_label": c.reference_label,
                "undecided": result.verdict == "undecided"}
-    if strata is not None and keys is not None and len(keys) == len(measured):
-        strongest = _strongest_pair_text(measured, reference, strata, keys, shift=c.shift)
-        if strongest is not None:
-            details["strongest_pair"], text = strongest
-            note = f"{note}; {text}" if note else text
-    outcome = Outcome.UNDECIDED if result.verdict == "undecided" else (
-        Outcome.PASS if result.passed else Outcome.FAIL)
-    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, outcome, _with_note(message, note),
-                      details=details)
+    keys = c.samples.keys
+    if strata is not None and keys is not None and len(keys) == len(measured) and (
+            pair := _strongest_pair(measured, reference, strata, keys, shift=c.shift)):
+        details["strongest_pair"] = pair
+    return _result(c.gate, m, _outcome(result.verdict, result.passed), "paired", **details)
 
 
-def _strongest_pair_text(measured: list[float], reference: list[float], strata: list[str], keys: list[str], *,
-                         shift: float) -> tuple[dict[str, Any], str] | None:
+def _strongest_pair(measured: list[float], reference: list[float], strata: list[str], keys: list[str], *,
+                    shift: float) -> dict[str, Any] | None:
     """The outlying pair that alone moves a strata estimate by STRONGEST_PAIR_SHOWN or more
-    (:func:`specgate.decide.paired.strongest_pair`), for the report and the message: its key, both sides'
-    tok/s, its prompt's other pairs (medians) and the ratio without it. None when there is none."""
+    (:func:`specgate.decide.paired.strongest_pair`): its key, both sides' tok/s, its prompt's other
+    pairs (medians) and the ratio without it. None when there is none."""
     found = strongest_pair(measured, reference, strata, shift=shift)
     if found is None or abs(found.shift) < STRONGEST_PAIR_SHOWN:
         return None
     i = found.index
     others = [j for j, s in enumerate(strata) if s == strata[i] and j != i]
-    other_m = float(np.median([measured[j] for j in others]))
-    other_r = float(np.median([reference[j] for j in others]))
-    apart = (f"{found.outlier_factor:.0f}x the window's median residual" if math.isfinite(found.outlier_factor)
-             else "the window's other residuals are 0")
-    text = (f"one pair stands out ({apart}) and "
-            f"{'lowers' if found.shift < 0 else 'raises'} the ratio {abs(found.shift) * 100:.1f} %: {keys[i]} at "
-            f"{measured[i]:.1f} vs {reference[i]:.1f} tok/s (its prompt's other pairs: {other_m:.1f} vs "
-            f"{other_r:.1f}); {found.ratio_without:.3f}x without it")
-    info = {"key": keys[i], "measured": measured[i], "reference": reference[i], "prompt_others_measured": other_m,
-            "prompt_others_reference": other_r, "ratio_without": found.ratio_without, "shift_pct": found.shift * 100,
-            "outlier_factor": found.outlier_factor, "text": text}
-    return info, text
+    return {"key": keys[i], "measured": measured[i], "reference": reference[i],
+            "prompt_others_measured": float(np.median([measured[j] for j in others])),
+            "prompt_others_reference": float(np.median([reference[j] for j in others])),
+            "ratio_without": found.ratio_without, "shift_pct": found.shift * 100,
+            "outlier_factor": found.outlier_factor}
 
 
-def undecided_result(gate: str, m: ClassMeasurement, message: str, *, compared: str, note: str = "") -> GateResult:
-    """A gate that cannot decide on this window: UNDECIDED with ``message``."""
-    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.UNDECIDED,
-                      _with_note(f"{message} [{compared}]", note),
-                      details={"verdict": "undecided", "undecided": True, "compared": compared})
+def _side(m: ClassMeasurement) -> str | None:
+    """The side a window was on, where it matters ("reference", "partner"); None for a subject."""
+    side = m.ab_side or m.role
+    return side if side != "subject" else None
 
 
-def timing_mismatch(m: ClassMeasurement, tolerance: float) -> str | None:
+def timing_mismatch(m: ClassMeasurement, tolerance: float) -> dict[str, Any] | None:
     """Why window ``m``'s client timings are not measurements, or None when they agree with the
     server's: the client's decode rate against vLLM's own (its time-per-output-token histogram
     over the same window). A client starved of CPU reads a stream's chunks late and in bursts, so
@@ -181,11 +166,7 @@ def timing_mismatch(m: ClassMeasurement, tolerance: float) -> str | None:
     client, server = m.client_decode_tokens_per_s, m.server_decode_tokens_per_s
     if not client or not server or abs(client / server - 1) <= tolerance:
         return None
-    side = f" ({m.ab_side or m.role} side)" if (m.ab_side or m.role) != "subject" else ""
-    return (f"the client timed {m.mode}{side} at {client:.1f} tok/s where vLLM's own time per output token "
-            f"gives {server:.1f} ({client / server:,.2f}x it; the rig allows ±"
-            f"{tolerance * 100:g} %, client_server_tolerance): the client read the streams late (starved of "
-            f"CPU?), so this window's rates are not measurements")
+    return {"mode": m.mode, "side": _side(m), "client": client, "server": server, "tolerance": tolerance}
 
 
 def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
@@ -195,14 +176,13 @@ def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
     tolerance = settings.thresholds.client_server_tolerance
     if tolerance is None:
         return None
-    reasons = [why for w in (m, *others) if w is not None and (why := timing_mismatch(w, tolerance))]
-    if not reasons:
+    timings = [found for w in (m, *others) if w is not None and (found := timing_mismatch(w, tolerance))]
+    if not timings:
         return None
-    return undecided_result(gate, m, f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency}): undecided: "
-                            + "; ".join(reasons), compared="client timings checked against the server's")
+    return _result(gate, m, Outcome.UNDECIDED, "untimed", verdict="undecided", undecided=True, timings=timings)
 
 
-def _stored_ratio_spread(stored: RatioEntry, start_noise: float, confidence: float) -> tuple[float, str]:
+def _stored_ratio_spread(stored: RatioEntry, start_noise: float, confidence: float) -> tuple[float, dict[str, Any]]:
     """How far to widen a duet ratio's interval when it is compared with one ratio stored from
     another session (fewer than 3 stored: with more, their own spread decides, specgate.decide.history):
     the stored window's own interval, or the rig's ``start_noise`` for the four server starts behind
@@ -212,13 +192,22 @@ def _stored_ratio_spread(stored: RatioEntry, start_noise: float, confidence: flo
     if stored.ci_low and stored.ci_high:
         own = float(np.log(stored.ci_high) - np.log(stored.ci_low)) / 2
     if not start_noise:
-        return own, ("its interval added; session-to-session spread unknown (fewer than 3 stored ratios, "
-                     "no start_noise): the interval holds the two windows' noise only")
+        return own, {"spread_basis": "unknown"}
     between = start_spread(start_noise, starts=4, confidence=confidence)
-    text = (f"session-to-session spread from the rig's start noise ({start_noise * 100:g} % per start, four "
-            f"starts, z = {spread_quantile(confidence):.2f}) until 3 ratios are stored" if between > own else
-            "its interval added (wider than the rig's start noise for four starts)")
-    return max(own, between), text
+    return max(own, between), {"spread_basis": "start noise" if between > own else "own", "start_noise": start_noise,
+                               "quantile": spread_quantile(confidence)}
+
+
+def _history(history: StartHistory, threshold: float, confidence: float) -> dict[str, Any]:
+    """A stored history as the report reads it again (specgate.decide.history.StartHistory)."""
+    return {"levels": list(history.levels), "sittings": list(history.sittings) if history.sittings else None,
+            "threshold": threshold, "confidence": confidence}
+
+
+def _steps(baseline: BaselineEntry) -> dict[str, Any] | None:
+    """A stored history's levels where a change-point shows in them (the report words the step), else None."""
+    levels, sittings = baseline.level_history, [s.sitting for s in baseline.starts]
+    return {"levels": levels, "sittings": sittings} if change_points(levels, sittings) else None
 
 
 def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
@@ -244,7 +233,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
     if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
         return untimed
     stored_ratio = baseline.ratio_to_reference
-    steps = step_text(baseline)
+    stored = {"baseline": baseline.describe(), "steps": _steps(baseline)}
     if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
         tolerance = settings.tolerance_for(duet_ratio=True)
         threshold = 1 - tolerance
@@ -252,72 +241,59 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
         samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
         ratios = StartHistory.of(baseline, ratios=True)
-        head = f"{window_arrangement(settings.arrangement, m, 'duet')} ratio to {partner.mode} vs the stored ratio"
+        duet = {"arrangement": window_arrangement(settings.arrangement, m, "duet"), "partner": partner.mode, **stored}
         if ratios.usable and len(samples.measured) == len(samples.reference) and samples.measured:
             now = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
                                confidence=confidence)
-            compared = (f"{head}; this window's ratio ({now.ratio:.3f}x) against the mean of {ratios.starts} stored "
-                      f"ratios; " + ratios.describe(threshold).replace("start-to-start", "session-to-session")
-                      + f"; this mode and class only (not pooled); {baseline.describe()}{steps}")
-            return at_stored_host_pace(_stored_resolution(_against_history(
-                m, math.log(now.ratio / ratios.center), ratios, rule, label=f"the stored ratios' mean to "
-                f"{partner.mode} ({ratios.center:.3f})", compared=compared, note=samples.note),
-                tolerance), m, baseline, gates.host_pace_tolerance)
+            compared = {"how": "ratio history", "now": now.ratio, "history": _history(ratios, threshold, confidence),
+                        **duet}
+            result = _against_history(m, math.log(now.ratio / ratios.center), ratios, rule, label="stored ratios",
+                                      compared=compared, left_out=samples.left_out)
+            result.details.update(reference_mode=partner.mode, center=ratios.center)
+            return at_stored_host_pace(_stored_resolution(result, tolerance), m, baseline,
+                                       gates.host_pace_tolerance)
         shift = stored_ratio.ratio
-        spread, compared = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
-        return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
-            m, "throughput", samples, rule, reference_label=f"its stored ratio to {partner.mode} ({shift:.3f})",
-            compared=f"{head}; {compared}; {baseline.describe()}{steps}", shift=shift, extra_log_spread=spread,
-            two_modes=True)), tolerance), m, baseline, gates.host_pace_tolerance)
+        spread, basis = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
+        result = ratio_result(Comparison(
+            m, "throughput", samples, rule, reference_label="stored ratio", compared={"how": "stored ratio", **basis,
+                                                                                      **duet},
+            shift=shift, extra_log_spread=spread, two_modes=True))
+        result.details.update(reference_mode=partner.mode, shift=shift)
+        return at_stored_host_pace(_stored_resolution(result, tolerance), m, baseline,
+                                   gates.host_pace_tolerance)
     level_tolerance = settings.tolerance_for(duet_ratio=False)
     level_threshold = 1 - level_tolerance
     rule = Rule(level_threshold, gates.confidence, gates.equivalence_margin)
     history = StartHistory.of(baseline)
     if history.usable and m.decode_tokens_per_s:
         level = summarize(m.decode_tokens_per_s).median
-        compared = (f"level vs the mean of the stored starts; {history.describe(level_threshold, confidence)}; "
-                  f"this mode and class only (not pooled); {baseline.describe()}{steps}")
-        return at_stored_host_pace(_stored_resolution(_against_history(
-            m, math.log(level / history.center), history, rule, label=f"the stored starts' mean level "
-            f"({history.center:.1f} tok/s; this start {level:.1f})", compared=compared), level_tolerance),
-            m, baseline, gates.host_pace_tolerance)
+        compared = {"how": "level history", "history": _history(history, level_threshold, confidence), **stored}
+        result = _against_history(m, math.log(level / history.center), history, rule, label="stored starts",
+                                  compared=compared)
+        result.details.update(center=history.center, level=level)
+        return at_stored_host_pace(_stored_resolution(result, level_tolerance), m, baseline, gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     spread = start_spread(gates.start_noise, confidence=confidence)
-    source = (f"level vs stored samples ({history.starts} stored start(s); a history is used from "
-              f"{HISTORY_MIN_STARTS} on, `python -m specgate build-history`); start noise "
-              + (f"{gates.start_noise * 100:g} % from the rig" if gates.start_noise else
-                 "unknown (no start_noise): the interval holds this run's noise only") + f"{steps}")
+    compared = {"how": "stored samples", "starts": history.starts, "min_starts": HISTORY_MIN_STARTS,
+                "start_noise": gates.start_noise, "steps": stored["steps"]}
     return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
-        m, "throughput", samples, rule, reference_label="stored level", compared=source,
+        m, "throughput", samples, rule, reference_label="stored level", compared=compared,
         extra_log_spread=float(spread))), level_tolerance), m, baseline, gates.host_pace_tolerance)
 
 
-def step_text(baseline: BaselineEntry) -> str:
-    """"; the history has a step ..." where a change-point shows in its stored levels, else ""."""
-    found = history_steps(baseline.level_history, [s.sitting for s in baseline.starts])
-    return f"; {found}" if found else ""
-
-
 def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *, label: str,
-                     compared: str, note: str = "") -> GateResult:
+                     compared: dict[str, Any], left_out: dict[str, Any] | None = None) -> GateResult:
     """The throughput gate of a new start against a history of stored starts: its log ratio to the
     history's mean (``estimate``) within the history's prediction interval alone."""
     confidence = window_confidence(rule.confidence, m)
     result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts, dof=history.dof,
                              threshold=rule.threshold, confidence=confidence, equivalence_margin=rule.margin)
-    subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
-    head = f"{m.mode} is {change_text(result.ratio)} than its history on {m.prompt_class}" if not result.passed \
-        else subject
-    compared = f"{compared}{_looks_text(m)}"
-    message = f"{head}: {verdict_text(result)}: {describe(result, reference_label=label)} [{compared}]"
-    outcome = Outcome.UNDECIDED if result.verdict == "undecided" else (
-        Outcome.PASS if result.passed else Outcome.FAIL)
-    details = {**result.to_dict(), "compared": compared, "reference_label": label, "history_starts": history.starts,
-               "history_spread": history.log_sd, "history_between_spread": history.components[1],
-               "history_sittings": len(history.groups) if history.recorded else None,
-               "undecided": result.verdict == "undecided"}
-    return GateResult("throughput", m.mode, m.prompt_class, m.concurrency, outcome, _with_note(message, note),
-                      details=details)
+    return _result("throughput", m, _outcome(result.verdict, result.passed), "paired", **result.to_dict(),
+                   compared=compared, looks=_looks(m), left_out=left_out, head="history", reference_label=label,
+                   history_starts=history.starts, history_spread=history.log_sd,
+                   history_between_spread=history.components[1],
+                   history_sittings=len(history.groups) if history.recorded else None,
+                   undecided=result.verdict == "undecided")
 
 
 def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
@@ -326,13 +302,8 @@ def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
     "catches a true ratio <= 0.422" at a 4 % tolerance). Such a gate cannot stand as a speed gate; the
     live comparisons (an A/B, the backfire duet) do (docs/statistics.md, "What each gate can catch")."""
     detectable = result.details.get("detectable")
-    if detectable is None or detectable >= 1 - 2 * tolerance:
-        return result
-    result.details["catches_nothing_useful"] = True
-    result.message = (f"{result.message} [this stored-figure comparison catches only a true ratio <= "
-                      f"{detectable:.3f} (95 % of the time), not a slowdown of twice its {tolerance * 100:g} % "
-                      "tolerance: no speed gate on its own; gate speed on a live comparison (A/B, or the "
-                      "backfire duet)]")
+    if detectable is not None and detectable < 1 - 2 * tolerance:
+        result.details.update(catches_nothing_useful=True, tolerance=tolerance)
     return result
 
 
@@ -346,35 +317,25 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
         return untimed
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
-    spread, start_text = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m),
-                                    dof=gates.start_pair_dof)
+    start = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m), dof=gates.start_pair_dof)
     result = ratio_result(Comparison(
         m, "throughput", samples, Rule(1 - settings.ab_tolerance, gates.confidence, gates.equivalence_margin),
         reference_label="the reference side",
-        compared=f"{window_arrangement(settings.arrangement, m, 'A/B duet, requests alternated')}; {start_text}",
-        extra_log_spread=spread))
-    result.details["start_pair"] = {"first": (m.extra.get("start_order") or {}).get("first"),
-                                    "seed": (m.extra.get("start_order") or {}).get("seed"),
-                                    "spread": gates.start_pair_spread, "widened_log": spread}
+        compared=window_arrangement(settings.arrangement, m, "A/B duet, requests alternated"),
+        extra_log_spread=start["widened_log"]))
+    result.details["start_pair"] = start
     return result
 
 
 def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float, *, dof: int | None = None
-               ) -> tuple[float, str]:
-    """How far (log units) to widen an A/B interval for the offset between its two servers' starts
-    (``start_pair_spread``, Student's t at ``dof`` where it was measured over start pairs, else z), and the
-    verdict's words for it and for the start order."""
+               ) -> dict[str, Any]:
+    """The start order of an A/B window and how far (``widened_log``, log units) its interval is widened
+    for the offset between its two servers' starts (``start_pair_spread``; Student's t at ``dof`` where
+    that was measured over start pairs, else z)."""
     order = m.extra.get("start_order") or {}
-    first = f"the {order['first']} side started first (seed {order['seed']})" if order.get("first") else (
-        "start order not recorded")
-    if not relative_sd:
-        return 0.0, (f"{first}; start-pair offset not folded in (start_pair_spread = 0; two fresh servers of one "
-                     "build have read 1 % apart by start order)")
     quantile = spread_quantile(confidence, dof)
-    spread = quantile * math.log1p(relative_sd)
-    name = "z" if dof is None else f"t, {dof} df"
-    return spread, (f"{first}; start-pair spread {relative_sd * 100:g} % folded in ({name} = "
-                    f"{quantile:.2f}: ±{math.expm1(spread) * 100:.1f} %)")
+    return {"first": order.get("first"), "seed": order.get("seed"), "spread": relative_sd, "dof": dof,
+            "quantile": quantile, "widened_log": quantile * math.log1p(relative_sd) if relative_sd else 0.0}
 
 
 def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry, *,
@@ -388,14 +349,10 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
     checks. FAIL when any check's interval lies below 1 - tolerance; PASS when none reaches it;
     otherwise UNDECIDED (the counts cannot tell a drop of the tolerance from chance)."""
     gates = settings.thresholds
-    subject = f"{m.mode} on {m.prompt_class}"
     if m.acceptance is None:
-        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
-                          f"{subject}: the server exported no spec-decode counters; is speculation on?")
+        return _result("acceptance", m, Outcome.FAIL, "no counters")
     if baseline.acceptance is None:
-        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
-                          f"{subject}: the {reference_label} figures have no acceptance; "
-                          + ("update them" if reference_label == "stored" else "is speculation on there?"))
+        return _result("acceptance", m, Outcome.FAIL, "nothing to compare", reference_label=reference_label)
     stored, now = baseline.acceptance, m.acceptance
     stored_counts = bool(stored.drafts)
     # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
@@ -404,9 +361,7 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
                   reference=Observed(stored.acceptance_rate,
                                      (stored.acceptance_rate * stored.drafts, stored.drafts) if stored_counts else None,
                                      reference_label),
-                  trial_label="drafts (as trials)",
-                  metric=f"acceptance rate (mean acceptance length {now.mean_acceptance_length:.2f} vs "
-                         f"{stored.mean_acceptance_length:.2f})")]
+                  trial_label="drafts (as trials)", metric="rate")]
     stored_accepted = stored.accepted_per_position or []
     for pos, (accepted, then) in enumerate(zip(now.accepted_per_position, stored.per_position_rates)):
         if then > 0:
@@ -414,22 +369,17 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
             specs.append(dict(measured=Observed(accepted / now.drafts, (accepted, now.drafts)),
                               reference=Observed(then, (then_accepted, stored.drafts) if stored_counts else None,
                                                  reference_label),
-                              metric=f"position {pos + 1} rate"))
+                              metric=f"pos{pos + 1}"))
     family = window_confidence(gates.confidence, m)
     each = 1.0 - (1.0 - family) / len(specs)
-    checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=subject, confidence=each)
+    checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=m.mode, confidence=each)
               for spec in specs]
-    failed = [c for c in checks if c.decided and not c.passed]
-    open_checks = [c for c in checks if not c.decided]
-    outcome = Outcome.FAIL if failed else Outcome.UNDECIDED if open_checks else Outcome.PASS
-    shown = failed or open_checks or checks[:1]
-    family_text = (f"one decision over {len(checks)} checks (overall and per position), each at {each * 100:.4g} % "
-                   f"(Bonferroni): a false FAIL at most {(1 - family) / 2 * 100:.3g} % of the time"
-                   + ("" if stored_counts else f"; the {reference_label} figures have no counts, taken as exact"))
-    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
-                      "; ".join(c.message for c in shown) + f" [{family_text}]",
-                      details={"checks": [c.to_dict() for c in checks], "family_confidence": family,
-                               "check_confidence": each, "undecided": outcome is Outcome.UNDECIDED})
+    failed = any(c.decided and not c.passed for c in checks)
+    outcome = Outcome.FAIL if failed else Outcome.UNDECIDED if not all(c.decided for c in checks) else Outcome.PASS
+    return _result("acceptance", m, outcome, "acceptance", checks=[c.to_dict() for c in checks],
+                   family_confidence=family, check_confidence=each, undecided=outcome is Outcome.UNDECIDED,
+                   reference_label=reference_label, stored_counts=stored_counts,
+                   lengths=[now.mean_acceptance_length, stored.mean_acceptance_length])
 
 
 def request_acceptances(m: ClassMeasurement, *, vllm: bool = False) -> dict[str, tuple[int, int]]:
@@ -462,8 +412,8 @@ STREAM_EXCESS_PER_STEP = 0.02
 STREAM_MERGED_SHARE = 0.01
 
 
-def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]) -> str | None:
-    """Why the accepted tokens and decode steps counted from ``m``'s streams are not vLLM's, or None
+def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]) -> dict[str, Any] | None:
+    """How the accepted tokens and decode steps counted from ``m``'s streams differ from vLLM's, or None
     when they agree. A client that reads late sees steps merged into one chunk: each merge drops a step
     and adds an accepted token. A request cut at max_tokens drops its last step's accepted tokens from
     its output while vLLM counts them, so the streams may count up to one draft's tokens per request
@@ -480,28 +430,22 @@ def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]
     steps = sum(s for _, s in counts.values())
     server, drafts = m.acceptance.accepted_tokens, m.acceptance.drafts
     per_draft = m.acceptance.draft_tokens / drafts if drafts else 0.0
-    side = f" ({m.ab_side or m.role} side)" if (m.ab_side or m.role) != "subject" else ""
-    counts_text = (f"its streams show {counted} accepted draft tokens over {steps} decode steps where vLLM counted "
-                   f"{server:.0f} over {drafts:.0f} drafts")
+    facts = {"mode": m.mode, "side": _side(m), "counted": counted, "steps": steps, "server": server, "drafts": drafts,
+             "per_draft": per_draft}
     vllm_steps = m.server_decode_steps
     if vllm_steps is not None:
         seen = sum(max(0, len(r.chunk_times) + r.empty_chunks - 1) for r in m.records)
         merged, allowed = round(vllm_steps) - seen, max(1, int(STREAM_MERGED_SHARE * seen))
         if merged > allowed:
-            return (f"{m.mode}{side}: its streams show {seen} decode steps where vLLM took {vllm_steps:.0f}: "
-                    f"{merged} step(s) merged into other chunks (allowed: {allowed}; the client read late)")
+            return {**facts, "seen": seen, "vllm_steps": vllm_steps, "merged": merged, "allowed": allowed}
         # each merge adds one accepted token; an extra chunk (a finish sent apart) takes one away
         high, slack = server + max(0, merged), max(0, -merged)
     else:
         high, slack = server + STREAM_EXCESS_PER_STEP * steps + 2, STREAM_EXCESS_PER_STEP * steps + 2
     low = server - per_draft * len(m.records) - slack
-    if counted > high:
-        return (f"{m.mode}{side}: {counts_text} (allowed: at most {high - server:.0f} more): the client read steps "
-                "merged into one chunk (late)")
-    if counted < low:
-        return (f"{m.mode}{side}: {counts_text} (allowed: at most {server - low:.0f} fewer, one draft's "
-                f"{per_draft:.3g} tokens per request cut at max_tokens)")
-    return None
+    if low <= counted <= high:
+        return None
+    return {**facts, "more": counted > high, "allowed": high - server if counted > high else server - low}
 
 
 def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
@@ -512,13 +456,12 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     partner = m.partner
     assert m.ab and partner is not None, "an A/B window has the reference side as partner"
     gates = settings.thresholds
-    subject = f"{m.mode} on {m.prompt_class}"
     if m.acceptance is None:
-        return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
-                          f"{subject}: the server exported no spec-decode counters; is speculation on?")
+        return _result("acceptance", m, Outcome.FAIL, "no counters")
     vllm = _vllm_counts_everywhere(m, partner)
     ours, theirs = request_acceptances(m, vllm=vllm), request_acceptances(partner, vllm=vllm)
-    mismatch = [] if vllm else [why for w, c in ((m, ours), (partner, theirs)) if (why := stream_count_mismatch(w, c))]
+    mismatch = [] if vllm else [found for w, c in ((m, ours), (partner, theirs))
+                                if (found := stream_count_mismatch(w, c))]
     keys = [k for k in theirs if k in ours]
     # The clusters are the prompts: a greedy prompt's repeats accept the same tokens (one cluster,
     # not several independent ones), so each prompt's requests are summed on both sides first.
@@ -529,30 +472,23 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
             sums[side][0] += counts[0]
             sums[side][1] += counts[1]
     if mismatch or len(by_prompt) < 2:
-        why = "; ".join(mismatch) if mismatch else f"only {len(by_prompt)} prompt(s) with decode steps on both sides"
         result = check_acceptance(settings, m, baseline_entry(partner, Fingerprint()), reference_label="reference side")
-        result.message = f"{result.message} [per-request counts not used: {why}]"
-        result.details["per_request"] = None
+        result.details.update(per_request=None, per_request_unused={"mismatch": mismatch, "prompts": len(by_prompt)})
         return result
+    confidence = window_confidence(gates.confidence, m)
     comparison = paired_acceptance([tuple(c[0]) for c in by_prompt.values()], [tuple(c[1]) for c in by_prompt.values()],
-                                   tolerance=gates.acceptance_tolerance, subject=subject,
-                                   confidence=window_confidence(gates.confidence, m), unit="prompts")
+                                   tolerance=gates.acceptance_tolerance, subject=m.mode, confidence=confidence,
+                                   unit="prompts")
     outcome = (Outcome.UNDECIDED if not comparison.decided else Outcome.PASS if comparison.passed else Outcome.FAIL)
     now, then = m.acceptance, partner.acceptance
-    counters = (f"vLLM's counters: acceptance rate {now.acceptance_rate:.3f} vs {then.acceptance_rate:.3f}, mean "
-                f"acceptance length {now.mean_acceptance_length:.2f} vs {then.mean_acceptance_length:.2f}"
-                if then is not None else "the reference side exported no spec-decode counters")
-    compared = window_arrangement(settings.arrangement, m, "A/B duet, requests alternated") + _looks_text(m)
-    if vllm:
-        agreed = [a.text() for w in (m, partner) if (a := agreement(w.sample_keys, w.records))]
-        counters += f"; per request: vLLM's own counts (draft steps); {'; '.join(agreed)}"
-    return GateResult("acceptance", m.mode, m.prompt_class, m.concurrency, outcome,
-                      f"{comparison.message} [{counters}; {compared}]",
-                      details={**comparison.to_dict(), "per_request": True, "compared": compared,
-                               "per_request_source": "vllm" if vllm else "stream",
-                               "verdict": "undecided" if outcome is Outcome.UNDECIDED else outcome.value,
-                               "confidence": window_confidence(gates.confidence, m),
-                               "undecided": outcome is Outcome.UNDECIDED})
+    agreed = [a.rows for w in (m, partner) if vllm and (a := agreement(w.sample_keys, w.records))]
+    return _result("acceptance", m, outcome, "acceptance per request", **comparison.to_dict(), per_request=True,
+                   compared=window_arrangement(settings.arrangement, m, "A/B duet, requests alternated"),
+                   looks=_looks(m), per_request_source="vllm" if vllm else "stream", agreement=agreed,
+                   counters=None if then is None else [now.acceptance_rate, then.acceptance_rate,
+                                                       now.mean_acceptance_length, then.mean_acceptance_length],
+                   verdict="undecided" if outcome is Outcome.UNDECIDED else outcome.value,
+                   undecided=outcome is Outcome.UNDECIDED)
 
 
 StartHistories = tuple[StartHistory, StartHistory]  # (this mode's, no speculation's) stored starts
@@ -582,7 +518,7 @@ def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: Cla
 
 
 def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: bool, duet: bool,
-                       starts: StartHistories | None = None) -> tuple[str, float]:
+                         starts: StartHistories | None = None) -> tuple[Any, float]:
     """How a window compared its two sides, and the start noise added when they were not live at
     once (windows one after the other): two new starts' offsets, each as far as its mode's stored
     history spreads (t at the shorter history's degrees of freedom x the root of the two prediction
@@ -597,12 +533,10 @@ def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: b
         mine, theirs = starts
         dof = min(mine.dof, theirs.dof)
         spread = spread_quantile(confidence, dof) * math.hypot(mine.prediction_sd, theirs.prediction_sd)
-        return (f"windows one after the other; the two starts' offsets from this machine's stored histories "
-                f"({mine.starts} and {theirs.starts} starts, spread {mine.log_sd * 100:.2f} % and "
-                f"{theirs.log_sd * 100:.2f} %, t({dof})) added: ±{math.expm1(spread) * 100:.2f} %"), spread
-    spread = start_spread(gates.start_noise, confidence=confidence)
-    noise = f"; start noise {gates.start_noise * 100:g} % added" if gates.start_noise else "; start noise not known"
-    return "windows one after the other" + noise, spread
+        return {"how": "sequential", "histories": [[h.starts, h.log_sd] for h in starts], "dof": dof,
+                "added": spread}, spread
+    return {"how": "sequential", "start_noise": gates.start_noise}, start_spread(gates.start_noise,
+                                                                                 confidence=confidence)
 
 
 def bare_window(settings: WindowSettings) -> ClassMeasurement:
@@ -618,20 +552,17 @@ def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Sa
     """The backfire gate on ``samples`` of window ``m`` (also replayed on stored figures, like the seed
     case, with :func:`bare_window`): FAIL when the paired ratio's upper bound is below min_speedup, the
     prompts as strata (two modes compared)."""
-    mode, prompt_class = m.mode, m.prompt_class
     gates = settings.thresholds
     compared, spread = _compared_and_spread(settings, m, ab=False, duet=duet, starts=starts)
     result = ratio_result(Comparison(
         m, "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
-        reference_label="no speculation", compared=compared, extra_log_spread=spread,
-        subject=f"{mode} on {prompt_class}",
-        fail_phrase=f"{mode} is {{change}} than no speculation on {prompt_class}", two_modes=True))
+        reference_label="no speculation", compared=compared, extra_log_spread=spread, head="backfire",
+        two_modes=True))
     declared = settings.declared_backfire
     if declared is not None:
         result.declared = declared.reason
         if result.outcome is Outcome.FAIL:
             result.outcome = Outcome.DECLARED_BACKFIRE
-            result.message = f"{result.message} [declared backfire: {declared.reason}]"
     return result
 
 
@@ -651,57 +582,37 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMe
     gates = settings.thresholds
     ab = reference.ab_side == "reference"
     label = "the reference side" if ab else "no speculation"
-    subject = f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency})"
     ours = {k: r.ttft_s for k, r in zip(m.sample_keys, m.records) if r.ttft_s and r.ttft_s > 0}
     theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s and r.ttft_s > 0}
     matched = match_by_key(ours, theirs)
-    duet = m.partner is reference
-    compared, spread = _compared_and_spread(settings, m, ab=ab, duet=duet)
-    compared = f"{compared}{_looks_text(m)}"
+    compared, spread = _compared_and_spread(settings, m, ab=ab, duet=m.partner is reference)
+    facts = {"compared": compared, "looks": _looks(m), "reference_label": label}
     if not matched.paired or len(matched.measured) < 2:
-        shared = len(set(ours) & set(theirs))
-        return undecided_result("ttft", m, f"{subject}: TTFT undecided: {shared} request(s) with a first token on "
-                                f"both sides share a key ({len(ours)} vs {len(theirs)} with one)", compared=compared)
+        return _result("ttft", m, Outcome.UNDECIDED, "ttft unpaired", verdict="undecided", undecided=True,
+                       shared=len(set(ours) & set(theirs)), n_measured=len(ours), n_reference=len(theirs), **facts)
     limit = 1.0 + gates.ttft_tolerance
     strata = None if ab else [k.rsplit("#", 1)[0] for k in matched.keys or []]
     speed = paired_ratio([1 / t for t in matched.measured], [1 / t for t in matched.reference],
                          threshold=1 / limit, confidence=window_confidence(gates.confidence, m),
                          equivalence_margin=gates.equivalence_margin, extra_log_spread=spread, strata=strata)
-    ratio = 1 / speed.ratio
-    ci_low = 1 / speed.ci_high if speed.ci_high else None
-    ci_high = 1 / speed.ci_low if speed.ci_low else None
-    verdict = TTFT_VERDICTS.get(speed.verdict, speed.verdict.replace("slower", "longer"))
-    pct = (ratio - 1) * 100
-    change = "no change" if round(pct, 1) == 0 else f"{abs(pct):.1f} % {'longer' if pct > 0 else 'shorter'}"
-    ours_ms = float(np.median(matched.measured)) * 1000
-    theirs_ms = float(np.median(matched.reference)) * 1000
-    interval = (f"{speed.confidence * 100:.1f} % CI {ci_low:.3f}-{ci_high:.3f}" if ci_low is not None
-                else f"no interval under {speed.n} pairs")
-    message = (f"{subject}: TTFT {verdict}: {ratio:.3f}x {label} ({change}; {interval}; fails above "
-               f"{limit:.2f}; {speed.n} pairs; median {ours_ms:.0f} vs {theirs_ms:.0f} ms; {speed.method}) "
-               f"[{compared}]")
-    outcome = (Outcome.UNDECIDED if speed.verdict == "undecided" else Outcome.PASS if speed.passed
-               else Outcome.FAIL)
-    if outcome is Outcome.PASS and speed.n < TTFT_MIN_PAIRS_TO_PASS:
-        # at 6 pairs the signed-rank interval is the range of the pairs: one stall decides it
-        outcome, verdict = Outcome.UNDECIDED, "undecided"
-        message = (f"{subject}: TTFT undecided: it would pass, but a pass needs {TTFT_MIN_PAIRS_TO_PASS} pairs and "
-                   f"this window has {speed.n} ({ratio:.3f}x {label}; {interval}; fails above {limit:.2f}) "
-                   f"[{compared}]")
-    details = {"ratio": ratio, "ci_low": ci_low, "ci_high": ci_high, "limit": limit, "tolerance": gates.ttft_tolerance,
-               "confidence": speed.confidence, "n": speed.n, "verdict": verdict, "method": speed.method,
-               "median_ttft_ms": ours_ms, "reference_median_ttft_ms": theirs_ms, "reference_label": label,
-               "compared": compared, "undecided": outcome is Outcome.UNDECIDED}
-    return GateResult("ttft", m.mode, m.prompt_class, m.concurrency, outcome, message, details=details)
+    outcome = _outcome(speed.verdict, speed.passed)
+    # at 6 pairs the signed-rank interval is the range of the pairs: one stall decides it
+    withheld = outcome is Outcome.PASS and speed.n < TTFT_MIN_PAIRS_TO_PASS
+    if withheld:
+        outcome = Outcome.UNDECIDED
+    return _result("ttft", m, outcome, "ttft", ratio=1 / speed.ratio,
+                   ci_low=1 / speed.ci_high if speed.ci_high else None,
+                   ci_high=1 / speed.ci_low if speed.ci_low else None, limit=limit, tolerance=gates.ttft_tolerance,
+                   confidence=speed.confidence, n=speed.n, method=speed.method, prompts=speed.prompts, dof=speed.dof,
+                   verdict="undecided" if withheld else TTFT_VERDICTS.get(speed.verdict, speed.verdict),
+                   median_ttft_ms=float(np.median(matched.measured)) * 1000,
+                   reference_median_ttft_ms=float(np.median(matched.reference)) * 1000,
+                   withheld=TTFT_MIN_PAIRS_TO_PASS if withheld else None, undecided=outcome is Outcome.UNDECIDED,
+                   **facts)
 
 
 def check_lossless(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
-    gates = settings.thresholds
     ref_outputs = reference.outputs
     pairs = [(key, text, ref_outputs[key]) for key, text in m.outputs.items() if key in ref_outputs]
-    result = compare_outputs(pairs, min_identical_share=gates.min_identical_share,
-                             subject=f"{m.mode} on {m.prompt_class}")
-    return GateResult("lossless", m.mode, m.prompt_class, m.concurrency,
-                      Outcome.PASS if result.passed else Outcome.FAIL, result.message,
-                      details={"identical_share": result.identical_share,
-                               "first_divergence": result.first_divergence})
+    result = compare_outputs(pairs, min_identical_share=settings.thresholds.min_identical_share, subject=m.mode)
+    return _result("lossless", m, Outcome.PASS if result.passed else Outcome.FAIL, "outputs", **result.to_dict())

@@ -28,8 +28,8 @@ HOST_PACE = "other host pace"  # the undecided kind of a comparison held back by
 def at_stored_host_pace(result: GateResult, m: ClassMeasurement, baseline: BaselineEntry,
                          tolerance: float | None) -> GateResult:
     """``result`` (a comparison with stored figures) as it stands when this window's host ran at the
-    stored windows' pace (their canary's median, within ± ``tolerance``); otherwise undecided, saying
-    what the comparison gave: it would measure the two hosts as well as the build."""
+    stored windows' pace (their canary's median, within ± ``tolerance``); otherwise undecided, keeping
+    what the comparison gave (``decided_as``): it would measure the two hosts as well as the build."""
     now = host_canary_us(m)
     if tolerance is None or now is None or not baseline.host_canary_us:
         return result
@@ -39,12 +39,7 @@ def at_stored_host_pace(result: GateResult, m: ClassMeasurement, baseline: Basel
                                    "stored_windows": len(baseline.host_canary_us), "tolerance": tolerance}
     if abs(factor - 1) <= tolerance:
         return result
-    pace = f"{factor:.2f}x as long: a slower host" if factor > 1 else f"{1 / factor:.2f}x as fast: a faster host"
-    message = (f"{m.mode} on {m.prompt_class} (concurrency {m.concurrency}): undecided: this window's host took "
-               f"{now:.1f} us for specgate's CPU canary against {stored:.1f} us behind the stored figures "
-               f"({pace}; the rig allows ±{tolerance * 100:g} %, host_pace_tolerance), so the comparison would "
-               f"measure the hosts as well as the build. It gave: {result.message}")
     details = {**result.details, "verdict": "undecided", "undecided": True, "undecided_kind": HOST_PACE,
                "decided_as": result.details.get("verdict")}
     return GateResult(result.gate, result.mode, result.prompt_class, result.concurrency, Outcome.OTHER_MACHINE,
-                      message, details=details)
+                      "", details=details)

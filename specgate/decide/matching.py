@@ -4,6 +4,7 @@ with a reference's (stored figures, a duet partner, the no-speculation window)."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from specgate.decide.stats import match_by_key
 from specgate.measure.protocol import ClassMeasurement
@@ -15,8 +16,9 @@ class Samples:
     measured: list[float]
     reference: list[float]
     paired: bool
-    note: str = ""  # requests left out, said in the gate's message ("" when none)
     keys: list[str] | None = None  # each pair's request key ("prompt-id#repeat"), None when unpaired
+    # the requests left out (None when none): without a decode rate, {key: why}; timed on one side only
+    left_out: dict[str, Any] | None = None
 
     @property
     def prompts(self) -> list[str] | None:
@@ -28,15 +30,13 @@ def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: l
                   ref_untimed: dict[str, str] | None = None, ref_label: str = "stored") -> Samples:
     """Measured and reference decode rates, paired request by request where the keys allow
     (``stats.match_by_key``). A request without a decode rate (one token, or every token in
-    one chunk) drops out of its side; ``note`` names every request left out and why."""
+    one chunk) drops out of its side; ``left_out`` names every request left out and why."""
     if ref_keys is not None and len(ref_keys) == len(ref_values):
         reference = dict(zip(ref_keys, ref_values))
     else:  # no keys stored: keep every sample, unpaired
         reference = {f"#{i}": v for i, v in enumerate(ref_values)}
     matched = match_by_key(m.timed_samples, reference)
-    untimed = {**{f"{k} ({ref_label})": why for k, why in (ref_untimed or {}).items()}, **m.untimed}
-    parts = [f"without a decode rate: {', '.join(f'{k} ({why})' for k, why in untimed.items())}"] if untimed else []
-    if matched.one_sided:
-        parts.append(f"paired on {len(matched.measured)} requests, left out (timed on one side only): "
-                     f"{', '.join(matched.one_sided)}")
-    return Samples(matched.measured, matched.reference, matched.paired, "; ".join(parts), matched.keys)
+    left_out = {"untimed": m.untimed, "reference_untimed": ref_untimed or {}, "reference_label": ref_label,
+                "one_sided": matched.one_sided, "paired": len(matched.measured)}
+    return Samples(matched.measured, matched.reference, matched.paired, matched.keys,
+                   left_out if m.untimed or ref_untimed or matched.one_sided else None)

@@ -30,14 +30,14 @@ the equivalence margin that still reaches below the threshold has not excluded t
 Above the threshold the report says what the interval shows (clearly faster, equal within a small
 margin, not slower) and the window's resolution: the true ratio it would catch 95 % of the time
 at the spread it saw, with the interval's own quantile (normal at the signed-rank interval's exact
-coverage, Student's t at the strata interval's degrees of freedom), stated in the message.
+coverage, Student's t at the strata interval's degrees of freedom); specgate.report.verdicts words it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from statistics import NormalDist
 from typing import Any
@@ -85,8 +85,10 @@ class PairedRatio:
     detectable: float | None  # the gate catches a true ratio at or below this 95 % of the time
     method: str = METHOD
     quantile: float | None = None  # the interval's two-sided quantile (z at its coverage, or t at its df)
-    quantile_name: str = "z"  # "z" or "t, <df> df"
+    quantile_dof: int | None = None  # the quantile's Student's t degrees of freedom; None: normal (z)
     unit: str = "pairs"  # what n counts: pairs of requests, or stored starts (a prediction interval)
+    prompts: int | None = None  # the strata statistic's prompts and degrees of freedom (None: Hodges-Lehmann)
+    dof: int | None = None
 
     @property
     def change_pct(self) -> float:
@@ -179,9 +181,9 @@ def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.9
                    quantiles=_normal_quantiles(coverage))
 
 
-def _normal_quantiles(coverage: float) -> tuple[float, float, str]:
+def _normal_quantiles(coverage: float) -> tuple[float, float, None]:
     """The interval's two-sided normal quantile at ``coverage``, the one-sided POWER quantile."""
-    return NormalDist().inv_cdf(0.5 + coverage / 2), NormalDist().inv_cdf(POWER), "z"
+    return NormalDist().inv_cdf(0.5 + coverage / 2), NormalDist().inv_cdf(POWER), None
 
 
 STRATA_METHOD = "prompts as strata: mean of per-prompt log ratios, t interval from the repeats"
@@ -224,10 +226,10 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
     standard_error = scatter * math.sqrt(sum(1.0 / len(v) for v in groups.values())) / len(groups)
     quantile = float(student_t.ppf(0.5 + confidence / 2, dof))
     half = quantile * standard_error
-    return _decide(estimate, estimate - half - extra_log_spread, estimate + half + extra_log_spread,
-                   n=int(d.size), coverage=confidence, line=Line(threshold, equivalence_margin),
-                   method=f"{STRATA_METHOD} ({len(groups)} prompts, {dof} df)",
-                   quantiles=(quantile, float(student_t.ppf(POWER, dof)), f"t, {dof} df"))
+    decided = _decide(estimate, estimate - half - extra_log_spread, estimate + half + extra_log_spread,
+                      n=int(d.size), coverage=confidence, line=Line(threshold, equivalence_margin),
+                      method=STRATA_METHOD, quantiles=(quantile, float(student_t.ppf(POWER, dof)), dof))
+    return replace(decided, prompts=len(groups), dof=dof)
 
 
 @dataclass(frozen=True)
@@ -291,13 +293,14 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
 
 
 def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: float, line: Line, method: str,
-            quantiles: tuple[float, float, str]) -> PairedRatio:
+            quantiles: tuple[float, float, int | None]) -> PairedRatio:
     """The verdict from an estimate and its interval in log units (the same rules for every method).
-    ``quantiles``: the interval's two-sided quantile, the one-sided POWER quantile, and their name."""
+    ``quantiles``: the interval's two-sided quantile, the one-sided POWER quantile, and their Student's t
+    degrees of freedom (None: normal)."""
     ratio = math.exp(estimate)
     lo, hi = math.exp(lo_log), math.exp(hi_log)
     upper_spread = max(math.log(hi) - estimate, 0.0)
-    quantile, power_quantile, quantile_name = quantiles
+    quantile, power_quantile, quantile_dof = quantiles
     detectable = line.threshold * math.exp(-(1.0 + power_quantile / quantile) * upper_spread)
     within = max(1.0 - lo, hi - 1.0)
     # The threshold first: an interval that contains it has not excluded the regression the gate
@@ -316,8 +319,8 @@ def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: 
         verdict, passed = "faster", True
     else:
         verdict, passed = "not slower", True
-    return PairedRatio(ratio, lo, hi, coverage, n, line.threshold, passed, verdict,
-                       within if verdict == "equal" else None, detectable, method, quantile, quantile_name)
+    return PairedRatio(ratio, lo, hi, coverage, n, line.threshold, passed, verdict, within if verdict == "equal"
+                       else None, detectable, method, quantile, quantile_dof)
 
 
 PREDICTION_METHOD = "a new start against its history: t(n-1) x s x sqrt(1 + 1/n), s the stored starts' spread"
@@ -339,8 +342,7 @@ def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof
     """A log-ratio ``estimate`` with a symmetric interval of ``half_width`` (log units) built elsewhere
     (a prediction interval, start pairs combined), decided by the same rules as a paired ratio
     (:func:`_decide`), its quantiles Student's t at ``dof`` (None: normal). ``n`` counts ``unit``."""
-    name = f"t, {dof} df" if dof is not None else "z"
-    quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), name)
+    quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), dof)
     decided = _decide(estimate, estimate - half_width, estimate + half_width, n=n, coverage=confidence, line=line,
                       method=method, quantiles=quantiles)
     return PairedRatio(**{**asdict(decided), "unit": unit})
@@ -392,37 +394,3 @@ def spread_quantile(confidence: float, dof: int | None = None) -> float:
     from scipy.stats import t as student_t
 
     return float(student_t.ppf(0.5 + confidence / 2, dof))
-
-
-def change_text(ratio: float, *, up: str = "faster", down: str = "slower") -> str:
-    """'26 % slower' / '4.2 % faster': whole percent once the change is large."""
-    pct = (ratio - 1.0) * 100.0
-    size = abs(pct)
-    if round(size, 1) == 0:
-        return "no change"
-    amount = f"{size:.0f}" if size >= 10 else f"{size:.1f}"
-    return f"{amount} % {down if pct < 0 else up}"
-
-
-def describe(result: PairedRatio, *, reference_label: str) -> str:
-    """The comparison in one clause, e.g. '0.740x no speculation (26 % slower; 96.9 % CI
-    0.70-0.78; threshold 1.00; 12 pairs; Hodges-Lehmann ...; catches <= 0.93x 95 % of the time)'."""
-    head = f"{result.ratio:.3f}x {reference_label} ({change_text(result.ratio)}"
-    if result.ci_low is None or result.ci_high is None:
-        return (f"{head}; threshold {result.threshold:.2f}; {result.n} pair(s), too few for an interval "
-                f"(at least {MIN_PAIRS}): undecided, a point ratio decides nothing)")
-    resolution = "resolution unknown"
-    if result.detectable is not None:
-        level = (1.0 - result.confidence) / 2 * 100
-        resolution = (f"catches a true ratio <= {result.detectable:.3f} 95 % of the time at this spread, "
-                      f"one-sided at {level:.2g} % ({result.quantile_name} = {result.quantile:.2f})")
-    interval = "prediction interval" if result.method == PREDICTION_METHOD else "CI"
-    return (f"{head}; {result.confidence * 100:.1f} % {interval} {result.ci_low:.3f}-{result.ci_high:.3f}; "
-            f"threshold {result.threshold:.2f}; {result.n} {result.unit}; {result.method}; {resolution})")
-
-
-def verdict_text(result: PairedRatio) -> str:
-    """The verdict in words: 'slower', 'faster', 'equal within ±2.1 %', 'undecided'..."""
-    if result.verdict == "equal" and result.equal_within is not None:
-        return f"equal within ±{result.equal_within * 100:.1f} %"
-    return result.verdict

@@ -25,7 +25,6 @@ import gzip
 import json
 import math
 import statistics
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.config.rig import Rig
-from specgate.decide.paired import Line, describe, interval_ratio, spread_quantile, verdict_text
+from specgate.decide.paired import Line, interval_ratio, spread_quantile
 from specgate.decide.settings import window_settings
 from specgate.store.saved_report import load_report
 
@@ -92,30 +91,24 @@ def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> 
     k = len(pairs)
     estimate = statistics.fmean(logs)
     confidence = gates.confidence
+    basis = {"basis": "own", "own_spread": statistics.stdev(logs) if k >= 2 else 0.0}
     if k >= 3:
-        half = spread_quantile(confidence, k - 1) * statistics.stdev(logs) / math.sqrt(k)
-        dof, method, spread_text = k - 1, METHOD_T, f"their own spread ({statistics.stdev(logs) * 100:.2f} %)"
+        half = spread_quantile(confidence, k - 1) * basis["own_spread"] / math.sqrt(k)
+        dof, method = k - 1, METHOD_T
     else:
         ses = [p.log_se or 0.0 for p in pairs]
         sigma = math.log1p(gates.start_pair_spread)
         dof, method = gates.start_pair_dof if sigma else None, METHOD_KNOWN
         half = spread_quantile(confidence, dof) * math.sqrt(sigma**2 / k + sum(se**2 for se in ses) / k**2)
-        rests_on = f" over {gates.start_pair_spread_pairs} start pairs" if dof is not None else ""
-        spread_text = (f"the rig's start-pair spread {gates.start_pair_spread * 100:g} %{rests_on}" if sigma else
-                       "start-pair spread unknown (start_pair_spread = 0): the interval holds the windows' noise "
-                       "only")
+        basis = {"basis": "rig" if sigma else "unknown", "rig_spread": gates.start_pair_spread,
+                 "spread_pairs": gates.start_pair_spread_pairs if dof is not None else None}
     result = interval_ratio(estimate, half, n=k, unit="start pairs", dof=dof,
                             line=Line(threshold, gates.equivalence_margin), confidence=confidence, method=method)
-    each = "; ".join(f"{p.first} first: {p.ratio:.3f}x" + (f" ({p.ci_low:.3f}-{p.ci_high:.3f}, {p.n} pairs)"
-                                                           if p.ci_low and p.ci_high else "") for p in pairs)
     outcome = "undecided" if result.verdict == "undecided" else ("pass" if result.passed else "fail")
-    message = (f"{mode} on {prompt_class} (concurrency {concurrency}): {verdict_text(result)}: "
-               f"{describe(result, reference_label='the reference side')} [{k} start pairs, the first side "
-               f"alternating; {spread_text}; each: {each}]")
     return {"gate": "throughput", "mode": mode, "prompt_class": prompt_class, "concurrency": concurrency,
-            "outcome": outcome, "message": message, "start_pairs": k,
-            "details": {**result.to_dict(), "reference_label": "the reference side", "start_pairs": k,
-                        "per_pair": [p.__dict__ for p in pairs]}}
+            "outcome": outcome, "start_pairs": k,
+            "details": {**result.to_dict(), **basis, "rule": "start pairs", "reference_label": "the reference side",
+                        "start_pairs": k, "per_pair": [p.__dict__ for p in pairs]}}
 
 
 def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -140,37 +133,3 @@ def combine_folder(rig: Rig, runs_dir: Path) -> list[dict[str, Any]]:
         first = next(iter(((report.get("start_order") or {}).get("first") or {}).values()), None)
         reports.append((first or "?", report))
     return combine_reports(rig, reports)
-
-
-def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path, pytest_args: Sequence[str] = ()) -> int:
-    """Run ``pairs`` A/B sessions of ``rig`` one after the other, the first side alternating, then
-    combine their throughput gates (combined.json beside the sessions' folders). Returns the exit code."""
-    reports = []
-    for k in range(pairs):
-        first = ORDERS[k % 2]
-        run_dir = runs_dir / f"pair-{k + 1:02d}"
-        print(f"specgate start-pairs: start pair {k + 1}/{pairs} of rig {rig.name}, the {first} side first "
-              f"(run folder {run_dir})", flush=True)
-        code = subprocess.run(session_command(rig, first, run_dir, pytest_args)).returncode
-        if code not in (0, 1):
-            print(f"specgate start-pairs: start pair {k + 1} ended with exit code {code}: nothing combined",
-                  file=sys.stderr)
-            return code
-        reports.append((first, load_report(run_dir / "report.json")))
-    return write_combined(rig, combine_reports(rig, reports), runs_dir)
-
-
-def write_combined(rig: Rig, combined: list[dict[str, Any]], runs_dir: Path) -> int:
-    """Print the combined verdicts, write them to ``runs_dir``/combined.json; the exit code."""
-    pairs = max((g["start_pairs"] for g in combined), default=0)
-    if not combined:
-        print("specgate start-pairs: the sessions' reports hold no A/B throughput gate measured in every start "
-              "pair (is the run an A/B? --specgate-ab-* or the rig's [ab])", file=sys.stderr)
-        return 5
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    (runs_dir / "combined.json").write_text(json.dumps({"rig": rig.name, "start_pairs": pairs, "gates": combined},
-                                                       indent=1) + "\n")
-    for gate in combined:
-        print(f"{gate['outcome'].upper():9} {gate['message']}")
-    print(f"combined verdicts: {runs_dir / 'combined.json'}")
-    return 1 if any(g["outcome"] == "fail" for g in combined) else 0

@@ -1,7 +1,6 @@
 """Gate decisions other than speed: has acceptance dropped, are the outputs still identical?
 Plus the helpers the speed gates share: robust summaries and pairing two samples by request key.
-Each decision comes back as a record whose one-line message carries the whole comparison, so a
-failing gate can be acted on from the test report alone.
+Each decision comes back as a record of the figures it rests on; specgate.report.verdicts words it.
 
 The speed gates (throughput, backfire) decide on the paired ratio: the Hodges-Lehmann estimate of
 the per-request log ratios with its Wilcoxon signed-rank interval, or, between two modes, the mean
@@ -17,8 +16,6 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-
-from specgate.decide.paired import change_text
 
 METHOD_ONE_SIDED = "one-sided tolerance"
 METHOD_BINOMIAL = "Wilson binomial interval"
@@ -52,10 +49,19 @@ class Comparison:
     n_measured: int
     n_reference: int
     method: str
-    message: str
     # False when the evidence cannot tell a pass from a failure (an acceptance window with too
     # few drafts); ``passed`` is then meaningless and the gate is recorded as undecided.
     decided: bool = True
+    # the facts its words rest on (specgate.report.verdicts): what was compared and how it was counted
+    metric: str = ""  # "rate" (the overall rate), "pos2" (position 2's), "tokens per step" (per request)
+    reference_label: str = "stored"
+    tolerance: float = 0.0
+    confidence: float | None = None
+    counts: tuple[float, float] | None = None  # (successes, trials) measured
+    reference_counts: tuple[float, float] | None = None
+    trials: str = "drafts"  # what the counts' trials are
+    dof: int | None = None  # the t interval's degrees of freedom (per request)
+    why: str | None = None  # why it could not be compared ("pairs", "no steps", "nothing accepted")
 
     @property
     def change_pct(self) -> float:
@@ -75,7 +81,7 @@ class OutputComparison:
     identical_share: float
     first_divergence: dict[str, int | None]  # prompt id -> first differing character, None if identical
     passed: bool
-    message: str
+    min_identical_share: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,7 +184,7 @@ def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float
 @dataclass(frozen=True)
 class Observed:
     """One side of an acceptance comparison: the figure, the (successes, trials) it was counted from
-    when it is a proportion with known counts, and what messages call that side."""
+    when it is a proportion with known counts, and what the report calls that side."""
 
     value: float
     counts: tuple[float, float] | None = None
@@ -205,77 +211,36 @@ def compare_acceptance(
     decision rests on its Wilson interval at ``confidence``: FAIL when the whole interval lies below
     the fail line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop at
     all), and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a drop
-    of the tolerance from chance, and the message says about how many would.
+    of the tolerance from chance, and the report says about how many would.
 
     With ``reference.counts`` too, the reference is a sample of its own (stored figures, or an A/B's
     reference side): the decision rests on the interval of the ratio of the two proportions
     (:func:`proportion_ratio_interval`) against 1 - tolerance, by the same three rules.
     """
     _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject, metric=metric)
-    line = _FailLine(reference.value, tolerance, reference.label)
-    ratio = measured.value / reference.value
-    change = change_text(ratio, up="higher", down="lower")
-    common = {"gate": gate, "measured": float(measured.value), "reference": float(reference.value), "ratio": ratio,
-              "threshold": line.threshold, "n_reference": 1}
+    threshold = 1.0 - tolerance
+    line = reference.value * threshold  # the fail line on the figure's own scale
+    common = {"gate": gate, "measured": float(measured.value), "reference": float(reference.value),
+              "ratio": measured.value / reference.value, "threshold": threshold, "n_reference": 1, "metric": metric,
+              "reference_label": reference.label, "tolerance": tolerance, "trials": trial_label}
     if measured.counts is None:
-        message = (f"{subject}: {metric} {measured.value:.3g} vs {reference.value:.3g} {reference.label} "
-                   f"(ratio {ratio:.3f}, {change}; fails below {line}; {METHOD_ONE_SIDED})")
-        return Comparison(**common, passed=not measured.value < line.value, ci_low=None, ci_high=None, n_measured=1,
-                          method=METHOD_ONE_SIDED, message=message)
+        return Comparison(**common, passed=not measured.value < line, ci_low=None, ci_high=None, n_measured=1,
+                          method=METHOD_ONE_SIDED)
+    common.update(confidence=confidence, counts=measured.counts)
     successes, trials = measured.counts
     if reference.counts is not None and reference.counts[1] > 0 and reference.counts[0] > 0:
-        return _compare_two_samples(measured, reference, line=line, common=common, subject=subject, metric=metric,
-                                    confidence=confidence, trial_label=trial_label)
+        (x1, n1), (x2, n2) = measured.counts, reference.counts
+        ratio, ci_low, ci_high = proportion_ratio_interval(x1, n1, x2, n2, confidence)
+        # No pass on the point alone: 10 of 20 against 10 of 20 reads ratio 1.000 (CI 0.443-2.258), which
+        # cannot tell no change from a drop of the tolerance: undecided, by the speed gates' rule.
+        return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)}, passed=ci_low >= threshold,
+                          ci_low=ci_low, ci_high=ci_high, n_measured=round(n1), method=METHOD_TWO_SAMPLE,
+                          decided=ci_low >= threshold or ci_high < threshold, reference_counts=reference.counts)
     ci_low, ci_high = wilson_interval(successes, trials, confidence)
-    count = f"{successes:.0f}" if float(successes).is_integer() else f"{successes:.3g}"
-    head = (f"{subject}: {metric} {measured.value:.3g} ({count} of {trials:.0f} {trial_label}, "
-            f"{confidence * 100:g} % interval {ci_low:.3g}-{ci_high:.3g}) vs {reference.value:.3g} {reference.label}")
-    rule = f"fails when the interval lies below {line}; {METHOD_BINOMIAL}"
     # The speed gates' rule: a point at or above the reference is no pass while the interval still
     # reaches below the fail line (10 of 20 against a stored 0.5 cannot tell 0.5 from 0.45).
-    if ci_low >= line.value:
-        passed, decided, message = True, True, f"{head} (ratio {ratio:.3f}, {change}; {rule})"
-    elif ci_high < line.value:
-        passed, decided = False, True
-        message = f"{head} (ratio {ratio:.3f}, {change}; the whole interval is below the fail line; {rule})"
-    else:
-        passed, decided = False, False
-        needed = trials_to_resolve(reference.value, tolerance, confidence)
-        message = (f"{head}: too few {trial_label} to gate (ratio {ratio:.3f}, {change}, but the interval spans "
-                   f"the fail line {line}; about {float(f'{needed:.2g}'):.0f} {trial_label} would resolve a "
-                   f"{tolerance * 100:g} % drop; {METHOD_BINOMIAL})")
-    return Comparison(**common, passed=passed, ci_low=ci_low, ci_high=ci_high, n_measured=round(trials),
-                      method=METHOD_BINOMIAL, message=message, decided=decided)
-
-
-def _count_text(x: float) -> str:
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
-
-
-def _compare_two_samples(measured: Observed, reference: Observed, *, line: _FailLine, common: dict[str, Any],
-                         subject: str, metric: str, confidence: float, trial_label: str) -> Comparison:
-    """compare_acceptance's decision on two samples, both with counts: the ratio's interval against
-    1 - tolerance."""
-    (x1, n1), (x2, n2) = measured.counts, reference.counts
-    ratio, ci_low, ci_high = proportion_ratio_interval(x1, n1, x2, n2, confidence)
-    change = change_text(ratio, up="higher", down="lower")
-    head = (f"{subject}: {metric} {measured.value:.3g} ({_count_text(x1)} of {n1:.0f} {trial_label}) vs "
-            f"{reference.value:.3g} {line.label} ({_count_text(x2)} of {n2:.0f}): ratio {ratio:.3f} "
-            f"({confidence * 100:.4g} % CI {ci_low:.3f}-{ci_high:.3f}, {change})")
-    rule = f"fails when the interval lies below {line.threshold:.3g} ({line}); {METHOD_TWO_SAMPLE}"
-    # No pass on the point alone: 10 of 20 against 10 of 20 reads ratio 1.000 (CI 0.443-2.258), which
-    # cannot tell no change from a drop of the tolerance: undecided, by the speed gates' rule.
-    if ci_low >= line.threshold:
-        passed, decided, message = True, True, f"{head}; {rule}"
-    elif ci_high < line.threshold:
-        passed, decided, message = False, True, f"{head}: the whole interval is below {line.threshold:.3g}; {rule}"
-    else:
-        passed, decided = False, False
-        message = (f"{head}: too few {trial_label} to gate, the interval spans {line.threshold:.3g} "
-                   f"({line.tolerance * 100:g} % lower); {METHOD_TWO_SAMPLE}")
-    return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)}, passed=passed, ci_low=ci_low,
-                      ci_high=ci_high, n_measured=round(n1), method=METHOD_TWO_SAMPLE, message=message,
-                      decided=decided)
+    return Comparison(**common, passed=ci_low >= line, ci_low=ci_low, ci_high=ci_high, n_measured=round(trials),
+                      method=METHOD_BINOMIAL, decided=ci_low >= line or ci_high < line)
 
 
 METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired on the same requests; ratio of "
@@ -288,7 +253,7 @@ def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequen
                       unit: str = "requests") -> Comparison:
     """Accepted tokens per decode step, candidate over reference, on the same requests: item i of
     both sides is one cluster's (accepted, steps): a request key, or a prompt's requests summed
-    (``unit`` names them in the message). The statistic is the ratio of the two sides'
+    (``unit`` names them). The statistic is the ratio of the two sides'
     ratios of sums, (A_c / S_c) / (A_r / S_r); its standard error is cluster-robust, each request a
     cluster (the delta method: pair i's influence on the ratio, summed over pairs, with Student's t
     at n - 1 degrees of freedom). A request's drafts are not independent trials (one rejection ends
@@ -311,17 +276,15 @@ def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequen
     threshold = 1.0 - tolerance
     n = len(m)
     a_c, s_c, a_r, s_r = m[:, 0].sum(), m[:, 1].sum(), r[:, 0].sum(), r[:, 1].sum()
-    common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n,
-              "method": METHOD_PAIRED_REQUESTS}
+    common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n, "trials": unit, "dof": n - 1,
+              "method": METHOD_PAIRED_REQUESTS, "metric": "tokens per step", "reference_label": reference_label,
+              "tolerance": tolerance, "confidence": confidence, "counts": (float(a_c), float(s_c)),
+              "reference_counts": (float(a_r), float(s_r))}
+    rate_c, rate_r = (a_c / s_c if s_c > 0 else 0.0), (a_r / s_r if s_r > 0 else 0.0)
     if n < 2 or s_c <= 0 or s_r <= 0 or a_r <= 0:
-        why = (f"{n} paired {unit}" if n < 2 else "no decode steps on one side" if min(s_c, s_r) <= 0
-               else f"the {reference_label} accepted no draft token")
-        rate_c, rate_r = (a_c / s_c if s_c > 0 else 0.0), (a_r / s_r if s_r > 0 else 0.0)
+        why = "pairs" if n < 2 else "no steps" if min(s_c, s_r) <= 0 else "nothing accepted"
         return Comparison(**common, passed=False, measured=rate_c, reference=rate_r, ratio=math.nan, ci_low=None,
-                          ci_high=None, decided=False,
-                          message=f"{subject}: accepted tokens per step cannot be compared: {why}; "
-                                  f"{METHOD_PAIRED_REQUESTS}")
-    rate_c, rate_r = a_c / s_c, a_r / s_r
+                          ci_high=None, decided=False, why=why)
     ratio = rate_c / rate_r
     # d ratio = ratio * (dA_c / A_c - dS_c / S_c - dA_r / A_r + dS_r / S_r), with A_c's term written
     # without dividing by A_c (a candidate that accepted nothing has ratio 0, not an error).
@@ -329,40 +292,8 @@ def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequen
     se = math.sqrt(n / (n - 1) * float(np.sum(influence ** 2)))
     q = float(student_t.ppf(0.5 + confidence / 2, n - 1))
     ci_low, ci_high = max(0.0, ratio - q * se), ratio + q * se
-    change = change_text(ratio, up="higher", down="lower")
-    head = (f"{subject}: accepted tokens per step {rate_c:.3f} ({a_c:.0f} over {s_c:.0f} steps) vs {rate_r:.3f} "
-            f"{reference_label} ({a_r:.0f} over {s_r:.0f}), same {n} {unit}: ratio {ratio:.3f} "
-            f"({confidence * 100:.4g} % CI {ci_low:.3f}-{ci_high:.3f}, t {n - 1} df = {q:.2f}; {change})")
-    rule = f"fails when the interval lies below {threshold:.3g} ({tolerance * 100:g} % lower); {METHOD_PAIRED_REQUESTS}"
-    if ci_high < threshold:
-        passed, decided, message = False, True, f"{head}: the whole interval is below {threshold:.3g}; {rule}"
-    elif ci_low >= threshold:
-        passed, decided, message = True, True, f"{head}; {rule}"
-    else:
-        passed, decided = False, False
-        message = f"{head}: undecided, the interval holds {threshold:.3g}; {rule}"
-    return Comparison(**common, passed=passed, measured=rate_c, reference=rate_r, ratio=ratio, ci_low=ci_low,
-                      ci_high=ci_high, message=message, decided=decided)
-
-
-@dataclass(frozen=True)
-class _FailLine:
-    """reference * (1 - tolerance), written as "0.462 = stored - 20 %" in messages."""
-
-    reference: float
-    tolerance: float
-    label: str
-
-    @property
-    def threshold(self) -> float:
-        return 1.0 - self.tolerance
-
-    @property
-    def value(self) -> float:
-        return self.reference * self.threshold
-
-    def __str__(self) -> str:
-        return f"{self.value:.3g} = {self.label} - {self.tolerance * 100:g} %"
+    return Comparison(**common, passed=ci_low >= threshold, measured=rate_c, reference=rate_r, ratio=ratio,
+                      ci_low=ci_low, ci_high=ci_high, decided=ci_low >= threshold or ci_high < threshold)
 
 
 def _check_acceptance_inputs(measured: Observed, reference: Observed, *, tolerance: float, subject: str,
@@ -415,14 +346,4 @@ def compare_outputs(
         first_divergence[prompt_id] = _first_divergence(text, reference_text)
     identical = sum(1 for index in first_divergence.values() if index is None)
     share = identical / len(first_divergence)
-    passed = share >= min_identical_share
-    diverged = [f"{pid} at char {index}" for pid, index in first_divergence.items() if index is not None]
-    shown = ", ".join(diverged[:5]) + (f" and {len(diverged) - 5} more" if len(diverged) > 5 else "")
-    message = (
-        f"{subject}: {identical}/{len(first_divergence)} outputs identical to {reference_label} "
-        f"({share * 100:.0f} %, minimum {min_identical_share * 100:g} %)"
-        + (f"; first divergence: {shown}" if diverged else "")
-    )
-    return OutputComparison(
-        identical_share=share, first_divergence=first_divergence, passed=passed, message=message
-    )
+    return OutputComparison(share, first_divergence, share >= min_identical_share, min_identical_share)

@@ -1,5 +1,7 @@
-"""A gate's verdict: :class:`GateResult`, one outcome (specgate.decide.outcome) with a one-line reason and the
-figures behind it (``details``), the same for every gate, in the session, the report and on the controller."""
+"""A gate's verdict: :class:`GateResult`, one outcome (specgate.decide.outcome), the rule that decided and the
+facts it rests on (``details``), the same for every gate, in the session, the report and on the controller.
+The deciding layer composes no words: ``message`` is the full statement specgate.report.verdicts renders from
+the facts when the result is recorded (``worded``)."""
 
 from __future__ import annotations
 
@@ -16,13 +18,18 @@ class GateResult:
     prompt_class: str
     concurrency: int
     outcome: Outcome
-    message: str
+    message: str  # the full statement, rendered by the report layer ("" until then)
     declared: str | None = None  # reason of a declared (accepted) backfire
     details: dict[str, Any] = field(default_factory=dict)
     # Whether it gates the run: "gate", "report" (never fails it) or None (the outcome policy
-    # alone), and why (specgate.gating; set when the session records it)
+    # alone), and why (specgate.decide.settings.resolve_gating; set when the session records it)
     gating: str | None = None
     gating_reason: str | None = None
+
+    @property
+    def rule(self) -> str | None:
+        """The rule that decided (``details["rule"]``: "paired", "acceptance", "ttft", ...)."""
+        return self.details.get("rule")
 
     @property
     def passed(self) -> bool:

@@ -23,7 +23,7 @@ from specgate.decide.gates import (
 from specgate.decide.outcome import NOT_STORED, OUTCOME_KINDS, STORING, Outcome, pytest_action
 from specgate.decide.verdict import GateResult
 from specgate.plugin.session import SpecgateSession
-from specgate.report.verdicts import pytest_text, terminal_line
+from specgate.report.verdicts import pytest_text, statement, terminal_line, worded
 from specgate.store.baselines import (
     OTHER_MACHINE,
     OTHER_MEASUREMENT,
@@ -134,6 +134,7 @@ class GateKeeper:
 
     def _finish(self, result) -> None:
         __tracebackhide__ = True
+        result = worded(result)
         self.session.record(result)  # one that decided nothing is listed as such, never as passed
         self._act(result.gate, result.outcome, result.message, declared=result.declared is not None, m=result)
 
@@ -226,7 +227,7 @@ class GateKeeper:
         result = check_backfire(self._settings(m), m, reference, starts)
         if result.outcome is Outcome.PASS and result.declared:
             warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "
-                          f"{result.message}", stacklevel=1)
+                          f"{statement(result.to_dict())}", stacklevel=1)
         self._finish(result)
 
     def ttft(self, m) -> None:

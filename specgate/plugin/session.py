@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from specgate.decide.breakeven import from_report
 from specgate.decide.outcome import OUTCOME_KINDS, Family, Outcome, outcome_of_kind
 from specgate.errors import ConfigError, SpecgateError
-from specgate.lazy import baselines, follow_up, server
+from specgate.lazy import baselines, server, verdicts
 from specgate.lazy import protocol as measure
 from specgate.measure.telemetry import window_sampler
 from specgate.plugin.resolve import SessionOptions, resolve_run
@@ -149,7 +149,7 @@ class SpecgateSession:
             run, budget = self.settings, self.options.time_budget_s
             self._measurer = measure.Measurer(
                 run.rig, progress=self.progress, telemetry=window_sampler(run.rig.tier, run.gpus),
-                follow_up=lambda m: follow_up.follow_up_reason(run.window(m.mode, m.prompt_class, m.concurrency),
+                follow_up=lambda m: verdicts.follow_up_said(run.window(m.mode, m.prompt_class, m.concurrency),
                                                                m, self.gates_selected_for(m)),
                 deadline=None if budget is None else self.options.started_at + budget)
         return self._measurer
@@ -297,7 +297,8 @@ class SpecgateSession:
 
     def record(self, result: GateResult) -> None:
         """Keep a gate's result: a decided one in ``results``, one that decided nothing in
-        ``undecided`` (with its kind), so no report counts it as passed."""
+        ``undecided`` (with its kind), so no report counts it as passed; its words are the report layer's."""
+        result = verdicts.worded(result)
         if result.gating is None:
             window = self.settings.window(result.mode, result.prompt_class, result.concurrency)
             result.gating, result.gating_reason = window.gating[result.gate]

@@ -144,7 +144,7 @@ def _tag(entry: dict[str, Any], outcome: Outcome) -> str:
     return {Outcome.FAIL: "FAIL", Outcome.DECLARED_BACKFIRE: "DECLARED"}.get(outcome, outcome.value.upper())
 
 
-def _against(label: str | None) -> str | None:
+def _against(label: str | None, details: dict[str, Any]) -> str | None:
     if not label:
         return None
     label = label.strip()
@@ -152,6 +152,8 @@ def _against(label: str | None) -> str | None:
         return "reference side"
     if label in ("stored", "baseline"):
         return "stored figures"
+    if label in ("stored ratio", "stored ratios") and details.get("reference_mode"):
+        return f"{label} to {details['reference_mode']}"
     if (m := _STORED_RATIO.search(label)) is not None:
         return f"stored ratio to {m.group(1)}"
     if label.startswith("the stored starts' mean"):
@@ -255,7 +257,7 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
     ab = windows.reference_side(entry)
     m = windows.window(entry)
 
-    label = _against(figures.get("reference_label") or parsed.get("reference_label"))
+    label = _against(figures.get("reference_label") or parsed.get("reference_label"), details)
     if label is None:
         if ab is not None:
             label = "reference side"
@@ -276,8 +278,13 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
         unit = "prompts" if figures.get("per_request") else "drafts"
     n_text = f"{int(n)} {unit}" if _num(n) is not None else "-"
     # how the window was compared: details["compared"] ("design" in reports before 2026-12-05), else the message
-    compared = str(details.get("compared") or details.get("design") or entry.get("message") or "")
-    if (starts := _STARTS.search(compared)) is not None:
+    compared = details.get("compared") or details.get("design") or entry.get("message") or ""
+    if isinstance(compared, dict):  # the facts (since the words left the deciding layer)
+        stored = (compared.get("history") or {}).get("levels")
+        if stored and details.get("unit") != "stored starts":
+            n_text += f", {len(stored)} stored {'ratios' if compared['how'] == 'ratio history' else 'starts'}"
+        compared = ""
+    if (starts := _STARTS.search(str(compared))) is not None:
         n_text = f"{n_text}, {starts.group(1)} stored {starts.group(2)}"
     if "history_sittings" in details:  # the stored history's sittings (None: not recorded)
         k = details["history_sittings"]
@@ -288,6 +295,12 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
         measured = _tok_s(m)
         if ab is not None:
             reference = _tok_s(ab)
+        elif _num(details.get("shift")) is not None:
+            reference = f"x{details['shift']:.3f}"  # a ratio to the mode the "against" column names
+            if ratio is not None:
+                measured = f"x{ratio * details['shift']:.3f}"
+        elif details.get("reference_label") == "stored starts" and _num(details.get("center")) is not None:
+            reference = f"{details['center']:.1f} tok/s"
         elif (stored := _STORED_RATIO.search(str(figures.get("reference_label") or entry.get("message") or ""))):
             shift = float(stored.group(2))
             reference = f"x{shift:.3f}"  # ratios to the mode the "against" column names
@@ -319,7 +332,9 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
 
     verdict = str(figures.get("verdict") or details.get("verdict") or "")
     message = str(figures.get("message") or entry.get("message") or "")
-    metric = _acceptance_metric(message) if gate == "acceptance" else ""
+    metric = ("" if gate != "acceptance" else _acceptance_metric(message) if "metric" not in figures else
+              {"rate": "rate", "tokens per step": "tok/step"}.get(figures["metric"],
+                                                                  figures["metric"].replace("pos", "pos. ")))
     return GateComparison(
         mode=entry["mode"], prompt_class=entry["prompt_class"], concurrency=entry["concurrency"], gate=gate,
         against=label, reference=reference, measured=measured, ratio=ratio, ci_low=ci_low, ci_high=ci_high,

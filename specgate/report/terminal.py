@@ -26,7 +26,14 @@ from specgate.report import plots
 from specgate.report.comparisons import gate_comparisons, undecided_kind
 from specgate.report.html import write_html
 from specgate.report.safe_text import markdown_without_html, without_control_chars
-from specgate.report.verdicts import LINE_WIDTH, breakeven_line, clip, gating_lines, grouped_lines
+from specgate.report.verdicts import (
+    LINE_WIDTH,
+    breakeven_line,
+    clip,
+    gating_lines,
+    grouped_lines,
+    strongest_pair_text,
+)
 from specgate.store.figures import ab_side, change_percent, is_partner, median_rate
 from specgate.store.saved_report import missing_line
 
@@ -318,8 +325,8 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
             by_reason[(tag, f"the stored figures were measured with {'; '.join(fit['differences'])}")].append(where)
         if details.get("stale_baseline"):
             by_reason[("STALE FIGURES", details["stale_baseline"])].append(where)
-        if (pair := details.get("strongest_pair")) and pair.get("text"):
-            by_reason[(f"PAIR STANDS OUT in {gate['gate']}", pair["text"])].append(where)
+        if pair := details.get("strongest_pair"):
+            by_reason[(f"PAIR STANDS OUT in {gate['gate']}", strongest_pair_text(pair))].append(where)
     return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()] + \
         host_bound_lines(report) + spell_lines(report)
 

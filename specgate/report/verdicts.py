@@ -10,12 +10,21 @@ report.html).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from specgate.config.defaults import MIN_PAIRS
+from specgate.decide.follow_up import FollowUp, follow_up_reason
+from specgate.decide.history import StartHistory, history_steps
 from specgate.decide.host_pace import HOST_PACE
 from specgate.decide.outcome import NOT_STORED, STORING, Family, Outcome, Policy, pytest_action
+from specgate.decide.settings import WindowSettings
+from specgate.decide.stats import trials_to_resolve
+from specgate.decide.verdict import GateResult
+from specgate.measure.per_request import Agreement
+from specgate.measure.protocol import ClassMeasurement
 from specgate.report.comparisons import comparison, no_windows, undecided_kind
 from specgate.report.red_runs import red_run_lines
 
@@ -186,3 +195,402 @@ def breakeven_line(row: Mapping[str, Any]) -> str:
     2.5-3.4 plain steps; it needs AL above that; it reached 1.86-2.55"."""
     return (f"{row['mode']}'s step costs {_span(row['step_cost'], 1)} plain steps; it needs AL above that; "
             f"it reached {_span(row['acceptance_length'], 2)}")
+
+
+# -- the full statement: a gate's facts (its details, specgate.decide) in words ------------------------
+def change_text(ratio: float, *, up: str = "faster", down: str = "slower") -> str:
+    """'26 % slower' / '4.2 % faster': whole percent once the change is large."""
+    pct = (ratio - 1.0) * 100.0
+    if round(abs(pct), 1) == 0:
+        return "no change"
+    return f"{abs(pct):.0f} % {down if pct < 0 else up}" if abs(pct) >= 10 else f"{abs(pct):.1f} % " + (
+        down if pct < 0 else up)
+
+
+def _count(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
+
+
+def _metric(c: Mapping[str, Any], lengths: list[float] | None) -> str:
+    metric = c.get("metric", "rate")
+    if metric == "tokens per step":
+        return "accepted tokens per step"
+    if metric.startswith("pos") and metric[3:].isdigit():
+        return f"position {metric[3:]} rate"
+    if metric != "rate":
+        return metric
+    return "acceptance rate" + (f" (mean acceptance length {lengths[0]:.2f} vs {lengths[1]:.2f})" if lengths else "")
+
+
+def check_text(subject: str, c: Mapping[str, Any], lengths: list[float] | None = None) -> str:
+    """One acceptance check (specgate.decide.stats.Comparison) in words."""
+    label, tol, cov = c.get("reference_label", "stored"), c.get("tolerance", 0.0), c.get("confidence") or 0.95
+    value, ref, ratio, threshold = c["measured"], c["reference"], c["ratio"], c["threshold"]
+    head = f"{subject}: {_metric(c, lengths)} {value:.3g}"
+    line = f"{ref * threshold:.3g} = {label} - {tol * 100:g} %"
+    lo, hi, counts, trials = c.get("ci_low"), c.get("ci_high"), c.get("counts"), c.get("trials", "drafts")
+    below, undecided = c.get("decided", True) and not c["passed"], not c.get("decided", True)
+    if c.get("why"):  # per request, nothing to compare
+        why = {"pairs": f"{c['n_measured']} paired {trials}", "no steps": "no decode steps on one side"}.get(
+            c["why"], f"the {label} accepted no draft token")
+        return f"{subject}: accepted tokens per step cannot be compared: {why}; {c['method']}"
+    chg = change_text(ratio, up="higher", down="lower") if ratio is not None else "?"
+    if counts is None or lo is None:
+        return f"{head} vs {ref:.3g} {label} (ratio {ratio:.3f}, {chg}; fails below {line}; {c['method']})"
+    refs = c.get("reference_counts")
+    if c.get("metric") == "tokens per step":
+        head = (f"{subject}: accepted tokens per step {value:.3f} ({counts[0]:.0f} over {counts[1]:.0f} steps) vs "
+                f"{ref:.3f} {label} ({refs[0]:.0f} over {refs[1]:.0f}), same {c['n_measured']} {trials}: ratio "
+                f"{ratio:.3f} ({cov * 100:.4g} % CI {lo:.3f}-{hi:.3f}, t {c['dof']} df; {chg})")
+    elif refs:
+        head += (f" ({_count(counts[0])} of {counts[1]:.0f} {trials}) vs {ref:.3g} {label} ({_count(refs[0])} of "
+                 f"{refs[1]:.0f}): ratio {ratio:.3f} ({cov * 100:.4g} % CI {lo:.3f}-{hi:.3f}, {chg})")
+    else:  # one sample against an exact figure: the Wilson interval of the rate itself
+        needed = trials_to_resolve(ref, tol, cov)
+        head += (f" ({_count(counts[0])} of {counts[1]:.0f} {trials}, {cov * 100:g} % interval {lo:.3g}-{hi:.3g}) vs "
+                 f"{ref:.3g} {label} (ratio {ratio:.3f}, {chg})")
+        rule = f"fails when the interval lies below {line}; {c['method']}"
+        if undecided:
+            return (f"{head}: too few {trials} to gate, the interval spans the fail line {line}; about "
+                    f"{float(f'{needed:.2g}'):.0f} {trials} would resolve a {tol * 100:g} % drop; {c['method']}")
+        return f"{head}{': the whole interval is below the fail line' if below else ''}; {rule}"
+    rule = f"fails when the interval lies below {threshold:.3g} ({tol * 100:g} % lower); {c['method']}"
+    if undecided and c.get("metric") == "tokens per step":
+        return f"{head}: undecided, the interval holds {threshold:.3g}; {rule}"
+    if undecided:
+        return f"{head}: too few {trials} to gate, the interval spans {threshold:.3g}; {rule}"
+    return f"{head}{f': the whole interval is below {threshold:.3g}' if below else ''}; {rule}"
+
+
+def _subject(entry: Mapping[str, Any], *, concurrency: bool = True) -> str:
+    return f"{entry['mode']} on {entry['prompt_class']}" + (f" (concurrency {entry['concurrency']})"
+                                                            if concurrency else "")
+
+
+def _side(mode: str, side: str | None) -> str:
+    return f"{mode} ({side} side)" if side else mode
+
+
+def _looks_text(looks: Mapping[str, Any] | None) -> str:
+    if not looks:
+        return ""
+    if looks.get("second"):
+        return "; second look, after follow-up rounds (repeated intervals over two looks)"
+    skipped = looks.get("skipped")
+    return "; first look of two (repeated intervals)" + (f"; its follow-up was skipped: {skipped}" if skipped else "")
+
+
+def _history_text(h: Mapping[str, Any], *, sessions: bool = False) -> str:
+    history = StartHistory(tuple(h["levels"]), tuple(h["sittings"]) if h.get("sittings") else None)
+    text = history.describe(h["threshold"], h["confidence"])
+    return text.replace("start-to-start", "session-to-session") if sessions else text
+
+
+def _stored_text(c: Mapping[str, Any]) -> str:
+    """How a window was held against stored figures (specgate.decide.gates.check_throughput's ``compared``)."""
+    steps = c.get("steps")
+    steps = f"; {history_steps(steps['levels'], steps['sittings'])}" if steps else ""
+    how, stored = c["how"], f"; {c.get('baseline')}{steps}"
+    if how == "sequential":
+        if "histories" in c:
+            (a, sa), (b, sb) = c["histories"]
+            return (f"windows one after the other; the two starts' offsets from this machine's stored histories ({a} "
+                    f"and {b} starts, spread {sa * 100:.2f} % and {sb * 100:.2f} %, t({c['dof']})) added: "
+                    f"±{math.expm1(c['added']) * 100:.2f} %")
+        noise = c.get("start_noise")
+        return "windows one after the other" + (f"; start noise {noise * 100:g} % added" if noise
+                                                else "; start noise not known")
+    if how == "stored samples":
+        noise = c.get("start_noise")
+        return (f"level vs stored samples ({c['starts']} stored start(s); a history is used from {c['min_starts']} on, "
+                "`python -m specgate build-history`); start noise " + (
+                    f"{noise * 100:g} % from the rig" if noise else
+                    "unknown (no start_noise): the interval holds this run's noise only") + steps)
+    if how == "level history":
+        return (f"level vs the mean of the stored starts; {_history_text(c['history'])}; this mode and class only "
+                f"(not pooled){stored}")
+    head = f"{c['arrangement']} ratio to {c['partner']} vs the stored ratio"
+    if how == "ratio history":
+        return (f"{head}; this window's ratio ({c['now']:.3f}x) against the mean of {len(c['history']['levels'])} "
+                f"stored ratios; {_history_text(c['history'], sessions=True)}; this mode and class only (not "
+                f"pooled){stored}")
+    basis = {"unknown": "its interval added; session-to-session spread unknown (fewer than 3 stored ratios, no "
+                        "start_noise): the interval holds the two windows' noise only",
+             "own": "its interval added (wider than the rig's start noise for four starts)"}.get(
+        c["spread_basis"], f"session-to-session spread from the rig's start noise ({c.get('start_noise', 0) * 100:g} % "
+                           f"per start, four starts, z = {c.get('quantile', 0):.2f}) until 3 ratios are stored")
+    return f"{head}; {basis}{stored}"
+
+
+def compared_text(d: Mapping[str, Any]) -> str:
+    """How a gate's window was taken and what it was held against (its details' ``compared``,
+    ``start_pair`` and ``looks``)."""
+    compared = d.get("compared") or ""
+    text = _stored_text(compared) if isinstance(compared, Mapping) else str(compared)
+    if (start := d.get("start_pair")) and "quantile" in start:
+        first = (f"the {start['first']} side started first (seed {start['seed']})" if start.get("first")
+                 else "start order not recorded")
+        if not start["spread"]:
+            text += (f"; {first}; start-pair offset not folded in (start_pair_spread = 0; two fresh servers of one "
+                     "build have read 1 % apart by start order)")
+        else:
+            name = "z" if start.get("dof") is None else f"t, {start['dof']} df"
+            text += (f"; {first}; start-pair spread {start['spread'] * 100:g} % folded in ({name} = "
+                     f"{start['quantile']:.2f}: ±{math.expm1(start['widened_log']) * 100:.1f} %)")
+    return text + _looks_text(d.get("looks"))
+
+
+def reference_text(d: Mapping[str, Any]) -> str:
+    """What a ratio was taken against, with the stored figure it was: 'its stored ratio to no_spec (1.114)'."""
+    label = d.get("reference_label", "")
+    if label == "stored ratio":
+        return f"its stored ratio to {d['reference_mode']} ({d['shift']:.3f})"
+    if label == "stored ratios":
+        return f"the stored ratios' mean to {d['reference_mode']} ({d['center']:.3f})"
+    if label == "stored starts":
+        return f"the stored starts' mean level ({d['center']:.1f} tok/s; this start {d['level']:.1f})"
+    return str(label)
+
+
+def left_out_text(left: Mapping[str, Any] | None) -> str:
+    """The requests a comparison left out (specgate.decide.matching.Samples.left_out) and why; "" when none."""
+    if not left:
+        return ""
+    parts = []
+    untimed = {**{f"{k} ({left['reference_label']})": why for k, why in left["reference_untimed"].items()},
+               **left["untimed"]}
+    if untimed:
+        parts.append("without a decode rate: " + ", ".join(f"{k} ({why})" for k, why in untimed.items()))
+    if left.get("one_sided"):
+        parts.append(f"paired on {left['paired']} requests, left out (timed on one side only): "
+                     + ", ".join(left["one_sided"]))
+    return "; ".join(parts)
+
+
+def strongest_pair_text(p: Mapping[str, Any]) -> str:
+    """A pair that stands out of a window's ratio (specgate.decide.paired.strongest_pair) in words."""
+    if p.get("text"):  # a report written before the words left the deciding layer
+        return str(p["text"])
+    factor = p["outlier_factor"]
+    apart = (f"{factor:.0f}x the window's median residual" if math.isfinite(factor)
+             else "the window's other residuals are 0")
+    return (f"one pair stands out ({apart}) and {'lowers' if p['shift_pct'] < 0 else 'raises'} the ratio "
+            f"{abs(p['shift_pct']):.1f} %: {p['key']} at {p['measured']:.1f} vs {p['reference']:.1f} tok/s (its "
+            f"prompt's other pairs: {p['prompt_others_measured']:.1f} vs {p['prompt_others_reference']:.1f}); "
+            f"{p['ratio_without']:.3f}x without it")
+
+
+def _notes(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    """What a statement adds in brackets: requests left out, a pair that stands out, a comparison that
+    catches nothing useful, a declared backfire."""
+    notes = [text for text in (left_out_text(d.get("left_out")),
+                               strongest_pair_text(d["strongest_pair"]) if d.get("strongest_pair") else "") if text]
+    text = f" [{'; '.join(notes)}]" if notes else ""
+    if d.get("catches_nothing_useful"):
+        text += (f" [this stored-figure comparison catches only a true ratio <= {d['detectable']:.3f} (95 % of the "
+                 f"time), not a slowdown of twice its {d['tolerance'] * 100:g} % tolerance: no speed gate on its own; "
+                 "gate speed on a live comparison (A/B, or the backfire duet)]")
+    if entry.get("declared") and entry.get("outcome") == Outcome.DECLARED_BACKFIRE.value:
+        text += f" [declared backfire: {entry['declared']}]"
+    return text
+
+
+def verdict_text(d: Mapping[str, Any]) -> str:
+    """The verdict in words: 'slower', 'faster', 'equal within ±2.1 %', 'undecided'..."""
+    if d.get("verdict") == "equal" and d.get("equal_within") is not None:
+        return f"equal within ±{d['equal_within'] * 100:.1f} %"
+    return str(d.get("verdict"))
+
+
+def method_text(d: Mapping[str, Any]) -> str:
+    """The statistic a ratio was decided by, with its prompts and degrees of freedom where they count."""
+    method = str(d.get("method", ""))
+    return f"{method} ({d['prompts']} prompts, {d['dof']} df)" if d.get("prompts") else method
+
+
+def ratio_text(d: Mapping[str, Any], label: str) -> str:
+    """A decided ratio in one clause: '0.740x no speculation (26 % slower; 96.9 % CI 0.70-0.78; threshold
+    1.00; 12 pairs; Hodges-Lehmann ...; catches a true ratio <= 0.93 95 % of the time ...)'."""
+    head = f"{d['ratio']:.3f}x {label} ({change_text(d['ratio'])}"
+    if d.get("ci_low") is None or d.get("ci_high") is None:
+        return (f"{head}; threshold {d['threshold']:.2f}; {d['n']} pair(s), too few for an interval (at least "
+                f"{MIN_PAIRS}): undecided, a point ratio decides nothing)")
+    resolution = "resolution unknown"
+    if d.get("detectable") is not None:
+        dof = d.get("quantile_dof")
+        quantile = d.get("quantile_name") or ("z" if dof is None else f"t, {dof} df")
+        resolution = (f"catches a true ratio <= {d['detectable']:.3f} 95 % of the time at this spread, one-sided at "
+                      f"{(1.0 - d['confidence']) / 2 * 100:.2g} % ({quantile} = {d['quantile']:.2f})")
+    interval = "prediction interval" if d.get("unit") == "stored starts" else "CI"
+    return (f"{head}; {d['confidence'] * 100:.1f} % {interval} {d['ci_low']:.3f}-{d['ci_high']:.3f}; threshold "
+            f"{d['threshold']:.2f}; {d['n']} {d.get('unit', 'pairs')}; {method_text(d)}; {resolution})")
+
+
+def _paired(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    failed = not d.get("passed", True)
+    mode, cls = entry["mode"], entry["prompt_class"]
+    if failed and d.get("head") == "backfire":
+        head = f"{mode} is {change_text(d['ratio'])} than no speculation on {cls}"
+    elif failed and d.get("head") == "history":
+        head = f"{mode} is {change_text(d['ratio'])} than its history on {cls}"
+    else:
+        head = _subject(entry, concurrency=entry["gate"] != "backfire")
+    return f"{head}: {verdict_text(d)}: {ratio_text(d, reference_text(d))} [{compared_text(d)}]"
+
+
+def _ttft(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    label, limit = d["reference_label"], d["limit"]
+    interval = (f"{d['confidence'] * 100:.1f} % CI {d['ci_low']:.3f}-{d['ci_high']:.3f}" if d.get("ci_low") is not None
+                else f"no interval under {d['n']} pairs")
+    pct = (d["ratio"] - 1) * 100
+    change = "no change" if round(pct, 1) == 0 else f"{abs(pct):.1f} % {'longer' if pct > 0 else 'shorter'}"
+    if d.get("withheld"):
+        return (f"{_subject(entry)}: TTFT undecided: it would pass, but a pass needs {d['withheld']} pairs and this "
+                f"window has {d['n']} ({d['ratio']:.3f}x {label}; {interval}; fails above {limit:.2f}) "
+                f"[{compared_text(d)}]")
+    return (f"{_subject(entry)}: TTFT {d['verdict']}: {d['ratio']:.3f}x {label} ({change}; {interval}; fails above "
+            f"{limit:.2f}; {d['n']} pairs; median {d['median_ttft_ms']:.0f} vs {d['reference_median_ttft_ms']:.0f} "
+            f"ms; {method_text(d)}) [{compared_text(d)}]")
+
+
+def mismatch_text(f: Mapping[str, Any]) -> str:
+    """How a window's streams' counts differ from vLLM's (specgate.decide.gates.stream_count_mismatch)."""
+    if "merged" in f:
+        return (f"{_side(f['mode'], f['side'])}: its streams show {f['seen']} decode steps where vLLM took "
+                f"{f['vllm_steps']:.0f}: {f['merged']} step(s) merged into other chunks (allowed: {f['allowed']}; "
+                "the client read late)")
+    counted = (f"{_side(f['mode'], f['side'])}: its streams show {f['counted']} accepted draft tokens over "
+               f"{f['steps']} decode steps where vLLM counted {f['server']:.0f} over {f['drafts']:.0f} drafts")
+    if f["more"]:
+        return f"{counted} (allowed: at most {f['allowed']:.0f} more): the client read steps merged into one chunk"
+    return (f"{counted} (allowed: at most {f['allowed']:.0f} fewer, one draft's {f['per_draft']:.3g} tokens per "
+            "request cut at max_tokens)")
+
+
+def _acceptance(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    subject, checks = _subject(entry, concurrency=False), d["checks"]
+    shown = ([c for c in checks if c.get("decided", True) and not c["passed"]]
+             or [c for c in checks if not c.get("decided", True)] or checks[:1])
+    family = d["family_confidence"]
+    text = ("; ".join(check_text(subject, c, d.get("lengths")) for c in shown)
+            + f" [one decision over {len(checks)} checks (overall and per position), each at "
+            f"{d['check_confidence'] * 100:.4g} % (Bonferroni): a false FAIL at most {(1 - family) / 2 * 100:.3g} % "
+            "of the time" + ("" if d.get("stored_counts", True) else
+                             f"; the {d['reference_label']} figures have no counts, taken as exact") + "]")
+    unused = d.get("per_request_unused")
+    if unused:
+        why = ("; ".join(map(mismatch_text, unused["mismatch"])) if unused["mismatch"] else
+               f"only {unused['prompts']} prompt(s) with decode steps on both sides")
+        text += f" [per-request counts not used: {why}]"
+    return text
+
+
+def _acceptance_per_request(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    counters = d.get("counters")
+    said = ("the reference side exported no spec-decode counters" if not counters else
+            f"vLLM's counters: acceptance rate {counters[0]:.3f} vs {counters[1]:.3f}, mean acceptance length "
+            f"{counters[2]:.2f} vs {counters[3]:.2f}")
+    if d.get("per_request_source") == "vllm":
+        said += "; per request: vLLM's own counts (draft steps); " + "; ".join(
+            Agreement(tuple(map(tuple, rows))).text() for rows in d.get("agreement") or [])
+    return f"{check_text(_subject(entry, concurrency=False), d)} [{said}; {compared_text(d)}]"
+
+
+def _outputs(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    firsts = d["first_divergence"]
+    diverged = [f"{pid} at char {at}" for pid, at in firsts.items() if at is not None]
+    shown = ", ".join(diverged[:5]) + (f" and {len(diverged) - 5} more" if len(diverged) > 5 else "")
+    return (f"{_subject(entry, concurrency=False)}: {len(firsts) - len(diverged)}/{len(firsts)} outputs identical "
+            f"to reference ({d['identical_share'] * 100:.0f} %, minimum {d['min_identical_share'] * 100:g} %)"
+            + (f"; first divergence: {shown}" if diverged else ""))
+
+
+def _untimed(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    return f"{_subject(entry)}: undecided: " + "; ".join(
+        f"the client timed {_side(t['mode'], t['side'])} at {t['client']:.1f} tok/s where vLLM's own time per output "
+        f"token gives {t['server']:.1f} ({t['client'] / t['server']:,.2f}x it; the rig allows ±"
+        f"{t['tolerance'] * 100:g} %, client_server_tolerance): the client read the streams late (starved of "
+        "CPU?), so this window's rates are not measurements" for t in d["timings"]) + (
+        " [client timings checked against the server's]")
+
+
+def _start_pairs(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
+    if d["basis"] == "own":
+        spread = f"their own spread ({d['own_spread'] * 100:.2f} %)"
+    elif d["basis"] == "rig":
+        spread = f"the rig's start-pair spread {d['rig_spread'] * 100:g} %" + (
+            f" over {d['spread_pairs']} start pairs" if d.get("spread_pairs") else "")
+    else:
+        spread = "start-pair spread unknown (start_pair_spread = 0): the interval holds the windows' noise only"
+    each = "; ".join(f"{p['first']} first: {p['ratio']:.3f}x" + (
+        f" ({p['ci_low']:.3f}-{p['ci_high']:.3f}, {p['n']} pairs)" if p.get("ci_low") and p.get("ci_high") else "")
+        for p in d["per_pair"])
+    return (f"{_subject(entry)}: {verdict_text(d)}: {ratio_text(d, d['reference_label'])} [{d['start_pairs']} start "
+            f"pairs, the first side alternating; {spread}; each: {each}]")
+
+
+RULES = {
+    "paired": _paired, "ttft": _ttft, "acceptance": _acceptance, "acceptance per request": _acceptance_per_request,
+    "outputs": _outputs, "untimed": _untimed, "start pairs": _start_pairs,
+    "unpaired": lambda e, d: (f"{_subject(e)}: undecided: the two sides share too few request keys to pair "
+                              f"({d['n_measured']} vs {d['n_reference']} timed requests; other prompts or repeats?) "
+                              f"[{compared_text(d)}]"),
+    "ttft unpaired": lambda e, d: (f"{_subject(e)}: TTFT undecided: {d['shared']} request(s) with a first token on "
+                                   f"both sides share a key ({d['n_measured']} vs {d['n_reference']} with one) "
+                                   f"[{compared_text(d)}]"),
+    "no counters": lambda e, d: f"{_subject(e, concurrency=False)}: the server exported no spec-decode counters; "
+                                "is speculation on?",
+    "nothing to compare": lambda e, d: (f"{_subject(e, concurrency=False)}: the {d['reference_label']} figures have "
+                                        "no acceptance; " + ("update them" if d["reference_label"] == "stored"
+                                                             else "is speculation on there?")),
+}
+
+
+def statement(entry: Mapping[str, Any]) -> str:
+    """A gate's full statement (summary.md, report.html, report.json's ``message``): its rule's words for
+    its facts, or the message it was saved with (a report written before the words left the deciding layer)."""
+    d = entry.get("details") or {}
+    words = RULES.get(d.get("rule"))
+    if words is None:
+        return str(entry.get("message") or "")
+    pace = d.get("host_pace") if d.get("undecided_kind") == HOST_PACE else None
+    text = words(entry, {**d, "verdict": d.get("decided_as", d.get("verdict"))} if pace else d) + _notes(entry, d)
+    if pace:
+        factor = pace["factor"]
+        how = f"{factor:.2f}x as long: a slower host" if factor > 1 else f"{1 / factor:.2f}x as fast: a faster host"
+        text = (f"{_subject(entry)}: undecided: this window's host took {pace['canary_us']:.1f} us for specgate's CPU "
+                f"canary against {pace['stored_canary_us']:.1f} us behind the stored figures ({how}; the rig allows "
+                f"±{pace['tolerance'] * 100:g} %, host_pace_tolerance), so the comparison would measure the hosts as "
+                f"well as the build. It gave: {text}")
+    return text
+
+
+def worded(result: GateResult) -> GateResult:
+    """``result`` with its full statement as its message (the deciding layer leaves it empty)."""
+    if not result.message:
+        result.message = statement(result.to_dict())
+    return result
+
+
+def follow_up_text(found: FollowUp | None) -> str | None:
+    """Why a window got its follow-up rounds (specgate.decide.follow_up), in words; None for None."""
+    if found is None:
+        return None
+    gate, d = found.result.gate, found.result.details
+    if found.why == "first look":
+        return f"the {gate} gate is undecided after the first look: {statement(found.result.to_dict())}"
+    interval = (f"{d['ratio']:.3f}x ({d['confidence'] * 100:.1f} % CI {d['ci_low']:.3f}-{d['ci_high']:.3f}, "
+                f"threshold {d['threshold']:.2f})")
+    if found.why == "margin":
+        return (f"the {gate} gate's '{d['verdict']}' after {d['n']} pairs reaches into the equivalence margin "
+                f"(±{found.margin * 100:g} %): {interval}")
+    if found.why == "strongest pair":
+        return f"{interval} after {d['n']} pairs: {strongest_pair_text(d['strongest_pair'])}"
+    return f"the {gate} gate is {d['verdict']} after {d['n']} pairs: {interval}"
+
+
+def follow_up_said(settings: WindowSettings, m: ClassMeasurement, selected: Collection[str] | None = None
+                   ) -> str | None:
+    """Why window ``m``'s first look gets its follow-up rounds (specgate.decide.follow_up.follow_up_reason), in
+    words, for the measurer's progress line and the window's ``follow_up``; None when it gets none."""
+    return follow_up_text(follow_up_reason(settings, m, selected))
