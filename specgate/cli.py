@@ -23,6 +23,7 @@ from specgate.exit_codes import ExitCode
 from specgate.plan.estimate import Conditions, arrangement_lines, arrangements, choose_arrangement, paths
 from specgate.plugin.cost import PlanCapture
 from specgate.report.history_view import build_history, history_text, plot_history
+from specgate.report.red_runs import red_run_lines
 from specgate.report.schemas import schema_text, write_schemas
 from specgate.report.start_pairs_view import run_start_pairs, write_combined
 from specgate.serve.extensions import run_model_prepared
@@ -301,6 +302,9 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
             print(line)
     else:
         print(plan.render())
+    red_runs = capture.run_session.settings.red_runs  # the selection's chance of a red A/A (issue 62)
+    for line in red_run_lines(red_runs.to_dict() if red_runs is not None else None):
+        print(line)
     if plan.refusal:
         print(f"specgate: refused before any server starts: {plan.refusal}", file=sys.stderr)
         return USAGE

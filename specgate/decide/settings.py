@@ -23,12 +23,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from specgate.config.arrangement import ArrangementChoice
+from specgate.decide import red_runs
 from specgate.decide.history import MIN_STARTS, StartHistory
-from specgate.decide.outcome import AUTO_FAMILY_FALSE_ALARM, GATES, Family, Gating, family
+from specgate.decide.outcome import GATES, Family, Gating
 from specgate.store.baselines import lookup
 
 if TYPE_CHECKING:
     from specgate.config.rig import DeclaredBackfire, Gates, Rig
+    from specgate.decide.red_runs import RedRuns
     from specgate.store.baselines import BaselineFile
 
 # What a window is compared with: "ab" (each mode on both A/B sides, live at once), "duet" (a live
@@ -177,6 +179,7 @@ class RunSettings:
     gating: Mapping[str, str]  # gate -> "auto" | "gate" | "report": the rig's, the option's over it
     windows: Mapping[WindowKey, WindowSettings]  # every window of the rig
     family: Family | None = None  # the gates that can fail the run, once the selection is known
+    red_runs: RedRuns | None = None  # the chance of a red A/A (specgate.decide.red_runs), likewise
 
     @classmethod
     def resolve(cls, rig: Rig, store: BaselineFile, *, machine: str | None, worker_gpus: str | None = None,
@@ -210,12 +213,15 @@ class RunSettings:
     def for_selection(self, tests: Iterable[GateTest]) -> RunSettings:
         """These settings at the confidence of the family of the selected gate ``tests``: those with an
         interval that can fail the run ([gates] family_false_alarm). Lossless compares outputs (no
-        interval), a declared backfire never fails, a gate reported only never fails the run."""
-        deciding = sum(1 for gate, mode, prompt_class, n in tests
-                       if gate != "lossless" and self.window(mode, prompt_class, n).gating_of(gate) != "report"
-                       and not (gate == "backfire" and self.rig.declared_backfire_for(mode, prompt_class) is not None))
-        controlled = self.rig.gates.family_false_alarm
-        if controlled is None and "auto" in self.gating.values():
-            controlled = AUTO_FAMILY_FALSE_ALARM
-        return self.with_family(family(self.rig.gates.confidence, controlled, deciding,
-                                       undecided_red=any(v in ("auto", "gate") for v in self.gating.values())))
+        interval), a declared backfire never fails, a gate reported only never fails the run. ``auto``
+        gates: those that keep the session's chance of a red A/A at most 5 %, each judged at the family's
+        confidence (specgate.decide.red_runs, which also gives that chance)."""
+        choice = red_runs.for_run(self, list(tests))
+        chosen = choice.red_runs.family
+        windows = {}
+        for key, window in self.windows.items():
+            auto = {gate: choice.gating[test] for gate in GATES if (test := (gate, *key)) in choice.gating}
+            windows[key] = replace(window, gating={**window.gating, **auto}) if auto else window
+        run = replace(self, windows=MappingProxyType(windows), red_runs=choice.red_runs)
+        return run.with_family(Family(chosen.gating, chosen.confidence, chosen.controlled,
+                                      undecided_red=any(v in ("auto", "gate") for v in self.gating.values())))

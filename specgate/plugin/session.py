@@ -421,6 +421,7 @@ class SpecgateSession:
             "outcome_policy": dict(run.outcome_policy),
             **({"start_order": {"seed": self.start_seed, "first": dict(self.start_order)}} if self.start_order else {}),
             **({"family": run.family.to_dict()} if run.family is not None else {}),
+            **({"red_runs": run.red_runs.to_dict()} if run.red_runs is not None else {}),
             **({"gating": dict(run.gating)} if run.gating else {}),
             # the settings of the selected windows: every window a gate of this run decides on
             "settings": [run.window(*key).to_dict()
