@@ -200,6 +200,8 @@ def test_the_kimi_ab_at_1_5_tb_takes_turns_one_mode_at_a_time_every_server_at_sl
     assert f"about {format_elapsed(chosen.plan.expected_s)}" in session
     assert "taking turns, one mode at a time (chosen): 4 start(s), 8 window(s)" in rest
     assert "every server at sleep level 1" in rest
+    # and the selection's chance of a red A/A (issue 62, specgate.decide.red_runs)
+    assert "\nRED A/A: at most " in rest and "of runs go red with nothing changed" in rest
 
 
 EAGLE_MODE = """
