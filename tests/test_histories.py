@@ -17,9 +17,10 @@ from words import said
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_throughput
-from specgate.decide.history import StartHistory, change_points, history_steps
+from specgate.decide.history import StartHistory, change_points
 from specgate.decide.outcome import Outcome
 from specgate.measure.protocol import ClassMeasurement
+from specgate.plan.histories import steps_words as history_steps
 from specgate.report.history_view import whose_history
 from specgate.store.baselines import (
     BaselineEntry,

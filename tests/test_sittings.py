@@ -17,9 +17,11 @@ from standins import gate_settings
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_throughput
-from specgate.decide.history import StartHistory, change_points, history_steps
+from specgate.decide.history import StartHistory, change_points
 from specgate.decide.paired import spread_quantile
 from specgate.measure.protocol import ClassMeasurement
+from specgate.plan.histories import describe_history
+from specgate.plan.histories import steps_words as history_steps
 from specgate.report.history_view import history_text
 from specgate.report.verdicts import statement, terminal_line
 from specgate.store import fingerprint
@@ -71,7 +73,7 @@ def test_a_two_sitting_history_interval_is_wider_than_its_within_sitting_one():
     assert between > 3 * within and dof == 1  # the smaller df: the two sittings' means carry one
     within_only = spread_quantile(0.95, 4) * within * math.sqrt(1 + 1 / 6)
     assert two.half_width(0.95) > 5 * one.half_width(0.95) > 5 * within_only
-    assert "t, 1 df = 12.71" in two.describe(0.97)
+    assert "t, 1 df = 12.71" in describe_history(two, 0.97)
     assert math.expm1(two.half_width(0.95)) < 0.03  # the H200 case still gates at a 3 % tolerance
     # one start a sitting: the starts' spread is the sittings', the starts one sample (t(N - 1))
     assert StartHistory(H200, tuple("abcdef")).components == StartHistory(H200).components

@@ -12,7 +12,7 @@ machine: one build-history, one pytest session, specgate.store.fingerprint.sitti
 on the interval holds the spread between sittings too (one-way random effects, :attr:`StartHistory.components`),
 and a history of one sitting says it does not. ``python -m specgate history --rig NAME`` shows every
 machine's histories: the levels over time (a table and a PNG), the spread, what the gate catches, and
-a step or a drift within a sitting (change-points, ruptures' PELT; :data:`STEP_RULE`).
+a step or a drift within a sitting (change-points, ruptures' PELT; specgate.plan.histories.STEP_RULE).
 """
 
 from __future__ import annotations
@@ -32,13 +32,8 @@ if TYPE_CHECKING:
 
 # A history needs at least this many starts before its spread is used (two degrees of freedom).
 MIN_STARTS = 3
-# How far apart sittings can read (docs/statistics.md, the GPU lab): the words of a one-sitting history.
-LEASES_APART = "levels of one machine kind have read 1.7-3.7 % apart between leases, docs/statistics.md"
 STEP_ALPHA = 0.01  # a history with no step shows one at most this often (normal levels)
-STEP_RULE = ("the rule: a step only within a sitting, where the mean log levels either side (2+ starts a side) "
-             "differ by more than their spread explains: a two-sample t-test at 1 % over every split tried "
-             "(Bonferroni; binary segmentation); sittings differ by design, their spread is in the interval and "
-             "never a step")
+
 
 
 @dataclass(frozen=True)
@@ -135,27 +130,6 @@ class StartHistory:
         one_sided = spread_quantile(0.90, self.dof)  # the one-sided 95 % point of t
         return threshold * math.exp(-(self.half_width(confidence) + one_sided * self.prediction_sd))
 
-    def sittings_text(self) -> str:
-        """Which sittings the history holds and whether the interval holds the spread between them."""
-        within, between, _, _ = self.components
-        k = len(self.groups)
-        if not self.recorded:
-            return (f"sittings not recorded (stored before specgate recorded them): taken as one sitting, so "
-                    f"the spread between sittings is not in the interval: {LEASES_APART}")
-        if k == 1:
-            return (f"one sitting: the spread between sittings is not in the interval: {LEASES_APART}; "
-                    "build-history in a later sitting adds it")
-        ones = " (the starts stored before sittings were recorded count as one)" if None in self.sittings else ""
-        if self.starts == k:
-            return f"{k} sittings{ones}, one start each: the spread is between sittings"
-        return (f"{k} sittings{ones}: within them {within * 100:.2f} %, between them {between * 100:.2f} % (one-way "
-                f"random effects), both in the interval, t at the smaller df (Hsu)")
-
-    def describe(self, threshold: float, confidence: float = 0.95) -> str:
-        return (f"{self.starts} stored starts, start-to-start spread {self.log_sd * 100:.2f} % "
-                f"({self.sittings_text()}; t, {self.dof} df = {spread_quantile(confidence, self.dof):.2f}); "
-                f"catches a true level ratio <= {self.catches(threshold, confidence):.3f}")
-
 
 def _splits(x: np.ndarray, offset: int, alpha: float) -> list[int]:
     """Binary segmentation of one sitting's log levels ``x``: the split (at least 2 starts a side) whose
@@ -179,7 +153,7 @@ def _splits(x: np.ndarray, offset: int, alpha: float) -> list[int]:
 
 def change_points(levels: Sequence[float], sittings: Sequence[str | None] | None = None) -> list[int]:
     """Where the mean of the log levels steps within a sitting (indices of the first start after each
-    step), by :data:`STEP_RULE`. No sittings recorded: the history as one."""
+    step), by specgate.plan.histories.STEP_RULE. No sittings recorded: the history as one."""
     x = np.log(np.asarray(levels, dtype=float))
     labels = list(sittings) if sittings is not None else [None] * len(x)
     runs = [[i for i, s in enumerate(labels) if s == label] for label in dict.fromkeys(labels)]
@@ -187,20 +161,16 @@ def change_points(levels: Sequence[float], sittings: Sequence[str | None] | None
     return sorted(run[i] for run in runs for i in _splits(x[run], 0, alpha))
 
 
-def history_steps(levels: Sequence[float], sittings: Sequence[str | None] | None = None) -> str:
-    """The words for a stored history's steps within its sittings ("" when none): each step with the
-    mean levels either side of it in its sitting, "a drift" when two or more go the same way, and the rule."""
+def step_means(levels: Sequence[float], sittings: Sequence[str | None] | None = None
+               ) -> list[tuple[int, float, float]]:
+    """Each step of a stored history within its sittings (:func:`change_points`): the index of the first
+    start after it and the mean levels either side of it in its sitting; [] when none."""
     points = change_points(levels, sittings)
-    if not points:
-        return ""
     labels = list(sittings) if sittings is not None else [None] * len(levels)
     edges = sorted({0, len(levels), *points, *(i for i in range(1, len(levels)) if labels[i] != labels[i - 1])})
-    parts, moves = [], []
+    steps = []
     for i in points:  # the means either side of the step, inside its sitting
         lo, hi = edges[edges.index(i) - 1], edges[edges.index(i) + 1]
         a, b = (math.exp(float(np.mean(np.log(levels[x:y])))) for x, y in ((lo, i), (i, hi)))
-        parts.append(f"at start {i + 1} {a:.1f} -> {b:.1f} tok/s ({(b / a - 1) * 100:+.1f} %)")
-        moves.append(b > a)
-    kind = "a drift" if len(moves) >= 2 and len(set(moves)) == 1 else "a step" if len(points) == 1 else "steps"
-    return (f"the stored levels show {kind} ({'; '.join(parts)}): the history's spread holds it, so the gate is "
-            f"wider than the machine's start noise; if a change caused it, start a new history ({STEP_RULE})")
+        steps.append((i, a, b))
+    return steps

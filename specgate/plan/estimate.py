@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from specgate.config.arrangement import drafter_in, dummy_weights
 from specgate.durations import format_elapsed
 from specgate.lazy import baselines, history, settings, sleep
+from specgate.lazy import histories as history_words
 from specgate.lazy import rig as config
 from specgate.measure.duet import alternation_block, alternation_swaps
 from specgate.measure.duet import plan as duet_plan
@@ -617,7 +618,8 @@ def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Seque
                 f"nothing useful until {history.MIN_STARTS}+ are stored on this machine (`python -m specgate "
                 f"build-history --rig {rig.name}`)")
     _, worst, threshold = max(histories, key=lambda h: h[1].catches(h[2]))
-    return f"stored level: {worst.describe(threshold)} (the weakest {'class' if len(modes) == 1 else 'window'})"
+    weakest = "class" if len(modes) == 1 else "window"
+    return f"stored level: {history_words.describe_history(worst, threshold)} (the weakest {weakest})"
 
 
 def _settings(rig: Rig, key: WindowKey):

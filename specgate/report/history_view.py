@@ -24,9 +24,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from specgate.config.rig import Rig, load_rig
-from specgate.decide.history import MIN_STARTS, STEP_RULE, StartHistory, change_points, history_steps
+from specgate.decide.history import MIN_STARTS, StartHistory, change_points
 from specgate.decide.settings import window_settings
 from specgate.durations import format_elapsed
+from specgate.plan.histories import STEP_RULE, describe_history, sittings_words, steps_words
 from specgate.store.baselines import BaselineEntry, BaselineFile, histories, load_baselines
 from specgate.store.fingerprint import SITTING_ENV, machine_id, sitting_id
 
@@ -64,12 +65,13 @@ def history_text(store: BaselineFile, rig: Rig) -> str:
                                                    "suite commit"], tablefmt="simple")]
             if history.usable:
                 half = math.expm1(history.half_width(confidence))
-                lines.append(f"mean {history.center:.2f} tok/s; {history.describe(threshold, confidence)}; a new "
-                             f"start lands within ±{half * 100:.2f} % of the mean {confidence * 100:g} % of the time")
+                said = describe_history(history, threshold, confidence)
+                lines.append(f"mean {history.center:.2f} tok/s; {said}; a new start lands within ±{half * 100:.2f} % "
+                             f"of the mean {confidence * 100:g} % of the time")
             else:
-                lines.append(f"{history.starts} start(s), {history.sittings_text()}: the level gate uses a history "
+                lines.append(f"{history.starts} start(s), {sittings_words(history)}: the level gate uses a history "
                              f"from {MIN_STARTS} on")
-            steps = history_steps(history.levels, history.sittings)
+            steps = steps_words(history.levels, history.sittings)
             lines.append(steps[0].upper() + steps[1:] if steps else
                          f"no step or drift in the stored levels ({STEP_RULE})")
             blocks.append("\n".join(lines))
@@ -137,9 +139,9 @@ def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> 
                     history = StartHistory.of(entry)
                     where = f"{mode} / {prompt_class} / c{concurrency} [{entry.describe()}]"
                     if history.usable:
-                        lines.append(f"  {where}: {history.describe(threshold)}")
+                        lines.append(f"  {where}: {describe_history(history, threshold)}")
                     else:
-                        lines.append(f"  {where}: {history.sittings_text()}; the level gate uses a history from "
+                        lines.append(f"  {where}: {sittings_words(history)}; the level gate uses a history from "
                                      f"{MIN_STARTS} starts on")
     return lines
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from specgate.config.defaults import MIN_PAIRS
 from specgate.decide.follow_up import FollowUp, follow_up_reason
-from specgate.decide.history import StartHistory, history_steps
+from specgate.decide.history import StartHistory
 from specgate.decide.host_pace import HOST_PACE
 from specgate.decide.outcome import NOT_STORED, STORING, Family, Outcome, Policy, pytest_action
 from specgate.decide.settings import WindowSettings
@@ -25,6 +25,7 @@ from specgate.decide.stats import trials_to_resolve
 from specgate.decide.verdict import GateResult
 from specgate.measure.per_request import Agreement
 from specgate.measure.protocol import ClassMeasurement
+from specgate.plan.histories import describe_history, steps_words
 from specgate.report.comparisons import comparison, no_windows, undecided_kind
 from specgate.report.red_runs import red_run_lines
 
@@ -282,14 +283,14 @@ def _looks_text(looks: Mapping[str, Any] | None) -> str:
 
 def _history_text(h: Mapping[str, Any], *, sessions: bool = False) -> str:
     history = StartHistory(tuple(h["levels"]), tuple(h["sittings"]) if h.get("sittings") else None)
-    text = history.describe(h["threshold"], h["confidence"])
+    text = describe_history(history, h["threshold"], h["confidence"])
     return text.replace("start-to-start", "session-to-session") if sessions else text
 
 
 def _stored_text(c: Mapping[str, Any]) -> str:
     """How a window was held against stored figures (specgate.decide.gates.check_throughput's ``compared``)."""
     steps = c.get("steps")
-    steps = f"; {history_steps(steps['levels'], steps['sittings'])}" if steps else ""
+    steps = f"; {steps_words(steps['levels'], steps['sittings'])}" if steps else ""
     how, stored = c["how"], f"; {c.get('baseline')}{steps}"
     if how == "sequential":
         if "histories" in c:

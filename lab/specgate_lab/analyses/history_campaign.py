@@ -19,6 +19,7 @@ from pathlib import Path
 from scipy.stats import beta
 
 from specgate.decide.history import StartHistory
+from specgate.plan.histories import describe_history
 
 
 def _report(path: Path) -> dict:
@@ -62,7 +63,7 @@ def render(folder: Path, threshold: float = 0.97) -> str:
     history = StartHistory(tuple(stored))
     lines = [f"stored starts: {history.starts}, levels {min(stored):.2f}-{max(stored):.2f} tok/s "
              f"(mean {history.center:.2f}), start-to-start spread {history.log_sd * 100:.3f} %",
-             f"  {history.describe(threshold)}",
+             f"  {describe_history(history, threshold)}",
              "", "| replay | injector | level tok/s | ratio to stored | 95 % CI | outcome |",
              "|---|---|---|---|---|---|"]
     injected = _injected((folder / "campaign.log").read_text())
