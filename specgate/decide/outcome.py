@@ -18,12 +18,11 @@ A gate *gates* the run when its outcome sets the exit code. The rig's ``[gates] 
 - ``report``: the gate is reported (summary, report.json) and never fails the run, whatever it
   says: a gate that cannot decide on this rig (a comparison with stored figures that have no
   history yet) would otherwise turn every plain run red under ``undecided = "fail"``;
-- ``auto``: ``gate`` where the gate can decide on this rig (specgate.decide.settings.can_decide), else
-  ``report``. Live comparisons can: an A/B's throughput, acceptance (per request) and TTFT,
-  backfire and TTFT against the live no-speculation mode, lossless. A comparison with stored
-  figures can when this machine's history lets it: at least 3 stored starts, and a prediction
-  interval narrower than the gate's tolerance (an A/A then passes and a slowdown of twice the
-  tolerance fails). A history of an unknown machine or of another machine never gates.
+- ``auto``: ``gate`` for the selected gates whose chance of turning an A/A red, at the confidence
+  each will decide at, keeps the session's at most 5 % (specgate.decide.red_runs.choose_auto, the
+  smallest chances first), else ``report``; before the selection is known, where the gate can decide
+  (specgate.decide.settings.can_decide). Nothing stored on this machine, or another machine's
+  figures, never gates.
 
 Unset (the default), every gate's FAIL fails the run and a gate that decided nothing follows the
 outcome policy (``[gates] undecided``), as before. The other outcomes that decide nothing (not
