@@ -23,6 +23,7 @@ from specgate.measure.client import RequestRecord
 from specgate.measure.protocol import ClassMeasurement
 
 pytestmark = pytest.mark.fast
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_REPORT = ROOT / "fixtures" / "recorded" / "cpu" / "reports" / "run2-plain.json.gz"
@@ -186,3 +187,34 @@ def test_a_window_where_the_schedule_says_k_0_may_make_no_draft():
     assert AcceptanceStats.from_delta(none, drafts_expected=False) is None
     with pytest.raises(MetricsError, match="no drafts were made"):
         AcceptanceStats.from_delta(none)
+
+
+def test_a_confirm_with_a_bad_schedule_exits_4_before_any_server_starts(pytester: pytest.Pytester, tmp_path):
+    from fixture_copy import copy_fixtures
+
+    copy_fixtures(pytester.path / "fixtures")
+    pytester.makeini("[pytest]\n")
+    other = _schedule_file(tmp_path, rig="cpu-smollm2")
+    run = pytester.runpytest(f"--specgate-rig={RIG}", f"--specgate-advise-confirm={other}", "-p", "no:cacheprovider")
+    assert run.ret == 4
+    run.stderr.fnmatch_lines([f"*{other}*rig*the schedule is of rig 'cpu-smollm2', not '{RIG}'*"])
+
+
+EVIDENCE = ROOT / "docs" / "evidence" / "advice" / "cpu-2026-12-06-schedule"
+
+
+@pytest.mark.parametrize(("name", "code"), [("confirm.json.gz", 0), ("confirm-k0-from-2.json.gz", 1)])
+def test_the_recorded_real_confirm_runs_decide_again_as_they_did(name, code):
+    """The cpu tier's real runs (docs/advice.md, "The schedule"): the advised schedule (k = 3 at every batch
+    size) lost nowhere; a hand-made one with k = 0 from batch size 2 lost to static k at concurrency 4."""
+    from specgate.config.rig import Mode
+
+    data = json.loads(gzip.decompress((EVIDENCE / name).read_bytes()))
+    schedule = Mode(name=data["results"][0]["mode"], speculative_config=data["speculative_config"])
+    rig = confirm_rig(load_rig(RIG, ROOT / "fixtures"), schedule, Mode(name="ngram", speculative_config=data[
+        "static_config"]))
+    results = decide(rig, [ClassMeasurement.from_dict(m) for m in data["measurements"]])
+    assert [(r.concurrency, r.prompt_class, r.details["against"], r.outcome.value, round(r.details["ratio"], 3))
+            for r in results] == [(r["concurrency"], r["prompt_class"], r["details"]["against"], r["outcome"],
+                                   round(r["details"]["ratio"], 3)) for r in data["results"]]
+    assert verdict(results, rig.gates.outcome_policy)[0] == code

@@ -465,8 +465,9 @@ ASSUMPTIONS = (
     f"columns: {', '.join(f'{short} = {name}' for name, short in SHORT.items())}; c(k) is also the break-even AL, "
     "the AL that k needs for a ratio of 1.",
     "intervals: the measured ratio's is the backfire gate's; AL(k)'s is AL(K) x the interval of AL(k)/AL(K), each "
-    "position a Wilson interval at 1 - (1-confidence)/K, drafts taken as independent trials (they are not: one "
-    "prompt's drafts succeed together, so the truth is wider); ends propagated (conservative).",
+    "position a Wilson interval at 1 - (1-confidence)/K over drafts as trials, widened by the prompts' clustering "
+    "where vLLM counted each request (a note says by how much), else taken as independent (one prompt's drafts "
+    "succeed together: the truth is wider); ends propagated (conservative).",
 )
 
 

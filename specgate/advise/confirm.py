@@ -99,8 +99,9 @@ def table(results: Sequence[GateResult], static: Mode) -> str:
         d = r.details
         low, high = d.get("ci_low"), d.get("ci_high")
         interval = f" ({low:.3f}-{high:.3f})" if low and high else ""
-        text = f"{d['ratio']:.3f}{interval} {d.get('verdict', '')} {r.outcome.value}" if d.get("ratio") else \
-            r.outcome.value
+        said = d.get("verdict") or r.outcome.value
+        text = f"{d['ratio']:.3f}{interval} {said}" if d.get("ratio") else said
+        text += f", {r.outcome.value}" if r.outcome.value != said else ""
         cells.setdefault((r.concurrency, r.prompt_class), {})[d["against"]] = text
     k = (static.speculative_config or {}).get("num_speculative_tokens")
     rows = [[f"c{level}", cls, row.get(AGAINST_NONE, "-"), row.get(AGAINST_STATIC, "-")]
