@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from specgate.plugin.output import render_saved_report, step_summary
+from specgate.plugin.output import render_saved_report
 from specgate.report.comparisons import gate_comparisons
 from specgate.report.plots import forest_figure, throughput_figure
+from specgate.report.run_report import step_summary
 from specgate.report.terminal import render_all, render_markdown, render_text
 from specgate.store.saved_report import read_saved_report
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specgate.decide.outcome import Outcome
+from specgate.decide.outcome import OUTCOME_KINDS, Outcome
 
 
 @dataclass
@@ -35,6 +35,14 @@ class GateResult:
     def passed(self) -> bool:
         """Derived: the outcome is PASS (an undecided gate has not passed)."""
         return self.outcome is Outcome.PASS
+
+    @property
+    def undecided_kind(self) -> str:
+        """The kind of a result that decided nothing (the session's ``undecided`` entries): the gate's own
+        (``details["undecided_kind"]``), "too few drafts" for window-wide acceptance counters, else its outcome's."""
+        return self.details.get("undecided_kind") or (
+            "too few drafts" if self.gate == "acceptance" and self.outcome is Outcome.UNDECIDED
+            and not self.details.get("per_request") else OUTCOME_KINDS[self.outcome])
 
     @property
     def verdict(self) -> str:

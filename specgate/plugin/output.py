@@ -1,5 +1,6 @@
-"""What the run prints and writes: progress lines, the end of the run (baseline updates, report.json
-and its renderings, the GitHub step summary), the terminal summary, and ``--specgate-report-only``.
+"""What the run prints and writes: progress lines, the end of the run (baseline updates, then
+report.json and its renderings: specgate.report.run_report), the terminal summary, and
+``--specgate-report-only``.
 """
 
 from __future__ import annotations
@@ -7,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from specgate.errors import SpecgateError
 from specgate.exit_codes import ExitCode, broken_job
 from specgate.lazy import terminal as report_mod
 from specgate.plugin.session import SpecgateSession
+from specgate.report import run_report
 from specgate.report.safe_text import without_control_chars
 from specgate.store.saved_report import read_saved_report
 
@@ -72,7 +73,7 @@ def render_saved_report(path: Path, run_dir: Path | None = None) -> int:
 
 def write_run_output(run_session: SpecgateSession, *, interrupted: bool) -> None:
     """The end of a run on the controller: write the queued baseline updates (none after an
-    interrupt), the report and its renderings, and the GitHub step summary where there is one."""
+    interrupt), then the report and its renderings (specgate.report.run_report)."""
     if interrupted:
         if run_session.pending_updates:
             run_session.progress(
@@ -84,23 +85,10 @@ def write_run_output(run_session: SpecgateSession, *, interrupted: bool) -> None
         written = run_session.flush_updates()
         if written:
             run_session.progress(f"stored figures written to {written}")
-    path = run_session.write_report(complete=not interrupted)
-    written = report_mod.render_all(run_session.report_data(complete=not interrupted), run_session.options.run_dir)
-    summary_env = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_env:
-        with contextlib.suppress(OSError), open(summary_env, "a") as handle:
-            handle.write(step_summary(written["summary"].read_text(), os.environ))
+    data = run_session.report_data(complete=not interrupted)
+    path = run_report.write_report(data, run_session.options.run_dir)
+    run_report.write_renderings(data, run_session.options.run_dir, os.environ)
     run_session.progress(f"report: {path}")
-
-
-def step_summary(markdown: str, environ: Mapping[str, str]) -> str:
-    """What the GitHub job summary gets: summary.md, whose link to report.html resolves beside
-    report.json only, and where GitHub names the run, the run's page, whose artifacts hold it."""
-    server, repo, run = (environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
-    if not (server and repo and run):
-        return markdown
-    return (f"{markdown}\nThe page (report.html, with the plots and the run's facts) is in this run's artifacts: "
-            f"{server}/{repo}/actions/runs/{run}#artifacts\n")
 
 
 def write_summary(terminalreporter, run_session: SpecgateSession, *, interrupted: bool) -> None:
