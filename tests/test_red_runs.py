@@ -18,6 +18,8 @@ from specgate.decide.outcome import Outcome, family
 from specgate.decide.red_runs import AUTO_RED_BOUND, GateRisk, ab_risk, choose_auto, history_risk
 from specgate.decide.settings import window_settings
 from specgate.measure.protocol import ClassMeasurement
+from specgate.report.red_runs import how_text
+from specgate.report.verdicts import reason_text
 from specgate.store.baselines import BaselineEntry, StoredStart
 
 pytestmark = pytest.mark.fast
@@ -92,7 +94,7 @@ def test_three_starts_at_a_half_percent_spread_cannot_pass_at_the_familys_confid
     at_95 = history_risk(("throughput", "m", "c", 1), history, 0.03, 0.95, "stored starts")
     at_99 = history_risk(("throughput", "m", "c", 1), history, 0.03, 0.99, "stored starts")
     assert at_95.red("gate", {}) < 0.1 < 0.9 < at_99.red("gate", {})
-    assert "t, 2 df = 9.92" in at_99.how
+    assert "t, 2 df = 9.92" in how_text(at_99.how)
     assert at_99.red("report", {}) == 0  # reported only: never red
     assert at_99.red(None, {"undecided": "skip"}) == at_99.fail  # the default policy: a FAIL only
 
@@ -102,14 +104,15 @@ def test_a_folded_in_start_pair_spread_wider_than_the_tolerance_is_no_gate_under
     window = window_settings(rig, "no_spec", "coding", 1)
     test = ("throughput", "no_spec", "coding", 1)
     risk = ab_risk(test, window, None, 12, 0)
-    assert risk.red("gate", {}) > 0.9 and "folded in (±9.6 %)" in risk.how  # t(6) x ln(1.038): a pass needs 1.10
+    # t(6) x ln(1.038): a pass needs 1.10
+    assert risk.red("gate", {}) > 0.9 and "folded in (±9.6 %)" in how_text(risk.how)
     live = ("backfire", "ngram", "coding", 1)
     choice = choose_auto([test, live], lambda t: "auto",
                          lambda t, c: risk if t == test else GateRisk(live, 0.0, 0.0, "live"),
                          lambda t: True, confidence=0.95, controlled=0.05, policy={})
     assert choice.gating[test][0] == "report" and choice.gating[live][0] == "gate"
     assert choice.red_runs.family.gating == 1 and choice.red_runs.bound == 0
-    assert "reported only: a red A/A" in choice.gating[test][1]
+    assert "reported only: a red A/A" in reason_text(choice.gating[test][1])
 
 
 def test_the_summary_and_plan_word_the_bound_and_the_gates_that_carry_it():

@@ -64,7 +64,7 @@ class GateRisk:
     test: GateTest
     fail: float
     undecided: float
-    how: str
+    how: str | dict[str, Any]  # a named case ("TTFT"), or the figures it was had from (specgate.report.red_runs)
     undecided_outcome: str = "undecided"  # the outcome policy key of the chance in ``undecided``
     modelled: bool = True  # False: only the interval's own FAIL level is counted (its undecided chance unknown)
 
@@ -95,7 +95,7 @@ class RedRuns:
     def to_dict(self) -> dict[str, Any]:
         counted = sorted((g for g in self.gates if g[1] != "report"), key=lambda g: -g[2])
         return {"bound": self.bound, "fail_bound": self.fail_bound, "gates_counted": len(counted),
-                "not_modelled": dict(Counter(r.how for r, _, _ in counted if not r.modelled)),
+                "not_modelled": dict(Counter(str(r.how) for r, _, _ in counted if not r.modelled)),
                 "confidence": self.family.confidence, "limit": AUTO_RED_BOUND,
                 "largest": [{"gate": r.test[0], "mode": r.test[1], "prompt_class": r.test[2],
                              "concurrency": r.test[3], "red": red, "fail": r.fail, "how": r.how, "gating": gating}
@@ -114,14 +114,15 @@ def history_risk(test: GateTest, history: StartHistory, tolerance: float, confid
     q = spread_quantile(confidence, history.dof)
     half = history.half_width(confidence)
     if half <= 0:
-        return GateRisk(test, 0.0, 0.0, f"{history.starts} {what}, no spread between them")
+        return GateRisk(test, 0.0, 0.0, {"kind": "history", "starts": history.starts, "what": what, "spread": 0.0})
     line = math.log1p(-tolerance) / (half / q)  # the threshold on the predictive scale
     fail, red = _t_cdf(line - q, history.dof), _t_cdf(line + q, history.dof)
-    return GateRisk(test, fail, red - fail, f"{history.starts} {what} at a spread of {history.log_sd * 100:.2f} %: "
-                    f"prediction interval ±{math.expm1(half) * 100:.2f} % (t, {history.dof} df = {q:.2f})")
+    return GateRisk(test, fail, red - fail, {"kind": "history", "starts": history.starts, "what": what,
+                                             "spread": history.log_sd, "half": half, "dof": history.dof, "q": q})
 
 
-def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, line: float, how: str) -> GateRisk:
+def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, line: float,
+                how: dict[str, Any]) -> GateRisk:
     """An estimate N(0, offset_sd^2 + noise_se^2) decided against ``line`` (log units) with a half-width
     ``half``: FAIL below line - half, undecided up to line + half."""
     sd = math.hypot(offset_sd, noise_se)
@@ -175,12 +176,10 @@ def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int, ext
     fold = spread_quantile(look, gates.start_pair_dof) * offset  # as the gate folds it in, at each look
     line = math.log1p(-window.ab_tolerance)
     noise = pair_spread(stored) if stored is not None else None
-    how = (f"start-pair spread {gates.start_pair_spread * 100:g} % folded in (±{math.expm1(fold) * 100:.1f} %)"
-           if offset else "no start-pair spread stated")
-    how += "; window noise from the stored window's repeats" if noise else "; window noise not known (not counted)"
+    how = {"kind": "ab", "spread": gates.start_pair_spread, "fold": fold, "noise": bool(noise)}
     if noise and extra:
         fail, undecided = two_looks(offset, noise, pairs, extra, fold, line, window.confidence)
-        return GateRisk(test, fail, undecided, how + f"; two looks ({pairs} + {extra} pairs), simulated")
+        return GateRisk(test, fail, undecided, {**how, "looks": [pairs, extra]})
     se = (noise or 0.0) / math.sqrt(pairs * HL_EFFICIENCY)
     return normal_risk(test, offset, se, fold + spread_quantile(look) * se, line, how)
 
@@ -216,7 +215,7 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
     se = noise / math.sqrt(pairs * HL_EFFICIENCY)
     half = spread_quantile(window.confidence) * (se + start)
     return normal_risk(test, start, se, half, math.log1p(-tolerance),
-                       f"{history.starts} stored start(s): start noise {window.thresholds.start_noise * 100:g} %")
+                       {"kind": "start noise", "starts": history.starts, "noise": window.thresholds.start_noise})
 
 
 def _interval_only(test: GateTest, window: WindowSettings, what: str) -> GateRisk:
@@ -235,7 +234,7 @@ def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRis
     se = math.log(stored.ci_high / stored.ci_low) / 2 / spread_quantile(0.95)
     half = spread_quantile(window.confidence) * se
     shifted = math.log(window.thresholds.min_speedup) - math.log(stored.ratio)
-    return normal_risk(test, 0.0, se, half, shifted, f"stored ratio {stored.ratio:.3f} to no speculation")
+    return normal_risk(test, 0.0, se, half, shifted, {"kind": "stored ratio", "ratio": stored.ratio})
 
 
 @dataclass(frozen=True)
@@ -282,10 +281,10 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
     return best
 
 
-def _why(risk: GateRisk, gating: str, fam: Family) -> str:
-    chance = risk.red("gate", {})
-    head = f"a red A/A {chance * 100:.2g} % of the time at {fam.confidence * 100:.4g} %"
-    return f"{head} ({risk.how})" if gating == "gate" else f"reported only: {head} ({risk.how})"
+def _why(risk: GateRisk, gating: str, fam: Family) -> dict[str, Any]:
+    """Why ``gating = "auto"`` chose ``gating`` for a gate test (specgate.report.verdicts.reason_text words it)."""
+    return {"why": "red run", "chance": risk.red("gate", {}), "confidence": fam.confidence, "how": risk.how,
+            "reported": gating != "gate"}
 
 
 def for_run(run: Any, tests: Sequence[GateTest]) -> Choice:

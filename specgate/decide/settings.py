@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 # What a window is compared with: "ab" (each mode on both A/B sides, live at once), "duet" (a live
 # no-speculation partner where the arrangement allows one), "sequential" (one server at a time:
 # stored figures, or a window measured before or after).
+# Why a gate gates the run or is reported only: a named case, or the figures it rests on (a table with
+# "why"); specgate.report.verdicts.reason_text words it.
+Reason = str | dict[str, Any]
+
 Comparing = Literal["ab", "duet", "sequential"]
 WindowKey = tuple[str, str, int]  # mode, prompt class, concurrency
 GateTest = tuple[str, str, str, int]  # gate, mode, prompt class, concurrency
@@ -57,7 +61,7 @@ class WindowSettings:
     declared_backfire: DeclaredBackfire | None = None
     outcome_policy: Mapping[str, str] = field(default_factory=dict)  # outcome key -> "skip" | "fail"
     # gate -> (gating: "gate" | "report" | None where none is set, and why); filled by RunSettings
-    gating: Mapping[str, tuple[Gating | None, str]] = field(default_factory=dict)
+    gating: Mapping[str, tuple[Gating | None, Reason]] = field(default_factory=dict)
 
     @property
     def confidence(self) -> float:
@@ -120,7 +124,7 @@ def window_settings(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1
         outcome_policy=dict(outcome_policy if outcome_policy is not None else rig.gates.outcome_policy))
 
 
-def can_decide(settings: WindowSettings, store: Any, gate: str, machine: str | None = None) -> tuple[bool, str]:
+def can_decide(settings: WindowSettings, store: Any, gate: str, machine: str | None = None) -> tuple[bool, Reason]:
     """Whether ``gate`` of this window can decide on this rig, and why, known before anything starts:
     from the rig (an A/B, a live reference) and the stored history of this ``machine``: its prediction
     interval's half-width against the gate's tolerance, not a count of starts."""
@@ -142,26 +146,22 @@ def can_decide(settings: WindowSettings, store: Any, gate: str, machine: str | N
                   and settings.mode != settings.reference_mode)
     history = StartHistory.of(entry, ratios=duet_ratio)
     tolerance = settings.tolerance_for(duet_ratio)
-    what = "stored ratios" if duet_ratio else "stored starts (levels)"
+    facts = {"starts": history.starts, "what": "ratios" if duet_ratio else "levels"}
     if not history.usable:
-        return False, f"{history.starts} of the {MIN_STARTS} {what} a prediction interval needs"
+        return False, {"why": "too few stored", "needed": MIN_STARTS, **facts}
     half = math.expm1(history.half_width(settings.confidence))
-    if half >= tolerance:
-        return False, (f"{history.starts} {what}: their prediction interval (±{half * 100:.2f} %) is not narrower "
-                       f"than the {tolerance * 100:g} % tolerance")
-    return True, (f"{history.starts} {what}: their prediction interval (±{half * 100:.2f} %) is narrower than the "
-                  f"{tolerance * 100:g} % tolerance")
+    return half < tolerance, {"why": "prediction interval", "half": half, "tolerance": tolerance, **facts}
 
 
 def resolve_gating(setting: Mapping[str, str] | None, settings: WindowSettings, store: Any, gate: str,
-                   machine: str | None = None) -> tuple[Gating | None, str]:
+                   machine: str | None = None) -> tuple[Gating | None, Reason]:
     """The gating of one gate test: "gate", "report", or None where no gating is set (the outcome
     policy alone decides), with the reason."""
     if not setting or gate not in setting:
         return None, "no gating set: the outcome policy ([gates] undecided)"
     value = setting[gate]
     if value != "auto":
-        return value, f"gating = {value!r} for {gate}"  # type: ignore[return-value]
+        return value, {"why": "set", "value": value, "gate": gate}  # type: ignore[return-value]
     decides, why = can_decide(settings, store, gate, machine)
     return ("gate" if decides else "report"), why
 

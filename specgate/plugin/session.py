@@ -222,7 +222,8 @@ class SpecgateSession:
         result = verdicts.worded(result)
         if result.gating is None:
             window = self.settings.window(result.mode, result.prompt_class, result.concurrency)
-            result.gating, result.gating_reason = window.gating[result.gate]
+            result.gating, why = window.gating[result.gate]
+            result.gating_reason = verdicts.reason_text(why)
         if result.outcome.decided:
             self.results.append(result)
             return
@@ -242,7 +243,7 @@ class SpecgateSession:
                                "concurrency": m.concurrency, "kind": kind, "outcome": outcome_of_kind(kind).value,
                                "message": message, **({"details": details} if details else {}),
                                **({"declared": declared} if declared else {}),
-                               **({"gating": setting, "gating_reason": why} if setting else {})})
+                               **({"gating": setting, "gating_reason": verdicts.reason_text(why)} if setting else {})})
 
     def record_server_failure(self, label: str, error: BaseException) -> None:
         """A server that could not start (or be woken for its first turn): the job broke."""

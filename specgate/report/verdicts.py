@@ -27,7 +27,7 @@ from specgate.measure.per_request import Agreement
 from specgate.measure.protocol import ClassMeasurement
 from specgate.plan.histories import describe_history, steps_words
 from specgate.report.comparisons import comparison, no_windows, undecided_kind
-from specgate.report.red_runs import red_run_lines
+from specgate.report.red_runs import how_text, red_run_lines
 
 LINE_WIDTH = 160
 
@@ -595,3 +595,21 @@ def follow_up_said(settings: WindowSettings, m: ClassMeasurement, selected: Coll
     """Why window ``m``'s first look gets its follow-up rounds (specgate.decide.follow_up.follow_up_reason), in
     words, for the measurer's progress line and the window's ``follow_up``; None when it gets none."""
     return follow_up_text(follow_up_reason(settings, m, selected))
+
+
+def reason_text(reason: str | Mapping[str, Any] | None) -> str:
+    """Why a gate gates the run or is reported only (specgate.decide.settings.Reason), in words."""
+    if not isinstance(reason, Mapping):
+        return str(reason or "")
+    why = reason["why"]
+    if why == "set":
+        return f"gating = {reason['value']!r} for {reason['gate']}"
+    if why == "red run":
+        head = f"a red A/A {reason['chance'] * 100:.2g} % of the time at {reason['confidence'] * 100:.4g} %"
+        return ("reported only: " if reason["reported"] else "") + f"{head} ({how_text(reason['how'])})"
+    what = "stored ratios" if reason["what"] == "ratios" else "stored starts (levels)"
+    if why == "too few stored":
+        return f"{reason['starts']} of the {reason['needed']} {what} a prediction interval needs"
+    narrower = "narrower" if reason["half"] < reason["tolerance"] else "not narrower"
+    return (f"{reason['starts']} {what}: their prediction interval (±{reason['half'] * 100:.2f} %) is {narrower} "
+            f"than the {reason['tolerance'] * 100:g} % tolerance")
