@@ -1,16 +1,16 @@
-"""``pytest --specgate-rig RIG --specgate-advise-confirm=SCHEDULE.json``: the schedule `advise` wrote
-(specgate.advise.schedule), served for real, against static k and against no speculation at each of the
-rig's concurrencies and classes. Advice predicts; this measures.
+"""``pytest --specgate-rig RIG --specgate-advise-confirm=SCHEDULE.json``: the schedule `advise`
+wrote (specgate.advise.schedule), served for real, against static k and against no speculation at
+each of the rig's concurrencies and classes. Advice predicts; this measures.
 
 The schedule is a mode of its own (``<mode>-schedule``: the served config with the schedule's
-``num_speculative_tokens_per_batch_size``). Its server stays up; the no-speculation server beside it for
-a duet window per class and concurrency, then the static-k server (the config `advise` read, without the
-schedule) for an A/B duet window each. The gates are the ones a perf run uses, unchanged: the backfire
-gate against no speculation (FAIL when the schedule's ratio is wholly below 1) and the A/B throughput
-gate against static k (FAIL when wholly below 1 - ab_tolerance). A schedule that loses to either at any
-concurrency FAILS (exit 1), however it does elsewhere; one that decided nothing somewhere follows the
-outcome policy (the rig's [gates] undecided, --specgate-undecided). Runs no test.
-"""
+``num_speculative_tokens_per_batch_size``). Its server stays up; the no-speculation server beside it
+for a duet window per class and concurrency, then the static-k server (the config `advise` read,
+without the schedule) for an A/B duet window each. The gates are the ones a perf run uses,
+unchanged: the backfire gate against no speculation (FAIL when the schedule's ratio is wholly below
+1) and the A/B throughput gate against static k (FAIL when wholly below 1 - ab_tolerance). A
+schedule that loses to either at any concurrency FAILS (exit 1), however it does elsewhere; one that
+decided nothing somewhere follows the outcome policy (the rig's [gates] undecided,
+--specgate-undecided). Runs no test."""
 
 from __future__ import annotations
 
@@ -39,22 +39,24 @@ AGAINST_NONE, AGAINST_STATIC = "no speculation", "static k"
 
 
 def read_schedule(path: Path, rig: Rig) -> tuple[Mode, Mode]:
-    """The schedule's mode and the static-k mode it is compared with, from ``advise``'s schedule file;
-    ConfigError (exit 4) naming the file and the key."""
+    """The schedule's mode and the static-k mode it is compared with, from ``advise``'s schedule
+    file; ConfigError (exit 4) naming the file and the key."""
+    not_one = "not a schedule file `python -m specgate advise` wrote"
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigError(path, None, f"not a schedule file `python -m specgate advise` wrote: {exc}") from None
+        raise ConfigError(path, None, f"{not_one}: {exc}") from None
     if not isinstance(data, dict) or data.get("specgate_schedule") != 1:
-        raise ConfigError(path, "specgate_schedule", "not a schedule file `python -m specgate advise` wrote")
+        raise ConfigError(path, "specgate_schedule", not_one)
     if data.get("rig") != rig.name:
-        raise ConfigError(path, "rig", f"the schedule is of rig {data.get('rig')!r}, not {rig.name!r}")
+        raise ConfigError(path, "rig", f"the schedule is of rig {data.get('rig')!r}, "
+                          f"not {rig.name!r}")
     config, static = data.get("speculative_config"), data.get("static_config")
     if not isinstance(config, dict) or not isinstance(config.get(SCHEDULE_KEY), list):
-        raise ConfigError(path, "speculative_config", f"no {SCHEDULE_KEY}: the schedule turns speculation off at "
-                          "every concurrency, so there is nothing to serve but no speculation")
+        raise ConfigError(path, "speculative_config", f"no {SCHEDULE_KEY}: the schedule turns "
+                          "speculation off everywhere: nothing to serve but no speculation")
     if not isinstance(static, dict) or not static.get("method"):
-        raise ConfigError(path, "static_config", "no static speculative config to compare the schedule with")
+        raise ConfigError(path, "static_config", "no static config to compare it with")
     name = str(data.get("mode") or static["method"])
     return Mode(name=f"{name}-schedule", description="the schedule", speculative_config=config), \
         Mode(name=name, description="static k", speculative_config=static)
@@ -66,14 +68,16 @@ def confirm_rig(rig: Rig, schedule: Mode, static: Mode) -> Rig:
         (m.name for m in rig.modes if m.is_speculative), static.name)
     extra = {**rig.mode_extra_args, schedule.name: rig.mode_extra_args.get(base, ()),
              static.name: rig.mode_extra_args.get(base, ())}
-    env = {**rig.mode_env, schedule.name: rig.mode_env.get(base, {}), static.name: rig.mode_env.get(base, {})}
-    return rig.model_copy(update={"modes": (rig.mode(rig.reference_mode), static, schedule),
-                                  "mode_extra_args": extra, "mode_env": env, "declared_backfire": ()})
+    env = {**rig.mode_env, schedule.name: rig.mode_env.get(base, {}),
+           static.name: rig.mode_env.get(base, {})}
+    modes = (rig.mode(rig.reference_mode), static, schedule)
+    return rig.model_copy(update={"modes": modes, "mode_extra_args": extra, "mode_env": env,
+                                  "declared_backfire": ()})
 
 
 def decide(rig: Rig, windows: Sequence[ClassMeasurement]) -> list[GateResult]:
-    """Each window's gate: an A/B window (the static-k side as partner) the A/B throughput gate, a duet
-    with no speculation the backfire gate."""
+    """Each window's gate: an A/B window (the static-k side as partner) the A/B throughput gate, a
+    duet with no speculation the backfire gate."""
     results = []
     for m in windows:
         settings = window_settings(rig, m.mode, m.prompt_class, m.concurrency)
@@ -84,16 +88,18 @@ def decide(rig: Rig, windows: Sequence[ClassMeasurement]) -> list[GateResult]:
 
 
 def verdict(results: Sequence[GateResult], policy: dict[str, str]) -> tuple[int, list[str]]:
-    """The exit code under the gates' outcome rules (specgate.decide.outcome.pytest_action) and the lines
-    of the windows that fail the run: any FAIL, and an undecided one where the policy fails it."""
+    """The exit code under the gates' outcome rules (specgate.decide.outcome.pytest_action) and the
+    lines of the windows that fail the run: any FAIL, and an undecided one where the policy fails
+    it."""
     failed = [r for r in results if pytest_action(r.outcome, policy) == "failed"]
-    lines = [f"FAILED against {r.details['against']} at concurrency {r.concurrency} on {r.prompt_class}: {r.message}"
-             for r in failed]
+    lines = [f"FAILED against {r.details['against']} at concurrency {r.concurrency} on "
+             f"{r.prompt_class}: {r.message}" for r in failed]
     return (ExitCode.GATE_FAILED if failed else ExitCode.OK), lines
 
 
 def table(results: Sequence[GateResult], static: Mode) -> str:
-    """One row per concurrency and class: the schedule's ratio to each, with its interval and outcome."""
+    """One row per concurrency and class: the schedule's ratio to each, with its interval and
+    outcome."""
     cells: dict[tuple[int, str], dict[str, str]] = {}
     for r in results:
         d = r.details
@@ -106,14 +112,14 @@ def table(results: Sequence[GateResult], static: Mode) -> str:
     k = (static.speculative_config or {}).get("num_speculative_tokens")
     rows = [[f"c{level}", cls, row.get(AGAINST_NONE, "-"), row.get(AGAINST_STATIC, "-")]
             for (level, cls), row in sorted(cells.items())]
-    return tabulate(rows, headers=["concurrency", "class", "schedule / no speculation",
-                                   f"schedule / static k={k}"], tablefmt="simple", disable_numparse=True)
+    headers = ["concurrency", "class", "schedule / no speculation", f"schedule / static k={k}"]
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 def measure(rig: Rig, schedule: Mode, static: Mode, run_dir: Path, progress: Callable[[str], None]
             ) -> list[ClassMeasurement]:
-    """The schedule's server up throughout; no speculation beside it for one duet window per concurrency
-    and class, then static k for one A/B window each (two servers live at a time)."""
+    """The schedule's server up throughout; no speculation beside it for one duet window per
+    concurrency and class, then static k for one A/B window each (two servers live at a time)."""
     from specgate.serve.server import VLLMServer, spec_for_mode
 
     measurer = Measurer(rig, progress=progress)
@@ -126,15 +132,17 @@ def measure(rig: Rig, schedule: Mode, static: Mode, run_dir: Path, progress: Cal
     with server(schedule) as scheduled:
         for partner_mode, ab in ((rig.mode(rig.reference_mode), False), (static, True)):
             with server(partner_mode) as partner:
-                windows += [measurer.measure_duet(Duet(scheduled, partner, schedule, partner_mode, ab), cls, level)
+                duet = Duet(scheduled, partner, schedule, partner_mode, ab)
+                windows += [measurer.measure_duet(duet, cls, level)
                             for level in levels for cls in classes]
     return windows
 
 
 def confirm_command(path: Path, *, rig_name: str, fixtures_dir: Path, run_dir: Path,
                     policy: dict[str, str] | None = None) -> int:
-    """Measure, decide, print the table and the verdict, write ``<run_dir>/confirm.json``; the exit code
-    as a perf run's: 1 when the schedule lost anywhere, 4 for a bad input, 6 when the job broke."""
+    """Measure, decide, print the table and the verdict, write ``<run_dir>/confirm.json``; the exit
+    code as a perf run's: 1 when the schedule lost anywhere, 4 for a bad input, 6 when the job
+    broke."""
     def progress(line: str) -> None:
         print(f"[specgate] {line}", flush=True)
 
@@ -147,7 +155,7 @@ def confirm_command(path: Path, *, rig_name: str, fixtures_dir: Path, run_dir: P
         return ExitCode.USAGE_ERROR
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    progress(f"confirming {path}: {schedule.speculative_config} against static k and no speculation")
+    progress(f"confirming {path}: {schedule.speculative_config} against static k and none")
     try:
         windows = measure(rig, schedule, static, run_dir, progress)
     except SpecgateError as exc:
@@ -155,12 +163,12 @@ def confirm_command(path: Path, *, rig_name: str, fixtures_dir: Path, run_dir: P
         return ExitCode.JOB_BROKEN
     results = decide(rig, windows)
     code, failed = verdict(results, {**rig.gates.outcome_policy, **(policy or {})})
-    report: dict[str, Any] = {"schedule": str(path), "rig": rig.name, "speculative_config": schedule.speculative_config,
-                              "static_config": static.speculative_config, "wall_s": time.monotonic() - started,
-                              "results": [r.to_dict() for r in results],
-                              "measurements": [m.to_dict() for m in windows]}
+    report: dict[str, Any] = {
+        "schedule": str(path), "rig": rig.name, "speculative_config": schedule.speculative_config,
+        "static_config": static.speculative_config, "wall_s": time.monotonic() - started,
+        "results": [r.to_dict() for r in results], "measurements": [m.to_dict() for m in windows]}
     atomic_write_json(run_dir / "confirm.json", report)
     print(table(results, static))
-    print("\n".join(failed) if failed else "the schedule lost to neither static k nor no speculation anywhere")
+    print("\n".join(failed) or "the schedule lost to neither static k nor no speculation anywhere")
     print(f"report: {run_dir / 'confirm.json'}")
     return code

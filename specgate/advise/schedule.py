@@ -3,13 +3,13 @@
 ``[first, last, k]`` ranges, the first starting at 1, k clamped to ``num_speculative_tokens``, k = 0
 allowed: vllm/v1/spec_decode/dynamic/utils.py).
 
-From a run at several concurrencies (the rig's list), each concurrency stands for the batch sizes nearer
-it on a log scale (1 and 4: batch 1, and 2 up). At each, every k from 1 to the served K gets the
-advice's predicted ratio against no speculation (specgate.advise.advice: the fitted step cost where the
-run served two k of the drafter, else the k-independent cost, which picks the served k or none), the
-classes combined as a geometric mean, the interval's ends as the classes' ends (all classes low at once:
-conservative). The best k by the estimate wins; where no k's estimate beats no speculation, k = 0.
-"""
+From a run at several concurrencies (the rig's list), each concurrency stands for the batch sizes
+nearer it on a log scale (1 and 4: batch 1, and 2 up). At each, every k from 1 to the served K gets
+the advice's predicted ratio against no speculation (specgate.advise.advice: the fitted step cost
+where the run served two k of the drafter, else the k-independent cost, which picks the served k or
+none), the classes combined as a geometric mean, the interval's ends as the classes' ends (all
+classes low at once: conservative). The best k by the estimate wins; where no k's estimate beats no
+speculation, k = 0."""
 
 from __future__ import annotations
 
@@ -30,12 +30,13 @@ if TYPE_CHECKING:
     from specgate.advise.advice import WindowAdvice
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
-DEFAULT_MAX_BATCH = 1024  # the last range's end where the rig sets no --max-num-seqs (vLLM clamps it)
+DEFAULT_MAX_BATCH = 1024  # the last range's end where the rig sets no --max-num-seqs (vLLM clamps)
 
 
 @dataclass(frozen=True)
 class Choice:
-    """One concurrency's k: its batch sizes, every k's combined ratio, and each class's at the chosen k."""
+    """One concurrency's k: its batch sizes, every k's combined ratio, and each class's at the
+    best k."""
 
     concurrency: int
     batch_sizes: tuple[int, int]
@@ -44,7 +45,7 @@ class Choice:
     per_class: dict[str, Span]  # at the best k (the chosen one, or the best rejected one)
     best: int  # the k of the highest combined estimate (k is it, or 0 where it does not beat 1)
     measured: bool  # best is the served k: its ratio is measured, not predicted
-    linear_best: tuple[int, Span] | None = None  # where the cost is assumed: the best k under the other bound
+    linear_best: tuple[int, Span] | None = None  # the other bound's best k, where it differs
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,8 @@ class Schedule:
         return out
 
     def speculative_config(self) -> dict[str, Any] | None:
-        """What to paste: the served config with the schedule and num_speculative_tokens its largest k;
-        None where k = 0 everywhere (no speculation at all)."""
+        """What to paste: the served config with the schedule and num_speculative_tokens its
+        largest k; None where k = 0 everywhere (no speculation at all)."""
         top = max(c.k for c in self.choices)
         if top == 0:
             return None
@@ -80,49 +81,60 @@ class Schedule:
         def span(s: Span) -> list[float | None]:
             return [s.value, s.low, s.high]
 
-        return {"specgate_schedule": 1, "rig": self.rig, "mode": self.mode, "source": source, "model": self.model,
-                "served_k": self.served_k, "confidence": self.confidence, "static_config": self.static_config,
-                "speculative_config": self.speculative_config(),
-                "ranges": [{"batch_sizes": list(c.batch_sizes), "concurrency": c.concurrency, "k": c.k,
-                            "best_k": c.best, "measured": c.measured, "ratio": span(c.combined[c.best]),
-                            "classes": {name: span(s) for name, s in c.per_class.items()}} for c in self.choices]}
+        ranges = [{"batch_sizes": list(c.batch_sizes), "concurrency": c.concurrency, "k": c.k,
+                   "best_k": c.best, "measured": c.measured, "ratio": span(c.combined[c.best]),
+                   "classes": {name: span(s) for name, s in c.per_class.items()}}
+                  for c in self.choices]
+        return {"specgate_schedule": 1, "rig": self.rig, "mode": self.mode, "source": source,
+                "model": self.model, "served_k": self.served_k, "confidence": self.confidence,
+                "static_config": self.static_config,
+                "speculative_config": self.speculative_config(), "ranges": ranges}
 
 
 def batch_ranges(levels: Sequence[int], max_batch: int) -> list[tuple[int, int]]:
-    """Each concurrency's batch sizes: from the geometric middle with the one below (rounded up) to just
-    below the next one's; the first from 1, the last to ``max_batch``."""
+    """Each concurrency's batch sizes: from the geometric middle with the one below (rounded up)
+    to just below the next one's; the first from 1, the last to ``max_batch``."""
     starts = [1] + [math.ceil(math.sqrt(a * b)) for a, b in itertools.pairwise(levels)]
     ends = [s - 1 for s in starts[1:]] + [max(max_batch, starts[-1])]
     return list(zip(starts, ends, strict=True))
 
 
+def _geometric(values: Sequence[float]) -> float:
+    if not all(v > 0 for v in values):
+        return 0.0
+    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
+
+
 def _combined(spans: Sequence[Span]) -> Span:
-    def geo(values: Sequence[float]) -> float:
-        return math.exp(math.fsum(math.log(v) for v in values) / len(values)) if all(v > 0 for v in values) else 0.0
-
-    return Span(geo([s.value or 0.0 for s in spans]), geo([s.low for s in spans]), geo([s.high for s in spans]))
+    return Span(_geometric([s.value or 0.0 for s in spans]), _geometric([s.low for s in spans]),
+                _geometric([s.high for s in spans]))
 
 
-def _choice(level: int, batch: tuple[int, int], windows: Sequence[WindowAdvice], model: str) -> Choice:
-    big_k = min(w.served_k for w in windows)
+def _best(spans: dict[int, Span]) -> int:
+    return max(spans, key=lambda k: (spans[k].value or 0.0, -k))
 
-    def ratios(m: str, k: int) -> list[Span]:
-        return [w.rows[k - 1].predictions[m].ratio for w in windows]
 
-    combined = {k: _combined(ratios(model, k)) for k in range(1, big_k + 1)}
-    best = max(combined, key=lambda k: (combined[k].value or 0.0, -k))
+def _choice(level: int, batch: tuple[int, int], windows: Sequence[WindowAdvice],
+            model: str) -> Choice:
+    ks = range(1, min(w.served_k for w in windows) + 1)
+
+    def combined(m: str) -> dict[int, Span]:
+        return {k: _combined([w.rows[k - 1].predictions[m].ratio for w in windows]) for k in ks}
+
+    spans = combined(model)
+    best = _best(spans)
     linear = None
     if model == CONSTANT:
-        spans = {k: _combined(ratios(LINEAR, k)) for k in range(1, big_k + 1)}
-        top = max(spans, key=lambda k: (spans[k].value or 0.0, -k))
-        linear = (top, spans[top]) if top != best else None
-    return Choice(level, batch, best if (combined[best].value or 0.0) > 1 else 0, combined,
-                  {w.prompt_class: w.rows[best - 1].predictions[model].ratio for w in windows}, best,
-                  windows[0].rows[best - 1].measured and all(w.served_k == best for w in windows), linear)
+        other = combined(LINEAR)
+        linear = (_best(other), other[_best(other)]) if _best(other) != best else None
+    per_class = {w.prompt_class: w.rows[best - 1].predictions[model].ratio for w in windows}
+    measured = all(w.rows[best - 1].measured for w in windows)
+    chosen = best if (spans[best].value or 0.0) > 1 else 0
+    return Choice(level, batch, chosen, spans, per_class, best, measured, linear)
 
 
-def build_schedules(windows: Sequence[WindowAdvice], configs: dict[str, dict[str, Any]], *, rig: str,
-                    max_batch: int = DEFAULT_MAX_BATCH) -> list[Schedule]:
+def build_schedules(windows: Sequence[WindowAdvice], configs: dict[str, dict[str, Any]], *,
+                    rig: str, max_batch: int = DEFAULT_MAX_BATCH) -> list[Schedule]:
     """One schedule per speculative mode measured at two or more concurrencies (a schedule of one
     concurrency would say nothing a static k does not)."""
     out = []
@@ -131,37 +143,42 @@ def build_schedules(windows: Sequence[WindowAdvice], configs: dict[str, dict[str
         levels = sorted({w.concurrency for w in mine})
         if len(levels) < 2:
             continue
-        classes = tuple(dict.fromkeys(w.prompt_class for w in mine))
         model = FITTED if all(FITTED in w.models for w in mine) else CONSTANT
+        ranges = zip(levels, batch_ranges(levels, max_batch), strict=True)
         choices = tuple(_choice(level, batch, [w for w in mine if w.concurrency == level], model)
-                        for level, batch in zip(levels, batch_ranges(levels, max_batch), strict=True))
+                        for level, batch in ranges)
         config = {k: v for k, v in (configs.get(mode) or {}).items() if k != SCHEDULE_KEY}
-        out.append(Schedule(rig, mode, model, max(w.served_k for w in mine), config, choices, classes,
+        out.append(Schedule(rig, mode, model, max(w.served_k for w in mine), config, choices,
+                            tuple(dict.fromkeys(w.prompt_class for w in mine)),
                             min(w.confidence for w in mine)))
     return out
 
 
 def schedule_text(s: Schedule) -> str:
-    rows = []
+    rows, per_class = [], []
     for c in s.choices:
         ratio, (first, last) = c.combined[c.best], c.batch_sizes
-        rows.append([f"{first}" if first == last else f"{first}-{last}", f"c{c.concurrency}", str(c.k),
-                     f"k={c.best}: {ratio.text(2, 'x')} {'measured' if c.measured else 'predicted'}, {ratio.verdict}"])
-    per_class = [[name, *(f"k={c.best}: {c.per_class[name].text(2, 'x')}" for c in s.choices)] for name in s.classes]
+        what = "measured" if c.measured else "predicted"
+        rows.append([f"{first}" if first == last else f"{first}-{last}", f"c{c.concurrency}",
+                     str(c.k), f"k={c.best}: {ratio.text(2, 'x')} {what}, {ratio.verdict}"])
+    for name in s.classes:
+        per_class.append([name, *(f"k={c.best}: {c.per_class[name].text(2, 'x')}"
+                                  for c in s.choices)])
     config = s.speculative_config()
-    lines = [f"schedule for {s.mode} (served k={s.served_k}; {s.model}; {s.confidence * 100:g} % intervals): k = 0 "
-             "where no k's estimate beats no speculation",
-             tabulate(rows, headers=["batch sizes", "measured at", "k", "best k, classes combined (geometric mean)"],
+    lines = [f"schedule for {s.mode} (served k={s.served_k}; {s.model}; {s.confidence * 100:g} % "
+             "intervals): k = 0 where no k's estimate beats no speculation",
+             tabulate(rows, headers=["batch sizes", "measured at", "k",
+                                     "best k, classes combined (geometric mean)"],
                       tablefmt="simple", disable_numparse=True),
-             tabulate(per_class, headers=["class", *(f"c{c.concurrency}" for c in s.choices)], tablefmt="simple",
-                      disable_numparse=True)]
+             tabulate(per_class, headers=["class", *(f"c{c.concurrency}" for c in s.choices)],
+                      tablefmt="simple", disable_numparse=True)]
     for c in s.choices:
         if c.linear_best is not None:
             k, ratio = c.linear_best
-            lines.append(f"c{c.concurrency}: a {LINEAR} would pick k={k} ({ratio.text(2, 'x')}); a second served k "
-                         "of the drafter in the run settles it (a fit)")
-    lines.append("speculative_config to paste: " + (json.dumps(config) if config else
-                                                    "none (no k beats no speculation at any concurrency)"))
+            lines.append(f"c{c.concurrency}: a {LINEAR} would pick k={k} "
+                         f"({ratio.text(2, 'x')}); a second served k of the drafter settles it")
+    pasted = json.dumps(config) if config else "none (no k beats no speculation anywhere)"
+    lines.append(f"speculative_config to paste: {pasted}")
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
-"""What the advice's numbers are: an estimate with its interval (:class:`Span`), and the step-cost models
-it is predicted under (specgate.advise.advice's docstring, docs/advice.md)."""
+"""What the advice's numbers are: an estimate with its interval (:class:`Span`), and the step-cost
+models it is predicted under (specgate.advise.advice's docstring, docs/advice.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ SHORT = {CONSTANT: "const", LINEAR: "linear", FITTED: "fit"}  # the tables' colu
 
 @dataclass(frozen=True)
 class Span:
-    """An estimate with its interval; ``value`` None where only a range is known (the seed's figures)."""
+    """An estimate with its interval; ``value`` None where only a range is known (the seed's
+    figures)."""
 
     value: float | None
     low: float
@@ -28,15 +29,16 @@ class Span:
 
     @property
     def verdict(self) -> str:
-        """Against no speculation (a ratio of 1): "faster" or "slower" when the whole interval is on one
-        side, else "undecided"."""
+        """Against no speculation (a ratio of 1): "faster" or "slower" when the whole interval is on
+        one side, else "undecided"."""
         return "faster" if self.low > 1 else "slower" if self.high < 1 else "undecided"
 
     def text(self, digits: int = 2, suffix: str = "") -> str:
         def num(v: float) -> str:
             return "inf" if math.isinf(v) else f"{v:.{digits}f}"
 
-        span = num(self.low) if num(self.low) == num(self.high) else f"{num(self.low)}-{num(self.high)}"
+        low, high = num(self.low), num(self.high)
+        span = low if low == high else f"{low}-{high}"
         if self.value is None:
             return f"{span}{suffix}"
-        return f"{num(self.value)}{suffix}" + ("" if num(self.low) == num(self.high) else f" ({span})")
+        return f"{num(self.value)}{suffix}" + ("" if low == high else f" ({span})")

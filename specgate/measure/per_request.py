@@ -1,15 +1,15 @@
-"""Each request's acceptance, two ways: vLLM's own count (``--per-request-spec-decode-metrics``, vLLM
-0.32: ``metrics.speculative_decoding`` on the stream's usage chunk, kept as ``RequestRecord.spec_decode``)
-and what the stream shows (each engine step sends one chunk: one verified token plus the draft tokens it
-accepted). vLLM's count is exact; the stream's is read by the client and can be off: a request cut at
-max_tokens drops up to one draft of accepted tokens from its output (vLLM counted them), and a client or
-API server that falls behind merges two steps into one chunk (seen on 2 vCPUs at concurrency 4: 5 more
-accepted tokens than vLLM counted, on requests where vLLM had scheduled no draft at all).
+"""Each request's acceptance, two ways: vLLM's own count (``--per-request-spec-decode-metrics``,
+vLLM 0.32: ``metrics.speculative_decoding`` on the stream's usage chunk, kept as
+``RequestRecord.spec_decode``) and what the stream shows (each engine step sends one chunk: one
+verified token plus the draft tokens it accepted). vLLM's count is exact; the stream's is read by
+the client and can be off: a request cut at max_tokens drops up to one draft of accepted tokens from
+its output (vLLM counted them), and a client or API server that falls behind merges two steps into
+one chunk (seen on 2 vCPUs at concurrency 4: 5 more accepted tokens than vLLM counted, on requests
+where vLLM had scheduled no draft at all).
 
-The two count different steps: vLLM's ``num_spec_steps`` are the verify steps that carried a draft; the
-stream's steps are every decode step (an n-gram without a match drafts nothing). The accepted tokens are
-the same quantity, and :func:`agreement` compares those.
-"""
+The two count different steps: vLLM's ``num_spec_steps`` are the verify steps that carried a draft;
+the stream's steps are every decode step (an n-gram without a match drafts nothing). The accepted
+tokens are the same quantity, and :func:`agreement` compares those."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from specgate.measure.client import RequestRecord
 
 
 def stream_acceptance(completion_tokens: int, chunks: int) -> tuple[int, int] | None:
-    """(accepted draft tokens, decode steps) from a stream of ``chunks`` chunks (those with text and those
-    without, RequestRecord.empty_chunks): accepted = tokens - chunks, steps = chunks - 1
-    (the first chunk is the prefill's token). None with no decode step seen."""
+    """(accepted draft tokens, decode steps) from a stream of ``chunks`` chunks (those with text and
+    those without, RequestRecord.empty_chunks): accepted = tokens - chunks, steps = chunks - 1 (the
+    first chunk is the prefill's token). None with no decode step seen."""
     if chunks < 2 or completion_tokens < chunks:
         return None
     return completion_tokens - chunks, chunks - 1
@@ -37,14 +37,18 @@ def vllm_acceptance(record: RequestRecord) -> tuple[int, int] | None:
     return spec["num_accepted_draft_tokens"], int(spec.get("num_spec_steps") or 0)
 
 
-def accepted_per_position(specs: Sequence[dict[str, Any] | None]) -> tuple[list[int], list[list[int]]] | None:
+def accepted_per_position(specs: Sequence[dict[str, Any] | None]
+                          ) -> tuple[list[int], list[list[int]]] | None:
     """Each request's draft steps and accepted tokens per draft position (position i: the steps that
-    accepted i tokens or more, as vLLM's per-position counters count), from vLLM's per-request histograms
-    (``RequestRecord.spec_decode``); None unless every request has one of the same length."""
+    accepted i tokens or more, as vLLM's per-position counters count), from vLLM's per-request
+    histograms (``RequestRecord.spec_decode``); None unless every request has one of the same
+    length."""
     histograms = [(spec or {}).get("acceptance_histogram") for spec in specs]
-    if not histograms or any(not isinstance(h, list) or len(h) != len(histograms[0]) for h in histograms):
+    if not histograms or any(not isinstance(h, list) or len(h) != len(histograms[0])
+                             for h in histograms):
         return None
-    return [sum(h) for h in histograms], [[sum(h[i:]) for i in range(1, len(h))] for h in histograms]
+    positions = [[sum(h[i:]) for i in range(1, len(h))] for h in histograms]
+    return [sum(h) for h in histograms], positions
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,8 @@ class Agreement:
 
     def text(self) -> str:
         off = self.disagreeing
-        head = f"{len(self.rows) - len(off)} of {len(self.rows)} requests' streams agree with vLLM's own count"
+        agree = len(self.rows) - len(off)
+        head = f"{agree} of {len(self.rows)} requests' streams agree with vLLM's own count"
         if not off:
             return head
         shown = ", ".join(f"{key} {stream} vs {vllm}" for key, stream, vllm, _ in off[:3])
@@ -68,12 +73,15 @@ class Agreement:
 
 
 def agreement(keys: Sequence[str], records: Sequence[RequestRecord]) -> Agreement | None:
-    """The stream's accepted tokens against vLLM's for every request that has both; None where none has."""
+    """The stream's accepted tokens against vLLM's for every request that has both; None where none
+    has."""
     rows = []
     for key, r in zip(keys, records, strict=True):
-        ours, theirs = stream_acceptance(r.completion_tokens, len(r.chunk_times) + r.empty_chunks), vllm_acceptance(r)
+        ours = stream_acceptance(r.completion_tokens, len(r.chunk_times) + r.empty_chunks)
+        theirs = vllm_acceptance(r)
         if ours is None or theirs is None:
             continue
-        cut = int((r.spec_decode or {}).get("num_spec_tokens") or 0) if r.finish_reason == "length" else 0
+        drafted = int((r.spec_decode or {}).get("num_spec_tokens") or 0)
+        cut = drafted if r.finish_reason == "length" else 0
         rows.append((key, ours[0], theirs[0], theirs[0] - cut))
     return Agreement(tuple(rows)) if rows else None

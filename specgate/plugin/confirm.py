@@ -1,5 +1,6 @@
-"""``--specgate-advise-confirm=SCHEDULE.json``: serve the schedule `python -m specgate advise` wrote against
-static k and no speculation at each of the rig's concurrencies (specgate.advise.confirm); runs no test."""
+"""``--specgate-advise-confirm=SCHEDULE.json``: serve the schedule `python -m specgate advise` wrote
+against static k and no speculation at each of the rig's concurrencies (specgate.advise.confirm);
+runs no test."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from specgate.config.locations import resolve_fixtures_dir, rig_name_of
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("specgate").addoption(
         "--specgate-advise-confirm", type=Path, default=None, metavar="SCHEDULE_JSON",
-        help="serve the schedule `python -m specgate advise` wrote (schedule-<mode>.json) against static k and no "
-             "speculation, in paired windows at each of the rig's concurrencies; a schedule that loses to either "
-             "anywhere FAILS (exit 1); runs no test")
+        help="serve the schedule `python -m specgate advise` wrote (schedule-<mode>.json) against "
+             "static k and no speculation, in paired windows at each of the rig's concurrencies; a "
+             "schedule that loses to either anywhere FAILS (exit 1); runs no test")
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
@@ -28,7 +29,9 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
     rig = config.getoption("specgate_rig")
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = config.getoption("specgate_run_dir") or (
-        Path(config.rootpath) / ".specgate" / "runs" / f"{stamp}-{rig_name_of(rig)}-confirm-{os.getpid()}")
-    return confirm_command(path, rig_name=rig, run_dir=Path(run_dir), policy=config.getoption("specgate_undecided"),
-                           fixtures_dir=resolve_fixtures_dir(config.getoption("specgate_fixtures"), config.rootpath))
+    name = f"{stamp}-{rig_name_of(rig)}-confirm-{os.getpid()}"
+    given = config.getoption("specgate_run_dir")
+    run_dir = given or Path(config.rootpath, ".specgate", "runs", name)
+    fixtures = resolve_fixtures_dir(config.getoption("specgate_fixtures"), config.rootpath)
+    return confirm_command(path, rig_name=rig, run_dir=Path(run_dir), fixtures_dir=fixtures,
+                           policy=config.getoption("specgate_undecided"))
