@@ -97,7 +97,7 @@ def _report(path: Path) -> dict:
 
 def request_counts(record: dict) -> tuple[int, int] | None:
     """(accepted draft tokens, decode steps) of one request from its stream, as
-    ``specgate.decide.stats.request_acceptance``: each engine step sends one chunk (one verified token plus
+    ``specgate.measure.per_request.stream_acceptance``: each engine step sends one chunk (one verified token plus
     the drafts it accepted) after the prefill's, so accepted = tokens - chunks, steps = chunks - 1."""
     tokens, chunks = record.get("completion_tokens") or 0, record.get("chunks") or 0
     if chunks < 2 or tokens < chunks:
