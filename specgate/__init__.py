@@ -1,21 +1,19 @@
 """specgate: performance-regression gates for vLLM speculative decoding.
 
-The product, by layer:
+The product, one subpackage per layer, each importing only those below it (the import-linter
+contract in pyproject.toml); each ``__init__`` says its job:
 
-- config: ``config`` (rigs, modes, prompt classes, validated on load), ``locations`` (the fixtures
-  folder, a rig file), ``errors``, ``durations``;
-- serve: ``server`` (a vLLM server as a context manager), ``sleep``, ``registry`` (kept servers),
-  ``gpu``, ``design``, ``model_prep`` (the cpu tier's SmolLM2);
-- measure: ``client`` (the streaming client), ``measure``, ``duet``, ``metrics``, ``telemetry``,
-  ``spells``;
-- decide: ``gates``, ``paired``, ``stats``, ``outcome``, ``breakeven``;
-- store: ``baselines``, ``fingerprint``;
-- report: ``report``, ``report_figures``, ``plots``;
-- plan and progress: ``plan``, ``progress``, ``session`` (one run's state);
-- ``plugin/``: the pytest plugin (options, fixtures, parametrization, the gatekeeper, the output);
-- ``record``: a running server's raw responses, for replay tests;
-- ``extensions``: the entry-point groups other distributions plug into (specgate imports none by name);
-- ``cli``: ``python -m specgate`` (prepare-model, run, plan, servers, adopt-baselines).
+- ``plugin``: the pytest plugin (hooks, options, fixtures, the session's state, the gatekeeper);
+- ``advise``: the best k and the speculation schedule, from measured windows;
+- ``report``: every sentence, table, plot and page a user reads, and report.json;
+- ``plan``: what a run will cost before it starts, and its progress;
+- ``decide``: the run's settings, the gates, statistics and outcomes;
+- ``store``: baselines.json, fingerprints, saved reports, the queued stored figures;
+- ``measure``: the streaming client, the measurement protocol, vLLM's metrics, telemetry;
+- ``serve``: vLLM servers (start, health, sleep mode, kept servers), GPUs, host memory, the model;
+- ``config``: the rig, mode and prompt files, loaded and validated;
+- at the top: ``cli`` (``python -m specgate``), and the helpers every layer may use: ``lazy``,
+  ``durations``, ``files``, ``redaction``, ``exit_codes``, ``errors``.
 """
 
 __version__ = "0.1.0"

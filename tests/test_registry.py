@@ -224,8 +224,8 @@ def test_a_kept_server_a_session_may_not_reuse_is_stopped_and_started_again(fake
 
 def test_an_alternation_s_server_left_asleep_at_sleep_level_1_is_reused_asleep(fake, tmp_path, folder, reaper):
     """Every mode of an alternation stays loaded between sessions: a kept server the last session
-    left asleep at level 1 is reused and taken as asleep (woken for its turn); one asleep at level
-    2, or at a level its record does not hold, is stopped and started again."""
+    left asleep at sleep level 1 is reused and taken as asleep (woken for its turn); one asleep at sleep level
+    2, or at a sleep level its record does not hold, is stopped and started again."""
     import asyncio
 
     import httpx
@@ -259,4 +259,4 @@ def test_an_alternation_s_server_left_asleep_at_sleep_level_1_is_reused_asleep(f
     asyncio.run(later.make_room())
     registry.note_sleep(load_all(folder)[0], 2, folder)  # as if it had slept at level 2
     third = server_for()
-    assert isinstance(third, KeptVLLMServer) and "it sleeps at level 2 (its weights were dropped)" in lines[-1]
+    assert isinstance(third, KeptVLLMServer) and "it sleeps at sleep level 2 (its weights were dropped)" in lines[-1]

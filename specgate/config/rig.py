@@ -171,7 +171,7 @@ class Protocol(_Strict):
     @model_validator(mode="after")
     def _block_fits_every_level(self) -> Protocol:
         block = self.alternation_block
-        if block is not None and any(block % level for level in self.concurrency):
+        if block is not None and any(block % n for n in self.concurrency):
             raise ValueError(f"alternation_block = {block} must be a multiple of every concurrency "
                              f"{list(self.concurrency)} (a turn runs whole rounds)")
         return self
@@ -209,7 +209,7 @@ GateSetting = Literal["gate", "report", "auto"]
 class GatingTable(_Strict):
     """``[gates.gating]``: per gate, ``gate`` (an undecided fails the run), ``report`` (never fails
     the run) or ``auto`` (gate where it can decide on this rig); unset: the outcome policy alone
-    (specgate.gating)."""
+    (specgate.decide.outcome)."""
 
     throughput: GateSetting | None = None
     acceptance: GateSetting | None = None
@@ -269,7 +269,7 @@ class Gates(_Strict):
     # "fail" (every one of them), or a table per outcome ({not_stored = "skip", undecided = "fail"}).
     # Default: OutcomePolicy's (not stored fails, the others skip). --specgate-undecided overrides it.
     undecided: Literal["skip", "fail"] | OutcomePolicy = OutcomePolicy()
-    # Which gates fail the run (specgate.gating): "auto" (those that can decide on this rig; the
+    # Which gates fail the run (specgate.decide.outcome): "auto" (those that can decide on this rig; the
     # others are reported only), "gate", "report", or a table per gate; unset: every FAIL fails the
     # run and a gate that decided nothing follows `undecided`. --specgate-gating overrides it.
     gating: GateSetting | GatingTable | None = None
@@ -280,7 +280,7 @@ class Gates(_Strict):
 
     @property
     def gating_setting(self) -> dict[str, str]:
-        """The gating per gate that sets one (specgate.gating.GATES), {} when none does."""
+        """The gating per gate that sets one (specgate.decide.outcome.GATES), {} when none does."""
         if self.gating is None:
             return {}
         if isinstance(self.gating, str):

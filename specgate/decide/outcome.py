@@ -94,7 +94,7 @@ KIND_OUTCOMES: dict[str, Outcome] = {
     # (skipped by default, as before issue 36; a missing entry fails by default instead)
     "fingerprint": Outcome.UNDECIDED,
     "other machine": Outcome.OTHER_MACHINE,
-    "other host pace": Outcome.OTHER_MACHINE,  # specgate.decide.gates.HOST_PACE
+    "other host pace": Outcome.OTHER_MACHINE,  # specgate.decide.host_pace.HOST_PACE
     "not run": Outcome.NOT_RUN,
     "no baseline": Outcome.NOT_STORED,  # report.json before issue 16
     "baseline update": Outcome.NOT_STORED,
@@ -145,7 +145,7 @@ def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, 
     failure, and a gate that decided nothing is skipped, or failed where ``policy`` (outcome key ->
     "skip" | "fail") says so. A ``declared`` backfire gate never fails the run: undecided, it is
     skipped whatever the policy (its window takes no follow-up rounds, Rig.follow_up_rounds).
-    ``gating`` (specgate.gating): "report" never fails the run (a FAIL is skipped, and listed as
+    ``gating`` (specgate.decide.settings.resolve_gating): "report" never fails the run (a FAIL is skipped, and listed as
     failed in the summary), "gate" fails an UNDECIDED one whatever the policy."""
     if outcome is Outcome.PASS:
         return "passed"

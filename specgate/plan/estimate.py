@@ -103,12 +103,12 @@ class SessionPlan:
     other_tests: int = 0  # selected tests that measure no window (fault tests, unit tests)
     notes: tuple[str, ...] = field(default=())
     follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
-    # sleep mode (an alternation): the host memory line, each server's level, the first level-1
+    # sleep mode (an alternation): the host memory line, each server's sleep level, the first sleep-level-1
     # sleeps' time (counted), and the refusal of servers that need sleep level 1 and cannot have it
     host_lines: tuple[str, ...] = ()
     first_sleeps_s: float = 0.0
     refusal: str | None = None
-    sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, level) in an alternation
+    sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, sleep level) in an alternation
     sleep_level_2_wake_s: float | None = None  # one wake at sleep level 2 of this rig's weights, when known
     sleep_level_1_need_gib: float | None = None  # host memory for sleep level 1 of the servers loaded at once
     loaded_at_once: int = 0  # the most servers an alternation holds loaded at once

@@ -5,6 +5,9 @@ its work:
 - ``options``: the command-line options (one "specgate" group) and their parsers;
 - ``configure``: the run's one :class:`SpecgateSession`, built in ``pytest_configure`` and kept on
   the config's stash;
+- ``session``: that session, the run's state; ``resolve``: its options, frozen, and the run's
+  settings resolved from them once; ``inputs``: the inputs checked before any server starts;
+  ``workers``: the windows xdist workers share through the run directory;
 - ``parametrize``: the perf tests parametrized on the rig's modes, classes and concurrencies;
 - ``fixtures``: the server and measurement fixtures, thin wrappers over the session (registered
   through ``pytest_plugins`` below);

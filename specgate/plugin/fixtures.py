@@ -54,7 +54,7 @@ def sleep_controller(specgate_session: SpecgateSession) -> Any:
 def reference_server(specgate_session: SpecgateSession, sleep_controller) -> Iterator[Any]:
     """Duet rigs: the no-speculation server, started before any other and live for the whole
     session; every mode's windows alternate requests with it (or take turns with it: an
-    alternation). None on other designs."""
+    alternation). None on a rig that compares otherwise."""
     session = specgate_session
     rig = session.settings.rig
     if rig.comparing != "duet" or session.options.attach_url:
@@ -179,7 +179,7 @@ def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, gua
     the session. On a one-server-at-a-time GPU rig without sleep mode the rig's other kept servers
     hold the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every
     server stays loaded: a kept one is reused awake, or asleep at sleep level 1 (its record holds the
-    level; sleep level 2 dropped its weights, so such a one is stopped and started again)."""
+    sleep level; sleep level 2 dropped its weights, so such a one is stopped and started again)."""
     rig = session.settings.rig
     label = f"{mode.name}@{side}" if side else mode.name
     one_at_a_time = rig.tier == "gpu" and rig.comparing == "sequential" and not alternating

@@ -140,7 +140,7 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
     """Grouped bars per prompt class (one per mode, reference first; in an A/B the reference side
     of a mode beside its candidate): median decode tok/s per request, IQR as error bars, each request
     as a dot, the change against the reference above the speculative or candidate bars (red where a
-    gate failed). One panel per concurrency level."""
+    gate failed). One panel per concurrency."""
     fig = throughput_figure(report)
     return None if fig is None else save_figure(fig, path)
 
@@ -237,7 +237,7 @@ def throughput_figure(report: dict[str, Any]):
 def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
     """Per-position acceptance rate (x: draft position 1..k, y: accepted at that position / drafts,
     in [0, 1]): one line per (mode, class) of the speculative modes; colour = class, line style
-    and marker = mode. One panel per concurrency level."""
+    and marker = mode. One panel per concurrency."""
     lines = _acceptance_lines(report)
     if not lines:
         return None

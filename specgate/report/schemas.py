@@ -94,7 +94,7 @@ class GateResult(_Open):
     details: dict[str, Any] = Field(default_factory=dict, description="the comparison: ratio, interval, n, ...")
     gating: Literal["gate", "report"] | None = Field(
         default=None, description="gate: it could fail the run (an undecided one too); report: it never could; "
-        "absent: no gating set, the outcome policy alone (specgate.gating)")
+        "absent: no gating set, the outcome policy alone (specgate.decide.outcome)")
     gating_reason: str | None = Field(default=None, description="why it gated the run or was reported only")
 
 

@@ -90,7 +90,7 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     parts = []
     if failed:
         parts.append("FAIL " + ",".join(failed))
-    if reported:  # specgate.gating: a gate that cannot decide on this rig never fails the run
+    if reported:  # specgate.decide.outcome: a gate that cannot decide on this rig never fails the run
         parts.append("failed, reported only: " + ",".join(reported))
     if not failed and not reported:
         if declared:

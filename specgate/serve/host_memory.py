@@ -1,5 +1,5 @@
-"""Host memory for sleep mode: what sleep level 1 needs for the servers loaded at once, the level each
-server gets, and what a wake at sleep level 2 costs; one rule for ``plan``, the session's preflight and the
+"""Host memory for sleep mode: what sleep level 1 needs for the servers loaded at once, the sleep level
+each server gets, and what a wake at sleep level 2 costs; one rule for ``plan``, the session's preflight and the
 sleep controller (specgate.serve.sleep).
 
 Sleep level 1 keeps a sleeping server's weights in pinned host memory. In an alternation the servers
@@ -56,7 +56,7 @@ def host_available_gib() -> float:
 
 @dataclass(frozen=True)
 class Sleeper:
-    """A server of an alternation, as the level choice sees it."""
+    """A server of an alternation, as the sleep level choice sees it."""
 
     label: str
     weights_gib: float | None  # None: not known
@@ -124,7 +124,7 @@ def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: 
     """Sleep level 1 for every server when the host holds the weights of those loaded at once; else sleep level 1
     first for the servers that cannot wake from sleep level 2, then for those in ``prefer`` (a kept
     reference: kept only at sleep level 1), then the others in order, each while it fits beside the
-    level-1 servers loaded with it; sleep level 2 for the rest. A forced level (the rig's ``sleep_level``)
+    sleep-level-1 servers loaded with it; sleep level 2 for the rest. A forced sleep level (the rig's ``sleep_level``)
     is taken as it is. ``at_once``: the sets of labels loaded together (None: all of them)."""
     groups = [[s.label for s in sleepers]] if at_once is None else [list(g) for g in at_once if g]
     weights = {s.label: s.weights_gib for s in sleepers}

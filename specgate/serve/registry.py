@@ -282,7 +282,7 @@ class KeptVLLMServer(VLLMServer):
         return None  # left running: the record says where
 
     def note_sleep(self, level: int | None) -> None:
-        """An alternation put it to sleep at ``level`` (None: woke it): the record keeps it."""
+        """An alternation put it to sleep at sleep level ``level`` (None: woke it): the record keeps it."""
         note_sleep(getattr(self, "kept", None), level, self.folder)
 
 
@@ -330,7 +330,7 @@ class ReusedServer:
         note_sleep(self.kept, level)
 
     def asleep_at(self, timeout_s: float = 5.0) -> int | None:
-        """The level it sleeps at now (an alternation's server left asleep by an earlier session),
+        """The sleep level it sleeps at now (an alternation's server left asleep by an earlier session),
         None when it is awake."""
         try:
             with httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=auth_headers(self.api_key),
@@ -343,7 +343,7 @@ class ReusedServer:
 
 def awake_or_why(kept: KeptServer, timeout_s: float = 5.0, api_key: str | None = None) -> str | None:
     """Why a kept server of an alternation (vLLM sleep mode) may not be reused: it sleeps at a
-    level other than 1 or not recorded (sleep level 2 dropped its weights: waking it as sleep level 1 would
+    sleep level other than 1 or not recorded (sleep level 2 dropped its weights: waking it as sleep level 1 would
     serve garbage), or it cannot say. None when it is awake, or asleep at sleep level 1 (its weights wait
     in host memory: the alternation takes it as a sleeping server and wakes it for its turn)."""
     try:
@@ -354,8 +354,8 @@ def awake_or_why(kept: KeptServer, timeout_s: float = 5.0, api_key: str | None =
         return f"it did not say whether it sleeps ({type(exc).__name__})"
     if not sleeping or kept.sleep_level == 1:
         return None
-    return (f"it sleeps at level {kept.sleep_level} (its weights were dropped)" if kept.sleep_level
-            else "it sleeps, at a level its record does not hold")
+    return (f"it sleeps at sleep level {kept.sleep_level} (its weights were dropped)" if kept.sleep_level
+            else "it sleeps, at a sleep level its record does not hold")
 
 
 def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callable[[str], None],

@@ -11,10 +11,10 @@ awake. Every swap is timed; the window keeps them (``extra["alternation"]["swaps
 A server's first sleep at sleep level 1 copies its weights to host memory (tens of seconds for a large
 model); later swaps take about a second, and no warm-up follows a wake (docs/alternation.md).
 
-Levels (vLLM's sleep mode docs): sleep level 1 offloads the weights to host memory and discards the
+Sleep levels (vLLM's sleep mode docs): sleep level 1 offloads the weights to host memory and discards the
 KV cache; sleep level 2 discards both and keeps only the model's buffers. At sleep level 1 the host must hold
-the sleeping server's weights (Kimi-K2.5 INT4: ~600 GB), so before a server's first sleep the
-level is chosen: 1 when the host's available memory holds its weights with room to spare, else
+the sleeping server's weights (Kimi-K2.5 INT4: ~600 GB), so before a server's first sleep its
+sleep level is chosen: 1 when the host's available memory holds its weights with room to spare, else
 2 (or the rig's ``sleep_level``). A wake at sleep level 2 reallocates the weights without their contents,
 so specgate wakes the weights (``/wake_up?tags=weights``), reloads them from the model's files
 (``POST /collective_rpc`` with method ``reload_weights``, the RLHF path of the worker), then
@@ -99,7 +99,7 @@ def choose_level(need_gib: float | None, available_gib: float, *, forced: int | 
     """The sleep level of a server whose weights take ``need_gib`` (None: not known) on a host with
     ``available_gib`` available, and why."""
     if forced is not None:
-        return forced, f"level {forced}: set by the rig (sleep_level)"
+        return forced, f"sleep level {forced}: set by the rig (sleep_level)"
     if need_gib is None:
         return 1, (f"sleep level 1: the weights' size is not known (set sleep_host_memory_gib in the rig); the host "
                    f"has {available_gib:.0f} GiB available")
@@ -157,7 +157,7 @@ class SleepController:
     available_gib: Callable[[], float] = host_available_gib
     gpu_free: Callable[[str | None], Sequence[tuple[str, float]] | None] = nvml_free_fractions
     # the kept servers (specgate.serve.registry) asleep at sleep level 1, but for these pids: names, for the
-    # level-2 message; the plugin passes the registry's, nothing by default
+    # sleep-level-2 message; the plugin passes the registry's, nothing by default
     kept_asleep: Callable[[set[int]], list[str]] = lambda pids: []
     sleepers: list[_Sleeper] = field(default_factory=list)
     swaps: list[dict[str, Any]] = field(default_factory=list)
@@ -176,17 +176,17 @@ class SleepController:
 
     def add(self, server: Any, *, asleep_at: int | None = None) -> None:
         """A server that just started (awake: every other one sleeps, see :meth:`make_room`), or a
-        kept one an earlier session left asleep at level ``asleep_at`` (woken for its first turn)."""
+        kept one an earlier session left asleep at sleep level ``asleep_at`` (woken for its first turn)."""
         if any(t.server is server for t in self.sleepers):
             return
         if asleep_at is None:
             self.sleepers.append(_Sleeper(server))
         else:
             self.sleepers.append(_Sleeper(server, level=asleep_at, sleeping=True,
-                                    level_why=f"level {asleep_at}, as it slept when an earlier session left it"))
+                                    level_why=f"sleep level {asleep_at}, as it slept when an earlier session left it"))
 
     def has_slept(self, server: Any) -> bool:
-        """Whether ``server`` has been asleep (its level is chosen at its first sleep)."""
+        """Whether ``server`` has been asleep (its sleep level is chosen at its first sleep)."""
         return self._sleeper(server).level is not None
 
     def remove(self, server: Any) -> None:
@@ -383,7 +383,7 @@ class SleepController:
                      "only)")
             fix = (f"Set sleep_level = 1 or leave it unset in {rig.path}" if rig.sleep_level == 2 else
                    "Free host memory, or set sleep_host_memory_gib if the estimate is wrong, or run this rig with "
-                   "design = \"sequential\"")
+                   "arrangement = \"sequential\"")
             raise self._error(server, f"cannot sleep at sleep level 2: {cause}; {why}. {fix}")
         return level, why
 
@@ -426,7 +426,7 @@ class SleepController:
 
 
 def _note_sleep(server: Any, level: int | None) -> None:
-    """A kept server (--specgate-keep-servers) records the level it sleeps at, so the next session
+    """A kept server (--specgate-keep-servers) records the sleep level it sleeps at, so the next session
     can take it asleep and wake it (specgate.serve.registry.awake_or_why)."""
     note = getattr(server, "note_sleep", None)
     if note is not None:
