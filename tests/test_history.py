@@ -16,7 +16,6 @@ from specgate.decide.gates import check_throughput
 from specgate.decide.history import StartHistory
 from specgate.decide.outcome import Outcome
 from specgate.measure.protocol import ClassMeasurement
-from specgate.plan.histories import describe_history
 from specgate.store.baselines import load_baselines, lookup
 
 pytestmark = pytest.mark.fast
@@ -56,5 +55,6 @@ def test_plain_runs_against_the_stored_starts_decide(replay, outcome):
     assert result.outcome is outcome, said(result)
     # the history's own words (StartHistory.describe; pinned in test_histories' history command test)
     history = StartHistory(tuple(entry.level_history))
-    assert describe_history(history, 1 - rig.gates.level_gate_tolerance, result.details["confidence"]) in said(result)
+    assert said(result).count(f"{history.starts} stored starts") == 1  # said once, in the ratio's clause
+    assert f"start-to-start spread {history.log_sd * 100:.2f} % (" in said(result)
     assert "not pooled" in said(result)

@@ -20,12 +20,13 @@ from specgate.decide.follow_up import FollowUp, follow_up_reason
 from specgate.decide.history import StartHistory
 from specgate.decide.host_pace import HOST_PACE
 from specgate.decide.outcome import NOT_STORED, STORING, Family, Outcome, Policy, pytest_action
+from specgate.decide.paired import spread_quantile
 from specgate.decide.settings import WindowSettings
 from specgate.decide.stats import trials_to_resolve
 from specgate.decide.verdict import GateResult
 from specgate.measure.per_request import Agreement
 from specgate.measure.protocol import ClassMeasurement
-from specgate.plan.histories import describe_history, steps_words
+from specgate.plan.histories import sittings_words, steps_words
 from specgate.report.comparisons import comparison, no_windows, undecided_kind
 from specgate.report.red_runs import how_text, red_run_lines
 
@@ -282,9 +283,11 @@ def _looks_text(looks: Mapping[str, Any] | None) -> str:
 
 
 def _history_text(h: Mapping[str, Any], *, sessions: bool = False) -> str:
+    """The stored history's spread and sittings (its starts and what it catches are the ratio's clause)."""
     history = StartHistory(tuple(h["levels"]), tuple(h["sittings"]) if h.get("sittings") else None)
-    text = describe_history(history, h["threshold"], h["confidence"])
-    return text.replace("start-to-start", "session-to-session") if sessions else text
+    return (f"{'session' if sessions else 'start'}-to-{'session' if sessions else 'start'} spread "
+            f"{history.log_sd * 100:.2f} % ({sittings_words(history)}; t, {history.dof} df = "
+            f"{spread_quantile(h['confidence'], history.dof):.2f})")
 
 
 def _stored_text(c: Mapping[str, Any]) -> str:
@@ -312,9 +315,8 @@ def _stored_text(c: Mapping[str, Any]) -> str:
                 f"(not pooled){stored}")
     head = f"{c['arrangement']} ratio to {c['partner']} vs the stored ratio"
     if how == "ratio history":
-        return (f"{head}; this window's ratio ({c['now']:.3f}x) against the mean of {len(c['history']['levels'])} "
-                f"stored ratios; {_history_text(c['history'], sessions=True)}; this mode and class only (not "
-                f"pooled){stored}")
+        return (f"{head}; this window's ratio ({c['now']:.3f}x) against the mean of the stored ratios; "
+                f"{_history_text(c['history'], sessions=True)}; this mode and class only (not pooled){stored}")
     basis = {"unknown": "its interval added; session-to-session spread unknown (fewer than 3 stored ratios, no "
                         "start_noise): the interval holds the two windows' noise only",
              "own": "its interval added (wider than the rig's start noise for four starts)"}.get(
