@@ -93,6 +93,12 @@ def _kind_words(entry: Mapping[str, Any], room: int) -> str | None:
     if kind == HOST_PACE and (pace := details.get("host_pace")):
         return (f"host at {pace['factor']:.2f}x the stored figures' CPU canary time ({pace['canary_us']:.1f} vs "
                 f"{pace['stored_canary_us']:.1f} us): not compared")
+    if (rule := details.get("rule")) in ("unpaired", "ttft unpaired"):
+        return f"too few request keys on both sides to pair ({details['n_measured']} vs {details['n_reference']})"
+    if rule == "untimed":
+        t = details["timings"][0]
+        return (f"client timed {_side(t['mode'], t['side'])} at {t['client']:.1f} tok/s, vLLM {t['server']:.1f}: "
+                f"not measurements (±{t['tolerance'] * 100:g} % allowed)")
     if kind not in KIND_WORDS:
         return None
     command = details.get("command")
