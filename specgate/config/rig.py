@@ -163,13 +163,13 @@ class Protocol(_Strict):
 
     @field_validator("concurrency")
     @classmethod
-    def _positive_levels(cls, levels: tuple[int, ...]) -> tuple[int, ...]:
-        if any(level < 1 for level in levels) or len(set(levels)) != len(levels):
+    def _positive_concurrencies(cls, concurrencies: tuple[int, ...]) -> tuple[int, ...]:
+        if any(n < 1 for n in concurrencies) or len(set(concurrencies)) != len(concurrencies):
             raise ValueError("concurrencies must be distinct integers >= 1")
-        return levels
+        return concurrencies
 
     @model_validator(mode="after")
-    def _block_fits_every_level(self) -> Protocol:
+    def _block_fits_every_concurrency(self) -> Protocol:
         block = self.alternation_block
         if block is not None and any(block % n for n in self.concurrency):
             raise ValueError(f"alternation_block = {block} must be a multiple of every concurrency "
@@ -461,7 +461,7 @@ class RigFile(_Strict):
 
     @field_validator("sleep_level", mode="before")
     @classmethod
-    def _level_not_a_boolean(cls, value: Any) -> Any:
+    def _sleep_level_not_a_boolean(cls, value: Any) -> Any:
         # pydantic matches true to the literal 1 even in strict mode (True == 1 in Python)
         if isinstance(value, bool):
             raise ValueError("Input should be 1 or 2")

@@ -288,12 +288,7 @@ class Measurer:
         try:
             return self._measure(server, mode, prompt_class, concurrency, label, run_rounds)
         except RequestError as exc:
-            # A request failing because the server died is a server failure: say so, with its log.
-            try:
-                server.check_alive()
-            except ServerDiedError as died:
-                raise ServerDiedError(f"{died}\n(while measuring {label}: {exc})") from None
-            raise RequestError(f"{exc}\nLast lines of the server log:\n{server.log_tail(20)}") from None
+            raise _request_failure(exc, label, [server], tail=20) from None
 
     def _client(self, server: Server) -> StreamingClient:
         protocol = self.rig.protocol
@@ -394,13 +389,7 @@ class Measurer:
         try:
             return self._measure_duet(duet, prompt_class, concurrency, label, run_rounds, sleeper)
         except RequestError as exc:
-            for server in (subject, partner):
-                try:
-                    server.check_alive()
-                except ServerDiedError as died:
-                    raise ServerDiedError(f"{died}\n(while measuring {label}: {exc})") from None
-            raise RequestError(f"{exc}\nLast lines of the server logs:\n{subject.label}:\n{subject.log_tail(10)}\n"
-                               f"{partner.label}:\n{partner.log_tail(10)}") from None
+            raise _request_failure(exc, label, [subject, partner], tail=10) from None
 
     @staticmethod
     def _before_window(sleeper: Any, subject: Server, partner: Server) -> dict[str, Any] | None:
@@ -564,6 +553,20 @@ class _DuetWindow:
                 "levels": {t.server.label: t.level for t in sleeper.sleepers
                            if any(t.server is s for s in self.servers.values())}}
         return result
+
+
+def _request_failure(exc: RequestError, label: str, servers: list[Server], *, tail: int) -> Exception:
+    """A request failing because its server died is a server failure: say so; else the request's
+    error with the last lines of the servers' logs."""
+    for server in servers:
+        try:
+            server.check_alive()
+        except ServerDiedError as died:
+            return ServerDiedError(f"{died}\n(while measuring {label}: {exc})")
+    if len(servers) == 1:
+        return RequestError(f"{exc}\nLast lines of the server log:\n{servers[0].log_tail(tail)}")
+    logs = "\n".join(f"{server.label}:\n{server.log_tail(tail)}" for server in servers)
+    return RequestError(f"{exc}\nLast lines of the server logs:\n{logs}")
 
 
 def _with_telemetry(sampler: Any, m: ClassMeasurement) -> ClassMeasurement:
