@@ -25,3 +25,18 @@ def copy_fixtures(dest: Path) -> Path:
     for name in SHARED:
         (dest / name).symlink_to(FIXTURES / name, target_is_directory=True)
     return Path(dest)
+
+
+def quick_rig_with_a_declared_backfire(fixtures: Path) -> Path:
+    """The quick rig of a copy as the declared-backfire tests read it: classes coding (ngram's backfire
+    declared there, break-even on 2 cores) and extraction, with every gate (the committed quick rig runs
+    the copy classes and leaves out what cannot decide in its minutes). Returns ``fixtures``."""
+    rig_file = fixtures / "rigs" / "cpu-smollm2-quick.toml"
+    text = rig_file.read_text()
+    classes = 'classes = ["extraction", "summarization"]'
+    left_out = text[text.index("[gates.left_out]"):]
+    assert classes in text and left_out.count("[") == 1, f"{rig_file} changed: update this helper"
+    rig_file.write_text(text.replace(classes, 'classes = ["coding", "extraction"]').replace(left_out, "") +
+                        '[[declared_backfire]]\nmode = "ngram"\nclasses = ["coding"]\n'
+                        'reason = "break-even on 2 CPU cores for non-copy classes"\n')
+    return fixtures

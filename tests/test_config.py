@@ -435,7 +435,7 @@ def test_a_rig_whose_windows_can_never_reach_six_pairs_is_refused(fx: Path) -> N
     _append(fx / "prompts.toml", "[classes.tiny]\ndescription = \"three prompts\"\n" + "".join(
         f'[[classes.tiny.prompts]]\nid = "p{i}"\ntext = "Write a long story number {i}."\n' for i in range(3)))
     rig_file = fx / "rigs" / "cpu-smollm2-quick.toml"
-    _replace(rig_file, 'classes = ["coding", "extraction"]', 'classes = ["coding", "tiny"]')
+    _replace(rig_file, 'classes = ["extraction", "summarization"]', 'classes = ["extraction", "tiny"]')
     err = _load_fails(fx, "cpu-smollm2-quick")
     assert err.path == str(rig_file) and err.key == "protocol.repeats"
     assert "tiny (3 prompt(s) x 1 = 3 pairs)" in str(err) and "coding" not in str(err).split("window of")[1]

@@ -47,17 +47,18 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
         "-m", "cpu", "-k", "coding", "-p", "no:cacheprovider", f"--specgate-baselines={ROOT / 'baselines.json'}",
         "--specgate-session-budget=1", f"--specgate-run-dir={run_dir}", "-rs")
     out = result.stdout.str()
-    result.assert_outcomes(skipped=6)  # 5 ngram gates, no_spec's throughput: no server started
+    # 4 ngram gates: no server started; throughput against another machine's figures is not run here
+    result.assert_outcomes(skipped=4)
+    assert "specgate: not run here: 2 throughput gate(s) (ngram, no_spec on coding)" in out
     assert "ngram coding c1 backfire: the session's time budget (1s) has 0s left; its window needs ~" in out
     assert "(with the start of no_spec, ngram)" in out  # the first window would start both servers
     report = json.loads((run_dir / "report.json").read_text())
     assert report["measurements"] == [] and report["servers"] == {}
     not_run = sorted((u["gate"], u["mode"]) for u in report["undecided"] if u["kind"] == "not run")
-    assert not_run == [("acceptance", "ngram"), ("backfire", "ngram"), ("lossless", "ngram"),
-                       ("throughput", "ngram"), ("throughput", "no_spec"), ("ttft", "ngram")]
+    assert not_run == [("acceptance", "ngram"), ("backfire", "ngram"), ("lossless", "ngram"), ("ttft", "ngram")]
     # the summary (report.json's, merged across xdist workers) lists each with its reason, and counts them
     assert "NOT RUN ngram coding c1 backfire: the session's time budget (1s)" in out
-    assert "DECIDED NOTHING: 6 gate(s): 6 not run (skipped)" in out
+    assert "DECIDED NOTHING: 4 gate(s): 4 not run (skipped)" in out
 
 
 def test_the_plan_is_printed_before_anything_starts(perf_project, no_plots, tmp_path):

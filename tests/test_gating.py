@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fixture_copy import copy_fixtures
+from fixture_copy import copy_fixtures, quick_rig_with_a_declared_backfire
 from standins import gate_settings, window_side
 from words import said
 
@@ -180,7 +180,7 @@ def test_the_family_is_held_at_its_bound_or_its_bound_is_stated():
 
 
 def test_the_session_counts_the_gates_that_gate_and_every_later_interval_uses_their_confidence(tmp_path):
-    fixtures = copy_fixtures(tmp_path / "fixtures")
+    fixtures = quick_rig_with_a_declared_backfire(copy_fixtures(tmp_path / "fixtures"))
     rig_file = fixtures / "rigs" / "cpu-smollm2-quick.toml"
     rig_file.write_text(rig_file.read_text().replace("[gates]\n", '[gates]\ngating = "auto"\nfamily_false_alarm = '
                                                      '0.05\n', 1))

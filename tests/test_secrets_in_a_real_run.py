@@ -2,7 +2,7 @@
 its own (and a third secret in the rig's [env]), passes, and none of them is in its terminal output or in
 any file it writes (report.json, summary.md, report.html, baselines.json, the server's log). The server
 inherits VLLM_API_KEY, so it demands the key: the run passes only if specgate calls it with the key.
-One server (no_spec, the quick rig's coding class, --specgate-regen-baselines: its figures stored and the
+One server (no_spec, the quick rig's extraction class, --specgate-regen-baselines: its figures stored and the
 test passed): about two minutes on 2 vCPUs, most of it vLLM's start."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_a_real_run_with_secrets_in_its_environment_writes_none_of_them(tmp_path
     shutil.copy(ROOT / "baselines.json", baselines)
     env = {**os.environ, "VLLM_API_KEY": key, "HF_TOKEN": token, "SPECGATE_STATE_DIR": str(out / "state")}
     argv = [sys.executable, "-m", "pytest", str(ROOT / "perf_tests" / "test_speculative_perf.py"), "-m", "cpu",
-            "-k", "throughput and no_spec and coding", "-p", "no:cacheprovider", "--specgate-rig", "cpu-smollm2-quick",
+            "-k", "throughput and no_spec and extraction", "-p", "no:cacheprovider", "--specgate-rig", "cpu-smollm2-quick",
             f"--specgate-fixtures={fixtures}", f"--specgate-baselines={baselines}", f"--specgate-run-dir={out / 'run'}",
             "--specgate-regen-baselines"]
     run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)

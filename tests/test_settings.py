@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from fixture_copy import copy_fixtures
+from fixture_copy import copy_fixtures, quick_rig_with_a_declared_backfire
 
 from specgate.config.rig import AB, Gates, load_rig
 from specgate.decide.outcome import GATES, Family
@@ -24,13 +24,13 @@ RIG = "cpu-smollm2-quick"  # two classes; ngram's backfire on coding is declared
 
 
 @pytest.fixture(scope="module")
-def rig():
-    return load_rig(RIG, ROOT / "fixtures")
+def rig(tmp_path_factory):
+    return load_rig(RIG, quick_rig_with_a_declared_backfire(copy_fixtures(tmp_path_factory.mktemp("q") / "fixtures")))
 
 
 def _edited_rig(tmp_path: Path, old: str, new: str) -> Path:
     """A copy of fixtures/ whose quick rig has ``old`` replaced by ``new`` (once)."""
-    fixtures = copy_fixtures(tmp_path / "fixtures")
+    fixtures = quick_rig_with_a_declared_backfire(copy_fixtures(tmp_path / "fixtures"))
     rig_file = fixtures / "rigs" / f"{RIG}.toml"
     text = rig_file.read_text()
     assert old in text, f"{rig_file} no longer contains {old!r}: update this test"

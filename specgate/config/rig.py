@@ -265,6 +265,9 @@ class Gates(_Strict):
     # Outside it the gate is undecided and says what the comparison gave. None: not checked.
     host_pace_tolerance: float | None = Field(default=0.25, gt=0, lt=10)
     classes: dict[str, ClassGate] = {}
+    # Gates this rig leaves out, each with the reason a person reads in the run's one line about them
+    # (a gate that cannot decide on this rig's hardware in its time: {ttft = "6 pairs on 2 cores ..."}).
+    left_out: dict[Literal["throughput", "acceptance", "backfire", "ttft", "lossless"], str] = {}
     # What an undecided, not-stored, other-machine or not-run gate does to the exit code: "skip" or
     # "fail" (every one of them), or a table per outcome ({not_stored = "skip", undecided = "fail"}).
     # Default: OutcomePolicy's (not stored fails, the others skip). --specgate-undecided overrides it.

@@ -36,7 +36,12 @@ from specgate.plugin.controller import decide_deferred_gates, deferred_test_repo
 from specgate.plugin.gpu_split import XDIST_REFUSAL
 from specgate.plugin.options import add_options
 from specgate.plugin.output import has_perf_work, render_saved_report, write_run_output, write_summary
-from specgate.plugin.parametrize import deselect_speculative_only, parametrize_perf_test
+from specgate.plugin.parametrize import (
+    NOT_RUN_HERE,
+    deselect_not_deciding_here,
+    deselect_speculative_only,
+    parametrize_perf_test,
+)
 
 pytest_plugins = ["specgate.plugin.fixtures", "specgate.plugin.confirm"]
 
@@ -126,12 +131,13 @@ def _selected_by_markexpr(markexpr: str, marks: set[str]) -> bool:
         return True
 
 
-def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    lines = list(config.stash.get(NOT_RUN_HERE, []))
     count = config.stash.get(_TIERLESS, 0)
-    if not count:
-        return None
-    return (f"specgate: {count} test(s) marked cpu, gpu or perf deselected: they start vLLM servers, so a run "
-            "selects them with -m cpu or -m gpu")
+    if count:
+        lines.append(f"specgate: {count} test(s) marked cpu, gpu or perf deselected: they start vLLM servers, "
+                     "so a run selects them with -m cpu or -m gpu")
+    return lines
 
 
 def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
@@ -157,12 +163,14 @@ _REFUSED = pytest.StashKey[bool]()  # refuse_bad_inputs stopped the run: nothing
 
 
 class _Ordering:
-    """The order that decides the most important gates first (cost.order_items): a second
-    modifyitems hook, after pytest's own (the -m/-k selection, the grouping per server)."""
+    """The gates that cannot decide here left out (parametrize.deselect_not_deciding_here), then the
+    order that decides the most important gates first (cost.order_items): a second modifyitems hook,
+    after pytest's own (the -m/-k selection, the grouping per server)."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if any(cost.window_key(item) is not None for item in items):
+            deselect_not_deciding_here(config, items, get_session(config))  # of what -m and -k kept
             cost.order_items(items, [c.name for c in get_session(config).settings.rig.prompt_classes])
             cost.refuse_short_host(config, get_session(config), items)
 

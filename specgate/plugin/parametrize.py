@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 from specgate.errors import ConfigError
+from specgate.plugin.cost import gate_key
 from specgate.plugin.session import SpecgateSession
 
 
@@ -66,3 +67,59 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], s
         if rig.tier != "gpu":
             warnings.warn(f"-m gpu selected but rig {rig.name!r} is a {rig.tier} rig: "
                           "pass --specgate-rig NAME of a gpu rig", stacklevel=1)
+
+
+NOT_RUN_HERE = pytest.StashKey[list[str]]()
+
+
+def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item], session: SpecgateSession) -> None:
+    """Leave out, before any server starts, the gates that cannot decide in this run, each kind said in
+    one line (pytest_report_collectionfinish) instead of run as tests that skip: the gates the rig leaves
+    out (``[gates] left_out``, with its reason), and the throughput gates of a duet whose stored figures
+    are another machine's only (a run that stores figures, --specgate-regen/update-baselines, keeps them;
+    the reference mode's are kept unless it runs in a duet, where every window measures it anyway)."""
+    keys = {id(item): key for item in items if (key := gate_key(item)) is not None}
+    if not keys:
+        return
+    try:
+        run = session.settings
+    except ConfigError:
+        return  # refused with its file and key by refuse_bad_inputs
+    left_out = run.rig.gates.left_out
+    elsewhere: list[tuple[str, str, str, int]] = []
+    keep, drop = [], []
+    for item in items:
+        key = keys.get(id(item))
+        if key is not None and key[0] in left_out:
+            drop.append(item)
+        elif key is not None and _stored_elsewhere_only(run, key) and session.options.update == "off":
+            drop.append(item)
+            elsewhere.append(key)
+        else:
+            keep.append(item)
+    if not drop:
+        return
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+    lines = [f"specgate: left out by rig {run.rig.name}: {gate} ({why})" for gate, why in left_out.items()]
+    if elsewhere:
+        modes = ", ".join(dict.fromkeys(k[1] for k in elsewhere))
+        classes = ", ".join(dict.fromkeys(k[2] for k in elsewhere))
+        lines.append(f"specgate: not run here: {len(elsewhere)} throughput gate(s) ({modes} on {classes}) have only "
+                     f"another machine's stored figures; store this machine's: python -m specgate build-history "
+                     f"--rig {run.rig.name}")
+    config.stash[NOT_RUN_HERE] = lines
+
+
+def _stored_elsewhere_only(run, key: tuple[str, str, str, int]) -> bool:
+    from specgate.store.baselines import lookup
+
+    gate, mode, prompt_class, concurrency = key
+    window = run.window(mode, prompt_class, concurrency)
+    if gate != "throughput" or window.comparing != "duet":
+        return False
+    if mode == run.rig.reference_mode and window.arrangement.name != "duet":
+        return False  # one server at a time: the backfire gates need the reference's own windows
+    rig = run.rig.name
+    return (lookup(run.store, rig, mode, prompt_class, concurrency, machine=run.machine) is None
+            and lookup(run.store, rig, mode, prompt_class, concurrency) is not None)
