@@ -49,7 +49,7 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
     out = result.stdout.str()
     # 4 ngram gates: no server started; throughput against another machine's figures is not run here
     result.assert_outcomes(skipped=4)
-    assert "specgate: not run here: 2 throughput gate(s) (ngram, no_spec on coding)" in out
+    assert "specgate: not run here: 2 throughput gate(s) with only another machine's stored figures" in out
     assert "ngram coding c1 backfire: the session's time budget (1s) has 0s left; its window needs ~" in out
     assert "(with the start of no_spec, ngram)" in out  # the first window would start both servers
     report = json.loads((run_dir / "report.json").read_text())

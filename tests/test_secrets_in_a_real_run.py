@@ -43,7 +43,8 @@ def test_a_real_run_with_secrets_in_its_environment_writes_none_of_them(tmp_path
     shutil.copy(ROOT / "baselines.json", baselines)
     env = {**os.environ, "VLLM_API_KEY": key, "HF_TOKEN": token, "SPECGATE_STATE_DIR": str(out / "state")}
     argv = [sys.executable, "-m", "pytest", str(ROOT / "perf_tests" / "test_speculative_perf.py"), "-m", "cpu",
-            "-k", "throughput and no_spec and extraction", "-p", "no:cacheprovider", "--specgate-rig", "cpu-smollm2-quick",
+            "-k", "throughput and no_spec and extraction", "-p", "no:cacheprovider",
+            "--specgate-rig", "cpu-smollm2-quick",
             f"--specgate-fixtures={fixtures}", f"--specgate-baselines={baselines}", f"--specgate-run-dir={out / 'run'}",
             "--specgate-regen-baselines"]
     run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)

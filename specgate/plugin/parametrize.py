@@ -103,11 +103,8 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item], 
     items[:] = keep
     lines = [f"specgate: left out by rig {run.rig.name}: {gate} ({why})" for gate, why in left_out.items()]
     if elsewhere:
-        modes = ", ".join(dict.fromkeys(k[1] for k in elsewhere))
-        classes = ", ".join(dict.fromkeys(k[2] for k in elsewhere))
-        lines.append(f"specgate: not run here: {len(elsewhere)} throughput gate(s) ({modes} on {classes}) have only "
-                     f"another machine's stored figures; store this machine's: python -m specgate build-history "
-                     f"--rig {run.rig.name}")
+        lines.append(f"specgate: not run here: {len(elsewhere)} throughput gate(s) with only another machine's stored "
+                     f"figures (python -m specgate build-history --rig {run.rig.name})")
     config.stash[NOT_RUN_HERE] = lines
 
 
