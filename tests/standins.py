@@ -5,11 +5,13 @@ shared journal, so tests can check the order a window sent its requests in."""
 import asyncio
 import gzip
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from specgate.decide.settings import window_settings
+from specgate.measure.protocol import ClassMeasurement
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "cpu"
 
@@ -62,3 +64,21 @@ def window_side(side: str) -> dict:
     "subject", "partner" (a duet's no-speculation partner) or "reference" (an A/B's reference side)."""
     return {"role": "subject" if side == "subject" else "partner",
             "ab_side": "reference" if side == "reference" else None}
+
+
+@dataclass
+class LevelWindow(ClassMeasurement):
+    """A window whose every request decoded at ``level`` tok/s (the level gate reads its median)."""
+
+    level: float = 100.0
+
+    @property
+    def decode_tokens_per_s(self) -> list[float]:
+        return [self.level] * 12
+
+
+def level_window(rig, level: float) -> LevelWindow:
+    """A no-speculation coding window at concurrency 1 on ``rig`` whose every request decoded at ``level``."""
+    return LevelWindow(rig=rig.name, mode="no_spec", prompt_class="coding", concurrency=1, records=[],
+                       acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0,
+                       level=level)

@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from standins import gate_settings
+from standins import gate_settings, level_window
 from words import said
 
 from specgate.config.rig import load_rig
@@ -146,17 +145,6 @@ def test_change_points_find_the_step_of_a_carried_history():
 
 
 # -- the level gate's error rates with the prediction interval alone (simulated, the gate's own code)
-@dataclass
-class _Level(ClassMeasurement):
-    """A window whose every request decoded at ``level`` tok/s (the gate reads its median)."""
-
-    level: float = 100.0
-
-    @property
-    def decode_tokens_per_s(self) -> list[float]:
-        return [self.level] * 12
-
-
 def _fail_rate(rig, true_ratio: float, *, starts: int, sd: float, runs: int, seed: int) -> float:
     rng = random.Random(seed)
     failed = 0
@@ -164,9 +152,7 @@ def _fail_rate(rig, true_ratio: float, *, starts: int, sd: float, runs: int, see
         levels = [100.0 * math.exp(rng.gauss(0, sd)) for _ in range(starts)]
         stored = BaselineEntry(decode_tokens_per_s=[levels[-1]], median=levels[-1], mad=0.0, n=1,
                                starts=[StoredStart(level=v) for v in levels])
-        window = _Level(rig=rig.name, mode="no_spec", prompt_class="coding", concurrency=1, records=[],
-                        acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0,
-                        level=100.0 * true_ratio * math.exp(rng.gauss(0, sd)))
+        window = level_window(rig, 100.0 * true_ratio * math.exp(rng.gauss(0, sd)))
         result = check_throughput(gate_settings(rig, window), window, stored)
         failed += result.outcome is Outcome.FAIL
     return failed / runs

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from standins import level_window
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_throughput
@@ -17,7 +17,6 @@ from specgate.decide.history import StartHistory
 from specgate.decide.outcome import Outcome, family
 from specgate.decide.red_runs import AUTO_RED_BOUND, GateRisk, ab_risk, choose_auto, history_risk
 from specgate.decide.settings import window_settings
-from specgate.measure.protocol import ClassMeasurement
 from specgate.report.red_runs import how_text
 from specgate.report.verdicts import reason_text
 from specgate.store.baselines import BaselineEntry, StoredStart
@@ -26,17 +25,6 @@ pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
 SPREAD, STARTS, GATES = 0.005, 3, 10  # the issue's case: 3 stored starts at a 0.5 % spread, 10 gating gates
-
-
-@dataclass
-class _Level(ClassMeasurement):
-    """A window whose every request decoded at ``level`` tok/s (the level gate reads its median)."""
-
-    level: float = 100.0
-
-    @property
-    def decode_tokens_per_s(self) -> list[float]:
-        return [self.level] * 12
 
 
 def _red_sessions(rig, sessions: int, *, seed: int, auto: bool) -> tuple[float, float]:
@@ -65,9 +53,7 @@ def _red_sessions(rig, sessions: int, *, seed: int, auto: bool) -> tuple[float, 
         for t in gating:
             stored = BaselineEntry(decode_tokens_per_s=[levels[t][-1]], median=levels[t][-1], mad=0.0, n=1,
                                    starts=[StoredStart(level=v) for v in levels[t]])
-            new = _Level(rig=rig.name, mode="no_spec", prompt_class="coding", concurrency=1, records=[],
-                         acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0,
-                         level=100.0 * math.exp(rng.gauss(0, SPREAD)))
+            new = level_window(rig, 100.0 * math.exp(rng.gauss(0, SPREAD)))
             outcomes.append(check_throughput(window.with_family(confidence), new, stored).outcome)
         red += any(o in (Outcome.FAIL, Outcome.UNDECIDED) for o in outcomes)
         gated += len(gating)

@@ -9,17 +9,15 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from standins import gate_settings
+from standins import gate_settings, level_window
 
 from specgate.config.rig import load_rig
 from specgate.decide.gates import check_throughput
 from specgate.decide.history import StartHistory, change_points
 from specgate.decide.paired import spread_quantile
-from specgate.measure.protocol import ClassMeasurement
 from specgate.plan.histories import describe_history
 from specgate.plan.histories import steps_words as history_steps
 from specgate.report.history_view import history_text
@@ -99,23 +97,13 @@ def test_the_interval_holds_a_new_sitting_where_a_one_sitting_formula_does_not(b
     assert missed["sittings"] / runs <= 0.065 and missed["one sitting"] / runs > 0.15, missed
 
 
-@dataclass
-class _Level(ClassMeasurement):
-    level: float = 100.0
-
-    @property
-    def decode_tokens_per_s(self) -> list[float]:
-        return [self.level] * 12
-
-
 @pytest.mark.parametrize(("sittings", "said"), [
     (("s1",) * 6, "one sitting: the spread between sittings is not in the interval"),
     ((None,) * 6, "sittings not recorded (stored before specgate recorded them): taken as one sitting"),
     (TWO, "2 sittings: within them 0.01 %, between them 0.06 % (one-way random effects), both in the interval")])
 def test_a_verdict_says_which_sittings_its_history_holds(sittings, said):
     rig = load_rig("h200-wide15b-history", ROOT / "fixtures")
-    window = _Level(rig=rig.name, mode="no_spec", prompt_class="coding", concurrency=1, records=[], acceptance=None,
-                    server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0, level=119.9)
+    window = level_window(rig, 119.9)
     result = check_throughput(gate_settings(rig, window), window, _entry(H200, sittings))
     assert said in statement(result.to_dict())
     assert result.details["history_sittings"] == (None if sittings[0] is None else len(set(sittings)))
