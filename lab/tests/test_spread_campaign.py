@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from journal_commands import re_derive
 
 from specgate_lab.analyses.spread_campaign import cluster_interval, request_counts, trim_record
 
@@ -23,11 +21,7 @@ JOURNAL = ROOT / "docs" / "journal" / "lab" / "2026-12-06-h100-spread-pairs.md"
 
 @pytest.fixture(scope="module")
 def derived() -> tuple[str, str]:
-    text = JOURNAL.read_text()
-    command = re.search(r"\n    (python -m specgate_lab\.analyses\.spread_campaign \S+)\n", text).group(1)
-    words = shlex.split(command)
-    out = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    return text, out
+    return re_derive(JOURNAL, "spread_campaign")
 
 
 def test_every_table_row_the_entry_quotes_re_derives(derived) -> None:

@@ -6,12 +6,10 @@ copied here)."""
 from __future__ import annotations
 
 import re
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from journal_commands import re_derive
 
 pytestmark = pytest.mark.fast
 
@@ -21,11 +19,7 @@ JOURNAL = ROOT / "docs" / "journal" / "calibration" / "cpu-2026-12-05-teeth-symm
 
 @pytest.fixture(scope="module")
 def derived() -> tuple[str, str]:
-    text = JOURNAL.read_text()
-    command = re.search(r"\n    (python -m specgate_lab\.analyses\.teeth_symmetry \\\n(?:      .*\n)+)", text).group(1)
-    words = shlex.split(command.replace("\\\n", " "))
-    out = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    return text, out
+    return re_derive(JOURNAL, "teeth_symmetry")
 
 
 def test_each_runs_ratio_and_interval_re_derive(derived) -> None:
