@@ -183,7 +183,7 @@ def test_a_window_where_the_schedule_says_k_0_may_make_no_draft():
     assert not drafts_expected(scheduled)
     assert drafts_expected(Mode(name="n", speculative_config=static))
     assert drafts_expected(Mode(name="u", speculative_config={**static, SCHEDULE_KEY: [[1, 16, 3]]}))
-    none = MetricsDelta("w", SpecDecodeCounters(0.0, 0.0, 0.0, (0.0, 0.0, 0.0)), 96.0, {})
+    none = MetricsDelta(SpecDecodeCounters(0.0, 0.0, 0.0, (0.0, 0.0, 0.0)), 96.0, {}, label="w")
     assert AcceptanceStats.from_delta(none, drafts_expected=False) is None
     with pytest.raises(MetricsError, match="no drafts were made"):
         AcceptanceStats.from_delta(none)

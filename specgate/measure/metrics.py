@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -82,8 +82,8 @@ class HistogramTotals:
 
 
 @dataclass(frozen=True)
-class MetricsSnapshot:
-    """One scrape of /metrics, reduced to what specgate uses.
+class ServerCounts:
+    """The /metrics series specgate uses: at one scrape (MetricsSnapshot) or over a window (MetricsDelta).
 
     spec is None when the server runs without speculation (vLLM only registers
     the spec-decode series when it is on); other absent series are None or left
@@ -97,17 +97,18 @@ class MetricsSnapshot:
 
 
 @dataclass(frozen=True)
-class MetricsDelta:
+class MetricsSnapshot(ServerCounts):
+    """One scrape of /metrics, reduced to what specgate uses."""
+
+
+@dataclass(frozen=True)
+class MetricsDelta(ServerCounts):
     """What happened on the server between two snapshots (after minus before).
 
     label names the window in messages, e.g. "mode ngram, class coding".
     """
 
-    label: str
-    spec: SpecDecodeCounters | None
-    generation_tokens: float | None
-    histograms: dict[str, HistogramTotals]
-    prompt_tokens: float | None = None
+    label: str = field(kw_only=True)
 
 
 @dataclass(frozen=True)
