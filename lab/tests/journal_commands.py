@@ -12,9 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def re_derive(journal: Path, analysis: str) -> tuple[str, str]:
-    """The text of ``journal`` and what its re-derive command for ``specgate_lab.analyses.<analysis>``
-    prints, run from the repository root on the kept raw data."""
+def re_derive(entry: str, analysis: str) -> tuple[str, str]:
+    """The text of the journal entry ``entry`` (under docs/journal) and what its re-derive command for
+    ``specgate_lab.analyses.<analysis>`` prints, run from the repository root on the kept raw data."""
+    journal = ROOT / "docs" / "journal" / entry
     text = journal.read_text()
     command = re.search(rf"\n    (python -m specgate_lab\.analyses\.{analysis}(?:[^\n]*\\\n)*[^\n]*)\n", text)
     assert command, f"{journal} prints no re-derive command for specgate_lab.analyses.{analysis}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import pytest
 from journal_commands import re_derive
@@ -15,13 +14,10 @@ from specgate_lab.analyses.spread_campaign import cluster_interval, request_coun
 
 pytestmark = pytest.mark.fast
 
-ROOT = Path(__file__).resolve().parents[2]
-JOURNAL = ROOT / "docs" / "journal" / "lab" / "2026-12-06-h100-spread-pairs.md"
-
 
 @pytest.fixture(scope="module")
 def derived() -> tuple[str, str]:
-    return re_derive(JOURNAL, "spread_campaign")
+    return re_derive("lab/2026-12-06-h100-spread-pairs.md", "spread_campaign")
 
 
 def test_every_table_row_the_entry_quotes_re_derives(derived) -> None:

@@ -6,20 +6,16 @@ copied here)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from journal_commands import re_derive
 
 pytestmark = pytest.mark.fast
 
-ROOT = Path(__file__).resolve().parents[2]
-JOURNAL = ROOT / "docs" / "journal" / "calibration" / "cpu-2026-12-05-teeth-symmetry.md"
-
 
 @pytest.fixture(scope="module")
 def derived() -> tuple[str, str]:
-    return re_derive(JOURNAL, "teeth_symmetry")
+    return re_derive("calibration/cpu-2026-12-05-teeth-symmetry.md", "teeth_symmetry")
 
 
 def test_each_runs_ratio_and_interval_re_derive(derived) -> None:
