@@ -80,7 +80,11 @@ def trim_campaign(runs: Path, out: Path) -> list[Path]:
         target = out / report.parent.parent.name / report.parent.name / "report.json.gz"
         _write_gz(json.loads(report.read_text()), target)
         written.append(target)
-    for name in ("campaign.log", "lab-machine.txt"):
+    for report in sorted(runs.glob("K*/report.json")):  # a kept reference's sessions (issue 64, item 4)
+        target = out / f"{report.parent.name}.report.json.gz"
+        _write_gz(json.loads(report.read_text()), target)
+        written.append(target)
+    for name in ("campaign.log", "lab-machine.txt", "K2-plan.txt"):
         if (runs / name).exists():
             shutil.copy(runs / name, out / name)
             written.append(out / name)
@@ -251,6 +255,7 @@ def render_acceptance(folder: Path) -> list[str]:
 def render_start_pairs(folder: Path, rig_name: str) -> list[str]:
     from specgate.config.rig import load_rig
     from specgate.decide.start_pairs import combine_folder
+    from specgate.report.verdicts import statement
 
     rig = load_rig(rig_name, Path(__file__).resolve().parents[3] / "fixtures")
     lines = []
@@ -267,12 +272,32 @@ def render_start_pairs(folder: Path, rig_name: str) -> list[str]:
                     lines.append(f"- {pair.parent.name}: {first} side first: {gate.get('outcome', 'undecided')} "
                                  f"{ratio} ({interval}, {d.get('n', '?')} pairs)")
         for combined in combine_folder(rig, arm):
-            lines.append(f"- combined: {combined['outcome'].upper()} {combined['message']}")
+            d = combined["details"]
+            lines.append(f"- combined: {combined['outcome'].upper()} {d['ratio']:.4f} ({d['ci_low']:.4f}-"
+                         f"{d['ci_high']:.4f}, {combined['start_pairs']} start pairs): {statement(combined)}")
+    return lines
+
+
+def render_kept(folder: Path) -> list[str]:
+    """A kept reference's sessions (``K1``, ``K2``...): each server's start (0 s and the same address as the
+    session before: the kept one, reused) and the throughput gates' verdicts."""
+    sessions = sorted(folder.glob("K*.report.json.gz"))
+    lines = ["", "## A kept reference: each session's servers and verdicts", ""] if sessions else []
+    for path in sessions:
+        report = _report(path)
+        servers = "; ".join(f"{name} at {s.get('base_url')} ready after {(s.get('ready_after_s') or 0):.1f} s"
+                            for name, s in (report.get("servers") or {}).items())
+        lines.append(f"- {path.name.split('.')[0]}: {servers}")
+        for gate in [*report.get("gates", []), *report.get("undecided", [])]:
+            d = gate.get("details") or {}
+            if gate.get("gate") == "throughput" and d.get("ratio"):
+                lines.append(f"  - {gate['mode']}/{gate['prompt_class']}: {gate.get('outcome', 'undecided')} "
+                             f"{d['ratio']:.4f} ({d['ci_low']:.4f}-{d['ci_high']:.4f}, {d.get('n', '?')} pairs)")
     return lines
 
 
 def render(folder: Path, rig: str = "h200-wide15b-start-pairs") -> str:
-    return "\n".join(render_acceptance(folder) + render_start_pairs(folder, rig))
+    return "\n".join(render_acceptance(folder) + render_start_pairs(folder, rig) + render_kept(folder))
 
 
 def main(argv: list[str] | None = None) -> int:
