@@ -246,76 +246,74 @@ def _ratio_scale(figures: dict[str, Any]) -> tuple[float | None, float | None]:
     return lo, hi
 
 
-def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
-    gate = entry.get("gate", "?")
-    details = entry.get("details") or {}
-    outcome = outcome_of(entry)
-    parsed = _from_message(entry.get("message") or "") if details.get("ratio") is None else {}
-    figures = {**parsed, **details} if gate != "acceptance" else _acceptance_check(details, outcome)
-    if gate == "acceptance" and figures.get("ratio") is None:
-        figures = {**_from_message(entry.get("message") or ""), **figures}
-    ab = windows.reference_side(entry)
-    m = windows.window(entry)
-
+def _against_label(entry: dict[str, Any], figures: dict[str, Any], parsed: dict[str, Any],
+                   details: dict[str, Any], ab: dict[str, Any] | None) -> str:
     label = _against(figures.get("reference_label") or parsed.get("reference_label"), details)
-    if label is None:
-        if ab is not None:
-            label = "reference side"
-        elif gate in ("backfire", "ttft", "lossless"):
-            label = "no speculation"
-        elif gate == "acceptance" and "reference side" in (entry.get("message") or ""):
-            label = "reference side"
-        else:
-            label = "stored figures"
+    if label is not None:
+        return label
+    gate = entry.get("gate", "?")
+    if ab is not None or (gate == "acceptance" and "reference side" in (entry.get("message") or "")):
+        return "reference side"
+    return "no speculation" if gate in ("backfire", "ttft", "lossless") else "stored figures"
 
-    ratio = _num(figures.get("ratio"))
-    ci_low, ci_high = _ratio_scale(figures)
-    fails_above = gate == "ttft"
-    threshold = _num(figures.get("limit") if fails_above else figures.get("threshold"))
+
+def _n_text(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, Any]) -> str:
+    """The count the ratio rests on, with the stored history's starts or ratios and its sittings."""
     n = figures.get("n") if figures.get("n") is not None else figures.get("n_measured")
-    unit = "pairs"
-    if gate == "acceptance":
-        unit = "prompts" if figures.get("per_request") else "drafts"
+    unit = "pairs" if entry.get("gate") != "acceptance" else (
+        "prompts" if figures.get("per_request") else "drafts")
     n_text = f"{int(n)} {unit}" if _num(n) is not None else "-"
-    # how the window was compared: details["compared"] ("design" in reports before 2026-12-05), else the message
+    # details["compared"] (facts; "design" in older reports, words then), else the message
     compared = details.get("compared") or details.get("design") or entry.get("message") or ""
-    if isinstance(compared, dict):  # the facts (since the words left the deciding layer)
+    if isinstance(compared, dict):
         stored = (compared.get("history") or {}).get("levels")
         if stored and details.get("unit") != "stored starts":
-            n_text += f", {len(stored)} stored {'ratios' if compared['how'] == 'ratio history' else 'starts'}"
+            what = "ratios" if compared["how"] == "ratio history" else "starts"
+            n_text += f", {len(stored)} stored {what}"
         compared = ""
     if (starts := _STARTS.search(str(compared))) is not None:
         n_text = f"{n_text}, {starts.group(1)} stored {starts.group(2)}"
-    if "history_sittings" in details:  # the stored history's sittings (None: not recorded)
+    if "history_sittings" in details:  # None: not recorded
         k = details["history_sittings"]
         n_text += ", sittings unknown" if k is None else ", one sitting" if k == 1 else f", {k} sittings"
+    return n_text
 
-    reference, measured = "-", "-"
+
+def _throughput_sides(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, Any],
+                      windows: _Windows, ratio: float | None) -> tuple[str, str]:
+    """(reference, measured) of a throughput gate; a ratio to the mode "against" names is "x1.234"."""
+    measured, reference = _tok_s(windows.window(entry)), "-"
+    message = entry.get("message") or ""
+    compared = details.get("compared") or details.get("design") or message
+    if (ab := windows.reference_side(entry)) is not None:
+        reference = _tok_s(ab)
+    elif _num(details.get("shift")) is not None or (
+            stored := _STORED_RATIO.search(str(figures.get("reference_label") or message))):
+        shift = details["shift"] if _num(details.get("shift")) is not None else float(stored.group(2))
+        reference = f"x{shift:.3f}"
+        if ratio is not None:
+            measured = f"x{ratio * shift:.3f}"
+    elif details.get("reference_label") == "stored starts" and _num(details.get("center")) is not None:
+        reference = f"{details['center']:.1f} tok/s"
+    elif _num(figures.get("reference")) is not None:  # the first paired gates: stored median
+        reference = f"{float(figures['reference']):.1f} tok/s"
+    elif isinstance(compared, str) and (level := _STORED_LEVEL.search(compared)):
+        reference = f"{float(level.group(1)):.1f} tok/s"
+    elif (median := _MEDIAN_TOKS.search(message)) and measured == "-":
+        measured = f"{float(median.group(1)):.1f} tok/s"
+    return reference, measured
+
+
+def _sides(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, Any],
+           windows: _Windows, ratio: float | None) -> tuple[str, str]:
+    """(reference, measured) as the table shows them, "-" where the report does not hold one."""
+    gate, m = entry.get("gate", "?"), windows.window(entry)
     if gate == "throughput":
-        measured = _tok_s(m)
-        if ab is not None:
-            reference = _tok_s(ab)
-        elif _num(details.get("shift")) is not None:
-            reference = f"x{details['shift']:.3f}"  # a ratio to the mode the "against" column names
-            if ratio is not None:
-                measured = f"x{ratio * details['shift']:.3f}"
-        elif details.get("reference_label") == "stored starts" and _num(details.get("center")) is not None:
-            reference = f"{details['center']:.1f} tok/s"
-        elif (stored := _STORED_RATIO.search(str(figures.get("reference_label") or entry.get("message") or ""))):
-            shift = float(stored.group(2))
-            reference = f"x{shift:.3f}"  # ratios to the mode the "against" column names
-            if ratio is not None:
-                measured = f"x{ratio * shift:.3f}"
-        elif _num(figures.get("reference")) is not None:  # the first paired gates: stored median
-            reference = f"{float(figures['reference']):.1f} tok/s"
-        elif (level := _STORED_LEVEL.search(compared)):
-            reference = f"{float(level.group(1)):.1f} tok/s"
-        elif (median := _MEDIAN_TOKS.search(entry.get("message") or "")) and measured == "-":
-            measured = f"{float(median.group(1)):.1f} tok/s"
-    elif gate == "backfire":
-        measured = _tok_s(m)
-        reference = _tok_s(windows.no_speculation(entry))
-    elif gate == "ttft":
+        return _throughput_sides(entry, figures, details, windows, ratio)
+    if gate == "backfire":
+        return _tok_s(windows.no_speculation(entry)), _tok_s(m)
+    reference, measured = "-", "-"
+    if gate == "ttft":
         if _num(figures.get("median_ttft_ms")) is not None:
             measured = f"{figures['median_ttft_ms']:.0f} ms"
         if _num(figures.get("reference_median_ttft_ms")) is not None:
@@ -329,17 +327,36 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
             reference = f"{figures['reference']:.3f}"
     elif gate == "lossless" and _num(details.get("identical_share")) is not None:
         measured = f"{details['identical_share'] * 100:.0f} % identical"
+    return reference, measured
 
-    verdict = str(figures.get("verdict") or details.get("verdict") or "")
-    message = str(figures.get("message") or entry.get("message") or "")
-    metric = ("" if gate != "acceptance" else _acceptance_metric(message) if "metric" not in figures else
-              {"rate": "rate", "tokens per step": "tok/step"}.get(figures["metric"],
-                                                                  figures["metric"].replace("pos", "pos. ")))
+
+def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
+    gate = entry.get("gate", "?")
+    details = entry.get("details") or {}
+    outcome = outcome_of(entry)
+    message = entry.get("message") or ""
+    parsed = _from_message(message) if details.get("ratio") is None else {}
+    figures = {**parsed, **details} if gate != "acceptance" else _acceptance_check(details, outcome)
+    if gate == "acceptance" and figures.get("ratio") is None:
+        figures = {**_from_message(message), **figures}
+    ratio = _num(figures.get("ratio"))
+    ci_low, ci_high = _ratio_scale(figures)
+    fails_above = gate == "ttft"
+    reference, measured = _sides(entry, figures, details, windows, ratio)
+    metric = ""
+    if gate == "acceptance" and "metric" not in figures:
+        metric = _acceptance_metric(str(figures.get("message") or message))
+    elif gate == "acceptance":
+        metric = {"rate": "rate", "tokens per step": "tok/step"}.get(
+            figures["metric"], figures["metric"].replace("pos", "pos. "))
     return GateComparison(
-        mode=entry["mode"], prompt_class=entry["prompt_class"], concurrency=entry["concurrency"], gate=gate,
-        against=label, reference=reference, measured=measured, ratio=ratio, ci_low=ci_low, ci_high=ci_high,
-        threshold=threshold, fails_above=fails_above, n=n_text, outcome=outcome, tag=_tag(entry, outcome),
-        verdict=verdict, gating=entry.get("gating"), metric=metric)
+        mode=entry["mode"], prompt_class=entry["prompt_class"], concurrency=entry["concurrency"],
+        gate=gate, against=_against_label(entry, figures, parsed, details, windows.reference_side(entry)),
+        reference=reference, measured=measured, ratio=ratio, ci_low=ci_low, ci_high=ci_high,
+        threshold=_num(figures.get("limit") if fails_above else figures.get("threshold")),
+        fails_above=fails_above, n=_n_text(entry, figures, details), outcome=outcome,
+        tag=_tag(entry, outcome), verdict=str(figures.get("verdict") or details.get("verdict") or ""),
+        gating=entry.get("gating"), metric=metric)
 
 
 def gate_comparisons(report: dict[str, Any]) -> list[GateComparison]:
