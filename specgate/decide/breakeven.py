@@ -68,7 +68,8 @@ class BreakEven:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "mode": self.mode, "acceptance_length": list(self.acceptance_length),
-            "spec_tokens_per_s": list(self.spec_tokens_per_s), "plain_tokens_per_s": list(self.plain_tokens_per_s),
+            "spec_tokens_per_s": list(self.spec_tokens_per_s),
+                               "plain_tokens_per_s": list(self.plain_tokens_per_s),
             "spec_steps_per_s": list(self.spec_steps_per_s), "step_cost": list(self.step_cost),
             "verdict": self.verdict}
         if self.num_speculative_tokens:
@@ -78,9 +79,10 @@ class BreakEven:
 
 
 def break_even(mode: str, *, acceptance_length: float | Range, spec_tokens_per_s: float | Range,
-               plain_tokens_per_s: float | Range, num_speculative_tokens: int | None = None) -> BreakEven:
-    return BreakEven(mode, _range(acceptance_length), _range(spec_tokens_per_s), _range(plain_tokens_per_s),
-                     num_speculative_tokens)
+               plain_tokens_per_s: float | Range,
+               num_speculative_tokens: int | None = None) -> BreakEven:
+    return BreakEven(mode, _range(acceptance_length), _range(spec_tokens_per_s),
+                     _range(plain_tokens_per_s), num_speculative_tokens)
 
 
 def from_report(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -104,8 +106,9 @@ def from_report(report: dict[str, Any]) -> list[dict[str, Any]]:
         spec = plain * ratio if (plain and ratio) else median_rate(m)
         if not spec or not plain:
             continue
-        result = break_even(mode, acceptance_length=acceptance["mean_acceptance_length"], spec_tokens_per_s=spec,
-                            plain_tokens_per_s=plain,
-                            num_speculative_tokens=len(acceptance.get("accepted_per_position") or []) or None)
+        result = break_even(mode, acceptance_length=acceptance["mean_acceptance_length"],
+                            spec_tokens_per_s=spec, plain_tokens_per_s=plain,
+                            num_speculative_tokens=len(acceptance.get("accepted_per_position")
+                                                       or []) or None)
         rows.append({"prompt_class": prompt_class, "concurrency": concurrency, **result.to_dict()})
     return rows

@@ -1,6 +1,7 @@
 """The stored form of a window: what a run that stores (``--specgate-update-baselines``,
-``--specgate-regen-baselines``, ``build-history``, ``adopt-baselines``) writes for one window, as one
-start of a history (specgate.store.baselines: where that start goes is :func:`specgate.store.baselines.place_start`)."""
+``--specgate-regen-baselines``, ``build-history``, ``adopt-baselines``) writes for one window, as
+one start of a history (specgate.store.baselines: where that start goes is
+:func:`specgate.store.baselines.place_start`)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from specgate.store.baselines import (
 )
 
 
-def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: BaselineEntry | None = None
-                   ) -> BaselineEntry:
+def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint,
+                   previous: BaselineEntry | None = None ) -> BaselineEntry:
     """The stored form of window ``m``: one start (its level, its ratio to a no-speculation duet
     partner, the host's pace, and where and on what it was measured) with the window's samples.
     ``previous``: a history of the same machine and build this start extends (the last LEVEL_HISTORY
@@ -40,34 +41,39 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint, previous: Base
     keys = [k for k, r in zip(m.sample_keys, m.records) if r.decode_tokens_per_s is not None]
     ratio = None
     if m.partner is not None and not m.ab:  # a duet with the no-speculation mode
-        samples = match_samples(m, list(m.partner.timed_samples), list(m.partner.timed_samples.values()))
+        samples = match_samples(m, list(m.partner.timed_samples),
+                                list(m.partner.timed_samples.values()))
         if samples.paired and samples.measured:  # the ratio the gates show for this window (two modes: strata)
             share = m.first_look_share
-            r = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
+            r = paired_ratio(samples.measured, samples.reference, threshold=1.0,
+                             strata=samples.prompts,
                              confidence=repeated_coverage(0.95, share) if share else 0.95)
-            ratio = RatioEntry(reference_mode=m.partner.mode, ratio=r.ratio, ci_low=r.ci_low, ci_high=r.ci_high,
-                               n=r.n)
+            ratio = RatioEntry(reference_mode=m.partner.mode, ratio=r.ratio, ci_low=r.ci_low,
+                               ci_high=r.ci_high, n=r.n)
     window = fingerprint.for_window(m.prompt_class, m.concurrency)
-    start = StoredStart(level=summary.median, ratio=ratio.ratio if ratio else None, canary_us=host_canary_us(m),
-                        machine=window.machine, build=Build.of(window), suite_commit=window.commit, date=window.date,
-                        sitting=window.sitting)
+    start = StoredStart(level=summary.median, ratio=ratio.ratio if ratio else None,
+                        canary_us=host_canary_us(m),
+                        machine=window.machine, build=Build.of(window), suite_commit=window.commit,
+                        date=window.date, sitting=window.sitting)
     earlier = []
     if previous is not None:  # a ratio history is one reference mode's
         same_reference = ratio is None or (previous.ratio_to_reference is not None
                                            and previous.ratio_to_reference.reference_mode == ratio.reference_mode)
         earlier = previous.starts if same_reference else [s.model_copy(update={"ratio": None})
                                                           for s in previous.starts]
-    return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys, median=summary.median,
-                         mad=summary.mad, n=summary.n, acceptance=acceptance, ratio_to_reference=ratio,
+    return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys,
+                         median=summary.median,
+                         mad=summary.mad, n=summary.n, acceptance=acceptance,
+                         ratio_to_reference=ratio,
                          starts=[*earlier, start][-LEVEL_HISTORY:], fingerprint=window)
 
 
 def entries_from_report(report: dict[str, Any], *, modes: list[str] | None = None
                         ) -> dict[tuple[str, str, str, int], BaselineEntry]:
     """One start's entry per window measured in a saved ``report.json`` (of ``modes``, if given),
-    with the fingerprint its server had. Lets an interrupted ``--specgate-update-baselines`` run keep
-    the windows that finished, or promote a chosen run's figures to baselines; where each goes among
-    the stored histories is :func:`specgate.store.baselines.place_start`'s to say."""
+    with the fingerprint its server had. Lets an interrupted ``--specgate-update-baselines`` run
+    keep the windows that finished, or promote a chosen run's figures to baselines; where each goes
+    among the stored histories is :func:`specgate.store.baselines.place_start`'s to say."""
     entries = {}
     fingerprints = report.get("fingerprints", {})
     for data in report.get("measurements", []):

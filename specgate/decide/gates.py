@@ -5,14 +5,15 @@
   see specgate/decide/paired.py and docs/statistics.md);
 - acceptance: mean acceptance length, acceptance rate and per-position rates against the stored
   baseline, one-sided (only lower fails);
-- backfire: a speculative mode against the no-speculation mode measured in the same session on
-  the same prompts; a rig may declare a known backfire, which is then reported, not failed;
+- backfire: a speculative mode against the no-speculation mode measured in the same session on the
+  same prompts; a rig may declare a known backfire, which is then reported, not failed;
 - lossless: greedy outputs of a speculative mode against the no-speculation mode;
 - ttft: time to first token against a live reference (an A/B's reference side, or no speculation),
   paired, one-sided (only longer fails).
 
-Each check returns a :class:`GateResult` with one :class:`specgate.decide.outcome.Outcome`; the plugin
-maps it to the test's outcome (specgate.decide.outcome.pytest_action) and keeps every result for the report.
+Each check returns a :class:`GateResult` with one :class:`specgate.decide.outcome.Outcome`; the
+plugin maps it to the test's outcome (specgate.decide.outcome.pytest_action) and keeps every result
+for the report.
 """
 
 from __future__ import annotations
@@ -72,17 +73,20 @@ class Rule:
 
 
 def _looks(m: ClassMeasurement) -> dict[str, Any] | None:
-    """A window that may be looked at twice: its first look's share, whether this is the second look,
-    and why a wanted follow-up was skipped; None for a window of one look."""
+    """A window that may be looked at twice: its first look's share, whether this is the second
+    look, and why a wanted follow-up was skipped; None for a window of one look."""
     if not m.first_look_share:
         return None
-    return {"share": m.first_look_share, "second": bool(m.follow_up), "skipped": m.follow_up_skipped}
+    return {"share": m.first_look_share, "second": bool(m.follow_up),
+            "skipped": m.follow_up_skipped}
 
 
-def _result(gate: str, m: ClassMeasurement, outcome: Outcome, rule: str, /, **details: Any) -> GateResult:
-    """A gate's result: its outcome, the rule that decided (``details["rule"]``) and the facts it rests on;
-    specgate.report.verdicts words it."""
-    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, outcome, "", details={"rule": rule, **details})
+def _result(gate: str, m: ClassMeasurement, outcome: Outcome, rule: str, /,
+            **details: Any) -> GateResult:
+    """A gate's result: its outcome, the rule that decided (``details["rule"]``) and the facts it
+    rests on; specgate.report.verdicts words it."""
+    return GateResult(gate, m.mode, m.prompt_class, m.concurrency, outcome, "",
+                      details={"rule": rule, **details})
 
 
 def _outcome(verdict: str, passed: bool) -> Outcome:
@@ -92,12 +96,13 @@ def _outcome(verdict: str, passed: bool) -> Outcome:
 @dataclass(frozen=True)
 class Comparison:
     """One paired comparison a gate decides on: the two sides' samples and how to read them.
-    ``two_modes``: two different modes (the prompts as strata, specgate.decide.paired.stratified_log_ratio;
-    the report then names a pair that alone moves the estimate by 1 % or more). ``shift`` divides
-    every pair's ratio (a ratio against a stored one); ``extra_log_spread`` widens the interval for
-    what the pairs cannot see (start noise, a stored window's interval). ``compared``: how the window
-    was taken and what it is held against (facts, or the arrangement's words). ``head``: the FAIL's
-    subject ("backfire": slower than no speculation)."""
+    ``two_modes``: two different modes (the prompts as strata,
+    specgate.decide.paired.stratified_log_ratio; the report then names a pair that alone moves the
+    estimate by 1 % or more). ``shift`` divides every pair's ratio (a ratio against a stored one);
+    ``extra_log_spread`` widens the interval for what the pairs cannot see (start noise, a stored
+    window's interval). ``compared``: how the window was taken and what it is held against (facts,
+    or the arrangement's words). ``head``: the FAIL's subject ("backfire": slower than no
+    speculation)."""
 
     window: ClassMeasurement
     gate: str
@@ -116,14 +121,17 @@ def ratio_result(c: Comparison) -> GateResult:
     m = c.window
     measured, reference = c.samples.measured, c.samples.reference
     strata = c.samples.prompts if c.two_modes else None
-    facts = {"compared": c.compared, "looks": _looks(m), "left_out": c.samples.left_out, "head": c.head}
+    facts = {"compared": c.compared, "looks": _looks(m), "left_out": c.samples.left_out,
+             "head": c.head}
     if not c.samples.paired or len(measured) != len(reference):
         # a paired ratio needs the same requests on both sides: two unrelated samples paired by
         # position would read as a decided ratio of nothing
-        return _result(c.gate, m, Outcome.UNDECIDED, "unpaired", verdict="undecided", undecided=True,
+        return _result(c.gate, m, Outcome.UNDECIDED, "unpaired", verdict="undecided",
+                       undecided=True,
                        n_measured=len(measured), n_reference=len(reference), **facts)
     result = paired_ratio(measured, reference, threshold=c.rule.threshold,
-                          confidence=window_confidence(c.rule.confidence, m), equivalence_margin=c.rule.margin,
+                          confidence=window_confidence(c.rule.confidence, m),
+                          equivalence_margin=c.rule.margin,
                           shift=c.shift, extra_log_spread=c.extra_log_spread, strata=strata)
     details = {**result.to_dict(), **facts, "reference_label": c.reference_label,
                "undecided": result.verdict == "undecided"}
@@ -134,8 +142,8 @@ def ratio_result(c: Comparison) -> GateResult:
     return _result(c.gate, m, _outcome(result.verdict, result.passed), "paired", **details)
 
 
-def _strongest_pair(measured: list[float], reference: list[float], strata: list[str], keys: list[str], *,
-                    shift: float) -> dict[str, Any] | None:
+def _strongest_pair(measured: list[float], reference: list[float], strata: list[str],
+                    keys: list[str], *, shift: float) -> dict[str, Any] | None:
     """The outlying pair that alone moves a strata estimate by STRONGEST_PAIR_SHOWN or more
     (:func:`specgate.decide.paired.strongest_pair`): its key, both sides' tok/s, its prompt's other
     pairs (medians) and the ratio without it. None when there is none."""
@@ -166,7 +174,8 @@ def timing_mismatch(m: ClassMeasurement, tolerance: float) -> dict[str, Any] | N
     client, server = m.client_decode_tokens_per_s, m.server_decode_tokens_per_s
     if not client or not server or abs(client / server - 1) <= tolerance:
         return None
-    return {"mode": m.mode, "side": _side(m), "client": client, "server": server, "tolerance": tolerance}
+    return {"mode": m.mode, "side": _side(m), "client": client, "server": server,
+            "tolerance": tolerance}
 
 
 def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
@@ -176,54 +185,61 @@ def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
     tolerance = settings.thresholds.client_server_tolerance
     if tolerance is None:
         return None
-    timings = [found for w in (m, *others) if w is not None and (found := timing_mismatch(w, tolerance))]
+    timings = [found for w in (m, *others) if w is not None
+               and (found := timing_mismatch(w, tolerance))]
     if not timings:
         return None
-    return _result(gate, m, Outcome.UNDECIDED, "untimed", verdict="undecided", undecided=True, timings=timings)
+    return _result(gate, m, Outcome.UNDECIDED, "untimed", verdict="undecided", undecided=True,
+                   timings=timings)
 
 
-def _stored_ratio_spread(stored: RatioEntry, start_noise: float, confidence: float) -> tuple[float, dict[str, Any]]:
+def _stored_ratio_spread(stored: RatioEntry, start_noise: float,
+                         confidence: float) -> tuple[float, dict[str, Any]]:
     """How far to widen a duet ratio's interval when it is compared with one ratio stored from
-    another session (fewer than 3 stored: with more, their own spread decides, specgate.decide.history):
-    the stored window's own interval, or the rig's ``start_noise`` for the four server starts behind
-    the two ratios when that is wider. A session's offset is what one window's pairs cannot see
-    (1.528-1.630 over seven sessions on a GPU-bound rig, each window's interval about +-1.5 %)."""
+    another session (fewer than 3 stored: with more, their own spread decides,
+    specgate.decide.history): the stored window's own interval, or the rig's ``start_noise`` for the
+    four server starts behind the two ratios when that is wider. A session's offset is what one
+    window's pairs cannot see (1.528-1.630 over seven sessions on a GPU-bound rig, each window's
+    interval about +-1.5 %)."""
     own = 0.0
     if stored.ci_low and stored.ci_high:
         own = float(np.log(stored.ci_high) - np.log(stored.ci_low)) / 2
     if not start_noise:
         return own, {"spread_basis": "unknown"}
     between = start_spread(start_noise, starts=4, confidence=confidence)
-    return max(own, between), {"spread_basis": "start noise" if between > own else "own", "start_noise": start_noise,
-                               "quantile": spread_quantile(confidence)}
+    return max(own, between), {"spread_basis": "start noise" if between > own else "own",
+                               "start_noise": start_noise, "quantile": spread_quantile(confidence)}
 
 
 def _history(history: StartHistory, threshold: float, confidence: float) -> dict[str, Any]:
     """A stored history as the report reads it again (specgate.decide.history.StartHistory)."""
-    return {"levels": list(history.levels), "sittings": list(history.sittings) if history.sittings else None,
+    return {"levels": list(history.levels),
+            "sittings": list(history.sittings) if history.sittings else None,
             "threshold": threshold, "confidence": confidence}
 
 
 def _steps(baseline: BaselineEntry) -> dict[str, Any] | None:
-    """A stored history's levels where a change-point shows in them (the report words the step), else None."""
+    """A stored history's levels where a change-point shows in them (the report words the step),
+    else None."""
     levels, sittings = baseline.level_history, [s.sitting for s in baseline.starts]
     return {"levels": levels, "sittings": sittings} if change_points(levels, sittings) else None
 
 
-def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry) -> GateResult:
+def check_throughput(settings: WindowSettings, m: ClassMeasurement,
+                     baseline: BaselineEntry) -> GateResult:
     """Decode speed, decided the strongest way the window allows:
 
-    - an A/B duet (the partner is the same mode on the reference side): the paired ratio
-      candidate / reference, against 1 - ab_tolerance (default throughput_tolerance);
-    - a duet with the live no-speculation reference, with a stored ratio: this window's paired
-      ratio against the stored one (the ratio is what a change to the mode moves);
+    - an A/B duet (the partner is the same mode on the reference side): the paired ratio candidate /
+      reference, against 1 - ab_tolerance (default throughput_tolerance);
+    - a duet with the live no-speculation reference, with a stored ratio: this window's paired ratio
+      against the stored one (the ratio is what a change to the mode moves);
     - otherwise the level: this window's median tok/s against the stored history's.
 
     Against a history of 3 or more stored starts (``baseline``: this machine's and this build's,
-    specgate.store.baselines.gating_history), a new start is judged by the history's prediction interval
-    alone (specgate.decide.paired.predicted_ratio): the stored starts' spread already holds each window's
-    noise. With fewer, the stored window's samples are paired with this one's, the interval widened
-    by the rig's start noise.
+    specgate.store.baselines.gating_history), a new start is judged by the history's prediction
+    interval alone (specgate.decide.paired.predicted_ratio): the stored starts' spread already holds
+    each window's noise. With fewer, the stored window's samples are paired with this one's, the
+    interval widened by the rig's start noise.
     """
     gates = settings.thresholds
     confidence = window_confidence(gates.confidence, m)
@@ -238,16 +254,19 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
         tolerance = settings.tolerance_for(duet_ratio=True)
         threshold = 1 - tolerance
         rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
-        samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
+        samples = match_samples(m, list(partner.timed_samples),
+                                list(partner.timed_samples.values()),
                                 partner.untimed, ref_label=partner.mode)
         ratios = StartHistory.of(baseline, ratios=True)
-        duet = {"arrangement": window_arrangement(settings.arrangement, m, "duet"), "partner": partner.mode, **stored}
+        duet = {"arrangement": window_arrangement(settings.arrangement, m, "duet"),
+                "partner": partner.mode, **stored}
         if ratios.usable and len(samples.measured) == len(samples.reference) and samples.measured:
-            now = paired_ratio(samples.measured, samples.reference, threshold=1.0, strata=samples.prompts,
-                               confidence=confidence)
-            compared = {"how": "ratio history", "now": now.ratio, "history": _history(ratios, threshold, confidence),
-                        **duet}
-            result = _against_history(m, math.log(now.ratio / ratios.center), ratios, rule, label="stored ratios",
+            now = paired_ratio(samples.measured, samples.reference, threshold=1.0,
+                               strata=samples.prompts, confidence=confidence)
+            compared = {"how": "ratio history", "now": now.ratio,
+                        "history": _history(ratios, threshold, confidence), **duet}
+            result = _against_history(m, math.log(now.ratio / ratios.center), ratios, rule,
+                                      label="stored ratios",
                                       compared=compared, left_out=samples.left_out)
             result.details.update(reference_mode=partner.mode, center=ratios.center)
             return at_stored_host_pace(_stored_resolution(result, tolerance), m, baseline,
@@ -255,7 +274,8 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
         shift = stored_ratio.ratio
         spread, basis = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
         result = ratio_result(Comparison(
-            m, "throughput", samples, rule, reference_label="stored ratio", compared={"how": "stored ratio", **basis,
+            m, "throughput", samples, rule, reference_label="stored ratio",
+                                         compared={"how": "stored ratio", **basis,
                                                                                       **duet},
             shift=shift, extra_log_spread=spread, two_modes=True))
         result.details.update(reference_mode=partner.mode, shift=shift)
@@ -267,11 +287,13 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
     history = StartHistory.of(baseline)
     if history.usable and m.decode_tokens_per_s:
         level = summarize(m.decode_tokens_per_s).median
-        compared = {"how": "level history", "history": _history(history, level_threshold, confidence), **stored}
-        result = _against_history(m, math.log(level / history.center), history, rule, label="stored starts",
-                                  compared=compared)
+        compared = {"how": "level history",
+                    "history": _history(history, level_threshold, confidence), **stored}
+        result = _against_history(m, math.log(level / history.center), history, rule,
+                                  label="stored starts", compared=compared)
         result.details.update(center=history.center, level=level)
-        return at_stored_host_pace(_stored_resolution(result, level_tolerance), m, baseline, gates.host_pace_tolerance)
+        return at_stored_host_pace(_stored_resolution(result, level_tolerance), m, baseline,
+                                   gates.host_pace_tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     spread = start_spread(gates.start_noise, confidence=confidence)
     compared = {"how": "stored samples", "starts": history.starts, "min_starts": HISTORY_MIN_STARTS,
@@ -281,15 +303,21 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
         extra_log_spread=float(spread))), level_tolerance), m, baseline, gates.host_pace_tolerance)
 
 
-def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *, label: str,
-                     compared: dict[str, Any], left_out: dict[str, Any] | None = None) -> GateResult:
+def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *,
+                     label: str,
+                     compared: dict[str, Any],
+                     left_out: dict[str, Any] | None = None) -> GateResult:
     """The throughput gate of a new start against a history of stored starts: its log ratio to the
     history's mean (``estimate``) within the history's prediction interval alone."""
     confidence = window_confidence(rule.confidence, m)
-    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts, dof=history.dof,
-                             threshold=rule.threshold, confidence=confidence, equivalence_margin=rule.margin)
-    return _result("throughput", m, _outcome(result.verdict, result.passed), "paired", **result.to_dict(),
-                   compared=compared, looks=_looks(m), left_out=left_out, head="history", reference_label=label,
+    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts,
+                             dof=history.dof,
+                             threshold=rule.threshold, confidence=confidence,
+                             equivalence_margin=rule.margin)
+    return _result("throughput", m, _outcome(result.verdict, result.passed), "paired",
+                   **result.to_dict(),
+                   compared=compared, looks=_looks(m), left_out=left_out, head="history",
+                   reference_label=label,
                    history_starts=history.starts, history_spread=history.log_sd,
                    history_between_spread=history.components[1],
                    history_sittings=len(history.groups) if history.recorded else None,
@@ -297,10 +325,11 @@ def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory
 
 
 def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
-    """A comparison with stored figures says so in its verdict when it catches nothing useful: 95 % of
-    the time it would catch only a true ratio below 1 - 2 x its tolerance (the cpu tier's stored ratio:
-    "catches a true ratio <= 0.422" at a 4 % tolerance). Such a gate cannot stand as a speed gate; the
-    live comparisons (an A/B, the backfire duet) do (docs/statistics.md, "What each gate can catch")."""
+    """A comparison with stored figures says so in its verdict when it catches nothing useful: 95 %
+    of the time it would catch only a true ratio below 1 - 2 x its tolerance (the cpu tier's stored
+    ratio: "catches a true ratio <= 0.422" at a 4 % tolerance). Such a gate cannot stand as a speed
+    gate; the live comparisons (an A/B, the backfire duet) do (docs/statistics.md, "What each gate
+    can catch")."""
     detectable = result.details.get("detectable")
     if detectable is not None and detectable < 1 - 2 * tolerance:
         result.details.update(catches_nothing_useful=True, tolerance=tolerance)
@@ -317,9 +346,11 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
         return untimed
     samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
                             partner.untimed, ref_label="reference side")
-    start = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m), dof=gates.start_pair_dof)
+    start = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m),
+                       dof=gates.start_pair_dof)
     result = ratio_result(Comparison(
-        m, "throughput", samples, Rule(1 - settings.ab_tolerance, gates.confidence, gates.equivalence_margin),
+        m, "throughput", samples, Rule(1 - settings.ab_tolerance, gates.confidence,
+                                       gates.equivalence_margin),
         reference_label="the reference side",
         compared=window_arrangement(settings.arrangement, m, "A/B duet, requests alternated"),
         extra_log_spread=start["widened_log"]))
@@ -329,13 +360,15 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
 
 def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float, *, dof: int | None = None
                ) -> dict[str, Any]:
-    """The start order of an A/B window and how far (``widened_log``, log units) its interval is widened
-    for the offset between its two servers' starts (``start_pair_spread``; Student's t at ``dof`` where
-    that was measured over start pairs, else z)."""
+    """The start order of an A/B window and how far (``widened_log``, log units) its interval is
+    widened for the offset between its two servers' starts (``start_pair_spread``; Student's t at
+    ``dof`` where that was measured over start pairs, else z)."""
     order = m.extra.get("start_order") or {}
     quantile = spread_quantile(confidence, dof)
-    return {"first": order.get("first"), "seed": order.get("seed"), "spread": relative_sd, "dof": dof,
-            "quantile": quantile, "widened_log": quantile * math.log1p(relative_sd) if relative_sd else 0.0}
+    return {"first": order.get("first"), "seed": order.get("seed"), "spread": relative_sd,
+            "dof": dof,
+            "quantile": quantile, "widened_log": quantile * math.log1p(relative_sd) if relative_sd
+            else 0.0}
 
 
 def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry, *,
@@ -352,40 +385,50 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
     if m.acceptance is None:
         return _result("acceptance", m, Outcome.FAIL, "no counters")
     if baseline.acceptance is None:
-        return _result("acceptance", m, Outcome.FAIL, "nothing to compare", reference_label=reference_label)
+        return _result("acceptance", m, Outcome.FAIL, "nothing to compare",
+                       reference_label=reference_label)
     stored, now = baseline.acceptance, m.acceptance
     stored_counts = bool(stored.drafts)
     # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
     # interval counts drafts as the trials (wider, never falsely narrow), on both sides.
-    specs = [dict(measured=Observed(now.acceptance_rate, (now.acceptance_rate * now.drafts, now.drafts)),
+    specs = [dict(measured=Observed(now.acceptance_rate,
+                                    (now.acceptance_rate * now.drafts, now.drafts)),
                   reference=Observed(stored.acceptance_rate,
-                                     (stored.acceptance_rate * stored.drafts, stored.drafts) if stored_counts else None,
+                                     (stored.acceptance_rate * stored.drafts,
+                                      stored.drafts) if stored_counts else None,
                                      reference_label),
                   trial_label="drafts (as trials)", metric="rate")]
     stored_accepted = stored.accepted_per_position or []
-    for pos, (accepted, then) in enumerate(zip(now.accepted_per_position, stored.per_position_rates)):
+    for pos, (accepted, then) in enumerate(zip(now.accepted_per_position,
+                                               stored.per_position_rates)):
         if then > 0:
             then_accepted = stored_accepted[pos] if pos < len(stored_accepted) else then * (stored.drafts or 0)
             specs.append(dict(measured=Observed(accepted / now.drafts, (accepted, now.drafts)),
-                              reference=Observed(then, (then_accepted, stored.drafts) if stored_counts else None,
+                              reference=Observed(then,
+                                                 (then_accepted,
+                                                  stored.drafts) if stored_counts else None,
                                                  reference_label),
                               metric=f"pos{pos + 1}"))
     family = window_confidence(gates.confidence, m)
     each = 1.0 - (1.0 - family) / len(specs)
-    checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=m.mode, confidence=each)
+    checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=m.mode,
+                                 confidence=each)
               for spec in specs]
     failed = any(c.decided and not c.passed for c in checks)
-    outcome = Outcome.FAIL if failed else Outcome.UNDECIDED if not all(c.decided for c in checks) else Outcome.PASS
+    outcome = Outcome.FAIL if failed else Outcome.UNDECIDED if not all(c.decided
+                                                                       for c in checks) else Outcome.PASS
     return _result("acceptance", m, outcome, "acceptance", checks=[c.to_dict() for c in checks],
-                   family_confidence=family, check_confidence=each, undecided=outcome is Outcome.UNDECIDED,
+                   family_confidence=family, check_confidence=each,
+                   undecided=outcome is Outcome.UNDECIDED,
                    reference_label=reference_label, stored_counts=stored_counts,
                    lengths=[now.mean_acceptance_length, stored.mean_acceptance_length])
 
 
 def request_acceptances(m: ClassMeasurement, *, vllm: bool = False) -> dict[str, tuple[int, int]]:
-    """Each request's (accepted draft tokens, steps) by request key: read from its stream (decode steps,
-    :func:`specgate.measure.per_request.stream_acceptance`), or with ``vllm`` vLLM's own count (steps that
-    carried a draft, --per-request-spec-decode-metrics); requests with no such step are left out."""
+    """Each request's (accepted draft tokens, steps) by request key: read from its stream (decode
+    steps, :func:`specgate.measure.per_request.stream_acceptance`), or with ``vllm`` vLLM's own
+    count (steps that carried a draft, --per-request-spec-decode-metrics); requests with no such
+    step are left out."""
     counts = {}
     for key, record in zip(m.sample_keys, m.records):
         found = vllm_acceptance(record) if vllm else stream_acceptance(record.completion_tokens,
@@ -397,47 +440,52 @@ def request_acceptances(m: ClassMeasurement, *, vllm: bool = False) -> dict[str,
 
 def _vllm_counts_everywhere(*windows: ClassMeasurement) -> bool:
     """vLLM counted every request's acceptance on every side (the two sides then count alike)."""
-    return all(w.records and all(vllm_acceptance(r) is not None for r in w.records) for w in windows)
+    return all(w.records and all(vllm_acceptance(r) is not None for r in w.records)
+               for w in windows)
 
 
 # How many more accepted tokens than vLLM counted a window's streams may show, per decode step they
 # show, where vLLM's own step count is not there to check the steps exactly: a chunk that merges two
 # steps adds one (stream steps = chunks - 1, accepted = tokens - chunks). On the 52 streamed cpu and
-# lab windows kept (docs/evidence, fixtures/recorded, tests/data) the streams never counted more than
-# vLLM did.
+# lab windows kept (docs/evidence, fixtures/recorded, tests/data) the streams never counted more
+# than vLLM did.
 STREAM_EXCESS_PER_STEP = 0.02
-# With vLLM's step count: how many steps a window's streams may lack, as a share of them (at least one).
-# vLLM's API server merged one step of 94 on its own in a recorded no-speculation stream (fixtures/recorded/
-# gpu); a 10 % inflation of accepted tokens per step takes 3 merges in the kept windows of ~250 steps.
+# With vLLM's step count: how many steps a window's streams may lack, as a share of them (at least
+# one). vLLM's API server merged one step of 94 on its own in a recorded no-speculation stream
+# (fixtures/recorded/ gpu); a 10 % inflation of accepted tokens per step takes 3 merges in the kept
+# windows of ~250 steps.
 STREAM_MERGED_SHARE = 0.01
 
 
-def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]) -> dict[str, Any] | None:
-    """How the accepted tokens and decode steps counted from ``m``'s streams differ from vLLM's, or None
-    when they agree. A client that reads late sees steps merged into one chunk: each merge drops a step
-    and adds an accepted token. A request cut at max_tokens drops its last step's accepted tokens from
-    its output while vLLM counts them, so the streams may count up to one draft's tokens per request
-    fewer, never more.
+def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]) -> dict[str,
+                                                                                           Any] | None:
+    """How the accepted tokens and decode steps counted from ``m``'s streams differ from vLLM's, or
+    None when they agree. A client that reads late sees steps merged into one chunk: each merge
+    drops a step and adds an accepted token. A request cut at max_tokens drops its last step's
+    accepted tokens from its output while vLLM counts them, so the streams may count up to one
+    draft's tokens per request fewer, never more.
 
-    With vLLM's decode steps for the window (ClassMeasurement.server_decode_steps) the steps are checked
-    directly: every engine step sends one chunk, with text or without (RequestRecord.empty_chunks), so a
-    merged chunk is a step short; more than STREAM_MERGED_SHARE of the steps short is flagged, and the
-    accepted tokens may exceed vLLM's by the steps merged. Without it, the accepted tokens alone: at most
-    2 % of the steps plus 2 more than vLLM counted."""
+    With vLLM's decode steps for the window (ClassMeasurement.server_decode_steps) the steps are
+    checked directly: every engine step sends one chunk, with text or without
+    (RequestRecord.empty_chunks), so a merged chunk is a step short; more than STREAM_MERGED_SHARE
+    of the steps short is flagged, and the accepted tokens may exceed vLLM's by the steps merged.
+    Without it, the accepted tokens alone: at most 2 % of the steps plus 2 more than vLLM
+    counted."""
     if m.acceptance is None or not counts:
         return None
     counted = sum(a for a, _ in counts.values())
     steps = sum(s for _, s in counts.values())
     server, drafts = m.acceptance.accepted_tokens, m.acceptance.drafts
     per_draft = m.acceptance.draft_tokens / drafts if drafts else 0.0
-    facts = {"mode": m.mode, "side": _side(m), "counted": counted, "steps": steps, "server": server, "drafts": drafts,
-             "per_draft": per_draft}
+    facts = {"mode": m.mode, "side": _side(m), "counted": counted, "steps": steps, "server": server,
+             "drafts": drafts, "per_draft": per_draft}
     vllm_steps = m.server_decode_steps
     if vllm_steps is not None:
         seen = sum(max(0, len(r.chunk_times) + r.empty_chunks - 1) for r in m.records)
         merged, allowed = round(vllm_steps) - seen, max(1, int(STREAM_MERGED_SHARE * seen))
         if merged > allowed:
-            return {**facts, "seen": seen, "vllm_steps": vllm_steps, "merged": merged, "allowed": allowed}
+            return {**facts, "seen": seen, "vllm_steps": vllm_steps, "merged": merged,
+                    "allowed": allowed}
         # each merge adds one accepted token; an extra chunk (a finish sent apart) takes one away
         high, slack = server + max(0, merged), max(0, -merged)
     else:
@@ -445,14 +493,16 @@ def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]
     low = server - per_draft * len(m.records) - slack
     if low <= counted <= high:
         return None
-    return {**facts, "more": counted > high, "allowed": high - server if counted > high else server - low}
+    return {**facts, "more": counted > high,
+            "allowed": high - server if counted > high else server - low}
 
 
 def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     """An A/B's acceptance gate: the candidate's accepted tokens per decode step against the
-    reference side's, on the same requests, clustered by prompt (:func:`specgate.decide.stats.paired_acceptance`).
-    Where the streams' counts disagree with vLLM's counters (a client that read chunks late), the
-    window-wide counters decide instead (:func:`check_acceptance`), drafts counted as trials."""
+    reference side's, on the same requests, clustered by prompt
+    (:func:`specgate.decide.stats.paired_acceptance`). Where the streams' counts disagree with
+    vLLM's counters (a client that read chunks late), the window-wide counters decide instead
+    (:func:`check_acceptance`), drafts counted as trials."""
     partner = m.partner
     assert m.ab and partner is not None, "an A/B window has the reference side as partner"
     gates = settings.thresholds
@@ -472,21 +522,29 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
             sums[side][0] += counts[0]
             sums[side][1] += counts[1]
     if mismatch or len(by_prompt) < 2:
-        result = check_acceptance(settings, m, baseline_entry(partner, Fingerprint()), reference_label="reference side")
-        result.details.update(per_request=None, per_request_unused={"mismatch": mismatch, "prompts": len(by_prompt)})
+        result = check_acceptance(settings, m, baseline_entry(partner, Fingerprint()),
+                                  reference_label="reference side")
+        result.details.update(per_request=None,
+                              per_request_unused={"mismatch": mismatch, "prompts": len(by_prompt)})
         return result
     confidence = window_confidence(gates.confidence, m)
-    comparison = paired_acceptance([tuple(c[0]) for c in by_prompt.values()], [tuple(c[1]) for c in by_prompt.values()],
-                                   tolerance=gates.acceptance_tolerance, subject=m.mode, confidence=confidence,
-                                   unit="prompts")
-    outcome = (Outcome.UNDECIDED if not comparison.decided else Outcome.PASS if comparison.passed else Outcome.FAIL)
+    comparison = paired_acceptance([tuple(c[0]) for c in by_prompt.values()],
+                                   [tuple(c[1]) for c in by_prompt.values()],
+                                   tolerance=gates.acceptance_tolerance, subject=m.mode,
+                                   confidence=confidence, unit="prompts")
+    outcome = (Outcome.UNDECIDED if not comparison.decided else Outcome.PASS if comparison.passed
+               else Outcome.FAIL)
     now, then = m.acceptance, partner.acceptance
     agreed = [a.rows for w in (m, partner) if vllm and (a := agreement(w.sample_keys, w.records))]
-    return _result("acceptance", m, outcome, "acceptance per request", **comparison.to_dict(), per_request=True,
-                   compared=window_arrangement(settings.arrangement, m, "A/B duet, requests alternated"),
-                   looks=_looks(m), per_request_source="vllm" if vllm else "stream", agreement=agreed,
+    return _result("acceptance", m, outcome, "acceptance per request", **comparison.to_dict(),
+                   per_request=True,
+                   compared=window_arrangement(settings.arrangement, m,
+                                               "A/B duet, requests alternated"),
+                   looks=_looks(m), per_request_source="vllm" if vllm else "stream",
+                   agreement=agreed,
                    counters=None if then is None else [now.acceptance_rate, then.acceptance_rate,
-                                                       now.mean_acceptance_length, then.mean_acceptance_length],
+                                                       now.mean_acceptance_length,
+                                                       then.mean_acceptance_length],
                    verdict="undecided" if outcome is Outcome.UNDECIDED else outcome.value,
                    undecided=outcome is Outcome.UNDECIDED)
 
@@ -494,14 +552,16 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
 StartHistories = tuple[StartHistory, StartHistory]  # (this mode's, no speculation's) stored starts
 
 
-def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: ClassMeasurement, machine: str | None
-                           ) -> StartHistories | None:
+def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: ClassMeasurement,
+                           machine: str | None ) -> StartHistories | None:
     """This machine's stored histories of starts of window ``m``'s mode and of no speculation on its
-    class (specgate.store.baselines.lookup), when both are long enough to give a spread; else None."""
+    class (specgate.store.baselines.lookup), when both are long enough to give a spread; else
+    None."""
     found = [lookup(store, settings.rig, mode, m.prompt_class, m.concurrency, machine=machine)
              for mode in (m.mode, settings.reference_mode)]
     pair = tuple(StartHistory.of(h) if h is not None else None for h in found)
-    return pair if all(h is not None and h.usable for h in pair) else None  # type: ignore[return-value]
+    return pair if all(h is not None and h.usable
+                       for h in pair) else None  # type: ignore[return-value]
 
 
 def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement,
@@ -513,7 +573,8 @@ def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: Cla
     if (untimed := _untimed_window("backfire", settings, m, reference)) is not None:
         return untimed
     ref = reference.timed_samples
-    samples = match_samples(m, list(ref), list(ref.values()), reference.untimed, ref_label="no speculation")
+    samples = match_samples(m, list(ref), list(ref.values()), reference.untimed,
+                            ref_label="no speculation")
     return backfire_decision(settings, m, samples, duet=m.partner is reference, starts=starts)
 
 
@@ -527,36 +588,41 @@ def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: b
     if ab:
         return window_arrangement(settings.arrangement, m, "A/B duet, requests alternated"), 0.0
     if duet:
-        return window_arrangement(settings.arrangement, m, "duet with no speculation, requests alternated"), 0.0
+        return window_arrangement(settings.arrangement, m,
+                                  "duet with no speculation, requests alternated"), 0.0
     confidence = window_confidence(gates.confidence, m)
     if starts is not None:
         mine, theirs = starts
         dof = min(mine.dof, theirs.dof)
-        spread = spread_quantile(confidence, dof) * math.hypot(mine.prediction_sd, theirs.prediction_sd)
-        return {"how": "sequential", "histories": [[h.starts, h.log_sd] for h in starts], "dof": dof,
-                "added": spread}, spread
+        spread = spread_quantile(confidence, dof) * math.hypot(mine.prediction_sd,
+                                                               theirs.prediction_sd)
+        return {"how": "sequential", "histories": [[h.starts, h.log_sd] for h in starts],
+                "dof": dof, "added": spread}, spread
     return {"how": "sequential", "start_noise": gates.start_noise}, start_spread(gates.start_noise,
                                                                                  confidence=confidence)
 
 
 def bare_window(settings: WindowSettings) -> ClassMeasurement:
-    """The window of ``settings`` with no requests of its own: the subject of a gate replayed on bare
-    samples (stored figures, like the seed case's)."""
-    return ClassMeasurement(rig=settings.rig, mode=settings.mode, prompt_class=settings.prompt_class,
+    """The window of ``settings`` with no requests of its own: the subject of a gate replayed on
+    bare samples (stored figures, like the seed case's)."""
+    return ClassMeasurement(rig=settings.rig, mode=settings.mode,
+                            prompt_class=settings.prompt_class,
                             concurrency=settings.concurrency, records=[],
-                            acceptance=None, server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0)
+                            acceptance=None, server_decode_tokens_per_s=None,
+                            server_metric_source=None, wall_s=0.0)
 
 
-def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Samples, *, duet: bool = False,
-                      starts: StartHistories | None = None) -> GateResult:
-    """The backfire gate on ``samples`` of window ``m`` (also replayed on stored figures, like the seed
-    case, with :func:`bare_window`): FAIL when the paired ratio's upper bound is below min_speedup, the
-    prompts as strata (two modes compared)."""
+def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Samples, *,
+                      duet: bool = False, starts: StartHistories | None = None) -> GateResult:
+    """The backfire gate on ``samples`` of window ``m`` (also replayed on stored figures, like the
+    seed case, with :func:`bare_window`): FAIL when the paired ratio's upper bound is below
+    min_speedup, the prompts as strata (two modes compared)."""
     gates = settings.thresholds
     compared, spread = _compared_and_spread(settings, m, ab=False, duet=duet, starts=starts)
     result = ratio_result(Comparison(
         m, "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
-        reference_label="no speculation", compared=compared, extra_log_spread=spread, head="backfire",
+        reference_label="no speculation", compared=compared, extra_log_spread=spread,
+                                     head="backfire",
         two_modes=True))
     declared = settings.declared_backfire
     if declared is not None:
@@ -567,34 +633,39 @@ def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Sa
 
 
 TTFT_MIN_PAIRS_TO_PASS = 12  # below this a TTFT pass is undecided (follow-up rounds add pairs)
-TTFT_VERDICTS = {"slower": "longer", "faster": "shorter", "not slower": "not longer", "equal": "equal",
-                 "undecided": "undecided"}
+TTFT_VERDICTS = {"slower": "longer", "faster": "shorter", "not slower": "not longer",
+                 "equal": "equal", "undecided": "undecided"}
 
 
-def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+def check_ttft(settings: WindowSettings, m: ClassMeasurement,
+               reference: ClassMeasurement) -> GateResult:
     """Time to first token, ``m`` against ``reference`` on the same requests: in an A/B the same
-    mode on the reference side, else the no-speculation window (its duet partner, or a window of
-    its own with the rig's start noise added). A drafter's prefill or a config change can lengthen
-    TTFT while decode tok/s holds. Decided as the speed gates are (specgate.decide.paired: Hodges-Lehmann
-    within one mode, the prompts as strata between two), on 1 / TTFT, and reported as the TTFT
-    ratio (measured / reference; higher is worse): FAIL when the whole interval lies above
-    1 + ttft_tolerance, PASS when none of it does, otherwise undecided."""
+    mode on the reference side, else the no-speculation window (its duet partner, or a window of its
+    own with the rig's start noise added). A drafter's prefill or a config change can lengthen TTFT
+    while decode tok/s holds. Decided as the speed gates are (specgate.decide.paired: Hodges-Lehmann
+    within one mode, the prompts as strata between two), on 1 / TTFT, and reported as the TTFT ratio
+    (measured / reference; higher is worse): FAIL when the whole interval lies above 1 +
+    ttft_tolerance, PASS when none of it does, otherwise undecided."""
     gates = settings.thresholds
     ab = reference.ab_side == "reference"
     label = "the reference side" if ab else "no speculation"
     ours = {k: r.ttft_s for k, r in zip(m.sample_keys, m.records) if r.ttft_s and r.ttft_s > 0}
-    theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s and r.ttft_s > 0}
+    theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s
+              and r.ttft_s > 0}
     matched = match_by_key(ours, theirs)
     compared, spread = _compared_and_spread(settings, m, ab=ab, duet=m.partner is reference)
     facts = {"compared": compared, "looks": _looks(m), "reference_label": label}
     if not matched.paired or len(matched.measured) < 2:
-        return _result("ttft", m, Outcome.UNDECIDED, "ttft unpaired", verdict="undecided", undecided=True,
-                       shared=len(set(ours) & set(theirs)), n_measured=len(ours), n_reference=len(theirs), **facts)
+        return _result("ttft", m, Outcome.UNDECIDED, "ttft unpaired", verdict="undecided",
+                       undecided=True,
+                       shared=len(set(ours) & set(theirs)), n_measured=len(ours),
+                       n_reference=len(theirs), **facts)
     limit = 1.0 + gates.ttft_tolerance
     strata = None if ab else [k.rsplit("#", 1)[0] for k in matched.keys or []]
     speed = paired_ratio([1 / t for t in matched.measured], [1 / t for t in matched.reference],
                          threshold=1 / limit, confidence=window_confidence(gates.confidence, m),
-                         equivalence_margin=gates.equivalence_margin, extra_log_spread=spread, strata=strata)
+                         equivalence_margin=gates.equivalence_margin, extra_log_spread=spread,
+                         strata=strata)
     outcome = _outcome(speed.verdict, speed.passed)
     # at 6 pairs the signed-rank interval is the range of the pairs: one stall decides it
     withheld = outcome is Outcome.PASS and speed.n < TTFT_MIN_PAIRS_TO_PASS
@@ -602,17 +673,23 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement, reference: ClassMe
         outcome = Outcome.UNDECIDED
     return _result("ttft", m, outcome, "ttft", ratio=1 / speed.ratio,
                    ci_low=1 / speed.ci_high if speed.ci_high else None,
-                   ci_high=1 / speed.ci_low if speed.ci_low else None, limit=limit, tolerance=gates.ttft_tolerance,
-                   confidence=speed.confidence, n=speed.n, method=speed.method, prompts=speed.prompts, dof=speed.dof,
-                   verdict="undecided" if withheld else TTFT_VERDICTS.get(speed.verdict, speed.verdict),
+                   ci_high=1 / speed.ci_low if speed.ci_low else None, limit=limit,
+                   tolerance=gates.ttft_tolerance,
+                   confidence=speed.confidence, n=speed.n, method=speed.method,
+                   prompts=speed.prompts, dof=speed.dof,
+                   verdict="undecided" if withheld else TTFT_VERDICTS.get(speed.verdict,
+                                                                          speed.verdict),
                    median_ttft_ms=float(np.median(matched.measured)) * 1000,
                    reference_median_ttft_ms=float(np.median(matched.reference)) * 1000,
-                   withheld=TTFT_MIN_PAIRS_TO_PASS if withheld else None, undecided=outcome is Outcome.UNDECIDED,
-                   **facts)
+                   withheld=TTFT_MIN_PAIRS_TO_PASS if withheld else None,
+                   undecided=outcome is Outcome.UNDECIDED, **facts)
 
 
-def check_lossless(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement) -> GateResult:
+def check_lossless(settings: WindowSettings, m: ClassMeasurement,
+                   reference: ClassMeasurement) -> GateResult:
     ref_outputs = reference.outputs
     pairs = [(key, text, ref_outputs[key]) for key, text in m.outputs.items() if key in ref_outputs]
-    result = compare_outputs(pairs, min_identical_share=settings.thresholds.min_identical_share, subject=m.mode)
-    return _result("lossless", m, Outcome.PASS if result.passed else Outcome.FAIL, "outputs", **result.to_dict())
+    result = compare_outputs(pairs, min_identical_share=settings.thresholds.min_identical_share,
+                             subject=m.mode)
+    return _result("lossless", m, Outcome.PASS if result.passed else Outcome.FAIL, "outputs",
+                   **result.to_dict())

@@ -5,14 +5,15 @@ show one: specgate.report.history_view).
 ``python -m specgate build-history --rig NAME --starts N`` runs N perf sessions of the rig back to
 back, each starting its servers afresh and storing its windows (``--specgate-regen-baselines``).
 Each stored window keeps its level (the window's median decode tok/s) as one stored start of a
-history (specgate.store.baselines: one machine's and one build's), so the level gate of a later plain run
-compares with the history's mean and allows for the spread between starts that the history measured, that
-prediction interval alone. Each start names its sitting (one uninterrupted series of starts on the
-machine: one build-history, one pytest session, specgate.store.fingerprint.sitting_id); from two sittings
-on the interval holds the spread between sittings too (one-way random effects, :attr:`StartHistory.components`),
-and a history of one sitting says it does not. ``python -m specgate history --rig NAME`` shows every
-machine's histories: the levels over time (a table and a PNG), the spread, what the gate catches, and
-a step or a drift within a sitting (change-points, ruptures' PELT; specgate.plan.histories.STEP_RULE).
+history (specgate.store.baselines: one machine's and one build's), so the level gate of a later
+plain run compares with the history's mean and allows for the spread between starts that the history
+measured, that prediction interval alone. Each start names its sitting (one uninterrupted series of
+starts on the machine: one build-history, one pytest session,
+specgate.store.fingerprint.sitting_id); from two sittings on the interval holds the spread between
+sittings too (one-way random effects, :attr:`StartHistory.components`), and a history of one sitting
+says it does not. ``python -m specgate history --rig NAME`` shows every machine's histories: the
+levels over time (a table and a PNG), the spread, what the gate catches, and a step or a drift
+within a sitting (change-points, ruptures' PELT; specgate.plan.histories.STEP_RULE).
 """
 
 from __future__ import annotations
@@ -38,17 +39,20 @@ STEP_ALPHA = 0.01  # a history with no step shows one at most this often (normal
 
 @dataclass(frozen=True)
 class StartHistory:
-    """The levels of one window over its stored starts (oldest first) and each start's sitting (None:
-    not recorded; such starts count as one sitting, ``sittings`` None: none recorded)."""
+    """The levels of one window over its stored starts (oldest first) and each start's sitting
+    (None: not recorded; such starts count as one sitting, ``sittings`` None: none recorded)."""
 
     levels: tuple[float, ...]
     sittings: tuple[str | None, ...] | None = None
 
     @classmethod
     def of(cls, entry: BaselineEntry | None, *, ratios: bool = False) -> StartHistory:
-        """A stored history's levels (``ratios``: its ratios to the no-speculation partner) with their sittings."""
-        starts = [s for s in (entry.starts if entry is not None else ()) if not ratios or s.ratio is not None]
-        return cls(tuple(s.ratio if ratios else s.level for s in starts), tuple(s.sitting for s in starts))
+        """A stored history's levels (``ratios``: its ratios to the no-speculation partner) with
+        their sittings."""
+        starts = [s for s in (entry.starts if entry is not None else ()) if not ratios
+                  or s.ratio is not None]
+        return cls(tuple(s.ratio if ratios else s.level for s in starts),
+                   tuple(s.sitting for s in starts))
 
     @property
     def starts(self) -> int:
@@ -65,14 +69,16 @@ class StartHistory:
 
     @property
     def log_sd(self) -> float:
-        """The start-to-start spread: the SD of the log levels, the starts as one sample (n - 1 df)."""
+        """The start-to-start spread: the SD of the log levels, the starts as one sample (n - 1
+        df)."""
         logs = [math.log(v) for v in self.levels]
         mean = sum(logs) / len(logs)
         return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
 
     @property
     def groups(self) -> list[list[float]]:
-        """The log levels by sitting, in the order the sittings began (starts of no sitting: one group)."""
+        """The log levels by sitting, in the order the sittings began (starts of no sitting: one
+        group)."""
         found: dict[str | None, list[float]] = {}
         for level, sitting in zip(self.levels, self.sittings or [None] * self.starts):
             found.setdefault(sitting, []).append(math.log(level))
@@ -80,21 +86,22 @@ class StartHistory:
 
     @property
     def recorded(self) -> bool:
-        """Whether any start's sitting is recorded (a history stored before then is one unknown sitting)."""
+        """Whether any start's sitting is recorded (a history stored before then is one unknown
+        sitting)."""
         return any(s is not None for s in self.sittings or ())
 
     @cached_property
     def components(self) -> tuple[float, float, float, int]:
         """(within-sitting SD, between-sitting SD, the SD of a new start in a new sitting around the
-        history's mean, its degrees of freedom), log units. One-way random effects on the log levels (k
-        sittings of n_i starts, N in all): MSW on N - k df, MSB on k - 1, n0 = (N - sum n_i^2 / N) / (k - 1),
-        the between variance (MSB - MSW) / n0 (shown; 0 when negative). A new start's variance, within^2
-        (1 + 1/N) + between^2 (1 + sum n_i^2 / N^2), is estimated without bias as a MSW + b MSB (a, b >= 0)
-        and taken with t at the smaller of the two df (Hsu's conservative rule; Satterthwaite's df missed a
-        new sitting up to 9-11 % of the time at a nominal 5 % in simulations of two sittings, the min df
-        at most 5 %: tests/test_sittings.py)
-        One sitting, or one start a sitting (the spread is then the sittings'): the starts as one sample,
-        t(N - 1) x sd x sqrt(1 + 1/N)."""
+        history's mean, its degrees of freedom), log units. One-way random effects on the log levels
+        (k sittings of n_i starts, N in all): MSW on N - k df, MSB on k - 1, n0 = (N - sum n_i^2 /
+        N) / (k - 1), the between variance (MSB - MSW) / n0 (shown; 0 when negative). A new start's
+        variance, within^2 (1 + 1/N) + between^2 (1 + sum n_i^2 / N^2), is estimated without bias as
+        a MSW + b MSB (a, b >= 0) and taken with t at the smaller of the two df (Hsu's conservative
+        rule; Satterthwaite's df missed a new sitting up to 9-11 % of the time at a nominal 5 % in
+        simulations of two sittings, the min df at most 5 %: tests/test_sittings.py) One sitting, or
+        one start a sitting (the spread is then the sittings'): the starts as one sample, t(N - 1) x
+        sd x sqrt(1 + 1/N)."""
         n, sd = self.starts, self.log_sd
         groups = self.groups
         k = len(groups)
@@ -107,7 +114,8 @@ class StartHistory:
         n0 = (n - sum(len(g) ** 2 for g in groups) / n) / (k - 1)
         b = (1 + sum(len(g) ** 2 for g in groups) / n**2) / n0
         variance = max(0.0, 1 + 1 / n - b) * msw + b * msb
-        return math.sqrt(msw), math.sqrt(max(0.0, msb - msw) / n0), math.sqrt(variance), min(n - k, k - 1)
+        return math.sqrt(msw), math.sqrt(max(0.0, msb - msw) / n0), math.sqrt(variance), min(n - k,
+                                                                                             k - 1)
 
     @property
     def prediction_sd(self) -> float:
@@ -132,9 +140,9 @@ class StartHistory:
 
 
 def _splits(x: np.ndarray, offset: int, alpha: float) -> list[int]:
-    """Binary segmentation of one sitting's log levels ``x``: the split (at least 2 starts a side) whose
-    two means differ most in units of their pooled SD, kept when that two-sample t exceeds t(m - 2) at
-    two-sided 1 - alpha / (the m - 3 splits tried), then each side searched the same way."""
+    """Binary segmentation of one sitting's log levels ``x``: the split (at least 2 starts a side)
+    whose two means differ most in units of their pooled SD, kept when that two-sample t exceeds t(m
+    - 2) at two-sided 1 - alpha / (the m - 3 splits tried), then each side searched the same way."""
     m = len(x)
     if m < 4:
         return []
@@ -151,9 +159,10 @@ def _splits(x: np.ndarray, offset: int, alpha: float) -> list[int]:
     return [*_splits(x[:at], offset, alpha), offset + at, *_splits(x[at:], offset + at, alpha)]
 
 
-def change_points(levels: Sequence[float], sittings: Sequence[str | None] | None = None) -> list[int]:
-    """Where the mean of the log levels steps within a sitting (indices of the first start after each
-    step), by specgate.plan.histories.STEP_RULE. No sittings recorded: the history as one."""
+def change_points(levels: Sequence[float],
+                  sittings: Sequence[str | None] | None = None) -> list[int]:
+    """Where the mean of the log levels steps within a sitting (indices of the first start after
+    each step), by specgate.plan.histories.STEP_RULE. No sittings recorded: the history as one."""
     x = np.log(np.asarray(levels, dtype=float))
     labels = list(sittings) if sittings is not None else [None] * len(x)
     runs = [[i for i, s in enumerate(labels) if s == label] for label in dict.fromkeys(labels)]
@@ -163,11 +172,12 @@ def change_points(levels: Sequence[float], sittings: Sequence[str | None] | None
 
 def step_means(levels: Sequence[float], sittings: Sequence[str | None] | None = None
                ) -> list[tuple[int, float, float]]:
-    """Each step of a stored history within its sittings (:func:`change_points`): the index of the first
-    start after it and the mean levels either side of it in its sitting; [] when none."""
+    """Each step of a stored history within its sittings (:func:`change_points`): the index of the
+    first start after it and the mean levels either side of it in its sitting; [] when none."""
     points = change_points(levels, sittings)
     labels = list(sittings) if sittings is not None else [None] * len(levels)
-    edges = sorted({0, len(levels), *points, *(i for i in range(1, len(levels)) if labels[i] != labels[i - 1])})
+    edges = sorted({0, len(levels), *points,
+                    *(i for i in range(1, len(levels)) if labels[i] != labels[i - 1])})
     steps = []
     for i in points:  # the means either side of the step, inside its sitting
         lo, hi = edges[edges.index(i) - 1], edges[edges.index(i) + 1]

@@ -17,12 +17,14 @@ class Samples:
     reference: list[float]
     paired: bool
     keys: list[str] | None = None  # each pair's request key ("prompt-id#repeat"), None when unpaired
-    # the requests left out (None when none): without a decode rate, {key: why}; timed on one side only
+    # the requests left out (None when none): without a decode rate, {key: why}; timed on one side
+    # only
     left_out: dict[str, Any] | None = None
 
     @property
     def prompts(self) -> list[str] | None:
-        """Each pair's prompt (its key without the repeat): the strata of a comparison of two modes."""
+        """Each pair's prompt (its key without the repeat): the strata of a comparison of two
+        modes."""
         return [key.rsplit("#", 1)[0] for key in self.keys] if self.keys is not None else None
 
 
@@ -36,7 +38,8 @@ def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: l
     else:  # no keys stored: keep every sample, unpaired
         reference = {f"#{i}": v for i, v in enumerate(ref_values)}
     matched = match_by_key(m.timed_samples, reference)
-    left_out = {"untimed": m.untimed, "reference_untimed": ref_untimed or {}, "reference_label": ref_label,
+    left_out = {"untimed": m.untimed, "reference_untimed": ref_untimed or {},
+                "reference_label": ref_label,
                 "one_sided": matched.one_sided, "paired": len(matched.measured)}
     return Samples(matched.measured, matched.reference, matched.paired, matched.keys,
                    left_out if m.untimed or ref_untimed or matched.one_sided else None)

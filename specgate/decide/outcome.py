@@ -3,10 +3,10 @@
 Every gate ends in one :class:`Outcome`. Four of them decide nothing about the build (UNDECIDED,
 NOT_STORED, OTHER_MACHINE, NOT_RUN); what each of those does to the run is a policy
 (:class:`specgate.config.rig.OutcomePolicy`: ``skip`` or ``fail``, for a gate that must decide, e.g.
-before a merge; by default a window with nothing stored fails and the others skip), set by the
-rig's ``[gates] undecided`` key or ``--specgate-undecided``. :func:`pytest_action` is the only
-mapping from an outcome and a policy to what pytest reports, on the single-process path and on the
-xdist controller alike.
+before a merge; by default a window with nothing stored fails and the others skip), set by the rig's
+``[gates] undecided`` key or ``--specgate-undecided``. :func:`pytest_action` is the only mapping
+from an outcome and a policy to what pytest reports, on the single-process path and on the xdist
+controller alike.
 
 **Gating.** Which gates gate the run, and the session's false-alarm bound over them.
 
@@ -15,9 +15,9 @@ A gate *gates* the run when its outcome sets the exit code. The rig's ``[gates] 
 
 - ``gate``: a FAIL fails the run, and so does an UNDECIDED (after its follow-up rounds): a gate a
   team relies on before a merge must not let the run go green having decided nothing;
-- ``report``: the gate is reported (summary, report.json) and never fails the run, whatever it
-  says: a gate that cannot decide on this rig (a comparison with stored figures that have no
-  history yet) would otherwise turn every plain run red under ``undecided = "fail"``;
+- ``report``: the gate is reported (summary, report.json) and never fails the run, whatever it says:
+  a gate that cannot decide on this rig (a comparison with stored figures that have no history yet)
+  would otherwise turn every plain run red under ``undecided = "fail"``;
 - ``auto``: ``gate`` for the selected gates whose chance of turning an A/A red, at the confidence
   each will decide at, keeps the session's at most 5 % (specgate.decide.red_runs.choose_auto, the
   smallest chances first), else ``report``; before the selection is known, where the gate can decide
@@ -28,10 +28,10 @@ Unset (the default), every gate's FAIL fails the run and a gate that decided not
 outcome policy (``[gates] undecided``), as before. The other outcomes that decide nothing (not
 stored, other machine, not run) follow the outcome policy under ``gate`` too.
 
-The family: each gate with an interval that can fail the run (not lossless, which compares
-outputs; not a declared backfire, which never fails it) fails falsely at most (1 - confidence) / 2
-of the time (one-sided; repeated intervals over a window's two looks keep it so). Over m of them,
-at most m times that (Bonferroni). ``[gates] family_false_alarm = F`` holds the session's bound at F: each
+The family: each gate with an interval that can fail the run (not lossless, which compares outputs;
+not a declared backfire, which never fails it) fails falsely at most (1 - confidence) / 2 of the
+time (one-sided; repeated intervals over a window's two looks keep it so). Over m of them, at most m
+times that (Bonferroni). ``[gates] family_false_alarm = F`` holds the session's bound at F: each
 gate's confidence becomes 1 - 2 F / m, m counted from the selected tests before any server starts.
 Either way the summary states the bound.
 """
@@ -70,7 +70,8 @@ class Outcome(enum.Enum):
 
     @property
     def policy_key(self) -> str:
-        """Its key in the policy table (``undecided``, ``not_stored``, ``other_machine``, ``not_run``)."""
+        """Its key in the policy table (``undecided``, ``not_stored``, ``other_machine``,
+        ``not_run``)."""
         return self.name.lower()
 
 
@@ -83,7 +84,8 @@ NOT_STORED = "no stored figures"  # nothing in baselines.json to compare this wi
 STORING = "storing figures"  # --specgate-update-baselines: this run's figures are stored, nothing compared
 
 # The kinds of session.undecided entries (report.json's "undecided" list) and their outcome. A kind
-# not listed here (an old report's, or one another module adds without an entry) counts as UNDECIDED.
+# not listed here (an old report's, or one another module adds without an entry) counts as
+# UNDECIDED.
 KIND_OUTCOMES: dict[str, Outcome] = {
     "undecided": Outcome.UNDECIDED,  # an interval across the threshold
     "inconclusive": Outcome.UNDECIDED,  # the same, in report.json before the wording was one
@@ -110,8 +112,8 @@ def outcome_of_kind(kind: str) -> Outcome:
 
 def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tuple[str, ...], *,
                       what: str, normalize: bool = False) -> dict[str, str]:
-    """One VALUE for every key, or ``KEY=VALUE,KEY=VALUE`` for some (the command line's and the rig's
-    per-outcome and per-gate settings). Raises ValueError naming the part that is wrong."""
+    """One VALUE for every key, or ``KEY=VALUE,KEY=VALUE`` for some (the command line's and the
+    rig's per-outcome and per-gate settings). Raises ValueError naming the part that is wrong."""
     text = text.strip()
     if text in values:
         return dict.fromkeys(keys, text)
@@ -135,18 +137,20 @@ def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tupl
 def parse_policy(text: str) -> dict[str, Policy]:
     """``fail`` or ``skip`` (every outcome that decides nothing), or per outcome:
     ``not_stored=skip,undecided=fail``. Raises ValueError naming what is wrong."""
-    return parse_assignments(text, [o.policy_key for o in NOT_DECIDED], ("skip", "fail"),  # type: ignore[return-value]
+    return parse_assignments(text, [o.policy_key for o in NOT_DECIDED],
+                             ("skip", "fail"),  # type: ignore[return-value]
                              what="OUTCOME", normalize=True)
 
 
-def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, *, declared: bool = False,
-                  gating: str | None = None) -> Action:
+def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, *,
+                  declared: bool = False, gating: str | None = None) -> Action:
     """The pytest outcome of a gate: PASS passes, FAIL fails, a declared backfire is an expected
     failure, and a gate that decided nothing is skipped, or failed where ``policy`` (outcome key ->
     "skip" | "fail") says so. A ``declared`` backfire gate never fails the run: undecided, it is
     skipped whatever the policy (its window takes no follow-up rounds, Rig.follow_up_rounds).
-    ``gating`` (specgate.decide.settings.resolve_gating): "report" never fails the run (a FAIL is skipped, and listed as
-    failed in the summary), "gate" fails an UNDECIDED one whatever the policy."""
+    ``gating`` (specgate.decide.settings.resolve_gating): "report" never fails the run (a FAIL is
+    skipped, and listed as failed in the summary), "gate" fails an UNDECIDED one whatever the
+    policy."""
     if outcome is Outcome.PASS:
         return "passed"
     if outcome is Outcome.DECLARED_BACKFIRE:
@@ -171,9 +175,10 @@ GATES = ("throughput", "acceptance", "backfire", "ttft", "lossless")
 
 
 def parse_gating(text: str) -> dict[str, Setting]:
-    """``auto``, ``gate`` or ``report`` (every gate), or per gate: ``throughput=gate,acceptance=report``.
-    Raises ValueError naming what is wrong."""
-    return parse_assignments(text, GATES, ("auto", "gate", "report"), what="GATE")  # type: ignore[return-value]
+    """``auto``, ``gate`` or ``report`` (every gate), or per gate:
+    ``throughput=gate,acceptance=report``. Raises ValueError naming what is wrong."""
+    return parse_assignments(text, GATES, ("auto", "gate", "report"),
+                             what="GATE")  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -195,16 +200,20 @@ class Family:
         return min(1.0, self.gating * self.per_gate)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gating_decisions": self.gating, "confidence": self.confidence, "per_gate_one_sided": self.per_gate,
-                "bound": self.bound, "family_false_alarm": self.controlled, "undecided_red": self.undecided_red}
+        return {"gating_decisions": self.gating, "confidence": self.confidence,
+                "per_gate_one_sided": self.per_gate,
+                "bound": self.bound, "family_false_alarm": self.controlled,
+                "undecided_red": self.undecided_red}
 
 
-# Under gating = "auto" the session's false FAIL is held at this unless the rig sets family_false_alarm:
-# a pre-merge job that gates on every gate that can decide must not go red on chance 30 x 2.5 % of runs.
+# Under gating = "auto" the session's false FAIL is held at this unless the rig sets
+# family_false_alarm: a pre-merge job that gates on every gate that can decide must not go red on
+# chance 30 x 2.5 % of runs.
 AUTO_FAMILY_FALSE_ALARM = 0.05
 
 
-def family(confidence: float, controlled: float | None, gating: int, *, undecided_red: bool = False) -> Family:
+def family(confidence: float, controlled: float | None, gating: int, *,
+           undecided_red: bool = False) -> Family:
     """The family over ``gating`` gates at the rig's ``confidence``; with ``controlled`` (F), each
     gate's confidence 1 - 2 F / gating, never below the rig's."""
     if controlled is None or gating == 0:

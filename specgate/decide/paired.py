@@ -1,36 +1,36 @@
 """The paired-ratio statistic every cross-side comparison decides on.
 
-Two servers measured in a duet give one pair per request key (the same prompt and repeat on
-each side, taken back to back). The per-pair log ratio d = ln(measured / reference) carries the
+Two servers measured in a duet give one pair per request key (the same prompt and repeat on each
+side, taken back to back). The per-pair log ratio d = ln(measured / reference) carries the
 comparison; what the servers share at that moment (machine regime, other load) cancels in d.
 
-The estimate is the Hodges-Lehmann estimator of d's centre (the median of the Walsh averages
-(d_i + d_j) / 2, i <= j), with the distribution-free interval that inverts the Wilcoxon
-signed-rank test. Why this statistic (docs/statistics.md has the figures):
+The estimate is the Hodges-Lehmann estimator of d's centre (the median of the Walsh averages (d_i +
+d_j) / 2, i <= j), with the distribution-free interval that inverts the Wilcoxon signed-rank test.
+Why this statistic (docs/statistics.md has the figures):
 
-- it is robust to hiccup requests: one request that stalls moves the median of Walsh averages
-  and the interval's far end only, not the near end a gate decides on (a mean or a t interval
-  would move as a whole);
-- it is more efficient than the plain median of ratios (95 % of the t test on normal data,
-  against 64 % for the sign test), so a window of 12 pairs gives a usable interval;
+- it is robust to hiccup requests: one request that stalls moves the median of Walsh averages and
+  the interval's far end only, not the near end a gate decides on (a mean or a t interval would move
+  as a whole);
+- it is more efficient than the plain median of ratios (95 % of the t test on normal data, against
+  64 % for the sign test), so a window of 12 pairs gives a usable interval;
 - the interval is exact for any symmetric distribution of d, needs no resampling (so it is
   deterministic), and exists from 6 pairs (at 6 pairs it is [min d, max d], 96.9 %).
 
 A comparison of two different modes (ngram against no speculation, in one duet window) takes each
-prompt as a stratum instead (:func:`stratified_log_ratio`): the two modes' speeds differ from
-prompt to prompt far more than a prompt's repeats differ (ngram on the cpu tier's coding prompts:
-0.98x to 1.88x, each prompt's repeats within ~2 %), and on the suite's fixed prompts that spread is
-the quantity measured, not noise. Comparisons of one mode with itself (A/B sides, levels) have no
-such spread and keep Hodges-Lehmann.
+prompt as a stratum instead (:func:`stratified_log_ratio`): the two modes' speeds differ from prompt
+to prompt far more than a prompt's repeats differ (ngram on the cpu tier's coding prompts: 0.98x to
+1.88x, each prompt's repeats within ~2 %), and on the suite's fixed prompts that spread is the
+quantity measured, not noise. Comparisons of one mode with itself (A/B sides, levels) have no such
+spread and keep Hodges-Lehmann.
 
-A gate is a non-inferiority test: it FAILS when the upper end of the interval is below its
-threshold (the measured side is slower than the threshold allows, beyond noise), and it is
-UNDECIDED while the interval contains the threshold, whatever else it shows: an interval inside
-the equivalence margin that still reaches below the threshold has not excluded the regression.
-Above the threshold the report says what the interval shows (clearly faster, equal within a small
-margin, not slower) and the window's resolution: the true ratio it would catch 95 % of the time
-at the spread it saw, with the interval's own quantile (normal at the signed-rank interval's exact
-coverage, Student's t at the strata interval's degrees of freedom); specgate.report.verdicts words it.
+A gate is a non-inferiority test: it FAILS when the upper end of the interval is below its threshold
+(the measured side is slower than the threshold allows, beyond noise), and it is UNDECIDED while the
+interval contains the threshold, whatever else it shows: an interval inside the equivalence margin
+that still reaches below the threshold has not excluded the regression. Above the threshold the
+report says what the interval shows (clearly faster, equal within a small margin, not slower) and
+the window's resolution: the true ratio it would catch 95 % of the time at the spread it saw, with
+the interval's own quantile (normal at the signed-rank interval's exact coverage, Student's t at the
+strata interval's degrees of freedom); specgate.report.verdicts words it.
 """
 
 from __future__ import annotations
@@ -154,13 +154,16 @@ def paired_ratio(measured: Sequence[float], reference: Sequence[float], *, thres
     d = np.log(m / r) - math.log(shift)
     if strata is not None:
         return stratified_log_ratio(d, strata, threshold=threshold, confidence=confidence,
-                                    equivalence_margin=equivalence_margin, extra_log_spread=extra_log_spread)
+                                    equivalence_margin=equivalence_margin,
+                                    extra_log_spread=extra_log_spread)
     return paired_log_ratio(d, threshold=threshold, confidence=confidence,
-                            equivalence_margin=equivalence_margin, extra_log_spread=extra_log_spread)
+                            equivalence_margin=equivalence_margin,
+                            extra_log_spread=extra_log_spread)
 
 
 def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.95,
-                     equivalence_margin: float = 0.05, extra_log_spread: float = 0.0) -> PairedRatio:
+                     equivalence_margin: float = 0.05,
+                     extra_log_spread: float = 0.0) -> PairedRatio:
     """The decision on per-pair log ratios ``d`` (see :func:`paired_ratio`).
 
     ``extra_log_spread`` widens both ends of the interval by that much (in log units) for what the
@@ -175,10 +178,12 @@ def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.9
         # No interval (fewer than MIN_PAIRS pairs): undecided. A point ratio against the threshold
         # would pass a regression, or fail a good build, on one hiccup request; the message gives
         # the ratio and says why nothing was decided.
-        return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "undecided", None, None)
-    return _decide(estimate, walsh[k - 1] - extra_log_spread, walsh[walsh.size - k] + extra_log_spread,
-                   n=int(d.size), coverage=coverage, line=Line(threshold, equivalence_margin), method=METHOD,
-                   quantiles=_normal_quantiles(coverage))
+        return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "undecided", None,
+                           None)
+    return _decide(estimate, walsh[k - 1] - extra_log_spread,
+                   walsh[walsh.size - k] + extra_log_spread,
+                   n=int(d.size), coverage=coverage, line=Line(threshold, equivalence_margin),
+                   method=METHOD, quantiles=_normal_quantiles(coverage))
 
 
 def _normal_quantiles(coverage: float) -> tuple[float, float, None]:
@@ -219,16 +224,19 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
     dof = sum(len(v) - 1 for v in groups.values())
     if dof < MIN_STRATA_DOF:
         return paired_log_ratio(d, threshold=threshold, confidence=confidence,
-                                equivalence_margin=equivalence_margin, extra_log_spread=extra_log_spread)
+                                equivalence_margin=equivalence_margin,
+                                extra_log_spread=extra_log_spread)
     means = {name: float(np.mean(v)) for name, v in groups.items()}
     estimate = float(np.mean(list(means.values())))
     scatter = math.sqrt(sum((x - means[name]) ** 2 for name, v in groups.items() for x in v) / dof)
     standard_error = scatter * math.sqrt(sum(1.0 / len(v) for v in groups.values())) / len(groups)
     quantile = float(student_t.ppf(0.5 + confidence / 2, dof))
     half = quantile * standard_error
-    decided = _decide(estimate, estimate - half - extra_log_spread, estimate + half + extra_log_spread,
+    decided = _decide(estimate, estimate - half - extra_log_spread,
+                      estimate + half + extra_log_spread,
                       n=int(d.size), coverage=confidence, line=Line(threshold, equivalence_margin),
-                      method=STRATA_METHOD, quantiles=(quantile, float(student_t.ppf(POWER, dof)), dof))
+                      method=STRATA_METHOD,
+                      quantiles=(quantile, float(student_t.ppf(POWER, dof)), dof))
     return replace(decided, prompts=len(groups), dof=dof)
 
 
@@ -250,17 +258,16 @@ STRONGEST_PAIR_OUTLIER = 6.0  # ... and its residual is this many times the wind
 
 def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata: Sequence[str], *,
                    shift: float = 1.0) -> StrongestPair | None:
-    """The outlying pair that moves :func:`stratified_log_ratio`'s estimate most, or None where
-    no pair stands out (residual above STRONGEST_PAIR_OUTLIER times the window's median one) or
-    the strata statistic does not decide (too few repeats: Hodges-Lehmann, robust to one pair,
-    does).
+    """The outlying pair that moves :func:`stratified_log_ratio`'s estimate most, or None where no
+    pair stands out (residual above STRONGEST_PAIR_OUTLIER times the window's median one) or the
+    strata statistic does not decide (too few repeats: Hodges-Lehmann, robust to one pair, does).
 
-    A pair's residual is its log ratio minus the mean of its prompt's other pairs. At two repeats
-    a prompt's two pairs have the same residual, so the one named is the pair holding the request
-    slowest against its own side's other repeats of that prompt: a hiccup slows a request, it
-    does not speed one up. Removing a pair changes only its own prompt's mean, so the estimate
-    without it is the estimate plus that mean's change over the number of prompts: at 6 prompts x
-    2 repeats one request decoding 19 % slow moves the estimate by ~1.8 % (seen in an EAGLE-3 window)."""
+    A pair's residual is its log ratio minus the mean of its prompt's other pairs. At two repeats a
+    prompt's two pairs have the same residual, so the one named is the pair holding the request
+    slowest against its own side's other repeats of that prompt: a hiccup slows a request, it does
+    not speed one up. Removing a pair changes only its own prompt's mean, so the estimate without it
+    is the estimate plus that mean's change over the number of prompts: at 6 prompts x 2 repeats one
+    request decoding 19 % slow moves the estimate by ~1.8 % (seen in an EAGLE-3 window)."""
     m = np.log(np.asarray(measured, dtype=float))
     r = np.log(np.asarray(reference, dtype=float))
     d = m - r - math.log(shift)
@@ -292,11 +299,11 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
     return best
 
 
-def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: float, line: Line, method: str,
-            quantiles: tuple[float, float, int | None]) -> PairedRatio:
+def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: float, line: Line,
+            method: str, quantiles: tuple[float, float, int | None]) -> PairedRatio:
     """The verdict from an estimate and its interval in log units (the same rules for every method).
-    ``quantiles``: the interval's two-sided quantile, the one-sided POWER quantile, and their Student's t
-    degrees of freedom (None: normal)."""
+    ``quantiles``: the interval's two-sided quantile, the one-sided POWER quantile, and their
+    Student's t degrees of freedom (None: normal)."""
     ratio = math.exp(estimate)
     lo, hi = math.exp(lo_log), math.exp(hi_log)
     upper_spread = max(math.log(hi) - estimate, 0.0)
@@ -319,32 +326,38 @@ def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: 
         verdict, passed = "faster", True
     else:
         verdict, passed = "not slower", True
-    return PairedRatio(ratio, lo, hi, coverage, n, line.threshold, passed, verdict, within if verdict == "equal"
+    return PairedRatio(ratio, lo, hi, coverage, n, line.threshold, passed, verdict,
+                       within if verdict == "equal"
                        else None, detectable, method, quantile, quantile_dof)
 
 
 PREDICTION_METHOD = "a new start against its history: t(n-1) x s x sqrt(1 + 1/n), s the stored starts' spread"
 
 
-def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshold: float, confidence: float,
+def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshold: float,
+                    confidence: float,
                     equivalence_margin: float, dof: int | None = None) -> PairedRatio:
-    """A new start's figure (``estimate``: its log ratio to the mean of ``starts`` stored starts) judged
-    by the history's prediction interval alone, ``half_width`` in log units (specgate.decide.history): the
-    spread of the stored starts already holds each window's own noise, so the window's interval is not
-    added on top. Decided by the same rules as a paired ratio (:func:`_decide`); ``n`` counts starts; ``dof``:
-    the interval's degrees of freedom (default n - 1; a history of several sittings has its own)."""
-    return interval_ratio(estimate, half_width, n=starts, unit="stored starts", dof=starts - 1 if dof is None else dof,
-                          line=Line(threshold, equivalence_margin), confidence=confidence, method=PREDICTION_METHOD)
+    """A new start's figure (``estimate``: its log ratio to the mean of ``starts`` stored starts)
+    judged by the history's prediction interval alone, ``half_width`` in log units
+    (specgate.decide.history): the spread of the stored starts already holds each window's own
+    noise, so the window's interval is not added on top. Decided by the same rules as a paired ratio
+    (:func:`_decide`); ``n`` counts starts; ``dof``: the interval's degrees of freedom (default n -
+    1; a history of several sittings has its own)."""
+    return interval_ratio(estimate, half_width, n=starts, unit="stored starts",
+                          dof=starts - 1 if dof is None else dof,
+                          line=Line(threshold, equivalence_margin), confidence=confidence,
+                          method=PREDICTION_METHOD)
 
 
-def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof: int | None, line: Line,
-                   confidence: float, method: str) -> PairedRatio:
-    """A log-ratio ``estimate`` with a symmetric interval of ``half_width`` (log units) built elsewhere
-    (a prediction interval, start pairs combined), decided by the same rules as a paired ratio
-    (:func:`_decide`), its quantiles Student's t at ``dof`` (None: normal). ``n`` counts ``unit``."""
+def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof: int | None,
+                   line: Line, confidence: float, method: str) -> PairedRatio:
+    """A log-ratio ``estimate`` with a symmetric interval of ``half_width`` (log units) built
+    elsewhere (a prediction interval, start pairs combined), decided by the same rules as a paired
+    ratio (:func:`_decide`), its quantiles Student's t at ``dof`` (None: normal). ``n`` counts
+    ``unit``."""
     quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), dof)
-    decided = _decide(estimate, estimate - half_width, estimate + half_width, n=n, coverage=confidence, line=line,
-                      method=method, quantiles=quantiles)
+    decided = _decide(estimate, estimate - half_width, estimate + half_width, n=n,
+                      coverage=confidence, line=line, method=method, quantiles=quantiles)
     return PairedRatio(**{**asdict(decided), "unit": unit})
 
 
@@ -371,12 +384,13 @@ def repeated_coverage(confidence: float, first_share: float) -> float:
         inner = lambda z: norm.pdf(z) * (norm.cdf((c - rho * z) / s) - norm.cdf((-c - rho * z) / s))  # noqa: E731
         return integrate.quad(inner, -c, c, epsabs=1e-12)[0] - confidence
 
-    c = optimize.brentq(both_within, norm.ppf(0.5 + confidence / 2), norm.ppf(1 - (1 - confidence) / 4) + 0.1,
-                        xtol=1e-10)
+    c = optimize.brentq(both_within, norm.ppf(0.5 + confidence / 2),
+                        norm.ppf(1 - (1 - confidence) / 4) + 0.1, xtol=1e-10)
     return float(2 * norm.cdf(c) - 1)
 
 
-def start_spread(relative_sd: float, starts: int = 2, *, confidence: float = 0.95, dof: int | None = None) -> float:
+def start_spread(relative_sd: float, starts: int = 2, *, confidence: float = 0.95,
+                 dof: int | None = None) -> float:
     """How far (in log units) to widen a ratio's interval for ``starts`` server starts (two: one
     per side; four: a duet ratio against one stored from another session), each with a level of
     relative standard deviation ``relative_sd``: q x sqrt(starts) x ln(1 + sd), q the two-sided

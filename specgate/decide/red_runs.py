@@ -4,7 +4,8 @@ A run goes red when a gate that can fail it FAILS, or ends in an outcome that fa
 gate that gates (``gating = "gate"``, or ``auto`` where chosen), or an outcome the policy fails
 (``[gates] undecided``: not stored, other machine, undecided). The family's Bonferroni bound
 (specgate.decide.outcome.Family) counts FAILs only; here each gate's whole chance of a red A/A is
-computed by the gate's own rule, for the rig as configured, at the confidence the gate will decide at:
+computed by the gate's own rule, for the rig as configured, at the confidence the gate will decide
+at:
 
 - a stored history of n starts (levels, or duet ratios; specgate.decide.history): a new start's log
   ratio x to the history's mean against the prediction interval t x s x sqrt(1 + 1/n). Under the
@@ -13,20 +14,22 @@ computed by the gate's own rule, for the rig as configured, at the confidence th
   spread and a 3 % tolerance cannot pass at 99 % two-sided (t(2) = 9.92: a half-width of 5.7 %);
 - a live A/B: the start pair's offset (``start_pair_spread``) and the window's own noise (from the
   stored window's repeats where there is one; else not counted) against the interval the gate builds
-  from them, the folded-in spread with z or t of its start pairs; with follow-up rounds, two looks at
-  the repeated intervals' coverage (a seeded simulation of the gate's normal model). At 0.038 and a
-  3 % tolerance the interval's folded-in part alone is wider than the tolerance: red almost always;
+  from them, the folded-in spread with z or t of its start pairs; with follow-up rounds, two looks
+  at the repeated intervals' coverage (a seeded simulation of the gate's normal model). At 0.038 and
+  a 3 % tolerance the interval's folded-in part alone is wider than the tolerance: red almost
+  always;
 - fewer than 3 stored starts: the stored window's samples against this one's, with the rig's
   ``start_noise`` for the two starts; nothing stored, or another machine's figures: red where the
   outcome policy fails that outcome;
 - the acceptance gate of an A/B (per request: identical builds accept identical tokens), TTFT and
   lossless: no chance of their own in an A/A beyond what the window's noise, not counted, adds; a
-  backfire is modelled from the stored ratio to no speculation where one is stored (a mode at break-even
-  is undecided in most runs).
+  backfire is modelled from the stored ratio to no speculation where one is stored (a mode at
+  break-even is undecided in most runs).
 
-The session's bound is the sum over its gates (a union bound: at most that, whatever ties the gates).
-``gating = auto`` chooses the gates that gate so that the bound is at most AUTO_RED_BOUND: the gates
-with the smallest chance first, at the family's confidence for that many (:func:`choose_auto`).
+The session's bound is the sum over its gates (a union bound: at most that, whatever ties the
+gates). ``gating = auto`` chooses the gates that gate so that the bound is at most AUTO_RED_BOUND:
+the gates with the smallest chance first, at the family's confidence for that many
+(:func:`choose_auto`).
 """
 
 from __future__ import annotations
@@ -58,18 +61,20 @@ _N = NormalDist()
 
 @dataclass(frozen=True)
 class GateRisk:
-    """One gate test's chance, in an A/A, of a FAIL and of ending undecided (or with nothing to decide
-    on: ``undecided_outcome`` says which), and how it was had."""
+    """One gate test's chance, in an A/A, of a FAIL and of ending undecided (or with nothing to
+    decide on: ``undecided_outcome`` says which), and how it was had."""
 
     test: GateTest
     fail: float
     undecided: float
-    how: str | dict[str, Any]  # a named case ("TTFT"), or the figures it was had from (specgate.report.red_runs)
+    how: str | dict[str,
+                    Any]  # a named case ("TTFT"), or the figures it was had from (specgate.report.red_runs)
     undecided_outcome: str = "undecided"  # the outcome policy key of the chance in ``undecided``
     modelled: bool = True  # False: only the interval's own FAIL level is counted (its undecided chance unknown)
 
     def red(self, gating: str | None, policy: Mapping[str, str]) -> float:
-        """The chance it turns the run red under ``gating`` ("gate", "report", None: the outcome policy)."""
+        """The chance it turns the run red under ``gating`` ("gate", "report", None: the outcome
+        policy)."""
         if gating == "report":
             return 0.0
         fails_run = (gating == "gate" and self.undecided_outcome == "undecided") or \
@@ -98,7 +103,8 @@ class RedRuns:
                 "not_modelled": dict(Counter(str(r.how) for r, _, _ in counted if not r.modelled)),
                 "confidence": self.family.confidence, "limit": AUTO_RED_BOUND,
                 "largest": [{"gate": r.test[0], "mode": r.test[1], "prompt_class": r.test[2],
-                             "concurrency": r.test[3], "red": red, "fail": r.fail, "how": r.how, "gating": gating}
+                             "concurrency": r.test[3], "red": red, "fail": r.fail, "how": r.how,
+                             "gating": gating}
                             for r, gating, red in counted[:5] if red > 0]}
 
 
@@ -108,23 +114,28 @@ def _t_cdf(x: float, dof: int) -> float:
     return float(stdtr(dof, x))
 
 
-def history_risk(test: GateTest, history: StartHistory, tolerance: float, confidence: float, what: str) -> GateRisk:
-    """A new start against a stored history's prediction interval (module doc): its half-width is the
-    history's own (t at its df times its predictive scale), so the chances are t probabilities of that scale."""
+def history_risk(test: GateTest, history: StartHistory, tolerance: float, confidence: float,
+                 what: str) -> GateRisk:
+    """A new start against a stored history's prediction interval (module doc): its half-width is
+    the history's own (t at its df times its predictive scale), so the chances are t probabilities
+    of that scale."""
     q = spread_quantile(confidence, history.dof)
     half = history.half_width(confidence)
     if half <= 0:
-        return GateRisk(test, 0.0, 0.0, {"kind": "history", "starts": history.starts, "what": what, "spread": 0.0})
+        return GateRisk(test, 0.0, 0.0, {"kind": "history", "starts": history.starts, "what": what,
+                                         "spread": 0.0})
     line = math.log1p(-tolerance) / (half / q)  # the threshold on the predictive scale
     fail, red = _t_cdf(line - q, history.dof), _t_cdf(line + q, history.dof)
-    return GateRisk(test, fail, red - fail, {"kind": "history", "starts": history.starts, "what": what,
-                                             "spread": history.log_sd, "half": half, "dof": history.dof, "q": q})
+    return GateRisk(test, fail, red - fail,
+                    {"kind": "history", "starts": history.starts, "what": what,
+                                             "spread": history.log_sd, "half": half,
+                     "dof": history.dof, "q": q})
 
 
 def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, line: float,
                 how: dict[str, Any]) -> GateRisk:
-    """An estimate N(0, offset_sd^2 + noise_se^2) decided against ``line`` (log units) with a half-width
-    ``half``: FAIL below line - half, undecided up to line + half."""
+    """An estimate N(0, offset_sd^2 + noise_se^2) decided against ``line`` (log units) with a
+    half-width ``half``: FAIL below line - half, undecided up to line + half."""
     sd = math.hypot(offset_sd, noise_se)
     if sd <= 0:
         return GateRisk(test, 0.0, 0.0 if half < -line else 1.0, how)
@@ -135,9 +146,10 @@ def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, 
 @cache
 def two_looks(offset_sd: float, pair_sd: float, first: int, extra: int, fold: float, line: float,
               confidence: float) -> tuple[float, float]:
-    """(FAIL, undecided) of an A/B window looked at twice (follow-up rounds), by the gate's normal model:
-    a start-pair offset shared by both looks, the pairs' noise, each look's interval at the repeated
-    intervals' coverage plus the folded-in spread ``fold``. Seeded: the same figures every time."""
+    """(FAIL, undecided) of an A/B window looked at twice (follow-up rounds), by the gate's normal
+    model: a start-pair offset shared by both looks, the pairs' noise, each look's interval at the
+    repeated intervals' coverage plus the folded-in spread ``fold``. Seeded: the same figures every
+    time."""
     rng = np.random.default_rng(62)
     per_look = repeated_coverage(confidence, first / (first + extra))
     q = _N.inv_cdf(0.5 + per_look / 2) / math.sqrt(HL_EFFICIENCY)
@@ -145,7 +157,8 @@ def two_looks(offset_sd: float, pair_sd: float, first: int, extra: int, fold: fl
     one = rng.normal(0.0, pair_sd / math.sqrt(first), SIMULATED)
     more = rng.normal(0.0, pair_sd / math.sqrt(extra), SIMULATED)
     looks = [(offset + one, q * pair_sd / math.sqrt(first) + fold),
-             (offset + (first * one + extra * more) / (first + extra), q * pair_sd / math.sqrt(first + extra) + fold)]
+             (offset + (first * one + extra * more) / (first + extra),
+              q * pair_sd / math.sqrt(first + extra) + fold)]
     (e1, h1), (e2, h2) = looks
     open1 = (e1 + h1 >= line) & (e1 - h1 <= line)
     fail = (e1 + h1 < line) | (open1 & (e2 + h2 < line))
@@ -154,8 +167,9 @@ def two_looks(offset_sd: float, pair_sd: float, first: int, extra: int, fold: fl
 
 
 def pair_spread(entry: Any) -> float | None:
-    """The SD of one pair's log ratio a window of this entry's requests would show: its repeats' spread
-    around their prompt's mean (log tok/s), times sqrt(2) for two sides; None without repeats."""
+    """The SD of one pair's log ratio a window of this entry's requests would show: its repeats'
+    spread around their prompt's mean (log tok/s), times sqrt(2) for two sides; None without
+    repeats."""
     keys = entry.sample_keys or []
     groups: dict[str, list[float]] = {}
     for key, value in zip(keys, entry.decode_tokens_per_s):
@@ -168,12 +182,16 @@ def pair_spread(entry: Any) -> float | None:
     return math.sqrt(2 * squares / dof)
 
 
-def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int, extra: int) -> GateRisk:
-    """A live A/B throughput gate (module doc); ``pairs`` at the first look, ``extra`` more in its follow-up."""
+def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int,
+            extra: int) -> GateRisk:
+    """A live A/B throughput gate (module doc); ``pairs`` at the first look, ``extra`` more in its
+    follow-up."""
     gates = window.thresholds
     offset = math.log1p(gates.start_pair_spread)
-    look = repeated_coverage(window.confidence, pairs / (pairs + extra)) if extra else window.confidence
-    fold = spread_quantile(look, gates.start_pair_dof) * offset  # as the gate folds it in, at each look
+    look = repeated_coverage(window.confidence,
+                             pairs / (pairs + extra)) if extra else window.confidence
+    fold = spread_quantile(look,
+                           gates.start_pair_dof) * offset  # as the gate folds it in, at each look
     line = math.log1p(-window.ab_tolerance)
     noise = pair_spread(stored) if stored is not None else None
     how = {"kind": "ab", "spread": gates.start_pair_spread, "fold": fold, "noise": bool(noise)}
@@ -184,9 +202,10 @@ def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int, ext
     return normal_risk(test, offset, se, fold + spread_quantile(look) * se, line, how)
 
 
-def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str | None, *, pairs: int,
-              extra: int) -> GateRisk:
-    """One gate test's chance of a red A/A by its own rule (module doc), at ``window``'s confidence."""
+def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str | None, *,
+              pairs: int, extra: int) -> GateRisk:
+    """One gate test's chance of a red A/A by its own rule (module doc), at ``window``'s
+    confidence."""
     gate, mode, prompt_class, concurrency = test
     rig = window.rig
     if gate == "lossless" or (gate == "acceptance" and window.comparing == "ab"):
@@ -194,11 +213,12 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
     if gate == "ttft":
         return _interval_only(test, window, "TTFT")
     if gate == "throughput" and window.comparing == "ab":
-        return ab_risk(test, window, lookup(store, rig, mode, prompt_class, concurrency) if store else None,
-                       pairs, extra)
+        return ab_risk(test, window, lookup(store, rig, mode, prompt_class, concurrency) if store
+                       else None, pairs, extra)
     if gate == "backfire":
         return backfire_risk(test, window, store)
-    entry = lookup(store, rig, mode, prompt_class, concurrency, machine=machine) if store is not None else None
+    entry = lookup(store, rig, mode, prompt_class, concurrency,
+                   machine=machine) if store is not None else None
     if entry is None:
         anyone = lookup(store, rig, mode, prompt_class, concurrency) if store is not None else None
         kind = "other_machine" if anyone is not None else "not_stored"
@@ -209,22 +229,26 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
     history = StartHistory.of(entry, ratios=ratio)
     tolerance = window.tolerance_for(ratio)
     if history.usable:
-        return history_risk(test, history, tolerance, window.confidence, "stored ratios" if ratio else "stored starts")
+        return history_risk(test, history, tolerance, window.confidence,
+                            "stored ratios" if ratio else "stored starts")
     noise = pair_spread(entry) or 0.0
     start = math.sqrt(2) * math.log1p(window.thresholds.start_noise)
     se = noise / math.sqrt(pairs * HL_EFFICIENCY)
     half = spread_quantile(window.confidence) * (se + start)
     return normal_risk(test, start, se, half, math.log1p(-tolerance),
-                       {"kind": "start noise", "starts": history.starts, "noise": window.thresholds.start_noise})
+                       {"kind": "start noise", "starts": history.starts,
+                        "noise": window.thresholds.start_noise})
 
 
 def _interval_only(test: GateTest, window: WindowSettings, what: str) -> GateRisk:
-    """A gate whose undecided chance cannot be known before the run: its interval's own FAIL level."""
+    """A gate whose undecided chance cannot be known before the run: its interval's own FAIL
+    level."""
     return GateRisk(test, (1 - window.confidence) / 2, 0.0, what, modelled=False)
 
 
 def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRisk:
-    """The backfire gate against min_speedup, from the stored ratio to no speculation and its interval."""
+    """The backfire gate against min_speedup, from the stored ratio to no speculation and its
+    interval."""
     if window.declared_backfire is not None:
         return GateRisk(test, 0.0, 0.0, "a declared backfire never fails the run")
     entry = lookup(store, window.rig, *test[1:]) if store is not None else None
@@ -234,30 +258,34 @@ def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRis
     se = math.log(stored.ci_high / stored.ci_low) / 2 / spread_quantile(0.95)
     half = spread_quantile(window.confidence) * se
     shifted = math.log(window.thresholds.min_speedup) - math.log(stored.ratio)
-    return normal_risk(test, 0.0, se, half, shifted, {"kind": "stored ratio", "ratio": stored.ratio})
+    return normal_risk(test, 0.0, se, half, shifted,
+                       {"kind": "stored ratio", "ratio": stored.ratio})
 
 
 @dataclass(frozen=True)
 class Choice:
-    """What ``gating = auto`` chose: the gating of each auto gate, why, the family and the red runs."""
+    """What ``gating = auto`` chose: the gating of each auto gate, why, the family and the red
+    runs."""
 
     gating: dict[GateTest, tuple[str, str]]
     red_runs: RedRuns
 
 
 def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | None],
-                risk_at: Callable[[GateTest, float], GateRisk], counts: Callable[[GateTest], bool], *,
-                confidence: float, controlled: float | None, policy: Mapping[str, str],
+                risk_at: Callable[[GateTest, float], GateRisk], counts: Callable[[GateTest], bool],
+                *, confidence: float, controlled: float | None, policy: Mapping[str, str],
                 limit: float = AUTO_RED_BOUND) -> Choice:
-    """The gating that keeps a red A/A at most ``limit``: the fixed gates as set, then the auto gates
-    with the smallest chance first, as many as fit at the family's confidence for that many.
+    """The gating that keeps a red A/A at most ``limit``: the fixed gates as set, then the auto
+    gates with the smallest chance first, as many as fit at the family's confidence for that many.
     ``counts``: the test is one of the family's (an interval that can fail the run)."""
     auto = [t for t in tests if setting(t) == "auto"]
     fixed = [t for t in tests if setting(t) != "auto"]
     counted_fixed = sum(1 for t in fixed if counts(t) and setting(t) != "report")
     free = [t for t in auto if not counts(t)]  # lossless, a declared backfire: not in the family
-    # those with something to compare on this machine (not: nothing stored here, or another machine's)
-    ranked = [t for t in auto if counts(t) and risk_at(t, confidence).undecided_outcome == "undecided"]
+    # those with something to compare on this machine (not: nothing stored here, or another
+    # machine's)
+    ranked = [t for t in auto if counts(t) and risk_at(t,
+                                                       confidence).undecided_outcome == "undecided"]
 
     def with_gates(k: int) -> Choice:
         fam = family(confidence, controlled, counted_fixed + k)
@@ -267,9 +295,11 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
         gating = {t: ("gate" if t in chosen else "report") for t in auto}
         rows = tuple((risks[t], g, risks[t].red(g, policy)) for t in tests
                      for g in [gating.get(t, setting(t) if setting(t) != "auto" else None)])
-        return Choice({t: (gating[t], _why(risks[t], gating[t], fam)) for t in auto}, RedRuns(rows, fam))
+        return Choice({t: (gating[t], _why(risks[t], gating[t], fam)) for t in auto},
+                      RedRuns(rows, fam))
 
-    # the most auto gates that keep the bound within the limit (it grows with their number: bisected)
+    # the most auto gates that keep the bound within the limit (it grows with their number:
+    # bisected)
     low, high, best = 0, len(ranked), with_gates(0)
     while low < high:
         middle = (low + high + 1) // 2
@@ -282,15 +312,16 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
 
 
 def _why(risk: GateRisk, gating: str, fam: Family) -> dict[str, Any]:
-    """Why ``gating = "auto"`` chose ``gating`` for a gate test (specgate.report.verdicts.reason_text words it)."""
-    return {"why": "red run", "chance": risk.red("gate", {}), "confidence": fam.confidence, "how": risk.how,
-            "reported": gating != "gate"}
+    """Why ``gating = "auto"`` chose ``gating`` for a gate test
+    (specgate.report.verdicts.reason_text words it)."""
+    return {"why": "red run", "chance": risk.red("gate", {}), "confidence": fam.confidence,
+            "how": risk.how, "reported": gating != "gate"}
 
 
 def for_run(run: Any, tests: Sequence[GateTest]) -> Choice:
-    """:func:`choose_auto` for a run's settings (specgate.decide.settings.RunSettings: its rig, stored
-    figures, machine, gating and outcome policy) and its selected gate ``tests``: each window's pairs and
-    follow-up rounds as the rig measures them."""
+    """:func:`choose_auto` for a run's settings (specgate.decide.settings.RunSettings: its rig,
+    stored figures, machine, gating and outcome policy) and its selected gate ``tests``: each
+    window's pairs and follow-up rounds as the rig measures them."""
     rig = run.rig
     controlled = rig.gates.family_false_alarm
     if controlled is None and "auto" in run.gating.values():
@@ -302,10 +333,13 @@ def for_run(run: Any, tests: Sequence[GateTest]) -> Choice:
         window = run.window(mode, prompt_class, concurrency).with_family(confidence)
         rounds = rig.follow_up_rounds(mode, prompt_class, backfire=window.comparing == "duet")
         n = prompts.get(prompt_class, 1)
-        return gate_risk(test, window, run.store, run.machine, pairs=n * rig.protocol.repeats, extra=n * rounds)
+        return gate_risk(test, window, run.store, run.machine, pairs=n * rig.protocol.repeats,
+                         extra=n * rounds)
 
     def counts(test: GateTest) -> bool:  # one of the family: an interval that can fail the run
-        return test[0] != "lossless" and not (test[0] == "backfire" and rig.declared_backfire_for(*test[1:3]))
+        return test[0] != "lossless" and not (test[0] == "backfire"
+                                              and rig.declared_backfire_for(*test[1:3]))
 
     return choose_auto(list(dict.fromkeys(tests)), lambda t: run.gating.get(t[0]), risk_at, counts,
-                       confidence=rig.gates.confidence, controlled=controlled, policy=run.outcome_policy)
+                       confidence=rig.gates.confidence, controlled=controlled,
+                       policy=run.outcome_policy)

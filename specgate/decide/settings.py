@@ -10,8 +10,8 @@ resolves it once, before any server starts (specgate.plugin.resolve), and fixes 
 confidence once the selection is known (:meth:`RunSettings.for_selection`); the gates, the follow-up
 policy, ``plan``, ``history`` and the report read it, and nothing resolves a threshold again.
 
-The gating (``[gates] gating``, ``--specgate-gating``; specgate.decide.outcome's module doc) is resolved
-here too: ``auto`` gates where the gate can decide on this rig (:func:`can_decide`).
+The gating (``[gates] gating``, ``--specgate-gating``; specgate.decide.outcome's module doc) is
+resolved here too: ``auto`` gates where the gate can decide on this rig (:func:`can_decide`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 
 # What a window is compared with: "ab" (each mode on both A/B sides, live at once), "duet" (a live
 # no-speculation partner where the arrangement allows one), "sequential" (one server at a time:
-# stored figures, or a window measured before or after).
-# Why a gate gates the run or is reported only: a named case, or the figures it rests on (a table with
-# "why"); specgate.report.verdicts.reason_text words it.
+# stored figures, or a window measured before or after). Why a gate gates the run or is reported
+# only: a named case, or the figures it rests on (a table with "why");
+# specgate.report.verdicts.reason_text words it.
 Reason = str | dict[str, Any]
 
 Comparing = Literal["ab", "duet", "sequential"]
@@ -59,13 +59,15 @@ class WindowSettings:
     arrangement: ArrangementChoice  # how the servers of a comparison share the machine, and why
     comparing: Comparing
     declared_backfire: DeclaredBackfire | None = None
-    outcome_policy: Mapping[str, str] = field(default_factory=dict)  # outcome key -> "skip" | "fail"
+    outcome_policy: Mapping[str,
+                            str] = field(default_factory=dict)  # outcome key -> "skip" | "fail"
     # gate -> (gating: "gate" | "report" | None where none is set, and why); filled by RunSettings
     gating: Mapping[str, tuple[Gating | None, Reason]] = field(default_factory=dict)
 
     @property
     def confidence(self) -> float:
-        """Each gate's two-sided confidence (the family's where [gates] family_false_alarm holds it)."""
+        """Each gate's two-sided confidence (the family's where [gates] family_false_alarm holds
+        it)."""
         return self.thresholds.confidence
 
     @property
@@ -81,7 +83,8 @@ class WindowSettings:
     @property
     def speed_tolerance(self) -> float:
         """The tolerance of this window's throughput gate as the rig compares it: an A/B's, else a
-        stored level's (a duet ratio to the reference uses throughput_tolerance: :meth:`tolerance_for`)."""
+        stored level's (a duet ratio to the reference uses throughput_tolerance:
+        :meth:`tolerance_for`)."""
         return self.ab_tolerance if self.comparing == "ab" else self.level_tolerance
 
     def tolerance_for(self, duet_ratio: bool) -> float:
@@ -91,57 +94,72 @@ class WindowSettings:
     def to_dict(self) -> dict[str, Any]:
         """report.json's entry for this window: the figures its gates decided with."""
         t = self.thresholds
-        return {"mode": self.mode, "prompt_class": self.prompt_class, "concurrency": self.concurrency,
-                "confidence": self.confidence, "arrangement": self.arrangement.name, "comparing": self.comparing,
-                "throughput_tolerance": t.throughput_tolerance, "level_tolerance": self.level_tolerance,
+        return {"mode": self.mode, "prompt_class": self.prompt_class,
+                "concurrency": self.concurrency,
+                "confidence": self.confidence, "arrangement": self.arrangement.name,
+                "comparing": self.comparing,
+                "throughput_tolerance": t.throughput_tolerance,
+                "level_tolerance": self.level_tolerance,
                 "ab_tolerance": self.ab_tolerance, "acceptance_tolerance": t.acceptance_tolerance,
-                "ttft_tolerance": t.ttft_tolerance, "min_speedup": t.min_speedup, "start_noise": t.start_noise,
-                "start_pair_spread": t.start_pair_spread, "equivalence_margin": t.equivalence_margin,
-                "declared_backfire": self.declared_backfire.reason if self.declared_backfire else None,
-                "gating": {gate: value for gate, (value, _) in self.gating.items() if value is not None}}
+                "ttft_tolerance": t.ttft_tolerance, "min_speedup": t.min_speedup,
+                "start_noise": t.start_noise,
+                "start_pair_spread": t.start_pair_spread,
+                "equivalence_margin": t.equivalence_margin,
+                "declared_backfire": self.declared_backfire.reason if self.declared_backfire
+                else None,
+                "gating": {gate: value for gate,
+                           (value, _) in self.gating.items() if value is not None}}
 
     def gating_of(self, gate: str) -> Gating | None:
         """Whether ``gate`` of this window gates the run ("gate"), is reported only ("report"), or
-        follows the outcome policy alone (None); why is ``gating[gate][1]`` (:func:`resolve_gating`)."""
+        follows the outcome policy alone (None); why is ``gating[gate][1]``
+        (:func:`resolve_gating`)."""
         return self.gating.get(gate, (None, ""))[0]
 
     def with_family(self, confidence: float) -> WindowSettings:
-        """These settings at the family's ``confidence``, never below their own (a class may ask for more)."""
+        """These settings at the family's ``confidence``, never below their own (a class may ask for
+        more)."""
         if confidence <= self.thresholds.confidence:
             return self
-        return replace(self, thresholds=self.thresholds.model_copy(update={"confidence": confidence}))
+        return replace(self,
+                       thresholds=self.thresholds.model_copy(update={"confidence": confidence}))
 
 
 def window_settings(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1, *,
                     outcome_policy: Mapping[str, str] | None = None) -> WindowSettings:
-    """The settings of one window of ``rig`` at the rig's own confidence, with no gating: RunSettings
-    adds the family's confidence and the gating."""
+    """The settings of one window of ``rig`` at the rig's own confidence, with no gating:
+    RunSettings adds the family's confidence and the gating."""
     return WindowSettings(
         rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
         reference_mode=rig.reference_mode, speculative=rig.mode(mode).is_speculative,
         thresholds=rig.gates.for_class(prompt_class), arrangement=rig.arrangement,
-        comparing=rig.comparing, declared_backfire=rig.declared_backfire_for(mode, prompt_class),  # type: ignore[arg-type]
-        outcome_policy=dict(outcome_policy if outcome_policy is not None else rig.gates.outcome_policy))
+        comparing=rig.comparing, declared_backfire=rig.declared_backfire_for(mode,
+                                                                             prompt_class),  # type: ignore[arg-type]
+        outcome_policy=dict(outcome_policy if outcome_policy is not None
+                            else rig.gates.outcome_policy))
 
 
-def can_decide(settings: WindowSettings, store: Any, gate: str, machine: str | None = None) -> tuple[bool, Reason]:
-    """Whether ``gate`` of this window can decide on this rig, and why, known before anything starts:
-    from the rig (an A/B, a live reference) and the stored history of this ``machine``: its prediction
-    interval's half-width against the gate's tolerance, not a count of starts."""
+def can_decide(settings: WindowSettings, store: Any, gate: str,
+               machine: str | None = None) -> tuple[bool, Reason]:
+    """Whether ``gate`` of this window can decide on this rig, and why, known before anything
+    starts: from the rig (an A/B, a live reference) and the stored history of this ``machine``: its
+    prediction interval's half-width against the gate's tolerance, not a count of starts."""
     ab = settings.comparing == "ab"
     if gate in ("backfire", "lossless"):
         return True, "a live no-speculation reference in the same session"
     if gate == "ttft":
         return True, "the A/B's live reference side" if ab else "a live no-speculation reference"
     if ab:
-        return True, ("the A/B's reference side, counted per request on the same requests" if gate == "acceptance"
-                      else "the A/B's live reference side")
+        return True, ("the A/B's reference side, counted per request on the same requests"
+                      if gate == "acceptance" else "the A/B's live reference side")
     if gate == "acceptance":
         return False, "stored figures (window-wide counters: drafts as trials, no pairing)"
-    entry = (lookup(store, settings.rig, settings.mode, settings.prompt_class, settings.concurrency, machine=machine)
+    entry = (lookup(store, settings.rig, settings.mode, settings.prompt_class, settings.concurrency,
+                    machine=machine)
              if store is not None else None)
     if entry is None:
-        return False, ("no stored history of this machine" if machine else "this machine cannot be identified")
+        return False, ("no stored history of this machine" if machine
+                       else "this machine cannot be identified")
     duet_ratio = (entry.ratio_to_reference is not None and settings.comparing == "duet"
                   and settings.mode != settings.reference_mode)
     history = StartHistory.of(entry, ratios=duet_ratio)
@@ -150,11 +168,12 @@ def can_decide(settings: WindowSettings, store: Any, gate: str, machine: str | N
     if not history.usable:
         return False, {"why": "too few stored", "needed": MIN_STARTS, **facts}
     half = math.expm1(history.half_width(settings.confidence))
-    return half < tolerance, {"why": "prediction interval", "half": half, "tolerance": tolerance, **facts}
+    return half < tolerance, {"why": "prediction interval", "half": half, "tolerance": tolerance,
+                              **facts}
 
 
-def resolve_gating(setting: Mapping[str, str] | None, settings: WindowSettings, store: Any, gate: str,
-                   machine: str | None = None) -> tuple[Gating | None, Reason]:
+def resolve_gating(setting: Mapping[str, str] | None, settings: WindowSettings, store: Any,
+                   gate: str, machine: str | None = None) -> tuple[Gating | None, Reason]:
     """The gating of one gate test: "gate", "report", or None where no gating is set (the outcome
     policy alone decides), with the reason."""
     if not setting or gate not in setting:
@@ -175,33 +194,42 @@ class RunSettings:
     machine: str | None  # this host as a stored history names it (specgate.store.fingerprint.machine_id)
     worker_gpus: str | None  # an xdist worker's GPUs for its servers; None elsewhere
     gpus: str | None  # the GPUs this process's servers use: the worker's, else CUDA_VISIBLE_DEVICES
-    outcome_policy: Mapping[str, str]  # outcome key -> "skip" | "fail": the rig's, the option's over it
+    outcome_policy: Mapping[str,
+                            str]  # outcome key -> "skip" | "fail": the rig's, the option's over it
     gating: Mapping[str, str]  # gate -> "auto" | "gate" | "report": the rig's, the option's over it
     windows: Mapping[WindowKey, WindowSettings]  # every window of the rig
     family: Family | None = None  # the gates that can fail the run, once the selection is known
     red_runs: RedRuns | None = None  # the chance of a red A/A (specgate.decide.red_runs), likewise
 
     @classmethod
-    def resolve(cls, rig: Rig, store: BaselineFile, *, machine: str | None, worker_gpus: str | None = None,
+    def resolve(cls, rig: Rig, store: BaselineFile, *, machine: str | None,
+                worker_gpus: str | None = None,
                 gpus: str | None = None, outcome_policy: Mapping[str, str] | None = None,
                 gating: Mapping[str, str] | None = None) -> RunSettings:
-        """The settings of every window of ``rig`` at the rig's own confidence; ``outcome_policy`` and
-        ``gating`` (the options') over the rig's."""
+        """The settings of every window of ``rig`` at the rig's own confidence; ``outcome_policy``
+        and ``gating`` (the options') over the rig's."""
         run = cls(rig=rig, store=store, machine=machine, worker_gpus=worker_gpus, gpus=gpus,
-                  outcome_policy=MappingProxyType({**rig.gates.outcome_policy, **(outcome_policy or {})}),
-                  gating=MappingProxyType({**rig.gates.gating_setting, **(gating or {})}), windows={})
-        keys = [(m.name, c.name, n) for m in rig.modes for c in rig.prompt_classes for n in rig.protocol.concurrency]
-        return replace(run, windows=MappingProxyType({key: run._resolve_window(*key) for key in keys}))
+                  outcome_policy=MappingProxyType({**rig.gates.outcome_policy,
+                                                   **(outcome_policy or {})}),
+                  gating=MappingProxyType({**rig.gates.gating_setting, **(gating or {})}),
+                  windows={})
+        keys = [(m.name, c.name, n) for m in rig.modes for c in rig.prompt_classes
+                for n in rig.protocol.concurrency]
+        return replace(run, windows=MappingProxyType({key: run._resolve_window(*key)
+                                                      for key in keys}))
 
     def _resolve_window(self, mode: str, prompt_class: str, concurrency: int) -> WindowSettings:
-        own = window_settings(self.rig, mode, prompt_class, concurrency, outcome_policy=self.outcome_policy)
+        own = window_settings(self.rig, mode, prompt_class, concurrency,
+                              outcome_policy=self.outcome_policy)
         # the gating is decided at the rig's own confidence; the family's applies to the intervals
-        gating = {gate: resolve_gating(self.gating, own, self.store, gate, self.machine) for gate in GATES}
+        gating = {gate: resolve_gating(self.gating, own, self.store, gate,
+                                       self.machine) for gate in GATES}
         held = own.with_family(self.family.confidence) if self.family is not None else own
         return replace(held, gating=gating)
 
     def window(self, mode: str, prompt_class: str, concurrency: int) -> WindowSettings:
-        """One window's settings (one outside the rig's classes and concurrencies is resolved alike)."""
+        """One window's settings (one outside the rig's classes and concurrencies is resolved
+        alike)."""
         found = self.windows.get((mode, prompt_class, concurrency))
         return found if found is not None else self._resolve_window(mode, prompt_class, concurrency)
 
@@ -211,17 +239,20 @@ class RunSettings:
             {key: w.with_family(chosen.confidence) for key, w in self.windows.items()}))
 
     def for_selection(self, tests: Iterable[GateTest]) -> RunSettings:
-        """These settings at the confidence of the family of the selected gate ``tests``: those with an
-        interval that can fail the run ([gates] family_false_alarm). Lossless compares outputs (no
-        interval), a declared backfire never fails, a gate reported only never fails the run. ``auto``
-        gates: those that keep the session's chance of a red A/A at most 5 %, each judged at the family's
-        confidence (specgate.decide.red_runs, which also gives that chance)."""
+        """These settings at the confidence of the family of the selected gate ``tests``: those with
+        an interval that can fail the run ([gates] family_false_alarm). Lossless compares outputs
+        (no interval), a declared backfire never fails, a gate reported only never fails the run.
+        ``auto`` gates: those that keep the session's chance of a red A/A at most 5 %, each judged
+        at the family's confidence (specgate.decide.red_runs, which also gives that chance)."""
         choice = red_runs.for_run(self, list(tests))
         chosen = choice.red_runs.family
         windows = {}
         for key, window in self.windows.items():
-            auto = {gate: choice.gating[test] for gate in GATES if (test := (gate, *key)) in choice.gating}
+            auto = {gate: choice.gating[test] for gate in GATES if (test := (gate,
+                                                                             *key)) in choice.gating}
             windows[key] = replace(window, gating={**window.gating, **auto}) if auto else window
         run = replace(self, windows=MappingProxyType(windows), red_runs=choice.red_runs)
         return run.with_family(Family(chosen.gating, chosen.confidence, chosen.controlled,
-                                      undecided_red=any(v in ("auto", "gate") for v in self.gating.values())))
+                                      undecided_red=any(v in ("auto",
+                                                              "gate")
+                                                        for v in self.gating.values())))

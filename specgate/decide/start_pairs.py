@@ -11,9 +11,9 @@ them:
 - from 3 start pairs, the interval from their own spread: t(K - 1) x sd / sqrt(K);
 - with 2, the rig's measured ``start_pair_spread`` (relative SD of one start pair's offset) over K,
   with the windows' own noise: q x sqrt(spread^2 / K + sum(se_j^2) / K^2), q Student's t at the
-  degrees of freedom of the spread (``start_pair_spread_pairs`` - 1: the seven pairs behind 0.038 give
-  t(6)), z where the rig does not say how many pairs it rests on; a rig that states no spread says so
-  (the interval then holds the windows' noise only).
+  degrees of freedom of the spread (``start_pair_spread_pairs`` - 1: the seven pairs behind 0.038
+  give t(6)), z where the rig does not say how many pairs it rests on; a rig that states no spread
+  says so (the interval then holds the windows' noise only).
 
 Each verdict names its start pairs and their orders; the exit code is the gates' (1 when a combined
 gate FAILS), or the first session's that broke.
@@ -36,7 +36,8 @@ from specgate.decide.paired import Line, interval_ratio, spread_quantile
 from specgate.decide.settings import window_settings
 from specgate.store.saved_report import load_report
 
-ORDERS = ("reference", "candidate")  # the side that starts first, alternating from one pair to the next
+ORDERS = ("reference",
+          "candidate")  # the side that starts first, alternating from one pair to the next
 METHOD_T = "A/B over start pairs: mean log ratio, t(K - 1) x sd / sqrt(K)"
 METHOD_KNOWN = "A/B over start pairs: mean log ratio, q x sqrt(start-pair spread^2 / K + windows' noise / K^2)"
 
@@ -56,8 +57,8 @@ class PairRatio:
     @property
     def log_se(self) -> float | None:
         """The standard error of the log ratio its window's pairs imply (normal at the interval's
-        coverage), without what the session's verdict added for the start-pair spread: the combination
-        counts that spread once, over the K pairs."""
+        coverage), without what the session's verdict added for the start-pair spread: the
+        combination counts that spread once, over the K pairs."""
         if not self.ci_low or not self.ci_high:
             return None
         half = (math.log(self.ci_high) - math.log(self.ci_low)) / 2 - self.widened_log
@@ -66,12 +67,13 @@ class PairRatio:
 
 def session_command(rig: Rig, first: str, run_dir: Path, pytest_args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", "-m", rig.tier, f"--specgate-rig={rig.name}",
-            f"--specgate-first-side={first}", f"--specgate-run-dir={run_dir}", "-p", "no:cacheprovider",
-            *pytest_args]
+            f"--specgate-first-side={first}", f"--specgate-run-dir={run_dir}", "-p",
+            "no:cacheprovider", *pytest_args]
 
 
 def throughput_ratios(report: dict[str, Any]) -> dict[tuple[str, str, int], dict[str, Any]]:
-    """Each A/B window's throughput gate details in a session's report, by (mode, class, concurrency)."""
+    """Each A/B window's throughput gate details in a session's report, by (mode, class,
+    concurrency)."""
     found = {}
     for entry in [*report.get("gates", []), *report.get("undecided", [])]:
         details = entry.get("details") or {}
@@ -99,25 +101,32 @@ def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> 
         ses = [p.log_se or 0.0 for p in pairs]
         sigma = math.log1p(gates.start_pair_spread)
         dof, method = gates.start_pair_dof if sigma else None, METHOD_KNOWN
-        half = spread_quantile(confidence, dof) * math.sqrt(sigma**2 / k + sum(se**2 for se in ses) / k**2)
+        half = spread_quantile(confidence,
+                               dof) * math.sqrt(sigma**2 / k + sum(se**2 for se in ses) / k**2)
         basis = {"basis": "rig" if sigma else "unknown", "rig_spread": gates.start_pair_spread,
                  "spread_pairs": gates.start_pair_spread_pairs if dof is not None else None}
     result = interval_ratio(estimate, half, n=k, unit="start pairs", dof=dof,
-                            line=Line(threshold, gates.equivalence_margin), confidence=confidence, method=method)
-    outcome = "undecided" if result.verdict == "undecided" else ("pass" if result.passed else "fail")
-    return {"gate": "throughput", "mode": mode, "prompt_class": prompt_class, "concurrency": concurrency,
-            "outcome": outcome, "start_pairs": k,
-            "details": {**result.to_dict(), **basis, "rule": "start pairs", "reference_label": "the reference side",
+                            line=Line(threshold, gates.equivalence_margin), confidence=confidence,
+                            method=method)
+    outcome = "undecided" if result.verdict == "undecided" else ("pass" if result.passed
+                                                                 else "fail")
+    return {"gate": "throughput", "mode": mode, "prompt_class": prompt_class,
+            "concurrency": concurrency, "outcome": outcome, "start_pairs": k,
+            "details": {**result.to_dict(), **basis, "rule": "start pairs",
+                        "reference_label": "the reference side",
                         "start_pairs": k, "per_pair": [p.__dict__ for p in pairs]}}
 
 
-def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Every A/B window measured in all of ``reports`` ((first side, report) per start pair), combined."""
+def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str,
+                                                                                          Any]]:
+    """Every A/B window measured in all of ``reports`` ((first side, report) per start pair),
+    combined."""
     per_report = [(first, throughput_ratios(report)) for first, report in reports]
     keys = sorted(set.intersection(*(set(found) for _, found in per_report))) if per_report else []
     return [combine(rig, key, [PairRatio(first, d["ratio"], d.get("ci_low"), d.get("ci_high"),
                                          d.get("confidence", 0.95), int(d.get("n", 0)),
-                                         float((d.get("start_pair") or {}).get("widened_log") or 0.0))
+                                         float((d.get("start_pair") or {}).get("widened_log")
+                                               or 0.0))
                                for first, found in per_report for d in [found[key]]])
             for key in keys]
 

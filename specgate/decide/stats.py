@@ -52,7 +52,8 @@ class Comparison:
     # False when the evidence cannot tell a pass from a failure (an acceptance window with too
     # few drafts); ``passed`` is then meaningless and the gate is recorded as undecided.
     decided: bool = True
-    # the facts its words rest on (specgate.report.verdicts): what was compared and how it was counted
+    # the facts its words rest on (specgate.report.verdicts): what was compared and how it was
+    # counted
     metric: str = ""  # "rate" (the overall rate), "pos2" (position 2's), "tokens per step" (per request)
     reference_label: str = "stored"
     tolerance: float = 0.0
@@ -69,9 +70,11 @@ class Comparison:
         return (self.ratio - 1.0) * 100.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: a ratio that cannot be formed (nothing accepted on the reference side) is None."""
+        """JSON-safe: a ratio that cannot be formed (nothing accepted on the reference side) is
+        None."""
         data = {**asdict(self), "change_pct": self.change_pct}
-        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k,
+                v in data.items()}
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class OutputComparison:
     """Whether generated texts match their reference texts, prompt by prompt."""
 
     identical_share: float
-    first_divergence: dict[str, int | None]  # prompt id -> first differing character, None if identical
+    first_divergence: dict[str,
+                           int | None]  # prompt id -> first differing character, None if identical
     passed: bool
     min_identical_share: float = 1.0
 
@@ -113,7 +117,8 @@ def summarize(samples: Sequence[float]) -> SampleSummary:
 
 @dataclass(frozen=True)
 class Matched:
-    """Two keyed samples lined up for the paired ratio (``specgate.decide.paired``; see :func:`match_by_key`)."""
+    """Two keyed samples lined up for the paired ratio (``specgate.decide.paired``; see
+    :func:`match_by_key`)."""
     measured: list[float]
     reference: list[float]
     paired: bool
@@ -133,7 +138,8 @@ def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) 
     common = [k for k in reference if k in measured]
     if len(common) >= 2 and 2 * len(common) >= min(len(measured), len(reference)):
         one_sided = sorted((set(measured) | set(reference)) - set(common))
-        return Matched([measured[k] for k in common], [reference[k] for k in common], True, one_sided, common)
+        return Matched([measured[k] for k in common], [reference[k] for k in common], True,
+                       one_sided, common)
     return Matched(list(measured.values()), list(reference.values()), False, [])
 
 
@@ -151,8 +157,8 @@ def wilson_interval(successes: float, trials: float, confidence: float) -> tuple
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def proportion_ratio_interval(successes: float, trials: float, ref_successes: float, ref_trials: float,
-                              confidence: float) -> tuple[float, float, float]:
+def proportion_ratio_interval(successes: float, trials: float, ref_successes: float,
+                              ref_trials: float, confidence: float) -> tuple[float, float, float]:
     """The ratio of two binomial proportions (measured over reference), with its two-sided Katz
     log interval at ``confidence``: ln(p1 / p2) +- z sqrt(1/x1 - 1/n1 + 1/x2 - 1/n2). Both sides
     carry their own sampling noise (a stored figure from 100 drafts is no exact line). A side with
@@ -202,44 +208,51 @@ def compare_acceptance(
     confidence: float = 0.95,
     trial_label: str = "drafts",
 ) -> Comparison:
-    """One-sided check of an acceptance figure against its stored one; higher acceptance never
-    fails (an improvement, not a regression).
+    """One-sided check of an acceptance figure against its stored one; higher acceptance never fails
+    (an improvement, not a regression).
 
     Without ``measured.counts``: FAIL iff measured < reference * (1 - tolerance).
 
     With ``measured.counts`` = (accepted, trials), ``measured.value`` is that proportion and the
     decision rests on its Wilson interval at ``confidence``: FAIL when the whole interval lies below
-    the fail line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop at
-    all), and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a drop
-    of the tolerance from chance, and the report says about how many would.
+    the fail line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop
+    at all), and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a
+    drop of the tolerance from chance, and the report says about how many would.
 
     With ``reference.counts`` too, the reference is a sample of its own (stored figures, or an A/B's
     reference side): the decision rests on the interval of the ratio of the two proportions
     (:func:`proportion_ratio_interval`) against 1 - tolerance, by the same three rules.
     """
-    _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject, metric=metric)
+    _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject,
+                             metric=metric)
     threshold = 1.0 - tolerance
     line = reference.value * threshold  # the fail line on the figure's own scale
     common = {"gate": gate, "measured": float(measured.value), "reference": float(reference.value),
-              "ratio": measured.value / reference.value, "threshold": threshold, "n_reference": 1, "metric": metric,
+              "ratio": measured.value / reference.value, "threshold": threshold, "n_reference": 1,
+              "metric": metric,
               "reference_label": reference.label, "tolerance": tolerance, "trials": trial_label}
     if measured.counts is None:
-        return Comparison(**common, passed=not measured.value < line, ci_low=None, ci_high=None, n_measured=1,
-                          method=METHOD_ONE_SIDED)
+        return Comparison(**common, passed=not measured.value < line, ci_low=None, ci_high=None,
+                          n_measured=1, method=METHOD_ONE_SIDED)
     common.update(confidence=confidence, counts=measured.counts)
     successes, trials = measured.counts
     if reference.counts is not None and reference.counts[1] > 0 and reference.counts[0] > 0:
         (x1, n1), (x2, n2) = measured.counts, reference.counts
         ratio, ci_low, ci_high = proportion_ratio_interval(x1, n1, x2, n2, confidence)
-        # No pass on the point alone: 10 of 20 against 10 of 20 reads ratio 1.000 (CI 0.443-2.258), which
-        # cannot tell no change from a drop of the tolerance: undecided, by the speed gates' rule.
-        return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)}, passed=ci_low >= threshold,
-                          ci_low=ci_low, ci_high=ci_high, n_measured=round(n1), method=METHOD_TWO_SAMPLE,
-                          decided=ci_low >= threshold or ci_high < threshold, reference_counts=reference.counts)
+        # No pass on the point alone: 10 of 20 against 10 of 20 reads ratio 1.000 (CI 0.443-2.258),
+        # which cannot tell no change from a drop of the tolerance: undecided, by the speed gates'
+        # rule.
+        return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)},
+                          passed=ci_low >= threshold,
+                          ci_low=ci_low, ci_high=ci_high, n_measured=round(n1),
+                          method=METHOD_TWO_SAMPLE,
+                          decided=ci_low >= threshold or ci_high < threshold,
+                          reference_counts=reference.counts)
     ci_low, ci_high = wilson_interval(successes, trials, confidence)
     # The speed gates' rule: a point at or above the reference is no pass while the interval still
     # reaches below the fail line (10 of 20 against a stored 0.5 cannot tell 0.5 from 0.45).
-    return Comparison(**common, passed=ci_low >= line, ci_low=ci_low, ci_high=ci_high, n_measured=round(trials),
+    return Comparison(**common, passed=ci_low >= line, ci_low=ci_low, ci_high=ci_high,
+                      n_measured=round(trials),
                       method=METHOD_BINOMIAL, decided=ci_low >= line or ci_high < line)
 
 
@@ -247,7 +260,8 @@ METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired 
                           "sums with a cluster-robust (per-prompt) delta-method t interval")
 
 
-def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequence[tuple[float, float]], *,
+def paired_acceptance(measured: Sequence[tuple[float, float]],
+                      reference: Sequence[tuple[float, float]], *,
                       tolerance: float, subject: str, confidence: float = 0.95,
                       reference_label: str = "reference side", gate: str = "acceptance",
                       unit: str = "requests") -> Comparison:
@@ -271,33 +285,39 @@ def paired_acceptance(measured: Sequence[tuple[float, float]], reference: Sequen
         raise ValueError(f"tolerance for the acceptance of {subject} must be in [0, 1), got {tolerance!r}")
     m = np.asarray(measured, dtype=float).reshape(-1, 2)
     r = np.asarray(reference, dtype=float).reshape(-1, 2)
-    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(r)) and np.all(m >= 0) and np.all(r >= 0)):
+    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(r)) and np.all(m >= 0)
+            and np.all(r >= 0)):
         raise ValueError(f"per-request acceptance counts must be finite and non-negative: {m.tolist()} vs {r.tolist()}")
     threshold = 1.0 - tolerance
     n = len(m)
     a_c, s_c, a_r, s_r = m[:, 0].sum(), m[:, 1].sum(), r[:, 0].sum(), r[:, 1].sum()
-    common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n, "trials": unit, "dof": n - 1,
-              "method": METHOD_PAIRED_REQUESTS, "metric": "tokens per step", "reference_label": reference_label,
+    common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n,
+              "trials": unit, "dof": n - 1,
+              "method": METHOD_PAIRED_REQUESTS, "metric": "tokens per step",
+              "reference_label": reference_label,
               "tolerance": tolerance, "confidence": confidence, "counts": (float(a_c), float(s_c)),
               "reference_counts": (float(a_r), float(s_r))}
     rate_c, rate_r = (a_c / s_c if s_c > 0 else 0.0), (a_r / s_r if s_r > 0 else 0.0)
     if n < 2 or s_c <= 0 or s_r <= 0 or a_r <= 0:
         why = "pairs" if n < 2 else "no steps" if min(s_c, s_r) <= 0 else "nothing accepted"
-        return Comparison(**common, passed=False, measured=rate_c, reference=rate_r, ratio=math.nan, ci_low=None,
-                          ci_high=None, decided=False, why=why)
+        return Comparison(**common, passed=False, measured=rate_c, reference=rate_r, ratio=math.nan,
+                          ci_low=None, ci_high=None, decided=False, why=why)
     ratio = rate_c / rate_r
     # d ratio = ratio * (dA_c / A_c - dS_c / S_c - dA_r / A_r + dS_r / S_r), with A_c's term written
     # without dividing by A_c (a candidate that accepted nothing has ratio 0, not an error).
-    influence = (m[:, 0] * s_r / (s_c * a_r) - ratio * m[:, 1] / s_c - ratio * r[:, 0] / a_r + ratio * r[:, 1] / s_r)
+    influence = (m[:, 0] * s_r / (s_c * a_r) - ratio * m[:, 1] / s_c - ratio * r[:,
+                                                                                 0] / a_r + ratio * r[:, 1] / s_r)
     se = math.sqrt(n / (n - 1) * float(np.sum(influence ** 2)))
     q = float(student_t.ppf(0.5 + confidence / 2, n - 1))
     ci_low, ci_high = max(0.0, ratio - q * se), ratio + q * se
-    return Comparison(**common, passed=ci_low >= threshold, measured=rate_c, reference=rate_r, ratio=ratio,
-                      ci_low=ci_low, ci_high=ci_high, decided=ci_low >= threshold or ci_high < threshold)
+    return Comparison(**common, passed=ci_low >= threshold, measured=rate_c, reference=rate_r,
+                      ratio=ratio,
+                      ci_low=ci_low, ci_high=ci_high,
+                      decided=ci_low >= threshold or ci_high < threshold)
 
 
-def _check_acceptance_inputs(measured: Observed, reference: Observed, *, tolerance: float, subject: str,
-                             metric: str) -> None:
+def _check_acceptance_inputs(measured: Observed, reference: Observed, *, tolerance: float,
+                             subject: str, metric: str) -> None:
     for name, value in ((measured.label, measured.value), (reference.label, reference.value)):
         if not math.isfinite(value) or value < 0:
             raise ValueError(
@@ -346,4 +366,5 @@ def compare_outputs(
         first_divergence[prompt_id] = _first_divergence(text, reference_text)
     identical = sum(1 for index in first_divergence.values() if index is None)
     share = identical / len(first_divergence)
-    return OutputComparison(share, first_divergence, share >= min_identical_share, min_identical_share)
+    return OutputComparison(share, first_divergence, share >= min_identical_share,
+                            min_identical_share)

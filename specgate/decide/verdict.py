@@ -1,7 +1,7 @@
-"""A gate's verdict: :class:`GateResult`, one outcome (specgate.decide.outcome), the rule that decided and the
-facts it rests on (``details``), the same for every gate, in the session, the report and on the controller.
-The deciding layer composes no words: ``message`` is the full statement specgate.report.verdicts renders from
-the facts when the result is recorded (``worded``)."""
+"""A gate's verdict: :class:`GateResult`, one outcome (specgate.decide.outcome), the rule that
+decided and the facts it rests on (``details``), the same for every gate, in the session, the report
+and on the controller. The deciding layer composes no words: ``message`` is the full statement
+specgate.report.verdicts renders from the facts when the result is recorded (``worded``)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ class GateResult:
 
     @property
     def undecided_kind(self) -> str:
-        """The kind of a result that decided nothing (the session's ``undecided`` entries): the gate's own
-        (``details["undecided_kind"]``), "too few drafts" for window-wide acceptance counters, else its outcome's."""
+        """The kind of a result that decided nothing (the session's ``undecided`` entries): the
+        gate's own (``details["undecided_kind"]``), "too few drafts" for window-wide acceptance
+        counters, else its outcome's."""
         return self.details.get("undecided_kind") or (
             "too few drafts" if self.gate == "acceptance" and self.outcome is Outcome.UNDECIDED
             and not self.details.get("per_request") else OUTCOME_KINDS[self.outcome])
@@ -50,7 +51,9 @@ class GateResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"gate": self.gate, "mode": self.mode, "prompt_class": self.prompt_class,
-                "concurrency": self.concurrency, "outcome": self.outcome.value, "passed": self.passed,
+                "concurrency": self.concurrency, "outcome": self.outcome.value,
+                "passed": self.passed,
                 "verdict": self.verdict, "message": self.message, "declared": self.declared,
                 "details": self.details,
-                **({"gating": self.gating, "gating_reason": self.gating_reason} if self.gating else {})}
+                **({"gating": self.gating,
+                    "gating_reason": self.gating_reason} if self.gating else {})}

@@ -92,7 +92,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     run_session = get_session(config)
     deselect_speculative_only(config, items, run_session)
     deselect_tiers_not_asked_for(config, items)
-    if run_session.config_error is not None or any(item.get_closest_marker("perf") for item in items):
+    if run_session.config_error is not None or any(item.get_closest_marker("perf")
+                                                   for item in items):
         refuse_bad_inputs(config, run_session)
 
 
@@ -113,7 +114,8 @@ def deselect_tiers_not_asked_for(config: pytest.Config, items: list[pytest.Item]
     for item in items:
         marks = {mark.name for mark in item.iter_markers()}
         tiered = bool(marks & {"cpu", "gpu", "perf"}) and "fast" not in marks
-        (drop if tiered and _selected_by_markexpr(config.option.markexpr, marks) else keep).append(item)
+        (drop if tiered and _selected_by_markexpr(config.option.markexpr,
+                                                  marks) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -126,7 +128,8 @@ def _selected_by_markexpr(markexpr: str, marks: set[str]) -> bool:
     try:
         from _pytest.mark.expression import Expression  # pytest's own -m grammar (it has no public API)
 
-        return Expression.compile(markexpr).evaluate(lambda name, **kwargs: name in marks and not kwargs)
+        return Expression.compile(markexpr).evaluate(lambda name,
+                                                     **kwargs: name in marks and not kwargs)
     except Exception:  # another pytest's internals: deselect it here rather than start a server
         return True
 
@@ -145,7 +148,8 @@ def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
     validate_inputs): one usage error naming the file and key. An xdist worker cannot stop the run
     (it would crash and be restarted): its perf tests fail at setup with the message instead, and
     the controller refuses first where it can tell a perf run (pytest_sessionstart). The A/B sides'
-    pythons are tried on `import vllm` only where servers may start (not --collect-only, --setup-plan)."""
+    pythons are tried on `import vllm` only where servers may start (not --collect-only,
+    --setup-plan)."""
     try:
         if run_session.config_error is not None:
             raise run_session.config_error
@@ -168,10 +172,12 @@ class _Ordering:
     after pytest's own (the -m/-k selection, the grouping per server)."""
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
         if any(cost.window_key(item) is not None for item in items):
             deselect_not_deciding_here(config, items, get_session(config))  # of what -m and -k kept
-            cost.order_items(items, [c.name for c in get_session(config).settings.rig.prompt_classes])
+            cost.order_items(items,
+                             [c.name for c in get_session(config).settings.rig.prompt_classes])
             cost.refuse_short_host(config, get_session(config), items)
 
 
@@ -204,7 +210,8 @@ def _xdist_controller_of_a_perf_run(config: pytest.Config) -> bool:
     if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
         return False
     words = (config.option.markexpr or "").replace("(", " ").replace(")", " ").split()
-    return any(w in ("cpu", "gpu", "perf") and (i == 0 or words[i - 1] != "not") for i, w in enumerate(words))
+    return any(w in ("cpu", "gpu", "perf") and (i == 0 or words[i - 1] != "not") for i,
+               w in enumerate(words))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -237,7 +244,8 @@ def pytest_runtestloop(session: pytest.Session):
     if not hasattr(session.config, "workerinput") and run_session.worker_reports:
         decide_deferred_gates(run_session)
         for report in deferred_test_reports(run_session):
-            # As xdist relays a worker's report: the terminal, JUnit XML and session.testsfailed see it.
+            # As xdist relays a worker's report: the terminal, JUnit XML and session.testsfailed see
+            # it.
             session.config.hook.pytest_runtest_logreport(report=report)
     return result
 
@@ -257,10 +265,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     write_run_output(run_session, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     # specgate.exit_codes: a job that broke (a server that could not start or died, a window not
     # measured) exits JOB_BROKEN, not as a gate that said no
-    session.exitstatus = session_exit_code(session.exitstatus, run_session.report_data(complete=True))
+    session.exitstatus = session_exit_code(session.exitstatus,
+                                           run_session.report_data(complete=True))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     run_session = get_session(config)
     if has_perf_work(run_session):
-        write_summary(terminalreporter, run_session, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        write_summary(terminalreporter, run_session,
+                      interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)

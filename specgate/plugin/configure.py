@@ -26,10 +26,10 @@ def get_session(config: pytest.Config) -> SpecgateSession:
 def check_project_config_loaded(config: pytest.Config) -> None:
     """Refuse a run that lost the project's pytest configuration.
 
-    pytest looks for its config file from the common ancestor of the command line's path
-    arguments, and before plugins load it cannot tell ``--specgate-run-dir /tmp/x`` from a test path: an
-    option value that is an existing path outside the project moves the search to ``/``. The run
-    would then go on without the markers, ``xfail_strict`` and the rootdir (where specgate finds
+    pytest looks for its config file from the common ancestor of the command line's path arguments,
+    and before plugins load it cannot tell ``--specgate-run-dir /tmp/x`` from a test path: an option
+    value that is an existing path outside the project moves the search to ``/``. The run would then
+    go on without the markers, ``xfail_strict`` and the rootdir (where specgate finds
     ``fixtures/``), failing later and obscurely; say so now, with the way out.
     """
     if config.inipath is not None:
@@ -41,14 +41,16 @@ def check_project_config_loaded(config: pytest.Config) -> None:
     try:
         import tomllib
 
-        if "ini_options" not in tomllib.loads(project.read_text()).get("tool", {}).get("pytest", {}):
+        if "ini_options" not in tomllib.loads(project.read_text()).get("tool",
+                                                                       {}).get("pytest", {}):
             return
     except (OSError, ValueError):
         return
     args = list(config.invocation_params.args)
     culprits = [f"{flag} {value}" for flag, value in itertools.pairwise(args)
                 if flag.startswith("--") and "=" not in flag and not value.startswith("-")
-                and Path(value).exists() and not Path(value).resolve().is_relative_to(cwd.resolve())]
+                and Path(value).exists()
+                and not Path(value).resolve().is_relative_to(cwd.resolve())]
     raise pytest.UsageError(
         f"specgate: pytest did not load {project} (rootdir became {config.rootpath}), so the markers, "
         f"xfail_strict and the fixtures folder would be wrong. "
@@ -58,8 +60,8 @@ def check_project_config_loaded(config: pytest.Config) -> None:
 
 
 def session_budget_s(config: pytest.Config) -> float | None:
-    """--specgate-session-budget in seconds, or None. A value from the environment arrives as a string
-    (the option's default), so it is parsed here too."""
+    """--specgate-session-budget in seconds, or None. A value from the environment arrives as a
+    string (the option's default), so it is parsed here too."""
     budget = config.getoption("specgate_session_budget")
     if budget is None:
         return None
@@ -86,8 +88,10 @@ def configure_session(config: pytest.Config) -> None:
         worker_count=int(workerinput["workercount"]) if workerinput else 1,
         dist=workerinput.get("specgate_dist") if workerinput else None,
         gpus=tuple(config.getoption("specgate_gpus") or ()) or None,
-        repo_root=root, update=update, strict_fingerprint=config.getoption("specgate_strict_fingerprint"),
-        attach_url=config.getoption("specgate_vllm_url"), attach_mode=config.getoption("specgate_vllm_mode"),
+        repo_root=root, update=update,
+                             strict_fingerprint=config.getoption("specgate_strict_fingerprint"),
+        attach_url=config.getoption("specgate_vllm_url"),
+                             attach_mode=config.getoption("specgate_vllm_mode"),
         api_key=config.getoption("specgate_vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
         record_dir=config.getoption("specgate_record_responses"), ab=ab_from_options(config),
         time_budget_s=session_budget_s(config),

@@ -1,5 +1,5 @@
-"""The xdist controller's part: the cross-mode gates (backfire, lossless, ttft) that workers deferred,
-decided once every worker is done, and reported as test results of their own.
+"""The xdist controller's part: the cross-mode gates (backfire, lossless, ttft) that workers
+deferred, decided once every worker is done, and reported as test results of their own.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from specgate.lazy import protocol as measure
 from specgate.plugin.session import SpecgateSession
 
 
-def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, str, int], tuple[Outcome, dict]]:
+def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, str, int],
+                                                               tuple[Outcome, dict]]:
     """Every gate result the session holds, decided or not: (gate, mode, class, concurrency) ->
     (its outcome, its entry)."""
-    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.to_dict()) for r in run_session.results}
+    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome,
+                                                               r.to_dict())
+             for r in run_session.results}
     for u in run_session.undecided:
         found[(u["gate"], u["mode"], u["prompt_class"], u["concurrency"])] = (
             Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(u["kind"]), u)
@@ -31,12 +34,14 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
     policy = run.outcome_policy
     reports = []
     for worker in run_session.worker_reports:
-        for nodeid, (gate, mode, prompt_class, concurrency) in worker.get("deferred_tests", {}).items():
+        for nodeid, (gate, mode, prompt_class, concurrency) in worker.get("deferred_tests",
+                                                                          {}).items():
             found = results.get((gate, mode, prompt_class, concurrency))
             if found is None:  # a window is missing: already reported as NOT MEASURED
                 continue
             outcome, entry = found
-            declared = gate == "backfire" and run.rig.declared_backfire_for(mode, prompt_class) is not None
+            declared = gate == "backfire" and run.rig.declared_backfire_for(mode,
+                                                                            prompt_class) is not None
             gating = run.window(mode, prompt_class, concurrency).gating_of(gate)
             action = pytest_action(outcome, policy, declared=declared, gating=gating)
             text = verdicts.pytest_text(entry, outcome, policy, declared=declared, gating=gating,
@@ -48,9 +53,10 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
                 longrepr: object = (path, 0, f"Skipped: {text}")
             else:
                 longrepr = text if action == "failed" else None
-            report = pytest.TestReport(nodeid=controller_id, location=(path, None, name), keywords={},
-                                       outcome="skipped" if action == "xfailed" else action, longrepr=longrepr,
-                                       when="call")
+            report = pytest.TestReport(nodeid=controller_id, location=(path, None, name),
+                                       keywords={},
+                                       outcome="skipped" if action == "xfailed" else action,
+                                       longrepr=longrepr, when="call")
             if action == "xfailed":
                 report.wasxfail = text
             reports.append(report)
@@ -63,7 +69,8 @@ def decide_deferred_gates(run_session: SpecgateSession) -> bool:
     decides nothing (the run then exits as failed)."""
     merged = run_session.report_data(complete=True)
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in merged["measurements"]}
-    deferred = {tuple(key) for report in run_session.worker_reports for key in report.get("deferred", [])}
+    deferred = {tuple(key) for report in run_session.worker_reports
+                for key in report.get("deferred", [])}
     failed = False
     run = run_session.settings
     for mode, prompt_class, concurrency in sorted(deferred):
@@ -76,7 +83,8 @@ def decide_deferred_gates(run_session: SpecgateSession) -> bool:
         for result in (gates.check_backfire(window, m, r), gates.check_lossless(window, m, r),
                        gates.check_ttft(window, m, r)):
             run_session.record(verdicts.worded(result))  # an undecided one is listed as undecided, never as passed
-            failed |= pytest_action(result.outcome, run.outcome_policy, declared=result.declared is not None,
+            failed |= pytest_action(result.outcome, run.outcome_policy,
+                                    declared=result.declared is not None,
                                     gating=result.gating) == "failed"
     run_session.deferred_failed = failed
     return failed

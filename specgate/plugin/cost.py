@@ -4,11 +4,11 @@ that decides the most important gates first, the session's time budget, and the 
 - ``order_items``: within each mode's tests (kept together: one server start per mode), one window
   after another in the rig's class order, and on each window the backfire gate first, then the
   throughput gate (an A/B's decision), the lossless and acceptance gates.
-- ``check_budget``: before a test whose window is not measured yet, the window's estimate (the plan's,
-  at the pace measured so far, with the start of any server it still needs) must fit in the time the
-  session's budget has left; otherwise the gate is NOT RUN, recorded with the reason in the report
-  (``kind="not run"``) and skipped, never dropped. Follow-up rounds get only the time the remaining
-  windows' first looks leave.
+- ``check_budget``: before a test whose window is not measured yet, the window's estimate (the
+  plan's, at the pace measured so far, with the start of any server it still needs) must fit in the
+  time the session's budget has left; otherwise the gate is NOT RUN, recorded with the reason in the
+  report (``kind="not run"``) and skipped, never dropped. Follow-up rounds get only the time the
+  remaining windows' first looks leave.
 """
 
 from __future__ import annotations
@@ -97,13 +97,14 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
         while end < len(items) and mode is not None and mode_of(items[end]) == mode:
             end += 1
         if mode is not None:
-            items[start:end] = [item for _, item in sorted(enumerate(items[start:end]), key=sort_key)]
+            items[start:end] = [item for _,
+                                item in sorted(enumerate(items[start:end]), key=sort_key)]
         start = end
 
 
 def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str | None]:
-    """The decode rates the plan uses (specgate.plan.estimate.estimate_rates, at this host's CPU canary) and
-    the note naming the stored figures it set aside."""
+    """The decode rates the plan uses (specgate.plan.estimate.estimate_rates, at this host's CPU
+    canary) and the note naming the stored figures it set aside."""
     try:
         run = run_session.settings
     except SpecgateError:
@@ -114,24 +115,30 @@ def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str 
 
 def reusable(run_session: SpecgateSession) -> tuple[str, ...]:
     """The labels of the kept servers this --specgate-keep-servers session would reuse now."""
-    return registry.reusable_labels(run_session.settings.rig, run_session.modes_to_run(), run_session.server_spec)
+    return registry.reusable_labels(run_session.settings.rig, run_session.modes_to_run(),
+                                    run_session.server_spec)
 
 
-def build_plan(run_session: SpecgateSession, items: list[pytest.Item], *, reused: tuple[str, ...] = (),
+def build_plan(run_session: SpecgateSession, items: list[pytest.Item], *,
+               reused: tuple[str, ...] = (),
                rates: tuple[dict[WindowKey, float], str | None] | None = None,
                host_gib: float | None = None) -> SessionPlan:
-    """``rates``: rates_of(run_session) when the caller has them already (it reads the host's canary)."""
+    """``rates``: rates_of(run_session) when the caller has them already (it reads the host's
+    canary)."""
     windows, other = windows_of(items)
     rates, note = rates if rates is not None else rates_of(run_session)
     return plan_session(run_session.settings.rig, windows, rates, Conditions(
         attached=run_session.options.attach_url is not None, reused=reused,
-        keep_servers=run_session.options.keep_servers, host_gib=host_gib, other_tests=other, rate_note=note))
+        keep_servers=run_session.options.keep_servers, host_gib=host_gib, other_tests=other,
+                                                                             rate_note=note))
 
 
-def refuse_short_host(config: pytest.Config, run_session: SpecgateSession, items: list[pytest.Item]) -> None:
+def refuse_short_host(config: pytest.Config, run_session: SpecgateSession,
+                      items: list[pytest.Item]) -> None:
     """Before any server starts: the selection's alternation, planned against this host's available
-    memory, must not need sleep level 2 for a server that cannot wake from it (a drafter, dummy weights):
-    one usage error naming the rig file, the servers and the memory that would allow them."""
+    memory, must not need sleep level 2 for a server that cannot wake from it (a drafter, dummy
+    weights): one usage error naming the rig file, the servers and the memory that would allow
+    them."""
     if run_session.options.attach_url is not None or hasattr(config, "workerinput"):
         return
     rig = run_session.settings.rig
@@ -145,11 +152,15 @@ def refuse_short_host(config: pytest.Config, run_session: SpecgateSession, items
 
 def session_state(run_session: SpecgateSession):
     def state() -> tuple[dict[WindowKey, float | None], set[str]]:
-        done: dict[WindowKey, float | None] = {k: m.wall_s for k, m in run_session.measurements.items()}
+        done: dict[WindowKey, float | None] = {k: m.wall_s for k,
+                                               m in run_session.measurements.items()}
         done.update({k: None for k in run_session.failures if k not in done})
-        # a window declared NOT RUN is over too (no time measured): it leaves the count and the time left
-        done.update({(u["mode"], u["prompt_class"], u["concurrency"]): None for u in run_session.undecided
-                     if u.get("kind") == NOT_RUN and (u["mode"], u["prompt_class"], u["concurrency"]) not in done})
+        # a window declared NOT RUN is over too (no time measured): it leaves the count and the time
+        # left
+        done.update({(u["mode"], u["prompt_class"],
+                      u["concurrency"]): None for u in run_session.undecided
+                     if u.get("kind") == NOT_RUN and (u["mode"], u["prompt_class"],
+                                                      u["concurrency"]) not in done})
         return done, set(run_session.servers)
     return state
 
@@ -167,9 +178,11 @@ def start(config: pytest.Config, run_session: SpecgateSession, items: list[pytes
         plan = build_plan(run_session, items, reused=reused, rates=rates)
     except SpecgateError:
         return  # a configuration error: collection reports it
-    progress = SessionProgress(plan, session_state(run_session), started_at=run_session.options.started_at)
+    progress = SessionProgress(plan, session_state(run_session),
+                               started_at=run_session.options.started_at)
     config.stash[COST_KEY] = SessionCost(plan, progress, rates[0])
-    if config.option.collectonly or config.getoption("setupplan", False) or hasattr(config, "workerinput"):
+    if config.option.collectonly or config.getoption("setupplan",
+                                                     False) or hasattr(config, "workerinput"):
         return
     text = plan.render()
     budget = run_session.options.time_budget_s
@@ -209,7 +222,8 @@ def _measured(run_session: SpecgateSession, key: WindowKey) -> bool:
 
 
 def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.monotonic) -> None:
-    """Before a perf test: NOT RUN (skipped, recorded) when its window does not fit in the budget."""
+    """Before a perf test: NOT RUN (skipped, recorded) when its window does not fit in the
+    budget."""
     budget = run_session.options.time_budget_s
     cost = get_cost(item.config)
     key = window_key(item)
@@ -237,14 +251,15 @@ def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.
     # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
     policy = run_session.settings.outcome_policy
     text = verdicts.pytest_text({"gate": gate, "mode": mode, "prompt_class": prompt_class,
-                                 "concurrency": concurrency, "kind": NOT_RUN, "message": why}, Outcome.NOT_RUN, policy)
+                                 "concurrency": concurrency, "kind": NOT_RUN, "message": why},
+                                Outcome.NOT_RUN, policy)
     if pytest_action(Outcome.NOT_RUN, policy) == "failed":
         pytest.fail(text, pytrace=False)
     pytest.skip(text)
 
 
-def _bound_follow_ups(run_session: SpecgateSession, cost: SessionCost, key: WindowKey, starting: list[str],
-                      spare_s: float, clock) -> None:
+def _bound_follow_ups(run_session: SpecgateSession, cost: SessionCost, key: WindowKey,
+                      starting: list[str], spare_s: float, clock) -> None:
     """Follow-up rounds of this window may use only what the later windows' first looks leave
     (``spare_s``: the budget left after this window's first look and the starts it needs)."""
     if run_session.options.worker_id is not None:
@@ -256,7 +271,8 @@ def _bound_follow_ups(run_session: SpecgateSession, cost: SessionCost, key: Wind
 
 
 class PlanCapture:
-    """A plugin for ``specgate plan``: the plan of the collected selection, kept instead of printed."""
+    """A plugin for ``specgate plan``: the plan of the collected selection, kept instead of
+    printed."""
 
     def __init__(self, *, keep_servers: bool = False, host_gib: float | None = None) -> None:
         self.plan: SessionPlan | None = None
@@ -274,4 +290,5 @@ class PlanCapture:
         self.run_session = run_session
         self.windows, _ = windows_of(session.items)
         self.rates = rates_of(run_session)
-        self.plan = build_plan(run_session, session.items, reused=reused, rates=self.rates, host_gib=self.host_gib)
+        self.plan = build_plan(run_session, session.items, reused=reused, rates=self.rates,
+                               host_gib=self.host_gib)

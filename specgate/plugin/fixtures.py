@@ -39,14 +39,16 @@ def rig(specgate_session: SpecgateSession):
 
 @pytest.fixture(scope="session")
 def sleep_controller(specgate_session: SpecgateSession) -> Any:
-    """Rigs whose servers take turns on the same GPUs (arrangement "alternation", specgate.config.arrangement): the
-    specgate.serve.sleep.SleepController every server of the session registers with. None elsewhere."""
+    """Rigs whose servers take turns on the same GPUs (arrangement "alternation",
+    specgate.config.arrangement): the specgate.serve.sleep.SleepController every server of the
+    session registers with. None elsewhere."""
     session = specgate_session
     if session.options.attach_url or session.settings.rig.arrangement.name != "alternation":
         return None
     rig = session.settings.rig
     session.progress(f"arrangement: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
-    return sleep.SleepController(rig, progress=session.progress, kept_asleep=registry.asleep_at_sleep_level_1,
+    return sleep.SleepController(rig, progress=session.progress,
+                                 kept_asleep=registry.asleep_at_sleep_level_1,
                                  gpus=session.settings.gpus)
 
 
@@ -98,26 +100,30 @@ def vllm_server(mode, partner_server, specgate_session: SpecgateSession, sleep_c
     if mode.name in session.started_first:  # an A/B whose candidate side started first (partner_server)
         yield session.started_first[mode.name]
         return
-    yield from serve(session, mode, side="candidate" if rig.comparing == "ab" else None, sleeper=sleep_controller)
+    yield from serve(session, mode, side="candidate" if rig.comparing == "ab" else None,
+                     sleeper=sleep_controller)
 
 
-def serve(session: SpecgateSession, mode, *, side: str | None = None, sleeper: Any = None) -> Iterator[Any]:
+def serve(session: SpecgateSession, mode, *, side: str | None = None,
+          sleeper: Any = None) -> Iterator[Any]:
     """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record what it runs on,
-    yield it, tear it down. With ``sleeper`` (an alternation's SleepController) the server starts with sleep mode,
-    after the awake one went to sleep, and takes turns with the others."""
+    yield it, tear it down. With ``sleeper`` (an alternation's SleepController) the server starts
+    with sleep mode, after the awake one went to sleep, and takes turns with the others."""
     label = f"{mode.name}@{side}" if side else mode.name
     with contextlib.ExitStack() as stack:
         try:
             server = _server(session, mode, side, sleeper)
             stack.enter_context(server)
-        except (SpecgateError, pytest.fail.Exception) as exc:  # pytest.fail: a timeout during the start
+        except (SpecgateError,
+                pytest.fail.Exception) as exc:  # pytest.fail: a timeout during the start
             session.record_server_failure(label, exc)
             raise
         yield from _serving(session, server, mode, side, label, sleeper)
 
 
 def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> Any:
-    """The server object of ``mode`` (on an A/B ``side``): attached, kept or new, not yet entered."""
+    """The server object of ``mode`` (on an A/B ``side``): attached, kept or new, not yet
+    entered."""
     rig = session.settings.rig
     if session.options.attach_url:
         server: Any = server_mod.AttachedServer(session.options.attach_url, label=mode.name,
@@ -140,26 +146,32 @@ def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> A
             except SpecgateError as exc:
                 pytest.fail(str(exc), pytrace=False)
         if session.options.keep_servers:
-            server = _kept_or_started(session, mode, side, spec, guard, alternating=sleeper is not None)
+            server = _kept_or_started(session, mode, side, spec, guard,
+                                      alternating=sleeper is not None)
         else:
             server = server_mod.VLLMServer(spec, progress=session.progress, before_start=guard)
     return server
 
 
-def _serving(session: SpecgateSession, server: Any, mode, side: str | None, label: str, sleeper: Any) -> Iterator[Any]:
+def _serving(session: SpecgateSession, server: Any, mode, side: str | None, label: str,
+             sleeper: Any) -> Iterator[Any]:
     """An entered server: recorded in the session (address, fingerprint), yielded, left."""
     rig = session.settings.rig
     session.live_servers += 1
     if sleeper is not None:
-        asleep_at = getattr(server, "asleep_at", None)  # a kept server an earlier session left asleep
+        asleep_at = getattr(server, "asleep_at",
+                            None)  # a kept server an earlier session left asleep
         sleeper.add(server, asleep_at=asleep_at() if asleep_at else None)
     try:
         session.servers[label] = {
             "base_url": "attached" if session.options.attach_url else server.base_url,
-            "ready_after_s": server.ready_after_s, "log": str(server.log_path) if server.log_path else None,
-            "worker": session.options.worker_id, "side": side, "live_with": session.live_servers - 1,
+            "ready_after_s": server.ready_after_s,
+                                  "log": str(server.log_path) if server.log_path else None,
+            "worker": session.options.worker_id, "side": side,
+                                  "live_with": session.live_servers - 1,
             "gpus": session.settings.gpus}
-        session.fingerprints[mode.name if side in (None, "candidate") else label] = fingerprint.collect(
+        session.fingerprints[mode.name if side in (None,
+                                                   "candidate") else label] = fingerprint.collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
             vllm_version=fingerprint.server_vllm_version(server.base_url, server.api_key),
             repo=session.options.repo_root,
@@ -174,19 +186,21 @@ def _serving(session: SpecgateSession, server: Any, mode, side: str | None, labe
             sleep.run(sleeper.leave(server, stays_running=session.options.keep_servers))
 
 
-def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *, alternating: bool):
-    """--specgate-keep-servers: a kept server of the same fingerprint, else a new one kept after
-    the session. On a one-server-at-a-time GPU rig without sleep mode the rig's other kept servers
-    hold the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every
-    server stays loaded: a kept one is reused awake, or asleep at sleep level 1 (its record holds the
-    sleep level; sleep level 2 dropped its weights, so such a one is stopped and started again)."""
+def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *,
+                     alternating: bool):
+    """--specgate-keep-servers: a kept server of the same fingerprint, else a new one kept after the
+    session. On a one-server-at-a-time GPU rig without sleep mode the rig's other kept servers hold
+    the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every server
+    stays loaded: a kept one is reused awake, or asleep at sleep level 1 (sleep level 2 dropped its
+    weights: such a one is stopped and started again)."""
     rig = session.settings.rig
     label = f"{mode.name}@{side}" if side else mode.name
     one_at_a_time = rig.tier == "gpu" and rig.comparing == "sequential" and not alternating
     others = [m.name for m in rig.modes if m.name != mode.name] if one_at_a_time else []
-    return registry.kept_or_started(spec, rig=rig, mode_label=label, progress=session.progress, before_start=guard,
-                                    stop_others=others,
-                                    refuse=functools.partial(registry.awake_or_why, api_key=spec.api_key)
+    return registry.kept_or_started(spec, rig=rig, mode_label=label, progress=session.progress,
+                                    before_start=guard, stop_others=others,
+                                    refuse=functools.partial(registry.awake_or_why,
+                                                             api_key=spec.api_key)
                                     if alternating else None)
 
 
@@ -195,8 +209,10 @@ def _record(session: SpecgateSession, server, mode) -> None:
 
     record_dir = session.options.record_dir
     try:
-        record.record_server(server.base_url, session.settings.rig.served_model_name, mode.name, record_dir,
-                             api_key=server.api_key, timeout_s=session.settings.rig.protocol.request_timeout_s)
+        record.record_server(server.base_url, session.settings.rig.served_model_name, mode.name,
+                             record_dir,
+                             api_key=server.api_key,
+                             timeout_s=session.settings.rig.protocol.request_timeout_s)
         session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
     except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
         warnings.warn(f"--specgate-record-responses: recording mode {mode.name} into {record_dir} failed: "
@@ -212,7 +228,8 @@ def gpu_guard(rig, worker_gpus: str | None):
 
 
 @pytest.fixture
-def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_server, mode, prompt_class, concurrency,
+def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_server, mode,
+                      prompt_class, concurrency,
                       specgate_session: SpecgateSession, sleep_controller):
     """The measurement window of (mode, class, concurrency), taken once and shared by every gate.
 
@@ -229,7 +246,8 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
     kwargs = {}
     if benchmark is not None:
         benchmark.group = f"{specgate_session.settings.rig.name}/{prompt_class.name}/c{concurrency}"
-        kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds, iterations=1)
+        kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds,
+                                                                           iterations=1)
     try:
         if partner_server is not None:
             ab = rig.comparing == "ab"
@@ -239,7 +257,8 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
                 kwargs["sleeper"] = sleep_controller
         elif sleep_controller is not None and fresh:  # a window of its own on an alternation's server: wake it
             sleep.run(sleep_controller.activate(vllm_server))
-        measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency, **kwargs)
+        measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency,
+                                               **kwargs)
     except SpecgateError as exc:
         pytest.fail(str(exc), pytrace=False)
     if benchmark is not None:
@@ -260,8 +279,10 @@ def _benchmark_info(m) -> dict[str, Any]:
     rates = m.decode_tokens_per_s
     info: dict[str, Any] = {"rig": m.rig, "mode": m.mode, "prompt_class": m.prompt_class,
                             "concurrency": m.concurrency,
-                            "decode_tokens_per_s_median": statistics.median(rates) if rates else None,
-                            "aggregate_tokens_per_s": m.aggregate_tokens_per_s, "requests": len(m.records)}
+                            "decode_tokens_per_s_median": statistics.median(rates) if rates
+                            else None,
+                            "aggregate_tokens_per_s": m.aggregate_tokens_per_s,
+                            "requests": len(m.records)}
     if m.acceptance is not None:
         info.update(mean_acceptance_length=m.acceptance.mean_acceptance_length,
                     acceptance_rate=m.acceptance.acceptance_rate,
@@ -271,7 +292,8 @@ def _benchmark_info(m) -> dict[str, Any]:
 
 @pytest.fixture
 def gatekeeper(specgate_session: SpecgateSession) -> GateKeeper:
-    # The gates load here (specgate.lazy): this module loads into every pytest run of the environment
-    # (pytest_plugins), and the gates bring numpy, scipy and pydantic; a perf test's first gate loads them.
+    # The gates load here (specgate.lazy): this module loads into every pytest run of the
+    # environment (pytest_plugins), and the gates bring numpy, scipy and pydantic; a perf test's
+    # first gate loads them.
     return gatekeeper_mod.GateKeeper(specgate_session)
 

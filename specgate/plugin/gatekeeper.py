@@ -1,6 +1,7 @@
 """GateKeeper: runs one gate on one measurement, records the result in the session and turns its
-:class:`specgate.decide.outcome.Outcome` into the test's (specgate.decide.outcome.pytest_action: pass, fail, xfail
-for a declared backfire, skip or fail by the policy for a gate that decided nothing).
+:class:`specgate.decide.outcome.Outcome` into the test's (specgate.decide.outcome.pytest_action:
+pass, fail, xfail for a declared backfire, skip or fail by the policy for a gate that decided
+nothing).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class GateKeeper:
 
     @property
     def run(self):
-        """The run's settings (specgate.decide.settings.RunSettings), as the session holds them now."""
+        """The run's settings (specgate.decide.settings.RunSettings), as the session holds them
+        now."""
         return self.session.settings
 
     def _settings(self, m):
@@ -59,26 +61,31 @@ class GateKeeper:
         return f"the stored entry {fit.describe()}"
 
     def _update(self, m, gate: str) -> bool:
-        """In update mode, queue the measured values as one start to store; True when the gate is done.
-        Where the start goes (this machine's history, or a new one) is said when the run stores it."""
+        """In update mode, queue the measured values as one start to store; True when the gate is
+        done. Where the start goes (this machine's history, or a new one) is said when the run
+        stores it."""
         update = self.session.options.update
         if update == "off":
             return False
-        entry = baseline_entry(m, self.session.fingerprints.get(m.mode) or Fingerprint(machine=self.run.machine))
+        entry = baseline_entry(m, self.session.fingerprints.get(m.mode)
+                               or Fingerprint(machine=self.run.machine))
         self.session.queue_update(m, entry)
         message = (f"this run's figures of {self._where(m)} will be stored in {self.session.options.baselines_path} "
                    f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n}; "
-                   + ("a new history: an update accepts a deliberate change)" if update == "update" else
-                      "one more start of this machine's history of this build, or a new one)"))
+                   + ("a new history: an update accepts a deliberate change)" if update == "update"
+                      else "one more start of this machine's history of this build, or a new one)"))
         self.session.record_undecided(gate, m, STORING, message)
         if update == "update":
             pytest.fail(terminal_line({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
-                                       "concurrency": m.concurrency, "kind": STORING, "message": message},
-                                      suffix=" [fails: an update never passes silently]"), pytrace=False)
+                                       "concurrency": m.concurrency, "kind": STORING,
+                                       "message": message},
+                                      suffix=" [fails: an update never passes silently]"),
+                        pytrace=False)
         return True
 
     def _machine(self, m) -> str | None:
-        """The machine window ``m`` was measured on: its server's fingerprint's, else this session's."""
+        """The machine window ``m`` was measured on: its server's fingerprint's, else this
+        session's."""
         now = self.session.fingerprints.get(m.mode)
         return now.machine if now is not None and now.machine else self.run.machine
 
@@ -95,20 +102,27 @@ class GateKeeper:
             message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store a "
                        f"history of starts with: {self._build_history()} (or one start: pytest -m {self.rig.tier} "
                        f"--specgate-rig {self.rig.name} --specgate-update-baselines)")
-            self.session.record_undecided(gate, m, NOT_STORED, message, {"command": self._build_history()})
-            self._act(gate, Outcome.NOT_STORED, message, m=m, kind=NOT_STORED, command=self._build_history())
+            self.session.record_undecided(gate, m, NOT_STORED, message,
+                                          {"command": self._build_history()})
+            self._act(gate, Outcome.NOT_STORED, message, m=m, kind=NOT_STORED,
+                      command=self._build_history())
         if gate != "throughput":
-            return lookup(self.run.store, self.rig.name, m.mode, m.prompt_class, m.concurrency) or found[-1]
+            return lookup(self.run.store, self.rig.name, m.mode, m.prompt_class,
+                          m.concurrency) or found[-1]
         machine = self._machine(m)
-        entry = lookup(self.run.store, self.rig.name, m.mode, m.prompt_class, m.concurrency, machine=machine)
+        entry = lookup(self.run.store, self.rig.name, m.mode, m.prompt_class, m.concurrency,
+                       machine=machine)
         if entry is None:
             stored = "; ".join(h.describe() for h in found[-3:])
             why = ("this run's machine cannot be identified, and a history of an unknown machine never gates"
-                   if machine is None else f"no history of this machine ({machine}) is stored: only {stored}")
+                   if machine is None
+                   else f"no history of this machine ({machine}) is stored: only {stored}")
             note = (f"{self._where(m)}: other machine: {why}; not compared (a level is one machine's); start this "
                     f"machine's history with: {self._build_history()}")
-            self.session.record_undecided(gate, m, "other machine", note, {"command": self._build_history()})
-            self._act(gate, Outcome.OTHER_MACHINE, note, m=m, kind="other machine", command=self._build_history())
+            self.session.record_undecided(gate, m, "other machine", note,
+                                          {"command": self._build_history()})
+            self._act(gate, Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
+                      command=self._build_history())
         return entry
 
     def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None,
@@ -121,7 +135,8 @@ class GateKeeper:
         gating = settings.gating_of(gate) if settings is not None else None
         action = pytest_action(outcome, policy, declared=declared, gating=gating)
         entry = m.to_dict() if isinstance(m, GateResult) else {
-            "gate": gate, "mode": m.mode, "prompt_class": m.prompt_class, "concurrency": m.concurrency,
+            "gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
+                                                               "concurrency": m.concurrency,
             "kind": kind or OUTCOME_KINDS.get(outcome, "undecided"), "message": message,
             "details": {"command": command} if command else {}}
         text = pytest_text(entry, outcome, policy, declared=declared, gating=gating)
@@ -136,7 +151,8 @@ class GateKeeper:
         __tracebackhide__ = True
         result = worded(result)
         self.session.record(result)  # one that decided nothing is listed as such, never as passed
-        self._act(result.gate, result.outcome, result.message, declared=result.declared is not None, m=result)
+        self._act(result.gate, result.outcome, result.message, declared=result.declared is not None,
+                  m=result)
 
     def throughput(self, m) -> None:
         __tracebackhide__ = True
@@ -148,15 +164,17 @@ class GateKeeper:
         stored = self._stored(m, "throughput")
         fit = self._comparable(m, stored, "throughput")
         if fit.kind == OTHER_MACHINE:
-            # A level or a speedup ratio from another CPU or GPU says nothing about this one (one dev
-            # machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
+            # A level or a speedup ratio from another CPU or GPU says nothing about this one (one
+            # dev machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
             note = (f"{self._stored_entry(m, fit)}; not compared; start this machine's history with: "
                     f"{self._build_history()}")
-            self.session.record_undecided("throughput", m, "other machine", note, {"command": self._build_history()})
+            self.session.record_undecided("throughput", m, "other machine", note,
+                                          {"command": self._build_history()})
             self._act("throughput", Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
                       command=self._build_history())
         result = check_throughput(self._settings(m), m, stored)
-        result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median, self._refresh(m)))
+        result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median,
+                                             self._refresh(m)))
         self._finish(result)
 
     def _refresh(self, m) -> str:
@@ -168,7 +186,8 @@ class GateKeeper:
         undecided, naming what differs); another machine or setup is reported, and refused under
         --specgate-strict-fingerprint. The one decision is baselines.comparability."""
         now = self.session.fingerprints.get(m.mode)
-        fit = comparability(stored.fingerprint, now and now.for_window(m.prompt_class, m.concurrency))
+        fit = comparability(stored.fingerprint,
+                            now and now.for_window(m.prompt_class, m.concurrency))
         strict = fit.kind != SAME and gate == "throughput" and self.session.options.strict_fingerprint
         if fit.kind == OTHER_MEASUREMENT or strict:
             note = f"{self._stored_entry(m, fit)}; refresh it with: {self._refresh(m)}"

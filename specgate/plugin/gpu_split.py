@@ -21,7 +21,8 @@ XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the r
 
 
 def visible_gpus(explicit: tuple[str, ...] | None) -> list[str]:
-    """The GPUs to hand out: ``explicit`` (--specgate-gpus), else CUDA_VISIBLE_DEVICES, else all NVML sees."""
+    """The GPUs to hand out: ``explicit`` (--specgate-gpus), else CUDA_VISIBLE_DEVICES, else all
+    NVML sees."""
     if explicit:
         return list(explicit)
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -33,7 +34,8 @@ def visible_gpus(explicit: tuple[str, ...] | None) -> list[str]:
         return []
 
 
-def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int, per_server: int) -> str:
+def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int,
+                       per_server: int) -> str:
     """Worker i gets GPUs [i*per_server, (i+1)*per_server) of the visible list: disjoint sets, so no
     GPU ever hosts two servers. Refuse when there are not enough."""
     needed = worker_count * per_server
@@ -53,4 +55,5 @@ def worker_gpus(options: SessionOptions, rig: Rig) -> str | None:
         raise pytest.UsageError("specgate: under xdist the perf tiers need --dist loadgroup, so that all "
                                 "tests of one mode run on one worker and its server starts once")
     index = int(options.worker_id.removeprefix("gw"))
-    return assign_worker_gpus(visible_gpus(options.gpus), index, options.worker_count, rig.gpus_per_server)
+    return assign_worker_gpus(visible_gpus(options.gpus), index, options.worker_count,
+                              rig.gpus_per_server)

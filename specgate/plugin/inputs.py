@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from specgate.config.rig import Rig
     from specgate.plugin.resolve import SessionOptions
 
-# `import vllm` takes seconds (torch, transformers); a cold disk or a busy host can make it a minute.
+# `import vllm` takes seconds (torch, transformers); a cold disk or a busy host can make it a
+# minute.
 VLLM_IMPORT_TIMEOUT_S = 180.0
 
 
@@ -31,21 +32,24 @@ def check_baselines_path(options: SessionOptions) -> None:
     if path.exists() or not options.baselines_given:
         return
     if options.update == "off":
-        raise ConfigError(path, None, "no such baselines file (--specgate-baselines): name an existing one, or "
+        raise ConfigError(path, None,
+                          "no such baselines file (--specgate-baselines): name an existing one, or "
                           "store this run's figures there with --specgate-update-baselines or "
                           "--specgate-regen-baselines")
     if not path.parent.is_dir():
-        raise ConfigError(path, None, f"the folder {path.parent} does not exist, so this run's figures "
+        raise ConfigError(path, None,
+                          f"the folder {path.parent} does not exist, so this run's figures "
                           f"(--specgate-{options.update}-baselines) could not be stored there")
 
 
 def check_side_pythons(options: SessionOptions, rig: Rig, progress: Callable[[str], None], *,
                        imports: bool) -> bool:
-    """Each A/B side's python exists and is executable and, with ``imports``, imports vLLM; True when
-    they were tried on the import."""
+    """Each A/B side's python exists and is executable and, with ``imports``, imports vLLM; True
+    when they were tried on the import."""
     if rig.ab is None or options.attach_url:
         return False
-    sides = {name: side for name in ("reference", "candidate") if (side := getattr(rig.ab, name)).python}
+    sides = {name: side for name in ("reference",
+                                     "candidate") if (side := getattr(rig.ab, name)).python}
     for name, side in sides.items():
         if rig.argv_prefix[0] != sys.executable:  # specgate.serve.server.spec_for_mode swaps ${python} only
             raise ConfigError(rig.path, "server_command", f"the A/B {name} side's python "
@@ -65,7 +69,8 @@ def _option_of(options: SessionOptions, name: str) -> str:
     return f"--specgate-ab-{name}-python" if options.ab is not None else f"ab.{name}.python"
 
 
-def _refusal(options: SessionOptions, rig: Rig, name: str, python: str) -> Callable[[str], ConfigError]:
+def _refusal(options: SessionOptions, rig: Rig, name: str,
+             python: str) -> Callable[[str], ConfigError]:
     """The error for the A/B side ``name``'s python, naming where it was given: the command line's
     option (with the python's path), or the rig file and its key."""
     if options.ab is not None:
@@ -75,7 +80,8 @@ def _refusal(options: SessionOptions, rig: Rig, name: str, python: str) -> Calla
 
 
 def _check_executable(python: str, refused: Callable[[str], ConfigError]) -> None:
-    """``python`` names an executable file: a path, or a name found on PATH (as the server's start would)."""
+    """``python`` names an executable file: a path, or a name found on PATH (as the server's start
+    would)."""
     found = python if os.sep in python else shutil.which(python)
     if found is None:
         raise refused("is not on PATH: give the path of the environment's python, e.g. /venvs/vllm-next/bin/python")
@@ -88,11 +94,14 @@ def _check_executable(python: str, refused: Callable[[str], ConfigError]) -> Non
         raise refused("is not executable")
 
 
-def _check_imports_vllm(python: str, env: dict[str, str], refused: Callable[[str], ConfigError]) -> None:
-    """``python -c "import vllm"`` succeeds within VLLM_IMPORT_TIMEOUT_S, in the server's environment."""
+def _check_imports_vllm(python: str, env: dict[str, str],
+                        refused: Callable[[str], ConfigError]) -> None:
+    """``python -c "import vllm"`` succeeds within VLLM_IMPORT_TIMEOUT_S, in the server's
+    environment."""
     try:
         done = subprocess.run([python, "-c", "import vllm"], env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=VLLM_IMPORT_TIMEOUT_S, check=False)
+                              capture_output=True, text=True, timeout=VLLM_IMPORT_TIMEOUT_S,
+                              check=False)
     except subprocess.TimeoutExpired:
         raise refused(f"did not finish `import vllm` within {VLLM_IMPORT_TIMEOUT_S:.0f} s") from None
     except OSError as exc:

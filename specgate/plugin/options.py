@@ -36,8 +36,8 @@ def parse_gpu_list(value: str) -> list[str]:
 
 
 def parse_rig_name(value: str) -> str:
-    """A rig of the fixtures folder (``cpu-smollm2``) or a path to a rig file (contains ``/`` or ends in
-    ``.toml``), which must exist and be readable; a path comes back absolute."""
+    """A rig of the fixtures folder (``cpu-smollm2``) or a path to a rig file (contains ``/`` or
+    ends in ``.toml``), which must exist and be readable; a path comes back absolute."""
     if value and is_rig_path(value):
         path = Path(value).expanduser()
         if not path.is_file():
@@ -100,8 +100,8 @@ def parse_env_assignment(value: str) -> tuple[str, str]:
 
 
 def parse_spec_assignment(value: str) -> tuple[str, Any]:
-    """KEY=VALUE for a speculative-config key; VALUE is read as JSON (numbers, true, lists), else kept
-    as a string."""
+    """KEY=VALUE for a speculative-config key; VALUE is read as JSON (numbers, true, lists), else
+    kept as a string."""
     name, sep, val = value.partition("=")
     if not sep or not name or not name.replace("_", "").isalnum():
         raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE, e.g. num_speculative_tokens=5")
@@ -115,13 +115,16 @@ AB_SIDES = ("reference", "candidate")
 
 
 def ab_from_options(config: pytest.Config):
-    """An A/B from the --specgate-ab-* options, or None when none is given (the rig's [ab], if any, holds)."""
+    """An A/B from the --specgate-ab-* options, or None when none is given (the rig's [ab], if any,
+    holds)."""
     import shlex
 
     given = {side: {"python": config.getoption(f"specgate_ab_{side}_python"),
-                    "extra_args": tuple(shlex.split(config.getoption(f"specgate_ab_{side}_args") or "")),
+                    "extra_args": tuple(shlex.split(config.getoption(f"specgate_ab_{side}_args")
+                                                    or "")),
                     "env": dict(config.getoption(f"specgate_ab_{side}_env") or []),
-                    "speculative": dict(config.getoption(f"specgate_ab_{side}_spec") or [])} for side in AB_SIDES}
+                    "speculative": dict(config.getoption(f"specgate_ab_{side}_spec") or [])}
+             for side in AB_SIDES}
     if not any(v for side in given.values() for v in side.values()):
         return None
     # pydantic (specgate.lazy): only for a run that gives --specgate-ab-* options
@@ -136,8 +139,10 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def _add_input_options(group) -> None:
-    """What the run reads and where it writes: the rig, the fixtures, the baselines, an attached server."""
-    group.addoption("--specgate-rig", type=parse_rig_name, default=os.environ.get("SPECGATE_RIG", "cpu-smollm2"),
+    """What the run reads and where it writes: the rig, the fixtures, the baselines, an attached
+    server."""
+    group.addoption("--specgate-rig", type=parse_rig_name,
+                    default=os.environ.get("SPECGATE_RIG", "cpu-smollm2"),
                     help="rig to run: NAME (fixtures/rigs/NAME.toml) or a path to a rig .toml file "
                          "(default: cpu-smollm2, or $SPECGATE_RIG)")
     group.addoption("--specgate-fixtures", type=Path, default=None,
@@ -172,18 +177,23 @@ def _add_input_options(group) -> None:
 
 
 def _add_ab_options(group) -> None:
-    """An A/B from the command line: each side's python, arguments, environment and speculative config."""
+    """An A/B from the command line: each side's python, arguments, environment and speculative
+    config."""
     for side in AB_SIDES:
         group.addoption(f"--specgate-ab-{side}-python", default=None, metavar="PYTHON",
                         help=f"A/B: the {side} side's python (its vLLM build's environment); "
                              "any --specgate-ab-* option makes the run an A/B: every mode on both sides, alternated")
         group.addoption(f"--specgate-ab-{side}-args", default=None, metavar="'ARGS'",
                         help=f"A/B: extra `vllm serve` arguments of the {side} side (one quoted string)")
-        group.addoption(f"--specgate-ab-{side}-env", type=parse_env_assignment, action="append", default=None,
-                        metavar="NAME=VALUE", help=f"A/B: an environment variable of the {side} side's servers "
+        group.addoption(f"--specgate-ab-{side}-env", type=parse_env_assignment, action="append",
+                        default=None,
+                        metavar="NAME=VALUE",
+                        help=f"A/B: an environment variable of the {side} side's servers "
                         "(repeatable), e.g. VLLM_CPU_KVCACHE_SPACE=4")
-        group.addoption(f"--specgate-ab-{side}-spec", type=parse_spec_assignment, action="append", default=None,
-                        metavar="KEY=VALUE", help=f"A/B: a speculative-config key of the {side} side's speculative "
+        group.addoption(f"--specgate-ab-{side}-spec", type=parse_spec_assignment, action="append",
+                        default=None,
+                        metavar="KEY=VALUE",
+                        help=f"A/B: a speculative-config key of the {side} side's speculative "
                         "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
     group.addoption("--specgate-start-seed", type=int, default=None, metavar="N",
                     help="A/B: the seed that picks, per mode, which side's server starts first (two fresh identical "
@@ -195,9 +205,12 @@ def _add_ab_options(group) -> None:
 
 
 def _add_session_options(group) -> None:
-    """How the session runs and what decides: its budget, kept servers, outcome policy, arrangement, gating."""
-    group.addoption("--specgate-session-budget", type=parse_duration, default=os.environ.get("SPECGATE_SESSION_BUDGET"),
-                    metavar="DURATION", help="bound the whole session (1500, 25m, 1h30m): the windows run in the order "
+    """How the session runs and what decides: its budget, kept servers, outcome policy, arrangement,
+    gating."""
+    group.addoption("--specgate-session-budget", type=parse_duration,
+                    default=os.environ.get("SPECGATE_SESSION_BUDGET"),
+                    metavar="DURATION",
+                    help="bound the whole session (1500, 25m, 1h30m): the windows run in the order "
                     "that decides backfire first; a window that would not end within DURATION of the session's start "
                     "is NOT RUN (reported with the reason), and follow-up rounds get only what the remaining windows "
                     "leave (default: no bound, or $SPECGATE_SESSION_BUDGET)")
@@ -207,19 +220,22 @@ def _add_session_options(group) -> None:
                     "whole fingerprint (argv, environment, vLLM build, model, rig mode) matches; a kept server of the "
                     "same rig and mode with another fingerprint is stopped, never reused. List or stop them with "
                     "`python -m specgate servers` (default: off, or $SPECGATE_KEEP_SERVERS)")
-    group.addoption("--specgate-undecided", type=parse_outcome_policy, default=None, metavar="skip|fail",
+    group.addoption("--specgate-undecided", type=parse_outcome_policy, default=None,
+                    metavar="skip|fail",
                     help="what a gate that decided nothing (undecided, not stored, other machine, not run) does "
                          "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge gating), or per "
                          "outcome, e.g. not_stored=skip,undecided=fail (default: the rig's [gates] undecided, "
                          "else not_stored=fail and the others skip)")
     group.addoption("--specgate-arrangement", "--specgate-design", dest="specgate_arrangement",
-                    type=parse_arrangement, default=None, metavar="auto|duet|alternation|sequential",
+                    type=parse_arrangement, default=None,
+                    metavar="auto|duet|alternation|sequential",
                     help="how the servers of a comparison share the machine, over the rig's arrangement: 'duet' "
                          "(both live), 'alternation' (taking turns on the same GPUs, vLLM sleep mode), 'sequential' "
                          "(one server at a time; what `specgate plan` picks for a rig too big to keep two loaded) or "
                          "'auto' (default: the rig's arrangement). --specgate-design (with 'alternate') is its older "
                          "spelling")
-    group.addoption("--specgate-gating", type=parse_gating_option, default=None, metavar="auto|gate|report",
+    group.addoption("--specgate-gating", type=parse_gating_option, default=None,
+                    metavar="auto|gate|report",
                     help="which gates fail the run: 'auto' (those that can decide on this rig: an A/B, backfire, TTFT, "
                          "stored figures with 3 runs of history; the others are reported only), 'gate' (an undecided "
                          "one fails the run), 'report' (never fails it), or per gate, e.g. "

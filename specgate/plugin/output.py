@@ -32,7 +32,8 @@ def progress_writer(config: pytest.Config):
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             reporter.ensure_newline()
             if getattr(reporter, "_width_of_current_line", 0):
-                # a test's result letter after an earlier line of ours (pytest wrote no path before it)
+                # a test's result letter after an earlier line of ours (pytest wrote no path before
+                # it)
                 reporter.write("\n")
             reporter.write_line(text)
             reporter.flush()  # stdout to a file or CI log is block-buffered: show it now
@@ -41,14 +42,14 @@ def progress_writer(config: pytest.Config):
 
 def has_perf_work(session: SpecgateSession) -> bool:
     # undecided: a session whose every gate was NOT RUN (its time budget) still reports them
-    return bool(session.measurements or session.failures or session.servers or session.worker_reports
-                or session.undecided or session.server_failures)
+    return bool(session.measurements or session.failures or session.servers
+                or session.worker_reports or session.undecided or session.server_failures)
 
 
 def rendered_dir(path: Path) -> Path:
-    """Where --specgate-report-only writes a report's renderings without --specgate-run-dir: a folder
-    of its own beside it, named after it (``ab/report.json.gz`` -> ``ab/report-rendered/``), so the
-    reports of one folder never overwrite each other's summary.md and report.html."""
+    """Where --specgate-report-only writes a report's renderings without --specgate-run-dir: a
+    folder of its own beside it, named after it (``ab/report.json.gz`` -> ``ab/report-rendered/``),
+    so the reports of one folder never overwrite each other's summary.md and report.html."""
     path = Path(path)
     name = path.name.removesuffix(".gz").removesuffix(".json")
     return path.with_name(f"{name or path.name}-rendered")

@@ -19,7 +19,8 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
         modes = session.modes_to_run()
     except ConfigError as exc:
         # Refused as a usage error once collection ends (refuse_bad_inputs): raised here it would be
-        # a collection error, which pytest ends as "interrupted" (2), not as the bad input it is (4).
+        # a collection error, which pytest ends as "interrupted" (2), not as the bad input it is
+        # (4).
         session.config_error = exc
         return
     tier_marks = (getattr(pytest.mark, rig.tier), pytest.mark.perf)
@@ -28,7 +29,8 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
         # fixture cache and test reordering on them, so a shorter list for speculative-only tests
         # would start servers again. Non-speculative items of those tests are deselected later.
         # xdist_group: with --dist loadgroup every test of a mode runs on one worker (one server).
-        metafunc.parametrize("mode", [pytest.param(m, id=m.name, marks=(*tier_marks, pytest.mark.xdist_group(m.name)))
+        metafunc.parametrize("mode", [pytest.param(m, id=m.name, marks=(*tier_marks,
+                                                                        pytest.mark.xdist_group(m.name)))
                                       for m in modes], scope="session")
     if "prompt_class" in metafunc.fixturenames:
         metafunc.parametrize("prompt_class", [pytest.param(c, id=c.name, marks=tier_marks)
@@ -38,12 +40,14 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
                                              for n in rig.protocol.concurrency])
 
 
-def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], session: SpecgateSession) -> None:
+def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item],
+                              session: SpecgateSession) -> None:
     """Drop speculative-only gates of the no-speculation mode (see parametrize_perf_test), and the
     gates that need a live reference (``live_reference``) where it has none: outside an A/B."""
     keep, drop = [], []
     ab = False
-    if any(item.get_closest_marker("live_reference") for item in items):  # a perf run: the rig is read
+    if any(item.get_closest_marker("live_reference")
+           for item in items):  # a perf run: the rig is read
         import contextlib
 
         with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
@@ -72,12 +76,14 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item], s
 NOT_RUN_HERE = pytest.StashKey[list[str]]()
 
 
-def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item], session: SpecgateSession) -> None:
-    """Leave out, before any server starts, the gates that cannot decide in this run, each kind said in
-    one line (pytest_report_collectionfinish) instead of run as tests that skip: the gates the rig leaves
-    out (``[gates] left_out``, with its reason), and the throughput gates of a duet whose stored figures
-    are another machine's only (a run that stores figures, --specgate-regen/update-baselines, keeps them;
-    the reference mode's are kept unless it runs in a duet, where every window measures it anyway)."""
+def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
+                               session: SpecgateSession) -> None:
+    """Leave out, before any server starts, the gates that cannot decide in this run, each kind said
+    in one line (pytest_report_collectionfinish) instead of run as tests that skip: the gates the
+    rig leaves out (``[gates] left_out``, with its reason), and the throughput gates of a duet whose
+    stored figures are another machine's only (a run that stores figures,
+    --specgate-regen/update-baselines, keeps them; the reference mode's are kept unless it runs in a
+    duet, where every window measures it anyway)."""
     keys = {id(item): key for item in items if (key := gate_key(item)) is not None}
     if not keys:
         return
@@ -92,7 +98,8 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item], 
         key = keys.get(id(item))
         if key is not None and key[0] in left_out:
             drop.append(item)
-        elif key is not None and _stored_elsewhere_only(run, key) and session.options.update == "off":
+        elif key is not None and _stored_elsewhere_only(run,
+                                                        key) and session.options.update == "off":
             drop.append(item)
             elsewhere.append(key)
         else:
@@ -101,7 +108,8 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item], 
         return
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
-    lines = [f"specgate: left out by rig {run.rig.name}: {gate} ({why})" for gate, why in left_out.items()]
+    lines = [f"specgate: left out by rig {run.rig.name}: {gate} ({why})" for gate,
+             why in left_out.items()]
     if elsewhere:
         lines.append(f"specgate: not run here: {len(elsewhere)} throughput gate(s) with only another machine's stored "
                      f"figures (python -m specgate build-history --rig {run.rig.name})")

@@ -5,7 +5,8 @@ frozen in ``pytest_configure``. :func:`resolve_run` turns it into the run's
 specgate.decide.settings.RunSettings: the rig file as the options amend it, the stored figures, this
 machine and its GPUs, the policies and every window's settings. The session resolves it when the run
 first needs it (a perf test's parametrization, the xdist controller's merge): the plugin loads in
-every pytest run of its environment, and a run without perf tests reads no rig and loads no pydantic.
+every pytest run of its environment, and a run without perf tests reads no rig and loads no
+pydantic.
 """
 
 from __future__ import annotations
@@ -38,16 +39,18 @@ class SessionOptions:
     run_dir: Path
     repo_root: Path
     update: UpdateMode = "off"
-    # --specgate-baselines given: a path that names no file is refused (unless the run stores), where
-    # the default baselines.json of a project that has stored nothing yet is not
+    # --specgate-baselines given: a path that names no file is refused (unless the run stores),
+    # where the default baselines.json of a project that has stored nothing yet is not
     baselines_given: bool = False
     strict_fingerprint: bool = False
     attach_url: str | None = None
     attach_mode: str | None = None
     api_key: str | None = None
-    # --specgate-record-responses: each started server's raw responses go here (fast-tier replay data).
+    # --specgate-record-responses: each started server's raw responses go here (fast-tier replay
+    # data).
     record_dir: Path | None = None
-    gpus: tuple[str, ...] | None = None  # --specgate-gpus: the GPUs specgate may hand out to xdist workers
+    gpus: tuple[str,
+                ...] | None = None  # --specgate-gpus: the GPUs specgate may hand out to xdist workers
     worker_id: str | None = None
     worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
     dist: str | None = None  # xdist's --dist as the controller sent it (workers see "no"); None elsewhere
@@ -62,7 +65,8 @@ class SessionOptions:
     started_at: float = field(default_factory=time.monotonic)
     # --specgate-undecided: outcome key -> "skip" | "fail" (overrides the rig's [gates] undecided)
     undecided_policy: dict[str, str] | None = None
-    # --specgate-start-seed: picks which side of an A/B starts first, per mode (None: drawn per session)
+    # --specgate-start-seed: picks which side of an A/B starts first, per mode (None: drawn per
+    # session)
     start_seed: int | None = None
     first_side: str | None = None  # --specgate-first-side: "reference" | "candidate" over the seed's pick
     # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
@@ -72,7 +76,8 @@ class SessionOptions:
 
 
 def load_run_rig(options: SessionOptions) -> Rig:
-    """The rig file as the options amend it: an A/B of the command line's sides, another arrangement."""
+    """The rig file as the options amend it: an A/B of the command line's sides, another
+    arrangement."""
     rig = config.load_rig(options.rig_name, options.fixtures_dir)
     if options.ab is not None:  # --specgate-ab-* options: an A/B of the command line's sides
         rig = rig.model_copy(update={"ab": options.ab})
@@ -95,8 +100,10 @@ def resolve_run(options: SessionOptions) -> tuple[RunSettings, str | None]:
         gpus, refusal = None, str(exc)
     visible = gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
     run = settings.RunSettings.resolve(
-        rig, baselines.load_baselines(options.baselines_path), machine=fingerprint.machine_id(rig.tier, visible),
-        worker_gpus=gpus, gpus=visible, outcome_policy=options.undecided_policy, gating=options.gating)
+        rig, baselines.load_baselines(options.baselines_path),
+                                       machine=fingerprint.machine_id(rig.tier, visible),
+        worker_gpus=gpus, gpus=visible, outcome_policy=options.undecided_policy,
+                                       gating=options.gating)
     return run, refusal
 
 

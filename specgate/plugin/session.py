@@ -1,9 +1,6 @@
-"""One specgate run's state: what it measured, the gate results, the servers it started, the queued
-baseline updates and, under xdist, the workers' reports. The plugin builds exactly one per pytest
-session and the fixtures are thin wrappers over it (the pytest-benchmark pattern). What the run
-decides with is its settings (specgate.decide.settings.RunSettings, resolved once); the inputs'
-checks, the xdist sharing, the stored figures' queue and report.json live in their own modules
-(specgate.plugin.inputs, specgate.plugin.workers, specgate.store.pending, specgate.report.run_report)."""
+"""One specgate run's state: its windows, gate results, servers, queued baseline updates and,
+under xdist, the workers' reports; one per pytest session, the fixtures thin wrappers over it.
+Its settings are specgate.decide.settings.RunSettings (resolved once)."""
 
 from __future__ import annotations
 
@@ -25,9 +22,7 @@ from specgate.plugin.workers import share, shared_path, wait_for_window
 from specgate.report import run_report
 from specgate.store.pending import PendingUpdates
 
-# The plugin builds a session in every pytest run of the environment, perf tests or not: the
-# modules that bring pydantic, numpy and the HTTP clients load when the session first needs them
-# (specgate.lazy).
+# built in every pytest run, perf tests or not: heavy modules load at first need (specgate.lazy)
 if TYPE_CHECKING:
     from specgate.config.rig import Mode, PromptClass
     from specgate.decide.settings import RunSettings
@@ -44,55 +39,45 @@ class SpecgateSession:
     progress: Callable[[str], None] = lambda line: None
     measurements: dict[MeasureKey, ClassMeasurement] = field(default_factory=dict)
     failures: dict[MeasureKey, BaseException] = field(default_factory=dict)
-    # servers that could not start: {"server": label, "error": message} (the job broke: exit_codes)
+    # servers that could not start: {"server": label, "error": message}
     server_failures: list[dict[str, str]] = field(default_factory=list)
     results: list[GateResult] = field(default_factory=list)
-    # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", "outcome", "message"}
-    # (kind: GateResult.undecided_kind, or the gatekeeper's; outcome: specgate.decide.outcome.outcome_of_kind)
+    # gates that decided nothing: {"gate", "mode", "prompt_class", "concurrency", "kind", ...}
     undecided: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     live_servers: int = 0  # servers of this session up right now (a duet has two)
     pending_updates: PendingUpdates = field(default_factory=PendingUpdates)
-    # (mode, class, concurrency) whose cross-mode gates a worker left to the xdist controller
-    deferred: list[MeasureKey] = field(default_factory=list)
-    # worker: node id of each test that deferred its gate -> [gate, mode, class, concurrency]
-    deferred_tests: dict[str, list[Any]] = field(default_factory=dict)
-    # xdist controller: the finished workers' reports (see absorb_worker)
-    worker_reports: list[dict[str, Any]] = field(default_factory=list)
-    # xdist controller: a deferred cross-mode gate failed (the run exits as failed)
-    deferred_failed: bool = False
-    # a rig, mode or prompts file refused while the perf tests were parametrized (a usage error)
-    config_error: SpecgateError | None = None
-    # A/B: the side whose server started first, per mode ("reference" | "candidate"), by first_side
-    start_order: dict[str, str] = field(default_factory=dict)
-    started_first: dict[str, Any] = field(default_factory=dict)  # mode -> its A/B candidate server, started first
-    # (gate, mode, prompt class, concurrency) of every selected gate test (plan_family), None before
-    selected_tests: list[tuple[str, str, str, int]] | None = None
-    # why this xdist worker may start no server (its perf tests fail at setup with it); None where it may
-    worker_refusal: str | None = None
+    deferred: list[MeasureKey] = field(default_factory=list)  # gates left to the controller
+    deferred_tests: dict[str, list[Any]] = field(default_factory=dict)  # node id -> gate, window
+    worker_reports: list[dict[str, Any]] = field(default_factory=list)  # controller: from workers
+    deferred_failed: bool = False  # controller: a deferred cross-mode gate failed
+    config_error: SpecgateError | None = None  # a file refused at parametrization (a usage error)
+    start_order: dict[str, str] = field(default_factory=dict)  # A/B: mode -> side started first
+    started_first: dict[str, Any] = field(default_factory=dict)  # mode -> A/B candidate
+    selected_tests: list[tuple[str, str, str, int]] | None = None  # (gate, mode, class, c)
+    worker_refusal: str | None = None  # why this xdist worker may start no server
     _start_seed: int | None = None
-    _pythons_import_vllm: bool = False  # the A/B sides' pythons were seen to import vLLM (once a session)
+    _pythons_import_vllm: bool = False  # the A/B sides' pythons import vLLM (checked once)
     _settings: RunSettings | None = None
     _measurer: Measurer | None = None
 
     @property
     def settings(self) -> RunSettings:
-        """The run's settings (specgate.plugin.resolve.resolve_run), resolved at the run's first need of
-        them and fixed at the family's confidence once the selection is known (:meth:`plan_family`)."""
+        """The run's settings (specgate.plugin.resolve.resolve_run), resolved at first need."""
         if self._settings is None:
             self._settings, refusal = resolve_run(self.options)
             self.worker_refusal = self.worker_refusal or refusal
         return self._settings
 
     def validate_inputs(self, *, imports: bool = True) -> None:
-        """Every file the session needs (rig, modes, prompts, baselines.json) and the A/B sides' pythons,
-        read and checked before any server starts: a bad one is one ConfigError naming the file and the
-        key. ``imports``: also try each side's python on `import vllm` (not in a run that starts no server)."""
+        """Check every input file and the A/B sides' pythons before any server starts (one
+        ConfigError naming file and key); ``imports``: also try `import vllm` on each side."""
         rig = self.settings.rig
         check_baselines_path(self.options)
+        imports = imports and not self._pythons_import_vllm
         self._pythons_import_vllm |= check_side_pythons(self.options, rig, self.progress,
-                                                        imports=imports and not self._pythons_import_vllm)
+                                                        imports=imports)
 
     @property
     def measurer(self) -> Measurer:
@@ -100,20 +85,21 @@ class SpecgateSession:
             run, budget = self.settings, self.options.time_budget_s
             self._measurer = measure.Measurer(
                 run.rig, progress=self.progress, telemetry=window_sampler(run.rig.tier, run.gpus),
-                follow_up=lambda m: verdicts.follow_up_said(run.window(m.mode, m.prompt_class, m.concurrency),
-                                                               m, self.gates_selected_for(m)),
+                follow_up=lambda m: verdicts.follow_up_said(run.window(
+                    m.mode, m.prompt_class, m.concurrency), m, self.gates_selected_for(m)),
                 deadline=None if budget is None else self.options.started_at + budget)
         return self._measurer
 
     def server_spec(self, mode: Mode, side: str | None = None):
-        """The specgate.serve.server.ServerSpec of ``mode``'s server (on an A/B ``side``) in this session."""
+        """The ServerSpec of ``mode``'s server (on an A/B ``side``)."""
         rig = self.settings.rig
-        return server.spec_for_mode(rig, mode, log_dir=self.options.run_dir, gpus=self.settings.worker_gpus,
-                                    side=getattr(rig.ab, side) if (side and rig.ab) else None, side_name=side)
+        return server.spec_for_mode(rig, mode, log_dir=self.options.run_dir,
+                                    gpus=self.settings.worker_gpus,
+                                    side=getattr(rig.ab, side) if (side and rig.ab) else None,
+                                    side_name=side)
 
     def modes_to_run(self) -> list[Mode]:
-        """The modes this session measures: the reference first (the other modes' cross-mode gates need
-        its windows), last on a duet rig, whose duets measured its windows (:meth:`reference_from_duets`)."""
+        """The modes to measure: the reference first (last on a duet rig: its duets measure it)."""
         rig = self.settings.rig
         if self.options.attach_url:
             return [rig.mode(self.options.attach_mode or rig.reference_mode)]
@@ -121,8 +107,7 @@ class SpecgateSession:
         return sorted(rig.modes, key=lambda m: (m.name == rig.reference_mode) == last)
 
     def reference_from_duets(self, prompt_class: str, concurrency: int) -> ClassMeasurement | None:
-        """Duet rigs: the reference mode's window of a class, the reference side of the first duet that
-        measured it; None when none did (the reference then gets a window of its own)."""
+        """Duet rigs: the reference window of a class, from the first duet that measured it."""
         reference = self.settings.rig.reference_mode
         key = (reference, prompt_class, concurrency)
         if key in self.measurements:
@@ -135,14 +120,12 @@ class SpecgateSession:
         return None
 
     def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
-        """Fix every window's confidence for the family of the selected gate ``tests`` before any server
-        starts (RunSettings.for_selection): every later interval, follow-up rounds' included, uses it."""
+        """Fix the windows' confidence for the selected gate ``tests`` before any server starts."""
         self.selected_tests = list(tests)
         self._settings = self.settings.for_selection(tests)
 
     def gates_selected_for(self, m: Any) -> set[str] | None:
-        """The gates this session's selection runs on window ``m`` (None before the selection is known:
-        every gate). A follow-up round is taken only for a gate that will be decided."""
+        """The selected gates of window ``m`` (None before the selection is known: every gate)."""
         if self.selected_tests is None:
             return None
         return {g for g, mode, prompt_class, c in self.selected_tests
@@ -150,26 +133,24 @@ class SpecgateSession:
 
     @property
     def start_seed(self) -> int:
-        """The seed of the A/B start order: --specgate-start-seed, else drawn once for the session."""
+        """The A/B start order's seed: --specgate-start-seed, else drawn once."""
         if self._start_seed is None:
             given = self.options.start_seed
             self._start_seed = given if given is not None else secrets.randbelow(10**6)
         return self._start_seed
 
     def first_side(self, mode: str) -> str:
-        """Which side of an A/B starts ``mode``'s server first, by the session's seed (recorded in
-        ``start_order``): two fresh servers of one build read about 1 % apart by start order, an offset
-        no interval of one window holds, that a fixed order would put on one side every run."""
-        side = self.options.first_side or random.Random(f"{self.start_seed}:{mode}").choice(("reference", "candidate"))
+        """Which A/B side starts ``mode``'s server first, by the seed: start order moves a server
+        about 1 %, which a fixed order would put on one side every run."""
+        side = self.options.first_side or random.Random(f"{self.start_seed}:{mode}").choice(
+            ("reference", "candidate"))
         self.start_order[mode] = side
         return side
 
     def measure(self, server: Any, mode: Mode, prompt_class: PromptClass, concurrency: int, *,
                 partner: Any = None, partner_mode: Mode | None = None, ab: bool = False,
                 **kwargs: Any) -> ClassMeasurement:
-        """Measure once per window per session (a failure too, not retried for every gate). With a
-        ``partner`` server the window is a duet (requests alternated with ``partner_mode`` there; with
-        ``ab``, the same mode on the A/B's reference side)."""
+        """Measure a window once per session (a failure too). With a ``partner`` server, a duet."""
         key = (mode.name, prompt_class.name, concurrency)
         if key in self.failures:
             raise self.failures[key]
@@ -180,7 +161,8 @@ class SpecgateSession:
                         measure.Duet(server, partner, mode, partner_mode or mode, ab), prompt_class,
                         concurrency, **kwargs)
                 else:
-                    self.measurements[key] = self.measurer.measure(server, mode, prompt_class, concurrency, **kwargs)
+                    self.measurements[key] = self.measurer.measure(server, mode, prompt_class,
+                                                                   concurrency, **kwargs)
             except SpecgateError as exc:
                 self.failures[key] = exc
                 self._share(key, {"error": str(exc)})
@@ -198,8 +180,7 @@ class SpecgateSession:
 
     def reference_measurement(self, prompt_class: str, concurrency: int, *,
                               wait_s: float | None = None) -> ClassMeasurement | None:
-        """The no-speculation window of this class. Under xdist another worker may measure it:
-        wait for its file (bounded, with progress), or for its failure."""
+        """The no-speculation window of a class; under xdist, wait (bounded) for another's."""
         rig = self.settings.rig
         key = (rig.reference_mode, prompt_class, concurrency)
         if key in self.measurements or self.options.worker_id is None:
@@ -207,8 +188,9 @@ class SpecgateSession:
         budget = wait_s if wait_s is not None else rig.startup_timeout_s + 3600
         data = wait_for_window(self.options.run_dir, key, budget, self.progress)
         if data is None and wait_s is None:
+            where = shared_path(self.options.run_dir, key).parent
             data = {"error": f"the no-speculation window {key} did not appear in "
-                             f"{shared_path(self.options.run_dir, key).parent} within {budget:.0f}s"}
+                             f"{where} within {budget:.0f}s"}
         if data is None or "error" in data:
             if data is not None:
                 self.failures.setdefault(key, SpecgateError(data["error"]))
@@ -217,8 +199,7 @@ class SpecgateSession:
         return self.measurements[key]
 
     def record(self, result: GateResult) -> None:
-        """Keep a gate's result: a decided one in ``results``, one that decided nothing in
-        ``undecided`` (with its kind), so no report counts it as passed; its words are the report layer's."""
+        """Keep a gate's result: decided in ``results``, else in ``undecided`` (never as passed)."""
         result = verdicts.worded(result)
         if result.gating is None:
             window = self.settings.window(result.mode, result.prompt_class, result.concurrency)
@@ -227,26 +208,26 @@ class SpecgateSession:
         if result.outcome.decided:
             self.results.append(result)
             return
-        self.record_undecided(result.gate, result, result.undecided_kind, result.message, result.details,
-                              declared=result.declared)
+        self.record_undecided(result.gate, result, result.undecided_kind, result.message,
+                              result.details, declared=result.declared)
         if result.gating:
             self.undecided[-1].update(gating=result.gating, gating_reason=result.gating_reason)
 
     def record_undecided(self, gate: str, m: ClassMeasurement | GateResult, kind: str, message: str,
-                         details: dict[str, Any] | None = None, *, declared: str | None = None) -> None:
-        """A gate that could not decide (no stored figures, figures being stored, a refused fingerprint,
-        an interval across its threshold): the report says so instead of counting it as passed.
-        ``details``: what an undecided paired comparison measured (its ratio and interval), so that
-        tables and plots show the number its message shows."""
+                         details: dict[str, Any] | None = None, *,
+                         declared: str | None = None) -> None:
+        """A gate that could not decide; ``details``: what it measured (ratio, interval)."""
         setting, why = self.settings.window(m.mode, m.prompt_class, m.concurrency).gating[gate]
         self.undecided.append({"gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
-                               "concurrency": m.concurrency, "kind": kind, "outcome": outcome_of_kind(kind).value,
+                               "concurrency": m.concurrency, "kind": kind,
+                               "outcome": outcome_of_kind(kind).value,
                                "message": message, **({"details": details} if details else {}),
                                **({"declared": declared} if declared else {}),
-                               **({"gating": setting, "gating_reason": verdicts.reason_text(why)} if setting else {})})
+                               **({"gating": setting,
+                                   "gating_reason": verdicts.reason_text(why)} if setting else {})})
 
     def record_server_failure(self, label: str, error: BaseException) -> None:
-        """A server that could not start (or be woken for its first turn): the job broke."""
+        """A server that could not start (or be woken): the job broke."""
         self.server_failures.append({"server": label, "error": str(error) or type(error).__name__})
         self._write_partial_report()
 
@@ -254,20 +235,23 @@ class SpecgateSession:
         self.pending_updates.queue(self.settings.rig.name, m, entry)
 
     def flush_updates(self) -> Path | None:
-        """Write every queued baseline at once, at the end of the session (specgate.store.pending)."""
-        return self.pending_updates.flush(self.options.baselines_path, new_history=self.options.update == "update",
+        """Write every queued baseline at once, at the session's end."""
+        return self.pending_updates.flush(self.options.baselines_path,
+                                          new_history=self.options.update == "update",
                                           progress=self.progress)
 
     # -- xdist: what a worker sends the controller, and the controller's merge -----------------
     def worker_output(self) -> dict[str, Any]:
-        return {"report": self.report_data(complete=True, merge=False), "updates": self.pending_updates.to_json()}
+        return {"report": self.report_data(complete=True, merge=False),
+                "updates": self.pending_updates.to_json()}
 
     def absorb_worker(self, output: dict[str, Any]) -> None:
         self.worker_reports.append(output["report"])
         self.pending_updates.absorb(output.get("updates", []))
         family = output["report"].get("family")
-        if family is not None and self.settings.family is None:  # the controller collects nothing: the workers'
-            self._settings = self.settings.with_family(Family(family["gating_decisions"], family["confidence"],
+        if family is not None and self.settings.family is None:  # the controller collects nothing
+            self._settings = self.settings.with_family(Family(family["gating_decisions"],
+                                                              family["confidence"],
                                                               family["family_false_alarm"],
                                                               family.get("undecided_red", False)))
 

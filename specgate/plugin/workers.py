@@ -20,7 +20,8 @@ def shared_path(run_dir: Path, key: WindowKey) -> Path:
 
 
 def share(run_dir: Path, key: WindowKey, data: dict[str, Any]) -> None:
-    """A window (its report.json entry) or its failure (``{"error": ...}``) for the other workers."""
+    """A window (its report.json entry) or its failure (``{"error": ...}``) for the other
+    workers."""
     path = shared_path(run_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, data)
