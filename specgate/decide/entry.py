@@ -62,8 +62,7 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint,
         earlier = previous.starts if same_reference else [s.model_copy(update={"ratio": None})
                                                           for s in previous.starts]
     return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys,
-                         median=summary.median,
-                         mad=summary.mad, n=summary.n, acceptance=acceptance,
+                         median=summary.median, mad=summary.mad, n=summary.n, acceptance=acceptance,
                          ratio_to_reference=ratio,
                          starts=[*earlier, start][-LEVEL_HISTORY:], fingerprint=window)
 

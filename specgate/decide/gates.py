@@ -1,20 +1,8 @@
-"""The five gates, each a decision on one measurement with a one-line reason.
-
-- throughput: decode tok/s against the stored baseline, decided on the paired ratio (Hodges-Lehmann
-  estimate with its Wilcoxon interval; a duet ratio between two modes with the prompts as strata;
-  see specgate/decide/paired.py and docs/statistics.md);
-- acceptance: mean acceptance length, acceptance rate and per-position rates against the stored
-  baseline, one-sided (only lower fails);
-- backfire: a speculative mode against the no-speculation mode measured in the same session on the
-  same prompts; a rig may declare a known backfire, which is then reported, not failed;
-- lossless: greedy outputs of a speculative mode against the no-speculation mode;
-- ttft: time to first token against a live reference (an A/B's reference side, or no speculation),
-  paired, one-sided (only longer fails).
-
-Each check returns a :class:`GateResult` with one :class:`specgate.decide.outcome.Outcome`; the
-plugin maps it to the test's outcome (specgate.decide.outcome.pytest_action) and keeps every result
-for the report.
-"""
+"""The five gates, each a decision on one window: throughput (decode tok/s against the stored
+baseline or a live partner, on the paired ratio: docs/statistics.md), acceptance (only lower fails),
+backfire (a speculative mode against no speculation in the same session; a declared backfire is
+reported, not failed), lossless (greedy outputs against no speculation) and ttft (against a live
+reference, only longer fails). Each returns a :class:`GateResult`; specgate.report words it."""
 
 from __future__ import annotations
 
@@ -56,16 +44,14 @@ from specgate.store.baselines import BaselineEntry, BaselineFile, Fingerprint, R
 
 
 def window_confidence(confidence: float, m: ClassMeasurement) -> float:
-    """The coverage of the gates' intervals on window ``m``: ``confidence``, or on a window that may
-    be looked at twice (``first_look_share``) the repeated intervals' per-look coverage."""
+    """The gates' coverage on ``m``: per look on a window that may be looked at twice."""
     share = m.first_look_share
     return repeated_coverage(confidence, share) if share else confidence
 
 
 @dataclass(frozen=True)
 class Rule:
-    """The line a ratio is held against: its threshold, the interval's coverage before the window's
-    looks are counted (``window_confidence``), and the equivalence margin of "equal within"."""
+    """The line a ratio is held against: threshold, coverage before looks, equivalence margin."""
 
     threshold: float
     confidence: float
@@ -73,8 +59,7 @@ class Rule:
 
 
 def _looks(m: ClassMeasurement) -> dict[str, Any] | None:
-    """A window that may be looked at twice: its first look's share, whether this is the second
-    look, and why a wanted follow-up was skipped; None for a window of one look."""
+    """A two-look window's first look share, second look and skipped follow-up; else None."""
     if not m.first_look_share:
         return None
     return {"share": m.first_look_share, "second": bool(m.follow_up),
@@ -83,8 +68,7 @@ def _looks(m: ClassMeasurement) -> dict[str, Any] | None:
 
 def _result(gate: str, m: ClassMeasurement, outcome: Outcome, rule: str, /,
             **details: Any) -> GateResult:
-    """A gate's result: its outcome, the rule that decided (``details["rule"]``) and the facts it
-    rests on; specgate.report.verdicts words it."""
+    """A gate's result: outcome, deciding rule (``details["rule"]``) and its facts."""
     return GateResult(gate, m.mode, m.prompt_class, m.concurrency, outcome, "",
                       details={"rule": rule, **details})
 
@@ -95,14 +79,9 @@ def _outcome(verdict: str, passed: bool) -> Outcome:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One paired comparison a gate decides on: the two sides' samples and how to read them.
-    ``two_modes``: two different modes (the prompts as strata,
-    specgate.decide.paired.stratified_log_ratio; the report then names a pair that alone moves the
-    estimate by 1 % or more). ``shift`` divides every pair's ratio (a ratio against a stored one);
-    ``extra_log_spread`` widens the interval for what the pairs cannot see (start noise, a stored
-    window's interval). ``compared``: how the window was taken and what it is held against (facts,
-    or the arrangement's words). ``head``: the FAIL's subject ("backfire": slower than no
-    speculation)."""
+    """One paired comparison: the two sides' samples and how to read them. ``two_modes``: prompts as
+    strata; ``shift`` divides every pair's ratio (against a stored one); ``extra_log_spread`` widens
+    the interval for what the pairs cannot see; ``head``: the FAIL's subject."""
 
     window: ClassMeasurement
     gate: str
@@ -124,8 +103,6 @@ def ratio_result(c: Comparison) -> GateResult:
     facts = {"compared": c.compared, "looks": _looks(m), "left_out": c.samples.left_out,
              "head": c.head}
     if not c.samples.paired or len(measured) != len(reference):
-        # a paired ratio needs the same requests on both sides: two unrelated samples paired by
-        # position would read as a decided ratio of nothing
         return _result(c.gate, m, Outcome.UNDECIDED, "unpaired", verdict="undecided",
                        undecided=True,
                        n_measured=len(measured), n_reference=len(reference), **facts)
@@ -144,9 +121,8 @@ def ratio_result(c: Comparison) -> GateResult:
 
 def _strongest_pair(measured: list[float], reference: list[float], strata: list[str],
                     keys: list[str], *, shift: float) -> dict[str, Any] | None:
-    """The outlying pair that alone moves a strata estimate by STRONGEST_PAIR_SHOWN or more
-    (:func:`specgate.decide.paired.strongest_pair`): its key, both sides' tok/s, its prompt's other
-    pairs (medians) and the ratio without it. None when there is none."""
+    """The pair that alone moves a strata estimate by STRONGEST_PAIR_SHOWN or more, with its
+    prompt's other pairs (medians) and the ratio without it; else None."""
     found = strongest_pair(measured, reference, strata, shift=shift)
     if found is None or abs(found.shift) < STRONGEST_PAIR_SHOWN:
         return None
@@ -166,11 +142,8 @@ def _side(m: ClassMeasurement) -> str | None:
 
 
 def timing_mismatch(m: ClassMeasurement, tolerance: float) -> dict[str, Any] | None:
-    """Why window ``m``'s client timings are not measurements, or None when they agree with the
-    server's: the client's decode rate against vLLM's own (its time-per-output-token histogram
-    over the same window). A client starved of CPU reads a stream's chunks late and in bursts, so
-    its rates come out too high (seen: 245,643 tok/s from a server decoding 19); a window where the
-    server exported no such figure is not checked."""
+    """Why ``m``'s client timings are not measurements (the client's decode rate off vLLM's own by
+    more than ``tolerance``: a CPU-starved client reads chunks late, in bursts), else None."""
     client, server = m.client_decode_tokens_per_s, m.server_decode_tokens_per_s
     if not client or not server or abs(client / server - 1) <= tolerance:
         return None
@@ -180,8 +153,7 @@ def timing_mismatch(m: ClassMeasurement, tolerance: float) -> dict[str, Any] | N
 
 def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
                     *others: ClassMeasurement | None) -> GateResult | None:
-    """The undecided result of a speed gate whose window (or the one it is compared with) was
-    timed wrongly (:func:`timing_mismatch`), else None."""
+    """The undecided result of a speed gate on a wrongly timed window, else None."""
     tolerance = settings.thresholds.client_server_tolerance
     if tolerance is None:
         return None
@@ -195,12 +167,8 @@ def _untimed_window(gate: str, settings: WindowSettings, m: ClassMeasurement,
 
 def _stored_ratio_spread(stored: RatioEntry, start_noise: float,
                          confidence: float) -> tuple[float, dict[str, Any]]:
-    """How far to widen a duet ratio's interval when it is compared with one ratio stored from
-    another session (fewer than 3 stored: with more, their own spread decides,
-    specgate.decide.history): the stored window's own interval, or the rig's ``start_noise`` for the
-    four server starts behind the two ratios when that is wider. A session's offset is what one
-    window's pairs cannot see (1.528-1.630 over seven sessions on a GPU-bound rig, each window's
-    interval about +-1.5 %)."""
+    """How far to widen a duet ratio compared with one stored ratio: the stored window's own
+    interval, or the start noise of four server starts when wider."""
     own = 0.0
     if stored.ci_low and stored.ci_high:
         own = float(np.log(stored.ci_high) - np.log(stored.ci_low)) / 2
@@ -212,35 +180,24 @@ def _stored_ratio_spread(stored: RatioEntry, start_noise: float,
 
 
 def _history(history: StartHistory, threshold: float, confidence: float) -> dict[str, Any]:
-    """A stored history as the report reads it again (specgate.decide.history.StartHistory)."""
+    """A stored history as the report reads it (StartHistory)."""
     return {"levels": list(history.levels),
             "sittings": list(history.sittings) if history.sittings else None,
             "threshold": threshold, "confidence": confidence}
 
 
 def _steps(baseline: BaselineEntry) -> dict[str, Any] | None:
-    """A stored history's levels where a change-point shows in them (the report words the step),
-    else None."""
+    """A stored history's levels where a change-point shows in them, else None."""
     levels, sittings = baseline.level_history, [s.sitting for s in baseline.starts]
     return {"levels": levels, "sittings": sittings} if change_points(levels, sittings) else None
 
 
 def check_throughput(settings: WindowSettings, m: ClassMeasurement,
                      baseline: BaselineEntry) -> GateResult:
-    """Decode speed, decided the strongest way the window allows:
-
-    - an A/B duet (the partner is the same mode on the reference side): the paired ratio candidate /
-      reference, against 1 - ab_tolerance (default throughput_tolerance);
-    - a duet with the live no-speculation reference, with a stored ratio: this window's paired ratio
-      against the stored one (the ratio is what a change to the mode moves);
-    - otherwise the level: this window's median tok/s against the stored history's.
-
-    Against a history of 3 or more stored starts (``baseline``: this machine's and this build's,
-    specgate.store.baselines.gating_history), a new start is judged by the history's prediction
-    interval alone (specgate.decide.paired.predicted_ratio): the stored starts' spread already holds
-    each window's noise. With fewer, the stored window's samples are paired with this one's, the
-    interval widened by the rig's start noise.
-    """
+    """Decode speed, the strongest way the window allows: an A/B's paired ratio to the reference
+    side; a no-speculation duet's ratio against the stored ratio; else the level against the stored
+    history's. With 3 or more stored starts the history's prediction interval alone decides; with
+    fewer, the stored samples are paired, widened by the rig's start noise."""
     gates = settings.thresholds
     confidence = window_confidence(gates.confidence, m)
     partner = m.partner
@@ -250,7 +207,8 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
         return untimed
     stored_ratio = baseline.ratio_to_reference
     stored = {"baseline": baseline.describe(), "steps": _steps(baseline)}
-    if partner is not None and stored_ratio is not None and stored_ratio.reference_mode == partner.mode:
+    if partner is not None and stored_ratio is not None \
+            and stored_ratio.reference_mode == partner.mode:
         tolerance = settings.tolerance_for(duet_ratio=True)
         threshold = 1 - tolerance
         rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
@@ -304,15 +262,13 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
 
 
 def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *,
-                     label: str,
-                     compared: dict[str, Any],
+                     label: str, compared: dict[str, Any],
                      left_out: dict[str, Any] | None = None) -> GateResult:
-    """The throughput gate of a new start against a history of stored starts: its log ratio to the
-    history's mean (``estimate``) within the history's prediction interval alone."""
+    """A new start's log ratio to a stored history's mean, within the history's prediction
+    interval."""
     confidence = window_confidence(rule.confidence, m)
     result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts,
-                             dof=history.dof,
-                             threshold=rule.threshold, confidence=confidence,
+                             dof=history.dof, threshold=rule.threshold, confidence=confidence,
                              equivalence_margin=rule.margin)
     return _result("throughput", m, _outcome(result.verdict, result.passed), "paired",
                    **result.to_dict(),
@@ -325,11 +281,8 @@ def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory
 
 
 def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
-    """A comparison with stored figures says so in its verdict when it catches nothing useful: 95 %
-    of the time it would catch only a true ratio below 1 - 2 x its tolerance (the cpu tier's stored
-    ratio: "catches a true ratio <= 0.422" at a 4 % tolerance). Such a gate cannot stand as a speed
-    gate; the live comparisons (an A/B, the backfire duet) do (docs/statistics.md, "What each gate
-    can catch")."""
+    """Mark a stored comparison that catches only a true ratio below 1 - 2 x its tolerance
+    (docs/statistics.md, "What each gate can catch")."""
     detectable = result.details.get("detectable")
     if detectable is not None and detectable < 1 - 2 * tolerance:
         result.details.update(catches_nothing_useful=True, tolerance=tolerance)
@@ -337,8 +290,7 @@ def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
 
 
 def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
-    """An A/B duet's throughput gate: the candidate's paired ratio to the same mode on the
-    reference side (``m.partner``), against 1 - ``Gates.ab_gate_tolerance``."""
+    """An A/B's throughput: the paired ratio to the reference side, against 1 - ab_tolerance."""
     gates = settings.thresholds
     partner = m.partner
     assert m.ab and partner is not None, "an A/B window has the reference side as partner"
@@ -360,9 +312,8 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
 
 def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float, *, dof: int | None = None
                ) -> dict[str, Any]:
-    """The start order of an A/B window and how far (``widened_log``, log units) its interval is
-    widened for the offset between its two servers' starts (``start_pair_spread``; Student's t at
-    ``dof`` where that was measured over start pairs, else z)."""
+    """An A/B window's start order and the log widening for its two servers' start offset (t at
+    ``dof`` where measured, else z)."""
     order = m.extra.get("start_order") or {}
     quantile = spread_quantile(confidence, dof)
     return {"first": order.get("first"), "seed": order.get("seed"), "spread": relative_sd,
@@ -373,14 +324,10 @@ def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float, *, do
 
 def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry, *,
                      reference_label: str = "stored") -> GateResult:
-    """Acceptance against the stored figures (or, in an A/B, the reference side's window, with
-    ``reference_label`` "reference side") as one decision over the overall rate and every position's
-    rate. Each check compares two samples of accepted / drafted (``stats.compare_acceptance``: the
-    interval of the ratio of the two proportions; one sample, a Wilson interval, where the stored
-    entry predates its counts), at the family's confidence split over the checks (Bonferroni), so
-    the whole gate fails falsely at most (1 - confidence) / 2 of the time however many positions it
-    checks. FAIL when any check's interval lies below 1 - tolerance; PASS when none reaches it;
-    otherwise UNDECIDED (the counts cannot tell a drop of the tolerance from chance)."""
+    """Acceptance against the stored figures (or an A/B's reference side): the overall rate and
+    every position's, each a ratio of proportions at the confidence split over the checks
+    (Bonferroni). FAIL when any interval lies below 1 - tolerance, PASS when none reaches it, else
+    UNDECIDED."""
     gates = settings.thresholds
     if m.acceptance is None:
         return _result("acceptance", m, Outcome.FAIL, "no counters")
@@ -389,34 +336,30 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
                        reference_label=reference_label)
     stored, now = baseline.acceptance, m.acceptance
     stored_counts = bool(stored.drafts)
-    # One rejection ends a draft, so its tokens are not independent trials: the overall rate's
-    # interval counts drafts as the trials (wider, never falsely narrow), on both sides.
     specs = [dict(measured=Observed(now.acceptance_rate,
                                     (now.acceptance_rate * now.drafts, now.drafts)),
                   reference=Observed(stored.acceptance_rate,
                                      (stored.acceptance_rate * stored.drafts,
-                                      stored.drafts) if stored_counts else None,
-                                     reference_label),
+                                      stored.drafts) if stored_counts else None, reference_label),
                   trial_label="drafts (as trials)", metric="rate")]
     stored_accepted = stored.accepted_per_position or []
     for pos, (accepted, then) in enumerate(zip(now.accepted_per_position,
                                                stored.per_position_rates)):
         if then > 0:
-            then_accepted = stored_accepted[pos] if pos < len(stored_accepted) else then * (stored.drafts or 0)
+            then_accepted = (stored_accepted[pos] if pos < len(stored_accepted)
+                             else then * (stored.drafts or 0))
             specs.append(dict(measured=Observed(accepted / now.drafts, (accepted, now.drafts)),
                               reference=Observed(then,
                                                  (then_accepted,
                                                   stored.drafts) if stored_counts else None,
-                                                 reference_label),
-                              metric=f"pos{pos + 1}"))
+                                                 reference_label), metric=f"pos{pos + 1}"))
     family = window_confidence(gates.confidence, m)
     each = 1.0 - (1.0 - family) / len(specs)
     checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=m.mode,
-                                 confidence=each)
-              for spec in specs]
+                                 confidence=each) for spec in specs]
     failed = any(c.decided and not c.passed for c in checks)
-    outcome = Outcome.FAIL if failed else Outcome.UNDECIDED if not all(c.decided
-                                                                       for c in checks) else Outcome.PASS
+    outcome = (Outcome.FAIL if failed else Outcome.UNDECIDED
+               if not all(c.decided for c in checks) else Outcome.PASS)
     return _result("acceptance", m, outcome, "acceptance", checks=[c.to_dict() for c in checks],
                    family_confidence=family, check_confidence=each,
                    undecided=outcome is Outcome.UNDECIDED,
@@ -425,52 +368,36 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
 
 
 def request_acceptances(m: ClassMeasurement, *, vllm: bool = False) -> dict[str, tuple[int, int]]:
-    """Each request's (accepted draft tokens, steps) by request key: read from its stream (decode
-    steps, :func:`specgate.measure.per_request.stream_acceptance`), or with ``vllm`` vLLM's own
-    count (steps that carried a draft, --per-request-spec-decode-metrics); requests with no such
-    step are left out."""
+    """Each request's (accepted draft tokens, steps): from its stream, or with ``vllm`` vLLM's own
+    count; requests with no step left out."""
     counts = {}
     for key, record in zip(m.sample_keys, m.records):
-        found = vllm_acceptance(record) if vllm else stream_acceptance(record.completion_tokens,
-                                                                        len(record.chunk_times) + record.empty_chunks)
+        steps = len(record.chunk_times) + record.empty_chunks
+        found = (vllm_acceptance(record) if vllm
+                 else stream_acceptance(record.completion_tokens, steps))
         if found is not None and found[1] > 0:
             counts[key] = found
     return counts
 
 
 def _vllm_counts_everywhere(*windows: ClassMeasurement) -> bool:
-    """vLLM counted every request's acceptance on every side (the two sides then count alike)."""
+    """vLLM counted every request's acceptance on every side."""
     return all(w.records and all(vllm_acceptance(r) is not None for r in w.records)
                for w in windows)
 
 
-# How many more accepted tokens than vLLM counted a window's streams may show, per decode step they
-# show, where vLLM's own step count is not there to check the steps exactly: a chunk that merges two
-# steps adds one (stream steps = chunks - 1, accepted = tokens - chunks). On the 52 streamed cpu and
-# lab windows kept (docs/evidence, fixtures/recorded, tests/data) the streams never counted more
-# than vLLM did.
+# streams may count this many more accepted tokens than vLLM per step, without vLLM's steps
 STREAM_EXCESS_PER_STEP = 0.02
-# With vLLM's step count: how many steps a window's streams may lack, as a share of them (at least
-# one). vLLM's API server merged one step of 94 on its own in a recorded no-speculation stream
-# (fixtures/recorded/ gpu); a 10 % inflation of accepted tokens per step takes 3 merges in the kept
-# windows of ~250 steps.
+# with vLLM's step count: the share of steps a window's streams may lack (at least one)
 STREAM_MERGED_SHARE = 0.01
 
 
-def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]) -> dict[str,
-                                                                                           Any] | None:
-    """How the accepted tokens and decode steps counted from ``m``'s streams differ from vLLM's, or
-    None when they agree. A client that reads late sees steps merged into one chunk: each merge
-    drops a step and adds an accepted token. A request cut at max_tokens drops its last step's
-    accepted tokens from its output while vLLM counts them, so the streams may count up to one
-    draft's tokens per request fewer, never more.
-
-    With vLLM's decode steps for the window (ClassMeasurement.server_decode_steps) the steps are
-    checked directly: every engine step sends one chunk, with text or without
-    (RequestRecord.empty_chunks), so a merged chunk is a step short; more than STREAM_MERGED_SHARE
-    of the steps short is flagged, and the accepted tokens may exceed vLLM's by the steps merged.
-    Without it, the accepted tokens alone: at most 2 % of the steps plus 2 more than vLLM
-    counted."""
+def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]
+                          ) -> dict[str, Any] | None:
+    """How ``m``'s stream counts of accepted tokens and steps differ from vLLM's, else None. A late
+    reader merges steps (one step fewer, one token more each); a request cut at max_tokens counts up
+    to one draft fewer. With vLLM's step count, more than STREAM_MERGED_SHARE merged is flagged;
+    without, the tokens alone are bounded."""
     if m.acceptance is None or not counts:
         return None
     counted = sum(a for a, _ in counts.values())
@@ -486,10 +413,10 @@ def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]
         if merged > allowed:
             return {**facts, "seen": seen, "vllm_steps": vllm_steps, "merged": merged,
                     "allowed": allowed}
-        # each merge adds one accepted token; an extra chunk (a finish sent apart) takes one away
         high, slack = server + max(0, merged), max(0, -merged)
     else:
-        high, slack = server + STREAM_EXCESS_PER_STEP * steps + 2, STREAM_EXCESS_PER_STEP * steps + 2
+        slack = STREAM_EXCESS_PER_STEP * steps + 2
+        high = server + slack
     low = server - per_draft * len(m.records) - slack
     if low <= counted <= high:
         return None
@@ -498,11 +425,9 @@ def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]
 
 
 def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
-    """An A/B's acceptance gate: the candidate's accepted tokens per decode step against the
-    reference side's, on the same requests, clustered by prompt
-    (:func:`specgate.decide.stats.paired_acceptance`). Where the streams' counts disagree with
-    vLLM's counters (a client that read chunks late), the window-wide counters decide instead
-    (:func:`check_acceptance`), drafts counted as trials."""
+    """An A/B's acceptance: accepted tokens per step against the reference side's, clustered by
+    prompt; where the streams disagree with vLLM's counters, the window counters decide
+    (:func:`check_acceptance`)."""
     partner = m.partner
     assert m.ab and partner is not None, "an A/B window has the reference side as partner"
     gates = settings.thresholds
@@ -513,8 +438,6 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     mismatch = [] if vllm else [found for w, c in ((m, ours), (partner, theirs))
                                 if (found := stream_count_mismatch(w, c))]
     keys = [k for k in theirs if k in ours]
-    # The clusters are the prompts: a greedy prompt's repeats accept the same tokens (one cluster,
-    # not several independent ones), so each prompt's requests are summed on both sides first.
     by_prompt: dict[str, list[list[int]]] = {}
     for key in keys:
         sums = by_prompt.setdefault(key.rsplit("#", 1)[0], [[0, 0], [0, 0]])
@@ -554,9 +477,8 @@ StartHistories = tuple[StartHistory, StartHistory]  # (this mode's, no speculati
 
 def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: ClassMeasurement,
                            machine: str | None ) -> StartHistories | None:
-    """This machine's stored histories of starts of window ``m``'s mode and of no speculation on its
-    class (specgate.store.baselines.lookup), when both are long enough to give a spread; else
-    None."""
+    """The stored start histories of ``m``'s mode and of no speculation on this machine when both
+    give a spread, else None."""
     found = [lookup(store, settings.rig, mode, m.prompt_class, m.concurrency, machine=machine)
              for mode in (m.mode, settings.reference_mode)]
     pair = tuple(StartHistory.of(h) if h is not None else None for h in found)
@@ -566,10 +488,8 @@ def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: Cla
 
 def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement,
                    starts: StartHistories | None = None) -> GateResult:
-    """``m`` against the no-speculation window ``reference``: its duet partner when the two were
-    alternated, else a window measured before or after it: then the two servers' start offsets are
-    allowed for, from the two modes' stored histories on this machine (``starts``) where there are
-    some, else from the rig's start noise."""
+    """``m`` against the no-speculation window ``reference`` (its duet partner, or a window of its
+    own: then start offsets are allowed for from ``starts`` or the start noise)."""
     if (untimed := _untimed_window("backfire", settings, m, reference)) is not None:
         return untimed
     ref = reference.timed_samples
@@ -580,10 +500,8 @@ def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: Cla
 
 def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: bool, duet: bool,
                          starts: StartHistories | None = None) -> tuple[Any, float]:
-    """How a window compared its two sides, and the start noise added when they were not live at
-    once (windows one after the other): two new starts' offsets, each as far as its mode's stored
-    history spreads (t at the shorter history's degrees of freedom x the root of the two prediction
-    variances), or the rig's start noise for two starts."""
+    """How a window compared its sides, and the start noise added when they were not live at once
+    (from the two stored histories, or the rig's start noise)."""
     gates = settings.thresholds
     if ab:
         return window_arrangement(settings.arrangement, m, "A/B duet, requests alternated"), 0.0
@@ -598,13 +516,12 @@ def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: b
                                                                theirs.prediction_sd)
         return {"how": "sequential", "histories": [[h.starts, h.log_sd] for h in starts],
                 "dof": dof, "added": spread}, spread
-    return {"how": "sequential", "start_noise": gates.start_noise}, start_spread(gates.start_noise,
-                                                                                 confidence=confidence)
+    spread = start_spread(gates.start_noise, confidence=confidence)
+    return {"how": "sequential", "start_noise": gates.start_noise}, spread
 
 
 def bare_window(settings: WindowSettings) -> ClassMeasurement:
-    """The window of ``settings`` with no requests of its own: the subject of a gate replayed on
-    bare samples (stored figures, like the seed case's)."""
+    """A window of ``settings`` with no requests: the subject of a replayed gate."""
     return ClassMeasurement(rig=settings.rig, mode=settings.mode,
                             prompt_class=settings.prompt_class,
                             concurrency=settings.concurrency, records=[],
@@ -614,9 +531,8 @@ def bare_window(settings: WindowSettings) -> ClassMeasurement:
 
 def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Samples, *,
                       duet: bool = False, starts: StartHistories | None = None) -> GateResult:
-    """The backfire gate on ``samples`` of window ``m`` (also replayed on stored figures, like the
-    seed case, with :func:`bare_window`): FAIL when the paired ratio's upper bound is below
-    min_speedup, the prompts as strata (two modes compared)."""
+    """The backfire gate on ``samples``: FAIL when the paired ratio's upper bound is below
+    min_speedup, the prompts as strata."""
     gates = settings.thresholds
     compared, spread = _compared_and_spread(settings, m, ab=False, duet=duet, starts=starts)
     result = ratio_result(Comparison(
@@ -639,13 +555,9 @@ TTFT_VERDICTS = {"slower": "longer", "faster": "shorter", "not slower": "not lon
 
 def check_ttft(settings: WindowSettings, m: ClassMeasurement,
                reference: ClassMeasurement) -> GateResult:
-    """Time to first token, ``m`` against ``reference`` on the same requests: in an A/B the same
-    mode on the reference side, else the no-speculation window (its duet partner, or a window of its
-    own with the rig's start noise added). A drafter's prefill or a config change can lengthen TTFT
-    while decode tok/s holds. Decided as the speed gates are (specgate.decide.paired: Hodges-Lehmann
-    within one mode, the prompts as strata between two), on 1 / TTFT, and reported as the TTFT ratio
-    (measured / reference; higher is worse): FAIL when the whole interval lies above 1 +
-    ttft_tolerance, PASS when none of it does, otherwise undecided."""
+    """Time to first token against ``reference`` (an A/B's reference side, else no speculation),
+    decided on 1 / TTFT as the speed gates are and reported as the TTFT ratio: FAIL when the
+    interval lies above 1 + ttft_tolerance, PASS when none of it does, else undecided."""
     gates = settings.thresholds
     ab = reference.ab_side == "reference"
     label = "the reference side" if ab else "no speculation"
@@ -657,8 +569,7 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement,
     facts = {"compared": compared, "looks": _looks(m), "reference_label": label}
     if not matched.paired or len(matched.measured) < 2:
         return _result("ttft", m, Outcome.UNDECIDED, "ttft unpaired", verdict="undecided",
-                       undecided=True,
-                       shared=len(set(ours) & set(theirs)), n_measured=len(ours),
+                       undecided=True, shared=len(set(ours) & set(theirs)), n_measured=len(ours),
                        n_reference=len(theirs), **facts)
     limit = 1.0 + gates.ttft_tolerance
     strata = None if ab else [k.rsplit("#", 1)[0] for k in matched.keys or []]

@@ -104,8 +104,7 @@ class RedRuns:
                 "confidence": self.family.confidence, "limit": AUTO_RED_BOUND,
                 "largest": [{"gate": r.test[0], "mode": r.test[1], "prompt_class": r.test[2],
                              "concurrency": r.test[3], "red": red, "fail": r.fail, "how": r.how,
-                             "gating": gating}
-                            for r, gating, red in counted[:5] if red > 0]}
+                             "gating": gating} for r, gating, red in counted[:5] if red > 0]}
 
 
 def _t_cdf(x: float, dof: int) -> float:

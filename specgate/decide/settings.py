@@ -97,13 +97,11 @@ class WindowSettings:
         return {"mode": self.mode, "prompt_class": self.prompt_class,
                 "concurrency": self.concurrency,
                 "confidence": self.confidence, "arrangement": self.arrangement.name,
-                "comparing": self.comparing,
-                "throughput_tolerance": t.throughput_tolerance,
+                "comparing": self.comparing, "throughput_tolerance": t.throughput_tolerance,
                 "level_tolerance": self.level_tolerance,
                 "ab_tolerance": self.ab_tolerance, "acceptance_tolerance": t.acceptance_tolerance,
                 "ttft_tolerance": t.ttft_tolerance, "min_speedup": t.min_speedup,
-                "start_noise": t.start_noise,
-                "start_pair_spread": t.start_pair_spread,
+                "start_noise": t.start_noise, "start_pair_spread": t.start_pair_spread,
                 "equivalence_margin": t.equivalence_margin,
                 "declared_backfire": self.declared_backfire.reason if self.declared_backfire
                 else None,
@@ -155,8 +153,7 @@ def can_decide(settings: WindowSettings, store: Any, gate: str,
     if gate == "acceptance":
         return False, "stored figures (window-wide counters: drafts as trials, no pairing)"
     entry = (lookup(store, settings.rig, settings.mode, settings.prompt_class, settings.concurrency,
-                    machine=machine)
-             if store is not None else None)
+                    machine=machine) if store is not None else None)
     if entry is None:
         return False, ("no stored history of this machine" if machine
                        else "this machine cannot be identified")
@@ -253,6 +250,5 @@ class RunSettings:
             windows[key] = replace(window, gating={**window.gating, **auto}) if auto else window
         run = replace(self, windows=MappingProxyType(windows), red_runs=choice.red_runs)
         return run.with_family(Family(chosen.gating, chosen.confidence, chosen.controlled,
-                                      undecided_red=any(v in ("auto",
-                                                              "gate")
+                                      undecided_red=any(v in ("auto", "gate")
                                                         for v in self.gating.values())))

@@ -311,8 +311,7 @@ def paired_acceptance(measured: Sequence[tuple[float, float]],
     q = float(student_t.ppf(0.5 + confidence / 2, n - 1))
     ci_low, ci_high = max(0.0, ratio - q * se), ratio + q * se
     return Comparison(**common, passed=ci_low >= threshold, measured=rate_c, reference=rate_r,
-                      ratio=ratio,
-                      ci_low=ci_low, ci_high=ci_high,
+                      ratio=ratio, ci_low=ci_low, ci_high=ci_high,
                       decided=ci_low >= threshold or ci_high < threshold)
 
 

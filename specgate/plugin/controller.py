@@ -16,8 +16,7 @@ def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, s
                                                                tuple[Outcome, dict]]:
     """Every gate result the session holds, decided or not: (gate, mode, class, concurrency) ->
     (its outcome, its entry)."""
-    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome,
-                                                               r.to_dict())
+    found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.to_dict())
              for r in run_session.results}
     for u in run_session.undecided:
         found[(u["gate"], u["mode"], u["prompt_class"], u["concurrency"])] = (

@@ -210,8 +210,7 @@ def _record(session: SpecgateSession, server, mode) -> None:
     record_dir = session.options.record_dir
     try:
         record.record_server(server.base_url, session.settings.rig.served_model_name, mode.name,
-                             record_dir,
-                             api_key=server.api_key,
+                             record_dir, api_key=server.api_key,
                              timeout_s=session.settings.rig.protocol.request_timeout_s)
         session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
     except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
@@ -280,8 +279,7 @@ def _benchmark_info(m) -> dict[str, Any]:
     info: dict[str, Any] = {"rig": m.rig, "mode": m.mode, "prompt_class": m.prompt_class,
                             "concurrency": m.concurrency,
                             "decode_tokens_per_s_median": statistics.median(rates) if rates
-                            else None,
-                            "aggregate_tokens_per_s": m.aggregate_tokens_per_s,
+                            else None, "aggregate_tokens_per_s": m.aggregate_tokens_per_s,
                             "requests": len(m.records)}
     if m.acceptance is not None:
         info.update(mean_acceptance_length=m.acceptance.mean_acceptance_length,

@@ -186,13 +186,11 @@ def _add_ab_options(group) -> None:
         group.addoption(f"--specgate-ab-{side}-args", default=None, metavar="'ARGS'",
                         help=f"A/B: extra `vllm serve` arguments of the {side} side (one quoted string)")
         group.addoption(f"--specgate-ab-{side}-env", type=parse_env_assignment, action="append",
-                        default=None,
-                        metavar="NAME=VALUE",
+                        default=None, metavar="NAME=VALUE",
                         help=f"A/B: an environment variable of the {side} side's servers "
                         "(repeatable), e.g. VLLM_CPU_KVCACHE_SPACE=4")
         group.addoption(f"--specgate-ab-{side}-spec", type=parse_spec_assignment, action="append",
-                        default=None,
-                        metavar="KEY=VALUE",
+                        default=None, metavar="KEY=VALUE",
                         help=f"A/B: a speculative-config key of the {side} side's speculative "
                         "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
     group.addoption("--specgate-start-seed", type=int, default=None, metavar="N",
@@ -208,8 +206,7 @@ def _add_session_options(group) -> None:
     """How the session runs and what decides: its budget, kept servers, outcome policy, arrangement,
     gating."""
     group.addoption("--specgate-session-budget", type=parse_duration,
-                    default=os.environ.get("SPECGATE_SESSION_BUDGET"),
-                    metavar="DURATION",
+                    default=os.environ.get("SPECGATE_SESSION_BUDGET"), metavar="DURATION",
                     help="bound the whole session (1500, 25m, 1h30m): the windows run in the order "
                     "that decides backfire first; a window that would not end within DURATION of the session's start "
                     "is NOT RUN (reported with the reason), and follow-up rounds get only what the remaining windows "
