@@ -9,8 +9,8 @@ class SpecgateError(Exception):
 
 
 class ConfigError(SpecgateError):
-    """A user-edited file (rig, mode, prompts, baselines), or a saved report handed back to
-    specgate, is missing, unreadable or invalid."""
+    """A user-edited file (rig, mode, prompts, baselines), or a saved report handed back to specgate, is
+    missing, unreadable or invalid."""
 
     def __init__(self, path: object, key: str | None, message: str) -> None:
         self.path = str(path)

@@ -1,11 +1,10 @@
-"""The advice's picture (``python -m specgate advise``, built by specgate.advise.advice): per prompt
-class (and concurrency), the predicted tok/s ratio against no speculation for every k, one colour
-per mode, one marker per step-cost model, interval bars, the served k's measured ratio as a star,
-and the break-even line at 1.0.
+"""The advice's picture (``python -m specgate advise``, built by specgate.advise.advice): per prompt class (and
+concurrency), the predicted tok/s ratio against no speculation for every k, one colour per mode, one
+marker per step-cost model, interval bars, the served k's measured ratio as a star, and the break-even
+line at 1.0.
 
-Drawn like specgate.report.plots: a plain ``matplotlib.figure.Figure`` on an explicit Agg canvas, no
-pyplot, matplotlib imported inside the functions. This module knows panels and series only, no
-report.
+Drawn like specgate.report.plots: a plain ``matplotlib.figure.Figure`` on an explicit Agg canvas, no pyplot,
+matplotlib imported inside the functions. This module knows panels and series only, no report.
 """
 
 from __future__ import annotations
@@ -53,8 +52,8 @@ def _figure(width: float, height: float):
 
 def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, str]], title: str, subtitle: str,
                       path: Path) -> Path | None:
-    """The panels as a PNG at ``path``; ``styles`` gives each model its (marker, line style). None
-    (no file) without a panel."""
+    """The panels as a PNG at ``path``; ``styles`` gives each model its (marker, line style). None (no
+    file) without a panel."""
     if not panels:
         return None
     from matplotlib.lines import Line2D

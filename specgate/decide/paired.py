@@ -1,37 +1,14 @@
-"""The paired-ratio statistic every cross-side comparison decides on.
+"""The paired-ratio statistic every cross-side comparison decides on (docs/statistics.md).
 
-Two servers measured in a duet give one pair per request key (the same prompt and repeat on each
-side, taken back to back). The per-pair log ratio d = ln(measured / reference) carries the
-comparison; what the servers share at that moment (machine regime, other load) cancels in d.
+A duet gives one pair per request key; the per-pair log ratio d = ln(measured / reference) cancels
+what both servers share. Within one mode the estimate is the Hodges-Lehmann estimator of d's centre
+with the interval that inverts the Wilcoxon signed-rank test: robust to a stalled request,
+efficient, exact for any symmetric d and defined from 6 pairs. Between two modes each prompt is a
+stratum (:func:`stratified_log_ratio`): the modes' speeds differ by prompt far more than repeats do.
 
-The estimate is the Hodges-Lehmann estimator of d's centre (the median of the Walsh averages (d_i +
-d_j) / 2, i <= j), with the distribution-free interval that inverts the Wilcoxon signed-rank test.
-Why this statistic (docs/statistics.md has the figures):
-
-- it is robust to hiccup requests: one request that stalls moves the median of Walsh averages and
-  the interval's far end only, not the near end a gate decides on (a mean or a t interval would move
-  as a whole);
-- it is more efficient than the plain median of ratios (95 % of the t test on normal data, against
-  64 % for the sign test), so a window of 12 pairs gives a usable interval;
-- the interval is exact for any symmetric distribution of d, needs no resampling (so it is
-  deterministic), and exists from 6 pairs (at 6 pairs it is [min d, max d], 96.9 %).
-
-A comparison of two different modes (ngram against no speculation, in one duet window) takes each
-prompt as a stratum instead (:func:`stratified_log_ratio`): the two modes' speeds differ from prompt
-to prompt far more than a prompt's repeats differ (ngram on the cpu tier's coding prompts: 0.98x to
-1.88x, each prompt's repeats within ~2 %), and on the suite's fixed prompts that spread is the
-quantity measured, not noise. Comparisons of one mode with itself (A/B sides, levels) have no such
-spread and keep Hodges-Lehmann.
-
-A gate is a non-inferiority test: it FAILS when the upper end of the interval is below its threshold
-(the measured side is slower than the threshold allows, beyond noise), and it is UNDECIDED while the
-interval contains the threshold, whatever else it shows: an interval inside the equivalence margin
-that still reaches below the threshold has not excluded the regression. Above the threshold the
-report says what the interval shows (clearly faster, equal within a small margin, not slower) and
-the window's resolution: the true ratio it would catch 95 % of the time at the spread it saw, with
-the interval's own quantile (normal at the signed-rank interval's exact coverage, Student's t at the
-strata interval's degrees of freedom); specgate.report.verdicts words it.
-"""
+A gate is a non-inferiority test: FAIL when the interval's upper end is below the threshold,
+UNDECIDED while the interval contains it; above it the verdict says faster, equal within the margin
+or not slower, with the window's resolution (the true ratio it would catch 95 % of the time)."""
 
 from __future__ import annotations
 
@@ -48,21 +25,17 @@ from specgate.config.defaults import MIN_PAIRS
 
 METHOD = "Hodges-Lehmann paired ratio, Wilcoxon interval"
 EXACT_UP_TO = 60  # exact null distribution below this many pairs, normal approximation above
-# Resolution: a window catches a true ratio r 95 % of the time when r times the interval's upper
-# spread (as seen) stays below the threshold with the estimate p of its standard errors low, the
-# upper spread being q standard errors (q the interval's two-sided quantile, p the one-sided 95 %
-# quantile of the same distribution): r < threshold * exp(-(1 + p / q) * upper_spread).
+# Resolution: a window catches a true ratio r 95 % of the time when
+# r < threshold * exp(-(1 + p / q) * upper_spread), q and p its two- and one-sided quantiles.
 POWER = 0.95
 
-# "slower" (fails) | "faster" | "equal" | "not slower" | "undecided" (also with fewer than MIN_PAIRS
-# pairs: no interval, so no decision).
+# "slower" (fails) | "faster" | "equal" | "not slower" | "undecided"
 Verdict = str
 
 
 @dataclass(frozen=True)
 class Line:
-    """What a ratio is held against: the threshold it fails below (beyond noise), and the margin of
-    "equal within" (an interval inside 1 ± margin)."""
+    """What a ratio is held against: the threshold it fails below and the "equal within" margin."""
 
     threshold: float
     equivalence_margin: float
@@ -70,8 +43,7 @@ class Line:
 
 @dataclass(frozen=True)
 class PairedRatio:
-    """One paired comparison. ``ratio`` is exp(HL estimate of the log ratios): the one number
-    shown for it everywhere (message, tables, plots, report.json)."""
+    """One paired comparison; ``ratio`` is exp(HL estimate), the number shown everywhere."""
 
     ratio: float
     ci_low: float | None
@@ -84,10 +56,14 @@ class PairedRatio:
     equal_within: float | None  # x of "equal within ±x" when the interval lies in 1 ± margin
     detectable: float | None  # the gate catches a true ratio at or below this 95 % of the time
     method: str = METHOD
-    quantile: float | None = None  # the interval's two-sided quantile (z at its coverage, or t at its df)
-    quantile_dof: int | None = None  # the quantile's Student's t degrees of freedom; None: normal (z)
-    unit: str = "pairs"  # what n counts: pairs of requests, or stored starts (a prediction interval)
-    prompts: int | None = None  # the strata statistic's prompts and degrees of freedom (None: Hodges-Lehmann)
+    # the interval's two-sided quantile (z at its coverage, or t at its df)
+    quantile: float | None = None
+    # the quantile's Student's t degrees of freedom; None: normal (z)
+    quantile_dof: int | None = None
+    # what n counts: pairs of requests, or stored starts (a prediction interval)
+    unit: str = "pairs"
+    # the strata statistic's prompts and degrees of freedom (None: Hodges-Lehmann)
+    prompts: int | None = None
     dof: int | None = None
 
     @property
@@ -109,12 +85,11 @@ def _signed_rank_cdf(n: int) -> np.ndarray:
 
 
 def _interval_rank(n: int, confidence: float) -> tuple[int, float]:
-    """K such that [W_(K), W_(M-K+1)] of the M sorted Walsh averages has coverage >= confidence,
-    and that coverage. K = 0 when no such interval exists (too few pairs)."""
+    """K such that [W_(K), W_(M-K+1)] of the M sorted Walsh averages covers at least ``confidence``,
+    and that coverage; K = 0 with too few pairs."""
     alpha_half = (1.0 - confidence) / 2.0
     if n <= EXACT_UP_TO:
         cdf = _signed_rank_cdf(n)
-        # largest K with P(T <= K - 1) <= alpha/2
         k = int(np.searchsorted(cdf, alpha_half, side="right"))
         return k, (1.0 - 2.0 * float(cdf[k - 1])) if k >= 1 else 0.0
     m = n * (n + 1) / 2.0
@@ -131,12 +106,9 @@ def walsh_averages(d: np.ndarray) -> np.ndarray:
 def paired_ratio(measured: Sequence[float], reference: Sequence[float], *, threshold: float,
                  confidence: float = 0.95, equivalence_margin: float = 0.05, shift: float = 1.0,
                  extra_log_spread: float = 0.0, strata: Sequence[str] | None = None) -> PairedRatio:
-    """Compare two paired samples of a higher-is-better quantity (tok/s): item i of both sides
-    measured on the same request key. See the module docstring for the decision.
-
-    ``shift`` divides every pair's ratio first: comparing this window's ratio with a stored ratio
-    ``shift`` asks "is the ratio now lower than it was?". ``strata`` (each pair's prompt) decides
-    with :func:`stratified_log_ratio` instead of Hodges-Lehmann."""
+    """Compare two paired samples of a higher-is-better quantity (item i of both sides on one
+    request key). ``shift`` divides every pair's ratio (against a stored ratio); ``strata`` (each
+    pair's prompt) decides with :func:`stratified_log_ratio`."""
     m = np.asarray(measured, dtype=float)
     r = np.asarray(reference, dtype=float)
     if m.shape != r.shape or m.ndim != 1:
@@ -144,7 +116,8 @@ def paired_ratio(measured: Sequence[float], reference: Sequence[float], *, thres
     if m.size == 0:
         raise ValueError("no pairs to compare")
     if not (np.all(np.isfinite(m)) and np.all(np.isfinite(r)) and np.all(m > 0) and np.all(r > 0)):
-        raise ValueError(f"paired samples must be finite and positive: {m.tolist()} vs {r.tolist()}")
+        raise ValueError("paired samples must be finite and positive: "
+                         f"{m.tolist()} vs {r.tolist()}")
     if not (math.isfinite(threshold) and threshold > 0):
         raise ValueError(f"threshold must be a positive number, got {threshold!r}")
     if not 0 < confidence < 1:
@@ -164,20 +137,14 @@ def paired_ratio(measured: Sequence[float], reference: Sequence[float], *, thres
 def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.95,
                      equivalence_margin: float = 0.05,
                      extra_log_spread: float = 0.0) -> PairedRatio:
-    """The decision on per-pair log ratios ``d`` (see :func:`paired_ratio`).
-
-    ``extra_log_spread`` widens both ends of the interval by that much (in log units) for what the
-    pairs cannot see: the level of a server start when the two sides ran one after the other, or
-    the interval of a stored ratio the pairs are compared with."""
+    """The decision on per-pair log ratios ``d``; ``extra_log_spread`` widens both ends (log units)
+    for what the pairs cannot see (start levels, a stored ratio's interval)."""
     d = np.asarray(d, dtype=float)
     walsh = walsh_averages(d)
     estimate = float(np.median(walsh))
     ratio = math.exp(estimate)
     k, coverage = _interval_rank(d.size, confidence) if d.size >= MIN_PAIRS else (0, 0.0)
     if k < 1:
-        # No interval (fewer than MIN_PAIRS pairs): undecided. A point ratio against the threshold
-        # would pass a regression, or fail a good build, on one hiccup request; the message gives
-        # the ratio and says why nothing was decided.
         return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "undecided", None,
                            None)
     return _decide(estimate, walsh[k - 1] - extra_log_spread,
@@ -192,7 +159,8 @@ def _normal_quantiles(coverage: float) -> tuple[float, float, None]:
 
 
 STRATA_METHOD = "prompts as strata: mean of per-prompt log ratios, t interval from the repeats"
-MIN_STRATA_DOF = 3  # fewer degrees of freedom (repeats beyond each prompt's first): Hodges-Lehmann instead
+# fewer degrees of freedom (repeats beyond each prompt's first): Hodges-Lehmann instead
+MIN_STRATA_DOF = 3
 
 
 def _group_indices(strata: Sequence[str]) -> dict[str, list[int]]:
@@ -206,15 +174,9 @@ def _group_indices(strata: Sequence[str]) -> dict[str, list[int]]:
 def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold: float,
                          confidence: float = 0.95, equivalence_margin: float = 0.05,
                          extra_log_spread: float = 0.0) -> PairedRatio:
-    """The decision on per-pair log ratios ``d`` grouped by ``strata`` (each pair's prompt).
-
-    The estimate is the mean over prompts of each prompt's mean log ratio (every prompt weighs the
-    same: the question is "on these prompts"); its interval is Student's t on the scatter of the
-    repeats around their own prompt's mean, with the repeats beyond each prompt's first as degrees
-    of freedom. The prompts' differences from one another are what is measured, so they do not
-    widen it; a hiccup request does (it is scatter), and moves the estimate by a twelfth of itself
-    at 6 prompts x 2 repeats. With fewer than MIN_STRATA_DOF degrees of freedom (no repeats),
-    :func:`paired_log_ratio` decides instead."""
+    """The decision on log ratios ``d`` grouped by ``strata`` (prompts): the mean over prompts of
+    each prompt's mean, with a Student's t interval on the repeats' scatter around their prompt's
+    mean. Below MIN_STRATA_DOF degrees of freedom, :func:`paired_log_ratio` decides."""
     from scipy.stats import t as student_t  # here only: scipy stays off the plugin's import path
 
     d = np.asarray(d, dtype=float)
@@ -242,9 +204,8 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
 
 @dataclass(frozen=True)
 class StrongestPair:
-    """A pair that stands out of a stratified window and how far it moves the estimate: shown
-    beside the verdict (never deciding it), so a window one hiccup request pulled says which
-    request it was."""
+    """A pair that stands out of a stratified window and how far it moves the estimate (shown, never
+    deciding)."""
 
     index: int  # into the pairs as given
     ratio_without: float  # the estimate without that pair, in the units of the one shown
@@ -258,16 +219,9 @@ STRONGEST_PAIR_OUTLIER = 6.0  # ... and its residual is this many times the wind
 
 def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata: Sequence[str], *,
                    shift: float = 1.0) -> StrongestPair | None:
-    """The outlying pair that moves :func:`stratified_log_ratio`'s estimate most, or None where no
-    pair stands out (residual above STRONGEST_PAIR_OUTLIER times the window's median one) or the
-    strata statistic does not decide (too few repeats: Hodges-Lehmann, robust to one pair, does).
-
-    A pair's residual is its log ratio minus the mean of its prompt's other pairs. At two repeats a
-    prompt's two pairs have the same residual, so the one named is the pair holding the request
-    slowest against its own side's other repeats of that prompt: a hiccup slows a request, it does
-    not speed one up. Removing a pair changes only its own prompt's mean, so the estimate without it
-    is the estimate plus that mean's change over the number of prompts: at 6 prompts x 2 repeats one
-    request decoding 19 % slow moves the estimate by ~1.8 % (seen in an EAGLE-3 window)."""
+    """The outlying pair that moves :func:`stratified_log_ratio`'s estimate most, or None where none
+    stands out (residual above STRONGEST_PAIR_OUTLIER x the median one) or the strata statistic does
+    not decide. At two repeats the pair named is the one holding the slower request."""
     m = np.log(np.asarray(measured, dtype=float))
     r = np.log(np.asarray(reference, dtype=float))
     d = m - r - math.log(shift)
@@ -289,7 +243,6 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
         stands_out = [i for i in idx if abs(residual[i]) > STRONGEST_PAIR_OUTLIER * typical]
         if not stands_out:
             continue
-        # the pair holding the request slowest against its own side's other repeats
         i = max(stands_out, key=lambda j: max(others(m, j, idx) - m[j], others(r, j, idx) - r[j]))
         without = estimate + (others(d, i, idx) - means[name]) / len(groups)
         moved = math.exp(estimate - without) - 1.0
@@ -301,21 +254,14 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
 
 def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: float, line: Line,
             method: str, quantiles: tuple[float, float, int | None]) -> PairedRatio:
-    """The verdict from an estimate and its interval in log units (the same rules for every method).
-    ``quantiles``: the interval's two-sided quantile, the one-sided POWER quantile, and their
-    Student's t degrees of freedom (None: normal)."""
+    """The verdict from a log estimate and interval; ``quantiles``: two-sided, one-sided POWER, and
+    their t degrees of freedom (None: normal)."""
     ratio = math.exp(estimate)
     lo, hi = math.exp(lo_log), math.exp(hi_log)
     upper_spread = max(math.log(hi) - estimate, 0.0)
     quantile, power_quantile, quantile_dof = quantiles
     detectable = line.threshold * math.exp(-(1.0 + power_quantile / quantile) * upper_spread)
     within = max(1.0 - lo, hi - 1.0)
-    # The threshold first: an interval that contains it has not excluded the regression the gate
-    # is for, however narrow it is ("equal within ±3.9 %" at 0.961-1.010 against 0.97 passed a
-    # real 3 % slowdown as well as none; issue 36). Above it, equivalence before "faster": an
-    # interval inside 1 ± margin says "no change that matters" whether or not it also excludes 1,
-    # so a mode at break-even is "equal" in every session instead of "faster" in the one whose
-    # interval happened to sit 1 % higher (cpu tier: 1.024 (1.010-1.037) after 0.997 and 1.001).
     if hi < line.threshold:
         verdict, passed = "slower", False
     elif lo < line.threshold:
@@ -331,18 +277,16 @@ def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: 
                        else None, detectable, method, quantile, quantile_dof)
 
 
-PREDICTION_METHOD = "a new start against its history: t(n-1) x s x sqrt(1 + 1/n), s the stored starts' spread"
+PREDICTION_METHOD = ("a new start against its history: t(n-1) x s x sqrt(1 + 1/n), "
+                     "s the stored starts' spread")
 
 
 def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshold: float,
                     confidence: float,
                     equivalence_margin: float, dof: int | None = None) -> PairedRatio:
-    """A new start's figure (``estimate``: its log ratio to the mean of ``starts`` stored starts)
-    judged by the history's prediction interval alone, ``half_width`` in log units
-    (specgate.decide.history): the spread of the stored starts already holds each window's own
-    noise, so the window's interval is not added on top. Decided by the same rules as a paired ratio
-    (:func:`_decide`); ``n`` counts starts; ``dof``: the interval's degrees of freedom (default n -
-    1; a history of several sittings has its own)."""
+    """A new start's log ratio to the mean of ``starts`` stored starts, judged by the history's
+    prediction interval (``half_width``) alone, by :func:`_decide`'s rules; ``dof`` defaults to n -
+    1."""
     return interval_ratio(estimate, half_width, n=starts, unit="stored starts",
                           dof=starts - 1 if dof is None else dof,
                           line=Line(threshold, equivalence_margin), confidence=confidence,
@@ -351,10 +295,8 @@ def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshol
 
 def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof: int | None,
                    line: Line, confidence: float, method: str) -> PairedRatio:
-    """A log-ratio ``estimate`` with a symmetric interval of ``half_width`` (log units) built
-    elsewhere (a prediction interval, start pairs combined), decided by the same rules as a paired
-    ratio (:func:`_decide`), its quantiles Student's t at ``dof`` (None: normal). ``n`` counts
-    ``unit``."""
+    """A log ``estimate`` with a symmetric ``half_width`` interval built elsewhere, decided by
+    :func:`_decide`'s rules (t at ``dof``, None: normal); ``n`` counts ``unit``."""
     quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), dof)
     decided = _decide(estimate, estimate - half_width, estimate + half_width, n=n,
                       coverage=confidence, line=line, method=method, quantiles=quantiles)
@@ -363,15 +305,9 @@ def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof
 
 @cache
 def repeated_coverage(confidence: float, first_share: float) -> float:
-    """The coverage each look of a two-look window uses so that both looks' intervals hold at once
-    with ``confidence``: Pocock's repeated confidence intervals (Jennison & Turnbull 1989). A window
-    that may get a follow-up (``Protocol.follow_up_repeats``) is looked at after its first share
-    of pairs (``first_share`` of the final count) and, when a gate could not decide, again at the
-    end; an interval at the usual coverage at both looks would be wrong more often than 1 -
-    confidence. The repeated intervals hold simultaneously over both looks whatever rule chose to
-    look again, so a gate may decide at either. The constant c solves P(|Z1| < c, |Z2| < c) =
-    confidence for standard normal Z1, Z2 with correlation sqrt(first_share); each look's coverage
-    is 2 Phi(c) - 1 (equal shares at 95 %: c = 2.178, 97.06 % per look)."""
+    """Each look's coverage in a two-look window so that both intervals hold at once with
+    ``confidence`` (Pocock's repeated confidence intervals): c solves P(|Z1| < c, |Z2| < c) =
+    confidence with correlation sqrt(first_share); each look uses 2 Phi(c) - 1."""
     from scipy import integrate, optimize
     from scipy.stats import norm
 
@@ -381,7 +317,8 @@ def repeated_coverage(confidence: float, first_share: float) -> float:
     s = math.sqrt(1 - rho * rho)
 
     def both_within(c: float) -> float:
-        inner = lambda z: norm.pdf(z) * (norm.cdf((c - rho * z) / s) - norm.cdf((-c - rho * z) / s))  # noqa: E731
+        inner = lambda z: norm.pdf(z) * (  # noqa: E731
+            norm.cdf((c - rho * z) / s) - norm.cdf((-c - rho * z) / s))
         return integrate.quad(inner, -c, c, epsabs=1e-12)[0] - confidence
 
     c = optimize.brentq(both_within, norm.ppf(0.5 + confidence / 2),
@@ -391,12 +328,9 @@ def repeated_coverage(confidence: float, first_share: float) -> float:
 
 def start_spread(relative_sd: float, starts: int = 2, *, confidence: float = 0.95,
                  dof: int | None = None) -> float:
-    """How far (in log units) to widen a ratio's interval for ``starts`` server starts (two: one
-    per side; four: a duet ratio against one stored from another session), each with a level of
-    relative standard deviation ``relative_sd``: q x sqrt(starts) x ln(1 + sd), q the two-sided
-    quantile at the interval's ``confidence``: normal for a figure given (the rig's start_noise),
-    Student's t with ``dof`` degrees of freedom for one estimated from stored runs (3 runs: 2 df,
-    4.30 at 95 %, not 1.96)."""
+    """How far (log units) to widen an interval for ``starts`` server starts of relative sd
+    ``relative_sd``: q x sqrt(starts) x ln(1 + sd), q normal, or t at ``dof`` for an sd estimated
+    from stored runs."""
     return spread_quantile(confidence, dof) * math.sqrt(starts) * math.log1p(relative_sd)
 
 

@@ -1,11 +1,6 @@
-"""Gate decisions other than speed: has acceptance dropped, are the outputs still identical?
-Plus the helpers the speed gates share: robust summaries and pairing two samples by request key.
-Each decision comes back as a record of the figures it rests on; specgate.report.verdicts words it.
-
-The speed gates (throughput, backfire) decide on the paired ratio: the Hodges-Lehmann estimate of
-the per-request log ratios with its Wilcoxon signed-rank interval, or, between two modes, the mean
-over prompts with a t interval from the repeats (specgate/decide/paired.py, docs/statistics.md).
-"""
+"""Gate decisions other than speed (acceptance, identical outputs) and the helpers the speed gates
+share: robust summaries and pairing by request key. Each decision is a record of its figures;
+specgate.report.verdicts words it."""
 
 from __future__ import annotations
 
@@ -35,8 +30,7 @@ class SampleSummary:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One acceptance decision (:func:`compare_acceptance`): the measured figure against its
-    reference, their ratio, and the interval when the decision rests on counts."""
+    """One acceptance decision: the measured figure, its reference, their ratio and interval."""
 
     gate: str
     passed: bool
@@ -49,12 +43,11 @@ class Comparison:
     n_measured: int
     n_reference: int
     method: str
-    # False when the evidence cannot tell a pass from a failure (an acceptance window with too
-    # few drafts); ``passed`` is then meaningless and the gate is recorded as undecided.
+    # False when the evidence cannot tell a pass from a failure (``passed`` is then meaningless)
     decided: bool = True
-    # the facts its words rest on (specgate.report.verdicts): what was compared and how it was
-    # counted
-    metric: str = ""  # "rate" (the overall rate), "pos2" (position 2's), "tokens per step" (per request)
+    # the facts its words rest on (specgate.report.verdicts)
+    # "rate" (the overall rate), "pos2" (position 2's), "tokens per step" (per request)
+    metric: str = ""
     reference_label: str = "stored"
     tolerance: float = 0.0
     confidence: float | None = None
@@ -70,8 +63,7 @@ class Comparison:
         return (self.ratio - 1.0) * 100.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe: a ratio that cannot be formed (nothing accepted on the reference side) is
-        None."""
+        """JSON-safe (a ratio that cannot be formed is None)."""
         data = {**asdict(self), "change_pct": self.change_pct}
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k,
                 v in data.items()}
@@ -117,8 +109,7 @@ def summarize(samples: Sequence[float]) -> SampleSummary:
 
 @dataclass(frozen=True)
 class Matched:
-    """Two keyed samples lined up for the paired ratio (``specgate.decide.paired``; see
-    :func:`match_by_key`)."""
+    """Two keyed samples lined up for the paired ratio (:func:`match_by_key`)."""
     measured: list[float]
     reference: list[float]
     paired: bool
@@ -127,14 +118,8 @@ class Matched:
 
 
 def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) -> Matched:
-    """Pair two samples item by item on their keys (e.g. "prompt-id#repeat").
-
-    The pair is made on the keys both sides have, as long as that keeps at least two pairs and
-    half of the smaller side: a request missing from one side (it had no decode rate) then costs
-    one pair, not the pairing, and a window with more rounds than the stored one (follow-up
-    rounds: 60 requests against 12 stored) pairs on the stored keys. With fewer shared keys (other
-    prompts, or none stored) the samples are compared unpaired, whole.
-    """
+    """Pair two samples on their keys (e.g. "prompt-id#repeat") when the shared keys keep at least
+    two pairs and half of the smaller side; else compare them unpaired, whole."""
     common = [k for k in reference if k in measured]
     if len(common) >= 2 and 2 * len(common) >= min(len(measured), len(reference)):
         one_sided = sorted((set(measured) | set(reference)) - set(common))
@@ -144,11 +129,10 @@ def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) 
 
 
 def wilson_interval(successes: float, trials: float, confidence: float) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (two-sided, at ``confidence``). Works with
-    non-integer counts (Prometheus counters are floats) and stays inside [0, 1] with 0 or all
-    successes, where the normal approximation does not."""
+    """Wilson score interval of a proportion at ``confidence`` (non-integer counts allowed)."""
     if trials <= 0 or not 0 <= successes <= trials:
-        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes!r} of {trials!r}")
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes!r} of "
+                         f"{trials!r}")
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     p = successes / trials
     denominator = 1 + z * z / trials
@@ -159,11 +143,8 @@ def wilson_interval(successes: float, trials: float, confidence: float) -> tuple
 
 def proportion_ratio_interval(successes: float, trials: float, ref_successes: float,
                               ref_trials: float, confidence: float) -> tuple[float, float, float]:
-    """The ratio of two binomial proportions (measured over reference), with its two-sided Katz
-    log interval at ``confidence``: ln(p1 / p2) +- z sqrt(1/x1 - 1/n1 + 1/x2 - 1/n2). Both sides
-    carry their own sampling noise (a stored figure from 100 drafts is no exact line). A side with
-    0 or all successes gets half a success added or taken (the usual correction), so the interval
-    stays finite; non-integer counts (Prometheus counters) are taken as they are."""
+    """The ratio of two binomial proportions with its Katz log interval at ``confidence``; 0 or all
+    successes get half a success added or taken."""
     for x, n in ((successes, trials), (ref_successes, ref_trials)):
         if n <= 0 or not 0 <= x <= n:
             raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {x!r} of {n!r}")
@@ -179,8 +160,8 @@ def proportion_ratio_interval(successes: float, trials: float, ref_successes: fl
 
 
 def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float:
-    """About how many trials make the interval of a proportion near ``rate`` narrower than a drop
-    of ``tolerance`` (relative): n = z^2 p (1 - p) / (tolerance p)^2."""
+    """About how many trials make a proportion's interval near ``rate`` narrower than a drop of
+    ``tolerance``: z^2 p (1 - p) / (tolerance p)^2."""
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     if tolerance <= 0 or rate <= 0:
         return math.inf
@@ -189,8 +170,8 @@ def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float
 
 @dataclass(frozen=True)
 class Observed:
-    """One side of an acceptance comparison: the figure, the (successes, trials) it was counted from
-    when it is a proportion with known counts, and what the report calls that side."""
+    """One side of an acceptance comparison: the figure, its (successes, trials) when known, and the
+    side's label."""
 
     value: float
     counts: tuple[float, float] | None = None
@@ -208,21 +189,10 @@ def compare_acceptance(
     confidence: float = 0.95,
     trial_label: str = "drafts",
 ) -> Comparison:
-    """One-sided check of an acceptance figure against its stored one; higher acceptance never fails
-    (an improvement, not a regression).
-
-    Without ``measured.counts``: FAIL iff measured < reference * (1 - tolerance).
-
-    With ``measured.counts`` = (accepted, trials), ``measured.value`` is that proportion and the
-    decision rests on its Wilson interval at ``confidence``: FAIL when the whole interval lies below
-    the fail line reference * (1 - tolerance), PASS when none of it does (or the rate did not drop
-    at all), and otherwise UNDECIDED (``decided`` False): the window has too few trials to tell a
-    drop of the tolerance from chance, and the report says about how many would.
-
-    With ``reference.counts`` too, the reference is a sample of its own (stored figures, or an A/B's
-    reference side): the decision rests on the interval of the ratio of the two proportions
-    (:func:`proportion_ratio_interval`) against 1 - tolerance, by the same three rules.
-    """
+    """One-sided check of an acceptance figure against its reference (higher never fails). Without
+    counts: FAIL iff measured < reference x (1 - tolerance). With counts: FAIL when the whole
+    interval (Wilson, or with reference counts the ratio of proportions against 1 - tolerance) lies
+    below the fail line, PASS when none of it does, else UNDECIDED."""
     _check_acceptance_inputs(measured, reference, tolerance=tolerance, subject=subject,
                              metric=metric)
     threshold = 1.0 - tolerance
@@ -239,9 +209,6 @@ def compare_acceptance(
     if reference.counts is not None and reference.counts[1] > 0 and reference.counts[0] > 0:
         (x1, n1), (x2, n2) = measured.counts, reference.counts
         ratio, ci_low, ci_high = proportion_ratio_interval(x1, n1, x2, n2, confidence)
-        # No pass on the point alone: 10 of 20 against 10 of 20 reads ratio 1.000 (CI 0.443-2.258),
-        # which cannot tell no change from a drop of the tolerance: undecided, by the speed gates'
-        # rule.
         return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)},
                           passed=ci_low >= threshold,
                           ci_low=ci_low, ci_high=ci_high, n_measured=round(n1),
@@ -249,14 +216,14 @@ def compare_acceptance(
                           decided=ci_low >= threshold or ci_high < threshold,
                           reference_counts=reference.counts)
     ci_low, ci_high = wilson_interval(successes, trials, confidence)
-    # The speed gates' rule: a point at or above the reference is no pass while the interval still
-    # reaches below the fail line (10 of 20 against a stored 0.5 cannot tell 0.5 from 0.45).
+    # a point above the reference is no pass while the interval reaches below the fail line
     return Comparison(**common, passed=ci_low >= line, ci_low=ci_low, ci_high=ci_high,
                       n_measured=round(trials),
                       method=METHOD_BINOMIAL, decided=ci_low >= line or ci_high < line)
 
 
-METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired on the same requests; ratio of "
+METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired on the same "
+                          "requests; ratio of "
                           "sums with a cluster-robust (per-prompt) delta-method t interval")
 
 
@@ -265,29 +232,24 @@ def paired_acceptance(measured: Sequence[tuple[float, float]],
                       tolerance: float, subject: str, confidence: float = 0.95,
                       reference_label: str = "reference side", gate: str = "acceptance",
                       unit: str = "requests") -> Comparison:
-    """Accepted tokens per decode step, candidate over reference, on the same requests: item i of
-    both sides is one cluster's (accepted, steps): a request key, or a prompt's requests summed
-    (``unit`` names them). The statistic is the ratio of the two sides'
-    ratios of sums, (A_c / S_c) / (A_r / S_r); its standard error is cluster-robust, each request a
-    cluster (the delta method: pair i's influence on the ratio, summed over pairs, with Student's t
-    at n - 1 degrees of freedom). A request's drafts are not independent trials (one rejection ends
-    a draft, and one prompt's drafts succeed or fail together), so counting drafts as trials gives
-    intervals far too narrow for a drop and far too wide for no change; per request, two identical
-    builds, which accept the same tokens on every request, give a ratio of exactly 1 with no width.
-
-    The speed gates' rules: FAIL when the whole interval lies below 1 - ``tolerance``, PASS when
-    none of it does, otherwise undecided (``decided`` False)."""
+    """Accepted tokens per decode step, candidate over reference, on the same clusters (requests, or
+    prompts: ``unit``): the ratio of ratios of sums with a cluster-robust (delta method) t interval,
+    since a request's drafts are no independent trials. FAIL when the whole interval lies below 1 -
+    ``tolerance``, PASS when none of it does, else undecided."""
     from scipy.stats import t as student_t
 
     if len(measured) != len(reference):
-        raise ValueError(f"paired acceptance needs equal lengths, got {len(measured)} and {len(reference)}")
+        raise ValueError(f"paired acceptance needs equal lengths, got {len(measured)} and "
+                         f"{len(reference)}")
     if not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance for the acceptance of {subject} must be in [0, 1), got {tolerance!r}")
+        raise ValueError(f"tolerance for the acceptance of {subject} must be in [0, 1), got "
+                         f"{tolerance!r}")
     m = np.asarray(measured, dtype=float).reshape(-1, 2)
     r = np.asarray(reference, dtype=float).reshape(-1, 2)
     if not (np.all(np.isfinite(m)) and np.all(np.isfinite(r)) and np.all(m >= 0)
             and np.all(r >= 0)):
-        raise ValueError(f"per-request acceptance counts must be finite and non-negative: {m.tolist()} vs {r.tolist()}")
+        raise ValueError("per-request acceptance counts must be finite and non-negative: "
+                         f"{m.tolist()} vs {r.tolist()}")
     threshold = 1.0 - tolerance
     n = len(m)
     a_c, s_c, a_r, s_r = m[:, 0].sum(), m[:, 1].sum(), r[:, 0].sum(), r[:, 1].sum()
@@ -303,10 +265,9 @@ def paired_acceptance(measured: Sequence[tuple[float, float]],
         return Comparison(**common, passed=False, measured=rate_c, reference=rate_r, ratio=math.nan,
                           ci_low=None, ci_high=None, decided=False, why=why)
     ratio = rate_c / rate_r
-    # d ratio = ratio * (dA_c / A_c - dS_c / S_c - dA_r / A_r + dS_r / S_r), with A_c's term written
-    # without dividing by A_c (a candidate that accepted nothing has ratio 0, not an error).
-    influence = (m[:, 0] * s_r / (s_c * a_r) - ratio * m[:, 1] / s_c - ratio * r[:,
-                                                                                 0] / a_r + ratio * r[:, 1] / s_r)
+    # d ratio = ratio * (dA_c / A_c - dS_c / S_c - dA_r / A_r + dS_r / S_r), A_c's term undivided
+    influence = (m[:, 0] * s_r / (s_c * a_r) - ratio * m[:, 1] / s_c
+                 - ratio * r[:, 0] / a_r + ratio * r[:, 1] / s_r)
     se = math.sqrt(n / (n - 1) * float(np.sum(influence ** 2)))
     q = float(student_t.ppf(0.5 + confidence / 2, n - 1))
     ci_low, ci_high = max(0.0, ratio - q * se), ratio + q * se
@@ -327,14 +288,13 @@ def _check_acceptance_inputs(measured: Observed, reference: Observed, *, toleran
             f"{reference.label} {metric} for {subject} is 0: there is nothing to compare against"
         )
     if not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance for {metric} of {subject} must be in [0, 1), got {tolerance!r}")
+        raise ValueError(f"tolerance for {metric} of {subject} must be in [0, 1), "
+                         f"got {tolerance!r}")
 
 
 def _first_divergence(text: str, reference: str) -> int | None:
     if text == reference:
         return None
-    # When one text is a prefix of the other the first difference is where the
-    # shorter one ends.
     return next(
         (index for index, (a, b) in enumerate(zip(text, reference, strict=False)) if a != b),
         min(len(text), len(reference)),
@@ -348,16 +308,13 @@ def compare_outputs(
     subject: str,
     reference_label: str = "reference",
 ) -> OutputComparison:
-    """Compare generated texts with reference texts, given as
-    (prompt_id, text, reference_text) triples.
-
-    Passes when the share of identical texts is at least min_identical_share
-    (greedy speculative decoding should reproduce the reference exactly).
-    """
+    """Compare (prompt_id, text, reference_text) triples: passes when the share of identical texts
+    is at least min_identical_share."""
     if not pairs:
         raise ValueError(f"no outputs to compare for {subject}")
     if not 0 <= min_identical_share <= 1:
-        raise ValueError(f"min_identical_share for {subject} must be in [0, 1], got {min_identical_share!r}")
+        raise ValueError(f"min_identical_share for {subject} must be in [0, 1], got "
+                         f"{min_identical_share!r}")
     first_divergence: dict[str, int | None] = {}
     for prompt_id, text, reference_text in pairs:
         if prompt_id in first_divergence:

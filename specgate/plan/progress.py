@@ -46,8 +46,8 @@ class SessionProgress:
         return {k: v for k, v in windows.items() if k in self._keys}
 
     def pace(self) -> float:
-        """Measured wall time over the plan's estimate, over the windows done with a time (1.0
-        before any): a machine twice as slow as the stored figures' doubles the time left."""
+        """Measured wall time over the plan's estimate, over the windows done with a time (1.0 before
+        any): a machine twice as slow as the stored figures' doubles the time left."""
         measured = estimated = 0.0
         for key, wall_s in self.done().items():
             window = self.plan.window(key)
@@ -95,15 +95,13 @@ class SessionProgress:
         started = sum(1 for s in starts if s.label in servers)
         left = self.remaining_s()
         line = (f"session: {len(done)}/{len(self.plan.windows)} windows done, "
-                f"{started}/{len(starts)} servers started, {format_elapsed(now - self.started_at)} "
-                "elapsed")
+                f"{started}/{len(starts)} servers started, {format_elapsed(now - self.started_at)} elapsed")
         if left is None:
             return line + ", time left unknown (no rate for some window)"
         pace = self.pace()
         left = max(0.0, left - self._in_progress_s())
         return line + f", ~{format_elapsed(left)} left" + (
-            f" (measured pace {pace:.2f}x the "
-            "plan)" if any(v is not None for v in done.values()) else " (the plan's)")
+            f" (measured pace {pace:.2f}x the plan)" if any(v is not None for v in done.values()) else " (the plan's)")
 
     # -- when to say it -------------------------------------------------------------------------
     def _due(self, interval: float) -> bool:

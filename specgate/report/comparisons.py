@@ -23,8 +23,7 @@ OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING, "inconclusiv
 _KIND_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "UNDECIDED (other protocol)",
               "too few drafts": "UNDECIDED", "other host pace": "OTHER MACHINE (host pace)"}
 
-# the paired gates' messages; TTFT's says "fails above 1.10", the first ones' "(ratio 0.971, ...;
-# n=6/6)"
+# the paired gates' messages; TTFT's says "fails above 1.10", the first ones' "(ratio 0.971, ...; n=6/6)"
 _RATIO_X = re.compile(r"(\d+(?:\.\d+)?)x (the reference side|no speculation|stored level|"
                       r"its stored ratio to \S+ \(\d+(?:\.\d+)?\)|stored|[a-z][\w ]*?) \(")
 _RATIO_WORD = re.compile(r"\bratio (\d+(?:\.\d+)?)")
@@ -45,8 +44,7 @@ def _acceptance_metric(message: str) -> str:
     m = _ACCEPTANCE_METRIC.search(message)
     if m is None:
         return ""
-    return f"pos. {m.group(2)}" if m.group(2) else {"acceptance "
-                                                    "rate": "rate"}.get(m.group(1), "tok/step")
+    return f"pos. {m.group(2)}" if m.group(2) else {"acceptance rate": "rate"}.get(m.group(1), "tok/step")
 
 
 @dataclass(frozen=True)

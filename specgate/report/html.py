@@ -5,8 +5,8 @@ session budget, outcome policy and gating). Rendered from the report alone, like
 a saved report renders the same page again (``--specgate-report-only``); nothing is fetched when it
 is opened (no script, no external style or font).
 
-jinja2 (autoescaping on) renders it, and the page keeps no control character
-(specgate.report.safe_text); jinja2 is imported only when a page is written.
+jinja2 (autoescaping on) renders it, and the page keeps no control character (specgate.report.safe_text);
+jinja2 is imported only when a page is written.
 """
 
 from __future__ import annotations
@@ -169,21 +169,17 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
     order = report.get("start_order") or {}
     family = report.get("family") or {}
     protocol = rig.get("protocol") or {}
-    facts = [("rig", f"{rig.get('name', '?')} ({rig.get('tier', '?')} "
-                     "tier)"), ("model", _value(rig.get("model"))),
+    facts = [("rig", f"{rig.get('name', '?')} ({rig.get('tier', '?')} tier)"), ("model", _value(rig.get("model"))),
              ("reference mode", _value(rig.get("reference_mode"))),
-             ("modes", "; ".join(f"{m}: "
-                                 f"{_value(c)}" for m, c in (rig.get("modes") or {}).items()) or "-"),
+             ("modes", "; ".join(f"{m}: {_value(c)}" for m, c in (rig.get("modes") or {}).items()) or "-"),
              ("protocol", ", ".join(f"{k} {_value(v)}" for k, v in protocol.items()) or "-"),
              ("complete", "yes" if report.get("complete", True) else "no: a partial run"),
              ("written at", _value(report.get("written_at"))),
              ("attached", "yes" if report.get("attached") else "no"),
              ("start order", _start_order(order)),
              ("session budget", _budget(report)),
-             ("outcome policy", ", ".join(f"{k}: "
-                                          f"{v}" for k, v in (report.get("outcome_policy") or {}).items()) or "-"),
-             ("gating", ", ".join(f"{k}: "
-                                  f"{v}" for k, v in (report.get("gating") or {}).items()) or "-")]
+             ("outcome policy", ", ".join(f"{k}: {v}" for k, v in (report.get("outcome_policy") or {}).items()) or "-"),
+             ("gating", ", ".join(f"{k}: {v}" for k, v in (report.get("gating") or {}).items()) or "-")]
     if family:
         facts.append(("false-alarm bound", f"{family.get('gating_decisions')} gating decision(s), "
                                            f"bound {_value(family.get('bound'))}"))

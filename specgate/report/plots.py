@@ -137,8 +137,8 @@ def _throughput_series(report: dict[str, Any], measurements: list[dict[str, Any]
 
 
 def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
-    """Grouped bars per prompt class (one per mode, reference first; in an A/B the reference side of
-    a mode beside its candidate): median decode tok/s per request, IQR as error bars, each request
+    """Grouped bars per prompt class (one per mode, reference first; in an A/B the reference side
+    of a mode beside its candidate): median decode tok/s per request, IQR as error bars, each request
     as a dot, the change against the reference above the speculative or candidate bars (red where a
     gate failed). One panel per concurrency."""
     fig = throughput_figure(report)
@@ -146,9 +146,8 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
 
 
 def _bar_change(report: dict[str, Any], series: list, kind: str, m: dict[str, Any], median: float) -> float | None:
-    """The % change a bar of ``m`` is labelled with: an A/B candidate's paired ratio to its
-    reference side, a mode's change against the reference mode (the backfire gate's ratio where it
-    ran); None for the rest."""
+    """The % change a bar of ``m`` is labelled with: an A/B candidate's paired ratio to its reference side,
+    a mode's change against the reference mode (the backfire gate's ratio where it ran); None for the rest."""
     mode, prompt_class, concurrency = m["mode"], m["prompt_class"], m["concurrency"]
     if kind == "ab-candidate":
         ref_side = _ab_reference(m)
@@ -230,8 +229,7 @@ def throughput_figure(report: dict[str, Any]):
     what = ("label = the A/B throughput gate's paired ratio, candidate to reference side" if ab else
             f"label = the backfire gate's paired ratio to {reference}")
     _suptitle(fig, width_in, _title(report),
-              "decode tok/s per request: bar = median, whiskers = IQR, dots = requests; "
-              f"{what}", 10.5)
+              f"decode tok/s per request: bar = median, whiskers = IQR, dots = requests; {what}", 10.5)
     return fig
 
 
@@ -278,19 +276,17 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
 
 
 # -- forest: every gate's ratio -----------------------------------------------------------------
-OUTCOME_COLORS = {"pass": "#2a9d3f", "fail": FAIL_COLOR, "declared "
-                                                         "backfire": "#e08a00", "undecided": "#6a51a3",
+OUTCOME_COLORS = {"pass": "#2a9d3f", "fail": FAIL_COLOR, "declared backfire": "#e08a00", "undecided": "#6a51a3",
                   "not stored": "#8c8c8c", "other machine": "#8c8c8c", "not run": "#8c8c8c"}
 FAIL_SHADE = "#f3c9c9"
 
 
 def plot_forest(report: dict[str, Any], path: Path) -> Path | None:
-    """The run's main picture: one row per gate (mode / class / concurrency / gate vs what it
-    compared against), its ratio this run / reference with the interval, the row's fail region
-    shaded up to its threshold (below it; above it for TTFT, where higher is worse), coloured by
-    outcome; on the right the figures and the outcome. A gate without a ratio (nothing stored,
-    lossless) keeps its row, with its outcome written where its ratio would be. None when no gate
-    ran."""
+    """The run's main picture: one row per gate (mode / class / concurrency / gate vs what it compared
+    against), its ratio this run / reference with the interval, the row's fail region shaded up to its
+    threshold (below it; above it for TTFT, where higher is worse), coloured by outcome; on the right
+    the figures and the outcome. A gate without a ratio (nothing stored, lossless) keeps its row, with
+    its outcome written where its ratio would be. None when no gate ran."""
     fig = forest_figure(report)
     return None if fig is None else save_figure(fig, path)
 
@@ -327,8 +323,7 @@ def forest_figure(report: dict[str, Any]):
                 ax.fill_betweenx([y - 0.42, y + 0.42], lo, c.threshold, color=FAIL_SHADE, linewidth=0, zorder=0)
             ax.plot([c.threshold, c.threshold], [y - 0.42, y + 0.42], color=FAIL_COLOR, linewidth=1.6, zorder=2)
         if c.ratio is None:  # written mid-axis (axes x, data y): it never runs past the axis's edge
-            ax.text(0.5, y, "no ratio: "
-                            f"{c.tag}", transform=ax.get_yaxis_transform(), va="center", ha="center",
+            ax.text(0.5, y, f"no ratio: {c.tag}", transform=ax.get_yaxis_transform(), va="center", ha="center",
                     fontsize=8, color=color, style="italic", zorder=3,
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85})
             continue
@@ -345,8 +340,7 @@ def forest_figure(report: dict[str, Any]):
     ax.set_yticklabels([c.label for c in rows], fontsize=8.5)
     ax.tick_params(axis="y", length=0)
     ax.grid(axis="x", alpha=0.25)
-    ax.set_xlabel("ratio this run / reference (log scale); TTFT: this run's TTFT / reference's, "
-                  "higher is worse")
+    ax.set_xlabel("ratio this run / reference (log scale); TTFT: this run's TTFT / reference's, higher is worse")
     _ratio_ticks(ax, lo, hi)
     twin = ax.twinx()
     twin.set_ylim(ax.get_ylim())
@@ -362,9 +356,9 @@ def forest_figure(report: dict[str, Any]):
                 Line2D([], [], color=FAIL_COLOR, linewidth=1.6, label="threshold")]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), fontsize=8.5, frameon=False)
     _suptitle(fig, width_in, _title(report),
-              "every gate: the ratio this run / what it compared against (the A/B's reference "
-              "side, no speculation, or stored figures), diamond = estimate, bar = interval; on "
-              "the right the ratio (interval), what it rests on and the outcome", 10.5)
+              "every gate: the ratio this run / what it compared against (the A/B's reference side, no "
+              "speculation, or stored figures), diamond = estimate, bar = interval; on the right the ratio "
+              "(interval), what it rests on and the outcome", 10.5)
     return fig
 
 

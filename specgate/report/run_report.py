@@ -1,7 +1,7 @@
 """report.json and the files rendered from it: one process's report, built from the session's state;
 the xdist controller's, merged with the reports its workers sent; report.json written atomically
-with its break-even rows; summary.md, report.html and the plots
-(specgate.report.terminal.render_all) beside it, and the GitHub job summary where the run has one."""
+with its break-even rows; summary.md, report.html and the plots (specgate.report.terminal.render_all)
+beside it, and the GitHub job summary where the run has one."""
 
 from __future__ import annotations
 
@@ -112,5 +112,5 @@ def step_summary(markdown: str, environ: Mapping[str, str]) -> str:
     server, repo, run = (environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
     if not (server and repo and run):
         return markdown
-    return (f"{markdown}\nThe page (report.html, with the plots and the run's facts) is in this "
-            f"run's artifacts: {server}/{repo}/actions/runs/{run}#artifacts\n")
+    return (f"{markdown}\nThe page (report.html, with the plots and the run's facts) is in this run's artifacts: "
+            f"{server}/{repo}/actions/runs/{run}#artifacts\n")
