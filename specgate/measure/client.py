@@ -1,25 +1,16 @@
 """Streaming HTTP client for vLLM's OpenAI-compatible API.
 
-One job: send one generation request, read its Server-Sent-Events stream and
-turn it into a ``RequestRecord`` with the timings and token counts that the
-performance gates compare. Everything about *which* requests to send and what
-to do with the records lives elsewhere.
+One job: send one generation request, read its Server-Sent-Events stream and turn it into a
+``RequestRecord`` with the timings and token counts the gates compare. Reading order:
+``GenerationRequest``/``RequestRecord``, ``StreamingClient`` (one request), ``run_requests``.
 
-The API is httpx's; the bytes travel through aiohttp (httpx-aiohttp's
-``AiohttpTransport``, the transport openai-python's ``DefaultAioHttpClient``
-uses), whose C parser takes vLLM's one-HTTP-chunk-per-event framing at less
-than half the CPU per event of httpx's default transport (httpcore/h11): see
-docs/client-benchmark.md. The events are httpx-sse's, whose line splitting
-follows the SSE spec (only CR, LF and CRLF end a line: httpx's
-``aiter_lines`` also splits on U+2028 and U+0085, which vLLM's JSON carries
-raw inside generated text); httpx-sse splits the decoded text itself, so the
-transport underneath does not change that. Reading order:
-``GenerationRequest``/``RequestRecord`` (what goes in and out),
-``StreamingClient`` (one request), ``run_requests`` (many, bounded).
+The API is httpx's; the bytes travel through aiohttp (httpx-aiohttp's ``AiohttpTransport``),
+whose C parser takes less than half the CPU per event of httpx's default transport
+(docs/client-benchmark.md). The events are httpx-sse's, whose line splitting follows the SSE
+spec (httpx's ``aiter_lines`` also splits on U+2028 and U+0085, which vLLM's JSON carries raw).
 
-Token counts come from the final ``usage`` chunk only. With speculative
-decoding one stream chunk can carry several accepted tokens, so counting
-chunks would undercount tokens and overstate per-token latency.
+Token counts come from the final ``usage`` chunk only: with speculative decoding one chunk can
+carry several accepted tokens, so counting chunks would undercount tokens.
 """
 
 from __future__ import annotations
@@ -40,35 +31,22 @@ from httpx_sse import SSEError, aconnect_sse
 from specgate.errors import RequestError
 from specgate.serve.http import auth_headers, tls_context
 
-__all__ = [
-    "GenerationRequest",
-    "RequestRecord",
-    "StreamingClient",
-    "auth_headers",
-    "run_requests",
-]
+__all__ = ["GenerationRequest", "RequestRecord", "StreamingClient", "auth_headers", "run_requests"]
 
 DONE_PAYLOAD = "[DONE]"
 _JSON_DECODER = json.JSONDecoder()
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
 
-# How much of a server's answer goes into an error message: enough to read
-# vLLM's validation error, not so much that a HTML error page floods the log.
+# How much of a server's answer an error message quotes: enough for vLLM's validation error.
 _HTTP_BODY_QUOTE_CHARS = 500
 _PAYLOAD_QUOTE_CHARS = 200
 
 
-# ----------------------------------------------------------------------- request
-
-
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One request to send: what the server gets plus the labels of the record.
-
-    Exactly one of ``messages`` (chat API) and ``prompt`` (completions API)
-    must be set; that choice picks the endpoint.
-    """
+    """One request to send: exactly one of ``messages`` (chat API) and ``prompt`` (completions
+    API), which picks the endpoint, plus the labels of the record."""
 
     request_id: str  # unique within a run, e.g. "ngram/coding/bst#2"
     mode: str  # speculative-decoding mode under test, e.g. "ngram"
@@ -85,20 +63,16 @@ class GenerationRequest:
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
-            raise ValueError(
-                f"request {self.request_id!r}: set exactly one of messages (chat API) "
-                f"and prompt (completions API)"
-            )
+            raise ValueError(f"request {self.request_id!r}: set exactly one of messages (chat API) "
+                             f"and prompt (completions API)")
         if self.max_tokens < 1:
-            raise ValueError(f"request {self.request_id!r}: max_tokens must be >= 1, got {self.max_tokens}")
-        # The client relies on streaming with a usage chunk; letting extra_body
-        # switch either off would turn every request into a confusing failure.
+            raise ValueError(f"request {self.request_id!r}: max_tokens must be >= 1, "
+                             f"got {self.max_tokens}")
+        # The client relies on streaming with a usage chunk.
         overridden = {"stream", "stream_options"} & self.extra_body.keys()
         if overridden:
-            raise ValueError(
-                f"request {self.request_id!r}: extra_body must not set {sorted(overridden)}; "
-                f"the client always streams with usage"
-            )
+            raise ValueError(f"request {self.request_id!r}: extra_body must not set "
+                             f"{sorted(overridden)}; the client always streams with usage")
 
     @property
     def endpoint(self) -> str:
@@ -123,17 +97,10 @@ class GenerationRequest:
         return body
 
 
-# ------------------------------------------------------------------------ record
-
-
 @dataclass
 class RequestRecord:
-    """What one request measured. Times are ``time.perf_counter()`` seconds.
-
-    ``first_token_at``/``last_token_at`` are None when no chunk carried text
-    (possible with e.g. a server that only reports usage); that is recorded,
-    not treated as a failure.
-    """
+    """What one request measured, in ``time.perf_counter()`` seconds. ``first_token_at`` and
+    ``last_token_at`` are None when no chunk carried text (recorded, not a failure)."""
 
     request_id: str
     mode: str
@@ -149,13 +116,11 @@ class RequestRecord:
     completion_tokens: int  # from the final usage chunk, never from counting chunks
     text: str
     finish_reason: str | None
-    # vLLM's own acceptance of this request (``metrics.speculative_decoding`` of the usage chunk, with
-    # --per-request-spec-decode-metrics): acceptance_histogram, num_spec_steps, num_accepted_draft_tokens,
-    # num_draft_tokens, num_spec_tokens (specgate.measure.per_request). None where the server offers none.
+    # vLLM's own acceptance of this request (the usage chunk's metrics.speculative_decoding, with
+    # --per-request-spec-decode-metrics; specgate.measure.per_request). None where not offered.
     spec_decode: dict[str, Any] | None = None
-    # Chunks that carried no text (an engine step whose tokens detokenized to nothing yet, the text
-    # following in a later chunk; not the chat API's role announcement): each is an engine step all the
-    # same, so the stream's steps are the chunks of both kinds (specgate.measure.per_request.stream_acceptance).
+    # Chunks that carried no text (not the chat API's role announcement): engine steps all the
+    # same (specgate.measure.per_request.stream_acceptance).
     empty_chunks: int = 0
 
     @property
@@ -167,13 +132,12 @@ class RequestRecord:
 
     @property
     def _decode_span_s(self) -> float | None:
-        # The first token comes from prefill, so decode speed counts the tokens
-        # after it over the time after it (the same definition as vllm bench serve's TPOT).
+        # The first token comes from prefill: decode speed counts the tokens after it over the
+        # time after it (vllm bench serve's TPOT).
         if self.completion_tokens < 2 or self.first_token_at is None or self.last_token_at is None:
             return None
         span = self.last_token_at - self.first_token_at
         return span if span > 0 else None
-
     @property
     def decode_tokens_per_s(self) -> float | None:
         span = self._decode_span_s
@@ -225,21 +189,17 @@ class RequestRecord:
         return cls(**kwargs)
 
 
-_DERIVED_KEYS = ("ttft_s", "tpot_s", "decode_tokens_per_s", "e2e_tokens_per_s", "inter_chunk_latencies_s")
 
-
-# ------------------------------------------------------------------------ client
+_DERIVED_KEYS = ("ttft_s", "tpot_s", "decode_tokens_per_s", "e2e_tokens_per_s",
+                 "inter_chunk_latencies_s")
 
 
 class _StallWatchdog:
     """Cancels a task once no bytes arrived for ``limit_s`` seconds.
 
-    Re-arms lazily: a chunk only stores its arrival time, and the timer, when
-    it fires, either cancels or re-arms for the remaining time. That keeps the
-    per-chunk cost to one clock read, where rescheduling an ``asyncio.timeout``
-    per chunk would push a timer handle for every chunk. It is also needed
-    because timeouts set on httpx are enforced by its transport, which a test's
-    ``MockTransport`` does not do.
+    Re-arms lazily (a chunk only stores its arrival time; the timer, when it fires, cancels or
+    re-arms), keeping the per-chunk cost to one clock read. Also needed because httpx's timeouts
+    are enforced by its transport, which a test's ``MockTransport`` does not do.
     """
 
     __slots__ = ("_handle", "_limit_s", "_loop", "_task", "clock", "fired", "last_data_at")
@@ -283,13 +243,14 @@ class _StreamState:
 
 # What a transport error means, by aiohttp's error (the cause httpx-aiohttp keeps; asked first,
 # since httpx's mapping of it is coarse) or else by httpx's.
-_TRANSPORT_ERRORS: tuple[tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...], str], ...] = (
+_Kinds = tuple[type[BaseException], ...]
+_TRANSPORT_ERRORS: tuple[tuple[_Kinds, _Kinds, str], ...] = (
     ((aiohttp.ConnectionTimeoutError,), (httpx.ConnectTimeout,), "connect timeout to {url}"),
     ((aiohttp.ClientConnectorError,), (httpx.ConnectError,), "could not connect to {url}"),
     ((aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError),
      (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError),
      "connection to {url} lost (reset or closed mid-response)"),
-    ((aiohttp.ClientResponseError,), (), "unreadable HTTP answer from {url}"),  # not HTTP, or broken HTTP
+    ((aiohttp.ClientResponseError,), (), "unreadable HTTP answer from {url}"),
     ((), (httpx.TimeoutException,), "{kind} talking to {url}"),
 )
 
@@ -307,31 +268,19 @@ def _transport_meaning(exc: BaseException, cause: BaseException) -> str:
 class StreamingClient:
     """Async client for one vLLM server; use as ``async with StreamingClient(...)``.
 
-    ``read_timeout`` bounds the silence between two chunks of a stream;
-    ``request_deadline`` bounds a whole request, however steadily it streams.
-    The API key is sent as a bearer token and scrubbed from every message.
-    ``transport`` replaces the aiohttp transport (tests pass a ``MockTransport``;
-    ``httpx.AsyncHTTPTransport()`` gives httpx's default one).
+    ``read_timeout`` bounds the silence between two chunks; ``request_deadline`` a whole request.
+    The API key is sent as a bearer token and scrubbed from every message. ``transport``
+    replaces the aiohttp transport (tests pass a ``MockTransport``).
 
-    A POST is never sent twice: aiohttp retries a request on a reused
-    connection that the server closed only for idempotent methods, and this
-    client retries nothing, so a request the server may already be generating
-    never lands in a measured window twice. aiohttp has no write timeout; a
-    body that cannot be written is caught by the stall watchdog
-    (``read_timeout``, counted from the start of the request).
+    A POST is never sent twice (aiohttp retries only idempotent methods, this client nothing), so
+    a request never lands in a measured window twice. aiohttp has no write timeout; a body that
+    cannot be written is caught by the stall watchdog.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        connect_timeout: float = 10.0,
-        write_timeout: float = 10.0,
-        read_timeout: float = 120.0,
-        request_deadline: float = 900.0,
-    ) -> None:
+    def __init__(self, base_url: str, *, api_key: str | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None, connect_timeout: float = 10.0,
+                 write_timeout: float = 10.0, read_timeout: float = 120.0,
+                 request_deadline: float = 900.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.read_timeout = read_timeout
         self.request_deadline = request_deadline
@@ -342,18 +291,13 @@ class StreamingClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"Accept-Encoding": "identity", **auth_headers(api_key)},
-            transport=transport,
-            verify=tls_context(),
-            timeout=httpx.Timeout(
-                connect=connect_timeout, read=read_timeout, write=write_timeout, pool=connect_timeout
-            ),
-        )
-        # Streams get no transport read timeout: generate()'s _StallWatchdog enforces
-        # read_timeout for any transport (MockTransport enforces none), and without a
-        # deadline the transport arms no timer per socket read (cheaper with many streams).
-        self._stream_timeout = httpx.Timeout(
-            connect=connect_timeout, read=None, write=write_timeout, pool=connect_timeout
-        )
+            transport=transport, verify=tls_context(),
+            timeout=httpx.Timeout(connect=connect_timeout, read=read_timeout,
+                                  write=write_timeout, pool=connect_timeout))
+        # Streams get no transport read timeout: the _StallWatchdog enforces read_timeout for any
+        # transport, and the transport then arms no timer per socket read.
+        self._stream_timeout = httpx.Timeout(connect=connect_timeout, read=None,
+                                             write=write_timeout, pool=connect_timeout)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
@@ -368,8 +312,6 @@ class StreamingClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    # -- small GETs -------------------------------------------------------------
-
     async def get_text(self, path: str) -> str:
         """GET ``path`` (e.g. "/metrics") and return the body; RequestError unless 200."""
         where = f"GET {self.base_url}{path}"
@@ -381,9 +323,8 @@ class StreamingClient:
         except (httpx.HTTPError, aiohttp.ClientError) as exc:
             raise self._transport_error(where, exc) from self._safe_cause(exc)
         if response.status_code != 200:
-            raise self._error(
-                f"{where}: HTTP {response.status_code}: {response.text[:_HTTP_BODY_QUOTE_CHARS]}"
-            )
+            raise self._error(f"{where}: HTTP {response.status_code}: "
+                              f"{response.text[:_HTTP_BODY_QUOTE_CHARS]}")
         return response.text
 
     async def list_models(self) -> list[str]:
@@ -392,11 +333,8 @@ class StreamingClient:
         try:
             return [entry["id"] for entry in json.loads(text)["data"]]
         except (ValueError, KeyError, TypeError) as exc:
-            raise self._error(
-                f"GET {self.base_url}/v1/models: unexpected answer ({exc!r}): {text[:_PAYLOAD_QUOTE_CHARS]}"
-            ) from None
-
-    # -- generation ---------------------------------------------------------------
+            raise self._error(f"GET {self.base_url}/v1/models: unexpected answer ({exc!r}): "
+                              f"{text[:_PAYLOAD_QUOTE_CHARS]}") from None
 
     async def generate(self, req: GenerationRequest, *, concurrency: int = 1) -> RequestRecord:
         """Send ``req``, read its whole stream, and return what it measured."""
@@ -417,10 +355,8 @@ class StreamingClient:
                 finally:
                     watchdog.stop()
         except TimeoutError:
-            raise self._error(
-                f"{where}: exceeded the whole-request deadline of {self.request_deadline:g} s "
-                f"after {state.events} events"
-            ) from None
+            raise self._error(f"{where}: exceeded the whole-request deadline of "
+                              f"{self.request_deadline:g} s after {state.events} events") from None
         except httpx.ReadTimeout:
             raise self._stalled(where, state) from None
         except (httpx.HTTPError, aiohttp.ClientError) as exc:
@@ -428,54 +364,43 @@ class StreamingClient:
         finished_at = time.perf_counter()
 
         if not state.saw_done:
-            raise self._error(f"{where}: stream ended without [DONE] after {state.events} events (truncated)")
+            raise self._error(f"{where}: stream ended without [DONE] after {state.events} events "
+                              "(truncated)")
         if state.usage is None:
-            raise self._error(f"{where}: server did not send usage; stream_options.include_usage is required")
+            raise self._error(f"{where}: server did not send usage; "
+                              "stream_options.include_usage is required")
         chunk_times = state.chunk_times
         return RequestRecord(
-            request_id=req.request_id,
-            mode=req.mode,
-            prompt_class=req.prompt_class,
-            prompt_id=req.prompt_id,
-            concurrency=concurrency,
-            started_at=started_at,
+            request_id=req.request_id, mode=req.mode, prompt_class=req.prompt_class,
+            prompt_id=req.prompt_id, concurrency=concurrency, started_at=started_at,
             first_token_at=chunk_times[0] if chunk_times else None,
             last_token_at=chunk_times[-1] if chunk_times else None,
-            finished_at=finished_at,
-            chunk_times=chunk_times,
+            finished_at=finished_at, chunk_times=chunk_times,
             prompt_tokens=int(state.usage.get("prompt_tokens") or 0),
             completion_tokens=int(state.usage.get("completion_tokens") or 0),
-            text="".join(state.text_parts),
-            finish_reason=state.finish_reason,
-            spec_decode=state.spec_decode,
-            empty_chunks=state.empty_chunks,
-        )
+            text="".join(state.text_parts), finish_reason=state.finish_reason,
+            spec_decode=state.spec_decode, empty_chunks=state.empty_chunks)
 
-    async def _stream(
-        self, req: GenerationRequest, where: str, state: _StreamState, watchdog: _StallWatchdog
-    ) -> None:
+    async def _stream(self, req: GenerationRequest, where: str, state: _StreamState,
+                      watchdog: _StallWatchdog) -> None:
         """The hot path: take each event as it arrives, parse its JSON, note text and time."""
         is_chat = req.messages is not None
-        # raw_decode skips json.loads' two wrapper calls and whitespace regex:
-        # a third less time per event, and JSON is the largest cost left here.
+        # raw_decode skips json.loads' wrapper calls and whitespace regex: a third less per event.
         raw_decode = _JSON_DECODER.raw_decode
         perf_counter = time.perf_counter
         clock = watchdog.clock
         chunk_times = state.chunk_times
         text_parts = state.text_parts
-        async with aconnect_sse(
-            self._http, "POST", req.endpoint, json=req.to_body(), timeout=self._stream_timeout
-        ) as source:
+        async with aconnect_sse(self._http, "POST", req.endpoint, json=req.to_body(),
+                                timeout=self._stream_timeout) as source:
             response = source.response
             if response.status_code != 200:
                 answer = (await response.aread()).decode("utf-8", "replace")
                 raise self._error(
                     f"{where}: HTTP {response.status_code} from {self.base_url}{req.endpoint}: "
-                    f"{answer[:_HTTP_BODY_QUOTE_CHARS]}"
-                )
+                    f"{answer[:_HTTP_BODY_QUOTE_CHARS]}")
             async for message in source.aiter_sse():
-                # Stamped as the event is handed over: parsing this event's JSON
-                # comes after, so it never delays the event's own time.
+                # Stamped as the event is handed over, before its JSON is parsed.
                 received_at = perf_counter()
                 watchdog.last_data_at = clock()
                 payload = message.data
@@ -490,44 +415,40 @@ class StreamingClient:
                     if end != len(payload):
                         raise ValueError("trailing characters")
                 except ValueError:
-                    # The fast path takes no surrounding whitespace; json.loads
-                    # decides whether the payload is valid after all.
+                    # The fast path takes no surrounding whitespace; json.loads decides.
                     try:
                         event = json.loads(payload)
                     except ValueError:
-                        raise self._error(
-                            f"{where}: malformed JSON in stream event {state.events}: "
-                            f"{payload[:_PAYLOAD_QUOTE_CHARS]!r}"
-                        ) from None
+                        raise self._error(f"{where}: malformed JSON in stream event "
+                                          f"{state.events}: {payload[:_PAYLOAD_QUOTE_CHARS]!r}"
+                                          ) from None
                 if type(event) is not dict:
-                    raise self._error(
-                        f"{where}: stream event {state.events} is not a JSON object: "
-                        f"{payload[:_PAYLOAD_QUOTE_CHARS]!r}"
-                    )
+                    raise self._error(f"{where}: stream event {state.events} is not a JSON "
+                                      f"object: {payload[:_PAYLOAD_QUOTE_CHARS]!r}")
                 if "error" in event or event.get("object") == "error":
-                    raise self._error(f"{where}: server sent an error event: {_describe_error(event)}")
+                    raise self._error(f"{where}: server sent an error event: "
+                                      f"{_describe_error(event)}")
                 choices = event.get("choices")
                 if choices:
                     choice = choices[0]
                     if is_chat:
                         delta = choice.get("delta") or {}
-                        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                        text = (delta.get("content") or delta.get("reasoning_content")
+                                or delta.get("reasoning"))
                     else:
                         text = choice.get("text")
                     if text:
                         text_parts.append(text)
                         chunk_times.append(received_at)
-                    elif not (is_chat and "role" in delta):  # an engine step whose tokens carried no text (yet)
+                    elif not (is_chat and "role" in delta):  # an engine step with no text (yet)
                         state.empty_chunks += 1
                     reason = choice.get("finish_reason")
                     if reason is not None:
                         state.finish_reason = reason
                 usage = event.get("usage")
-                if usage:  # the last usage seen is the final one; vLLM's per-request metrics ride on it
+                if usage:  # the last usage seen is the final one, with vLLM's per-request metrics
                     state.usage = usage
                     state.spec_decode = (event.get("metrics") or {}).get("speculative_decoding")
-
-    # -- errors -----------------------------------------------------------------
 
     def _error(self, message: str) -> RequestError:
         if self._api_key:
@@ -541,25 +462,24 @@ class StreamingClient:
         return exc
 
     def _stalled(self, where: str, state: _StreamState) -> RequestError:
-        return self._error(
-            f"{where}: read timeout: no data for {self.read_timeout:g} s after {state.events} events"
-        )
+        return self._error(f"{where}: read timeout: no data for {self.read_timeout:g} s after "
+                           f"{state.events} events")
 
     def _transport_error(self, where: str, exc: Exception) -> RequestError:
         detail = str(exc) or type(exc).__name__
-        # httpx-aiohttp turns aiohttp's errors into httpx's coarsely (a server closing the
-        # connection becomes ConnectTimeout), keeping aiohttp's as the cause: ask that first.
+        # httpx-aiohttp maps aiohttp's errors coarsely, keeping the cause: ask that first.
         cause = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
         if isinstance(exc, SSEError):  # a 200 answer that is not an event stream
             what = f"{self.base_url} did not answer with an event stream"
         else:
-            what = _transport_meaning(exc, cause).format(url=self.base_url, kind=type(exc).__name__)
+            what = _transport_meaning(exc, cause).format(url=self.base_url,
+                                                         kind=type(exc).__name__)
         return self._error(f"{where}: {what}: {detail}")
 
 
 def _aiohttp_session() -> aiohttp.ClientSession:
-    # limit=0: run_requests bounds concurrency itself; a pool limit below it (aiohttp's
-    # default is 100) would queue requests inside the client and charge the wait to TTFT.
+    # limit=0: run_requests bounds concurrency itself; a lower pool limit would queue requests
+    # inside the client and charge the wait to TTFT.
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
 
@@ -573,21 +493,13 @@ def _describe_error(event: dict[str, Any]) -> str:
     return f"{text} (code {code})" if code is not None else text
 
 
-# ---------------------------------------------------------------------- batching
-
-
-async def run_requests(
-    client: StreamingClient,
-    requests: Iterable[GenerationRequest],
-    *,
-    concurrency: int,
-    on_done: Callable[[RequestRecord], None] | None = None,
-) -> list[RequestRecord]:
+async def run_requests(client: StreamingClient, requests: Iterable[GenerationRequest], *,
+                       concurrency: int, on_done: Callable[[RequestRecord], None] | None = None,
+                       ) -> list[RequestRecord]:
     """Run ``requests`` with at most ``concurrency`` in flight; records in input order.
 
-    Fails fast: the first failure cancels every other request and is re-raised
-    as itself (not wrapped in an ExceptionGroup), because one broken request
-    already invalidates the measurement and the rest would only waste time.
+    Fails fast: the first failure cancels every other request and is re-raised as itself (not
+    in an ExceptionGroup): one broken request already invalidates the measurement.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -600,18 +512,14 @@ async def run_requests(
             on_done(record)
         return record
 
-    # Tasks are created in input order and the semaphore wakes waiters FIFO,
-    # so requests also *start* in input order.
+    # Tasks are made in input order and the semaphore wakes waiters FIFO: requests start in order.
     tasks = [asyncio.create_task(run_one(req)) for req in requests]
     try:
         pending: set[asyncio.Task[RequestRecord]] = set(tasks)
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-            failed = [
-                task
-                for task in tasks
-                if task in done and not task.cancelled() and task.exception() is not None
-            ]
+            failed = [task for task in tasks
+                      if task in done and not task.cancelled() and task.exception() is not None]
             if failed:
                 raise failed[0].exception()  # type: ignore[misc]
         return [task.result() for task in tasks]

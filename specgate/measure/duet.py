@@ -1,19 +1,12 @@
 """The duet: two live servers measured in one window, requests alternated between them.
 
-Two servers compared one after the other differ by whatever changed in between (on a shared GPU
-machine the same build can measure 389 and 576 tok/s five minutes apart). In a duet both are live and the
-client alternates: prompt by prompt at concurrency 1 (never both generating at once), whole
-rounds of N requests at concurrency N. The order is balanced, ABBA by pair (A first, then B
-first, ...), and seeded, so neither side always runs first, after an idle gap, or second, right
-after the other side's request; what the machine does at that moment hits both sides of a pair.
+Two servers compared one after the other differ by whatever changed in between. In a duet both
+are live and the client alternates: prompt by prompt at concurrency 1, whole rounds of N at
+concurrency N, in a balanced, seeded ABBA order, so what the machine does at a moment hits both
+sides of a pair (one request key on both sides; the gates decide on per-pair log ratios).
 
-A pair is one request key (prompt id and repeat) on both sides; the gates decide on the per-pair
-log ratios (specgate.decide.paired). Each pair keeps the time it started, so a report can show drift.
-
-On rigs where two servers do not fit at once, the two take turns instead (an alternation, see
-specgate.serve.sleep): one is awake, the other sleeps (vLLM sleep mode), and a swap costs ~1.6 s, so
-the turns are blocks of several keys (``block``) rather than single requests: the same ABBA
-order by block, with a swap only between two turns, never inside a request's timing.
+An alternation (specgate.serve.sleep) takes turns of several keys (``block``) instead, since a
+swap costs ~1.6 s: the same ABBA order by block, a swap only between turns.
 
 This module is the plan (which request goes where, in which order); measure.Measurer runs it.
 """
@@ -32,8 +25,8 @@ from specgate.config.defaults import EXPECTED_SWAP_S  # noqa: F401 (re-exported)
 T = TypeVar("T")
 
 SIDES = ("subject", "partner")
-# The share of an alternation window that swaps may take when the block is computed (not set); a
-# turn holds at most one pass over the class's prompts, so a class of few prompts can take more.
+# The share of an alternation window that swaps may take when the block is computed (a class of
+# few prompts can take more: a turn holds at most one pass over them).
 MAX_SWAP_SHARE = 0.10
 
 
@@ -49,33 +42,27 @@ class Step(Generic[T]):
 
 def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: int,
          block: int | None = None, first: str | None = None) -> list[Step[T]]:
-    """The balanced, seeded order of a duet window.
+    """The balanced, seeded order of a duet window (``subject[i]`` and ``partner[i]``: one
+    request key on the two servers). Groups of at most ``block`` keys (default: ``concurrency``;
+    else a multiple of it), as equal as whole rounds allow, form one pair of turns; group g runs
+    subject first when (g + s) is even, s (0 or 1) from ``seed``: ABBA ... or BAAB ...
 
-    ``subject[i]`` and ``partner[i]`` are the same request key on the two servers. Groups of at
-    most ``block`` keys (default: ``concurrency``; else a multiple of it), as equal as whole rounds
-    of ``concurrency`` allow, form one pair of turns; group g
-    runs subject first when (g + s) is even, partner first otherwise, where s (0 or 1) comes from
-    ``seed``: ABBA ABBA ... or BAAB ... A turn of a block larger than ``concurrency`` runs its keys
-    ``concurrency`` at a time.
-
-    ``first`` ("subject" or "partner") fixes which side group 0 starts with instead of the seed: an
-    alternation starts with the side that is awake, which saves a swap (6 pairs a window at 1.5 s a
-    swap: one swap a window instead of two, 10 % of the window instead of 18 %).
-    A window of one group then ends on the other side, so the next starts there: the first side
-    still alternates from window to window.
+    ``first`` fixes the side group 0 starts with instead: an alternation starts with the side
+    that is awake, which saves a swap.
     """
     if len(subject) != len(partner):
-        raise ValueError(f"a duet needs the same requests on both sides: {len(subject)} vs {len(partner)}")
+        raise ValueError(f"a duet needs the same requests on both sides: {len(subject)} vs "
+                         f"{len(partner)}")
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     block = concurrency if block is None else block
     if block < 1 or block % concurrency:
-        raise ValueError(f"a block must be a positive multiple of the concurrency ({concurrency}), got {block}")
+        raise ValueError(f"a block must be a positive multiple of the concurrency "
+                         f"({concurrency}), got {block}")
     if first not in (None, *SIDES):
         raise ValueError(f"first must be one of {SIDES} or None, got {first!r}")
     start = random.Random(seed).randrange(2) if first is None else SIDES.index(first)
-    # ceil(keys / block) groups, as equal as whole rounds of the concurrency allow (7 keys in blocks
-    # of 3: 2 + 2 + 3, never 3 + 3 + 1, whose last turn would pay a whole swap for one request)
+    # ceil(keys / block) groups, as equal as whole rounds allow (7 keys in blocks of 3: 2 + 2 + 3)
     rounds = math.ceil(len(subject) / concurrency)
     groups = math.ceil(rounds / (block // concurrency))
     bounds = [min(len(subject), concurrency * (g * rounds // groups)) for g in range(groups + 1)]
@@ -101,7 +88,8 @@ def swaps_in(steps: Sequence[Step[T]], *, awake: str | None = None) -> int:
 def alternation_swaps(*, keys: int, block: int, concurrency: int, repeats: int) -> int:
     """The swaps of an alternation window of ``repeats`` passes over ``keys`` requests per side in
     turns of ``block``: each pass starts on the side that is awake (see :func:`plan`)."""
-    steps = plan(range(keys), range(keys), concurrency=concurrency, seed=0, block=block, first="subject")
+    steps = plan(range(keys), range(keys), concurrency=concurrency, seed=0, block=block,
+                 first="subject")
     return repeats * swaps_in(steps, awake="subject")
 
 
@@ -110,12 +98,8 @@ def alternation_block(*, request_s: float, swap_s: float, concurrency: int, keys
     """The block (a multiple of ``concurrency``) of an alternation window over ``keys`` requests per
     side: at least what keeps swaps within ``max_swap_share``, in turns of equal size.
 
-    ABBA by block swaps once per group of two turns; a turn of ``block`` keys at concurrency N
-    takes about ``block / N`` request times, so a group takes 2 (block / N) request_s + swap_s and
-    the share is swap_s / that: block >= N swap_s (1 - share) / (2 share request_s). The keys are
-    cut into as many equal turns as that allows (one at most all of them), never leaving a short
-    last turn that pays a whole swap for a request or two (6 keys with a need of 5: one turn of 6,
-    not 5 and 1)."""
+    A group of two turns takes 2 (block / N) request_s + swap_s, one swap: block >= N swap_s
+    (1 - share) / (2 share request_s). No short last turn pays a whole swap for a request or two."""
     if request_s <= 0:
         raise ValueError(f"a request time must be positive, got {request_s}")
     need = concurrency * swap_s * (1 - max_swap_share) / (2 * max_swap_share * request_s)

@@ -1,10 +1,8 @@
-"""vLLM's Prometheus /metrics text: read it into snapshots, subtract two snapshots
-taken around a measurement window, and derive speculative-decoding acceptance
-and the server-side decode rate for that window.
+"""vLLM's Prometheus /metrics text: read it into snapshots, subtract two snapshots taken around a
+measurement window, and derive speculative-decoding acceptance and the server-side decode rate.
 
-Prometheus counters only ever grow from the server's start, so a single scrape
-says nothing about one benchmark window; everything here that is reported is a
-difference between a scrape taken before the window and one taken after it.
+Counters grow from the server's start, so everything reported is a difference between a scrape
+before the window and one after it.
 """
 
 from __future__ import annotations
@@ -19,10 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specgate.errors import MetricsError
 
-# Counter names as vLLM v1 registers them, without the `_total` suffix: the
-# Prometheus text parser strips `_total` from the family name of a typed counter
-# but keeps it on the sample name, and an untyped line keeps whatever it had, so
-# samples are matched by name with and without the suffix (see _counter_names).
+# Counter names as vLLM v1 registers them, without `_total`: the parser strips it from a typed
+# counter's family name but not from the sample name, so both are matched (_counter_names).
 SPEC_NUM_DRAFTS = "vllm:spec_decode_num_drafts"
 SPEC_NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 SPEC_NUM_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
@@ -33,28 +29,18 @@ PROMPT_TOKENS = "vllm:prompt_tokens"
 SPEC_CORE_COUNTERS = (SPEC_NUM_DRAFTS, SPEC_NUM_DRAFT_TOKENS, SPEC_NUM_ACCEPTED_TOKENS)
 COUNTERS = (*SPEC_CORE_COUNTERS, SPEC_ACCEPTED_PER_POSITION, GENERATION_TOKENS, PROMPT_TOKENS)
 
-# Latency histograms whose totals are kept. Their names changed between vLLM
-# releases (time_per_output_token_seconds became inter_token_latency_seconds,
-# request_time_per_output_token_seconds was added later), so whichever of these
-# a server exposes is kept and the rest are simply absent.
+# Latency histograms whose totals are kept; their names changed between vLLM releases, so
+# whichever a server exposes is kept.
 REQUEST_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
 TIME_PER_OUTPUT_TOKEN = "vllm:time_per_output_token_seconds"
 INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
-HISTOGRAMS = (
-    TIME_PER_OUTPUT_TOKEN,
-    INTER_TOKEN_LATENCY,
-    REQUEST_TIME_PER_OUTPUT_TOKEN,
-    "vllm:time_to_first_token_seconds",
-    "vllm:e2e_request_latency_seconds",
-    "vllm:request_decode_time_seconds",
-    "vllm:request_generation_tokens",
-)
+HISTOGRAMS = (TIME_PER_OUTPUT_TOKEN, INTER_TOKEN_LATENCY, REQUEST_TIME_PER_OUTPUT_TOKEN,
+              "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+              "vllm:request_decode_time_seconds", "vllm:request_generation_tokens")
 
-# Order of preference for the server-side decode rate. The per-request mean
-# (decode time / generated tokens of each request) comes first because it counts
-# every token: the per-iteration histograms observe one value per engine step,
-# and with speculation a step can emit several tokens, which makes the mean
-# step time an overestimate of the time per token.
+# Preference for the server-side decode rate: the per-request mean counts every token; the
+# per-iteration histograms observe one value per engine step, which with speculation can emit
+# several tokens.
 DECODE_RATE_SOURCES = (REQUEST_TIME_PER_OUTPUT_TOKEN, TIME_PER_OUTPUT_TOKEN, INTER_TOKEN_LATENCY)
 
 POSITION_LABEL = "position"
@@ -68,8 +54,7 @@ class SpecDecodeCounters:
     num_drafts: float
     num_draft_tokens: float
     num_accepted_tokens: float
-    # Accepted tokens at draft position 0..k-1; empty for vLLM releases without
-    # the per-position counter.
+    # Accepted tokens at draft position 0..k-1; empty without the per-position counter.
     accepted_per_position: tuple[float, ...]
 
 
@@ -83,12 +68,8 @@ class HistogramTotals:
 
 @dataclass(frozen=True)
 class ServerCounts:
-    """The /metrics series specgate uses: at one scrape (MetricsSnapshot) or over a window (MetricsDelta).
-
-    spec is None when the server runs without speculation (vLLM only registers
-    the spec-decode series when it is on); other absent series are None or left
-    out of `histograms`.
-    """
+    """The /metrics series specgate uses, at one scrape or over a window. spec is None when the
+    server runs without speculation; other absent series are None or left out of `histograms`."""
 
     spec: SpecDecodeCounters | None
     generation_tokens: float | None
@@ -103,10 +84,7 @@ class MetricsSnapshot(ServerCounts):
 
 @dataclass(frozen=True)
 class MetricsDelta(ServerCounts):
-    """What happened on the server between two snapshots (after minus before).
-
-    label names the window in messages, e.g. "mode ngram, class coding".
-    """
+    """What happened on the server between two snapshots; label names the window in messages."""
 
     label: str = field(kw_only=True)
 
@@ -124,8 +102,7 @@ def _counter_names(base: str) -> tuple[str, str]:
 
 
 def _wanted_sample_names() -> dict[str, tuple[str, str]]:
-    """Map every sample name specgate reads to (metric, part): part is "value",
-    "sum" or "count"."""
+    """Map every sample name specgate reads to (metric, part): "value", "sum" or "count"."""
     wanted: dict[str, tuple[str, str]] = {}
     for counter in COUNTERS:
         for sample_name in _counter_names(counter):
@@ -143,11 +120,8 @@ _KEPT_NAMES = frozenset({*_WANTED, *COUNTERS, *HISTOGRAMS})
 
 
 def _wanted_lines(text: str) -> str:
-    """The lines of a scrape that name a series specgate reads (with their HELP and TYPE lines).
-    A vLLM scrape is mostly histogram buckets and series specgate ignores, and the Prometheus parser
-    is pure Python (a recorded scrape took ~27 ms whole). A malformed line of an ignored series is no
-    longer an error; a text in which no line names a wanted series is parsed whole, so that a page
-    that is not Prometheus text still is."""
+    """The lines of a scrape naming a series specgate reads (the pure-Python parser is slow on
+    the rest). A text in which no line names one is parsed whole, so non-Prometheus text fails."""
     kept = [line for line in text.splitlines()
             if (match := _LINE_NAME.match(line)) is not None and match.group(1) in _KEPT_NAMES]
     return "\n".join(kept) + "\n" if kept else text
@@ -167,7 +141,8 @@ def _read_series(text: str, source: str) -> list[_Series]:
         # The parser is a generator: list() forces it so errors surface here.
         families = list(text_string_to_metric_families(_wanted_lines(text)))
     except ValueError as error:  # the only exception the parser raises on bad text
-        raise MetricsError(f"{source}: cannot parse Prometheus text: {error or 'malformed line'}") from error
+        raise MetricsError(f"{source}: cannot parse Prometheus text: "
+                           f"{error or 'malformed line'}") from error
     series: list[_Series] = []
     for family in families:
         for sample in family.samples:
@@ -175,12 +150,10 @@ def _read_series(text: str, source: str) -> list[_Series]:
             if target is None:
                 continue
             value = float(sample.value)
-            # A NaN or negative total would silently poison every delta and
-            # ratio computed from it; it means the scrape is not from vLLM.
+            # A NaN or negative total would poison every delta; the scrape is not from vLLM.
             if math.isnan(value) or value < 0:
-                raise MetricsError(
-                    f"{source}: series {sample.name}{dict(sample.labels)} has invalid value {value!r}"
-                )
+                raise MetricsError(f"{source}: series {sample.name}{dict(sample.labels)} has "
+                                   f"invalid value {value!r}")
             series.append(_Series(target[0], target[1], sample.name, dict(sample.labels), value))
     return series
 
@@ -191,12 +164,10 @@ def _filter_model(series: list[_Series], model_name: str | None, source: str) ->
     kept = [s for s in series if s.labels.get(MODEL_NAME_LABEL) == model_name]
     if not kept:
         seen = sorted({s.labels[MODEL_NAME_LABEL] for s in series if MODEL_NAME_LABEL in s.labels})
-        seen_text = (
-            ", ".join(repr(name) for name in seen) if seen else "none (no series carries a model_name label)"
-        )
-        raise MetricsError(
-            f"{source}: no vLLM series for model_name={model_name!r}; model names seen: {seen_text}"
-        )
+        seen_text = (", ".join(repr(name) for name in seen) if seen
+                     else "none (no series carries a model_name label)")
+        raise MetricsError(f"{source}: no vLLM series for model_name={model_name!r}; "
+                           f"model names seen: {seen_text}")
     return kept
 
 
@@ -213,30 +184,21 @@ def _accepted_per_position(series: list[_Series], source: str) -> tuple[float, .
         except ValueError:
             position = -1
         if position < 0:
-            raise MetricsError(
-                f"{source}: series {s.sample_name}{dict(s.labels)} lacks a non-negative integer "
-                f"'{POSITION_LABEL}' label"
-            )
+            raise MetricsError(f"{source}: series {s.sample_name}{dict(s.labels)} lacks a "
+                               f"non-negative integer '{POSITION_LABEL}' label")
         by_position.setdefault(position, []).append(s)
     positions = sorted(by_position)
-    # vLLM registers one series per draft position 0..k-1 up front; a gap means
-    # the scrape is cut or mixes servers, and the per-position rates would be
-    # attributed to the wrong positions.
+    # vLLM registers positions 0..k-1 up front; a gap means a cut or mixed scrape.
     if positions != list(range(len(positions))):
-        raise MetricsError(
-            f"{source}: {SPEC_ACCEPTED_PER_POSITION} positions are {positions}, "
-            f"expected 0..{len(positions) - 1}"
-        )
+        raise MetricsError(f"{source}: {SPEC_ACCEPTED_PER_POSITION} positions are {positions}, "
+                           f"expected 0..{len(positions) - 1}")
     return tuple(_total(by_position[p]) for p in positions)
 
 
-def parse_metrics(text: str, *, source: str = "/metrics", model_name: str | None = None) -> MetricsSnapshot:
-    """Parse vLLM's /metrics text into a snapshot.
-
-    Series of several label sets (engines, models) are summed; with model_name
-    only series whose `model_name` label equals it are kept. source names the
-    text in error messages (a URL or file).
-    """
+def parse_metrics(text: str, *, source: str = "/metrics",
+                  model_name: str | None = None) -> MetricsSnapshot:
+    """Parse vLLM's /metrics text into a snapshot: series of several label sets summed; with
+    model_name only its series kept. source names the text in error messages."""
     series = _filter_model(_read_series(text, source), model_name, source)
     grouped: dict[tuple[str, str], list[_Series]] = {}
     for s in series:
@@ -254,95 +216,74 @@ def parse_metrics(text: str, *, source: str = "/metrics", model_name: str | None
     else:
         missing = [name for name, value in core.items() if value is None]
         if missing:
-            raise MetricsError(
-                f"{source}: speculative-decoding counters are incomplete, missing {', '.join(missing)}"
-            )
+            raise MetricsError(f"{source}: speculative-decoding counters are incomplete, "
+                               f"missing {', '.join(missing)}")
         spec = SpecDecodeCounters(
             num_drafts=core[SPEC_NUM_DRAFTS] or 0.0,
             num_draft_tokens=core[SPEC_NUM_DRAFT_TOKENS] or 0.0,
             num_accepted_tokens=core[SPEC_NUM_ACCEPTED_TOKENS] or 0.0,
-            accepted_per_position=_accepted_per_position(per_position_series, source),
-        )
+            accepted_per_position=_accepted_per_position(per_position_series, source))
 
     histograms: dict[str, HistogramTotals] = {}
     for name in HISTOGRAMS:
         sums, counts = grouped.get((name, "sum")), grouped.get((name, "count"))
-        # A histogram with only one of the two parts cannot give a mean; skip it
-        # like an absent one rather than guess.
-        if sums and counts:
+        if sums and counts:  # one of the two parts gives no mean: skipped like an absent one
             histograms[name] = HistogramTotals(sum=_total(sums), count=_total(counts))
-
-    return MetricsSnapshot(
-        spec=spec,
-        generation_tokens=counter(GENERATION_TOKENS),
-        histograms=histograms,
-        prompt_tokens=counter(PROMPT_TOKENS),
-    )
+    return MetricsSnapshot(spec=spec, generation_tokens=counter(GENERATION_TOKENS),
+                           histograms=histograms, prompt_tokens=counter(PROMPT_TOKENS))
 
 
 def _counter_delta(name: str, before: float, after: float, label: str) -> float:
     if after < before:
-        raise MetricsError(
-            f"counter {name} went down from {before:g} to {after:g}: "
-            f"the server restarted during the window ({label})"
-        )
+        raise MetricsError(f"counter {name} went down from {before:g} to {after:g}: "
+                           f"the server restarted during the window ({label})")
     return after - before
 
 
-def _optional_delta(name: str, before: float | None, after: float | None, label: str) -> float | None:
+def _optional_delta(name: str, before: float | None, after: float | None,
+                    label: str) -> float | None:
     # An optional counter seen on only one side is left out rather than guessed.
     if before is None or after is None:
         return None
     return _counter_delta(name, before, after, label)
 
 
-def _spec_delta(
-    before: SpecDecodeCounters | None, after: SpecDecodeCounters | None, label: str
-) -> SpecDecodeCounters | None:
+def _spec_delta(before: SpecDecodeCounters | None, after: SpecDecodeCounters | None,
+                label: str) -> SpecDecodeCounters | None:
     if before is None and after is None:
         return None
     if after is None:
         raise MetricsError(
-            "speculative-decoding counters were present before the window but are missing after it: "
-            f"a server without speculation answered the second scrape (restart or wrong server?) ({label})"
-        )
+            "speculative-decoding counters were present before the window but are missing after "
+            "it: a server without speculation answered the second scrape (restart or wrong "
+            f"server?) ({label})")
     if before is None:
         raise MetricsError(
-            "speculative-decoding counters were missing before the window but are present after it: "
-            f"a server with speculation answered only the second scrape (restart or wrong server?) ({label})"
-        )
+            "speculative-decoding counters were missing before the window but are present after "
+            "it: a server with speculation answered only the second scrape (restart or wrong "
+            f"server?) ({label})")
     if len(before.accepted_per_position) != len(after.accepted_per_position):
         raise MetricsError(
-            f"{SPEC_ACCEPTED_PER_POSITION} has {len(before.accepted_per_position)} positions before the "
-            f"window and {len(after.accepted_per_position)} after it: the server was reconfigured during "
-            f"the window ({label})"
-        )
+            f"{SPEC_ACCEPTED_PER_POSITION} has {len(before.accepted_per_position)} positions "
+            f"before the window and {len(after.accepted_per_position)} after it: the server was "
+            f"reconfigured during the window ({label})")
     per_position = tuple(
         _counter_delta(f'{SPEC_ACCEPTED_PER_POSITION}{{position="{i}"}}', b, a, label)
-        for i, (b, a) in enumerate(
-            zip(before.accepted_per_position, after.accepted_per_position, strict=True)
-        )
-    )
+        for i, (b, a) in enumerate(zip(before.accepted_per_position,
+                                       after.accepted_per_position, strict=True)))
     return SpecDecodeCounters(
         num_drafts=_counter_delta(SPEC_NUM_DRAFTS, before.num_drafts, after.num_drafts, label),
-        num_draft_tokens=_counter_delta(
-            SPEC_NUM_DRAFT_TOKENS, before.num_draft_tokens, after.num_draft_tokens, label
-        ),
-        num_accepted_tokens=_counter_delta(
-            SPEC_NUM_ACCEPTED_TOKENS, before.num_accepted_tokens, after.num_accepted_tokens, label
-        ),
-        accepted_per_position=per_position,
-    )
+        num_draft_tokens=_counter_delta(SPEC_NUM_DRAFT_TOKENS, before.num_draft_tokens,
+                                        after.num_draft_tokens, label),
+        num_accepted_tokens=_counter_delta(SPEC_NUM_ACCEPTED_TOKENS, before.num_accepted_tokens,
+                                           after.num_accepted_tokens, label),
+        accepted_per_position=per_position)
 
 
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot, *, label: str) -> MetricsDelta:
-    """after minus before for every counter and histogram total.
-
-    A total that went down means the server restarted inside the window, which
-    makes the difference meaningless, so it raises MetricsError. Histograms and
-    plain counters present on only one side are left out; speculation counters
-    present on only one side raise, because they mean a different server.
-    """
+    """after minus before for every counter and histogram total. A total that went down (a
+    restart inside the window) raises MetricsError; histograms and plain counters on only one
+    side are left out; speculation counters on only one side raise (a different server)."""
     histograms: dict[str, HistogramTotals] = {}
     for name in HISTOGRAMS:
         b, a = before.histograms.get(name), after.histograms.get(name)
@@ -350,17 +291,14 @@ def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot, *, label: str
             continue
         histograms[name] = HistogramTotals(
             sum=_counter_delta(f"{name}_sum", b.sum, a.sum, label),
-            count=_counter_delta(f"{name}_count", b.count, a.count, label),
-        )
+            count=_counter_delta(f"{name}_count", b.count, a.count, label))
     return MetricsDelta(
-        label=label,
-        spec=_spec_delta(before.spec, after.spec, label),
-        generation_tokens=_optional_delta(
-            GENERATION_TOKENS, before.generation_tokens, after.generation_tokens, label
-        ),
+        label=label, spec=_spec_delta(before.spec, after.spec, label),
+        generation_tokens=_optional_delta(GENERATION_TOKENS, before.generation_tokens,
+                                          after.generation_tokens, label),
         histograms=histograms,
-        prompt_tokens=_optional_delta(PROMPT_TOKENS, before.prompt_tokens, after.prompt_tokens, label),
-    )
+        prompt_tokens=_optional_delta(PROMPT_TOKENS, before.prompt_tokens, after.prompt_tokens,
+                                      label))
 
 
 def _require_number(data: Mapping[str, Any], key: str) -> float:
@@ -372,11 +310,8 @@ def _require_number(data: Mapping[str, Any], key: str) -> float:
 
 @dataclass(frozen=True)
 class AcceptanceStats:
-    """Speculative-decoding acceptance over one window.
-
-    All ratios are per draft (a draft is one speculation step proposing up to k
-    tokens), matching how vLLM reports mean acceptance length.
-    """
+    """Speculative-decoding acceptance over one window; ratios are per draft (one speculation
+    step proposing up to k tokens), as vLLM reports mean acceptance length."""
 
     drafts: float
     draft_tokens: float
@@ -385,23 +320,19 @@ class AcceptanceStats:
 
     def __post_init__(self) -> None:
         # Normalise lists (e.g. from JSON) so the frozen instance stays hashable.
-        object.__setattr__(self, "accepted_per_position", tuple(float(x) for x in self.accepted_per_position))
+        object.__setattr__(self, "accepted_per_position",
+                           tuple(float(x) for x in self.accepted_per_position))
         for name in ("drafts", "draft_tokens", "accepted_tokens"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
-                raise ValueError(
-                    f"acceptance stats: {name} must be a finite non-negative number, got {value!r}"
-                )
+                raise ValueError(f"acceptance stats: {name} must be a finite non-negative "
+                                 f"number, got {value!r}")
         if any(not math.isfinite(x) or x < 0 for x in self.accepted_per_position):
-            raise ValueError(
-                f"acceptance stats: accepted_per_position has invalid values {self.accepted_per_position}"
-            )
-        # Every ratio below divides by one of these; zero means nothing to report.
-        if self.drafts == 0 or self.draft_tokens == 0:
-            raise ValueError(
-                "acceptance stats need drafts > 0 and draft_tokens > 0, "
-                f"got {self.drafts:g} and {self.draft_tokens:g}"
-            )
+            raise ValueError("acceptance stats: accepted_per_position has invalid values "
+                             f"{self.accepted_per_position}")
+        if self.drafts == 0 or self.draft_tokens == 0:  # every ratio divides by one of these
+            raise ValueError("acceptance stats need drafts > 0 and draft_tokens > 0, "
+                             f"got {self.drafts:g} and {self.draft_tokens:g}")
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -420,11 +351,8 @@ class AcceptanceStats:
 
     @property
     def conditional_rates(self) -> tuple[float | None, ...]:
-        """Acceptance at position i given position i-1 was accepted (r_0, r_1/r_0, ...).
-
-        None where the previous position was never accepted, so the condition
-        never occurred.
-        """
+        """Acceptance at position i given position i-1 was accepted (r_0, r_1/r_0, ...); None
+        where the previous position was never accepted."""
         rates = self.per_position_rates
         conditional: list[float | None] = []
         for i, rate in enumerate(rates):
@@ -440,25 +368,22 @@ class AcceptanceStats:
         return len(self.accepted_per_position)
 
     @classmethod
-    def from_delta(cls, delta: MetricsDelta, *, drafts_expected: bool = True) -> AcceptanceStats | None:
-        """Acceptance for the window, or None when the server runs without speculation, or made no draft
-        where none need be (``drafts_expected`` False: a schedule with k = 0 at some batch sizes)."""
+    def from_delta(cls, delta: MetricsDelta, *,
+                   drafts_expected: bool = True) -> AcceptanceStats | None:
+        """Acceptance for the window, or None without speculation, or with no draft where none
+        need be (``drafts_expected`` False: a schedule with k = 0 at some batch sizes)."""
         spec = delta.spec
         if spec is None or (spec.num_drafts == 0 and not drafts_expected):
             return None
         if spec.num_drafts == 0:
-            raise MetricsError(f"speculation is on but no drafts were made in the window ({delta.label})")
+            raise MetricsError("speculation is on but no drafts were made in the window "
+                               f"({delta.label})")
         if spec.num_draft_tokens == 0:
-            raise MetricsError(
-                f"{spec.num_drafts:g} drafts but no draft tokens counted in the window: "
-                f"inconsistent counters ({delta.label})"
-            )
-        return cls(
-            drafts=spec.num_drafts,
-            draft_tokens=spec.num_draft_tokens,
-            accepted_tokens=spec.num_accepted_tokens,
-            accepted_per_position=spec.accepted_per_position,
-        )
+            raise MetricsError(f"{spec.num_drafts:g} drafts but no draft tokens counted in the "
+                               f"window: inconsistent counters ({delta.label})")
+        return cls(drafts=spec.num_drafts, draft_tokens=spec.num_draft_tokens,
+                   accepted_tokens=spec.num_accepted_tokens,
+                   accepted_per_position=spec.accepted_per_position)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict: the raw counts plus the derived figures for readers of the file."""
@@ -475,32 +400,25 @@ class AcceptanceStats:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AcceptanceStats:
-        """Inverse of to_dict. Derived figures are recomputed, not trusted.
-
-        Raises ValueError naming the bad key; callers that know the file wrap it.
-        """
+        """Inverse of to_dict (derived figures recomputed); ValueError names the bad key."""
         per_position = data.get("accepted_per_position", [])
         if not isinstance(per_position, (list, tuple)):
-            raise ValueError(
-                f"acceptance stats: 'accepted_per_position' must be a list, got {per_position!r}"
-            )
+            raise ValueError("acceptance stats: 'accepted_per_position' must be a list, "
+                             f"got {per_position!r}")
         for value in per_position:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(
-                    f"acceptance stats: 'accepted_per_position' must hold numbers, got {value!r}"
-                )
-        return cls(
-            drafts=_require_number(data, "drafts"),
-            draft_tokens=_require_number(data, "draft_tokens"),
-            accepted_tokens=_require_number(data, "accepted_tokens"),
-            accepted_per_position=tuple(float(v) for v in per_position),
-        )
+                raise ValueError("acceptance stats: 'accepted_per_position' must hold numbers, "
+                                 f"got {value!r}")
+        return cls(drafts=_require_number(data, "drafts"),
+                   draft_tokens=_require_number(data, "draft_tokens"),
+                   accepted_tokens=_require_number(data, "accepted_tokens"),
+                   accepted_per_position=tuple(float(v) for v in per_position))
 
 
 def server_decode_steps(delta: MetricsDelta) -> float | None:
-    """The decode steps vLLM took for the window's requests: its inter-token latency histogram (the time
-    per output token's older name) observes once per request per engine step after the first token,
-    however many tokens the step emitted; None where neither has observations."""
+    """The decode steps vLLM took for the window's requests: its inter-token latency histogram
+    (or the older name) observes once per request per engine step after the first token; None
+    where neither has observations."""
     for name in (INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN):
         totals = delta.histograms.get(name)
         if totals is not None and totals.count > 0:
@@ -509,11 +427,8 @@ def server_decode_steps(delta: MetricsDelta) -> float | None:
 
 
 def server_decode_tokens_per_s(delta: MetricsDelta) -> DecodeRate | None:
-    """Server-side decode rate of the window: 1 / mean time per output token.
-
-    Uses the first of DECODE_RATE_SOURCES that has observations in the window
-    (see there for why that order); None when none has.
-    """
+    """Server-side decode rate of the window (1 / mean time per output token) from the first of
+    DECODE_RATE_SOURCES with observations; None when none has."""
     for name in DECODE_RATE_SOURCES:
         totals = delta.histograms.get(name)
         if totals is None or totals.count <= 0 or totals.sum <= 0:

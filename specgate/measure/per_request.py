@@ -1,15 +1,10 @@
-"""Each request's acceptance, two ways: vLLM's own count (``--per-request-spec-decode-metrics``,
-vLLM 0.32: ``metrics.speculative_decoding`` on the stream's usage chunk, kept as
-``RequestRecord.spec_decode``) and what the stream shows (each engine step sends one chunk: one
-verified token plus the draft tokens it accepted). vLLM's count is exact; the stream's is read by
-the client and can be off: a request cut at max_tokens drops up to one draft of accepted tokens from
-its output (vLLM counted them), and a client or API server that falls behind merges two steps into
-one chunk (seen on 2 vCPUs at concurrency 4: 5 more accepted tokens than vLLM counted, on requests
-where vLLM had scheduled no draft at all).
+"""Each request's acceptance, two ways: vLLM's exact count (``--per-request-spec-decode-metrics``,
+kept as ``RequestRecord.spec_decode``) and what the stream shows (one chunk per engine step: one
+verified token plus the accepted draft tokens). The stream's can be off: a request cut at max_tokens
+drops up to one draft, and a client that falls behind merges two steps into one chunk.
 
-The two count different steps: vLLM's ``num_spec_steps`` are the verify steps that carried a draft;
-the stream's steps are every decode step (an n-gram without a match drafts nothing). The accepted
-tokens are the same quantity, and :func:`agreement` compares those."""
+vLLM's ``num_spec_steps`` count the steps that carried a draft, the stream's every decode step;
+the accepted tokens are the same quantity, and :func:`agreement` compares those."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
-"""The measurement protocol: one prompt class, at one concurrency, on one server or on two
-at once (a duet).
+"""The measurement protocol: one prompt class, at one concurrency, on one server or on two at
+once (a duet).
 
-A window is: warm-up (once per server), a ``/metrics`` snapshot, every prompt of the class
+A window: warm-up (once per server), a ``/metrics`` snapshot, every prompt of the class
 ``repeats`` times through the streaming client, a second snapshot. Throughput comes from the
 per-request records; acceptance from the counter deltas of the same window.
 
-A duet window does the same on two live servers (the subject and its partner: the no-speculation
-reference, or the same mode on the reference side of an A/B), alternating requests between them
-in the balanced order of :mod:`specgate.measure.duet`; each side's counters only count its own requests.
-An alternation window is a duet window whose two servers take turns on the same GPUs (vLLM sleep
-mode, :mod:`specgate.serve.sleep`): the turns are blocks of requests and the servers swap between turns.
+A duet window alternates requests between two live servers (the subject and its partner) in the
+balanced order of :mod:`specgate.measure.duet`. An alternation window is a duet window whose two
+servers take turns on the same GPUs (:mod:`specgate.serve.sleep`), swapping between turns.
 """
 
 from __future__ import annotations
@@ -50,8 +48,8 @@ class Server(Protocol):
 
 @dataclass(frozen=True)
 class Duet:
-    """The two live servers of a duet window and the modes they serve: the subject, and its partner
-    (the no-speculation reference, or, with ``ab``, the same mode on the A/B's reference side)."""
+    """The two live servers of a duet window and their modes: the subject, and its partner (the
+    no-speculation reference, or, with ``ab``, the same mode on the A/B's reference side)."""
 
     subject: Server
     partner: Server
@@ -74,27 +72,23 @@ class ClassMeasurement:
     server_metric_source: str | None
     wall_s: float
     extra: dict[str, Any] = field(default_factory=dict)
-    # How the window was taken: "solo" (this server alone), "duet" (alternated with ``partner``,
-    # the window of the other server taken in the same loop; its own ``partner`` is None) or
-    # "alternation" (a duet whose servers took turns on the same GPUs: extra["alternation"]).
+    # "solo", "duet" (alternated with ``partner``, whose own ``partner`` is None) or
+    # "alternation" (a duet taking turns on the same GPUs: extra["alternation"]).
     arrangement: str = "solo"
-    # The window's role in its duet: "subject" (the mode under test) or "partner" (the server it was
-    # alternated with). ``ab_side``: in an A/B, "candidate" (the subject) or "reference" (its partner).
+    # "subject" (the mode under test) or "partner"; ``ab_side``: "candidate" or "reference".
     role: str = "subject"
     ab_side: str | None = None
     partner: ClassMeasurement | None = None
-    # Duet: one entry per group (the ABBA order's two steps on the same request keys): {"group", "first",
-    # "started_s"} (seconds from window start).
+    # Duet: per group (the ABBA order's two steps): {"group", "first", "started_s"}.
     groups: list[dict[str, Any]] = field(default_factory=list)
-    # A duet window that may get follow-up rounds (Protocol.follow_up_repeats) is looked at twice:
-    # the share of its final pairs the first look sees (the gates then use repeated intervals,
-    # specgate.decide.paired.repeated_coverage); None: one look. ``follow_up``: why it got them, or None;
-    # ``follow_up_skipped``: why a window that wanted them did not get them (the session's time budget).
+    # A window that may get follow-up rounds is looked at twice: the share of its final pairs the
+    # first look sees (specgate.decide.paired.repeated_coverage); None: one look. ``follow_up``:
+    # why it got them; ``follow_up_skipped``: why it did not (the session's time budget).
     first_look_share: float | None = None
     follow_up: str | None = None
     follow_up_skipped: str | None = None
-    # vLLM's decode steps for this window's requests (specgate.measure.metrics.server_decode_steps): what
-    # the streams' steps are checked against (specgate.decide.gates.stream_count_mismatch); None: not exported
+    # vLLM's decode steps for the window's requests (specgate.measure.metrics.server_decode_steps),
+    # checked against the streams' (specgate.decide.gates.stream_count_mismatch); None: not exported
     server_decode_steps: float | None = None
 
     @property
@@ -104,7 +98,7 @@ class ClassMeasurement:
 
     @property
     def sample_keys(self) -> list[str]:
-        """One key per request (prompt id and repeat), so two runs can be paired request by request."""
+        """One key per request (prompt id and repeat), so two runs pair request by request."""
         return [r.request_id.split("/", 2)[-1] for r in self.records]
 
     @property
@@ -119,26 +113,28 @@ class ClassMeasurement:
 
     @property
     def untimed(self) -> dict[str, str]:
-        """Requests without a decode rate, by key, with why (they drop out of the throughput gates)."""
+        """Requests without a decode rate, by key, with why (they drop out of the speed gates)."""
         return {key: r.no_decode_rate_reason for key, r in zip(self.sample_keys, self.records)
                 if r.decode_tokens_per_s is None}
 
     @property
     def client_decode_tokens_per_s(self) -> float | None:
-        """1 / mean time per output token over the window's requests: the client-side counterpart
-        of ``server_decode_tokens_per_s`` (:func:`client_decode_rate`)."""
+        """The client's counterpart of ``server_decode_tokens_per_s`` (see client_decode_rate)."""
         return client_decode_rate(r.tpot_s for r in self.records)
 
     @property
     def aggregate_tokens_per_s(self) -> float:
-        """All generated tokens over the window's wall time: the figure that matters at concurrency > 1."""
-        return sum(r.completion_tokens for r in self.records) / self.wall_s if self.wall_s > 0 else 0.0
+        """All generated tokens over the window's wall time (what matters at concurrency > 1)."""
+        if self.wall_s <= 0:
+            return 0.0
+        return sum(r.completion_tokens for r in self.records) / self.wall_s
 
     @property
     def outputs(self) -> dict[str, str]:
         return {key: r.text for key, r in zip(self.sample_keys, self.records)}
 
     def to_dict(self) -> dict[str, Any]:
+        steps = self.server_decode_steps
         return {
             "rig": self.rig, "mode": self.mode, "prompt_class": self.prompt_class,
             "concurrency": self.concurrency, "wall_s": self.wall_s,
@@ -152,49 +148,49 @@ class ClassMeasurement:
             "groups": list(self.groups),
             "first_look_share": self.first_look_share, "follow_up": self.follow_up,
             **({"follow_up_skipped": self.follow_up_skipped} if self.follow_up_skipped else {}),
-            **({"server_decode_steps": self.server_decode_steps} if self.server_decode_steps is not None else {}),
+            **({"server_decode_steps": steps} if steps is not None else {}),
             **self.extra,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClassMeasurement:
+        # Older reports: "design" for "arrangement", "pairs" for "groups", and "side"
+        # ("reference" for an A/B's reference side, nothing for its candidate).
+        side = data.get("side")
         return cls(
             rig=data["rig"], mode=data["mode"], prompt_class=data["prompt_class"],
             concurrency=data["concurrency"], wall_s=data["wall_s"],
             records=[RequestRecord.from_dict(r) for r in data["records"]],
-            acceptance=AcceptanceStats.from_dict(data["acceptance"]) if data.get("acceptance") else None,
+            acceptance=(AcceptanceStats.from_dict(data["acceptance"])
+                        if data.get("acceptance") else None),
             server_decode_tokens_per_s=data.get("server_decode_tokens_per_s"),
             server_metric_source=data.get("server_metric_source"),
             server_decode_steps=data.get("server_decode_steps"),
-            # "design": the arrangement's key in reports before 2026-12-05
             arrangement=data.get("arrangement", data.get("design", "solo")),
-            role=data.get("role", "partner" if data.get("side") in ("partner", "reference") else "subject"),
-            # "side" in reports before 2026-12-05: "reference" for an A/B's reference side, nothing for its candidate
+            role=data.get("role", "partner" if side in ("partner", "reference") else "subject"),
             ab_side=data["ab_side"] if "ab_side" in data else (
-                "reference" if data.get("side") == "reference" else
+                "reference" if side == "reference" else
                 "candidate" if (data.get("partner") or {}).get("side") == "reference" else None),
             partner=cls.from_dict(data["partner"]) if data.get("partner") else None,
-            groups=list(data.get("groups", data.get("pairs", []))),  # "pairs" before 2026-12-05
+            groups=list(data.get("groups", data.get("pairs", []))),
             first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
             follow_up_skipped=data.get("follow_up_skipped"),
-            extra={key: data[key] for key in ("telemetry", "alternation", "start_order") if data.get(key)},
+            extra={key: data[key] for key in ("telemetry", "alternation", "start_order")
+                   if data.get(key)},
         )
 
 
 def drafts_expected(mode: Mode) -> bool:
     """Whether every window of ``mode`` makes drafts: not where its speculation schedule
-    (num_speculative_tokens_per_batch_size, specgate.advise.schedule) has k = 0 at some batch sizes."""
+    (specgate.advise.schedule) has k = 0 at some batch sizes."""
     ranges = (mode.speculative_config or {}).get("num_speculative_tokens_per_batch_size") or []
     return not any(isinstance(r, (list, tuple)) and len(r) == 3 and r[2] == 0 for r in ranges)
 
 
 def client_decode_rate(tpots: Iterable[float | None]) -> float | None:
-    """1 / mean time per output token over a window's requests (None where a request has none):
-    the client-side counterpart of the server's figure (vLLM observes one mean TPOT per finished
-    request in ``request_time_per_output_token``; the server rate is count / sum of that
-    histogram). The arithmetic mean of per-request tok/s would overweight fast requests
-    (speculation makes them vary a lot) and differ from the server's figure by tens of % on a
-    correct run."""
+    """1 / mean time per output token over a window's requests: the client-side counterpart of
+    the server's figure (count / sum of vLLM's per-request TPOT histogram). A mean of per-request
+    tok/s would overweight fast requests and differ from the server's by tens of %."""
     known = [t for t in tpots if t]
     return 1 / statistics.fmean(known) if known else None
 
@@ -222,7 +218,8 @@ class WindowProgress:
     """The per-request progress callback of a window: one line at the window's end, or every
     PROGRESS_EVERY_S while it runs."""
 
-    def __init__(self, progress: Callable[[str], None], label: str, total: int, *, name_mode: bool = False) -> None:
+    def __init__(self, progress: Callable[[str], None], label: str, total: int, *,
+                 name_mode: bool = False) -> None:
         self.progress, self.label, self.total, self.name_mode = progress, label, total, name_mode
         self.done = 0
         self.started = self.last_line = time.monotonic()
@@ -239,12 +236,13 @@ class WindowProgress:
         self.last_line = now
         tps = record.decode_tokens_per_s
         who = f"{record.mode} " if self.name_mode else ""
-        self.progress(f"{self.label}: {self.done}/{self.total} requests, {now - self.started:.0f}s elapsed"
+        self.progress(f"{self.label}: {self.done}/{self.total} requests, "
+                      f"{now - self.started:.0f}s elapsed"
                       + (f", last {who}{tps:.1f} tok/s" if tps else ""))
 
 
-# Runs ``round_fn`` ``rounds`` times. The default is a plain loop; the plugin passes
-# pytest-benchmark's pedantic runner so every round is also a benchmark round.
+# Runs ``round_fn`` ``rounds`` times: a plain loop, or (from the plugin) pytest-benchmark's
+# pedantic runner so every round is also a benchmark round.
 RoundRunner = Callable[[Callable[[], None], int], None]
 
 
@@ -254,12 +252,7 @@ def loop_rounds(round_fn: Callable[[], None], rounds: int) -> None:
 
 
 class Measurer:
-    """Runs measurement windows; remembers which servers are already warm.
-
-    A window: warm-up (once per server), a ``/metrics`` snapshot, ``repeats`` rounds of every
-    prompt of the class, a second snapshot. Acceptance comes from the counter deltas of the
-    whole window; throughput from the per-request records.
-    """
+    """Runs measurement windows (see the module's doc); remembers which servers are warm."""
 
     def __init__(self, rig: Rig, *, progress: Callable[[str], None] | None = None,
                  telemetry: Callable[[list[Any]], Any] | None = None,
@@ -267,14 +260,11 @@ class Measurer:
                  deadline: float | None = None) -> None:
         self.rig = rig
         self.progress = progress or (lambda line: None)
-        # Duets with Protocol.follow_up_repeats: asked after the planned rounds (with the window so
-        # far) whether a gate is left undecided; its reason, or None to stop there.
+        # Asked after a duet's planned rounds whether a gate is left undecided: why, or None.
         self.follow_up = follow_up
-        # time.monotonic() by which follow-up rounds must end (--specgate-session-budget); None: no bound. A
-        # follow-up is expected to take its rounds at the first look's pace.
+        # time.monotonic() by which follow-up rounds must end (--specgate-session-budget).
         self.deadline = deadline
-        # Makes a specgate.measure.telemetry.Telemetry sampler per window from the window's servers (None:
-        # no telemetry recorded).
+        # Makes a telemetry sampler per window from its servers (None: no telemetry).
         self.telemetry = telemetry
         # Servers already warmed up, keyed on the object itself (an id() can be reused).
         self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -293,13 +283,15 @@ class Measurer:
     def _client(self, server: Server) -> StreamingClient:
         protocol = self.rig.protocol
         # A stand-in server (the fast tier's) carries its own httpx transport; a real one has none.
-        return StreamingClient(server.base_url, api_key=server.api_key, read_timeout=protocol.read_timeout_s,
+        return StreamingClient(server.base_url, api_key=server.api_key,
+                               read_timeout=protocol.read_timeout_s,
                                request_deadline=protocol.request_timeout_s,
                                transport=getattr(server, "transport", None))
 
     async def _metrics(self, server: Server):
         async with self._client(server) as client:
-            return parse_metrics(await client.get_text("/metrics"), source=f"{server.base_url}/metrics")
+            return parse_metrics(await client.get_text("/metrics"),
+                                 source=f"{server.base_url}/metrics")
 
     async def _run(self, server: Server, requests: list[GenerationRequest], concurrency: int,
                    on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
@@ -313,29 +305,31 @@ class Measurer:
         protocol = self.rig.protocol
         if not self._needs_warm_up(server):
             return
-        warmup = build_requests(self.rig, mode, prompt_class, tag="warmup-")[: protocol.warmup_requests]
+        warmup = build_requests(self.rig, mode, prompt_class,
+                                tag="warmup-")[: protocol.warmup_requests]
         self.progress(f"{label}: {len(warmup)} warm-up request(s) on {server.label}")
         got = asyncio.run(self._run(server, warmup, 1))
         self._note_request_time(server, got)
         self._warm.add(server)
 
     def _note_request_time(self, server: Server, records: list[RequestRecord]) -> None:
-        """Remember how long a request takes on ``server`` (an alternation's block is sized from it)."""
+        """Remember how long a request takes on ``server`` (to size an alternation's block)."""
         times = [r.finished_at - r.started_at for r in records if r.finished_at and r.started_at]
         if times:
             self._request_s[server] = statistics.median(times)
 
-    def _alternation_block(self, servers: Iterable[Server], sleeper: Any, concurrency: int, keys: int) -> int:
-        """The block of an alternation window: the protocol's, else duet.alternation_block's (swaps
-        within duet.MAX_SWAP_SHARE of the window, turns of equal size) at the request time seen so far."""
+    def _alternation_block(self, servers: Iterable[Server], sleeper: Any, concurrency: int,
+                           keys: int) -> int:
+        """The block of an alternation window: the protocol's, else duet.alternation_block's at the
+        request time seen so far."""
         protocol = self.rig.protocol
-        if protocol.alternation_block is not None:  # a multiple of every concurrency (config.Protocol)
+        if protocol.alternation_block is not None:  # a multiple of every concurrency
             return protocol.alternation_block
         known = [self._request_s[s] for s in servers if s in self._request_s]
         # Unknown (no warm-up): a request at 100 tok/s, a guess the next windows replace.
         request_s = max(known) if known else protocol.max_tokens / 100
-        return alternation_block(request_s=request_s, swap_s=sleeper.typical_swap_s(), concurrency=concurrency,
-                                 keys=keys)
+        return alternation_block(request_s=request_s, swap_s=sleeper.typical_swap_s(),
+                                 concurrency=concurrency, keys=keys)
 
     def _measure(self, server: Server, mode: Mode, prompt_class: PromptClass, concurrency: int,
                  label: str, run_rounds: RoundRunner) -> ClassMeasurement:
@@ -358,8 +352,9 @@ class Measurer:
         delta = metrics_delta(before, after, label=label)
         server_rate = server_decode_tokens_per_s(delta)
         return _with_telemetry(sampler, ClassMeasurement(
-            rig=self.rig.name, mode=mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
-            records=records, acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(mode)),
+            rig=self.rig.name, mode=mode.name, prompt_class=prompt_class.name,
+            concurrency=concurrency, records=records,
+            acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(mode)),
             server_decode_tokens_per_s=server_rate.value if server_rate else None,
             server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
             server_decode_steps=server_decode_steps(delta),
@@ -370,14 +365,12 @@ class Measurer:
 
         return self.telemetry(servers) if self.telemetry is not None else contextlib.nullcontext()
 
-    # -- the duet -------------------------------------------------------------------------------
     def measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, *,
-                     run_rounds: RoundRunner = loop_rounds, sleeper: Any = None) -> ClassMeasurement:
-        """One window on the two live servers of ``duet``, requests alternated (see
-        :mod:`specgate.measure.duet`). Returns the subject's window with the partner's in ``partner``; request
-        keys match side to side. ``sleeper``: a specgate.serve.sleep.SleepController when the two take turns on
-        the same GPUs (an alternation): turns of several requests, a swap before each turn on the other
-        side."""
+                     run_rounds: RoundRunner = loop_rounds,
+                     sleeper: Any = None) -> ClassMeasurement:
+        """One window on the two live servers of ``duet``, requests alternated: the subject's
+        window with the partner's in ``partner``. ``sleeper``: a specgate.serve.sleep
+        SleepController when the two take turns on the same GPUs (an alternation)."""
         subject, partner = duet.subject, duet.partner
         partner_role = "reference side" if duet.ab else "partner"
         label = (f"mode {duet.mode.name} vs {duet.partner_mode.name} ({partner_role}), class "
@@ -393,10 +386,9 @@ class Measurer:
 
     @staticmethod
     def _before_window(sleeper: Any, subject: Server, partner: Server) -> dict[str, Any] | None:
-        """An alternation's swap before its window (outside the window's swaps), where the window
-        would otherwise begin with a server's first sleep: the awake server has not slept yet (just
-        started; its weights are copied to host memory, ~20 s for a 15B model), or it is neither of the
-        window's two. Every measured turn then runs on a server woken from sleep. Returns the swap."""
+        """An alternation's swap before its window, where the window would otherwise begin with a
+        server's first sleep (the awake server never slept, or is neither of the window's two), so
+        every measured turn runs on a server woken from sleep. Returns the swap."""
         awake = sleeper.awake
         if awake is subject or awake is partner:
             if sleeper.has_slept(awake):
@@ -404,9 +396,10 @@ class Measurer:
             return asyncio.run(sleeper.activate(partner if awake is subject else subject))
         return asyncio.run(sleeper.activate(partner))
 
-    def _warm_up_duet(self, duet: Duet, prompt_class: PromptClass, label: str, sleeper: Any) -> list[dict[str, Any]]:
-        """Warm both servers up (the awake one first in an alternation: a swap only for the other's
-        first warm-up); returns an alternation's swaps before the window, each with its reason."""
+    def _warm_up_duet(self, duet: Duet, prompt_class: PromptClass, label: str,
+                      sleeper: Any) -> list[dict[str, Any]]:
+        """Warm both servers up (the awake one first in an alternation); returns an alternation's
+        swaps before the window, each with its reason."""
         sides = [(duet.subject, duet.mode), (duet.partner, duet.partner_mode)]
         if sleeper is not None and sleeper.awake is duet.partner:
             sides.reverse()
@@ -417,8 +410,10 @@ class Measurer:
                 if swap is not None:
                     before_window.append({**swap, "for": f"{server.label}'s warm-up"})
             self._warm_up(server, server_mode, prompt_class, label)
-        if sleeper is not None and (swap := self._before_window(sleeper, duet.subject, duet.partner)) is not None:
-            before_window.append({**swap, "for": "the window's first turn"})
+        if sleeper is not None:
+            swap = self._before_window(sleeper, duet.subject, duet.partner)
+            if swap is not None:
+                before_window.append({**swap, "for": "the window's first turn"})
         return before_window
 
     def _measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, label: str,
@@ -436,14 +431,18 @@ class Measurer:
             run_rounds(window.one_round, protocol.repeats)
             if extra and self.follow_up is not None:
                 wall_s = time.monotonic() - started
-                if (reason := self.follow_up(window.assemble(window.snapshot(), wall_s, None))) is not None:
-                    if (skipped := self._over_budget(extra * wall_s / protocol.repeats, extra)) is not None:
-                        self.progress(f"{label}: follow-up skipped: {skipped} (it was for: {reason})")
+                reason = self.follow_up(window.assemble(window.snapshot(), wall_s, None))
+                if reason is not None:
+                    skipped = self._over_budget(extra * wall_s / protocol.repeats, extra)
+                    if skipped is not None:
+                        self.progress(f"{label}: follow-up skipped: {skipped} "
+                                      f"(it was for: {reason})")
                         reason = None
                     else:
                         window.on_done.total += 2 * extra * len(prompt_class.prompts)
                         self.progress(f"{label}: {extra} follow-up round(s): {reason}")
-                        loop_rounds(window.one_round, extra)  # pytest-benchmark's rounds are the planned ones
+                        # pytest-benchmark's rounds are the planned ones
+                        loop_rounds(window.one_round, extra)
         result = window.assemble(window.snapshot(), time.monotonic() - started, sampler)
         for side in ("subject", "partner"):
             self._note_request_time(window.servers[side], window.records[side])
@@ -452,62 +451,72 @@ class Measurer:
         return result
 
     def _over_budget(self, expected_s: float, rounds: int) -> str | None:
-        """Why a follow-up of ``rounds`` rounds, expected to take ``expected_s``, does not fit before
-        the deadline (--specgate-session-budget), or None when it fits or nothing bounds it."""
+        """Why a follow-up of ``rounds`` rounds, expected to take ``expected_s``, does not fit
+        before the deadline (--specgate-session-budget), or None."""
         if self.deadline is None:
             return None
         left = self.deadline - time.monotonic()
         if expected_s <= left:
             return None
-        return (f"its {rounds} round(s) would take ~{format_elapsed(expected_s)} at this window's pace and "
-                f"the session's time budget (--specgate-session-budget) has {format_elapsed(max(0.0, left))} left")
+        return (f"its {rounds} round(s) would take ~{format_elapsed(expected_s)} at this window's "
+                "pace and the session's time budget (--specgate-session-budget) has "
+                f"{format_elapsed(max(0.0, left))} left")
 
 
 class _DuetWindow:
-    """One duet window being taken: its two servers, each side's answered requests, the groups of
-    the balanced order and an alternation's swaps. ``one_round`` takes a pass over the class's prompts
-    on both sides; ``assemble`` makes the two sides' measurements from a ``/metrics`` snapshot."""
+    """One duet window being taken: its servers, each side's records, the groups of the balanced
+    order and an alternation's swaps. ``one_round`` takes a pass over the class's prompts on both
+    sides; ``assemble`` makes the two sides' measurements from a ``/metrics`` snapshot."""
 
-    def __init__(self, measurer: Measurer, duet: Duet, prompt_class: PromptClass, concurrency: int, label: str,
-                 sleeper: Any, before_window: list[dict[str, Any]]) -> None:
-        self.measurer, self.duet, self.prompt_class, self.concurrency = measurer, duet, prompt_class, concurrency
-        self.label, self.sleeper, self.before_window = label, sleeper, before_window
+    def __init__(self, measurer: Measurer, duet: Duet, prompt_class: PromptClass,
+                 concurrency: int, label: str, sleeper: Any,
+                 before_window: list[dict[str, Any]]) -> None:
+        self.measurer, self.duet, self.prompt_class = measurer, duet, prompt_class
+        self.concurrency, self.label, self.sleeper = concurrency, label, sleeper
+        self.before_window = before_window
         self.servers = {"subject": duet.subject, "partner": duet.partner}
         self.records: dict[str, list[RequestRecord]] = {"subject": [], "partner": []}
         self.groups: list[dict[str, Any]] = []
         self.swaps: list[dict[str, Any]] = []
         self.before: dict[str, Any] = {}  # the /metrics snapshot before the window, per side
-        self.share: float | None = None  # the first look's share of the rounds (follow-up rounds planned)
+        self.share: float | None = None  # the first look's share of the rounds
         protocol = measurer.rig.protocol
-        self.on_done = WindowProgress(measurer.progress, label, 2 * protocol.repeats * len(prompt_class.prompts),
+        keys = len(prompt_class.prompts)
+        self.on_done = WindowProgress(measurer.progress, label, 2 * protocol.repeats * keys,
                                       name_mode=True)
-        self.block = (measurer._alternation_block(self.servers.values(), sleeper, concurrency,
-                                                  len(prompt_class.prompts)) if sleeper is not None else None)
+        self.block = (measurer._alternation_block(self.servers.values(), sleeper, concurrency, keys)
+                      if sleeper is not None else None)
         if self.block is not None:
-            measurer.progress(f"{label}: alternation in turns of up to {self.block} request(s) per side "
-                              f"(a swap ~{sleeper.typical_swap_s():.1f}s)")
+            measurer.progress(f"{label}: alternation in turns of up to {self.block} request(s) "
+                              f"per side (a swap ~{sleeper.typical_swap_s():.1f}s)")
 
     def snapshot(self) -> dict[str, Any]:
-        return {side: asyncio.run(self.measurer._metrics(server)) for side, server in self.servers.items()}
+        return {side: asyncio.run(self.measurer._metrics(server))
+                for side, server in self.servers.items()}
 
     def one_round(self) -> None:
         asyncio.run(self._round(len(self.records["subject"]) // len(self.prompt_class.prompts)))
 
+    def _at_s(self) -> float:
+        return round(time.monotonic() - self.on_done.started, 3)
+
     async def _swap_to(self, side: str) -> None:
         """An alternation's swap before a turn, outside every request's timing. No warm-up after
-        a wake: the first request after one was 0.3-2 % slower than the rest of its turn, which
-        moved a window's ratio by at most 0.2 % (docs/alternation.md)."""
+        a wake: it moved a window's ratio by at most 0.2 % (docs/alternation.md)."""
         swap = await self.sleeper.activate(self.servers[side])
         if swap is not None:
-            self.swaps.append({**swap, "side": side, "at_s": round(time.monotonic() - self.on_done.started, 3)})
+            self.swaps.append({**swap, "side": side, "at_s": self._at_s()})
 
     async def _round(self, repeat: int) -> None:
-        measurer, duet, sleeper, protocol = self.measurer, self.duet, self.sleeper, self.measurer.rig.protocol
+        measurer, duet, sleeper = self.measurer, self.duet, self.sleeper
+        protocol = measurer.rig.protocol
         awake = None if sleeper is None else next(
             (side for side, server in self.servers.items() if server is sleeper.awake), None)
         steps = plan(build_requests(measurer.rig, duet.mode, self.prompt_class, repeat=repeat),
-                     build_requests(measurer.rig, duet.partner_mode, self.prompt_class, repeat=repeat),
-                     concurrency=self.concurrency, seed=(protocol.seed or 0) + repeat, block=self.block, first=awake)
+                     build_requests(measurer.rig, duet.partner_mode, self.prompt_class,
+                                    repeat=repeat),
+                     concurrency=self.concurrency, seed=(protocol.seed or 0) + repeat,
+                     block=self.block, first=awake)
         async with measurer._client(duet.subject) as a, measurer._client(duet.partner) as b:
             clients = {"subject": a, "partner": b}
             last_side = None
@@ -520,9 +529,9 @@ class _DuetWindow:
                 last_side = step.side
                 if step.side == steps[2 * step.group].side:  # the first step of its group
                     self.groups.append({"group": len(self.groups), "first": step.side,
-                                        "started_s": round(time.monotonic() - self.on_done.started, 3)})
-                got = await run_requests(clients[step.side], step.items, concurrency=self.concurrency,
-                                         on_done=self.on_done)
+                                        "started_s": self._at_s()})
+                got = await run_requests(clients[step.side], step.items,
+                                         concurrency=self.concurrency, on_done=self.on_done)
                 self.records[step.side].extend(got)
 
     def assemble(self, after: dict[str, Any], wall_s: float, sampler: Any) -> ClassMeasurement:
@@ -533,17 +542,21 @@ class _DuetWindow:
                                   label=f"{self.label}, {side} {self.servers[side].label}")
             rate = server_decode_tokens_per_s(delta)
             windows[side] = ClassMeasurement(
-                rig=self.measurer.rig.name, mode=side_mode.name, prompt_class=self.prompt_class.name,
+                rig=self.measurer.rig.name, mode=side_mode.name,
+                prompt_class=self.prompt_class.name,
                 concurrency=self.concurrency, records=list(self.records[side]),
-                acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(side_mode)),
+                acceptance=AcceptanceStats.from_delta(
+                    delta, drafts_expected=drafts_expected(side_mode)),
                 server_decode_tokens_per_s=rate.value if rate else None,
                 server_metric_source=rate.source if rate else None, wall_s=wall_s,
                 server_decode_steps=server_decode_steps(delta),
                 arrangement="duet" if sleeper is None else "alternation",
-                role=side, ab_side=({"subject": "candidate", "partner": "reference"}[side] if duet.ab else None),
-                first_look_share=self.share)
+                role=side, first_look_share=self.share,
+                ab_side=({"subject": "candidate", "partner": "reference"}[side]
+                         if duet.ab else None))
         result = _with_telemetry(sampler, windows["subject"])
-        result.partner, result.groups = _with_telemetry(sampler, windows["partner"]), list(self.groups)
+        result.partner = _with_telemetry(sampler, windows["partner"])
+        result.groups = list(self.groups)
         if sleeper is not None:
             swap_s = sum(s["sleep_s"] + s["wake_s"] for s in self.swaps)
             result.extra["alternation"] = result.partner.extra["alternation"] = {
@@ -555,7 +568,8 @@ class _DuetWindow:
         return result
 
 
-def _request_failure(exc: RequestError, label: str, servers: list[Server], *, tail: int) -> Exception:
+def _request_failure(exc: RequestError, label: str, servers: list[Server], *,
+                     tail: int) -> Exception:
     """A request failing because its server died is a server failure: say so; else the request's
     error with the last lines of the servers' logs."""
     for server in servers:
@@ -573,8 +587,10 @@ def _with_telemetry(sampler: Any, m: ClassMeasurement) -> ClassMeasurement:
     """Attach what the sampler saw during the window and during each of its requests."""
     if sampler is None or not m.records:
         return m
+    start, end = min(r.started_at for r in m.records), max(r.finished_at for r in m.records)
     m.extra["telemetry"] = {
-        "window": sampler.summary(min(r.started_at for r in m.records), max(r.finished_at for r in m.records)),
-        "requests": {key: sampler.summary(r.started_at, r.finished_at) for key, r in zip(m.sample_keys, m.records)},
+        "window": sampler.summary(start, end),
+        "requests": {key: sampler.summary(r.started_at, r.finished_at)
+                     for key, r in zip(m.sample_keys, m.records)},
     }
     return m

@@ -1,12 +1,8 @@
 """Record real vLLM responses for the fast tier's replay tests.
 
-For each mode of a rig: start the real server, then save a streamed chat completion and a
-streamed text completion (raw SSE bytes, as the server sent them) and the ``/metrics`` text
-before and after them. The fast tier replays these through the client and the metrics parser,
-so parsing is tested against what vLLM really emits, with no server.
-
-During a perf run (no extra server start): ``pytest ... --specgate-record-responses=fixtures/recorded/gpu``;
-or each mode's server started for it alone (:func:`record_rig`).
+Per mode: a streamed chat and text completion (raw SSE bytes) and ``/metrics`` before and after,
+which the fast tier replays through the client and the metrics parser. During a perf run
+(``--specgate-record-responses=DIR``), or each mode's server started for it (:func:`record_rig`).
 """
 
 from __future__ import annotations
@@ -21,7 +17,8 @@ from specgate.config.rig import Rig
 from specgate.serve.http import auth_headers, tls_context
 from specgate.serve.server import VLLMServer, spec_for_mode
 
-PROMPT = "Copy this list exactly, then add two more items in the same style: red apple, green pear, yellow lemon."
+PROMPT = ("Copy this list exactly, then add two more items in the same style: red apple, green "
+          "pear, yellow lemon.")
 
 
 def record_rig(rig: Rig, out_dir: Path, *, modes: list[str] | None = None, max_tokens: int = 48,
@@ -45,31 +42,35 @@ def record_rig(rig: Rig, out_dir: Path, *, modes: list[str] | None = None, max_t
 def record_server(base_url: str, served_model_name: str, mode_name: str, out_dir: Path, *,
                   max_tokens: int = 48, api_key: str | None = None, timeout_s: float = 300,
                   transport: httpx.BaseTransport | None = None) -> list[Path]:
-    """Record one running server: /metrics, a streamed chat and a streamed text completion, /metrics.
-    Used by ``record_rig`` and by the plugin's ``--specgate-record-responses`` (no extra server start)."""
+    """Record one running server: /metrics, a streamed chat and text completion, /metrics."""
     out_dir.mkdir(parents=True, exist_ok=True)
     headers = auth_headers(api_key)
     written: list[Path] = []
     with httpx.Client(base_url=base_url, timeout=timeout_s, headers=headers, transport=transport,
                       verify=tls_context()) as http:
-        written.append(_save(out_dir / f"{mode_name}-metrics-before.txt.gz", _gzipped(http.get("/metrics").text)))
-        common = {"model": served_model_name, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0,
-                  "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+        written.append(_save(out_dir / f"{mode_name}-metrics-before.txt.gz",
+                             _gzipped(http.get("/metrics").text)))
+        common = {"model": served_model_name, "max_tokens": max_tokens, "temperature": 0.0,
+                  "seed": 0, "stream": True, "stream_options": {"include_usage": True},
+                  "ignore_eos": True}
+        chat = {**common, "messages": [{"role": "user", "content": PROMPT}]}
         for name, path, body in (
-            ("chat", "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": PROMPT}]}),
+            ("chat", "/v1/chat/completions", chat),
             ("completions", "/v1/completions", {**common, "prompt": PROMPT}),
         ):
             with http.stream("POST", path, json=body) as response:
                 response.raise_for_status()
                 raw = response.read()
             written.append(_save(out_dir / f"{mode_name}-{name}-stream.sse", raw))
-            written.append(_save(out_dir / f"{mode_name}-{name}-request.json", json.dumps(body, indent=2) + "\n"))
-        written.append(_save(out_dir / f"{mode_name}-metrics-after.txt.gz", _gzipped(http.get("/metrics").text)))
+            written.append(_save(out_dir / f"{mode_name}-{name}-request.json",
+                                 json.dumps(body, indent=2) + "\n"))
+        written.append(_save(out_dir / f"{mode_name}-metrics-after.txt.gz",
+                             _gzipped(http.get("/metrics").text)))
     return written
 
 
 def _gzipped(text: str) -> bytes:
-    """A /metrics page compressed (about a tenth of its 50-60 KB), the same bytes for the same text."""
+    """A /metrics page compressed, the same bytes for the same text."""
     return gzip.compress(text.encode(), mtime=0)
 
 

@@ -1,20 +1,13 @@
 """A slow spell inside one window: a stretch of time in which one server's requests ran slower than
 the same prompts' other requests of the window, while its duet partner's did not.
 
-On a shared VM a vCPU can run CPU-bound work 1.5-1.8x slower for tens of seconds at a time. A
-host-bound engine core (vLLM's draft-model path) slows with its vCPU; its partner, on another vCPU,
-does not, so the pairs do not cancel it (24 of one window's 48 draft requests, 16-38 s into the
-window, ran 11.8 % slower while the draft engine's own vCPU ran a canary 1.5x slower). The
-window's ratio then holds the spell, and a ratio from another session is not comparable with it.
-This module finds such a stretch and says how unlikely it is by chance.
+On a shared VM a vCPU can run CPU-bound work 1.5-1.8x slower for tens of seconds; a host-bound
+engine core slows with it while its partner on another vCPU does not, so the pairs do not cancel it.
 
-The statistic: each request's log decode rate minus the median of its prompt's requests in the
-window (the residual), in start order; the contiguous run of requests with the largest sum of
-negative residuals (the maximum-subarray sum). Its p-value comes from permutations that shuffle
-each prompt's requests among that prompt's own places in time: under no time effect the
-assignment of a prompt's repeats to its slots is exchangeable, and prompts keep their own levels.
-With two requests per prompt at most 2**prompts orders exist, too few to say anything at 1 %, so a
-window needs at least three requests of every prompt (MIN_PER_PROMPT).
+The statistic: each request's log decode rate minus its prompt's median in the window, in start
+order; the contiguous run with the largest sum of negative residuals. Its p-value comes from
+permutations of each prompt's requests among that prompt's own places in time (exchangeable under
+no time effect). A window needs at least MIN_PER_PROMPT requests of every prompt.
 """
 
 from __future__ import annotations
@@ -38,7 +31,7 @@ class Spell:
     of: int  # requests in the window
     mean_residual: float  # mean log residual of the run's requests (negative: slower)
     p_value: float  # permutation p-value of a run this slow (one-sided)
-    started_s: tuple[float, float]  # first and last start of the run, seconds from the window's first request
+    started_s: tuple[float, float]  # first and last start, seconds from the window's first request
 
     @property
     def requests(self) -> int:
@@ -101,7 +94,7 @@ def slow_spell(started_at: Sequence[float], rates: Sequence[float], prompts: Seq
 
 def span_mean_residual(started_at: Sequence[float], rates: Sequence[float], prompts: Sequence[str],
                        t0: float, t1: float) -> float | None:
-    """The mean log residual of the requests that started within [t0, t1] (absolute times), or None."""
+    """The mean log residual of the requests started within [t0, t1] (absolute times), or None."""
     times, x, _ = residuals(started_at, rates, prompts)
     inside = x[(times >= t0) & (times <= t1)]
     return float(np.mean(inside)) if inside.size else None

@@ -2,25 +2,14 @@
 window explains itself (a lower SM clock, a power cap, a throttle reason, a busy CPU).
 
 A :class:`Telemetry` sampler is a background thread that reads, every ``interval_s``:
-- on GPU rigs, per visible GPU: the SM clock (MHz), memory clock, power (W), temperature (C) and
-  the active clock-throttle reasons. From NVML: nvidia-ml-py's ``pynvml`` where installed, else the
-  copy vLLM ships (``vllm/third_party/pynvml.py``, loaded by path so vLLM and torch are not
-  imported); without either, from a ``nvidia-smi --query-gpu ... -lms`` stream;
-- on every rig: the CPU frequency (MHz: mean and slowest core), CPU busy share (all cores and the
-  busiest one: an overhead-bound server saturates one core), the share stolen by the hypervisor
-  and the 1-minute load (psutil);
-- on every rig, a canary: the time this process takes for a fixed piece of Python work (the
-  fastest of a few tries, microseconds). A host that runs CPU work slower for a while (a shared or
-  oversubscribed VM can run every vCPU 1.8x slower for minutes) shows here,
-  and a host-bound server (an engine core whose step loop keeps a CPU busy) slows with it;
-- for each server of the window (its process and every child: API server, engine core, workers):
-  the CPU it last ran on, its CPU seconds and its involuntary context switches (psutil; the last
-  two are counters, summarised as their increase over a request: a process preempted in the middle
-  of a request shows it here).
-Samples carry ``time.perf_counter()`` stamps, the clock request records use, so
-:meth:`Telemetry.summary` can say what happened during any request or window.
-Reading never fails a run: a signal that cannot be read is left out; ``sources`` names the readers
-that were found, and a GPU rig with none warns once.
+- on GPU rigs, per GPU: SM and memory clocks, power, temperature, throttle reasons (NVML, else a
+  ``nvidia-smi -lms`` stream);
+- CPU frequency, busy share (all cores and the busiest), steal and 1-minute load (psutil);
+- a canary: the time a fixed piece of Python work takes (a host running CPU work slower shows
+  here, and a host-bound server slows with it);
+- per server process and child: the CPU it last ran on, CPU seconds, involuntary context switches.
+Samples carry ``time.perf_counter()`` stamps, the clock of request records. Reading never fails a
+run: a signal that cannot be read is left out, and a GPU rig with no GPU reader warns once.
 """
 
 from __future__ import annotations
@@ -60,23 +49,26 @@ def nvml_reader(gpu_indices: list[int] | None = None) -> Reader | None:
     try:
         pynvml = session.enter_context(nvml())
         # Renamed "clocks event reasons" in newer NVML; same bits.
-        reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                   or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)
         count = pynvml.nvmlDeviceGetCount()
-        handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in (gpu_indices or range(count)) if i < count]
+        handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i))
+                   for i in (gpu_indices or range(count)) if i < count]
     except Exception:
         session.close()
         return None
 
     def read() -> dict[str, float]:
         out: dict[str, float] = {}
+        p = pynvml
         for i, h in handles:
-            for key, fn, args in (("sm_clock_mhz", pynvml.nvmlDeviceGetClockInfo, (h, pynvml.NVML_CLOCK_SM)),
-                                  ("mem_clock_mhz", pynvml.nvmlDeviceGetClockInfo, (h, pynvml.NVML_CLOCK_MEM)),
-                                  ("power_w", lambda h: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0, (h,)),
-                                  ("temperature_c", pynvml.nvmlDeviceGetTemperature, (h, pynvml.NVML_TEMPERATURE_GPU)),
-                                  ("gpu_util_pct", lambda h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu, (h,)),
-                                  ("throttle_mask", reasons, (h,))):
+            for key, fn, args in (
+                    ("sm_clock_mhz", p.nvmlDeviceGetClockInfo, (h, p.NVML_CLOCK_SM)),
+                    ("mem_clock_mhz", p.nvmlDeviceGetClockInfo, (h, p.NVML_CLOCK_MEM)),
+                    ("power_w", lambda h: p.nvmlDeviceGetPowerUsage(h) / 1000.0, (h,)),
+                    ("temperature_c", p.nvmlDeviceGetTemperature, (h, p.NVML_TEMPERATURE_GPU)),
+                    ("gpu_util_pct", lambda h: p.nvmlDeviceGetUtilizationRates(h).gpu, (h,)),
+                    ("throttle_mask", reasons, (h,))):
                 try:
                     out[f"gpu{i}.{key}"] = float(fn(*args))
                 except Exception:
@@ -96,8 +88,8 @@ _smi_reason_field: list[str] = []  # the one this driver accepts, found once per
 
 
 def parse_smi_line(line: str) -> dict[str, float]:
-    """One ``nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,power.draw,temperature.gpu,<reasons>
-    --format=csv,noheader,nounits`` line -> ``{"gpu0.sm_clock_mhz": 1980.0, ...}``; "[N/A]" left out."""
+    """One ``nvidia-smi --query-gpu=<SMI_FIELDS>,<reasons> --format=csv,noheader,nounits`` line
+    -> ``{"gpu0.sm_clock_mhz": 1980.0, ...}``; "[N/A]" left out."""
     cells = [c.strip() for c in line.split(",")]
     if len(cells) != len(SMI_FIELDS) + 1 or not cells[0].isdigit():
         return {}
@@ -120,7 +112,8 @@ class SmiReader:
     def __init__(self, command: list[str]) -> None:
         self._latest: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True)
         self._thread = threading.Thread(target=self._drain, name="specgate-nvidia-smi", daemon=True)
         self._thread.start()
 
@@ -161,13 +154,15 @@ def smi_reader(gpu_indices: list[int] | None = None, interval_ms: int = 100) -> 
                                        capture_output=True, text=True, timeout=20, check=False)
             except (OSError, subprocess.TimeoutExpired):
                 return None
-            if probe.returncode == 0 and any(parse_smi_line(line) for line in probe.stdout.splitlines()):
+            lines = probe.stdout.splitlines()
+            if probe.returncode == 0 and any(parse_smi_line(line) for line in lines):
                 _smi_reason_field.append(field_name)
                 break
         else:
             return None
     query = f"--query-gpu={','.join((*SMI_FIELDS, _smi_reason_field[0]))}"
-    return SmiReader([smi, query, "--format=csv,noheader,nounits", "-lms", str(interval_ms), *select])
+    return SmiReader([smi, query, "--format=csv,noheader,nounits", "-lms", str(interval_ms),
+                      *select])
 
 
 def cpu_reader() -> Reader:
@@ -177,7 +172,8 @@ def cpu_reader() -> Reader:
 
     def read() -> dict[str, float]:
         per_core = psutil.cpu_percent(None, percpu=True)
-        out = {"cpu_busy_pct": float(sum(per_core) / len(per_core)), "cpu_busiest_core_pct": float(max(per_core))}
+        out = {"cpu_busy_pct": float(sum(per_core) / len(per_core)),
+               "cpu_busiest_core_pct": float(max(per_core))}
         try:
             freqs = [f.current for f in psutil.cpu_freq(percpu=True) if f.current]
         except (AttributeError, NotImplementedError, OSError):  # no cpufreq on this machine
@@ -206,8 +202,8 @@ def canary_work() -> int:
 
 
 def canary_reader(tries: int = 3, clock: Callable[[], int] = time.perf_counter_ns) -> Reader:
-    """``cpu_canary_us``: the fastest of ``tries`` timings of :func:`canary_work` (the fastest, so a
-    try cut by a thread switch or a preemption does not count; what remains is the CPU's pace)."""
+    """``cpu_canary_us``: the fastest of ``tries`` timings of :func:`canary_work` (a try cut by a
+    thread switch does not count; what remains is the CPU's pace)."""
 
     def read() -> dict[str, float]:
         best = None
@@ -235,8 +231,8 @@ def process_name(proc: Any, leader_pid: int) -> str:
 
 
 def process_reader(servers: list[tuple[str, int]]) -> Reader | None:
-    """Per-process signals of each server (``(label, pid)``): the process specgate started and
-    every descendant alive when the reader is made (the servers are up by then). None without any."""
+    """Per-process signals of each server (``(label, pid)``): its process and every descendant
+    alive when the reader is made. None without any."""
     import psutil
 
     procs: list[tuple[str, Any]] = []
@@ -287,22 +283,24 @@ class Telemetry:
         if procs is not None:
             readers.append(procs)
         if tier == "gpu":
-            # NVML and nvidia-smi index GPUs in PCI order; CUDA's default order can differ on a
-            # mixed machine. An entry NVML cannot resolve leaves indices None: every GPU is read.
+            # NVML and nvidia-smi index GPUs in PCI order, CUDA's may differ; an entry NVML cannot
+            # resolve leaves indices None: every GPU is read.
             indices = nvml_indices([g.strip() for g in gpus.split(",")] if gpus else [])
-            gpu = nvml_reader(indices) or smi_reader(indices, interval_ms=max(int(interval_s * 1000), 100))
+            gpu = nvml_reader(indices) or smi_reader(
+                indices, interval_ms=max(int(interval_s * 1000), 100))
             if gpu is not None:
                 readers.append(gpu)
             elif not _warned_no_gpu_reader:
                 _warned_no_gpu_reader.append(True)
-                warnings.warn("specgate telemetry: neither NVML (pynvml, or vLLM's copy) nor nvidia-smi "
-                              "could be read; GPU clocks, power and throttle reasons are not recorded",
-                              stacklevel=2)
+                warnings.warn("specgate telemetry: neither NVML (pynvml, or vLLM's copy) nor "
+                              "nvidia-smi could be read; GPU clocks, power and throttle reasons "
+                              "are not recorded", stacklevel=2)
         return cls(readers, interval_s)
 
     @property
     def sources(self) -> list[str]:
-        return [getattr(read, "source", getattr(read, "__name__", "reader")) for read in self.readers]
+        return [getattr(read, "source", getattr(read, "__name__", "reader"))
+                for read in self.readers]
 
     def sample(self) -> None:
         values: dict[str, float] = {}
@@ -363,17 +361,18 @@ class Telemetry:
                 for mask in values:
                     reasons.update(throttle_names(int(mask)))
                 continue
-            out[key] = [round(min(values), 1), round(statistics.median(values), 1), round(max(values), 1)]
+            out[key] = [round(min(values), 1), round(statistics.median(values), 1),
+                        round(max(values), 1)]
         if reasons:
             out["throttle_reasons"] = sorted(reasons)
         return out
 
 
 def window_sampler(tier: str, gpus: str | None) -> Callable[[list[Any]], Telemetry]:
-    """What a :class:`specgate.measure.protocol.Measurer` calls per window with the window's servers: a
-    sampler of the rig's signals and those servers' processes (every 0.1 s on GPU rigs, whose
-    requests last a fraction of a second; every 0.5 s on CPU rigs, where the sampler's own reads
-    would take a share of the 2 cores)."""
+    """What a :class:`specgate.measure.protocol.Measurer` calls per window with its servers: a
+    sampler of the rig's signals and those servers' processes (every 0.1 s on GPU rigs; every
+    0.5 s on CPU rigs, where the sampler's reads would take a share of the cores)."""
     return lambda servers: Telemetry.for_rig(
         tier, gpus, interval_s=0.1 if tier == "gpu" else 0.5,
-        servers=[(s.label, s.process.pid) for s in servers if getattr(s, "process", None) is not None])
+        servers=[(s.label, s.process.pid) for s in servers
+                 if getattr(s, "process", None) is not None])
