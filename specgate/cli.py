@@ -44,8 +44,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes as a pytest run's (specgate.exit_codes): 4 for a bad argument or input file, 6 when
-    the job broke (the model could not be prepared), 5 when ``plan`` selects no perf test."""
+    """Exit codes as a pytest run's (specgate.exit_codes): 4 for a bad argument or input file, 6
+    when the job broke (the model could not be prepared), 5 when ``plan`` selects no perf test."""
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if args.command in _NO_EXTRA_ARGUMENTS and rest:
@@ -58,16 +58,19 @@ def _parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_session_commands(sub)
     _add_history_commands(sub)
-    schema = sub.add_parser("schema", help="print the JSON schema of report.json or baselines.json, or write "
-                            "both (--out FOLDER)")
-    schema.add_argument("name", nargs="?", choices=["report", "baselines"], help="the schema to print")
+    schema = sub.add_parser("schema", help="print the JSON schema of report.json or "
+                            "baselines.json, or write both (--out FOLDER)")
+    schema.add_argument("name", nargs="?", choices=["report", "baselines"],
+                        help="the schema to print")
     schema.add_argument("--out", type=Path, default=None, help="write report.schema.json and "
                         "baselines.schema.json into this folder")
-    advise = sub.add_parser("advise", help="from a run's report (a speculative mode and no speculation): the "
-                            "predicted tok/s ratio of each mode at every k up to the served one, per class, with "
-                            "intervals, the best k and a PNG; --seed: what the seed case's published figures allow")
+    advise = sub.add_parser("advise", help="from a run's report (a speculative mode and no "
+                            "speculation): the predicted tok/s ratio of each mode at every k up "
+                            "to the served one, per class, with intervals, the best k and a PNG; "
+                            "--seed: what the seed case's published figures allow")
     advise.add_argument("--rig", default=None, help="the rig the report is of (with --seed: default the seed's)")
-    advise.add_argument("--report", type=Path, default=None, help="a run's report.json (or report.json.gz)")
+    advise.add_argument("--report", type=Path, default=None,
+                        help="a run's report.json (or report.json.gz)")
     advise.add_argument("--seed", action="store_true", help="advise from the seed case's published figures")
     advise.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/advice/<rig>)")
     return parser
@@ -76,56 +79,63 @@ def _parser() -> _Parser:
 def _add_session_commands(sub) -> None:
     """The commands around one session: prepare the model, run, plan, the kept servers."""
     prep = sub.add_parser("prepare-model", help="fetch and convert SmolLM2-135M-Instruct for the cpu tier")
-    prep.add_argument("--cache", type=Path, default=None, help="model cache (default $SPECGATE_MODEL_CACHE "
-                      "or ~/.cache/specgate/models)")
+    prep.add_argument("--cache", type=Path, default=None, help="model cache (default "
+                      "$SPECGATE_MODEL_CACHE or ~/.cache/specgate/models)")
     prep.add_argument("--force", action="store_true", help="convert again even if cached")
     run = sub.add_parser("run", help="run the perf tests of a rig and print the mode x class table "
                          "(extra arguments go to pytest)")
     run.add_argument("--rig", default="cpu-smollm2")
-    plan = sub.add_parser("plan", help="what a perf session of a rig will cost, before anything starts: server "
-                          "starts, windows, requests, tokens, an estimated duration (extra arguments go to pytest's "
-                          "selection: -k EXPR, -m EXPR, --specgate-vllm-url URL, ...)")
+    plan = sub.add_parser("plan", help="what a perf session of a rig will cost, before anything "
+                          "starts: server starts, windows, requests, tokens, an estimated "
+                          "duration (extra arguments go to pytest's selection: -k EXPR, -m EXPR, "
+                          "--specgate-vllm-url URL, ...)")
     plan.add_argument("--rig", default="cpu-smollm2")
     plan.add_argument("--host-memory-gib", type=_host_memory_gib, default=None, metavar="GIB",
                       help="plan for a host with this much available memory (default: this host's)")
     plan.add_argument("--specgate-keep-servers", action="store_true",
                       help="count the kept servers a --specgate-keep-servers session would reuse as no start")
     plan.add_argument("--specgate-fixtures", type=Path, default=None, metavar="DIR",
-                      help="the fixtures folder the rig is looked up in, as the session's option (default "
-                      "$SPECGATE_FIXTURES, else ./fixtures)")
+                      help="the fixtures folder the rig is looked up in, as the session's option "
+                      "(default $SPECGATE_FIXTURES, else ./fixtures)")
     servers = sub.add_parser("servers", help="list the servers kept running between sessions "
                              "(--specgate-keep-servers), or stop them")
-    servers.add_argument("--stop", action="append", default=[], metavar="NAME", help="stop this kept server")
+    servers.add_argument("--stop", action="append", default=[], metavar="NAME",
+                         help="stop this kept server")
     servers.add_argument("--stop-all", action="store_true", help="stop every kept server")
 
 
 def _add_history_commands(sub) -> None:
-    """The commands around stored figures: adopt a report's windows, build and show a history, start pairs."""
-    adopt = sub.add_parser("adopt-baselines", help="write the windows measured in a saved report.json as "
-                           "baselines (e.g. those an interrupted --specgate-update-baselines run finished)")
+    """The commands around stored figures: adopt a report's windows, build and show a history, start
+    pairs."""
+    adopt = sub.add_parser("adopt-baselines", help="write the windows measured in a saved "
+                           "report.json as baselines (e.g. those an interrupted "
+                           "--specgate-update-baselines run finished)")
     adopt.add_argument("report", type=Path, help="a run's report.json (or report.json.gz)")
     adopt.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     adopt.add_argument("--modes", default=None, help="comma-separated subset of the report's modes")
-    history = sub.add_parser("build-history", help="run N fresh-start sessions of a rig one after the other, each "
-                             "storing its windows: the history of starts the stored-level gate decides with (extra "
-                             "arguments after -- go to pytest)")
+    history = sub.add_parser("build-history", help="run N fresh-start sessions of a rig one after "
+                             "the other, each storing its windows: the history of starts the "
+                             "stored-level gate decides with (extra arguments after -- go to "
+                             "pytest)")
     history.add_argument("--rig", required=True)
-    history.add_argument("--starts", type=_positive_int, default=10, help="fresh starts to store (default 10)")
+    history.add_argument("--starts", type=_positive_int, default=10,
+                         help="fresh starts to store (default 10)")
     history.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     history.add_argument("--runs", type=Path, default=None,
                          help="where each start's run folder goes (default .specgate/history/<rig>)")
-    pairs = sub.add_parser("start-pairs", help="an A/B over K start pairs: K sessions, each starting both sides "
-                           "afresh, the side started first alternating, their throughput ratios combined into one "
-                           "verdict per window (extra arguments after -- go to pytest: the --specgate-ab-* options)")
+    pairs = sub.add_parser("start-pairs", help="an A/B over K start pairs: K sessions, each "
+                           "starting both sides afresh, the side started first alternating, their "
+                           "throughput ratios combined into one verdict per window (extra "
+                           "arguments after -- go to pytest: the --specgate-ab-* options)")
     pairs.add_argument("--rig", required=True)
     pairs.add_argument("--pairs", type=_positive_int, default=2, help="start pairs (default 2)")
     pairs.add_argument("--runs", type=Path, default=None,
                        help="where each start pair's run folder goes (default .specgate/start-pairs/<rig>)")
     pairs.add_argument("--combine-only", action="store_true",
                        help="run nothing: combine the kept reports of --runs' pair-NN folders again")
-    shown = sub.add_parser("history", help="show a rig's stored histories: per machine and window, the levels "
-                           "over the starts (a table and a PNG), the spread, what the level gate catches, a step "
-                           "or a drift")
+    shown = sub.add_parser("history", help="show a rig's stored histories: per machine and "
+                           "window, the levels over the starts (a table and a PNG), the spread, "
+                           "what the level gate catches, a step or a drift")
     shown.add_argument("--rig", required=True)
     shown.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     shown.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/history/<rig>)")
@@ -147,7 +157,8 @@ def _build_history(args, rest: list[str], parser: _Parser) -> int:
     try:
         return build_history(args.rig, args.starts, fixtures_dir=_fixtures_dir(),
                              baselines=args.baselines or _project_root() / "baselines.json",
-                             runs_dir=args.runs or _project_root() / ".specgate" / "history" / args.rig,
+                             runs_dir=args.runs or _project_root() / ".specgate"
+                             / "history" / args.rig,
                              pytest_args=[a for a in rest if a != "--"])
     except SpecgateError as exc:
         return _refused(exc)
@@ -161,7 +172,8 @@ def _start_pairs(args, rest: list[str], parser: _Parser) -> int:
     runs = args.runs or _project_root() / ".specgate" / "start-pairs" / args.rig
     if args.combine_only:
         return write_combined(rig, combine_folder(rig, runs), runs)
-    return run_start_pairs(rig, args.pairs, runs_dir=runs, pytest_args=[a for a in rest if a != "--"])
+    return run_start_pairs(rig, args.pairs, runs_dir=runs, pytest_args=[a for a in rest
+                                                                        if a != "--"])
 
 
 def _prepare_model(args, rest: list[str], parser: _Parser) -> int:
@@ -184,7 +196,8 @@ def _run(args, rest: list[str], parser: _Parser) -> int:
             run_model_prepared(prepare_model())
         except SpecgateError as exc:
             return _refused(exc, 1)
-    return int(pytest.main(["-m", tier, "--specgate-rig", args.rig, str(_project_root() / "perf_tests"), *rest]))
+    return int(pytest.main(["-m", tier, "--specgate-rig", args.rig,
+                            str(_project_root() / "perf_tests"), *rest]))
 
 
 # Each command: (parsed arguments, the extra arguments, the parser) -> exit code.
@@ -243,17 +256,16 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     """``specgate plan``: collect the perf tests of ``rig_name`` as ``pytest -m TIER`` (with the
     extra arguments' selection) would, start nothing, and print the session's plan. On a rig whose
     servers take turns: its arrangements side by side, the cheapest that can decide printed in full
-    (specgate.plan.estimate.choose_arrangement), and the paths to a verdict. Exit 4 when the plan refuses a
-    mode (the session would refuse it before any start)."""
+    (specgate.plan.estimate.choose_arrangement), and the paths to a verdict. Exit 4 when the plan
+    refuses a mode (the session would refuse it before any start)."""
     import contextlib
     import io
     import os
 
     import pytest
 
-
     root = _project_root()
-    try:  # the rig as the session will load it: a bad fixtures folder is refused here, before pytest collects
+    try:  # the rig as the session loads it: a bad fixtures folder is refused before collection
         tier = load_rig(rig_name, _fixtures_dir(fixtures)).tier
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
@@ -261,19 +273,20 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     if fixtures is not None:
         pytest_args = [f"--specgate-fixtures={fixtures}", *pytest_args]
     capture = PlanCapture(keep_servers=keep_servers, host_gib=host_gib)
-    # test paths given (as `tox -e cpu` names perf_tests/test_speculative_perf.py): those, else perf_tests/
+    # test paths given (as `tox -e cpu` names one): those, else perf_tests/
     given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
     test_paths = [] if given else [str(root / "perf_tests")]
     out = io.StringIO()
-    # the session's own check before any start (sleep levels against host memory) reads the host the plan is for
+    # the session's check before any start (sleep levels vs host memory) reads the planned host
     stand_in = os.environ.get(HOST_MEMORY_ENV)
     if host_gib is not None:
         os.environ[HOST_MEMORY_ENV] = repr(host_gib)
     try:
         with contextlib.redirect_stdout(out):
-            code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier, "--specgate-rig",
-                                rig_name, f"--rootdir={root}",
-                                *(["-c", str(root / "pyproject.toml")] if (root / "pyproject.toml").is_file() else []),
+            code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier,
+                                "--specgate-rig", rig_name, f"--rootdir={root}",
+                                *(["-c", str(root / "pyproject.toml")]
+                                  if (root / "pyproject.toml").is_file() else []),
                                 *pytest_args, *test_paths], plugins=[capture])
     finally:
         if stand_in is None:
@@ -281,34 +294,39 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         else:
             os.environ[HOST_MEMORY_ENV] = stand_in
     if capture.plan is None:
-        print(out.getvalue(), end="")
-        if code == ExitCode.USAGE_ERROR:  # refused at collection (pytest printed why): no plan to show
+        print(out.getvalue(), end="")  # refused at collection (pytest printed why)
+        if code == ExitCode.USAGE_ERROR:
             print(f"specgate: the session of rig {rig_name} is refused before any server starts (above)",
                   file=sys.stderr)
             return USAGE
-        print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})", file=sys.stderr)
+        print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})",
+              file=sys.stderr)
         return int(code) if code not in (ExitCode.OK, ExitCode.GATE_FAILED) else int(ExitCode.NO_TESTS)
     plan = capture.plan
     rig, store = capture.run_session.settings.rig, capture.run_session.settings.store
     if rig.arrangement.name == "alternation" and plan.servers:
-        asked = Conditions(reused=[s.label for s in plan.servers if s.reused], keep_servers=keep_servers,
-                           host_gib=host_gib, other_tests=plan.other_tests, rate_note=capture.rates[1])
+        asked = Conditions(reused=[s.label for s in plan.servers if s.reused],
+                           keep_servers=keep_servers, host_gib=host_gib,
+                           other_tests=plan.other_tests, rate_note=capture.rates[1])
         options = arrangements(rig, capture.windows, capture.rates[0], store=store, conditions=asked)
         chosen = choose_arrangement(options)
         plan = chosen.plan
         print(plan.render())
         for line in [*arrangement_lines(options, chosen),
-                     *paths(rig, capture.windows, capture.rates[0], store=store, host_gib=host_gib)]:
+                     *paths(rig, capture.windows, capture.rates[0], store=store,
+                            host_gib=host_gib)]:
             print(line)
     else:
         print(plan.render())
-    red_runs = capture.run_session.settings.red_runs  # the selection's chance of a red A/A (issue 62)
+    # the selection's chance of a red A/A (issue 62)
+    red_runs = capture.run_session.settings.red_runs
     for line in red_run_lines(red_runs.to_dict() if red_runs is not None else None):
         print(line)
     if plan.refusal:
         print(f"specgate: refused before any server starts: {plan.refusal}", file=sys.stderr)
         return USAGE
-    return USAGE if code == ExitCode.USAGE_ERROR else 0  # an input the session refuses (pytest printed it)
+    # an input the session refuses (pytest printed it)
+    return USAGE if code == ExitCode.USAGE_ERROR else 0
 
 
 def _old_mode_name_in(report: dict) -> bool:
@@ -342,7 +360,8 @@ def _renamed_in(report: dict) -> dict:
                     "modes": {name(k): v for k, v in rig["modes"].items()}},
             "fingerprints": {name(k): v for k, v in (report.get("fingerprints") or {}).items()},
             "measurements": [{**m, "mode": name(m.get("mode")),
-                              **({"partner": {**m["partner"], "mode": name(m["partner"].get("mode"))}}
+                              **({"partner": {**m["partner"],
+                                              "mode": name(m["partner"].get("mode"))}}
                                  if isinstance(m.get("partner"), dict) else {})}
                              for m in report.get("measurements", [])]}
 
@@ -378,7 +397,8 @@ def schema_command(name: str | None, out: Path | None, parser: argparse.Argument
     return 0
 
 
-def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str] | None = None) -> int:
+def adopt_baselines(report_path: Path, baselines_path: Path, *,
+                    modes: list[str] | None = None) -> int:
 
 
     try:
@@ -391,7 +411,8 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
         print(f"specgate: {report_path} is not a specgate report.json", file=sys.stderr)
         return USAGE
     if _old_mode_name_in(report):
-        report, modes = _renamed_in(report), [NO_SPEC if m == OLD_NO_SPEC else m for m in modes or []] or None
+        report, modes = _renamed_in(report), [NO_SPEC if m == OLD_NO_SPEC else m for m in modes
+                                              or []] or None
         print(f"note: {report_path} names the no-speculation mode by its old name {OLD_NO_SPEC!r}; "
               f"its windows are adopted as {NO_SPEC!r}'s")
     try:
@@ -402,10 +423,12 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
     try:
         entries = entries_from_report(report, modes=modes)
     except (KeyError, TypeError, ValueError) as exc:
-        print(f"specgate: {report_path}: a measurement is malformed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        print(f"specgate: {report_path}: a measurement is malformed ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
         return USAGE
     if not entries:
-        print(f"specgate: {report_path} holds no measured window" + (f" of modes {modes}" if modes else ""),
+        print(f"specgate: {report_path} holds no measured window"
+              + (f" of modes {modes}" if modes else ""),
               file=sys.stderr)
         return USAGE
     try:
@@ -416,7 +439,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *, modes: list[str]
     if not report.get("complete", True):
         print(f"note: {report_path} is from a run that did not finish; only its finished windows are adopted")
     for (rig, mode, prompt_class, concurrency), entry in sorted(entries.items()):
-        print(f"{rig} / {mode} / {prompt_class} / c{concurrency}: median {entry.median:.1f} tok/s, n={entry.n}, "
-              f"stored as {said[(rig, mode, prompt_class, concurrency)]}")
+        print(f"{rig} / {mode} / {prompt_class} / c{concurrency}: median {entry.median:.1f} tok/s, "
+              f"n={entry.n}, stored as {said[(rig, mode, prompt_class, concurrency)]}")
     print(f"{len(entries)} baseline(s) written to {baselines_path}")
     return 0

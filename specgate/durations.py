@@ -1,4 +1,5 @@
-"""Durations as specgate prints them (``12m05s``, ``42s``): one format for progress, plans and verdicts."""
+"""Durations as specgate prints them (``12m05s``, ``42s``): one format for progress, plans and
+verdicts."""
 
 
 def format_elapsed(seconds: float) -> str:

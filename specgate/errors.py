@@ -9,8 +9,8 @@ class SpecgateError(Exception):
 
 
 class ConfigError(SpecgateError):
-    """A user-edited file (rig, mode, prompts, baselines), or a saved report handed back to specgate, is
-    missing, unreadable or invalid."""
+    """A user-edited file (rig, mode, prompts, baselines), or a saved report handed back to
+    specgate, is missing, unreadable or invalid."""
 
     def __init__(self, path: object, key: str | None, message: str) -> None:
         self.path = str(path)
@@ -46,6 +46,7 @@ class OutputError(SpecgateError):
         from pathlib import Path
 
         self.path = str(folder)
-        blocker = next((p for p in (Path(self.path), *Path(self.path).parents) if p.exists() and not p.is_dir()), None)
+        blocker = next((p for p in (Path(self.path), *Path(self.path).parents) if p.exists()
+                        and not p.is_dir()), None)
         why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror or str(exc)
         super().__init__(f"{self.path}: cannot write there ({option}): {why}")

@@ -19,7 +19,8 @@ class ExitCode(enum.IntEnum):
     INTERNAL_ERROR = 3  # pytest's: a bug in specgate or another plugin
     USAGE_ERROR = 4  # pytest's: a bad option or input file, refused before any server starts
     NO_TESTS = 5  # pytest's NO_TESTS_COLLECTED: nothing selected
-    JOB_BROKEN = 6  # specgate's: a server could not start, or died, or a window could not be measured
+    # specgate's: a server could not start, or died, or a window could not be measured
+    JOB_BROKEN = 6
 
 
 def broken_job(report: dict[str, Any]) -> list[str]:
@@ -41,6 +42,7 @@ def session_exit_code(pytest_status: int, report: dict[str, Any] | None) -> int:
     """The run's exit code: pytest's, except that a broken job (:func:`broken_job`) turns a run
     that pytest would end with 0 or 1 into JOB_BROKEN. An interrupt, an internal or a usage error
     keeps pytest's code."""
-    if report is not None and pytest_status in (ExitCode.OK, ExitCode.GATE_FAILED) and broken_job(report):
+    if report is not None and pytest_status in (ExitCode.OK,
+                                                ExitCode.GATE_FAILED) and broken_job(report):
         return ExitCode.JOB_BROKEN
     return pytest_status

@@ -1,4 +1,5 @@
-"""Files written whole or not at all: a reader, or a crash at any moment, sees the old file or the new one."""
+"""Files written whole or not at all: a reader, or a crash at any moment, sees the old file or the
+new one."""
 
 from __future__ import annotations
 

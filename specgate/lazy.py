@@ -1,16 +1,16 @@
 """The one place specgate defers imports of its own modules.
 
-The plugin (specgate.plugin, a pytest11 entry point) loads into every pytest run of its
-environment, perf tests or not, and builds a SpecgateSession in each: specgate.plugin.session,
-specgate.plan.estimate, specgate.decide.outcome and specgate.plugin's modules load then, and must load light
-(tests/test_package_imports.py). The modules deferred below are those the light path uses and
-that load heavy packages (at import, directly or through one another): pydantic (baselines,
+The plugin (specgate.plugin, a pytest11 entry point) loads into every pytest run of its environment,
+perf tests or not, and builds a SpecgateSession in each: specgate.plugin.session,
+specgate.plan.estimate, specgate.decide.outcome and specgate.plugin's modules load then, and must
+load light (tests/test_package_imports.py). The modules deferred below are those the light path uses
+and that load heavy packages (at import, directly or through one another): pydantic (baselines,
 config and all that import them), numpy (config, history, measure, gates, ...), httpx and aiohttp
 (sleep, server, fingerprint, measure, ...), prometheus_client (measure, gates, report), psutil
 (server, registry, record), tabulate (report); settings, follow_up and plugin.gatekeeper bring most
-of these together. The light path imports these names at module level (``from specgate.lazy
-import rig``) and each module loads at its first attribute access (``rig.load_rig(...)``):
-a run with no perf test never loads them.
+of these together. The light path imports these names at module level (``from specgate.lazy import
+rig``) and each module loads at its first attribute access (``rig.load_rig(...)``): a run with no
+perf test never loads them.
 
 A name resolves on the real module at every access, so a monkeypatch of the real module
 (``specgate.serve.server.VLLMServer``) holds for callers that go through these names.

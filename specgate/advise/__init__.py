@@ -1,4 +1,5 @@
-"""advise: advice from measured windows: the best k, the speculation schedule, their intervals and plots.
+"""advise: advice from measured windows: the best k, the speculation schedule, their intervals and
+plots.
 
 May import: report and every layer below it.
 """

@@ -18,10 +18,11 @@ The model (docs/advice.md):
 Intervals: the measured ratio's is the backfire gate's; c(K)'s follows from it. AL(k)'s is that of
 AL(k) / AL(K) (the share of the served k's tokens that k keeps) times the window's AL(K): the noise
 of AL(K) itself is already inside the ratio's interval (same requests), and counting it twice would
-widen every prediction for nothing. Each position's share is a Wilson interval at 1 - (1 - confidence)
-/ K (Bonferroni over the K positions), drafts taken as independent trials, which they are not (one
-prompt's drafts succeed or fail together): the intervals are narrower than the truth by that much.
-Ends are propagated (the lowest ratio from the lowest AL and the highest cost), which is conservative.
+widen every prediction for nothing. Each position's share is a Wilson interval at 1 - (1 -
+confidence) / K (Bonferroni over the K positions), drafts taken as independent trials, which they
+are not (one prompt's drafts succeed or fail together): the intervals are narrower than the truth by
+that much. Ends are propagated (the lowest ratio from the lowest AL and the highest cost), which is
+conservative.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ class Acceptance:
     drafts: float
     accepted_per_position: tuple[float, ...]
     confidence: float = DEFAULT_CONFIDENCE
-    # the drafts' clustering (:func:`design_effect`, from vLLM's per-request counts): each interval is
-    # taken over drafts / design_effect trials; 1 (independent drafts) from the window's counters alone
+    # the drafts' clustering (:func:`design_effect`, from vLLM's per-request counts): each interval
+    # is taken over drafts / design_effect trials; 1 (independent drafts) from the window's counters
+    # alone
     design_effect: float = 1.0
 
     @property
@@ -91,15 +93,16 @@ class Acceptance:
         """Each position's Wilson interval at 1 - (1 - confidence) / K: all K hold at once at
         ``confidence`` (Bonferroni), drafts taken as independent trials."""
         each, n = 1 - (1 - self.confidence) / self.served_k, self.design_effect
-        return tuple(wilson_interval(a / n, self.drafts / n, each) for a in self.accepted_per_position)
+        return tuple(wilson_interval(a / n, self.drafts / n, each)
+                     for a in self.accepted_per_position)
 
     def acceptance_length(self, k: int) -> float:
         """AL(k) = 1 + sum_{i<=k} accepted_i / drafts."""
         return 1.0 + math.fsum(self.position_shares[:k])
 
     def kept_share(self, k: int) -> tuple[float, float]:
-        """The interval of AL(k) / AL(K): (1 + S) / (1 + S + T), S the shares of positions 1..k, T those
-        of k+1..K; its low end takes S at its lowest and T at its highest (conservative)."""
+        """The interval of AL(k) / AL(K): (1 + S) / (1 + S + T), S the shares of positions 1..k, T
+        those of k+1..K; its low end takes S at its lowest and T at its highest (conservative)."""
         bounds = self.position_intervals()
         s_lo, s_hi = (math.fsum(b[j] for b in bounds[:k]) for j in (0, 1))
         t_lo, t_hi = (math.fsum(b[j] for b in bounds[k:]) for j in (0, 1))
@@ -109,7 +112,8 @@ class Acceptance:
         """AL(k) with the interval it has given the window's AL(K) (see the module's docstring)."""
         full = self.acceptance_length(self.served_k)
         lo, hi = self.kept_share(k)
-        # AL(k) >= 1 whatever the ends of the shares say (the low end of AL(k) / AL(K) can dip below 1 / AL(K))
+        # AL(k) >= 1 whatever the ends of the shares say (the low end of AL(k) / AL(K) can dip below
+        # 1 / AL(K))
         return Span(self.acceptance_length(k), max(1.0, full * lo), full * hi)
 
 
@@ -138,9 +142,9 @@ class CostFit:
 
 def fit_step_cost(points: Sequence[tuple[str, int, Span]], confidence: float) -> CostFit | None:
     """The least-squares line through (k, c(k)) points, each weighted by 1 / sigma^2 with sigma its
-    interval's half-width over the normal quantile; with more than two points the covariance is scaled
-    up by the residual chi-square per degree of freedom when above 1. None with fewer than two
-    distinct k."""
+    interval's half-width over the normal quantile; with more than two points the covariance is
+    scaled up by the residual chi-square per degree of freedom when above 1. None with fewer than
+    two distinct k."""
     import numpy as np
 
     if len({k for _, k, _ in points}) < 2:
@@ -148,7 +152,8 @@ def fit_step_cost(points: Sequence[tuple[str, int, Span]], confidence: float) ->
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     ks = np.array([float(k) for _, k, _ in points])
     cs = np.array([c.value for _, _, c in points], dtype=float)
-    sigmas = np.array([max((c.high - c.low) / (2 * z), 1e-6 * abs(c.value or 1.0)) for _, _, c in points])
+    sigmas = np.array([max((c.high - c.low) / (2 * z), 1e-6 * abs(c.value or 1.0)) for _, _,
+                       c in points])
     w = 1 / sigmas**2
     x = np.column_stack([np.ones_like(ks), ks])
     normal = x.T @ (w[:, None] * x)
@@ -157,11 +162,13 @@ def fit_step_cost(points: Sequence[tuple[str, int, Span]], confidence: float) ->
     if len(points) > 2:
         chi2 = float(np.sum(w * (cs - x @ beta) ** 2))
         covariance *= max(1.0, chi2 / (len(points) - 2))
-    cov = ((float(covariance[0, 0]), float(covariance[0, 1])), (float(covariance[1, 0]), float(covariance[1, 1])))
+    cov = ((float(covariance[0, 0]), float(covariance[0, 1])), (float(covariance[1, 0]),
+                                                                float(covariance[1, 1])))
     return CostFit(float(beta[0]), float(beta[1]), cov, z, tuple(points))
 
 
-def step_cost_at(model: str, k: int, served_k: int, served_cost: Span, fit: CostFit | None = None) -> Span:
+def step_cost_at(model: str, k: int, served_k: int, served_cost: Span,
+                 fit: CostFit | None = None) -> Span:
     """c(k) under ``model`` from c(K) (and the fit, for FITTED)."""
     if model == CONSTANT:
         return served_cost
@@ -212,21 +219,23 @@ class WindowAdvice:
         return max(self.rows, key=lambda r: (_point(r.predictions[model].ratio), -r.k))
 
     def beating(self, model: str, *, sure: bool) -> list[int]:
-        """The k predicted to beat no speculation: the whole interval above 1 (sure) or the estimate."""
+        """The k predicted to beat no speculation: the whole interval above 1 (sure) or the
+        estimate."""
         return [r.k for r in self.rows
                 if (r.predictions[model].ratio.low if sure else _point(r.predictions[model].ratio)) > 1]
 
     def flips(self) -> list[int]:
-        """The k whose prediction lies on one side of no speculation under one bound and on the other
-        under the other: AL(k) lies between the two break-even ALs, so the assumed cost decides."""
+        """The k whose prediction lies on one side of no speculation under one bound and on the
+        other under the other: AL(k) lies between the two break-even ALs, so the assumed cost
+        decides."""
         if self.models != BOUNDS:
             return []
         return [r.k for r in self.rows if not r.measured
                 and (_point(r.predictions[CONSTANT].ratio) > 1) != (_point(r.predictions[LINEAR].ratio) > 1)]
 
     def ranking_ratio(self) -> float:
-        """What modes are ranked by: the best ratio under the fit where there is one, else the measured
-        ratio (the best under a k-independent cost, which never favours a smaller k)."""
+        """What modes are ranked by: the best ratio under the fit where there is one, else the
+        measured ratio (the best under a k-independent cost, which never favours a smaller k)."""
         model = FITTED if FITTED in self.models else CONSTANT
         return _point(self.best(model).predictions[model].ratio)
 
@@ -235,12 +244,15 @@ def _point(span: Span) -> float:
     return span.value if span.value is not None else (span.low + span.high) / 2
 
 
-def window_advice(mode: str, method: str, prompt_class: str, concurrency: int, acceptance: Acceptance,
-                  measured_ratio: Span, *, fit: CostFit | None = None, notes: Sequence[str] = ()) -> WindowAdvice:
+def window_advice(mode: str, method: str, prompt_class: str, concurrency: int,
+                  acceptance: Acceptance,
+                  measured_ratio: Span, *, fit: CostFit | None = None,
+                  notes: Sequence[str] = ()) -> WindowAdvice:
     """The advice for one window from its counters and the backfire gate's ratio at the served k."""
     big_k = acceptance.served_k
     full = acceptance.acceptance_length(big_k)
-    served_cost = Span(full / measured_ratio.value, full / measured_ratio.high, full / measured_ratio.low)
+    served_cost = Span(full / measured_ratio.value, full / measured_ratio.high,
+                       full / measured_ratio.low)
     models = (FITTED,) if fit is not None else BOUNDS
     rows = []
     for k in range(1, big_k + 1):
@@ -253,7 +265,8 @@ def window_advice(mode: str, method: str, prompt_class: str, concurrency: int, a
                 cost = step_cost_at(m, k, big_k, served_cost, fit)
                 predictions[m] = Prediction(cost, _divide(al, cost))
         rows.append(KRow(k, al, predictions, k == big_k))
-    return WindowAdvice(mode, method, prompt_class, concurrency, big_k, acceptance.drafts, measured_ratio,
+    return WindowAdvice(mode, method, prompt_class, concurrency, big_k, acceptance.drafts,
+                        measured_ratio,
                         acceptance.confidence, served_cost, models, tuple(rows), fit, tuple(notes))
 
 
@@ -274,51 +287,59 @@ class Advice:
         return {key: sorted(ws, key=lambda w: -w.ranking_ratio()) for key, ws in out.items()}
 
 
-def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> Span | None:
+def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str,
+                    concurrency: int) -> Span | None:
     """The backfire gate's paired ratio with its interval (decided or undecided), or None."""
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) != \
                 ("backfire", mode, prompt_class, concurrency):
             continue
         d = g.get("details") or {}
-        if all(isinstance(d.get(key), (int, float)) and d[key] > 0 for key in ("ratio", "ci_low", "ci_high")):
+        if all(isinstance(d.get(key), (int, float)) and d[key] > 0
+               for key in ("ratio", "ci_low", "ci_high")):
             return Span(float(d["ratio"]), float(d["ci_low"]), float(d["ci_high"]))
     return None
 
 
-def _gate_confidence(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> float:
+def _gate_confidence(report: dict[str, Any], mode: str, prompt_class: str,
+                     concurrency: int) -> float:
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
                 ("backfire", mode, prompt_class, concurrency):
             confidence = (g.get("details") or {}).get("confidence")
             if isinstance(confidence, (int, float)) and 0.5 < confidence < 1:
                 return float(confidence)
-    return DEFAULT_CONFIDENCE  # reports before the confidence was kept: their messages say "95 % CI"
+    # reports before the confidence was kept: their messages say "95 % CI"
+    return DEFAULT_CONFIDENCE
 
 
 def _family(config: dict[str, Any]) -> str:
     """What a step costs depends on: the speculative config less its cost-neutral keys."""
-    return json.dumps({k: v for k, v in config.items() if k not in COST_NEUTRAL_KEYS}, sort_keys=True, default=str)
+    return json.dumps({k: v for k, v in config.items() if k not in COST_NEUTRAL_KEYS},
+                      sort_keys=True, default=str)
 
 
-def _has_reference(report: dict[str, Any], reference: str, prompt_class: str, concurrency: int) -> bool:
+def _has_reference(report: dict[str, Any], reference: str, prompt_class: str,
+                   concurrency: int) -> bool:
     for m in report.get("measurements", []):
         if (m.get("prompt_class"), m.get("concurrency")) != (prompt_class, concurrency):
             continue
         partner = m.get("partner")
-        if m.get("mode") == reference or (isinstance(partner, dict) and partner.get("mode") == reference):
+        if m.get("mode") == reference or (isinstance(partner, dict)
+                                          and partner.get("mode") == reference):
             return True
     return False
 
 
 def _speculative_windows(report: dict[str, Any], source: str) -> list[dict[str, Any]]:
-    """The report's speculative windows; AdviceError naming ``source`` and the key where advice cannot
-    come from it (no speculative mode, no reference window, no per-position counters)."""
+    """The report's speculative windows; AdviceError naming ``source`` and the key where advice
+    cannot come from it (no speculative mode, no reference window, no per-position counters)."""
     rig = report.get("rig") or {}
     reference = rig.get("reference_mode")
     configs = {name: cfg for name, cfg in (rig.get("modes") or {}).items() if isinstance(cfg, dict)}
     measurements = report.get("measurements") or []
-    speculative = [m for m in measurements if m.get("mode") != reference and isinstance(m.get("mode"), str)
+    speculative = [m for m in measurements if m.get("mode") != reference
+                   and isinstance(m.get("mode"), str)
                    and (m.get("mode") in configs or m.get("acceptance"))]
     if not configs or not speculative:
         raise AdviceError(f"{source}: rig.modes / measurements: no speculative mode was measured "
@@ -329,16 +350,18 @@ def _speculative_windows(report: dict[str, Any], source: str) -> list[dict[str, 
         raise AdviceError(f"{source}: measurements: no window of the reference mode {reference!r} "
                           "(rig.reference_mode): nothing to compare speculation with")
     if not any((m.get("acceptance") or {}).get("accepted_per_position") for m in speculative):
-        raise AdviceError(f"{source}: measurements[].acceptance.accepted_per_position: no speculative window has "
-                          "per-position counters (a vLLM without vllm:spec_decode_num_accepted_tokens_per_pos, "
-                          "or a window without drafts): AL(k) below the served k cannot be read")
+        raise AdviceError(f"{source}: measurements[].acceptance.accepted_per_position: no "
+                          "speculative window has per-position counters (a vLLM without "
+                          "vllm:spec_decode_num_accepted_tokens_per_pos, or a window without "
+                          "drafts): AL(k) below the served k cannot be read")
     return speculative
 
 
 def design_effect(clusters: Sequence[tuple[float, Sequence[float]]]) -> float:
-    """How much a position share's variance exceeds that of independent drafts when the drafts come in
-    clusters (a prompt's drafts succeed or fail together): per position, the cluster-robust variance of
-    accepted / drafts over the binomial one; the largest over the positions, never below 1."""
+    """How much a position share's variance exceeds that of independent drafts when the drafts come
+    in clusters (a prompt's drafts succeed or fail together): per position, the cluster-robust
+    variance of accepted / drafts over the binomial one; the largest over the positions, never below
+    1."""
     total, n = math.fsum(d for d, _ in clusters), len(clusters)
     effect = 1.0
     for i in range(len(clusters[0][1]) if n > 1 and total > 0 else 0):
@@ -351,8 +374,9 @@ def design_effect(clusters: Sequence[tuple[float, Sequence[float]]]) -> float:
 
 def _per_request_acceptance(m: dict[str, Any], counters: tuple[float, list[float]], notes: list[str]
                             ) -> tuple[float, list[float], float]:
-    """(drafts, accepted per position, design effect): vLLM's per-request counts where every request has
-    them (the prompts as clusters), else the window's counters with drafts as independent trials."""
+    """(drafts, accepted per position, design effect): vLLM's per-request counts where every request
+    has them (the prompts as clusters), else the window's counters with drafts as independent
+    trials."""
     records = [r for r in m.get("records") or [] if isinstance(r, dict)]
     found = accepted_per_position([r.get("spec_decode") for r in records])
     if found is None or len(found[1][0]) != len(counters[1]) or not sum(found[0]):
@@ -362,12 +386,14 @@ def _per_request_acceptance(m: dict[str, Any], counters: tuple[float, list[float
         cluster = by_prompt.setdefault(str(r.get("prompt_id")), [0.0, [0.0] * len(positions)])
         cluster[0] += steps
         cluster[1] = [a + b for a, b in zip(cluster[1], positions, strict=True)]
-    drafts, per_position = float(sum(found[0])), [float(sum(col)) for col in zip(*found[1], strict=True)]
+    drafts, per_position = float(sum(found[0])), [float(sum(col))
+                                                  for col in zip(*found[1], strict=True)]
     effect = design_effect([(d, a) for d, a in by_prompt.values()])
     streams = agreement([str(r.get("request_id")).split("/", 2)[-1] for r in records],
                         [RequestRecord.from_dict(r) for r in records])
-    notes.append(f"acceptance from vLLM's per-request counts ({len(records)} requests, {len(by_prompt)} prompts as "
-                 f"clusters: intervals {math.sqrt(effect):.2f}x as wide as for independent drafts)"
+    notes.append(f"acceptance from vLLM's per-request counts ({len(records)} requests, "
+                 f"{len(by_prompt)} prompts as clusters: intervals {math.sqrt(effect):.2f}x as "
+                 "wide as for independent drafts)"
                  + ("" if (drafts, per_position) == tuple(counters) else
                     f"; the window's counters say {counters[0]:g} drafts, {counters[1]}")
                  + (f"; {streams.text()}" if streams else ""))
@@ -377,7 +403,8 @@ def _per_request_acceptance(m: dict[str, Any], counters: tuple[float, list[float
 Ready = tuple[dict[str, Any], Acceptance, Span, list[str]]
 
 
-def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, Any], source: str) -> Ready | str:
+def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, Any],
+                  source: str) -> Ready | str:
     """A speculative window advice can be drawn from, or why not (a line of "not advised")."""
     reference = (report.get("rig") or {}).get("reference_mode")
     mode, prompt_class, concurrency = m["mode"], m.get("prompt_class"), m.get("concurrency")
@@ -388,8 +415,8 @@ def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, 
     if not per_position or not isinstance(drafts, (int, float)) or drafts <= 0:
         return f"{where}: no per-position counters (acceptance.accepted_per_position, drafts)"
     if any(not isinstance(a, (int, float)) or not 0 <= a <= drafts for a in per_position):
-        raise AdviceError(f"{source}: {where}: acceptance.accepted_per_position {per_position} must be "
-                          f"counts between 0 and drafts ({drafts})")
+        raise AdviceError(f"{source}: {where}: acceptance.accepted_per_position {per_position} "
+                          f"must be counts between 0 and drafts ({drafts})")
     if not _has_reference(report, reference, prompt_class, concurrency):
         return f"{where}: no {reference} window of this class and concurrency"
     ratio = _backfire_ratio(report, mode, prompt_class, concurrency)
@@ -397,16 +424,19 @@ def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, 
         return f"{where}: no backfire gate with a ratio and an interval (gates[].details.ratio, ci_low, ci_high)"
     notes: list[str] = []
     accepted = acc.get("accepted_tokens")
-    if isinstance(accepted, (int, float)) and abs(math.fsum(per_position) - accepted) > 1e-6 * max(1, accepted):
-        notes.append(f"the per-position counts sum to {math.fsum(per_position):g}, vLLM's accepted tokens to "
-                     f"{accepted:g}: AL(K) is taken from the per-position counts")
+    if isinstance(accepted, (int, float)) and abs(math.fsum(per_position)
+                                                  - accepted) > 1e-6 * max(1, accepted):
+        notes.append(f"the per-position counts sum to {math.fsum(per_position):g}, vLLM's accepted "
+                     f"tokens to {accepted:g}: AL(K) is taken from the per-position counts")
     served = (configs.get(mode) or {}).get("num_speculative_tokens")
     if isinstance(served, int) and served != len(per_position):
         notes.append(f"rig.modes.{mode}.num_speculative_tokens is {served}, the counters have "
                      f"{len(per_position)} positions: k runs to {len(per_position)}")
-    drafts, per_position, effect = _per_request_acceptance(m, (float(drafts), list(per_position)), notes)
+    drafts, per_position, effect = _per_request_acceptance(m, (float(drafts),
+                                                               list(per_position)), notes)
     confidence = _gate_confidence(report, mode, prompt_class, concurrency)
-    return m, Acceptance(drafts, tuple(float(a) for a in per_position), confidence, effect), ratio, notes
+    return m, Acceptance(drafts, tuple(float(a) for a in per_position), confidence,
+                         effect), ratio, notes
 
 
 def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Advice:
@@ -419,55 +449,61 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
     skipped = [f for f in found if isinstance(f, str)]
     ready = [f for f in found if not isinstance(f, str)]
     if not ready:
-        raise AdviceError(f"{source}: no speculative window can be advised on:\n  " + "\n  ".join(skipped))
+        raise AdviceError(f"{source}: no speculative window can be advised on:\n  "
+                          + "\n  ".join(skipped))
     # the step costs measured at each served k, per drafter family, class and concurrency
     costs: dict[tuple[str, str, int], list[tuple[str, int, Span]]] = {}
     for m, acceptance, ratio, _ in ready:
         full = acceptance.acceptance_length(acceptance.served_k)
-        key = (_family(configs.get(m["mode"]) or {"method": m["mode"]}), m["prompt_class"], m["concurrency"])
+        key = (_family(configs.get(m["mode"]) or {"method": m["mode"]}), m["prompt_class"],
+               m["concurrency"])
         costs.setdefault(key, []).append(
-            (m["mode"], acceptance.served_k, Span(full / ratio.value, full / ratio.high, full / ratio.low)))
+            (m["mode"], acceptance.served_k, Span(full / ratio.value, full / ratio.high,
+                                                  full / ratio.low)))
     windows = []
     for m, acceptance, ratio, notes in ready:
         config = configs.get(m["mode"]) or {"method": m["mode"]}
         fit = fit_step_cost(costs[(_family(config), m["prompt_class"], m["concurrency"])],
                             min(acceptance.confidence, DEFAULT_CONFIDENCE))
         if fit is not None and (fit.c0 < 1 or fit.slope < 0):
-            notes.append(f"the fit has c0 = {fit.c0:.2f}, s = {fit.slope:.3f}: outside c0 >= 1, s >= 0, "
-                         "what the two bounds assume")
+            notes.append(f"the fit has c0 = {fit.c0:.2f}, s = {fit.slope:.3f}: outside c0 >= 1, s "
+                         ">= 0, what the two bounds assume")
         windows.append(window_advice(m["mode"], str(config.get("method", "?")), m["prompt_class"],
                                      m["concurrency"], acceptance, ratio, fit=fit, notes=notes))
     order = {name: i for i, name in enumerate(rig.get("modes") or {})}
     classes = list(dict.fromkeys(m.get("prompt_class") for m in report.get("measurements") or []))
     windows.sort(key=lambda w: (w.concurrency, classes.index(w.prompt_class), order.get(w.mode, len(order)), w.mode))
-    return Advice(str(rig.get("name", "?")), source, str(rig.get("reference_mode")), tuple(windows), tuple(skipped))
+    return Advice(str(rig.get("name", "?")), source, str(rig.get("reference_mode")), tuple(windows),
+                  tuple(skipped))
 
 
 def advise_file(path: Path | str, *, rig: str | None = None) -> Advice:
-    """:func:`advise_report` on a saved report.json(.gz); AdviceError (or the reader's SpecgateError)
-    naming the file. With ``rig``, the report must be that rig's."""
+    """:func:`advise_report` on a saved report.json(.gz); AdviceError (or the reader's
+    SpecgateError) naming the file. With ``rig``, the report must be that rig's."""
 
     report = read_saved_report(path)
     if rig is not None and report["rig"].get("name") != rig:
-        raise AdviceError(f"{path}: rig.name is {report['rig'].get('name')!r}, not the rig asked for ({rig!r}): "
-                          "advice is drawn from a run of the rig it is for")
+        raise AdviceError(f"{path}: rig.name is {report['rig'].get('name')!r}, not the rig asked "
+                          f"for ({rig!r}): advice is drawn from a run of the rig it is for")
     return advise_report(report, source=str(path))
 
 
 # -- text ----------------------------------------------------------------------------------------
 ASSUMPTIONS = (
-    "model: ratio(k) = AL(k) / c(k) against no speculation; AL(k) = 1 + sum_{i<=k} accepted at position i / "
-    "drafts (vLLM counts position i only when all before it were accepted); c(K) = AL(K) / the measured ratio "
-    "at the served k=K.",
-    "assumed, not measured by one run: how c varies with k. For c(k) = c0 + s*k with c0 >= 1 and s >= 0 it lies "
-    f"between two bounds: {CONSTANT}, c(k) = c(K) (pessimistic below K), and {LINEAR}, c(k) = 1 + (c(K)-1)*k/K "
-    "(optimistic below K). Where the report measures c at two or more k of one drafter, c0 and s are fitted.",
-    f"columns: {', '.join(f'{short} = {name}' for name, short in SHORT.items())}; c(k) is also the break-even AL, "
-    "the AL that k needs for a ratio of 1.",
-    "intervals: the measured ratio's is the backfire gate's; AL(k)'s is AL(K) x the interval of AL(k)/AL(K), each "
-    "position a Wilson interval at 1 - (1-confidence)/K over drafts as trials, widened by the prompts' clustering "
-    "where vLLM counted each request (a note says by how much), else taken as independent (one prompt's drafts "
-    "succeed together: the truth is wider); ends propagated (conservative).",
+    "model: ratio(k) = AL(k) / c(k) against no speculation; AL(k) = 1 + sum_{i<=k} accepted at "
+    "position i / drafts (vLLM counts position i only when all before it were accepted); c(K) = "
+    "AL(K) / the measured ratio at the served k=K.",
+    "assumed, not measured by one run: how c varies with k. For c(k) = c0 + s*k with c0 >= 1 and "
+    f"s >= 0 it lies between two bounds: {CONSTANT}, c(k) = c(K) (pessimistic below K), and "
+    f"{LINEAR}, c(k) = 1 + (c(K)-1)*k/K (optimistic below K). Where the report measures c at two "
+    "or more k of one drafter, c0 and s are fitted.",
+    f"columns: {', '.join(f'{short} = {name}' for name, short in SHORT.items())}; c(k) is also the "
+    "break-even AL, the AL that k needs for a ratio of 1.",
+    "intervals: the measured ratio's is the backfire gate's; AL(k)'s is AL(K) x the interval of "
+    "AL(k)/AL(K), each position a Wilson interval at 1 - (1-confidence)/K over drafts as trials, "
+    "widened by the prompts' clustering where vLLM counted each request (a note says by how "
+    "much), else taken as independent (one prompt's drafts succeed together: the truth is wider); "
+    "ends propagated (conservative).",
 )
 
 
@@ -478,9 +514,10 @@ def _ks(ks: Sequence[int]) -> str:
 def window_text(w: WindowAdvice) -> str:
     full = w.rows[-1].acceptance_length.value or 0.0
     coverage = f"{w.confidence * 100:g} %"
-    head = (f"{w.window} ({w.method}, served k={w.served_k}): measured {w.measured_ratio.text(3, 'x')} of no "
-            f"speculation ({coverage} interval) with AL({w.served_k}) = {full:.2f} over {w.drafts:g} drafts: "
-            f"one step costs c({w.served_k}) = {w.served_cost.text()} plain steps")
+    head = (f"{w.window} ({w.method}, served k={w.served_k}): measured "
+            f"{w.measured_ratio.text(3, 'x')} of no speculation ({coverage} interval) with "
+            f"AL({w.served_k}) = {full:.2f} over {w.drafts:g} drafts: one step costs "
+            f"c({w.served_k}) = {w.served_cost.text()} plain steps")
     headers = ["k", "AL(k)"]
     for m in w.models:
         headers += [f"c(k) {SHORT[m]}", f"ratio {SHORT[m]}"]
@@ -491,7 +528,8 @@ def window_text(w: WindowAdvice) -> str:
         row = [str(r.k), r.acceptance_length.text() + (" measured" if r.measured else "")]
         for m in w.models:
             p = r.predictions[m]
-            row += [p.cost.text(), p.ratio.text(2, "x") + ("" if r.measured else f" {p.ratio.verdict}")]
+            row += [p.cost.text(), p.ratio.text(2, "x") + ("" if r.measured
+                                                           else f" {p.ratio.verdict}")]
         row.append("measured" if r.measured else "flips between the bounds" if r.k in flips else "")
         rows.append(row)
     lines = [head, tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
@@ -505,8 +543,9 @@ def window_text(w: WindowAdvice) -> str:
                      f"{_ks(w.beating(m, sure=True))} with the whole interval above 1, "
                      f"{_ks(w.beating(m, sure=False))} by the estimate")
     if w.models == BOUNDS:
-        flips_text = (f"{_ks(flips)}: AL(k) lies between the two break-even ALs, so the assumed step cost decides; "
-                      "measuring c at a second k (a mode of the same drafter at another k) settles it"
+        flips_text = (f"{_ks(flips)}: AL(k) lies between the two break-even ALs, so the assumed "
+                      "step cost decides; measuring c at a second k (a mode of the same drafter "
+                      "at another k) settles it"
                       if flips else "none: both bounds put every k on the same side of no speculation")
         lines.append(f"flips between the bounds: {flips_text}")
     lines += [f"note: {n}" for n in w.notes]
@@ -514,14 +553,15 @@ def window_text(w: WindowAdvice) -> str:
 
 
 def ranking_text(advice: Advice) -> list[str]:
-    """Per class and concurrency with two or more modes: the modes best first, with what was measured
-    (the served k) and what is predicted."""
+    """Per class and concurrency with two or more modes: the modes best first, with what was
+    measured (the served k) and what is predicted."""
     lines = []
     for (prompt_class, concurrency), ws in advice.ranking().items():
         if len(ws) < 2:
             continue
-        lines.append(f"ranking, {prompt_class} / concurrency {concurrency} (by the best ratio under the fit, else the "
-                     "measured one, which a k-independent cost never beats):")
+        lines.append(f"ranking, {prompt_class} / concurrency {concurrency} (by the best ratio "
+                     "under the fit, else the measured one, which a k-independent cost never "
+                     "beats):")
         for i, w in enumerate(ws, 1):
             parts = []
             for m in w.models:
@@ -548,12 +588,13 @@ def advice_text(advice: Advice) -> str:
 # -- the seed case -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SeedFigures:
-    """What the seed case published (/work/shared/SEED-FACTS.md, docs/advice.md): per class one tok/s
-    figure per side, and acceptance as ranges over every prompt, none per class."""
+    """What the seed case published (/work/shared/SEED-FACTS.md, docs/advice.md): per class one
+    tok/s figure per side, and acceptance as ranges over every prompt, none per class."""
 
     k: int = 5
     prompt_lookup_max: int = 4
-    tokens_per_s: dict[str, tuple[float, float]] = field(default_factory=lambda: {  # (no spec, ngram)
+    # (no spec, ngram)
+    tokens_per_s: dict[str, tuple[float, float]] = field(default_factory=lambda: {
         "coding": (62.6, 46.4), "math": (78.0, 64.8), "structured_json": (76.1, 65.5),
         "explanatory": (79.5, 72.5)})
     acceptance_length: tuple[float, float] = (1.86, 2.55)
@@ -577,7 +618,8 @@ class SeedClass:
     def flips(self) -> list[int]:
         """The k a bound puts wholly below 1 and the other not: the assumed cost decides."""
         return [k for k in self.acceptance_length
-                if (self.predictions[(CONSTANT, k)].high < 1) != (self.predictions[(LINEAR, k)].high < 1)]
+                if (self.predictions[(CONSTANT, k)].high < 1) != (self.predictions[(LINEAR,
+                                                                                    k)].high < 1)]
 
 
 @dataclass(frozen=True)
@@ -592,11 +634,13 @@ class SeedAdvice:
         return not any(c.flips() for c in self.classes)
 
 
-def _fractional_range(numerator: Sequence[float], n0: float, denominator: Sequence[float], d0: float,
-                      a_ub: list[list[float]], b_ub: list[float], bounds: Sequence[tuple[float, float]]
+def _fractional_range(numerator: Sequence[float], n0: float,
+                      denominator: Sequence[float], d0: float,
+                      a_ub: list[list[float]], b_ub: list[float],
+                      bounds: Sequence[tuple[float, float]]
                       ) -> tuple[float, float]:
-    """min and max of (n.x + n0) / (d.x + d0) over {A x <= b, bounds}, d.x + d0 > 0 there: two linear
-    programs after the Charnes-Cooper change of variables (y = t x, t = 1 / (d.x + d0))."""
+    """min and max of (n.x + n0) / (d.x + d0) over {A x <= b, bounds}, d.x + d0 > 0 there: two
+    linear programs after the Charnes-Cooper change of variables (y = t x, t = 1 / (d.x + d0))."""
     import numpy as np
     from scipy.optimize import linprog
 
@@ -621,10 +665,11 @@ def _fractional_range(numerator: Sequence[float], n0: float, denominator: Sequen
 
 
 def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
-    """What the advice can say from the seed's published figures alone. The per-position shares p_1..p_K
-    range over every non-increasing sequence with p_1 and p_K in their published ranges and 1 + sum p in
-    the published AL range (positions 2 to K-1 were not published); each class's ratio is its one
-    figure per side (no interval). Every range below is the exact min and max over those sequences."""
+    """What the advice can say from the seed's published figures alone. The per-position shares
+    p_1..p_K range over every non-increasing sequence with p_1 and p_K in their published ranges and
+    1 + sum p in the published AL range (positions 2 to K-1 were not published); each class's ratio
+    is its one figure per side (no interval). Every range below is the exact min and max over those
+    sequences."""
     f = figures or SeedFigures()
     big_k = f.k
     a_ub: list[list[float]] = []
@@ -651,11 +696,13 @@ def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
             first_k = [1.0] * k + [0.0] * (big_k - k)
             lo, hi = _fractional_range(first_k, 1.0, nothing, 1.0, a_ub, b_ub, bounds)
             lengths[k] = Span(None, lo, hi)
-            # k-independent: R (1 + S_k) / (1 + S_K); linear: (1 + S_k) / (1 + ((1 + S_K) / R - 1) k / K)
+            # k-independent: R (1 + S_k) / (1 + S_K); linear: (1 + S_k) / (1 + ((1 + S_K) / R - 1) k
+            # / K)
             lo, hi = _fractional_range([r * v for v in first_k], r, ones, 1.0, a_ub, b_ub, bounds)
             predictions[(CONSTANT, k)] = Span(None, lo, hi)
             slope = k / (big_k * r)
-            lo, hi = _fractional_range(first_k, 1.0, [slope] * big_k, 1 - k / big_k + slope, a_ub, b_ub, bounds)
+            lo, hi = _fractional_range(first_k, 1.0, [slope] * big_k, 1 - k / big_k + slope, a_ub,
+                                       b_ub, bounds)
             predictions[(LINEAR, k)] = Span(None, lo, hi)
         classes.append(SeedClass(prompt_class, r, served_cost, lengths, predictions))
     return SeedAdvice(f, tuple(classes), _seed_conclusion(f, classes))
@@ -666,33 +713,38 @@ def _seed_conclusion(f: SeedFigures, classes: Sequence[SeedClass]) -> tuple[str,
     slower = all(c.measured_ratio < 1 for c in classes)
     low_cost = min(c.served_cost.low for c in classes)
     flips = {c.prompt_class: c.flips() for c in classes}
-    linear_sure = {c.prompt_class: [k for k in range(1, big_k) if c.predictions[(LINEAR, k)].low > 1] for c in classes}
+    linear_sure = {c.prompt_class: [k for k in range(1, big_k)
+                                    if c.predictions[(LINEAR, k)].low > 1] for c in classes}
     constant_best = max(c.predictions[(CONSTANT, k)].high for c in classes for k in range(1, big_k))
     al = {k: Span(None, min(c.acceptance_length[k].low for c in classes),
                   max(c.acceptance_length[k].high for c in classes)) for k in range(1, big_k)}
     lines = [
         f"measured: at the served k={big_k} ngram is slower than no speculation on "
         f"{'every class' if slower else 'some classes'} (ratios "
-        f"{', '.join(f'{c.prompt_class} {c.measured_ratio:.3f}' for c in classes)}; one figure per side, so no "
-        "interval).",
-        f"can conclude: one ngram step at k={big_k} costs c({big_k}) >= {low_cost:.2f} plain steps on every class "
-        f"(AL({big_k}) >= {f.acceptance_length[0]} over the measured ratio); under a {CONSTANT} no smaller k does "
-        f"better (AL only falls with k): every k=1..{big_k - 1} stays below {constant_best:.2f}x.",
+        f"{', '.join(f'{c.prompt_class} {c.measured_ratio:.3f}' for c in classes)}; one figure per "
+        "side, so no interval).",
+        f"can conclude: one ngram step at k={big_k} costs c({big_k}) >= {low_cost:.2f} plain steps "
+        f"on every class (AL({big_k}) >= {f.acceptance_length[0]} over the measured ratio); under "
+        f"a {CONSTANT} no smaller k does better (AL only falls with k): every k=1..{big_k - 1} "
+        f"stays below {constant_best:.2f}x.",
         "cannot conclude: whether a smaller k beats no speculation. Under a "
         f"{LINEAR} some do ("
-        + "; ".join(f"{c}: {_ks(ks)} with the whole range above 1" for c, ks in linear_sure.items() if ks)
+        + "; ".join(f"{c}: {_ks(ks)} with the whole range above 1" for c,
+                    ks in linear_sure.items() if ks)
         + "), under a k-independent one none does: the prediction flips for "
         + "; ".join(f"{c} at {_ks(ks)}" for c, ks in flips.items() if ks)
         + ", and one run at one k cannot tell which bound holds.",
-        "cannot conclude either: AL(k) per class. The acceptance figures are ranges over every prompt, none per "
-        f"class, and positions 2-{big_k - 1} were not published: AL(k) is only known to lie in "
+        "cannot conclude either: AL(k) per class. The acceptance figures are ranges over every "
+        f"prompt, none per class, and positions 2-{big_k - 1} were not published: AL(k) is only "
+        "known to lie in "
         + ", ".join(f"AL({k}) {s.text()}" for k, s in al.items())
         + " for any class; per-position counts per class would narrow these, not the flip.",
-        f"one run on the rig would need: per class, the backfire ratio with an interval (6 pairs or more; the rig's "
-        f"6 prompts x 3 repeats give 18) and the per-position counters (specgate records them per window), for "
-        f"ngram at k={big_k} and at a second k with the same prompt_lookup_max {f.prompt_lookup_max} (e.g. a mode "
-        "ngram_k2 beside ngram in the same session): c at two k fits c0 + s*k, and the advice then predicts every "
-        f"k=1..{big_k} per class with an interval.",
+        "one run on the rig would need: per class, the backfire ratio with an interval (6 pairs "
+        "or more; the rig's 6 prompts x 3 repeats give 18) and the per-position counters "
+        f"(specgate records them per window), for ngram at k={big_k} and at a second k with the "
+        f"same prompt_lookup_max {f.prompt_lookup_max} (e.g. a mode ngram_k2 beside ngram in the "
+        f"same session): c at two k fits c0 + s*k, and the advice then predicts every k=1..{big_k} "
+        "per class with an interval.",
     ]
     return tuple(lines)
 
@@ -700,12 +752,14 @@ def _seed_conclusion(f: SeedFigures, classes: Sequence[SeedClass]) -> tuple[str,
 def seed_text(seed: SeedAdvice) -> str:
     f = seed.figures
     head = (f"the seed case (Kimi-K2.5 INT4, 8x RTX PRO 6000): ngram k={f.k}, prompt_lookup_max "
-            f"{f.prompt_lookup_max}; published: AL({f.k}) {f.acceptance_length[0]}-{f.acceptance_length[1]}, "
-            f"position 1 {f.first_position[0]:.0%}-{f.first_position[1]:.0%}, position {f.k} "
-            f"{f.last_position[0]:.0%}-{f.last_position[1]:.0%}, acceptance rate {f.acceptance_rate[0]:.0%}-"
-            f"{f.acceptance_rate[1]:.0%} (over every prompt, none per class); one tok/s figure per class and side.\n"
-            "Each range is the min and max over every non-increasing per-position sequence the published figures "
-            f"allow. Columns: {', '.join(f'{short} = {name}' for name, short in SHORT.items() if name in BOUNDS)}; "
+            f"{f.prompt_lookup_max}; published: AL({f.k}) "
+            f"{f.acceptance_length[0]}-{f.acceptance_length[1]}, position 1 "
+            f"{f.first_position[0]:.0%}-{f.first_position[1]:.0%}, position {f.k} "
+            f"{f.last_position[0]:.0%}-{f.last_position[1]:.0%}, acceptance rate "
+            f"{f.acceptance_rate[0]:.0%}-{f.acceptance_rate[1]:.0%} (over every prompt, none per "
+            "class); one tok/s figure per class and side.\nEach range is the min and max over "
+            "every non-increasing per-position sequence the published figures allow. Columns: "
+            f"{', '.join(f'{short} = {name}' for name, short in SHORT.items() if name in BOUNDS)}; "
             "c(k) is the break-even AL.")
     blocks = [head]
     for c in seed.classes:
@@ -714,22 +768,26 @@ def seed_text(seed: SeedAdvice) -> str:
             const, linear = c.predictions[(CONSTANT, k)], c.predictions[(LINEAR, k)]
             measured = k == f.k
             rows.append([str(k), c.acceptance_length[k].text(), c.cost(CONSTANT, k, f.k).text(),
-                         f"{c.measured_ratio:.3f}x measured" if measured else f"{const.text(2, 'x')} {const.verdict}",
+                         f"{c.measured_ratio:.3f}x measured" if measured
+                         else f"{const.text(2, 'x')} {const.verdict}",
                          c.cost(LINEAR, k, f.k).text(),
-                         f"{c.measured_ratio:.3f}x measured" if measured else f"{linear.text(2, 'x')} {linear.verdict}",
+                         f"{c.measured_ratio:.3f}x measured" if measured
+                         else f"{linear.text(2, 'x')} {linear.verdict}",
                          "flips between the bounds" if k in c.flips() else ""])
         headers = ["k", "AL(k)"]
         for m in BOUNDS:
             headers += [f"c(k) {SHORT[m]}", f"ratio {SHORT[m]}"]
         blocks.append(f"{c.prompt_class}: measured {c.measured_ratio:.3f}x at k={f.k}, c({f.k}) = "
                       f"{c.served_cost.text()} plain steps\n"
-                      + tabulate(rows, headers=[*headers, ""], tablefmt="simple", disable_numparse=True))
+                      + tabulate(rows, headers=[*headers, ""], tablefmt="simple",
+                                 disable_numparse=True))
     blocks.append("\n".join(seed.conclusion))
     return "\n\n".join(blocks)
 
 
 # -- the picture ---------------------------------------------------------------------------------
-MODEL_STYLE = {CONSTANT: ("o", "-"), LINEAR: ("s", "--"), FITTED: ("D", "-")}  # (marker, line style)
+# (marker, line style)
+MODEL_STYLE = {CONSTANT: ("o", "-"), LINEAR: ("s", "--"), FITTED: ("D", "-")}
 
 
 def _interval(span: Span) -> tuple[float | None, float, float]:
@@ -737,7 +795,8 @@ def _interval(span: Span) -> tuple[float | None, float, float]:
 
 
 def plot_advice(advice: Advice, path: Path) -> Path | None:
-    """The report's advice as a PNG at ``path`` (specgate.advise.plot); None (no file) without a window."""
+    """The report's advice as a PNG at ``path`` (specgate.advise.plot); None (no file) without a
+    window."""
 
     modes = list(dict.fromkeys(w.mode for w in advice.windows))
     color = {mode: COLORS[i % len(COLORS)] for i, mode in enumerate(modes)}
@@ -747,7 +806,8 @@ def plot_advice(advice: Advice, path: Path) -> Path | None:
         predicted = [r for r in w.rows if not r.measured]  # the served k is the star
         for model in w.models:
             series.append(RatioSeries(w.mode, model, color[w.mode], tuple(r.k for r in predicted),
-                                      tuple(_interval(r.predictions[model].ratio) for r in predicted),
+                                      tuple(_interval(r.predictions[model].ratio)
+                                            for r in predicted),
                                       (w.served_k, w.measured_ratio.value or 0.0)))
         measured.append((w.served_k, _interval(w.measured_ratio), color[w.mode]))
     return draw_ratio_panels(
@@ -765,10 +825,12 @@ def plot_seed(seed: SeedAdvice, path: Path) -> Path | None:
     below = tuple(range(1, big_k))  # the served k is the star
     panels = [RatioPanel(c.prompt_class,
                          tuple(RatioSeries(f"ngram k={big_k}", model, COLORS[0], below,
-                                           tuple(_interval(c.predictions[(model, k)]) for k in below),
+                                           tuple(_interval(c.predictions[(model, k)])
+                                                 for k in below),
                                            (big_k, c.measured_ratio)) for model in BOUNDS),
                          # one figure per side: no interval
-                         ((big_k, (c.measured_ratio, c.measured_ratio, c.measured_ratio), COLORS[0]),))
+                         ((big_k, (c.measured_ratio, c.measured_ratio, c.measured_ratio),
+                           COLORS[0]),))
               for c in seed.classes]
     return draw_ratio_panels(
         panels, styles=MODEL_STYLE,
@@ -780,7 +842,8 @@ def plot_seed(seed: SeedAdvice, path: Path) -> Path | None:
 SEED_RIG = "kimi-k25-int4-8x-rtx6000"
 
 
-def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Path | None, fixtures_dir: Path,
+def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Path | None,
+                   fixtures_dir: Path,
                    root: Path) -> int:
     """``python -m specgate advise``: print the advice and write its PNG (``<out>/advice.png``, by default
     ``.specgate/advice/<rig>``); 4 (a usage error) for an unknown rig, an unreadable report, or a report
@@ -798,8 +861,9 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
             config = load_rig(name, fixtures_dir).mode("ngram").speculative_config or {}
             if (config.get("num_speculative_tokens"), config.get("prompt_lookup_max")) != \
                     (figures.k, figures.prompt_lookup_max):
-                raise AdviceError(f"rig {name}: modes.ngram is {config}, not the seed's ngram k={figures.k}, "
-                                  f"prompt_lookup_max {figures.prompt_lookup_max}: its figures do not apply")
+                raise AdviceError(f"rig {name}: modes.ngram is {config}, not the seed's ngram "
+                                  f"k={figures.k}, prompt_lookup_max {figures.prompt_lookup_max}: "
+                                  "its figures do not apply")
             result = seed_advice(figures)
             print(seed_text(result))
             path = plot_seed(result, folder / "advice-seed.png")
@@ -820,8 +884,8 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
 
 
 def _write_schedules(advice: Advice, rig: Any, folder: Path) -> None:
-    """Each speculative mode measured at two or more concurrencies: its schedule (specgate.advise.schedule),
-    printed and written for --specgate-advise-confirm."""
+    """Each speculative mode measured at two or more concurrencies: its schedule
+    (specgate.advise.schedule), printed and written for --specgate-advise-confirm."""
     from specgate.advise.schedule import DEFAULT_MAX_BATCH, build_schedules, schedule_text, write_schedule
 
     argv = [*rig.argv_prefix, *(a for extra in rig.mode_extra_args.values() for a in extra)]
@@ -829,4 +893,5 @@ def _write_schedules(advice: Advice, rig: Any, folder: Path) -> None:
     max_batch = int(argv[seqs]) if seqs is not None and argv[seqs].isdigit() else DEFAULT_MAX_BATCH
     configs = {m.name: m.speculative_config for m in rig.modes if m.speculative_config}
     for schedule in build_schedules(advice.windows, configs, rig=advice.rig, max_batch=max_batch):
-        print(f"\n{schedule_text(schedule)}\nschedule: {write_schedule(schedule, folder, source=advice.source)}")
+        print(f"\n{schedule_text(schedule)}\nschedule: "
+              f"{write_schedule(schedule, folder, source=advice.source)}")

@@ -1,10 +1,11 @@
-"""The advice's picture (``python -m specgate advise``, built by specgate.advise.advice): per prompt class (and
-concurrency), the predicted tok/s ratio against no speculation for every k, one colour per mode, one
-marker per step-cost model, interval bars, the served k's measured ratio as a star, and the break-even
-line at 1.0.
+"""The advice's picture (``python -m specgate advise``, built by specgate.advise.advice): per prompt
+class (and concurrency), the predicted tok/s ratio against no speculation for every k, one colour
+per mode, one marker per step-cost model, interval bars, the served k's measured ratio as a star,
+and the break-even line at 1.0.
 
-Drawn like specgate.report.plots: a plain ``matplotlib.figure.Figure`` on an explicit Agg canvas, no pyplot,
-matplotlib imported inside the functions. This module knows panels and series only, no report.
+Drawn like specgate.report.plots: a plain ``matplotlib.figure.Figure`` on an explicit Agg canvas, no
+pyplot, matplotlib imported inside the functions. This module knows panels and series only, no
+report.
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ def _figure(width: float, height: float):
     return fig
 
 
-def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, str]], title: str, subtitle: str,
+def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, str]], title: str,
+                      subtitle: str,
                       path: Path) -> Path | None:
-    """The panels as a PNG at ``path``; ``styles`` gives each model its (marker, line style). None (no
-    file) without a panel."""
+    """The panels as a PNG at ``path``; ``styles`` gives each model its (marker, line style). None
+    (no file) without a panel."""
     if not panels:
         return None
     from matplotlib.lines import Line2D
@@ -68,20 +70,26 @@ def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, 
         n = len(panel.series)
         for i, s in enumerate(panel.series):
             marker, line = styles[s.model]
-            offset = (i - (n - 1) / 2) * 0.08  # side by side, so the bars of one k do not hide each other
+            # side by side, so the bars of one k do not hide each other
+            offset = (i - (n - 1) / 2) * 0.08
             xs = [k + offset for k in s.ks]
             points = [v if v is not None else (lo + hi) / 2 for v, lo, hi in s.ratios]
-            ax.vlines(xs, [lo for _, lo, _ in s.ratios], [hi for _, _, hi in s.ratios], color=s.color,
+            ax.vlines(xs, [lo for _, lo, _ in s.ratios], [hi for _, _, hi in s.ratios],
+                      color=s.color,
                       linewidth=1.6, alpha=0.8)
-            hollow = any(v is None for v, _, _ in s.ratios)  # a range only: its middle, drawn hollow
+            # a range only: its middle, drawn hollow
+            hollow = any(v is None for v, _, _ in s.ratios)
             ax.plot(xs, points, marker=marker, linestyle="none", color=s.color, markersize=5,
                     markerfacecolor="white" if hollow else s.color)
-            ax.plot([*xs, s.anchor[0]], [*points, s.anchor[1]], linestyle=line, color=s.color, linewidth=1.1)
+            ax.plot([*xs, s.anchor[0]], [*points, s.anchor[1]], linestyle=line, color=s.color,
+                    linewidth=1.1)
             modes_drawn[s.mode] = s.color
             models_drawn[s.model] = None
         for k, (value, lo, hi), color in panel.measured:
-            ax.errorbar([k], [value], yerr=[[value - lo], [hi - value]], marker="*", markersize=13, color=color,
-                        markeredgecolor=MEASURED_EDGE, ecolor=MEASURED_EDGE, capsize=4, linestyle="none", zorder=5)
+            ax.errorbar([k], [value], yerr=[[value - lo], [hi - value]], marker="*", markersize=13,
+                        color=color,
+                        markeredgecolor=MEASURED_EDGE, ecolor=MEASURED_EDGE, capsize=4,
+                        linestyle="none", zorder=5)
         ax.axhline(1.0, color=BREAK_EVEN_COLOR, linestyle=":", linewidth=1.2)
         k_max = max([k for s in panel.series for k in s.ks] + [k for k, _, _ in panel.measured])
         ax.set_xticks(range(1, k_max + 1))
@@ -92,12 +100,16 @@ def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, 
         ax.grid(alpha=0.3)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
-    handles = [Line2D([], [], color=color, linewidth=2, label=mode) for mode, color in modes_drawn.items()]
-    handles += [Line2D([], [], color="#555555", marker=styles[m][0], linestyle=styles[m][1], label=m)
+    handles = [Line2D([], [], color=color, linewidth=2, label=mode) for mode,
+               color in modes_drawn.items()]
+    handles += [Line2D([], [], color="#555555", marker=styles[m][0],
+                       linestyle=styles[m][1], label=m)
                 for m in models_drawn]
     handles += [Line2D([], [], color=MEASURED_EDGE, marker="*", markersize=11, linestyle="none",
                        label="measured (the served k)"),
-                Line2D([], [], color=BREAK_EVEN_COLOR, linestyle=":", label="1.0: no speculation (break-even)")]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8.5, frameon=False)
+                Line2D([], [], color=BREAK_EVEN_COLOR, linestyle=":",
+                       label="1.0: no speculation (break-even)")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4),
+               fontsize=8.5, frameon=False)
     fig.suptitle(f"{title}\n{subtitle}", fontsize=10.5)
     return save_figure(fig, path)

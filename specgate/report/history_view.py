@@ -1,14 +1,14 @@
-"""The commands over a rig's stored histories: ``python -m specgate build-history --rig NAME --starts N``
-runs N fresh-start sessions of the rig back to back, each storing its windows (one more start of
-this machine's history of this build, specgate.store.baselines); ``python -m specgate history --rig NAME``
-shows the stored histories as a user reads them.
+"""The commands over a rig's stored histories: ``python -m specgate build-history --rig NAME
+--starts N`` runs N fresh-start sessions of the rig back to back, each storing its windows (one more
+start of this machine's history of this build, specgate.store.baselines); ``python -m specgate
+history --rig NAME`` shows the stored histories as a user reads them.
 
-Per window (mode, prompt class, concurrency) and per history (one machine's, one build's): every stored
-start as a table row (its date, sitting, level, suite commit), the history's sittings, spread and what its
-level gate catches, whether it gates (superseded and unknown-machine histories never do), and a step or a
-drift within a sitting (specgate.decide.history.change_points), with the rule that finds one. A PNG draws
-the levels over the starts, one panel per window, one line per history, the gating history's prediction band
-shaded.
+Per window (mode, prompt class, concurrency) and per history (one machine's, one build's): every
+stored start as a table row (its date, sitting, level, suite commit), the history's sittings, spread
+and what its level gate catches, whether it gates (superseded and unknown-machine histories never
+do), and a step or a drift within a sitting (specgate.decide.history.change_points), with the rule
+that finds one. A PNG draws the levels over the starts, one panel per window, one line per history,
+the gating history's prediction band shaded.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def _status(entry: BaselineEntry) -> str:
     if entry.superseded:
         return f"superseded {entry.superseded}: never gates"
     if entry.machine is None:
-        return ("machine unknown (stored before machines were recorded, unreadable, or a schema-1 history of several "
-                "starts, whose machines cannot be told apart): never gates; start this machine's history with "
-                "build-history")
+        return ("machine unknown (stored before machines were recorded, unreadable, or a schema-1 "
+                "history of several starts, whose machines cannot be told apart): never gates; "
+                "start this machine's history with build-history")
     return "gates runs on this machine"
 
 
@@ -59,18 +59,20 @@ def history_text(store: BaselineFile, rig: Rig) -> str:
         for entry in histories(store, rig.name, mode, prompt_class, concurrency):
             history = StartHistory.of(entry)
             head = f"{mode} / {prompt_class} / concurrency {concurrency}: {entry.describe()}; {_status(entry)}"
-            rows = [[i + 1, s.date or "-", s.sitting or "-", f"{s.level:.2f}", f"{s.ratio:.3f}" if s.ratio else "-",
+            rows = [[i + 1, s.date or "-", s.sitting or "-", f"{s.level:.2f}",
+                     f"{s.ratio:.3f}" if s.ratio else "-",
                      s.suite_commit or "-"] for i, s in enumerate(entry.starts)]
-            lines = [head, tabulate(rows, headers=["start", "date", "sitting", "tok/s", "ratio to no_spec",
+            lines = [head, tabulate(rows, headers=["start", "date", "sitting", "tok/s",
+                                                   "ratio to no_spec",
                                                    "suite commit"], tablefmt="simple")]
             if history.usable:
                 half = math.expm1(history.half_width(confidence))
                 said = describe_history(history, threshold, confidence)
-                lines.append(f"mean {history.center:.2f} tok/s; {said}; a new start lands within ±{half * 100:.2f} % "
-                             f"of the mean {confidence * 100:g} % of the time")
+                lines.append(f"mean {history.center:.2f} tok/s; {said}; a new start lands within "
+                             f"±{half * 100:.2f} % of the mean {confidence * 100:g} % of the time")
             else:
-                lines.append(f"{history.starts} start(s), {sittings_words(history)}: the level gate uses a history "
-                             f"from {MIN_STARTS} on")
+                lines.append(f"{history.starts} start(s), {sittings_words(history)}: the level "
+                             f"gate uses a history from {MIN_STARTS} on")
             steps = steps_words(history.levels, history.sittings)
             lines.append(steps[0].upper() + steps[1:] if steps else
                          f"no step or drift in the stored levels ({STEP_RULE})")
@@ -99,12 +101,14 @@ def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0
             gates = entry.superseded is None and entry.machine is not None
             label = f"{entry.machine or 'unknown machine'} · {entry.build.describe()}" + (
                 "" if gates else " (never gates)")
-            ax.plot(x, levels, marker="o", linestyle="-" if gates else ":", label=label, color=f"C{k}")
+            ax.plot(x, levels, marker="o", linestyle="-" if gates else ":", label=label,
+                    color=f"C{k}")
             history = StartHistory.of(entry)
             if history.usable:
                 factor = math.exp(history.half_width(confidence))
                 ax.axhline(history.center, color=f"C{k}", linewidth=0.8)
-                ax.fill_between([0.5, len(levels) + 0.5], history.center / factor, history.center * factor,
+                ax.fill_between([0.5, len(levels) + 0.5], history.center / factor,
+                                history.center * factor,
                                 color=f"C{k}", alpha=0.12, label=f"{confidence * 100:g} % prediction band")
             for point in change_points(levels, history.sittings):
                 ax.axvline(point + 0.5, color=f"C{k}", linestyle="--", linewidth=1.0)
@@ -119,7 +123,8 @@ def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0
 
 
 # -- build-history: N fresh-start sessions, each storing its windows ------------------------------
-def session_command(rig: str, tier: str, *, baselines: Path, run_dir: Path, pytest_args: Sequence[str]) -> list[str]:
+def session_command(rig: str, tier: str, *, baselines: Path, run_dir: Path,
+                    pytest_args: Sequence[str]) -> list[str]:
     """The pytest command of one start: the rig's perf tests, its windows stored (and passed)."""
     return [sys.executable, "-m", "pytest", "-m", tier, f"--specgate-rig={rig}", f"--specgate-baselines={baselines}",
             "--specgate-regen-baselines", f"--specgate-run-dir={run_dir}", "-p", "no:cacheprovider", *pytest_args]
@@ -132,7 +137,8 @@ def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> 
     for mode, classes in sorted(store.rigs.get(rig.name, {}).items()):
         for prompt_class, levels in sorted(classes.items()):
             for concurrency in sorted(levels):
-                threshold = 1 - window_settings(rig, mode, prompt_class, int(concurrency)).level_tolerance
+                threshold = 1 - window_settings(rig, mode, prompt_class,
+                                                int(concurrency)).level_tolerance
                 for entry in histories(store, rig.name, mode, prompt_class, int(concurrency)):
                     if machine is not None and entry.machine != machine:
                         continue
@@ -141,36 +147,40 @@ def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> 
                     if history.usable:
                         lines.append(f"  {where}: {describe_history(history, threshold)}")
                     else:
-                        lines.append(f"  {where}: {sittings_words(history)}; the level gate uses a history from "
-                                     f"{MIN_STARTS} starts on")
+                        lines.append(f"  {where}: {sittings_words(history)}; the level gate uses a "
+                                     f"history from {MIN_STARTS} starts on")
     return lines
 
 
-def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: Path, runs_dir: Path,
+def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: Path,
+                  runs_dir: Path,
                   pytest_args: Sequence[str] = ()) -> int:
     """Run ``starts`` fresh-start sessions of the rig one after the other, each storing its windows.
-    Stops at the first session that fails (its exit code is returned); what earlier sessions
-    stored stays stored (each writes baselines.json once, atomically, at its end). Every start of one
+    Stops at the first session that fails (its exit code is returned); what earlier sessions stored
+    stays stored (each writes baselines.json once, atomically, at its end). Every start of one
     invocation is of one sitting (``SPECGATE_SITTING``: the caller's where set, else minted here)."""
     rig = load_rig(rig_name, fixtures_dir)
     machine = machine_id(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES"))
     sitting = sitting_id()
-    print(f"specgate build-history: {whose_history(load_baselines(baselines), rig_name, machine)}; these starts "
-          f"are one sitting ({sitting})", flush=True)
+    print(f"specgate build-history: {whose_history(load_baselines(baselines), rig_name, machine)}; "
+          f"these starts are one sitting ({sitting})", flush=True)
     started = time.monotonic()
     for k in range(1, starts + 1):
         run_dir = runs_dir / f"start-{k:02d}"
         print(f"specgate build-history: start {k}/{starts} of rig {rig_name} (run folder {run_dir})", flush=True)
-        code = subprocess.run(session_command(rig_name, rig.tier, baselines=baselines, run_dir=run_dir,
-                                              pytest_args=pytest_args), env={**os.environ, SITTING_ENV: sitting}
+        code = subprocess.run(session_command(rig_name, rig.tier, baselines=baselines,
+                                              run_dir=run_dir,
+                                              pytest_args=pytest_args),
+                                              env={**os.environ, SITTING_ENV: sitting}
                               ).returncode
         if code != 0:
-            print(f"specgate build-history: start {k}/{starts} ended with pytest exit code {code}; the "
-                  f"{k - 1} start(s) before it stay stored in {baselines}", file=sys.stderr)
+            print(f"specgate build-history: start {k}/{starts} ended with pytest exit code {code}; "
+                  f"the {k - 1} start(s) before it stay stored in {baselines}", file=sys.stderr)
             return code
         elapsed = time.monotonic() - started
         print(f"specgate build-history: {k}/{starts} starts stored in {baselines} after "
-              f"{format_elapsed(elapsed)} (~{format_elapsed(elapsed / k * (starts - k))} left)", flush=True)
+              f"{format_elapsed(elapsed)} (~{format_elapsed(elapsed / k * (starts - k))} "
+              "left)", flush=True)
         for line in history_lines(load_baselines(baselines), rig, machine=machine):
             print(line, flush=True)
     return 0
@@ -179,19 +189,20 @@ def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: 
 def whose_history(store: BaselineFile, rig: str, machine: str | None) -> str:
     """What a build-history on ``machine`` does to the stored histories of ``rig``, in one sentence."""
     if machine is None:
-        return ("this machine cannot be identified (no GPU UUID, /etc/machine-id or host name): each start is "
-                "stored as a history of its own, which never gates")
+        return ("this machine cannot be identified (no GPU UUID, /etc/machine-id or host name): "
+                "each start is stored as a history of its own, which never gates")
     found = [(key, h) for key, h in _all_histories(store, rig)]
     own = [h for _, h in found if h.machine == machine and h.superseded is None]
     others = {h.machine for _, h in found if h.machine != machine}
-    apart = (f"; the histories of {len(others)} other machine(s) (unknown included) are kept apart and never "
-             "appended to" if others else "")
+    apart = (f"; the histories of {len(others)} other machine(s) (unknown included) are kept apart "
+             "and never appended to" if others else "")
     if not own:
         return f"no history of rig {rig} on this machine ({machine}): this starts this machine's history{apart}"
     starts = max(len(h.starts) for h in own)
-    return (f"this machine ({machine}) has {len(own)} window history(ies) of rig {rig} (up to {starts} starts): "
-            f"each new start extends the one of its window and build, and a window whose build changed starts "
-            f"a new history (the old one kept, superseded){apart}")
+    return (f"this machine ({machine}) has {len(own)} window history(ies) of rig {rig} (up to "
+            f"{starts} starts): each new start extends the one of its window and build, and a "
+            "window whose build changed starts a new history (the old one kept, "
+            f"superseded){apart}")
 
 
 def _all_histories(store: BaselineFile, rig: str):

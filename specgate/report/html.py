@@ -5,8 +5,8 @@ session budget, outcome policy and gating). Rendered from the report alone, like
 a saved report renders the same page again (``--specgate-report-only``); nothing is fetched when it
 is opened (no script, no external style or font).
 
-jinja2 (autoescaping on) renders it, and the page keeps no control character (specgate.report.safe_text);
-jinja2 is imported only when a page is written.
+jinja2 (autoescaping on) renders it, and the page keeps no control character
+(specgate.report.safe_text); jinja2 is imported only when a page is written.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from specgate.report.safe_text import without_control_chars
 FIGURES = (("forest", "Every gate: the ratio with its interval against its threshold"),
            ("throughput", "Decode tok/s per request"),
            ("acceptance", "Per-position acceptance rate"))
-FINGERPRINT_KEYS = ("vllm_version", "accelerator", "accelerator_count", "driver", "cuda_version", "torch_version",
-                    "cpu_model", "model", "speculative_config", "server_args", "env", "concurrent_servers",
+FINGERPRINT_KEYS = ("vllm_version", "accelerator", "accelerator_count", "driver", "cuda_version",
+                    "torch_version",
+                    "cpu_model", "model", "speculative_config", "server_args", "env",
+                    "concurrent_servers",
                     "commit", "date", "note")
 
 TEMPLATE = """<!DOCTYPE html>
@@ -151,8 +153,10 @@ def _value(value: Any) -> str:
 
 def _budget(report: dict[str, Any]) -> str:
     """The session's time budget where the report records it, and the gates it left out."""
-    seconds = next((report[k] for k in ("time_budget_s", "session_budget_s", "budget_s") if report.get(k)), None)
-    not_run = sum(1 for u in report.get("undecided", []) if u.get("outcome") == "not run" or u.get("kind") == "not run")
+    seconds = next((report[k] for k in ("time_budget_s", "session_budget_s", "budget_s")
+                    if report.get(k)), None)
+    not_run = sum(1 for u in report.get("undecided", []) if u.get("outcome") == "not run"
+                  or u.get("kind") == "not run")
     text = f"{seconds / 60:g} min (--specgate-session-budget)" if seconds else "not recorded in report.json"
     return text + (f"; {not_run} gate(s) NOT RUN for want of time" if not_run else "")
 
@@ -169,17 +173,22 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
     order = report.get("start_order") or {}
     family = report.get("family") or {}
     protocol = rig.get("protocol") or {}
-    facts = [("rig", f"{rig.get('name', '?')} ({rig.get('tier', '?')} tier)"), ("model", _value(rig.get("model"))),
+    facts = [("rig", f"{rig.get('name', '?')} ({rig.get('tier', '?')} tier)"), ("model",
+                                                                                _value(rig.get("model"))),
              ("reference mode", _value(rig.get("reference_mode"))),
-             ("modes", "; ".join(f"{m}: {_value(c)}" for m, c in (rig.get("modes") or {}).items()) or "-"),
+             ("modes", "; ".join(f"{m}: {_value(c)}" for m, c in (rig.get("modes")
+                                                                  or {}).items()) or "-"),
              ("protocol", ", ".join(f"{k} {_value(v)}" for k, v in protocol.items()) or "-"),
              ("complete", "yes" if report.get("complete", True) else "no: a partial run"),
              ("written at", _value(report.get("written_at"))),
              ("attached", "yes" if report.get("attached") else "no"),
              ("start order", _start_order(order)),
              ("session budget", _budget(report)),
-             ("outcome policy", ", ".join(f"{k}: {v}" for k, v in (report.get("outcome_policy") or {}).items()) or "-"),
-             ("gating", ", ".join(f"{k}: {v}" for k, v in (report.get("gating") or {}).items()) or "-")]
+             ("outcome policy", ", ".join(f"{k}: {v}" for k,
+                                          v in (report.get("outcome_policy")
+                                                or {}).items()) or "-"),
+             ("gating", ", ".join(f"{k}: {v}" for k, v in (report.get("gating")
+                                                           or {}).items()) or "-")]
     if family:
         facts.append(("false-alarm bound", f"{family.get('gating_decisions')} gating decision(s), "
                                            f"bound {_value(family.get('bound'))}"))
@@ -191,8 +200,10 @@ def _servers(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     for label, s in sorted((report.get("servers") or {}).items()):
         s = s if isinstance(s, dict) else {}
         ready = s.get("ready_after_s")
-        out.append((label, {"side": s.get("side"), "ready": f"{ready:.0f} s" if isinstance(ready, int | float) else "-",
-                            "gpus": _value(s.get("gpus")) if s.get("gpus") else None, "log": s.get("log")}))
+        out.append((label, {"side": s.get("side"), "ready": f"{ready:.0f} s"
+                            if isinstance(ready, int | float) else "-",
+                            "gpus": _value(s.get("gpus")) if s.get("gpus") else None,
+                            "log": s.get("log")}))
     return out
 
 
@@ -201,7 +212,8 @@ def _counts(rows: list[GateComparison]) -> list[tuple[str, str, int]]:
     return [(name, _CSS.get(name, "nodecision"), n) for name, n in counted.items()]
 
 
-def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, *, headers: list[str],
+def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, *,
+                headers: list[str],
                 lines: list[str], tables: str) -> str:
     """The page for ``report``, with the PNG files in ``figures`` (name -> path) embedded; the
     verdict table's ``headers``, the summary's gate and notice ``lines`` and its other ``tables``
@@ -211,20 +223,25 @@ def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, 
     rows = gate_comparisons(report)
     entries = {(e.get("mode"), e.get("prompt_class"), e.get("concurrency"), e.get("gate")): e
                for e in [*report.get("gates", []), *report.get("undecided", [])]}
-    messages = [(c, (entries.get((c.mode, c.prompt_class, c.concurrency, c.gate)) or {}).get("message", ""))
+    messages = [(c, (entries.get((c.mode, c.prompt_class, c.concurrency, c.gate))
+                     or {}).get("message", ""))
                 for c in rows]
     embedded = [(name, caption, base64.b64encode(Path(figures[name]).read_bytes()).decode("ascii"))
                 for name, caption in FIGURES if figures and name in figures]
     rig = report.get("rig") or {}
     fingerprints = [(label, {k: _value(f.get(k)) for k in FINGERPRINT_KEYS})
-                    for label, f in sorted((report.get("fingerprints") or {}).items()) if isinstance(f, dict)]
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                    for label, f in sorted((report.get("fingerprints") or {}).items())
+                    if isinstance(f, dict)]
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True)
     return without_control_chars(env.from_string(TEMPLATE).render(
-        title=f"specgate: rig {rig.get('name', '?')}" + ("" if report.get("complete", True) else " (partial run)"),
+        title=f"specgate: rig {rig.get('name', '?')}" + ("" if report.get("complete", True)
+                                                         else " (partial run)"),
         subtitle=f"{rig.get('tier', '?')} tier, model {rig.get('model', '?')}; {len(rows)} gate(s)",
         counts=_counts(rows), headers=headers, rows=[_Row(c) for c in rows], lines=lines,
         figures=embedded, facts=_facts(report), servers=_servers(report), fingerprints=fingerprints,
-        fingerprint_keys=FINGERPRINT_KEYS, messages=messages, tables=tables or "No window measured."))
+        fingerprint_keys=FINGERPRINT_KEYS, messages=messages,
+        tables=tables or "No window measured."))
 
 
 class _Row:
@@ -241,5 +258,6 @@ class _Row:
 def write_html(report: dict[str, Any], path: Path, figures: dict[str, Path] | None = None, *,
                headers: list[str], lines: list[str], tables: str) -> Path:
     path = Path(path)
-    path.write_text(render_html(report, figures, headers=headers, lines=lines, tables=tables), encoding="utf-8")
+    path.write_text(render_html(report, figures, headers=headers, lines=lines, tables=tables),
+                    encoding="utf-8")
     return path

@@ -27,7 +27,8 @@ from specgate.report.comparisons import gate_comparisons
 from specgate.store.figures import ab_side, change_percent, median_rate, request_rates
 
 REFERENCE_COLOR = "#8c8c8c"
-MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+               "#e377c2", "#17becf")
 FAIL_COLOR = "#c00000"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
@@ -108,11 +109,13 @@ def _ab_reference(m: dict[str, Any]) -> dict[str, Any] | None:
     return partner if ab_side(partner) == "reference" else None
 
 
-def _ab_ratio(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> float | None:
+def _ab_ratio(report: dict[str, Any], mode: str, prompt_class: str,
+              concurrency: int) -> float | None:
     """The A/B throughput gate's paired ratio on this window (decided or undecided), or None."""
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
         if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
-                ("throughput", mode, prompt_class, concurrency) and (g.get("details") or {}).get("ratio"):
+                ("throughput", mode, prompt_class, concurrency) and (g.get("details")
+                                                                     or {}).get("ratio"):
             return float(g["details"]["ratio"])
     return None
 
@@ -126,7 +129,8 @@ def _throughput_series(report: dict[str, Any], measurements: list[dict[str, Any]
     series = []
     for mode in _modes(report, measurements):
         own = {(m["prompt_class"], m["concurrency"]): m for m in measurements if m["mode"] == mode}
-        sides = {k: ref for k, m in own.items() if (ref := _ab_reference(m)) is not None and request_rates(ref)}
+        sides = {k: ref for k, m in own.items() if (ref := _ab_reference(m)) is not None
+                 and request_rates(ref)}
         if sides:
             series.append((f"{mode} @ reference side", "ab-reference", sides))
             series.append((f"{mode} @ candidate", "ab-candidate", own))
@@ -137,25 +141,29 @@ def _throughput_series(report: dict[str, Any], measurements: list[dict[str, Any]
 
 
 def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
-    """Grouped bars per prompt class (one per mode, reference first; in an A/B the reference side
-    of a mode beside its candidate): median decode tok/s per request, IQR as error bars, each request
+    """Grouped bars per prompt class (one per mode, reference first; in an A/B the reference side of
+    a mode beside its candidate): median decode tok/s per request, IQR as error bars, each request
     as a dot, the change against the reference above the speculative or candidate bars (red where a
     gate failed). One panel per concurrency."""
     fig = throughput_figure(report)
     return None if fig is None else save_figure(fig, path)
 
 
-def _bar_change(report: dict[str, Any], series: list, kind: str, m: dict[str, Any], median: float) -> float | None:
-    """The % change a bar of ``m`` is labelled with: an A/B candidate's paired ratio to its reference side,
-    a mode's change against the reference mode (the backfire gate's ratio where it ran); None for the rest."""
+def _bar_change(report: dict[str, Any], series: list, kind: str, m: dict[str, Any],
+                median: float) -> float | None:
+    """The % change a bar of ``m`` is labelled with: an A/B candidate's paired ratio to its
+    reference side, a mode's change against the reference mode (the backfire gate's ratio where it
+    ran); None for the rest."""
     mode, prompt_class, concurrency = m["mode"], m["prompt_class"], m["concurrency"]
     if kind == "ab-candidate":
         ref_side = _ab_reference(m)
         ref_median = median_rate(ref_side) if ref_side else None
-        ratio = _ab_ratio(report, mode, prompt_class, concurrency) or (median / ref_median if ref_median else None)
+        ratio = _ab_ratio(report, mode, prompt_class, concurrency) or (median / ref_median
+                                                                       if ref_median else None)
         return None if ratio is None else (ratio - 1) * 100
     if kind == "mode":
-        ref = next((w.get((prompt_class, concurrency)) for _, k, w in series if k == "reference"), None)
+        ref = next((w.get((prompt_class, concurrency)) for _, k,
+                    w in series if k == "reference"), None)
         if ref is not None:
             return change_percent(report, mode, prompt_class, concurrency, median, median_rate(ref))
     return None
@@ -174,7 +182,8 @@ def throughput_figure(report: dict[str, Any]):
     failed = _failed(report)
     colors: dict[str, str] = {}
     palette = itertools.cycle(MODE_COLORS)
-    for label, kind, _ in series:  # an A/B's two sides share their mode's colour (the reference hatched)
+    # an A/B's two sides share their mode's colour (the reference hatched)
+    for label, kind, _ in series:
         colors[label] = REFERENCE_COLOR if kind == "reference" else (
             colors[next(reversed(colors))] if kind == "ab-candidate" else next(palette))
 
@@ -186,7 +195,8 @@ def throughput_figure(report: dict[str, Any]):
     bar_w = 0.8 / len(series)
     rng = np.random.default_rng(0)  # fixed jitter: the same report draws the same picture
     for ax, concurrency in zip(axes, concurrencies, strict=True):
-        concurrency_classes = [c for c in classes if any((c, concurrency) in w for _, _, w in series)]
+        concurrency_classes = [c for c in classes if any((c, concurrency) in w for _, _,
+                                                         w in series)]
         top = 0.0
         for i, (label, kind, windows) in enumerate(series):
             xs, medians, lows, highs = [], [], [], []
@@ -202,7 +212,8 @@ def throughput_figure(report: dict[str, Any]):
                 lows.append(median - q1)
                 highs.append(q3 - median)
                 jitter = rng.uniform(-bar_w * 0.22, bar_w * 0.22, len(values))
-                ax.scatter(x + jitter, values, s=9, color="black", alpha=0.55, linewidths=0, zorder=3)
+                ax.scatter(x + jitter, values, s=9, color="black", alpha=0.55,
+                           linewidths=0, zorder=3)
                 top = max(top, q3, *values)
                 mode = m["mode"]
                 if (change := _bar_change(report, series, kind, m, median)) is not None:
@@ -212,9 +223,11 @@ def throughput_figure(report: dict[str, Any]):
                                 ha="center", va="bottom", fontsize=7.5, rotation=90 if bad else 0,
                                 color=FAIL_COLOR if bad else "#333333",
                                 fontweight="bold" if bad else "normal", zorder=4)
-            side = {"ab-reference": {"alpha": 0.45, "hatch": "//", "edgecolor": colors[label]}}.get(kind, {})
+            side = {"ab-reference": {"alpha": 0.45, "hatch": "//",
+                                     "edgecolor": colors[label]}}.get(kind, {})
             ax.bar(xs, medians, width=bar_w * 0.92, color=colors[label], label=label, zorder=2,
-                   yerr=[lows, highs], error_kw={"elinewidth": 1.2, "capsize": 3, "ecolor": "#222222"}, **side)
+                   yerr=[lows, highs], error_kw={"elinewidth": 1.2, "capsize": 3,
+                                                 "ecolor": "#222222"}, **side)
         ax.set_xticks(range(len(concurrency_classes)))
         ax.set_xticklabels(concurrency_classes, rotation=20 if len(concurrency_classes) > 6 else 0,
                            ha="right" if len(concurrency_classes) > 6 else "center")
@@ -276,17 +289,19 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
 
 
 # -- forest: every gate's ratio -----------------------------------------------------------------
-OUTCOME_COLORS = {"pass": "#2a9d3f", "fail": FAIL_COLOR, "declared backfire": "#e08a00", "undecided": "#6a51a3",
+OUTCOME_COLORS = {"pass": "#2a9d3f", "fail": FAIL_COLOR, "declared backfire": "#e08a00",
+                  "undecided": "#6a51a3",
                   "not stored": "#8c8c8c", "other machine": "#8c8c8c", "not run": "#8c8c8c"}
 FAIL_SHADE = "#f3c9c9"
 
 
 def plot_forest(report: dict[str, Any], path: Path) -> Path | None:
-    """The run's main picture: one row per gate (mode / class / concurrency / gate vs what it compared
-    against), its ratio this run / reference with the interval, the row's fail region shaded up to its
-    threshold (below it; above it for TTFT, where higher is worse), coloured by outcome; on the right
-    the figures and the outcome. A gate without a ratio (nothing stored, lossless) keeps its row, with
-    its outcome written where its ratio would be. None when no gate ran."""
+    """The run's main picture: one row per gate (mode / class / concurrency / gate vs what it
+    compared against), its ratio this run / reference with the interval, the row's fail region
+    shaded up to its threshold (below it; above it for TTFT, where higher is worse), coloured by
+    outcome; on the right the figures and the outcome. A gate without a ratio (nothing stored,
+    lossless) keeps its row, with its outcome written where its ratio would be. None when no gate
+    ran."""
     fig = forest_figure(report)
     return None if fig is None else save_figure(fig, path)
 
@@ -301,13 +316,15 @@ def forest_figure(report: dict[str, Any]):
     rows = gate_comparisons(report)
     if not rows:
         return None
-    xs = [v for c in rows for v in (c.ratio, c.ci_low, c.ci_high, c.threshold) if v is not None and v > 0]
+    xs = [v for c in rows for v in (c.ratio, c.ci_low, c.ci_high, c.threshold)
+          if v is not None and v > 0]
     lo, hi = min([1.0, *xs]), max([1.0, *xs])
     lo, hi = lo / (hi / lo) ** 0.06 / 1.02, hi * (hi / lo) ** 0.06 * 1.02
 
     label_chars = max(len(c.label) for c in rows)
     right = [f"{c.ratio_text}  {c.n}  {c.outcome_text}" if c.ratio is not None
-             else f"{c.measured if c.measured != '-' else 'no ratio'}  {c.outcome_text}" for c in rows]
+             else f"{c.measured if c.measured != '-' else 'no ratio'}  {c.outcome_text}"
+             for c in rows]
     width_in = min(22.0, 5.5 + 0.066 * label_chars + 0.066 * max(len(t) for t in right))
     fig = _figure(width_in, 2.2 + 0.3 * len(rows))
     ax = fig.subplots()
@@ -318,18 +335,24 @@ def forest_figure(report: dict[str, Any]):
         color = OUTCOME_COLORS.get(c.outcome.value, "#8c8c8c")
         if c.threshold is not None:
             if c.fails_above:
-                ax.fill_betweenx([y - 0.42, y + 0.42], c.threshold, hi, color=FAIL_SHADE, linewidth=0, zorder=0)
+                ax.fill_betweenx([y - 0.42, y + 0.42], c.threshold, hi, color=FAIL_SHADE,
+                                 linewidth=0, zorder=0)
             else:
-                ax.fill_betweenx([y - 0.42, y + 0.42], lo, c.threshold, color=FAIL_SHADE, linewidth=0, zorder=0)
-            ax.plot([c.threshold, c.threshold], [y - 0.42, y + 0.42], color=FAIL_COLOR, linewidth=1.6, zorder=2)
+                ax.fill_betweenx([y - 0.42, y + 0.42], lo, c.threshold, color=FAIL_SHADE,
+                                 linewidth=0, zorder=0)
+            ax.plot([c.threshold, c.threshold], [y - 0.42, y + 0.42], color=FAIL_COLOR,
+                    linewidth=1.6, zorder=2)
         if c.ratio is None:  # written mid-axis (axes x, data y): it never runs past the axis's edge
-            ax.text(0.5, y, f"no ratio: {c.tag}", transform=ax.get_yaxis_transform(), va="center", ha="center",
+            ax.text(0.5, y, f"no ratio: {c.tag}", transform=ax.get_yaxis_transform(), va="center",
+                    ha="center",
                     fontsize=8, color=color, style="italic", zorder=3,
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85})
             continue
         if c.ci_low is not None and c.ci_high is not None:
-            ax.plot([c.ci_low, c.ci_high], [y, y], color=color, linewidth=2.4, solid_capstyle="butt", zorder=3)
-            ax.plot([c.ci_low, c.ci_high], [y, y], linestyle="none", marker="|", markersize=9, color=color, zorder=3)
+            ax.plot([c.ci_low, c.ci_high], [y, y], color=color, linewidth=2.4,
+                    solid_capstyle="butt", zorder=3)
+            ax.plot([c.ci_low, c.ci_high], [y, y], linestyle="none", marker="|", markersize=9,
+                    color=color, zorder=3)
         ax.plot([c.ratio], [y], marker="D", markersize=6.5, color=color, markeredgecolor="white",
                 markeredgewidth=0.7, zorder=4)
     for y in range(1, len(rows)):  # a rule between modes (and concurrencies)
@@ -340,7 +363,8 @@ def forest_figure(report: dict[str, Any]):
     ax.set_yticklabels([c.label for c in rows], fontsize=8.5)
     ax.tick_params(axis="y", length=0)
     ax.grid(axis="x", alpha=0.25)
-    ax.set_xlabel("ratio this run / reference (log scale); TTFT: this run's TTFT / reference's, higher is worse")
+    ax.set_xlabel("ratio this run / reference (log scale); TTFT: this run's TTFT / reference's, "
+                  "higher is worse")
     _ratio_ticks(ax, lo, hi)
     twin = ax.twinx()
     twin.set_ylim(ax.get_ylim())
@@ -354,11 +378,12 @@ def forest_figure(report: dict[str, Any]):
                       label=o.value) for o in present]
     handles += [Patch(facecolor=FAIL_SHADE, label="fails there (interval wholly inside)"),
                 Line2D([], [], color=FAIL_COLOR, linewidth=1.6, label="threshold")]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), fontsize=8.5, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
+               fontsize=8.5, frameon=False)
     _suptitle(fig, width_in, _title(report),
-              "every gate: the ratio this run / what it compared against (the A/B's reference side, no "
-              "speculation, or stored figures), diamond = estimate, bar = interval; on the right the ratio "
-              "(interval), what it rests on and the outcome", 10.5)
+              "every gate: the ratio this run / what it compared against (the A/B's reference "
+              "side, no speculation, or stored figures), diamond = estimate, bar = interval; on "
+              "the right the ratio (interval), what it rests on and the outcome", 10.5)
     return fig
 
 
@@ -369,7 +394,8 @@ def _ratio_ticks(ax, lo: float, hi: float) -> None:
 
     span = np.log10(hi / lo)
     step = 0.02 if span < 0.08 else 0.05 if span < 0.25 else 0.1 if span < 0.5 else 0.25 if span < 1 else 0.5
-    ticks = [t for t in np.arange(np.floor(lo / step) * step, hi + step, step) if lo <= t <= hi and t > 0]
+    ticks = [t for t in np.arange(np.floor(lo / step) * step, hi + step, step)
+             if lo <= t <= hi and t > 0]
     if len(ticks) > 14:
         ticks = ticks[:: int(np.ceil(len(ticks) / 14))]
     ax.xaxis.set_major_locator(FixedLocator(ticks))

@@ -22,29 +22,32 @@ def how_text(how: str | dict[str, Any]) -> str:
     if kind == "history":
         if not how["spread"]:
             return f"{how['starts']} {how['what']}, no spread between them"
-        return (f"{how['starts']} {how['what']} at a spread of {how['spread'] * 100:.2f} %: prediction interval "
-                f"±{math.expm1(how['half']) * 100:.2f} % (t, {how['dof']} df = {how['q']:.2f})")
+        return (f"{how['starts']} {how['what']} at a spread of {how['spread'] * 100:.2f} %: "
+                f"prediction interval ±{math.expm1(how['half']) * 100:.2f} % (t, {how['dof']} df = "
+                f"{how['q']:.2f})")
     if kind == "start noise":
         return f"{how['starts']} stored start(s): start noise {how['noise'] * 100:g} %"
     if kind == "stored ratio":
         return f"stored ratio {how['ratio']:.3f} to no speculation"
-    text = (f"start-pair spread {how['spread'] * 100:g} % folded in (±{math.expm1(how['fold']) * 100:.1f} %)"
+    text = (f"start-pair spread {how['spread'] * 100:g} % folded in "
+            f"(±{math.expm1(how['fold']) * 100:.1f} %)"
             if how["spread"] else "no start-pair spread stated")
     text += ("; window noise from the stored window's repeats" if how["noise"] else
              "; window noise not known (not counted)")
-    return text + (f"; two looks ({how['looks'][0]} + {how['looks'][1]} pairs), simulated" if how.get("looks") else "")
+    return text + (f"; two looks ({how['looks'][0]} + {how['looks'][1]} pairs), simulated"
+                   if how.get("looks") else "")
 
 
 def red_run_lines(data: dict[str, Any] | None) -> list[str]:
-    """One line for the bound (a FAIL or an undecided gate that gates, every gate counted), and one for the
-    gates that carry most of it; [] when none was computed."""
+    """One line for the bound (a FAIL or an undecided gate that gates, every gate counted), and one
+    for the gates that carry most of it; [] when none was computed."""
     if not data:
         return []
     if not data.get("gates_counted"):
         return ["RED A/A: no gate of this run can turn it red"]
-    lines = [f"RED A/A: at most {_pct(data['bound'])} of runs go red with nothing changed ({data['gates_counted']} "
-             f"gate(s) at {data['confidence'] * 100:.4g} %: a FAIL at most {_pct(data['fail_bound'])}, the rest "
-             "undecided or not stored)"]
+    lines = [f"RED A/A: at most {_pct(data['bound'])} of runs go red with nothing changed "
+             f"({data['gates_counted']} gate(s) at {data['confidence'] * 100:.4g} %: a FAIL at "
+             f"most {_pct(data['fail_bound'])}, the rest undecided or not stored)"]
     if data["bound"] > data.get("limit", 1.0):
         lines[0] += f"; above {_pct(data['limit'])}: gating = auto holds it there"
     if data.get("not_modelled"):

@@ -1,7 +1,7 @@
 """report.json and the files rendered from it: one process's report, built from the session's state;
 the xdist controller's, merged with the reports its workers sent; report.json written atomically
-with its break-even rows; summary.md, report.html and the plots (specgate.report.terminal.render_all)
-beside it, and the GitHub job summary where the run has one."""
+with its break-even rows; summary.md, report.html and the plots
+(specgate.report.terminal.render_all) beside it, and the GitHub job summary where the run has one."""
 
 from __future__ import annotations
 
@@ -44,11 +44,14 @@ def own_report(state: Any, *, complete: bool) -> dict[str, Any]:
         "gates": [r.to_dict() for r in state.results],
         "undecided": list(state.undecided),
         "outcome_policy": dict(run.outcome_policy),
-        **({"start_order": {"seed": state.start_seed, "first": dict(state.start_order)}} if state.start_order else {}),
+        **({"start_order": {"seed": state.start_seed, "first": dict(state.start_order)}}
+           if state.start_order else {}),
         **({"family": run.family.to_dict()} if run.family is not None else {}),
-        **({"red_runs": run.red_runs.to_dict()} if getattr(run, "red_runs", None) is not None else {}),
+        **({"red_runs": run.red_runs.to_dict()} if getattr(run, "red_runs",
+                                                           None) is not None else {}),
         **({"gating": dict(run.gating)} if run.gating else {}),
-        "settings": [run.window(*key).to_dict() for key in selected],  # every window a gate of the run decides on
+        # every window a gate of the run decides on
+        "settings": [run.window(*key).to_dict() for key in selected],
     }
 
 
@@ -70,14 +73,16 @@ def merged(own: dict[str, Any], worker_reports: list[dict[str, Any]]) -> dict[st
     own["measurements"] = measurements
     own["gates"] = [g for r in reports for g in r["gates"]]
     own["undecided"] = [u for r in reports for u in r.get("undecided", [])]
-    failures = {(f["mode"], f["prompt_class"], f["concurrency"]): f for r in reports for f in r["failures"]}
+    failures = {(f["mode"], f["prompt_class"], f["concurrency"]): f for r in reports
+                for f in r["failures"]}
     own["failures"] = [f for k, f in failures.items() if k not in seen]
     own["server_failures"] = [f for r in reports for f in r.get("server_failures", [])]
     windows = {(w["mode"], w["prompt_class"], w["concurrency"]): w for r in [*worker_reports, own]
                for w in r.get("settings", [])}
     own["settings"] = list(windows.values())
     if "family" not in own:  # the controller collects nothing: a worker counted the family
-        own.update({k: r[k] for r in worker_reports for k in ("family", "gating", "red_runs") if k in r})
+        own.update({k: r[k] for r in worker_reports for k in ("family", "gating",
+                                                              "red_runs") if k in r})
     orders = [r["start_order"] for r in reports if r.get("start_order")]
     if orders:  # each worker draws its own seed unless --specgate-start-seed gives one
         seeds = sorted({o["seed"] for o in orders})
@@ -109,8 +114,9 @@ def write_renderings(data: dict[str, Any], run_dir: Path, environ: Mapping[str, 
 def step_summary(markdown: str, environ: Mapping[str, str]) -> str:
     """What the GitHub job summary gets: summary.md, whose link to report.html resolves beside
     report.json only, and where GitHub names the run, the run's page, whose artifacts hold it."""
-    server, repo, run = (environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    server, repo, run = (environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY",
+                                                  "GITHUB_RUN_ID"))
     if not (server and repo and run):
         return markdown
-    return (f"{markdown}\nThe page (report.html, with the plots and the run's facts) is in this run's artifacts: "
-            f"{server}/{repo}/actions/runs/{run}#artifacts\n")
+    return (f"{markdown}\nThe page (report.html, with the plots and the run's facts) is in this "
+            f"run's artifacts: {server}/{repo}/actions/runs/{run}#artifacts\n")

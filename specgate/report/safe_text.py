@@ -16,7 +16,8 @@ import re
 # (ESC [ ... final byte), OSC (ESC ] ... BEL or ESC-backslash, on one line: a title, a hyperlink),
 # any other ESC + one byte.
 _ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[@-_]")
-_LINE_BREAK = re.compile(r"\r\n?")  # a log's \r\n, or a progress bar's lone \r: a line break as shown
+# a log's \r\n, or a progress bar's lone \r: a line break as shown
+_LINE_BREAK = re.compile(r"\r\n?")
 # C0 but tab and newline, DEL, C1
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # what CommonMark reads as the start of raw HTML or an autolink: "<" then a letter, "/", "!" or "?";

@@ -43,10 +43,12 @@ class RequestRecord(_Open):
     tpot_s: float | None = None
     decode_tokens_per_s: float | None = Field(default=None, description="the rate every speed gate compares")
     e2e_tokens_per_s: float | None = None
-    spec_decode: dict[str, Any] | None = Field(default=None, description="vLLM's own acceptance of this request "
-                                               "(--per-request-spec-decode-metrics); absent without it")
-    empty_chunks: int = Field(default=0, description="chunks that carried no text (each an engine step all the "
-                              "same); absent in reports before 2026-12-06")
+    spec_decode: dict[str, Any] | None = Field(default=None, description="vLLM's own acceptance "
+                                               "of this request "
+                                               "(--per-request-spec-decode-metrics); absent "
+                                               "without it")
+    empty_chunks: int = Field(default=0, description="chunks that carried no text (each an engine "
+                              "step all the same); absent in reports before 2026-12-06")
 
 
 class Measurement(_Open):
@@ -59,10 +61,12 @@ class Measurement(_Open):
     concurrency: int
     wall_s: float
     aggregate_tokens_per_s: float | None = None
-    server_decode_tokens_per_s: float | None = Field(default=None, description="vLLM's own decode rate (TPOT)")
+    server_decode_tokens_per_s: float | None = Field(default=None,
+                                                     description="vLLM's own decode rate (TPOT)")
     server_metric_source: str | None = None
-    server_decode_steps: float | None = Field(default=None, description="vLLM's decode steps for the window's "
-                                              "requests (its inter-token latency observations); absent: not exported")
+    server_decode_steps: float | None = Field(default=None, description="vLLM's decode steps for "
+                                              "the window's requests (its inter-token latency "
+                                              "observations); absent: not exported")
     acceptance: dict[str, Any] | None = Field(default=None,
                                               description="speculative acceptance; None without speculation")
     records: list[RequestRecord]
@@ -73,7 +77,8 @@ class Measurement(_Open):
     side: str | None = Field(default=None, description="reports before 2026-12-05: subject, partner or reference")
     partner: Measurement | None = None
     groups: list[dict[str, Any]] | None = None
-    pairs: list[dict[str, Any]] | None = Field(default=None, description="groups' key in reports before 2026-12-05")
+    pairs: list[dict[str, Any]] | None = Field(default=None,
+                                               description="groups' key in reports before 2026-12-05")
     first_look_share: float | None = None
     follow_up: str | None = Field(default=None, description="why the window got follow-up rounds; None: none")
     follow_up_skipped: str | None = None
@@ -93,8 +98,8 @@ class GateResult(_Open):
     declared: Any = None
     details: dict[str, Any] = Field(default_factory=dict, description="the comparison: ratio, interval, n, ...")
     gating: Literal["gate", "report"] | None = Field(
-        default=None, description="gate: it could fail the run (an undecided one too); report: it never could; "
-        "absent: no gating set, the outcome policy alone (specgate.decide.outcome)")
+        default=None, description="gate: it could fail the run (an undecided one too); report: it "
+        "never could; absent: no gating set, the outcome policy alone (specgate.decide.outcome)")
     gating_reason: str | None = Field(default=None, description="why it gated the run or was reported only")
 
 
@@ -136,17 +141,21 @@ class ReportFile(_Open):
     deferred_tests: dict[str, list[Any]] = Field(default={},
                                                  description="test id -> [gate, mode, prompt class, concurrency]")
     undecided: list[dict[str, Any]] = []
-    outcome_policy: dict[str, str] | None = Field(default=None, description="gate -> how an undecided verdict counts")
-    breakeven: list[dict[str, Any]] | None = Field(default=None, description="derived: renderers recompute it")
+    outcome_policy: dict[str, str] | None = Field(default=None,
+                                                  description="gate -> how an undecided verdict counts")
+    breakeven: list[dict[str, Any]] | None = Field(default=None,
+                                                   description="derived: renderers recompute it")
     gating: dict[str, str] | None = Field(default=None, description="gate -> auto | gate | report, where set")
     family: dict[str, Any] | None = Field(
-        default=None, description="the gates with an interval that can fail the run (gating_decisions), each one's "
-        "confidence and one-sided false-alarm level, the session's Bonferroni bound, family_false_alarm if set")
+        default=None, description="the gates with an interval that can fail the run "
+        "(gating_decisions), each one's confidence and one-sided false-alarm level, the session's "
+        "Bonferroni bound, family_false_alarm if set")
     start_order: dict[str, Any] | None = Field(
         default=None, description="an A/B's start order: seed, and first: mode -> the side started first")
     red_runs: dict[str, Any] | None = Field(
-        default=None, description="the chance of a red run with nothing changed (a FAIL, or an undecided gate that "
-        "gates): bound, fail_bound, gates_counted, confidence, limit (gating = auto), the largest gates' chances")
+        default=None, description="the chance of a red run with nothing changed (a FAIL, or an "
+        "undecided gate that gates): bound, fail_bound, gates_counted, confidence, limit (gating "
+        "= auto), the largest gates' chances")
 
 
 SCHEMAS = {"report": ReportFile, "baselines": BaselineFile}

@@ -1,5 +1,5 @@
-"""The start-pairs command (``python -m specgate start-pairs --rig NAME --pairs K -- ARGS``): run the K
-sessions, the first side alternating, and print and write their combined verdicts
+"""The start-pairs command (``python -m specgate start-pairs --rig NAME --pairs K -- ARGS``): run
+the K sessions, the first side alternating, and print and write their combined verdicts
 (specgate.decide.start_pairs decides them; the words are specgate.report.verdicts')."""
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ from specgate.report.verdicts import statement
 from specgate.store.saved_report import load_report
 
 
-def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path, pytest_args: Sequence[str] = ()) -> int:
+def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path,
+                    pytest_args: Sequence[str] = ()) -> int:
     """Run ``pairs`` A/B sessions of ``rig`` one after the other, the first side alternating, then
-    combine their throughput gates (combined.json beside the sessions' folders). Returns the exit code."""
+    combine their throughput gates (combined.json beside the sessions' folders). Returns the exit
+    code."""
     reports = []
     for k in range(pairs):
         first = ORDERS[k % 2]
         run_dir = runs_dir / f"pair-{k + 1:02d}"
-        print(f"specgate start-pairs: start pair {k + 1}/{pairs} of rig {rig.name}, the {first} side first "
-              f"(run folder {run_dir})", flush=True)
+        print(f"specgate start-pairs: start pair {k + 1}/{pairs} of rig {rig.name}, the {first} "
+              f"side first (run folder {run_dir})", flush=True)
         code = subprocess.run(session_command(rig, first, run_dir, pytest_args)).returncode
         if code not in (0, 1):
             print(f"specgate start-pairs: start pair {k + 1} ended with exit code {code}: nothing combined",
@@ -36,15 +38,18 @@ def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path, pytest_args: Sequen
 
 
 def write_combined(rig: Rig, combined: list[dict[str, Any]], runs_dir: Path) -> int:
-    """Print the combined verdicts, write them (with their words) to ``runs_dir``/combined.json; the exit code."""
+    """Print the combined verdicts, write them (with their words) to ``runs_dir``/combined.json; the
+    exit code."""
     if not combined:
-        print("specgate start-pairs: the sessions' reports hold no A/B throughput gate measured in every start "
-              "pair (is the run an A/B? --specgate-ab-* or the rig's [ab])", file=sys.stderr)
+        print("specgate start-pairs: the sessions' reports hold no A/B throughput gate measured "
+              "in every start pair (is the run an A/B? --specgate-ab-* or the rig's "
+              "[ab])", file=sys.stderr)
         return 5
     gates = [{**gate, "message": statement(gate)} for gate in combined]
     runs_dir.mkdir(parents=True, exist_ok=True)
     (runs_dir / "combined.json").write_text(json.dumps(
-        {"rig": rig.name, "start_pairs": max(g["start_pairs"] for g in gates), "gates": gates}, indent=1) + "\n")
+        {"rig": rig.name, "start_pairs": max(g["start_pairs"] for g in gates), "gates": gates},
+        indent=1) + "\n")
     for gate in gates:
         print(f"{gate['outcome'].upper():9} {gate['message']}")
     print(f"combined verdicts: {runs_dir / 'combined.json'}")

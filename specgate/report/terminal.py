@@ -47,16 +47,18 @@ TABLE_WIDTH = 120  # a terminal table's columns at most; its legend is wrapped t
 
 
 def _table(rows: list[list[Any]], headers: list[str], fmt: str, title: str = "") -> str:
-    """``title`` and the table: in the terminal at most TABLE_WIDTH columns (the widest cells wrapped
-    at their spaces, the legend wrapped), in Markdown as wide as its cells."""
+    """``title`` and the table: in the terminal at most TABLE_WIDTH columns (the widest cells
+    wrapped at their spaces, the legend wrapped), in Markdown as wide as its cells."""
     if fmt in PIPE_FORMATS:
         rows = [[str(cell).replace("|", "\\|") for cell in row] for row in rows]
         headers = [h.replace("|", "\\|") for h in headers]
-        return (title + "\n" if title else "") + tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+        return (title + "\n" if title else "") + tabulate(rows, headers=headers, tablefmt=fmt,
+                                                          disable_numparse=True)
     cells = [[str(cell) for cell in row] for row in rows]
     headers = [{"conc.": "c", "fails": "line"}.get(h, h) for h in headers]
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *cells)]
-    floors = [max(len(h) + 2, min(w, 8)) for h, w in zip(headers, widths)]  # tabulate pads a header by 2
+    # tabulate pads a header by 2
+    floors = [max(len(h) + 2, min(w, 8)) for h, w in zip(headers, widths)]
     words = [any(" " in cell for cell in column) for column in zip(*cells)] if cells else []
     # the widest column of words gives a character at a time (tabulate wraps at spaces), then any
     for wrappable in ([i for i, w in enumerate(words) if w], range(len(widths))):
@@ -65,7 +67,8 @@ def _table(rows: list[list[Any]], headers: list[str], fmt: str, title: str = "")
             if widest is None or widths[widest] <= floors[widest]:
                 break
             widths[widest] -= 1
-    table = tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True, maxcolwidths=widths)
+    table = tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True,
+                     maxcolwidths=widths)
     return "\n".join([*textwrap.wrap(title, TABLE_WIDTH), table]) if title else table
 
 
@@ -84,13 +87,16 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     """"pass", "FAIL throughput,backfire", "declared backfire", plus the gates that decided
     nothing ("throughput: no stored figures"); "-" when no gate ran."""
     decided = [g for g in gates if "kind" not in g]
-    failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared") and g.get("gating") != "report"]
+    failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared")
+              and g.get("gating") != "report"]
     declared = [g["gate"] for g in decided if not g["passed"] and g.get("declared")]
-    reported = [g["gate"] for g in decided if not g["passed"] and not g.get("declared") and g.get("gating") == "report"]
+    reported = [g["gate"] for g in decided if not g["passed"] and not g.get("declared")
+                and g.get("gating") == "report"]
     parts = []
     if failed:
         parts.append("FAIL " + ",".join(failed))
-    if reported:  # specgate.decide.outcome: a gate that cannot decide on this rig never fails the run
+    # specgate.decide.outcome: a gate that cannot decide on this rig never fails the run
+    if reported:
         parts.append("failed, reported only: " + ",".join(reported))
     if not failed and not reported:
         if declared:
@@ -101,29 +107,32 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "-"
 
 
-VERDICT_TITLE = ("verdicts, one row per gate: ratio this run / reference (CI); the line it fails past (TTFT: above); "
-                 "n: what it rests on")
-VERDICT_HEADERS = ["mode", "class", "conc.", "gate", "against", "reference", "this run", "ratio (CI)", "fails",
+VERDICT_TITLE = ("verdicts, one row per gate: ratio this run / reference (CI); the line it fails "
+                 "past (TTFT: above); n: what it rests on")
+VERDICT_HEADERS = ["mode", "class", "conc.", "gate", "against", "reference", "this run",
+                   "ratio (CI)", "fails",
                    "n", "outcome"]
 
 
 def verdict_rows(report: dict[str, Any]) -> list[list[Any]]:
     """The verdict table's cells (:func:`verdict_table`), one row per gate entry of the report."""
-    return [[c.mode, c.prompt_class, c.concurrency, c.gate_text, c.against, c.reference, c.measured, c.ratio_text,
+    return [[c.mode, c.prompt_class, c.concurrency, c.gate_text, c.against, c.reference, c.measured,
+             c.ratio_text,
              c.threshold_text, c.n, c.outcome_text] for c in gate_comparisons(report)]
 
 
 def verdict_table(report: dict[str, Any], fmt: str = "simple") -> str:
     """Every gate, passing ones included: what it compared against, both sides' figures (not in the
-    terminal: the speed table has them), the ratio with its interval, the threshold, the pairs and the
-    outcome (specgate.report.comparisons); "" when no gate ran."""
+    terminal: the speed table has them), the ratio with its interval, the threshold, the pairs and
+    the outcome (specgate.report.comparisons); "" when no gate ran."""
     rows = verdict_rows(report)
     if not rows:
         return ""
     if fmt in PIPE_FORMATS:
         return _table(rows, VERDICT_HEADERS, fmt, VERDICT_TITLE)
     keep = [i for i, h in enumerate(VERDICT_HEADERS) if h not in ("reference", "this run")]
-    return _table([[row[i] for i in keep] for row in rows], [VERDICT_HEADERS[i] for i in keep], fmt, VERDICT_TITLE)
+    return _table([[row[i] for i in keep] for row in rows], [VERDICT_HEADERS[i] for i in keep], fmt,
+                  VERDICT_TITLE)
 
 
 def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
@@ -135,9 +144,11 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
     verdicts = _verdicts(report)
     tables = []
     for concurrency in sorted({m["concurrency"] for m in measurements}):
-        by = {(m["mode"], m["prompt_class"]): m for m in measurements if m["concurrency"] == concurrency}
+        by = {(m["mode"], m["prompt_class"]): m for m in measurements
+              if m["concurrency"] == concurrency}
         rows = []
-        for prompt_class in dict.fromkeys(m["prompt_class"] for m in measurements if m["concurrency"] == concurrency):
+        for prompt_class in dict.fromkeys(m["prompt_class"] for m in measurements
+                                          if m["concurrency"] == concurrency):
             ref = by.get((reference, prompt_class))
             ref_tps = median_rate(ref) if ref else None
             for mode in modes:
@@ -150,8 +161,8 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
                 rows.append([prompt_class, mode, f"{tps:.1f}" if tps else "-",
                              f"{change:+.0f} %" if change is not None else "-",
                              _verdict_text(verdicts.get((mode, prompt_class, concurrency), []))])
-        title = (f"decode tok/s, median per request, concurrency {concurrency}; change against {reference}: the "
-                 "backfire gate's ratio, else of medians")
+        title = (f"decode tok/s, median per request, concurrency {concurrency}; change against "
+                 f"{reference}: the backfire gate's ratio, else of medians")
         tables.append(_table(rows, ["class", "mode", "tok/s", "change", "verdict"], fmt, title))
     return "\n\n".join(tables)
 
@@ -163,9 +174,11 @@ def acceptance_table(report: dict[str, Any], fmt: str = "simple") -> str:
         if not acc:
             continue
         positions = " ".join(f"{r * 100:.0f}" for r in acc.get("per_position_rates", []))
-        rows.append([m["mode"], m["prompt_class"], m["concurrency"], f"{acc['mean_acceptance_length']:.2f}",
+        rows.append([m["mode"], m["prompt_class"], m["concurrency"],
+                     f"{acc['mean_acceptance_length']:.2f}",
                      f"{acc['acceptance_rate'] * 100:.1f} %", positions])
-    return _table(rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate", "per-position rate %"], fmt,
+    return _table(rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate",
+                         "per-position rate %"], fmt,
                   "acceptance (from vLLM's spec-decode counters, this run's windows)") if rows else ""
 
 
@@ -185,31 +198,36 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
         aggregate = m.get("aggregate_tokens_per_s")
         row: list[Any] = [m["mode"], m["prompt_class"], m["concurrency"],
                           f"{len(m['records'])}" + (" (follow-up)" if m.get("follow_up") else
-                                                    " (follow-up skipped)" if m.get("follow_up_skipped") else ""),
+                                                    " (follow-up skipped)"
+                                                    if m.get("follow_up_skipped") else ""),
                           f"{ttft:.0f}" if ttft is not None else "-",
                           f"{aggregate:.1f}" if aggregate else "-"]
         if with_server:
             # a report from before records kept tpot_s: 1 / decode tok/s is the same interval
-            client = client_decode_rate(r.get("tpot_s") or (1 / r["decode_tokens_per_s"] if r.get("decode_tokens_per_s")
+            client = client_decode_rate(r.get("tpot_s") or (1 / r["decode_tokens_per_s"]
+                                                            if r.get("decode_tokens_per_s")
                                                             else None) for r in m["records"])
             server = m.get("server_decode_tokens_per_s")
             row += [f"{client:.1f}" if client else "-", f"{server:.1f}" if server else "-",
-                    f"{round((client / server - 1) * 100, 2) + 0.0:+.2f} %" if client and server else "-"]
+                    f"{round((client / server - 1) * 100, 2) + 0.0:+.2f} %" if client
+                    and server else "-"]
         rows.append(row)
     if not rows:
         return ""
     # aggregate: every generated token of the window over its wall time, the figure that matters
     # at concurrency > 1 (per-request decode tok/s is in the speed table).
     headers = ["mode", "class", "conc.", "requests", "TTFT median ms", "aggregate tok/s"]
-    title = ("per window: requests (with follow-up rounds where the first look left a gate unsettled), "
-             "time to first token (median per request), aggregate tok/s (all tokens / wall time)")
+    title = ("per window: requests (with follow-up rounds where the first look left a gate "
+             "unsettled), time to first token (median per request), aggregate tok/s (all tokens / "
+             "wall time)")
     if with_server:
         headers += ["client tok/s", "server tok/s", "diff %"]
-        sources = sorted({m["server_metric_source"] for m in measurements if m.get("server_metric_source")})
+        sources = sorted({m["server_metric_source"] for m in measurements
+                          if m.get("server_metric_source")})
         source = (f"vLLM's {', '.join(s.removeprefix('vllm:') for s in sources)} histogram" if sources
                   else "vLLM's /metrics")
-        title += (f", client vs server decode tok/s (client: 1 / mean time per output token of the requests; "
-                  f"server: {source} over the same window; diff = client / server - 1)")
+        title += (", client vs server decode tok/s (client: 1 / mean time per output token of the "
+                  f"requests; server: {source} over the same window; diff = client / server - 1)")
     return _table(rows, headers, fmt, title)
 
 
@@ -219,17 +237,21 @@ def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
     rows = []
     for row in from_report(report):
         full = row.get("speedup_at_full_acceptance")
-        rows.append([row["mode"], row["prompt_class"], row["concurrency"], f"{row['acceptance_length'][0]:.2f}",
-                     f"{row['spec_steps_per_s'][0]:.1f}", f"{row['step_cost'][1]:.2f}", row["verdict"],
-                     f"{full[0]:.2f}x" if full else "-", *([breakeven_line(row)] if fmt in PIPE_FORMATS else [])])
-    headers = ["mode", "class", "conc.", "AL", "steps/s", "step cost c", "verdict", "at AL = k+1", "diagnosis"]
+        rows.append([row["mode"], row["prompt_class"], row["concurrency"],
+                     f"{row['acceptance_length'][0]:.2f}",
+                     f"{row['spec_steps_per_s'][0]:.1f}", f"{row['step_cost'][1]:.2f}",
+                     row["verdict"],
+                     f"{full[0]:.2f}x" if full else "-", *([breakeven_line(row)]
+                                                           if fmt in PIPE_FORMATS else [])])
+    headers = ["mode", "class", "conc.", "AL", "steps/s", "step cost c", "verdict", "at AL = k+1",
+               "diagnosis"]
     return _table(rows, headers[:len(rows[0])] if rows else headers, fmt,
-                  "break-even: step cost c = AL x no-spec tok/s / spec tok/s, in plain steps; speculation pays iff "
-                  "AL > c") if rows else ""
+                  "break-even: step cost c = AL x no-spec tok/s / spec tok/s, in plain steps; "
+                  "speculation pays iff AL > c") if rows else ""
 
 
-# An engine core using this much CPU per second of its server's requests keeps a CPU busy: its
-# speed is the host's as much as the accelerator's (vLLM's draft_model path reads 1.03-1.05 and follows
+# An engine core using this much CPU per second of its server's requests keeps a CPU busy: its speed
+# is the host's as much as the accelerator's (vLLM's draft_model path reads 1.03-1.05 and follows
 # the host's speed; EAGLE-3 reads 0.81-0.88).
 HOST_BOUND_CPU_S_PER_S = 0.95
 # A SLOW SPELL notice needs a run this unlikely from the order alone and this much slower than the
@@ -243,7 +265,8 @@ def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
     """The window's engine-core CPU seconds (vLLM titles the process "EngineCore") per second of its
     own requests, from the window's telemetry; None without it. The window's telemetry holds both
     servers of a duet (keys ``proc.<server label>.EngineCore-<pid>.cpu_s``); this window's server is
-    the one of its mode (an A/B's two sides, ``mode@side``, share it) that worked during its requests."""
+    the one of its mode (an A/B's two sides, ``mode@side``, share it) that worked during its
+    requests."""
     telemetry = m.get("telemetry") or {}
     window = telemetry.get("window") or {}
     engines: dict[str, list[str]] = defaultdict(list)
@@ -264,11 +287,11 @@ def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
 
 
 def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
-    """Per window, what the machine did meanwhile (the window's telemetry, specgate.measure.telemetry): the
-    CPU canary (the host's pace: the fastest reading, which the host-pace check of stored figures
-    compares, and the median, us), CPU busy and stolen shares, the engine
-    core's CPU seconds per second of its requests, and on GPU rigs the SM clock range, the power and
-    any throttle reason. "" when no window has telemetry."""
+    """Per window, what the machine did meanwhile (the window's telemetry,
+    specgate.measure.telemetry): the CPU canary (the host's pace: the fastest reading, which the
+    host-pace check of stored figures compares, and the median, us), CPU busy and stolen shares, the
+    engine core's CPU seconds per second of its requests, and on GPU rigs the SM clock range, the
+    power and any throttle reason. "" when no window has telemetry."""
     rows = []
     for m in report["measurements"]:
         w = (m.get("telemetry") or {}).get("window")
@@ -283,13 +306,16 @@ def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
                      f"{w['cpu_busy_pct'][1]:.0f}" if "cpu_busy_pct" in w else "-", steal,
                      f"{engine:.2f}" if engine is not None else "-",
                      ", ".join(f"{lo:.0f}-{hi:.0f}" for lo, _, hi in sm) or "-",
-                     ", ".join(f"{x:.0f}" for x in power) or "-", ", ".join(w.get("throttle_reasons", [])) or "-"])
-    return _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %", "engine CPU-s/s",
+                     ", ".join(f"{x:.0f}" for x in power) or "-",
+                     ", ".join(w.get("throttle_reasons", [])) or "-"])
+    return _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %",
+                         "engine CPU-s/s",
                          "SM MHz", "power W", "throttle"], fmt,
-                  "environment per window (telemetry): CPU canary us, fastest (median): a fixed piece of Python "
-                  "work, slower when the host is (the fastest is the host's pace the stored figures' check "
-                  "compares); CPU busy % (median) and stolen % (most); engine core CPU-s per s of its requests "
-                  f"(>= {HOST_BOUND_CPU_S_PER_S:g}: host-bound); GPU SM clock MHz, power W, throttle reasons"
+                  "environment per window (telemetry): CPU canary us, fastest (median): a fixed "
+                  "piece of Python work, slower when the host is (the fastest is the host's pace "
+                  "the stored figures' check compares); CPU busy % (median) and stolen % (most); "
+                  f"engine core CPU-s per s of its requests (>= {HOST_BOUND_CPU_S_PER_S:g}: "
+                  "host-bound); GPU SM clock MHz, power W, throttle reasons"
                   ) if rows else ""
 
 
@@ -304,11 +330,12 @@ def host_bound_lines(report: dict[str, Any]) -> list[str]:
         if engine is None or engine < HOST_BOUND_CPU_S_PER_S:
             continue
         canary = ((m.get("telemetry") or {}).get("window") or {}).get("cpu_canary_us")
-        lines.append(f"HOST-BOUND [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: its engine core used "
-                     f"{engine:.2f} CPU-s per s of its requests, so its speed follows the host CPU's"
+        lines.append(f"HOST-BOUND [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: its "
+                     f"engine core used {engine:.2f} CPU-s per s of its requests, so its speed "
+                     "follows the host CPU's"
                      + (f" (canary fastest {canary[0]:.1f} us this window)" if canary else ""))
-    return [f"{line}; a ratio from another session compares the two hosts' speed too (compare the canary "
-            "column of both sessions' environment tables)" for line in lines]
+    return [f"{line}; a ratio from another session compares the two hosts' speed too (compare the "
+            "canary column of both sessions' environment tables)" for line in lines]
 
 
 def notice_lines(report: dict[str, Any]) -> list[str]:
@@ -326,20 +353,23 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
         if details.get("stale_baseline"):
             by_reason[("STALE FIGURES", details["stale_baseline"])].append(where)
         if pair := details.get("strongest_pair"):
-            by_reason[(f"PAIR STANDS OUT in {gate['gate']}", strongest_pair_text(pair))].append(where)
+            by_reason[(f"PAIR STANDS OUT in {gate['gate']}",
+                       strongest_pair_text(pair))].append(where)
     return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()] + \
         host_bound_lines(report) + spell_lines(report)
 
 
 def _series(window: dict[str, Any]) -> tuple[list[float], list[float], list[str]]:
-    timed = [r for r in window.get("records") or [] if r.get("decode_tokens_per_s") and r.get("started_at") is not None]
+    timed = [r for r in window.get("records") or [] if r.get("decode_tokens_per_s")
+             and r.get("started_at") is not None]
     return ([r["started_at"] for r in timed], [r["decode_tokens_per_s"] for r in timed],
             [r.get("prompt_id") or r.get("request_id", "").rsplit("#", 1)[0] for r in timed])
 
 
 def spell_lines(report: dict[str, Any]) -> list[str]:
     """Duet windows where one side's requests ran slow for a stretch of time and its partner's did
-    not (specgate.measure.spells): the pairs do not cancel such a spell, so the window's ratio holds it."""
+    not (specgate.measure.spells): the pairs do not cancel such a spell, so the window's ratio holds
+    it."""
     lines = []
     for m in report.get("measurements", []):
         partner = m.get("partner")
@@ -359,13 +389,14 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
             if spell.mean_residual - then > -SPELL_SIZE:
                 continue
             lines.append(
-                f"SLOW SPELL [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: {spell.requests} of {label}'s "
-                f"{spell.of} requests, {spell.started_s[0]:.0f}-{spell.started_s[1]:.0f} s into the window, ran "
-                f"{-math.expm1(spell.mean_residual) * 100:.1f} % under their prompts' other requests ({other_label}'s "
-                f"then: {math.expm1(then) * 100:+.1f} %; a run this slow from the order alone: p = "
-                f"{spell.p_value:.3f}). The pairs do not cancel a spell on one side, so this window's ratio holds "
-                f"it: on a shared VM one vCPU running slower for a while under a host-bound engine core is "
-                f"such a spell")
+                f"SLOW SPELL [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: "
+                f"{spell.requests} of {label}'s {spell.of} requests, "
+                f"{spell.started_s[0]:.0f}-{spell.started_s[1]:.0f} s into the window, ran "
+                f"{-math.expm1(spell.mean_residual) * 100:.1f} % under their prompts' other "
+                f"requests ({other_label}'s then: {math.expm1(then) * 100:+.1f} %; a run this slow "
+                f"from the order alone: p = {spell.p_value:.3f}). The pairs do not cancel a spell "
+                "on one side, so this window's ratio holds it: on a shared VM one vCPU running "
+                "slower for a while under a host-bound engine core is such a spell")
     return lines
 
 
@@ -384,21 +415,23 @@ def failed_gate_lines(report: dict[str, Any], *, full: bool = False) -> list[str
                          if gate.get("gating") == "report" else "FAILED", gate)
                         for gate in report["gates"] if not gate["passed"]])
     for failure in report.get("failures", []):
-        text = (f"NOT MEASURED [{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
+        text = ("NOT MEASURED "
+                f"[{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
                 f"{failure['error'].splitlines()[0]}")
         lines.append(text if full else clip(text))
     undecided = report.get("undecided", [])
     lines += _decided_nothing_lines(report)
     updates = [u for u in undecided if undecided_kind(u) == STORING]
     if updates:
-        lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(updates)} gate(s) measured to store their figures, not decided")
+        lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(updates)} gate(s) measured to store their "
+                     "figures, not decided")
     return lines + gate_lines([(UNDECIDED_TAGS.get(kind, kind.upper()), u) for u in undecided
                                if (kind := undecided_kind(u)) != STORING])
 
 
 def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
-    """One line counting the gates that decided nothing, by outcome, and what the run's policy
-    made of each (specgate.decide.outcome): listed always, whether they were skipped or failed the run."""
+    """One line counting the gates that decided nothing, by outcome, and what the run's policy made
+    of each (specgate.decide.outcome): listed always, whether they were skipped or failed the run."""
 
     entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
     if not entries:
@@ -406,18 +439,21 @@ def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
 
     counts: dict[tuple[Outcome, bool, str], int] = defaultdict(int)
     policy = report.get("outcome_policy") or {}
-    for u in entries:  # a declared backfire never fails the run (specgate.decide.outcome.pytest_action)
+    # a declared backfire never fails the run (specgate.decide.outcome.pytest_action)
+    for u in entries:
         outcome = Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u))
         action = pytest_action(outcome, policy, declared="declared" in u, gating=u.get("gating"))
         counts[(outcome, "declared" in u, "FAILED" if action == "failed" else "skipped")] += 1
-    parts = [f"{n} {outcome.value}" + (" of a declared backfire (skipped)" if declared else f" ({action})")
+    parts = [f"{n} {outcome.value}" + (" of a declared backfire (skipped)" if declared
+                                       else f" ({action})")
              for (outcome, declared, action), n in counts.items()]
-    return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)} ([gates] undecided and gating, or "
-            "--specgate-undecided and --specgate-gating)"]
+    return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)} ([gates] undecided and "
+            "gating, or --specgate-undecided and --specgate-gating)"]
 
 
 def start_order_lines(report: dict[str, Any]) -> list[str]:
-    """An A/B's start order: which side's server started first, per mode, and the seed that chose it."""
+    """An A/B's start order: which side's server started first, per mode, and the seed that chose
+    it."""
     order = report.get("start_order")
     if not order or not order.get("first"):
         return []
@@ -430,14 +466,16 @@ def summary_lines(report: dict[str, Any], *, full: bool = False) -> list[str]:
     the figures the gates decided with, the start order, stored figures from elsewhere, host-bound
     windows, slow spells, and what an older report lacks. In the terminal a gate's line is its short
     one and a notice is wrapped; ``full``: the whole statements (summary.md, report.html)."""
-    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report) + notice_lines(report)
+    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report)
+               + notice_lines(report)
                + missing_line(report))
     return failed_gate_lines(report, full=full) + (notices if full else _wrapped(notices))
 
 
 def _wrapped(lines: list[str]) -> list[str]:
     """Notice lines wrapped for the terminal, each line after a notice's first indented."""
-    return [part for line in lines for part in textwrap.wrap(line, LINE_WIDTH, subsequent_indent="  ")]
+    return [part for line in lines for part in textwrap.wrap(line, LINE_WIDTH,
+                                                             subsequent_indent="  ")]
 
 
 def detail_tables(report: dict[str, Any], fmt: str = "simple", *, every: bool = False) -> list[str]:
@@ -458,7 +496,8 @@ def render_text(report: dict[str, Any]) -> str:
 
 def _summary_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
-        # failures, and gates that decided nothing (NOT RUN: the budget), and which of them gate the run
+        # failures, and gates that decided nothing (NOT RUN: the budget), and which of them gate the
+        # run
         lines = failed_gate_lines(report) + _wrapped(gating_lines(report))
         return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
     rig = report["rig"]
@@ -476,14 +515,17 @@ def _summary_text(report: dict[str, Any]) -> str:
 
 def settings_lines(report: dict[str, Any]) -> list[str]:
     """The figures the gates decided with (report.json's "settings", one entry per window, as the
-    session resolved them once: specgate.decide.settings), windows with the same figures on one line."""
+    session resolved them once: specgate.decide.settings), windows with the same figures on one
+    line."""
     groups: dict[str, list[str]] = {}
     for w in report.get("settings") or []:
         ab = w.get("comparing") == "ab"
         parts = [f"confidence {w['confidence'] * 100:.4g} %",
-                 f"throughput fails below {1 - (w['ab_tolerance'] if ab else w['level_tolerance']):.3g}"
+                 "throughput fails below "
+                 f"{1 - (w['ab_tolerance'] if ab else w['level_tolerance']):.3g}"
                  + (" (A/B)" if ab else " (stored level)"),
-                 f"acceptance {w['acceptance_tolerance'] * 100:g} %", f"TTFT +{w['ttft_tolerance'] * 100:g} %",
+                 f"acceptance {w['acceptance_tolerance'] * 100:g} %",
+                 f"TTFT +{w['ttft_tolerance'] * 100:g} %",
                  f"backfire below {w['min_speedup']:g}x", f"arrangement {w['arrangement']}"]
         if w.get("declared_backfire"):
             parts.append("declared backfire")
@@ -500,15 +542,17 @@ def render_markdown(report: dict[str, Any]) -> str:
     verdicts = verdict_table(report, "github")
     if verdicts:
         parts.append(verdicts)
-    parts.append(f"The full report, with the plots and the run's facts: [{HTML_NAME}]({HTML_NAME}), beside "
-                 "this summary (in a CI run, in the run's artifact).")
+    parts.append("The full report, with the plots and the run's facts: "
+                 f"[{HTML_NAME}]({HTML_NAME}), beside this summary (in a CI run, in the run's "
+                 "artifact).")
     parts += detail_tables(report, "github", every=True)
     lines = failed_gate_lines(report, full=True)
     if lines:
         parts.append("\n".join(f"- {line}" for line in lines))
     else:
         parts.append("All gates passed." if report["gates"] else "No gate ran.")
-    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report) + notice_lines(report)
+    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report)
+               + notice_lines(report)
                + missing_line(report))
     if notices:
         parts.append("\n".join(f"- {line}" for line in notices))
@@ -535,7 +579,8 @@ def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
         try:
             path = draw(report, target)
         except Exception as exc:  # a plot must never cost the run its report
-            warnings.warn(f"specgate: could not draw {target}: {type(exc).__name__}: {exc}", stacklevel=2)
+            warnings.warn(f"specgate: could not draw {target}: {type(exc).__name__}: {exc}",
+                          stacklevel=2)
             path = None
         if path is None:
             target.unlink(missing_ok=True)
