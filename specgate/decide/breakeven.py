@@ -1,18 +1,9 @@
-"""The break-even diagnosis: why a speculative mode is faster or slower, from what a run
-already measures (decode tok/s of the mode and of no speculation, and the mode's mean
-acceptance length AL).
+"""The break-even diagnosis: why a speculative mode is faster or slower, from a run's decode tok/s
+(the mode's and no speculation's) and the mode's mean acceptance length AL.
 
-One speculative decode step emits AL tokens on average, so the mode makes tok/s / AL steps per
-second, and no speculation makes its tok/s steps per second (one token each). Their quotient is
-the step-cost ratio
-
-    c = AL x (no-spec tok/s) / (spec tok/s),
-
-what one speculative step (draft + verify) costs in plain decode steps. Speculation pays iff
-AL > c, and at the same k (so the same step cost) a mode reaching another acceptance length AL'
-would run at AL' / c times no speculation. Inputs may be ranges (lo, hi); the outputs are then
-ranges over every combination.
-"""
+The step-cost ratio c = AL x (no-spec tok/s) / (spec tok/s) is one speculative step (draft + verify)
+in plain decode steps: speculation pays iff AL > c, and at the same k a mode reaching AL' would run
+at AL' / c times no speculation. Inputs may be ranges (lo, hi); outputs are then ranges."""
 
 from __future__ import annotations
 
@@ -53,8 +44,8 @@ class BreakEven:
 
     @property
     def verdict(self) -> str:
-        """"pays" when AL > c for every combination, "backfires" when AL < c for every one,
-        else "break-even" (the ranges straddle it)."""
+        """"pays" when AL > c for every combination, "backfires" when AL < c for every one, else
+        "break-even"."""
         ratio = (self.spec_tokens_per_s[0] / self.plain_tokens_per_s[1],
                  self.spec_tokens_per_s[1] / self.plain_tokens_per_s[0])  # AL / c = spec / plain
         return "pays" if ratio[0] > 1 else "backfires" if ratio[1] < 1 else "break-even"
@@ -74,7 +65,8 @@ class BreakEven:
             "verdict": self.verdict}
         if self.num_speculative_tokens:
             out["num_speculative_tokens"] = self.num_speculative_tokens
-            out["speedup_at_full_acceptance"] = list(self.predicted_speedup(self.num_speculative_tokens + 1))
+            full = self.num_speculative_tokens + 1
+            out["speedup_at_full_acceptance"] = list(self.predicted_speedup(full))
         return out
 
 
@@ -86,13 +78,10 @@ def break_even(mode: str, *, acceptance_length: float | Range, spec_tokens_per_s
 
 
 def from_report(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per speculative window of a run's report that has acceptance figures and a
-    no-speculation window of the same class and concurrency: the window's key plus
-    :meth:`BreakEven.to_dict`. The no-speculation level is the median per request of the window
-    it was compared with (the duet's own partner when there is one); the speculative one is that
-    level times the backfire gate's paired ratio, so c = AL / ratio uses the one number the gate,
-    the tables and the plots show, decided or undecided (the plain median per request when no
-    backfire gate ran)."""
+    """One row per speculative window of a report with acceptance figures and a no-speculation
+    window of its class: the key plus :meth:`BreakEven.to_dict`. The speculative level is the
+    no-speculation median times the backfire gate's paired ratio (the one number shown), else its
+    own median."""
     reference = report["rig"]["reference_mode"]
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in report["measurements"]}
     rows = []

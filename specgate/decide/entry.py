@@ -1,7 +1,5 @@
-"""The stored form of a window: what a run that stores (``--specgate-update-baselines``,
-``--specgate-regen-baselines``, ``build-history``, ``adopt-baselines``) writes for one window, as
-one start of a history (specgate.store.baselines: where that start goes is
-:func:`specgate.store.baselines.place_start`)."""
+"""The stored form of a window: what a storing run writes for one window, as one start of a history
+(where it goes: :func:`specgate.store.baselines.place_start`)."""
 
 from __future__ import annotations
 
@@ -25,10 +23,9 @@ from specgate.store.baselines import (
 
 def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint,
                    previous: BaselineEntry | None = None ) -> BaselineEntry:
-    """The stored form of window ``m``: one start (its level, its ratio to a no-speculation duet
-    partner, the host's pace, and where and on what it was measured) with the window's samples.
-    ``previous``: a history of the same machine and build this start extends (the last LEVEL_HISTORY
-    starts kept); the entry refuses one of another machine or build."""
+    """The stored form of window ``m``: one start (level, ratio to a no-speculation partner, host
+    pace, where and on what) with its samples. ``previous``: the same machine's and build's history
+    it extends (the last LEVEL_HISTORY starts kept)."""
     summary = summarize(m.decode_tokens_per_s)
     acceptance = None
     if m.acceptance is not None:
@@ -43,7 +40,8 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint,
     if m.partner is not None and not m.ab:  # a duet with the no-speculation mode
         samples = match_samples(m, list(m.partner.timed_samples),
                                 list(m.partner.timed_samples.values()))
-        if samples.paired and samples.measured:  # the ratio the gates show for this window (two modes: strata)
+        # the ratio the gates show for this window (two modes: strata)
+        if samples.paired and samples.measured:
             share = m.first_look_share
             r = paired_ratio(samples.measured, samples.reference, threshold=1.0,
                              strata=samples.prompts,
@@ -57,8 +55,9 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint,
                         date=window.date, sitting=window.sitting)
     earlier = []
     if previous is not None:  # a ratio history is one reference mode's
-        same_reference = ratio is None or (previous.ratio_to_reference is not None
-                                           and previous.ratio_to_reference.reference_mode == ratio.reference_mode)
+        before = previous.ratio_to_reference
+        same_reference = ratio is None or (before is not None
+                                           and before.reference_mode == ratio.reference_mode)
         earlier = previous.starts if same_reference else [s.model_copy(update={"ratio": None})
                                                           for s in previous.starts]
     return BaselineEntry(decode_tokens_per_s=list(summary.samples), sample_keys=keys,
@@ -69,10 +68,9 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint,
 
 def entries_from_report(report: dict[str, Any], *, modes: list[str] | None = None
                         ) -> dict[tuple[str, str, str, int], BaselineEntry]:
-    """One start's entry per window measured in a saved ``report.json`` (of ``modes``, if given),
-    with the fingerprint its server had. Lets an interrupted ``--specgate-update-baselines`` run
-    keep the windows that finished, or promote a chosen run's figures to baselines; where each goes
-    among the stored histories is :func:`specgate.store.baselines.place_start`'s to say."""
+    """One start's entry per window of a saved ``report.json`` (of ``modes``, if given), with its
+    server's fingerprint: keeps an interrupted storing run's windows, or promotes a chosen run's
+    figures."""
     entries = {}
     fingerprints = report.get("fingerprints", {})
     for data in report.get("measurements", []):

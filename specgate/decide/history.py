@@ -1,20 +1,8 @@
-"""A rig's history of server starts: the figures of N fresh-start sessions, stored one after the
-other, and what a plain run's stored-level gate can catch with them (the commands that build and
-show one: specgate.report.history_view).
-
-``python -m specgate build-history --rig NAME --starts N`` runs N perf sessions of the rig back to
-back, each starting its servers afresh and storing its windows (``--specgate-regen-baselines``).
-Each stored window keeps its level (the window's median decode tok/s) as one stored start of a
-history (specgate.store.baselines: one machine's and one build's), so the level gate of a later
-plain run compares with the history's mean and allows for the spread between starts that the history
-measured, that prediction interval alone. Each start names its sitting (one uninterrupted series of
-starts on the machine: one build-history, one pytest session,
-specgate.store.fingerprint.sitting_id); from two sittings on the interval holds the spread between
-sittings too (one-way random effects, :attr:`StartHistory.components`), and a history of one sitting
-says it does not. ``python -m specgate history --rig NAME`` shows every machine's histories: the
-levels over time (a table and a PNG), the spread, what the gate catches, and a step or a drift
-within a sitting (change-points, ruptures' PELT; specgate.plan.histories.STEP_RULE).
-"""
+"""A rig's history of server starts (``python -m specgate build-history``: N sessions back to back,
+each storing its windows): the level gate of a later run compares with the history's mean within its
+prediction interval. Each start names its sitting (specgate.store.fingerprint.sitting_id); from two
+sittings on the interval holds the spread between sittings too (:attr:`StartHistory.components`).
+Shown by specgate.report.history_view."""
 
 from __future__ import annotations
 
@@ -31,7 +19,7 @@ from specgate.decide.paired import spread_quantile
 if TYPE_CHECKING:
     from specgate.store.baselines import BaselineEntry
 
-# A history needs at least this many starts before its spread is used (two degrees of freedom).
+# a history's spread is used from this many starts (two degrees of freedom)
 MIN_STARTS = 3
 STEP_ALPHA = 0.01  # a history with no step shows one at most this often (normal levels)
 
@@ -40,15 +28,15 @@ STEP_ALPHA = 0.01  # a history with no step shows one at most this often (normal
 @dataclass(frozen=True)
 class StartHistory:
     """The levels of one window over its stored starts (oldest first) and each start's sitting
-    (None: not recorded; such starts count as one sitting, ``sittings`` None: none recorded)."""
+    (None: not recorded)."""
 
     levels: tuple[float, ...]
     sittings: tuple[str | None, ...] | None = None
 
     @classmethod
     def of(cls, entry: BaselineEntry | None, *, ratios: bool = False) -> StartHistory:
-        """A stored history's levels (``ratios``: its ratios to the no-speculation partner) with
-        their sittings."""
+        """A stored history's levels (``ratios``: its ratios to the no-speculation partner) and
+        sittings."""
         starts = [s for s in (entry.starts if entry is not None else ()) if not ratios
                   or s.ratio is not None]
         return cls(tuple(s.ratio if ratios else s.level for s in starts),
@@ -69,16 +57,14 @@ class StartHistory:
 
     @property
     def log_sd(self) -> float:
-        """The start-to-start spread: the SD of the log levels, the starts as one sample (n - 1
-        df)."""
+        """The SD of the log levels, the starts as one sample (n - 1 df)."""
         logs = [math.log(v) for v in self.levels]
         mean = sum(logs) / len(logs)
         return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
 
     @property
     def groups(self) -> list[list[float]]:
-        """The log levels by sitting, in the order the sittings began (starts of no sitting: one
-        group)."""
+        """The log levels by sitting, in the order the sittings began."""
         found: dict[str | None, list[float]] = {}
         for level, sitting in zip(self.levels, self.sittings or [None] * self.starts):
             found.setdefault(sitting, []).append(math.log(level))
@@ -86,22 +72,15 @@ class StartHistory:
 
     @property
     def recorded(self) -> bool:
-        """Whether any start's sitting is recorded (a history stored before then is one unknown
-        sitting)."""
+        """Whether any start's sitting is recorded."""
         return any(s is not None for s in self.sittings or ())
 
     @cached_property
     def components(self) -> tuple[float, float, float, int]:
-        """(within-sitting SD, between-sitting SD, the SD of a new start in a new sitting around the
-        history's mean, its degrees of freedom), log units. One-way random effects on the log levels
-        (k sittings of n_i starts, N in all): MSW on N - k df, MSB on k - 1, n0 = (N - sum n_i^2 /
-        N) / (k - 1), the between variance (MSB - MSW) / n0 (shown; 0 when negative). A new start's
-        variance, within^2 (1 + 1/N) + between^2 (1 + sum n_i^2 / N^2), is estimated without bias as
-        a MSW + b MSB (a, b >= 0) and taken with t at the smaller of the two df (Hsu's conservative
-        rule; Satterthwaite's df missed a new sitting up to 9-11 % of the time at a nominal 5 % in
-        simulations of two sittings, the min df at most 5 %: tests/test_sittings.py) One sitting, or
-        one start a sitting (the spread is then the sittings'): the starts as one sample, t(N - 1) x
-        sd x sqrt(1 + 1/N)."""
+        """(within-sitting SD, between-sitting SD, a new start's SD in a new sitting, its df), log
+        units: one-way random effects on the log levels, a new start's variance estimated without
+        bias as a MSW + b MSB with t at the smaller df (Hsu; tests/test_sittings.py). One sitting,
+        or one start a sitting: the starts as one sample, t(N - 1) x sd x sqrt(1 + 1/N)."""
         n, sd = self.starts, self.log_sd
         groups = self.groups
         k = len(groups)
@@ -127,31 +106,30 @@ class StartHistory:
         return self.components[3]
 
     def half_width(self, confidence: float) -> float:
-        """How far (log units) a new start's level may lie from the history's mean at ``confidence``
-        (two-sided): the prediction interval t x its SD (:attr:`components`)."""
+        """How far (log units) a new start may lie from the mean at ``confidence``: t x
+        :attr:`prediction_sd`."""
         return spread_quantile(confidence, self.dof) * self.prediction_sd
 
     def catches(self, threshold: float, confidence: float = 0.95) -> float:
-        """The true level ratio a plain run catches 95 % of the time with this history alone: the
-        threshold lowered by the interval's half-width and the one-sided 95 % quantile of the same
-        t, each on the prediction's scale."""
+        """The true level ratio a plain run catches 95 % of the time with this history alone."""
         one_sided = spread_quantile(0.90, self.dof)  # the one-sided 95 % point of t
         return threshold * math.exp(-(self.half_width(confidence) + one_sided * self.prediction_sd))
 
 
 def _splits(x: np.ndarray, offset: int, alpha: float) -> list[int]:
-    """Binary segmentation of one sitting's log levels ``x``: the split (at least 2 starts a side)
-    whose two means differ most in units of their pooled SD, kept when that two-sample t exceeds t(m
-    - 2) at two-sided 1 - alpha / (the m - 3 splits tried), then each side searched the same way."""
+    """Binary segmentation of one sitting's log levels: the split (2 starts a side at least) with
+    the largest two-sample t, kept above t(m - 2) at 1 - alpha / (m - 3), then each side alike."""
     m = len(x)
     if m < 4:
         return []
     best, at = -1.0, 0
     for i in range(2, m - 1):
         a, b = x[:i], x[i:]
-        sd = math.sqrt((float(((a - a.mean()) ** 2).sum()) + float(((b - b.mean()) ** 2).sum())) / (m - 2))
+        squares = float(((a - a.mean()) ** 2).sum()) + float(((b - b.mean()) ** 2).sum())
+        sd = math.sqrt(squares / (m - 2))
         diff = abs(float(b.mean() - a.mean()))
-        t = diff / (sd * math.sqrt(1 / i + 1 / (m - i))) if sd > 0 else math.inf if diff > 0 else 0.0
+        t = (diff / (sd * math.sqrt(1 / i + 1 / (m - i))) if sd > 0
+             else math.inf if diff > 0 else 0.0)
         if t > best:
             best, at = t, i
     if best <= spread_quantile(1 - alpha / (m - 3), m - 2):
@@ -161,8 +139,8 @@ def _splits(x: np.ndarray, offset: int, alpha: float) -> list[int]:
 
 def change_points(levels: Sequence[float],
                   sittings: Sequence[str | None] | None = None) -> list[int]:
-    """Where the mean of the log levels steps within a sitting (indices of the first start after
-    each step), by specgate.plan.histories.STEP_RULE. No sittings recorded: the history as one."""
+    """Indices of the first start after each step of the log levels within a sitting
+    (specgate.plan.histories.STEP_RULE)."""
     x = np.log(np.asarray(levels, dtype=float))
     labels = list(sittings) if sittings is not None else [None] * len(x)
     runs = [[i for i, s in enumerate(labels) if s == label] for label in dict.fromkeys(labels)]
@@ -172,8 +150,8 @@ def change_points(levels: Sequence[float],
 
 def step_means(levels: Sequence[float], sittings: Sequence[str | None] | None = None
                ) -> list[tuple[int, float, float]]:
-    """Each step of a stored history within its sittings (:func:`change_points`): the index of the
-    first start after it and the mean levels either side of it in its sitting; [] when none."""
+    """Each step (:func:`change_points`): its index and the mean levels either side in its sitting;
+    [] when none."""
     points = change_points(levels, sittings)
     labels = list(sittings) if sittings is not None else [None] * len(levels)
     edges = sorted({0, len(levels), *points,

@@ -1,6 +1,6 @@
 """The host's pace: a comparison with stored figures stands only when this window's host ran at the
-stored windows' pace (specgate's CPU canary, specgate.measure.telemetry.canary_reader); otherwise it
-would measure the hosts as well as the build, and it is held back (undecided, "other host pace")."""
+stored windows' pace (specgate.measure.telemetry.canary_reader); else it is held back (undecided,
+"other host pace")."""
 
 from __future__ import annotations
 
@@ -13,11 +13,8 @@ from specgate.store.baselines import BaselineEntry
 
 
 def host_canary_us(m: ClassMeasurement) -> float | None:
-    """The host's pace during window ``m``: the fastest reading of specgate's CPU canary there
-    (microseconds; specgate.measure.telemetry.canary_reader), or None where no canary ran. The
-    fastest, not the median: on the 2-vCPU cpu tier the servers' own work delays the canary by 37-52
-    us (median) from window to window of one run, while its fastest reading stays at 31.8-32.8
-    us."""
+    """The fastest reading of specgate's CPU canary during window ``m`` (us), or None where none
+    ran; the fastest, since the servers' own work delays the median."""
     window = (m.extra.get("telemetry") or {}).get("window") or {}
     values = window.get("cpu_canary_us")
     return float(values[0]) if values else None
@@ -28,10 +25,8 @@ HOST_PACE = "other host pace"  # the undecided kind of a comparison held back by
 
 def at_stored_host_pace(result: GateResult, m: ClassMeasurement, baseline: BaselineEntry,
                          tolerance: float | None) -> GateResult:
-    """``result`` (a comparison with stored figures) as it stands when this window's host ran at the
-    stored windows' pace (their canary's median, within ± ``tolerance``); otherwise undecided,
-    keeping what the comparison gave (``decided_as``): it would measure the two hosts as well as the
-    build."""
+    """``result`` as it stands when this window's host ran at the stored windows' pace (their
+    canary's median ± ``tolerance``); else undecided, keeping ``decided_as``."""
     now = host_canary_us(m)
     if tolerance is None or now is None or not baseline.host_canary_us:
         return result

@@ -1,5 +1,4 @@
-"""The two samples a speed comparison decides on: a window's decode rates matched request by request
-with a reference's (stored figures, a duet partner, the no-speculation window)."""
+"""A window's decode rates matched request by request with a reference's."""
 
 from __future__ import annotations
 
@@ -16,23 +15,21 @@ class Samples:
     measured: list[float]
     reference: list[float]
     paired: bool
-    keys: list[str] | None = None  # each pair's request key ("prompt-id#repeat"), None when unpaired
-    # the requests left out (None when none): without a decode rate, {key: why}; timed on one side
-    # only
+    # each pair's request key ("prompt-id#repeat"), None when unpaired
+    keys: list[str] | None = None
+    # the requests left out, {key: why} (None when none)
     left_out: dict[str, Any] | None = None
 
     @property
     def prompts(self) -> list[str] | None:
-        """Each pair's prompt (its key without the repeat): the strata of a comparison of two
-        modes."""
+        """Each pair's prompt (its key without the repeat): the strata of two modes."""
         return [key.rsplit("#", 1)[0] for key in self.keys] if self.keys is not None else None
 
 
 def match_samples(m: ClassMeasurement, ref_keys: list[str] | None, ref_values: list[float],
                   ref_untimed: dict[str, str] | None = None, ref_label: str = "stored") -> Samples:
-    """Measured and reference decode rates, paired request by request where the keys allow
-    (``stats.match_by_key``). A request without a decode rate (one token, or every token in
-    one chunk) drops out of its side; ``left_out`` names every request left out and why."""
+    """Measured and reference decode rates, paired by key where the keys allow; a request without a
+    decode rate drops out, named in ``left_out``."""
     if ref_keys is not None and len(ref_keys) == len(ref_values):
         reference = dict(zip(ref_keys, ref_values))
     else:  # no keys stored: keep every sample, unpaired

@@ -1,40 +1,20 @@
 """What a gate's verdict is, and the one place it becomes a pytest outcome.
 
-Every gate ends in one :class:`Outcome`. Four of them decide nothing about the build (UNDECIDED,
-NOT_STORED, OTHER_MACHINE, NOT_RUN); what each of those does to the run is a policy
-(:class:`specgate.config.rig.OutcomePolicy`: ``skip`` or ``fail``, for a gate that must decide, e.g.
-before a merge; by default a window with nothing stored fails and the others skip), set by the rig's
-``[gates] undecided`` key or ``--specgate-undecided``. :func:`pytest_action` is the only mapping
-from an outcome and a policy to what pytest reports, on the single-process path and on the xdist
-controller alike.
+Every gate ends in one :class:`Outcome`. Four decide nothing about the build (UNDECIDED, NOT_STORED,
+OTHER_MACHINE, NOT_RUN); what each does to the run is a policy (specgate.config.rig.OutcomePolicy:
+``skip`` or ``fail``; ``[gates] undecided`` or ``--specgate-undecided``). :func:`pytest_action` is
+the only mapping from an outcome and a policy to what pytest reports, single-process and on the
+xdist controller alike.
 
-**Gating.** Which gates gate the run, and the session's false-alarm bound over them.
+**Gating** (``[gates] gating``, ``--specgate-gating``), per gate: ``gate`` (a FAIL or an UNDECIDED
+fails the run), ``report`` (reported, never fails it) or ``auto`` (``gate`` for the selected gates
+that keep the session's chance of a red A/A at most 5 %, specgate.decide.red_runs.choose_auto; else
+``report``). Nothing stored on this machine, or another machine's figures, never gates. Unset, every
+FAIL fails the run and the rest follow the outcome policy.
 
-A gate *gates* the run when its outcome sets the exit code. The rig's ``[gates] gating`` (or
-``--specgate-gating``) says, per gate, ``gate``, ``report`` or ``auto``:
-
-- ``gate``: a FAIL fails the run, and so does an UNDECIDED (after its follow-up rounds): a gate a
-  team relies on before a merge must not let the run go green having decided nothing;
-- ``report``: the gate is reported (summary, report.json) and never fails the run, whatever it says:
-  a gate that cannot decide on this rig (a comparison with stored figures that have no history yet)
-  would otherwise turn every plain run red under ``undecided = "fail"``;
-- ``auto``: ``gate`` for the selected gates whose chance of turning an A/A red, at the confidence
-  each will decide at, keeps the session's at most 5 % (specgate.decide.red_runs.choose_auto, the
-  smallest chances first), else ``report``; before the selection is known, where the gate can decide
-  (specgate.decide.settings.can_decide). Nothing stored on this machine, or another machine's
-  figures, never gates.
-
-Unset (the default), every gate's FAIL fails the run and a gate that decided nothing follows the
-outcome policy (``[gates] undecided``), as before. The other outcomes that decide nothing (not
-stored, other machine, not run) follow the outcome policy under ``gate`` too.
-
-The family: each gate with an interval that can fail the run (not lossless, which compares outputs;
-not a declared backfire, which never fails it) fails falsely at most (1 - confidence) / 2 of the
-time (one-sided; repeated intervals over a window's two looks keep it so). Over m of them, at most m
-times that (Bonferroni). ``[gates] family_false_alarm = F`` holds the session's bound at F: each
-gate's confidence becomes 1 - 2 F / m, m counted from the selected tests before any server starts.
-Either way the summary states the bound.
-"""
+**The family**: each gate with an interval that can fail the run fails falsely at most (1 -
+confidence) / 2 of the time; over m of them at most m times that (Bonferroni). ``[gates]
+family_false_alarm = F`` holds the bound at F: each gate's confidence becomes 1 - 2 F / m."""
 
 from __future__ import annotations
 
@@ -53,9 +33,9 @@ class Outcome(enum.Enum):
     PASS = "pass"
     FAIL = "fail"
     DECLARED_BACKFIRE = "declared backfire"  # failed, but the rig declares it: reported, not failed
-    UNDECIDED = "undecided"  # the evidence cannot tell a pass from a failure (an interval across the line)
+    UNDECIDED = "undecided"  # the evidence cannot tell a pass from a failure
     NOT_STORED = "not stored"  # nothing stored (or nothing comparable) to compare this window with
-    OTHER_MACHINE = "other machine"  # the stored figures are another machine's (or another host pace's)
+    OTHER_MACHINE = "other machine"  # the stored figures are another machine's (or host pace's)
     NOT_RUN = "not run"  # the gate could not run (e.g. the session's time budget ran out)
 
     @property
@@ -70,30 +50,24 @@ class Outcome(enum.Enum):
 
     @property
     def policy_key(self) -> str:
-        """Its key in the policy table (``undecided``, ``not_stored``, ``other_machine``,
-        ``not_run``)."""
+        """Its key in the policy table (``undecided``, ``not_stored``, ...)."""
         return self.name.lower()
 
 
 NOT_DECIDED = tuple(o for o in Outcome if not o.decided)
 
-# The kinds of gate that decided nothing for want of a comparison (report.json's "undecided"
-# entries), named for the stored figures (the no-speculation mode is no_spec; it used to be called
-# baseline, so these kinds must not read like a mode).
+# kinds of gate that decided nothing for want of a comparison (not to read like a mode)
 NOT_STORED = "no stored figures"  # nothing in baselines.json to compare this window with
-STORING = "storing figures"  # --specgate-update-baselines: this run's figures are stored, nothing compared
+STORING = "storing figures"  # --specgate-update-baselines: stored, nothing compared
 
-# The kinds of session.undecided entries (report.json's "undecided" list) and their outcome. A kind
-# not listed here (an old report's, or one another module adds without an entry) counts as
-# UNDECIDED.
+# session.undecided kinds and their outcome; a kind not listed counts as UNDECIDED
 KIND_OUTCOMES: dict[str, Outcome] = {
     "undecided": Outcome.UNDECIDED,  # an interval across the threshold
     "inconclusive": Outcome.UNDECIDED,  # the same, in report.json before the wording was one
     "too few drafts": Outcome.UNDECIDED,  # acceptance counts too few to tell
     NOT_STORED: Outcome.NOT_STORED,
     STORING: Outcome.NOT_STORED,  # --specgate-update-baselines, nothing compared
-    # the stored figures measured other prompts or another protocol: not comparable, so undecided
-    # (skipped by default, as before issue 36; a missing entry fails by default instead)
+    # the stored figures measured other prompts or another protocol: not comparable
     "fingerprint": Outcome.UNDECIDED,
     "other machine": Outcome.OTHER_MACHINE,
     "other host pace": Outcome.OTHER_MACHINE,  # specgate.decide.host_pace.HOST_PACE
@@ -112,8 +86,8 @@ def outcome_of_kind(kind: str) -> Outcome:
 
 def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tuple[str, ...], *,
                       what: str, normalize: bool = False) -> dict[str, str]:
-    """One VALUE for every key, or ``KEY=VALUE,KEY=VALUE`` for some (the command line's and the
-    rig's per-outcome and per-gate settings). Raises ValueError naming the part that is wrong."""
+    """One VALUE for every key, or ``KEY=VALUE,KEY=VALUE`` for some; ValueError names the wrong
+    part."""
     text = text.strip()
     if text in values:
         return dict.fromkeys(keys, text)
@@ -125,18 +99,18 @@ def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tupl
         if normalize:
             key = key.replace("-", "_").replace(" ", "_")
         if key not in keys or value not in values:
-            raise ValueError(f"{part!r}: expected {', '.join(repr(v) for v in values)} or {what}={choices} with "
-                             f"{what} one of {', '.join(keys)}")
+            raise ValueError(f"{part!r}: expected {', '.join(repr(v) for v in values)} or "
+                             f"{what}={choices} with " f"{what} one of {', '.join(keys)}")
         out[key] = value
     if not out:
-        raise ValueError(f"empty {what.lower()} setting: expected {', '.join(repr(v) for v in values)} or "
-                         f"{what}={choices},...")
+        raise ValueError(f"empty {what.lower()} setting: expected "
+                         f"{', '.join(repr(v) for v in values)} or " f"{what}={choices},...")
     return out
 
 
 def parse_policy(text: str) -> dict[str, Policy]:
-    """``fail`` or ``skip`` (every outcome that decides nothing), or per outcome:
-    ``not_stored=skip,undecided=fail``. Raises ValueError naming what is wrong."""
+    """``fail`` or ``skip`` for every outcome that decides nothing, or per outcome
+    (``not_stored=skip,undecided=fail``)."""
     return parse_assignments(text, [o.policy_key for o in NOT_DECIDED],
                              ("skip", "fail"),  # type: ignore[return-value]
                              what="OUTCOME", normalize=True)
@@ -145,12 +119,8 @@ def parse_policy(text: str) -> dict[str, Policy]:
 def pytest_action(outcome: Outcome, policy: Mapping[str, Policy] | None = None, *,
                   declared: bool = False, gating: str | None = None) -> Action:
     """The pytest outcome of a gate: PASS passes, FAIL fails, a declared backfire is an expected
-    failure, and a gate that decided nothing is skipped, or failed where ``policy`` (outcome key ->
-    "skip" | "fail") says so. A ``declared`` backfire gate never fails the run: undecided, it is
-    skipped whatever the policy (its window takes no follow-up rounds, Rig.follow_up_rounds).
-    ``gating`` (specgate.decide.settings.resolve_gating): "report" never fails the run (a FAIL is
-    skipped, and listed as failed in the summary), "gate" fails an UNDECIDED one whatever the
-    policy."""
+    failure (never fails the run), and a gate that decided nothing is skipped, or failed where
+    ``policy`` says so. ``gating``: "report" never fails the run, "gate" fails an UNDECIDED one."""
     if outcome is Outcome.PASS:
         return "passed"
     if outcome is Outcome.DECLARED_BACKFIRE:
@@ -175,8 +145,8 @@ GATES = ("throughput", "acceptance", "backfire", "ttft", "lossless")
 
 
 def parse_gating(text: str) -> dict[str, Setting]:
-    """``auto``, ``gate`` or ``report`` (every gate), or per gate:
-    ``throughput=gate,acceptance=report``. Raises ValueError naming what is wrong."""
+    """``auto``, ``gate`` or ``report`` for every gate, or per gate
+    (``throughput=gate,acceptance=report``)."""
     return parse_assignments(text, GATES, ("auto", "gate", "report"),
                              what="GATE")  # type: ignore[return-value]
 
@@ -188,8 +158,8 @@ class Family:
 
     gating: int  # gate tests that may fail the run
     confidence: float  # each gate's two-sided confidence
-    controlled: float | None  # [gates] family_false_alarm (or AUTO_FAMILY_FALSE_ALARM), None: not controlled
-    undecided_red: bool = False  # an undecided gate gates the run (gating "gate", or "auto" where it can decide)
+    controlled: float | None  # [gates] family_false_alarm (or AUTO_...), None: not controlled
+    undecided_red: bool = False  # an undecided gate gates the run
 
     @property
     def per_gate(self) -> float:
@@ -206,16 +176,14 @@ class Family:
                 "undecided_red": self.undecided_red}
 
 
-# Under gating = "auto" the session's false FAIL is held at this unless the rig sets
-# family_false_alarm: a pre-merge job that gates on every gate that can decide must not go red on
-# chance 30 x 2.5 % of runs.
+# under gating = "auto" the session's false FAIL is held at this unless the rig sets one
 AUTO_FAMILY_FALSE_ALARM = 0.05
 
 
 def family(confidence: float, controlled: float | None, gating: int, *,
            undecided_red: bool = False) -> Family:
-    """The family over ``gating`` gates at the rig's ``confidence``; with ``controlled`` (F), each
-    gate's confidence 1 - 2 F / gating, never below the rig's."""
+    """The family over ``gating`` gates at ``confidence``; with ``controlled`` (F), each gate's
+    confidence 1 - 2 F / gating, never below the rig's."""
     if controlled is None or gating == 0:
         return Family(gating, confidence, controlled, undecided_red)
     return Family(gating, max(confidence, 1 - 2 * controlled / gating), controlled, undecided_red)

@@ -1,36 +1,16 @@
 """A session's chance of going red with nothing changed (an A/A), before any server starts.
 
-A run goes red when a gate that can fail it FAILS, or ends in an outcome that fails it: an undecided
-gate that gates (``gating = "gate"``, or ``auto`` where chosen), or an outcome the policy fails
-(``[gates] undecided``: not stored, other machine, undecided). The family's Bonferroni bound
-(specgate.decide.outcome.Family) counts FAILs only; here each gate's whole chance of a red A/A is
-computed by the gate's own rule, for the rig as configured, at the confidence the gate will decide
-at:
+A run goes red when a gate that can fail it FAILS, or ends in an outcome that fails it (an undecided
+gate that gates, or an outcome the ``[gates] undecided`` policy fails). Each gate's chance follows
+its own rule at the confidence it will decide at: against a stored history, t probabilities of the
+prediction interval; a live A/B, the start pair's offset and the window's noise against the interval
+built from them (two looks with follow-up rounds, simulated, seeded); fewer than 3 stored starts,
+the stored samples with the rig's start noise; a backfire from the stored ratio to no speculation.
+Acceptance, TTFT and lossless add nothing of their own.
 
-- a stored history of n starts (levels, or duet ratios; specgate.decide.history): a new start's log
-  ratio x to the history's mean against the prediction interval t x s x sqrt(1 + 1/n). Under the
-  gate's own model x / (s sqrt(1 + 1/n)) is Student's t at n - 1 df, so the chance that the interval
-  reaches the threshold (undecided) or lies below it (FAIL) is a t probability: 3 starts at a 0.5 %
-  spread and a 3 % tolerance cannot pass at 99 % two-sided (t(2) = 9.92: a half-width of 5.7 %);
-- a live A/B: the start pair's offset (``start_pair_spread``) and the window's own noise (from the
-  stored window's repeats where there is one; else not counted) against the interval the gate builds
-  from them, the folded-in spread with z or t of its start pairs; with follow-up rounds, two looks
-  at the repeated intervals' coverage (a seeded simulation of the gate's normal model). At 0.038 and
-  a 3 % tolerance the interval's folded-in part alone is wider than the tolerance: red almost
-  always;
-- fewer than 3 stored starts: the stored window's samples against this one's, with the rig's
-  ``start_noise`` for the two starts; nothing stored, or another machine's figures: red where the
-  outcome policy fails that outcome;
-- the acceptance gate of an A/B (per request: identical builds accept identical tokens), TTFT and
-  lossless: no chance of their own in an A/A beyond what the window's noise, not counted, adds; a
-  backfire is modelled from the stored ratio to no speculation where one is stored (a mode at
-  break-even is undecided in most runs).
-
-The session's bound is the sum over its gates (a union bound: at most that, whatever ties the
-gates). ``gating = auto`` chooses the gates that gate so that the bound is at most AUTO_RED_BOUND:
-the gates with the smallest chance first, at the family's confidence for that many
-(:func:`choose_auto`).
-"""
+The session's bound is the sum over its gates (a union bound). ``gating = auto`` gates the gates
+with the smallest chance first while the bound stays at most AUTO_RED_BOUND
+(:func:`choose_auto`)."""
 
 from __future__ import annotations
 
@@ -54,27 +34,27 @@ if TYPE_CHECKING:
 
 GateTest = tuple[str, str, str, int]  # gate, mode, prompt class, concurrency
 AUTO_RED_BOUND = 0.05  # gating = auto keeps a red A/A at most this likely
-HL_EFFICIENCY = 3 / math.pi  # the Hodges-Lehmann estimate's variance is the mean's / this on normal data
+# the Hodges-Lehmann estimate's variance is the mean's / this on normal data
+HL_EFFICIENCY = 3 / math.pi
 SIMULATED = 4000  # A/A sessions a two-look A/B is simulated over (seeded)
 _N = NormalDist()
 
 
 @dataclass(frozen=True)
 class GateRisk:
-    """One gate test's chance, in an A/A, of a FAIL and of ending undecided (or with nothing to
-    decide on: ``undecided_outcome`` says which), and how it was had."""
+    """One gate test's chance in an A/A of a FAIL and of ending undecided (``undecided_outcome``
+    says which outcome), and how it was had."""
 
     test: GateTest
     fail: float
     undecided: float
-    how: str | dict[str,
-                    Any]  # a named case ("TTFT"), or the figures it was had from (specgate.report.red_runs)
+    how: str | dict[str, Any]  # a named case ("TTFT"), or the figures it was had from
     undecided_outcome: str = "undecided"  # the outcome policy key of the chance in ``undecided``
-    modelled: bool = True  # False: only the interval's own FAIL level is counted (its undecided chance unknown)
+    # False: only the interval's own FAIL level is counted (its undecided chance unknown)
+    modelled: bool = True
 
     def red(self, gating: str | None, policy: Mapping[str, str]) -> float:
-        """The chance it turns the run red under ``gating`` ("gate", "report", None: the outcome
-        policy)."""
+        """The chance it turns the run red under ``gating`` (None: the outcome policy)."""
         if gating == "report":
             return 0.0
         fails_run = (gating == "gate" and self.undecided_outcome == "undecided") or \
@@ -115,9 +95,8 @@ def _t_cdf(x: float, dof: int) -> float:
 
 def history_risk(test: GateTest, history: StartHistory, tolerance: float, confidence: float,
                  what: str) -> GateRisk:
-    """A new start against a stored history's prediction interval (module doc): its half-width is
-    the history's own (t at its df times its predictive scale), so the chances are t probabilities
-    of that scale."""
+    """A new start against a stored history's prediction interval: t probabilities of its predictive
+    scale."""
     q = spread_quantile(confidence, history.dof)
     half = history.half_width(confidence)
     if half <= 0:
@@ -145,10 +124,7 @@ def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, 
 @cache
 def two_looks(offset_sd: float, pair_sd: float, first: int, extra: int, fold: float, line: float,
               confidence: float) -> tuple[float, float]:
-    """(FAIL, undecided) of an A/B window looked at twice (follow-up rounds), by the gate's normal
-    model: a start-pair offset shared by both looks, the pairs' noise, each look's interval at the
-    repeated intervals' coverage plus the folded-in spread ``fold``. Seeded: the same figures every
-    time."""
+    """(FAIL, undecided) of an A/B window looked at twice, by the gate's normal model (seeded)."""
     rng = np.random.default_rng(62)
     per_look = repeated_coverage(confidence, first / (first + extra))
     q = _N.inv_cdf(0.5 + per_look / 2) / math.sqrt(HL_EFFICIENCY)
@@ -166,9 +142,8 @@ def two_looks(offset_sd: float, pair_sd: float, first: int, extra: int, fold: fl
 
 
 def pair_spread(entry: Any) -> float | None:
-    """The SD of one pair's log ratio a window of this entry's requests would show: its repeats'
-    spread around their prompt's mean (log tok/s), times sqrt(2) for two sides; None without
-    repeats."""
+    """The SD of one pair's log ratio from this entry's repeats (x sqrt(2) for two sides); None
+    without repeats."""
     keys = entry.sample_keys or []
     groups: dict[str, list[float]] = {}
     for key, value in zip(keys, entry.decode_tokens_per_s):
@@ -183,8 +158,7 @@ def pair_spread(entry: Any) -> float | None:
 
 def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int,
             extra: int) -> GateRisk:
-    """A live A/B throughput gate (module doc); ``pairs`` at the first look, ``extra`` more in its
-    follow-up."""
+    """A live A/B throughput gate; ``pairs`` at the first look, ``extra`` in its follow-up."""
     gates = window.thresholds
     offset = math.log1p(gates.start_pair_spread)
     look = repeated_coverage(window.confidence,
@@ -203,8 +177,7 @@ def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int,
 
 def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str | None, *,
               pairs: int, extra: int) -> GateRisk:
-    """One gate test's chance of a red A/A by its own rule (module doc), at ``window``'s
-    confidence."""
+    """One gate test's chance of a red A/A by its own rule, at ``window``'s confidence."""
     gate, mode, prompt_class, concurrency = test
     rig = window.rig
     if gate == "lossless" or (gate == "acceptance" and window.comparing == "ab"):
@@ -224,7 +197,8 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
         return GateRisk(test, 0.0, 1.0, kind.replace("_", " "), undecided_outcome=kind)
     if gate == "acceptance":
         return _interval_only(test, window, "acceptance against stored counters")
-    ratio = entry.ratio_to_reference is not None and window.comparing == "duet" and mode != window.reference_mode
+    ratio = (entry.ratio_to_reference is not None and window.comparing == "duet"
+             and mode != window.reference_mode)
     history = StartHistory.of(entry, ratios=ratio)
     tolerance = window.tolerance_for(ratio)
     if history.usable:
@@ -240,14 +214,12 @@ def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str |
 
 
 def _interval_only(test: GateTest, window: WindowSettings, what: str) -> GateRisk:
-    """A gate whose undecided chance cannot be known before the run: its interval's own FAIL
-    level."""
+    """A gate whose undecided chance is unknown before the run: its FAIL level."""
     return GateRisk(test, (1 - window.confidence) / 2, 0.0, what, modelled=False)
 
 
 def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRisk:
-    """The backfire gate against min_speedup, from the stored ratio to no speculation and its
-    interval."""
+    """The backfire gate from the stored ratio to no speculation and its interval."""
     if window.declared_backfire is not None:
         return GateRisk(test, 0.0, 0.0, "a declared backfire never fails the run")
     entry = lookup(store, window.rig, *test[1:]) if store is not None else None
@@ -263,8 +235,7 @@ def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRis
 
 @dataclass(frozen=True)
 class Choice:
-    """What ``gating = auto`` chose: the gating of each auto gate, why, the family and the red
-    runs."""
+    """What ``gating = auto`` chose: each auto gate's gating and why, the family, the red runs."""
 
     gating: dict[GateTest, tuple[str, str]]
     red_runs: RedRuns
@@ -274,15 +245,13 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
                 risk_at: Callable[[GateTest, float], GateRisk], counts: Callable[[GateTest], bool],
                 *, confidence: float, controlled: float | None, policy: Mapping[str, str],
                 limit: float = AUTO_RED_BOUND) -> Choice:
-    """The gating that keeps a red A/A at most ``limit``: the fixed gates as set, then the auto
-    gates with the smallest chance first, as many as fit at the family's confidence for that many.
-    ``counts``: the test is one of the family's (an interval that can fail the run)."""
+    """The gating that keeps a red A/A at most ``limit``: fixed gates as set, then auto gates
+    smallest chance first, as many as fit. ``counts``: the test is one of the family's."""
     auto = [t for t in tests if setting(t) == "auto"]
     fixed = [t for t in tests if setting(t) != "auto"]
     counted_fixed = sum(1 for t in fixed if counts(t) and setting(t) != "report")
     free = [t for t in auto if not counts(t)]  # lossless, a declared backfire: not in the family
-    # those with something to compare on this machine (not: nothing stored here, or another
-    # machine's)
+    # those with something to compare on this machine
     ranked = [t for t in auto if counts(t) and risk_at(t,
                                                        confidence).undecided_outcome == "undecided"]
 
@@ -297,13 +266,13 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
         return Choice({t: (gating[t], _why(risks[t], gating[t], fam)) for t in auto},
                       RedRuns(rows, fam))
 
-    # the most auto gates that keep the bound within the limit (it grows with their number:
-    # bisected)
+    # the most auto gates that keep the bound within the limit (bisected)
     low, high, best = 0, len(ranked), with_gates(0)
     while low < high:
         middle = (low + high + 1) // 2
         tried = with_gates(middle)
-        if tried.red_runs.bound <= limit + 1e-12:  # the Bonferroni FAIL levels alone sum to the limit exactly
+        # the Bonferroni FAIL levels alone sum to the limit exactly
+        if tried.red_runs.bound <= limit + 1e-12:
             low, best = middle, tried
         else:
             high = middle - 1
@@ -311,16 +280,13 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
 
 
 def _why(risk: GateRisk, gating: str, fam: Family) -> dict[str, Any]:
-    """Why ``gating = "auto"`` chose ``gating`` for a gate test
-    (specgate.report.verdicts.reason_text words it)."""
+    """Why ``gating = "auto"`` chose ``gating`` for a gate test."""
     return {"why": "red run", "chance": risk.red("gate", {}), "confidence": fam.confidence,
             "how": risk.how, "reported": gating != "gate"}
 
 
 def for_run(run: Any, tests: Sequence[GateTest]) -> Choice:
-    """:func:`choose_auto` for a run's settings (specgate.decide.settings.RunSettings: its rig,
-    stored figures, machine, gating and outcome policy) and its selected gate ``tests``: each
-    window's pairs and follow-up rounds as the rig measures them."""
+    """:func:`choose_auto` for a run's settings and its selected gate ``tests``."""
     rig = run.rig
     controlled = rig.gates.family_false_alarm
     if controlled is None and "auto" in run.gating.values():

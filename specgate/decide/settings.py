@@ -1,18 +1,9 @@
-"""The run's settings, resolved once.
+"""The run's settings, resolved once before any server starts (specgate.plugin.resolve).
 
-``config.Gates`` is the TOML schema: a rig's ``[gates]``, with per-class overrides under
-``[gates.classes]``. :class:`WindowSettings` is what one window's gates decide with: the class's
-thresholds with the session's family confidence applied, the arrangement of its servers, what it is
-compared with, any declared backfire, and each gate's gating with the outcome policy.
-:class:`RunSettings` is the whole run's: the rig as the options amend it, the stored figures, this
-machine, the outcome policy, the gating, the family and every window's WindowSettings. The plugin
-resolves it once, before any server starts (specgate.plugin.resolve), and fixes the family's
-confidence once the selection is known (:meth:`RunSettings.for_selection`); the gates, the follow-up
-policy, ``plan``, ``history`` and the report read it, and nothing resolves a threshold again.
-
-The gating (``[gates] gating``, ``--specgate-gating``; specgate.decide.outcome's module doc) is
-resolved here too: ``auto`` gates where the gate can decide on this rig (:func:`can_decide`).
-"""
+``config.Gates`` is the TOML schema; :class:`WindowSettings` is what one window's gates decide with
+(thresholds at the family's confidence, arrangement, what it is compared with, declared backfire,
+gating); :class:`RunSettings` is the whole run's. Nothing resolves a threshold again. ``auto``
+gating gates where the gate can decide on this rig (:func:`can_decide`)."""
 
 from __future__ import annotations
 
@@ -33,11 +24,8 @@ if TYPE_CHECKING:
     from specgate.decide.red_runs import RedRuns
     from specgate.store.baselines import BaselineFile
 
-# What a window is compared with: "ab" (each mode on both A/B sides, live at once), "duet" (a live
-# no-speculation partner where the arrangement allows one), "sequential" (one server at a time:
-# stored figures, or a window measured before or after). Why a gate gates the run or is reported
-# only: a named case, or the figures it rests on (a table with "why");
-# specgate.report.verdicts.reason_text words it.
+# what a window is compared with: "ab", "duet" or "sequential"; why a gate gates or is reported
+# only: a named case, or its figures (specgate.report.verdicts.reason_text words it)
 Reason = str | dict[str, Any]
 
 Comparing = Literal["ab", "duet", "sequential"]
@@ -61,13 +49,12 @@ class WindowSettings:
     declared_backfire: DeclaredBackfire | None = None
     outcome_policy: Mapping[str,
                             str] = field(default_factory=dict)  # outcome key -> "skip" | "fail"
-    # gate -> (gating: "gate" | "report" | None where none is set, and why); filled by RunSettings
+    # gate -> (gating: "gate" | "report" | None, and why); filled by RunSettings
     gating: Mapping[str, tuple[Gating | None, Reason]] = field(default_factory=dict)
 
     @property
     def confidence(self) -> float:
-        """Each gate's two-sided confidence (the family's where [gates] family_false_alarm holds
-        it)."""
+        """Each gate's two-sided confidence (the family's where set)."""
         return self.thresholds.confidence
 
     @property
@@ -82,9 +69,7 @@ class WindowSettings:
 
     @property
     def speed_tolerance(self) -> float:
-        """The tolerance of this window's throughput gate as the rig compares it: an A/B's, else a
-        stored level's (a duet ratio to the reference uses throughput_tolerance:
-        :meth:`tolerance_for`)."""
+        """This window's throughput tolerance: an A/B's, else a stored level's."""
         return self.ab_tolerance if self.comparing == "ab" else self.level_tolerance
 
     def tolerance_for(self, duet_ratio: bool) -> float:
@@ -92,7 +77,7 @@ class WindowSettings:
         return self.thresholds.throughput_tolerance if duet_ratio else self.level_tolerance
 
     def to_dict(self) -> dict[str, Any]:
-        """report.json's entry for this window: the figures its gates decided with."""
+        """report.json's entry for this window."""
         t = self.thresholds
         return {"mode": self.mode, "prompt_class": self.prompt_class,
                 "concurrency": self.concurrency,
@@ -109,14 +94,11 @@ class WindowSettings:
                            (value, _) in self.gating.items() if value is not None}}
 
     def gating_of(self, gate: str) -> Gating | None:
-        """Whether ``gate`` of this window gates the run ("gate"), is reported only ("report"), or
-        follows the outcome policy alone (None); why is ``gating[gate][1]``
-        (:func:`resolve_gating`)."""
+        """``gate``'s gating: "gate", "report", or None (the outcome policy alone)."""
         return self.gating.get(gate, (None, ""))[0]
 
     def with_family(self, confidence: float) -> WindowSettings:
-        """These settings at the family's ``confidence``, never below their own (a class may ask for
-        more)."""
+        """These settings at the family's ``confidence``, never below their own."""
         if confidence <= self.thresholds.confidence:
             return self
         return replace(self,
@@ -125,23 +107,21 @@ class WindowSettings:
 
 def window_settings(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1, *,
                     outcome_policy: Mapping[str, str] | None = None) -> WindowSettings:
-    """The settings of one window of ``rig`` at the rig's own confidence, with no gating:
-    RunSettings adds the family's confidence and the gating."""
+    """One window's settings at the rig's own confidence, with no gating."""
     return WindowSettings(
         rig=rig.name, mode=mode, prompt_class=prompt_class, concurrency=concurrency,
         reference_mode=rig.reference_mode, speculative=rig.mode(mode).is_speculative,
         thresholds=rig.gates.for_class(prompt_class), arrangement=rig.arrangement,
-        comparing=rig.comparing, declared_backfire=rig.declared_backfire_for(mode,
-                                                                             prompt_class),  # type: ignore[arg-type]
+        comparing=rig.comparing,
+        declared_backfire=rig.declared_backfire_for(mode, prompt_class),  # type: ignore[arg-type]
         outcome_policy=dict(outcome_policy if outcome_policy is not None
                             else rig.gates.outcome_policy))
 
 
 def can_decide(settings: WindowSettings, store: Any, gate: str,
                machine: str | None = None) -> tuple[bool, Reason]:
-    """Whether ``gate`` of this window can decide on this rig, and why, known before anything
-    starts: from the rig (an A/B, a live reference) and the stored history of this ``machine``: its
-    prediction interval's half-width against the gate's tolerance, not a count of starts."""
+    """Whether ``gate`` of this window can decide on this rig, and why: from the rig and this
+    ``machine``'s stored history (its prediction half-width against the tolerance)."""
     ab = settings.comparing == "ab"
     if gate in ("backfire", "lossless"):
         return True, "a live no-speculation reference in the same session"
@@ -171,8 +151,7 @@ def can_decide(settings: WindowSettings, store: Any, gate: str,
 
 def resolve_gating(setting: Mapping[str, str] | None, settings: WindowSettings, store: Any,
                    gate: str, machine: str | None = None) -> tuple[Gating | None, Reason]:
-    """The gating of one gate test: "gate", "report", or None where no gating is set (the outcome
-    policy alone decides), with the reason."""
+    """One gate test's gating ("gate", "report", or None: the outcome policy) and why."""
     if not setting or gate not in setting:
         return None, "no gating set: the outcome policy ([gates] undecided)"
     value = setting[gate]
@@ -188,7 +167,8 @@ class RunSettings:
 
     rig: Rig  # the rig file as the command line amends it (an A/B's sides, the arrangement)
     store: BaselineFile  # the stored figures the run compares with
-    machine: str | None  # this host as a stored history names it (specgate.store.fingerprint.machine_id)
+    # this host as a stored history names it (specgate.store.fingerprint.machine_id)
+    machine: str | None
     worker_gpus: str | None  # an xdist worker's GPUs for its servers; None elsewhere
     gpus: str | None  # the GPUs this process's servers use: the worker's, else CUDA_VISIBLE_DEVICES
     outcome_policy: Mapping[str,
@@ -203,8 +183,8 @@ class RunSettings:
                 worker_gpus: str | None = None,
                 gpus: str | None = None, outcome_policy: Mapping[str, str] | None = None,
                 gating: Mapping[str, str] | None = None) -> RunSettings:
-        """The settings of every window of ``rig`` at the rig's own confidence; ``outcome_policy``
-        and ``gating`` (the options') over the rig's."""
+        """Every window's settings at the rig's own confidence; the options' ``outcome_policy`` and
+        ``gating`` over the rig's."""
         run = cls(rig=rig, store=store, machine=machine, worker_gpus=worker_gpus, gpus=gpus,
                   outcome_policy=MappingProxyType({**rig.gates.outcome_policy,
                                                    **(outcome_policy or {})}),
@@ -225,8 +205,7 @@ class RunSettings:
         return replace(held, gating=gating)
 
     def window(self, mode: str, prompt_class: str, concurrency: int) -> WindowSettings:
-        """One window's settings (one outside the rig's classes and concurrencies is resolved
-        alike)."""
+        """One window's settings (outside the rig's classes too)."""
         found = self.windows.get((mode, prompt_class, concurrency))
         return found if found is not None else self._resolve_window(mode, prompt_class, concurrency)
 
@@ -236,17 +215,15 @@ class RunSettings:
             {key: w.with_family(chosen.confidence) for key, w in self.windows.items()}))
 
     def for_selection(self, tests: Iterable[GateTest]) -> RunSettings:
-        """These settings at the confidence of the family of the selected gate ``tests``: those with
-        an interval that can fail the run ([gates] family_false_alarm). Lossless compares outputs
-        (no interval), a declared backfire never fails, a gate reported only never fails the run.
-        ``auto`` gates: those that keep the session's chance of a red A/A at most 5 %, each judged
-        at the family's confidence (specgate.decide.red_runs, which also gives that chance)."""
+        """These settings at the confidence of the family of the selected gate ``tests`` (those with
+        an interval that can fail the run); ``auto`` gates chosen to keep a red A/A at most 5 %
+        (specgate.decide.red_runs)."""
         choice = red_runs.for_run(self, list(tests))
         chosen = choice.red_runs.family
         windows = {}
         for key, window in self.windows.items():
-            auto = {gate: choice.gating[test] for gate in GATES if (test := (gate,
-                                                                             *key)) in choice.gating}
+            auto = {gate: choice.gating[test] for gate in GATES
+                    if (test := (gate, *key)) in choice.gating}
             windows[key] = replace(window, gating={**window.gating, **auto}) if auto else window
         run = replace(self, windows=MappingProxyType(windows), red_runs=choice.red_runs)
         return run.with_family(Family(chosen.gating, chosen.confidence, chosen.controlled,

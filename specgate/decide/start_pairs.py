@@ -1,23 +1,12 @@
 """An A/B over several start pairs: ``python -m specgate start-pairs --rig NAME --pairs K -- ARGS``.
 
-Inside one start pair (one start of each side's server) the A/B is sharp; across start pairs it is
-not: two fresh servers of one build read up to 6 % apart on 2 vCPUs, an offset no window's pairs can
-see, and the side started second has read faster. So the start pair is a unit of the design: K
-sessions, each starting both sides afresh, the first side alternating (reference first, then the
-candidate first, ...) so the order effect cancels, and each window's throughput ratio combined over
-them:
-
-- the estimate: the mean of the K log ratios;
-- from 3 start pairs, the interval from their own spread: t(K - 1) x sd / sqrt(K);
-- with 2, the rig's measured ``start_pair_spread`` (relative SD of one start pair's offset) over K,
-  with the windows' own noise: q x sqrt(spread^2 / K + sum(se_j^2) / K^2), q Student's t at the
-  degrees of freedom of the spread (``start_pair_spread_pairs`` - 1: the seven pairs behind 0.038
-  give t(6)), z where the rig does not say how many pairs it rests on; a rig that states no spread
-  says so (the interval then holds the windows' noise only).
-
-Each verdict names its start pairs and their orders; the exit code is the gates' (1 when a combined
-gate FAILS), or the first session's that broke.
-"""
+Two fresh servers of one build read up to 6 % apart, an offset no window's pairs can see, so the
+start pair is a unit: K sessions, each starting both sides afresh with the first side alternating,
+each window's throughput ratio combined over them: the mean of the K log ratios; from 3 pairs an
+interval t(K - 1) x sd / sqrt(K); with 2, the rig's ``start_pair_spread`` with the windows' own
+noise, q x sqrt(spread^2 / K + sum(se_j^2) / K^2), q t at ``start_pair_spread_pairs`` - 1 df (z
+where unknown). The exit code is the gates' (1 when a combined gate FAILS), or the first broken
+session's."""
 
 from __future__ import annotations
 
@@ -39,7 +28,8 @@ from specgate.store.saved_report import load_report
 ORDERS = ("reference",
           "candidate")  # the side that starts first, alternating from one pair to the next
 METHOD_T = "A/B over start pairs: mean log ratio, t(K - 1) x sd / sqrt(K)"
-METHOD_KNOWN = "A/B over start pairs: mean log ratio, q x sqrt(start-pair spread^2 / K + windows' noise / K^2)"
+METHOD_KNOWN = ("A/B over start pairs: mean log ratio, "
+                "q x sqrt(start-pair spread^2 / K + windows' noise / K^2)")
 
 
 @dataclass(frozen=True)
@@ -52,13 +42,13 @@ class PairRatio:
     ci_high: float | None
     confidence: float
     n: int
-    widened_log: float = 0.0  # what the session's own verdict added for the start-pair spread (log units)
+    # what the session's own verdict added for the start-pair spread (log units)
+    widened_log: float = 0.0
 
     @property
     def log_se(self) -> float | None:
-        """The standard error of the log ratio its window's pairs imply (normal at the interval's
-        coverage), without what the session's verdict added for the start-pair spread: the
-        combination counts that spread once, over the K pairs."""
+        """The log ratio's standard error from its window's pairs, without the start-pair spread the
+        session's verdict added (counted once in the combination)."""
         if not self.ci_low or not self.ci_high:
             return None
         half = (math.log(self.ci_high) - math.log(self.ci_low)) / 2 - self.widened_log
@@ -72,13 +62,12 @@ def session_command(rig: Rig, first: str, run_dir: Path, pytest_args: Sequence[s
 
 
 def throughput_ratios(report: dict[str, Any]) -> dict[tuple[str, str, int], dict[str, Any]]:
-    """Each A/B window's throughput gate details in a session's report, by (mode, class,
-    concurrency)."""
+    """Each A/B window's throughput details in a report, by window key."""
     found = {}
     for entry in [*report.get("gates", []), *report.get("undecided", [])]:
         details = entry.get("details") or {}
-        if entry.get("gate") == "throughput" and details.get("reference_label") == "the reference side" \
-                and details.get("ratio"):
+        if entry.get("gate") == "throughput" and details.get("ratio") \
+                and details.get("reference_label") == "the reference side":
             found[(entry["mode"], entry["prompt_class"], int(entry["concurrency"]))] = details
     return found
 
@@ -132,8 +121,8 @@ def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]) -> 
 
 
 def combine_folder(rig: Rig, runs_dir: Path) -> list[dict[str, Any]]:
-    """The combination again from a start-pairs folder's kept reports (pair-NN/report.json, or the
-    compact report.json.gz kept as evidence; the first side read from each report's start order)."""
+    """The combination from a start-pairs folder's kept reports (pair-NN/report.json or
+    report.json.gz)."""
     reports = []
     for folder in sorted(runs_dir.glob("pair-*")):
         kept = folder / "report.json.gz"

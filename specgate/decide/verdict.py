@@ -1,7 +1,6 @@
-"""A gate's verdict: :class:`GateResult`, one outcome (specgate.decide.outcome), the rule that
-decided and the facts it rests on (``details``), the same for every gate, in the session, the report
-and on the controller. The deciding layer composes no words: ``message`` is the full statement
-specgate.report.verdicts renders from the facts when the result is recorded (``worded``)."""
+"""A gate's verdict: :class:`GateResult`, one outcome, the deciding rule and its facts
+(``details``). The deciding layer composes no words: specgate.report.verdicts renders ``message``
+from the facts when the result is recorded."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ class GateResult:
     message: str  # the full statement, rendered by the report layer ("" until then)
     declared: str | None = None  # reason of a declared (accepted) backfire
     details: dict[str, Any] = field(default_factory=dict)
-    # Whether it gates the run: "gate", "report" (never fails it) or None (the outcome policy
-    # alone), and why (specgate.decide.settings.resolve_gating; set when the session records it)
+    # "gate", "report" or None (the outcome policy alone), and why (resolve_gating)
     gating: str | None = None
     gating_reason: str | None = None
 
@@ -38,9 +36,9 @@ class GateResult:
 
     @property
     def undecided_kind(self) -> str:
-        """The kind of a result that decided nothing (the session's ``undecided`` entries): the
-        gate's own (``details["undecided_kind"]``), "too few drafts" for window-wide acceptance
-        counters, else its outcome's."""
+        """The kind of a result that decided nothing: the gate's own
+        (``details["undecided_kind"]``), "too few drafts" for window-wide counters, else its
+        outcome's."""
         return self.details.get("undecided_kind") or (
             "too few drafts" if self.gate == "acceptance" and self.outcome is Outcome.UNDECIDED
             and not self.details.get("per_request") else OUTCOME_KINDS[self.outcome])
