@@ -162,8 +162,8 @@ def fit_step_cost(points: Sequence[tuple[str, int, Span]], confidence: float) ->
     if len(points) > 2:
         chi2 = float(np.sum(w * (cs - x @ beta) ** 2))
         covariance *= max(1.0, chi2 / (len(points) - 2))
-    cov = ((float(covariance[0, 0]), float(covariance[0, 1])), (float(covariance[1, 0]),
-                                                                float(covariance[1, 1])))
+    cov = ((float(covariance[0, 0]), float(covariance[0, 1])),
+           (float(covariance[1, 0]), float(covariance[1, 1])))
     return CostFit(float(beta[0]), float(beta[1]), cov, z, tuple(points))
 
 
@@ -386,8 +386,8 @@ def _per_request_acceptance(m: dict[str, Any], counters: tuple[float, list[float
         cluster = by_prompt.setdefault(str(r.get("prompt_id")), [0.0, [0.0] * len(positions)])
         cluster[0] += steps
         cluster[1] = [a + b for a, b in zip(cluster[1], positions, strict=True)]
-    drafts, per_position = float(sum(found[0])), [float(sum(col))
-                                                  for col in zip(*found[1], strict=True)]
+    drafts = float(sum(found[0]))
+    per_position = [float(sum(col)) for col in zip(*found[1], strict=True)]
     effect = design_effect([(d, a) for d, a in by_prompt.values()])
     streams = agreement([str(r.get("request_id")).split("/", 2)[-1] for r in records],
                         [RequestRecord.from_dict(r) for r in records])
@@ -424,16 +424,16 @@ def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, 
         return f"{where}: no backfire gate with a ratio and an interval (gates[].details.ratio, ci_low, ci_high)"
     notes: list[str] = []
     accepted = acc.get("accepted_tokens")
-    if isinstance(accepted, (int, float)) and abs(math.fsum(per_position)
-                                                  - accepted) > 1e-6 * max(1, accepted):
+    total = math.fsum(per_position)
+    if isinstance(accepted, (int, float)) and abs(total - accepted) > 1e-6 * max(1, accepted):
         notes.append(f"the per-position counts sum to {math.fsum(per_position):g}, vLLM's accepted "
                      f"tokens to {accepted:g}: AL(K) is taken from the per-position counts")
     served = (configs.get(mode) or {}).get("num_speculative_tokens")
     if isinstance(served, int) and served != len(per_position):
         notes.append(f"rig.modes.{mode}.num_speculative_tokens is {served}, the counters have "
                      f"{len(per_position)} positions: k runs to {len(per_position)}")
-    drafts, per_position, effect = _per_request_acceptance(m, (float(drafts),
-                                                               list(per_position)), notes)
+    drafts, per_position, effect = _per_request_acceptance(
+        m, (float(drafts), list(per_position)), notes)
     confidence = _gate_confidence(report, mode, prompt_class, concurrency)
     return m, Acceptance(drafts, tuple(float(a) for a in per_position), confidence,
                          effect), ratio, notes
@@ -458,8 +458,8 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
         key = (_family(configs.get(m["mode"]) or {"method": m["mode"]}), m["prompt_class"],
                m["concurrency"])
         costs.setdefault(key, []).append(
-            (m["mode"], acceptance.served_k, Span(full / ratio.value, full / ratio.high,
-                                                  full / ratio.low)))
+            (m["mode"], acceptance.served_k,
+             Span(full / ratio.value, full / ratio.high, full / ratio.low)))
     windows = []
     for m, acceptance, ratio, notes in ready:
         config = configs.get(m["mode"]) or {"method": m["mode"]}
@@ -528,8 +528,8 @@ def window_text(w: WindowAdvice) -> str:
         row = [str(r.k), r.acceptance_length.text() + (" measured" if r.measured else "")]
         for m in w.models:
             p = r.predictions[m]
-            row += [p.cost.text(), p.ratio.text(2, "x") + ("" if r.measured
-                                                           else f" {p.ratio.verdict}")]
+            verdict = "" if r.measured else f" {p.ratio.verdict}"
+            row += [p.cost.text(), p.ratio.text(2, "x") + verdict]
         row.append("measured" if r.measured else "flips between the bounds" if r.k in flips else "")
         rows.append(row)
     lines = [head, tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
@@ -617,9 +617,9 @@ class SeedClass:
 
     def flips(self) -> list[int]:
         """The k a bound puts wholly below 1 and the other not: the assumed cost decides."""
+        p = self.predictions
         return [k for k in self.acceptance_length
-                if (self.predictions[(CONSTANT, k)].high < 1) != (self.predictions[(LINEAR,
-                                                                                    k)].high < 1)]
+                if (p[(CONSTANT, k)].high < 1) != (p[(LINEAR, k)].high < 1)]
 
 
 @dataclass(frozen=True)
@@ -825,8 +825,7 @@ def plot_seed(seed: SeedAdvice, path: Path) -> Path | None:
     below = tuple(range(1, big_k))  # the served k is the star
     panels = [RatioPanel(c.prompt_class,
                          tuple(RatioSeries(f"ngram k={big_k}", model, COLORS[0], below,
-                                           tuple(_interval(c.predictions[(model, k)])
-                                                 for k in below),
+                                           tuple(_interval(c.predictions[(model, k)]) for k in below),
                                            (big_k, c.measured_ratio)) for model in BOUNDS),
                          # one figure per side: no interval
                          ((big_k, (c.measured_ratio, c.measured_ratio, c.measured_ratio),

