@@ -1,26 +1,9 @@
-"""specgate's pytest plugin: the hooks. The module pytest loads (entry point ``specgate.plugin``,
-or ``pytest_plugins`` in the root conftest); each hook is a thin call into the module that holds
-its work:
-
-- ``options``: the command-line options (one "specgate" group) and their parsers;
-- ``configure``: the run's one :class:`SpecgateSession`, built in ``pytest_configure`` and kept on
-  the config's stash;
-- ``session``: that session, the run's state; ``resolve``: its options, frozen, and the run's
-  settings resolved from them once; ``inputs``: the inputs checked before any server starts;
-  ``workers``: the windows xdist workers share through the run directory;
-- ``parametrize``: the perf tests parametrized on the rig's modes, classes and concurrencies;
-- ``fixtures``: the server and measurement fixtures, thin wrappers over the session (registered
-  through ``pytest_plugins`` below);
-- ``gatekeeper``: one gate on one measurement, turned into the test's outcome;
-- ``gpu_split``: under xdist, each worker's own GPUs, or the reason perf tests may not run there;
-- ``controller``: on the xdist controller, the cross-mode gates workers deferred;
-- ``output``: progress lines, the report and the terminal summary, ``--specgate-report-only``;
-- ``cost``: the session's plan (printed once the selection is known), the order that decides the
-  backfire gates first, the session's time budget (NOT RUN), the progress and ETA lines.
-
-The server fixture is session-scoped and parametrized directly on the rig's modes, so pytest
-groups the tests per mode and starts each server once (check with ``pytest --setup-plan -m cpu``).
-"""
+"""plugin: specgate's pytest plugin, the hooks (entry point ``specgate.plugin``). Each hook is a
+thin call into the module that holds its work: ``options``, ``configure`` (the run's one
+:class:`SpecgateSession`), ``session``, ``resolve``, ``inputs``, ``workers``, ``parametrize``,
+``fixtures``, ``gatekeeper``, ``gpu_split``, ``controller`` (the deferred cross-mode gates),
+``output`` and ``cost`` (plan, order, time budget). The server fixture is session-scoped and
+parametrized on the rig's modes, so each server starts once (``pytest --setup-plan -m cpu``)."""
 
 from __future__ import annotations
 
@@ -35,7 +18,12 @@ from specgate.plugin.configure import configure_session, get_session
 from specgate.plugin.controller import decide_deferred_gates, deferred_test_reports
 from specgate.plugin.gpu_split import XDIST_REFUSAL
 from specgate.plugin.options import add_options
-from specgate.plugin.output import has_perf_work, render_saved_report, write_run_output, write_summary
+from specgate.plugin.output import (
+    has_perf_work,
+    render_saved_report,
+    write_run_output,
+    write_summary,
+)
 from specgate.plugin.parametrize import (
     NOT_RUN_HERE,
     deselect_not_deciding_here,
@@ -56,8 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """--specgate-report-only: render a saved report again (summary, Markdown, plots) into
-    --specgate-run-dir, else a folder of its own beside it; start nothing."""
+    """--specgate-report-only: render a saved report again; start nothing."""
     path = config.getoption("specgate_report_only")
     return None if path is None else render_saved_report(path, config.getoption("specgate_run_dir"))
 
@@ -72,7 +59,7 @@ def pytest_configure_node(node) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
-    """xdist controller: collect a finished worker's measurements, gate results and updates."""
+    """xdist controller: collect a finished worker's results and updates."""
     output = getattr(node, "workeroutput", {}).get("specgate")
     if output:
         get_session(node.config).absorb_worker(json.loads(output))
@@ -80,8 +67,7 @@ def pytest_testnodedown(node, error) -> None:
 
 # -- collection ----------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # Only tests that use a server (directly or through class_measurement) are perf tests; other
-    # tests may use the same argument names for their own parametrization.
+    # only tests that use a server are perf tests
     if "vllm_server" not in metafunc.fixturenames:
         return
     parametrize_perf_test(metafunc, get_session(metafunc.config))
@@ -102,11 +88,8 @@ _TIERLESS = pytest.StashKey[int]()
 
 
 def deselect_tiers_not_asked_for(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A run whose -m expression names no tier (a bare ``pytest``, ``-m "not bench"``) starts no
-    vLLM server: the tests marked cpu, gpu or perf (perf tests, fault tests) need one, and minutes
-    to hours of a machine, so a run asks for them by name (``-m cpu``, ``-m gpu``). Those the -m
-    expression would have kept are deselected here, and the run says so in one line
-    (pytest_report_collectionfinish); the others pytest's -m deselects as usual."""
+    """A run whose -m expression names no tier starts no vLLM server: the tests marked cpu, gpu or
+    perf are deselected here (said in one line), asked for by name (``-m cpu``)."""
     words = (config.option.markexpr or "").replace("(", " ").replace(")", " ").split()
     if any(word in TIER_WORDS for word in words):
         return
@@ -126,7 +109,8 @@ def _selected_by_markexpr(markexpr: str, marks: set[str]) -> bool:
     if not markexpr:
         return True
     try:
-        from _pytest.mark.expression import Expression  # pytest's own -m grammar (it has no public API)
+        # pytest's own -m grammar (it has no public API)
+        from _pytest.mark.expression import Expression
 
         return Expression.compile(markexpr).evaluate(lambda name,
                                                      **kwargs: name in marks and not kwargs)
@@ -138,18 +122,15 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     lines = list(config.stash.get(NOT_RUN_HERE, []))
     count = config.stash.get(_TIERLESS, 0)
     if count:
-        lines.append(f"specgate: {count} test(s) marked cpu, gpu or perf deselected: they start vLLM servers, "
-                     "so a run selects them with -m cpu or -m gpu")
+        lines.append(f"specgate: {count} test(s) marked cpu, gpu or perf deselected: they start "
+                     f"vLLM servers, " "so a run selects them with -m cpu or -m gpu")
     return lines
 
 
 def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
-    """Every file the perf tests need, read and validated before any server starts (the session's
-    validate_inputs): one usage error naming the file and key. An xdist worker cannot stop the run
-    (it would crash and be restarted): its perf tests fail at setup with the message instead, and
-    the controller refuses first where it can tell a perf run (pytest_sessionstart). The A/B sides'
-    pythons are tried on `import vllm` only where servers may start (not --collect-only,
-    --setup-plan)."""
+    """Validate every input file before any server starts: one usage error. An xdist worker cannot
+    stop the run: its perf tests fail at setup with the message instead. `import vllm` is tried only
+    where servers may start."""
     try:
         if run_session.config_error is not None:
             raise run_session.config_error
@@ -163,13 +144,13 @@ def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
         raise pytest.UsageError(f"specgate: {exc} (checked before any server starts)") from None
 
 
-_REFUSED = pytest.StashKey[bool]()  # refuse_bad_inputs stopped the run: nothing more is planned or loaded
+# refuse_bad_inputs stopped the run: nothing more is planned or loaded
+_REFUSED = pytest.StashKey[bool]()
 
 
 class _Ordering:
-    """The gates that cannot decide here left out (parametrize.deselect_not_deciding_here), then the
-    order that decides the most important gates first (cost.order_items): a second modifyitems hook,
-    after pytest's own (the -m/-k selection, the grouping per server)."""
+    """Leave out the gates that cannot decide here, then order the most important first
+    (cost.order_items), after pytest's own selection and grouping."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
@@ -183,8 +164,7 @@ class _Ordering:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The selection is known: count the gates that can fail the run (specgate.decide.outcome's
-    family), print the session's plan; progress lines from now on."""
+    """The selection is known: count the family, print the plan."""
     if session.config.stash.get(_REFUSED, False):
         return  # pytest calls this hook even when the selection raised; a refused run plans nothing
     run_session = get_session(session.config)
@@ -205,8 +185,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def _xdist_controller_of_a_perf_run(config: pytest.Config) -> bool:
-    """The xdist controller collects nothing, so it cannot see perf items: a -m expression that
-    selects a tier (cpu, gpu, perf) is taken as one."""
+    """The controller collects nothing: a -m expression selecting a tier is taken as a perf run."""
     if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
         return False
     words = (config.option.markexpr or "").replace("(", " ").replace(")", " ").split()
@@ -236,16 +215,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session):
-    """xdist controller, once every worker is done (not after an interrupt: the yield raises):
-    decide the cross-mode gates workers deferred, and report each as a test result, so the
-    terminal, JUnit XML and the exit code carry it like any other test."""
+    """xdist controller, once every worker is done: decide the deferred cross-mode gates and report
+    each as a test result."""
     result = yield
     run_session = get_session(session.config)
     if not hasattr(session.config, "workerinput") and run_session.worker_reports:
         decide_deferred_gates(run_session)
         for report in deferred_test_reports(run_session):
-            # As xdist relays a worker's report: the terminal, JUnit XML and session.testsfailed see
-            # it.
+            # as xdist relays a worker's report
             session.config.hook.pytest_runtest_logreport(report=report)
     return result
 
@@ -263,8 +240,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if run_session.deferred_failed:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     write_run_output(run_session, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
-    # specgate.exit_codes: a job that broke (a server that could not start or died, a window not
-    # measured) exits JOB_BROKEN, not as a gate that said no
+    # specgate.exit_codes: a job that broke exits JOB_BROKEN, not as a gate that said no
     session.exitstatus = session_exit_code(session.exitstatus,
                                            run_session.report_data(complete=True))
 

@@ -1,6 +1,4 @@
-"""The run's one SpecgateSession: built from the options (and, on an xdist worker, what the
-controller sent) in ``pytest_configure`` and kept on the config's stash.
-"""
+"""The run's one SpecgateSession, built in ``pytest_configure`` and kept on the config's stash."""
 
 from __future__ import annotations
 
@@ -24,14 +22,9 @@ def get_session(config: pytest.Config) -> SpecgateSession:
 
 
 def check_project_config_loaded(config: pytest.Config) -> None:
-    """Refuse a run that lost the project's pytest configuration.
-
-    pytest looks for its config file from the common ancestor of the command line's path arguments,
-    and before plugins load it cannot tell ``--specgate-run-dir /tmp/x`` from a test path: an option
-    value that is an existing path outside the project moves the search to ``/``. The run would then
-    go on without the markers, ``xfail_strict`` and the rootdir (where specgate finds
-    ``fixtures/``), failing later and obscurely; say so now, with the way out.
-    """
+    """Refuse a run that lost the project's pytest configuration: an option value that is an
+    existing path outside the project moves pytest's config search to ``/``, and the run would go on
+    without markers, ``xfail_strict`` and the rootdir."""
     if config.inipath is not None:
         return
     cwd = Path(config.invocation_params.dir)
@@ -52,16 +45,16 @@ def check_project_config_loaded(config: pytest.Config) -> None:
                 and Path(value).exists()
                 and not Path(value).resolve().is_relative_to(cwd.resolve())]
     raise pytest.UsageError(
-        f"specgate: pytest did not load {project} (rootdir became {config.rootpath}), so the markers, "
+        f"specgate: pytest did not load {project} (rootdir became {config.rootpath}), so the "
+        f"markers, "
         f"xfail_strict and the fixtures folder would be wrong. "
-        + (f"pytest took the path in {', '.join(repr(c) for c in culprits)} for a test path when looking "
-           "for its config. " if culprits else "")
+        + (f"pytest took the path in {', '.join(repr(c) for c in culprits)} for a test path when "
+           f"looking " "for its config. " if culprits else "")
         + "Write such options with '=' (--specgate-run-dir=/tmp/x), or add -c pyproject.toml.")
 
 
 def session_budget_s(config: pytest.Config) -> float | None:
-    """--specgate-session-budget in seconds, or None. A value from the environment arrives as a
-    string (the option's default), so it is parsed here too."""
+    """--specgate-session-budget in seconds, or None (an environment value arrives as a string)."""
     budget = config.getoption("specgate_session_budget")
     if budget is None:
         return None
@@ -103,6 +96,8 @@ def configure_session(config: pytest.Config) -> None:
         keep_servers=bool(config.getoption("specgate_keep_servers")),
     )
     if options.keep_servers and (workerinput or getattr(config.option, "numprocesses", None)):
-        raise pytest.UsageError("--specgate-keep-servers runs in one process: under xdist a worker starting its "
-                                "mode would stop a kept server another worker is measuring with; drop -n")
+        raise pytest.UsageError("--specgate-keep-servers runs in one process: under xdist a worker "
+                                "starting its "
+                                "mode would stop a kept server another worker is measuring with; "
+                                "drop -n")
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=progress_writer(config))

@@ -1,6 +1,5 @@
-"""The xdist controller's part: the cross-mode gates (backfire, lossless, ttft) that workers
-deferred, decided once every worker is done, and reported as test results of their own.
-"""
+"""The xdist controller's part: the cross-mode gates workers deferred, decided once every worker is
+done and reported as test results of their own."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from specgate.plugin.session import SpecgateSession
 
 def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, str, int],
                                                                tuple[Outcome, dict]]:
-    """Every gate result the session holds, decided or not: (gate, mode, class, concurrency) ->
-    (its outcome, its entry)."""
+    """Every gate result the session holds: window key -> (outcome, entry)."""
     found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.to_dict())
              for r in run_session.results}
     for u in run_session.undecided:
@@ -25,9 +23,8 @@ def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, s
 
 
 def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestReport]:
-    """One call-phase report per test a worker deferred, with the controller's verdict, under the
-    test's node id with "-controller" added to its parameters (the worker reported it as skipped).
-    Its pytest outcome comes from specgate.decide.outcome.pytest_action, as on a single process."""
+    """One call-phase report per deferred test, with the controller's verdict, under its node id
+    with "-controller" added to its parameters."""
     results = _controller_outcomes(run_session)
     run = run_session.settings
     policy = run.outcome_policy
@@ -39,14 +36,15 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
             if found is None:  # a window is missing: already reported as NOT MEASURED
                 continue
             outcome, entry = found
-            declared = gate == "backfire" and run.rig.declared_backfire_for(mode,
-                                                                            prompt_class) is not None
+            declared = (gate == "backfire"
+                        and run.rig.declared_backfire_for(mode, prompt_class) is not None)
             gating = run.window(mode, prompt_class, concurrency).gating_of(gate)
             action = pytest_action(outcome, policy, declared=declared, gating=gating)
             text = verdicts.pytest_text(entry, outcome, policy, declared=declared, gating=gating,
                                         where="xdist controller")
             base = nodeid.split("@")[0]  # without xdist's "@<group>" suffix
-            controller_id = f"{base[:-1]}-controller]" if base.endswith("]") else f"{base}[controller]"
+            controller_id = (f"{base[:-1]}-controller]" if base.endswith("]")
+                             else f"{base}[controller]")
             path, _, name = controller_id.partition("::")
             if action == "skipped":  # as pytest.skip would report it: (file, line, reason)
                 longrepr: object = (path, 0, f"Skipped: {text}")
@@ -63,9 +61,8 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
 
 
 def decide_deferred_gates(run_session: SpecgateSession) -> bool:
-    """xdist controller: the backfire and lossless gates workers deferred, on the merged windows.
-    Returns True when one of them failed, by its outcome or by the policy for an outcome that
-    decides nothing (the run then exits as failed)."""
+    """Decide the deferred gates on the merged windows; True when one failed (by outcome or
+    policy)."""
     merged = run_session.report_data(complete=True)
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in merged["measurements"]}
     deferred = {tuple(key) for report in run_session.worker_reports
@@ -81,7 +78,8 @@ def decide_deferred_gates(run_session: SpecgateSession) -> bool:
         window = run.window(mode, prompt_class, concurrency)
         for result in (gates.check_backfire(window, m, r), gates.check_lossless(window, m, r),
                        gates.check_ttft(window, m, r)):
-            run_session.record(verdicts.worded(result))  # an undecided one is listed as undecided, never as passed
+            # an undecided one is listed as undecided, never as passed
+            run_session.record(verdicts.worded(result))
             failed |= pytest_action(result.outcome, run.outcome_policy,
                                     declared=result.declared is not None,
                                     gating=result.gating) == "failed"

@@ -1,15 +1,7 @@
-"""The cost of a session, in the plugin: the plan printed once the selection is known, the order
-that decides the most important gates first, the session's time budget, and the progress lines.
-
-- ``order_items``: within each mode's tests (kept together: one server start per mode), one window
-  after another in the rig's class order, and on each window the backfire gate first, then the
-  throughput gate (an A/B's decision), the lossless and acceptance gates.
-- ``check_budget``: before a test whose window is not measured yet, the window's estimate (the
-  plan's, at the pace measured so far, with the start of any server it still needs) must fit in the
-  time the session's budget has left; otherwise the gate is NOT RUN, recorded with the reason in the
-  report (``kind="not run"``) and skipped, never dropped. Follow-up rounds get only the time the
-  remaining windows' first looks leave.
-"""
+"""The cost of a session: the plan printed once the selection is known, the order that decides the
+most important gates first (``order_items``), the time budget (``check_budget``: a window that does
+not fit is NOT RUN, recorded and skipped; follow-up rounds get only what later windows' first looks
+leave) and the progress lines."""
 
 from __future__ import annotations
 
@@ -54,8 +46,7 @@ class SessionCost:
     not_run: list[str] = field(default_factory=list)  # node ids
 
     def window(self, run_session: SpecgateSession, key: WindowKey):
-        """The plan's window, or, for one the plan counted as the reference side of a duet that did
-        not run, the window it now takes alone."""
+        """The plan's window, or the window a planned duet reference now takes alone."""
         window = self.plan.window(key)
         if window is None:
             alone = plan_session(run_session.settings.rig, [key], self.rates)
@@ -68,15 +59,14 @@ def gate_of(item: pytest.Item) -> str:
 
 
 def gate_key(item: pytest.Item) -> tuple[str, str, str, int] | None:
-    """A perf test's gate and window (gate, mode, class, concurrency), or None for other tests."""
+    """A perf test's (gate, mode, class, concurrency), or None."""
     key = window_key(item)
     return None if key is None else (gate_of(item), *key)
 
 
 def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
-    """Reorder, in place, each run of consecutive perf tests of one mode: by window (class, then
-    concurrency), then by gate (GATE_ORDER). Runs of different modes keep their places, so pytest's
-    grouping of the session-scoped server per mode holds (check with --setup-plan)."""
+    """Reorder in place each run of consecutive perf tests of one mode: by window, then by gate
+    (GATE_ORDER); runs of different modes keep their places (one server start per mode)."""
     rank = {name: i for i, name in enumerate(class_order)}
 
     def mode_of(item: pytest.Item) -> str | None:
@@ -103,18 +93,19 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
 
 
 def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str | None]:
-    """The decode rates the plan uses (specgate.plan.estimate.estimate_rates, at this host's CPU
-    canary) and the note naming the stored figures it set aside."""
+    """The decode rates the plan uses (at this host's CPU canary) and the note naming the stored
+    figures set aside."""
     try:
         run = run_session.settings
     except SpecgateError:
-        return {}, None  # a bad rig or baselines file is refused with its file and key (refuse_bad_inputs)
+        # a bad rig or baselines file is refused with its file and key (refuse_bad_inputs)
+        return {}, None
     canary = canary_reader(tries=50)()["cpu_canary_us"]
     return estimate_rates(run.store, run.rig, canary_us=canary)
 
 
 def reusable(run_session: SpecgateSession) -> tuple[str, ...]:
-    """The labels of the kept servers this --specgate-keep-servers session would reuse now."""
+    """The labels of the kept servers this session would reuse now."""
     return registry.reusable_labels(run_session.settings.rig, run_session.modes_to_run(),
                                     run_session.server_spec)
 
@@ -123,8 +114,7 @@ def build_plan(run_session: SpecgateSession, items: list[pytest.Item], *,
                reused: tuple[str, ...] = (),
                rates: tuple[dict[WindowKey, float], str | None] | None = None,
                host_gib: float | None = None) -> SessionPlan:
-    """``rates``: rates_of(run_session) when the caller has them already (it reads the host's
-    canary)."""
+    """``rates``: rates_of(run_session) when the caller has them already."""
     windows, other = windows_of(items)
     rates, note = rates if rates is not None else rates_of(run_session)
     return plan_session(run_session.settings.rig, windows, rates, Conditions(
@@ -135,10 +125,8 @@ def build_plan(run_session: SpecgateSession, items: list[pytest.Item], *,
 
 def refuse_short_host(config: pytest.Config, run_session: SpecgateSession,
                       items: list[pytest.Item]) -> None:
-    """Before any server starts: the selection's alternation, planned against this host's available
-    memory, must not need sleep level 2 for a server that cannot wake from it (a drafter, dummy
-    weights): one usage error naming the rig file, the servers and the memory that would allow
-    them."""
+    """Before any server starts: refuse an alternation that needs sleep level 2, on this host's
+    memory, for a server that cannot wake from it (one usage error)."""
     if run_session.options.attach_url is not None or hasattr(config, "workerinput"):
         return
     rig = run_session.settings.rig
@@ -147,7 +135,8 @@ def refuse_short_host(config: pytest.Config, run_session: SpecgateSession,
     windows, _ = windows_of(items)
     plan = plan_session(rig, windows, {}, Conditions(keep_servers=run_session.options.keep_servers))
     if plan.refusal:
-        raise pytest.UsageError(f"specgate: {rig.path}: {plan.refusal} (checked before any server starts)")
+        raise pytest.UsageError(f"specgate: {rig.path}: {plan.refusal} (checked before any server "
+                                f"starts)")
 
 
 def session_state(run_session: SpecgateSession):
@@ -155,8 +144,7 @@ def session_state(run_session: SpecgateSession):
         done: dict[WindowKey, float | None] = {k: m.wall_s for k,
                                                m in run_session.measurements.items()}
         done.update({k: None for k in run_session.failures if k not in done})
-        # a window declared NOT RUN is over too (no time measured): it leaves the count and the time
-        # left
+        # a window declared NOT RUN leaves the count and the time left
         done.update({(u["mode"], u["prompt_class"],
                       u["concurrency"]): None for u in run_session.undecided
                      if u.get("kind") == NOT_RUN and (u["mode"], u["prompt_class"],
@@ -166,8 +154,7 @@ def session_state(run_session: SpecgateSession):
 
 
 def start(config: pytest.Config, run_session: SpecgateSession, items: list[pytest.Item]) -> None:
-    """After collection: the plan, printed once (not for --collect-only or --setup-plan), and the
-    progress lines from then on."""
+    """After collection: print the plan once and start the progress lines."""
     if not any(window_key(item) is not None for item in items):
         return
     try:
@@ -191,8 +178,8 @@ def start(config: pytest.Config, run_session: SpecgateSession, items: list[pytes
                  "a window that does not fit is NOT RUN")
         expected = plan.expected_s
         if expected is not None and expected > budget:
-            text += (f"; the estimate ({format_elapsed(expected)}) is over it, so the session ends within the "
-                     "budget and the last windows in the order may not run")
+            text += (f"; the estimate ({format_elapsed(expected)}) is over it, so the session ends "
+                     f"within the " "budget and the last windows in the order may not run")
     for line in text.splitlines():
         run_session.progress(line)
     run_session.progress = progress.wrap(run_session.progress)
@@ -222,8 +209,7 @@ def _measured(run_session: SpecgateSession, key: WindowKey) -> bool:
 
 
 def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.monotonic) -> None:
-    """Before a perf test: NOT RUN (skipped, recorded) when its window does not fit in the
-    budget."""
+    """Before a perf test: NOT RUN (skipped, recorded) when its window does not fit the budget."""
     budget = run_session.options.time_budget_s
     cost = get_cost(item.config)
     key = window_key(item)
@@ -241,8 +227,10 @@ def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.
         _bound_follow_ups(run_session, cost, key, [s.label for s in starts], left - needed, clock)
         return
     mode, prompt_class, concurrency = key
-    why = (f"the session's time budget ({format_elapsed(budget)}) has {format_elapsed(max(0.0, left))} left; its "
-           f"window needs ~{format_elapsed(needed)}" + (f" (with the start of {', '.join(s.label for s in starts)})"
+    why = (f"the session's time budget ({format_elapsed(budget)}) has "
+           f"{format_elapsed(max(0.0, left))} left; its "
+           f"window needs ~{format_elapsed(needed)}" + (" (with the start of "
+                                                        f"{', '.join(s.label for s in starts)})"
                                                         if starts else ""))
     gate = gate_of(item)
     run_session.record_undecided(gate, SimpleNamespace(mode=mode, prompt_class=prompt_class,
@@ -260,8 +248,7 @@ def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.
 
 def _bound_follow_ups(run_session: SpecgateSession, cost: SessionCost, key: WindowKey,
                       starting: list[str], spare_s: float, clock) -> None:
-    """Follow-up rounds of this window may use only what the later windows' first looks leave
-    (``spare_s``: the budget left after this window's first look and the starts it needs)."""
+    """Follow-up rounds may use only ``spare_s``, what the later windows' first looks leave."""
     if run_session.options.worker_id is not None:
         return  # a worker does not know which windows the others run
     later = cost.progress.remaining_s(exclude=(key,), starting=starting) or 0.0
@@ -271,8 +258,7 @@ def _bound_follow_ups(run_session: SpecgateSession, cost: SessionCost, key: Wind
 
 
 class PlanCapture:
-    """A plugin for ``specgate plan``: the plan of the collected selection, kept instead of
-    printed."""
+    """A plugin for ``specgate plan``: the selection's plan, kept, not printed."""
 
     def __init__(self, *, keep_servers: bool = False, host_gib: float | None = None) -> None:
         self.plan: SessionPlan | None = None

@@ -1,6 +1,5 @@
-"""specgate's fixtures: thin wrappers over the run's SpecgateSession. The server fixtures are
-session-scoped and parametrized on the mode (see parametrize.py), so each server starts once.
-"""
+"""specgate's fixtures: thin wrappers over the run's SpecgateSession; the server fixtures are
+session-scoped and parametrized on the mode (parametrize.py), so each server starts once."""
 
 from __future__ import annotations
 
@@ -39,14 +38,14 @@ def rig(specgate_session: SpecgateSession):
 
 @pytest.fixture(scope="session")
 def sleep_controller(specgate_session: SpecgateSession) -> Any:
-    """Rigs whose servers take turns on the same GPUs (arrangement "alternation",
-    specgate.config.arrangement): the specgate.serve.sleep.SleepController every server of the
-    session registers with. None elsewhere."""
+    """Alternation rigs (servers taking turns on the same GPUs): the SleepController every server
+    registers with; None elsewhere."""
     session = specgate_session
     if session.options.attach_url or session.settings.rig.arrangement.name != "alternation":
         return None
     rig = session.settings.rig
-    session.progress(f"arrangement: alternation ({rig.arrangement.reason}); servers start with vLLM sleep mode")
+    session.progress(f"arrangement: alternation ({rig.arrangement.reason}); servers start with "
+                     f"vLLM sleep mode")
     return sleep.SleepController(rig, progress=session.progress,
                                  kept_asleep=registry.asleep_at_sleep_level_1,
                                  gpus=session.settings.gpus)
@@ -54,9 +53,8 @@ def sleep_controller(specgate_session: SpecgateSession) -> Any:
 
 @pytest.fixture(scope="session")
 def reference_server(specgate_session: SpecgateSession, sleep_controller) -> Iterator[Any]:
-    """Duet rigs: the no-speculation server, started before any other and live for the whole
-    session; every mode's windows alternate requests with it (or take turns with it: an
-    alternation). None on a rig that compares otherwise."""
+    """Duet rigs: the no-speculation server, live for the whole session; None on a rig that compares
+    otherwise."""
     session = specgate_session
     rig = session.settings.rig
     if rig.comparing != "duet" or session.options.attach_url:
@@ -68,14 +66,16 @@ def reference_server(specgate_session: SpecgateSession, sleep_controller) -> Ite
 @pytest.fixture(scope="session")
 def partner_server(mode, specgate_session: SpecgateSession, sleep_controller,
                    request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The server a mode's windows alternate with: the live reference (duet rigs; none for the
-    reference mode itself), the same mode on the reference side (A/B), or none (one at a time)."""
+    """The server a mode's windows alternate with: the live reference (duet rigs), the same mode on
+    the reference side (A/B), or none."""
     session, rig = specgate_session, specgate_session.settings.rig
     if session.options.attach_url or rig.comparing == "sequential":
         yield None
     elif rig.comparing == "duet":
-        yield None if mode.name == rig.reference_mode else request.getfixturevalue("reference_server")
-    elif session.first_side(mode.name) == "reference":  # A/B: the session's seed picks the side started first
+        yield (None if mode.name == rig.reference_mode
+               else request.getfixturevalue("reference_server"))
+    # A/B: the session's seed picks the side started first
+    elif session.first_side(mode.name) == "reference":
         yield from serve(session, mode, side="reference", sleeper=sleep_controller)
     else:  # the candidate first: started here, handed to vllm_server, torn down after the reference
         first = serve(session, mode, side="candidate", sleeper=sleep_controller)
@@ -90,14 +90,15 @@ def partner_server(mode, specgate_session: SpecgateSession, sleep_controller,
 @pytest.fixture(scope="session")
 def vllm_server(mode, partner_server, specgate_session: SpecgateSession, sleep_controller,
                 request: pytest.FixtureRequest) -> Iterator[Any]:
-    """One server per mode per session (per side in an A/B): started here, torn down (whole
-    process group) after the mode's last test, or attached to with --specgate-vllm-url. A duet rig's
-    reference mode is the live reference server itself."""
+    """One server per mode per session (per side in an A/B), torn down after the mode's last test,
+    or attached to with --specgate-vllm-url; a duet's reference mode is the reference server."""
     session, rig = specgate_session, specgate_session.settings.rig
-    if rig.comparing == "duet" and mode.name == rig.reference_mode and not session.options.attach_url:
+    if rig.comparing == "duet" and mode.name == rig.reference_mode \
+            and not session.options.attach_url:
         yield request.getfixturevalue("reference_server")
         return
-    if mode.name in session.started_first:  # an A/B whose candidate side started first (partner_server)
+    # an A/B whose candidate side started first (partner_server)
+    if mode.name in session.started_first:
         yield session.started_first[mode.name]
         return
     yield from serve(session, mode, side="candidate" if rig.comparing == "ab" else None,
@@ -106,9 +107,8 @@ def vllm_server(mode, partner_server, specgate_session: SpecgateSession, sleep_c
 
 def serve(session: SpecgateSession, mode, *, side: str | None = None,
           sleeper: Any = None) -> Iterator[Any]:
-    """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record what it runs on,
-    yield it, tear it down. With ``sleeper`` (an alternation's SleepController) the server starts
-    with sleep mode, after the awake one went to sleep, and takes turns with the others."""
+    """Start (or attach to) one server of ``mode`` (on an A/B ``side``), record it, yield it, tear
+    it down; with ``sleeper`` it starts with sleep mode and takes turns."""
     label = f"{mode.name}@{side}" if side else mode.name
     with contextlib.ExitStack() as stack:
         try:
@@ -122,8 +122,7 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None,
 
 
 def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> Any:
-    """The server object of ``mode`` (on an A/B ``side``): attached, kept or new, not yet
-    entered."""
+    """``mode``'s server object (on an A/B ``side``): attached, kept or new, not entered."""
     rig = session.settings.rig
     if session.options.attach_url:
         server: Any = server_mod.AttachedServer(session.options.attach_url, label=mode.name,
@@ -134,13 +133,14 @@ def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> A
             pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
                         "in the server's environment")
         server_mod.check_local_paths(rig, mode)
-        # A second live server (duet, A/B) shares the GPU on purpose: only the first is guarded. In
-        # an alternation every start is, for its own share (servers asleep keep ~1 GiB per GPU).
+        # a second live server (duet, A/B) shares the GPU on purpose: only the first is guarded,
+        # but in an alternation every start is
         guard = gpu_guard(rig, session.settings.worker_gpus) if not session.live_servers else None
         spec = session.server_spec(mode, side)
         if sleeper is not None:
             spec = sleep.with_sleep_mode(spec)
-            guard = (lambda room_for=spec: sleeper.require_room(room_for)) if rig.tier == "gpu" else None
+            guard = ((lambda room_for=spec: sleeper.require_room(room_for))
+                     if rig.tier == "gpu" else None)
             try:
                 sleep.run(sleeper.make_room())
             except SpecgateError as exc:
@@ -189,10 +189,8 @@ def _serving(session: SpecgateSession, server: Any, mode, side: str | None, labe
 def _kept_or_started(session: SpecgateSession, mode, side: str | None, spec, guard, *,
                      alternating: bool):
     """--specgate-keep-servers: a kept server of the same fingerprint, else a new one kept after the
-    session. On a one-server-at-a-time GPU rig without sleep mode the rig's other kept servers hold
-    the GPUs this one needs: they are stopped first. In an alternation (sleep mode) every server
-    stays loaded: a kept one is reused awake, or asleep at sleep level 1 (sleep level 2 dropped its
-    weights: such a one is stopped and started again)."""
+    session. On a one-at-a-time GPU rig the other kept servers are stopped first; in an alternation
+    a kept one is reused awake, or asleep at sleep level 1 (one at sleep level 2 is restarted)."""
     rig = session.settings.rig
     label = f"{mode.name}@{side}" if side else mode.name
     one_at_a_time = rig.tier == "gpu" and rig.comparing == "sequential" and not alternating
@@ -214,8 +212,8 @@ def _record(session: SpecgateSession, server, mode) -> None:
                              timeout_s=session.settings.rig.protocol.request_timeout_s)
         session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
     except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
-        warnings.warn(f"--specgate-record-responses: recording mode {mode.name} into {record_dir} failed: "
-                      f"{type(exc).__name__}: {exc}", stacklevel=1)
+        warnings.warn(f"--specgate-record-responses: recording mode {mode.name} into {record_dir} "
+                      f"failed: " f"{type(exc).__name__}: {exc}", stacklevel=1)
 
 
 def gpu_guard(rig, worker_gpus: str | None):
@@ -230,10 +228,8 @@ def gpu_guard(rig, worker_gpus: str | None):
 def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_server, mode,
                       prompt_class, concurrency,
                       specgate_session: SpecgateSession, sleep_controller):
-    """The measurement window of (mode, class, concurrency), taken once and shared by every gate.
-
-    The test that takes it also records it with pytest-benchmark (one round per pass over the
-    class's prompts), so ``--benchmark-autosave`` / ``--benchmark-compare`` keep a history."""
+    """The window of (mode, class, concurrency), taken once and shared by every gate; recorded with
+    pytest-benchmark when usable (one round per pass over the prompts)."""
     key = (mode.name, prompt_class.name, concurrency)
     rig = specgate_session.settings.rig
     reused = (specgate_session.reference_from_duets(prompt_class.name, concurrency)
@@ -241,7 +237,8 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
     if reused is not None:  # the reference side of a duet window: measured (and benchmarked) there
         return reused
     fresh = key not in specgate_session.measurements and key not in specgate_session.failures
-    benchmark = request.getfixturevalue("benchmark") if fresh and _benchmark_usable(request) else None
+    benchmark = (request.getfixturevalue("benchmark")
+                 if fresh and _benchmark_usable(request) else None)
     kwargs = {}
     if benchmark is not None:
         benchmark.group = f"{specgate_session.settings.rig.name}/{prompt_class.name}/c{concurrency}"
@@ -254,7 +251,8 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
                           partner_mode=mode if ab else rig.mode(rig.reference_mode))
             if sleep_controller is not None:
                 kwargs["sleeper"] = sleep_controller
-        elif sleep_controller is not None and fresh:  # a window of its own on an alternation's server: wake it
+        # a window of its own on an alternation's server: wake it
+        elif sleep_controller is not None and fresh:
             sleep.run(sleep_controller.activate(vllm_server))
         measurement = specgate_session.measure(vllm_server, mode, prompt_class, concurrency,
                                                **kwargs)
@@ -266,8 +264,7 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
 
 
 def _benchmark_usable(request: pytest.FixtureRequest) -> bool:
-    """pytest-benchmark present and enabled (it disables itself under xdist and with
-    --benchmark-disable, and then runs a target once: the plain loop must run the rounds)."""
+    """pytest-benchmark present and enabled (else the plain loop runs the rounds)."""
     bs = getattr(request.config, "_benchmarksession", None)
     return bs is not None and not bs.disabled
 
@@ -290,8 +287,6 @@ def _benchmark_info(m) -> dict[str, Any]:
 
 @pytest.fixture
 def gatekeeper(specgate_session: SpecgateSession) -> GateKeeper:
-    # The gates load here (specgate.lazy): this module loads into every pytest run of the
-    # environment (pytest_plugins), and the gates bring numpy, scipy and pydantic; a perf test's
-    # first gate loads them.
+    # the gates load here (specgate.lazy): they bring numpy, scipy and pydantic
     return gatekeeper_mod.GateKeeper(specgate_session)
 

@@ -1,8 +1,5 @@
 """GateKeeper: runs one gate on one measurement, records the result in the session and turns its
-:class:`specgate.decide.outcome.Outcome` into the test's (specgate.decide.outcome.pytest_action:
-pass, fail, xfail for a declared backfire, skip or fail by the policy for a gate that decided
-nothing).
-"""
+Outcome into the test's (specgate.decide.outcome.pytest_action)."""
 
 from __future__ import annotations
 
@@ -46,31 +43,31 @@ class GateKeeper:
 
     @property
     def run(self):
-        """The run's settings (specgate.decide.settings.RunSettings), as the session holds them
-        now."""
+        """The run's settings, as the session holds them now."""
         return self.session.settings
 
     def _settings(self, m):
-        """Window ``m``'s gate settings, resolved once by the session (specgate.decide.settings)."""
+        """Window ``m``'s gate settings."""
         return self.run.window(m.mode, m.prompt_class, m.concurrency)
 
     def _where(self, m) -> str:
-        return f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency {m.concurrency}"
+        return (f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} "
+                f"/ concurrency {m.concurrency}")
 
     def _stored_entry(self, m, fit) -> str:
         return f"the stored entry {fit.describe()}"
 
     def _update(self, m, gate: str) -> bool:
         """In update mode, queue the measured values as one start to store; True when the gate is
-        done. Where the start goes (this machine's history, or a new one) is said when the run
-        stores it."""
+        done."""
         update = self.session.options.update
         if update == "off":
             return False
         entry = baseline_entry(m, self.session.fingerprints.get(m.mode)
                                or Fingerprint(machine=self.run.machine))
         self.session.queue_update(m, entry)
-        message = (f"this run's figures of {self._where(m)} will be stored in {self.session.options.baselines_path} "
+        message = (f"this run's figures of {self._where(m)} will be stored in "
+                   f"{self.session.options.baselines_path} "
                    f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n}; "
                    + ("a new history: an update accepts a deliberate change)" if update == "update"
                       else "one more start of this machine's history of this build, or a new one)"))
@@ -84,8 +81,7 @@ class GateKeeper:
         return True
 
     def _machine(self, m) -> str | None:
-        """The machine window ``m`` was measured on: its server's fingerprint's, else this
-        session's."""
+        """The machine ``m`` was measured on: its server's fingerprint's, else this session's."""
         now = self.session.fingerprints.get(m.mode)
         return now.machine if now is not None and now.machine else self.run.machine
 
@@ -93,14 +89,14 @@ class GateKeeper:
         return f"python -m specgate build-history --rig {self.rig.name} --starts 10"
 
     def _stored(self, m, gate: str):
-        """The stored history this window is compared with: this machine's (the speed gates), or the
-        newest of any machine (acceptance does not depend on the host). A window with no history of
-        this machine is OTHER_MACHINE, naming whose histories are stored and the command that starts
-        this machine's; one with nothing stored is NOT_STORED."""
+        """The stored history to compare with: this machine's (speed gates) or the newest of any
+        (acceptance). None of this machine: OTHER_MACHINE; nothing stored: NOT_STORED."""
         found = histories(self.run.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
         if not found:
-            message = (f"no stored figures for {self._where(m)} in {self.session.options.baselines_path}; store a "
-                       f"history of starts with: {self._build_history()} (or one start: pytest -m {self.rig.tier} "
+            message = (f"no stored figures for {self._where(m)} in "
+                       f"{self.session.options.baselines_path}; store a "
+                       f"history of starts with: {self._build_history()} (or one start: pytest -m "
+                       f"{self.rig.tier} "
                        f"--specgate-rig {self.rig.name} --specgate-update-baselines)")
             self.session.record_undecided(gate, m, NOT_STORED, message,
                                           {"command": self._build_history()})
@@ -114,11 +110,11 @@ class GateKeeper:
                        machine=machine)
         if entry is None:
             stored = "; ".join(h.describe() for h in found[-3:])
-            why = ("this run's machine cannot be identified, and a history of an unknown machine never gates"
-                   if machine is None
+            why = ("this run's machine cannot be identified, and a history of an unknown machine "
+                   "never gates" if machine is None
                    else f"no history of this machine ({machine}) is stored: only {stored}")
-            note = (f"{self._where(m)}: other machine: {why}; not compared (a level is one machine's); start this "
-                    f"machine's history with: {self._build_history()}")
+            note = (f"{self._where(m)}: other machine: {why}; not compared (a level is one "
+                    f"machine's); start this " f"machine's history with: {self._build_history()}")
             self.session.record_undecided(gate, m, "other machine", note,
                                           {"command": self._build_history()})
             self._act(gate, Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
@@ -127,8 +123,8 @@ class GateKeeper:
 
     def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None,
              kind: str | None = None, command: str | None = None) -> None:
-        """End the test as ``outcome`` says under the window's outcome policy and the gate's gating
-        (its settings; the one mapping). ``m``: the window (or result) whose gate this is."""
+        """End the test as ``outcome`` says under the window's outcome policy and gating; ``m``: the
+        window or result."""
         __tracebackhide__ = True
         settings = self._settings(m) if m is not None else None
         policy = settings.outcome_policy if settings is not None else self.run.outcome_policy
@@ -164,10 +160,9 @@ class GateKeeper:
         stored = self._stored(m, "throughput")
         fit = self._comparable(m, stored, "throughput")
         if fit.kind == OTHER_MACHINE:
-            # A level or a speedup ratio from another CPU or GPU says nothing about this one (one
-            # dev machine ran the cpu tier at ~33 tok/s, another at ~59): never compared, said so.
-            note = (f"{self._stored_entry(m, fit)}; not compared; start this machine's history with: "
-                    f"{self._build_history()}")
+            # a level or ratio from another CPU or GPU says nothing about this one: never compared
+            note = (f"{self._stored_entry(m, fit)}; not compared; start this machine's history "
+                    f"with: " f"{self._build_history()}")
             self.session.record_undecided("throughput", m, "other machine", note,
                                           {"command": self._build_history()})
             self._act("throughput", Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
@@ -178,17 +173,18 @@ class GateKeeper:
         self._finish(result)
 
     def _refresh(self, m) -> str:
-        return (f"pytest -m {self.rig.tier} --specgate-rig {self.rig.name} --specgate-update-baselines "
-                f"-k '{m.mode}-{m.prompt_class}-c{m.concurrency}'")
+        return (f"pytest -m {self.rig.tier} --specgate-rig {self.rig.name} "
+                f"--specgate-update-baselines " f"-k '{m.mode}-{m.prompt_class}-c{m.concurrency}'")
 
     def _comparable(self, m, stored, gate: str):
-        """Refuse a stored figure measured on other prompts or with another protocol (the gate is
-        undecided, naming what differs); another machine or setup is reported, and refused under
-        --specgate-strict-fingerprint. The one decision is baselines.comparability."""
+        """Refuse a stored figure of other prompts or another protocol (undecided); another machine
+        or setup is reported, refused under --specgate-strict-fingerprint
+        (baselines.comparability)."""
         now = self.session.fingerprints.get(m.mode)
         fit = comparability(stored.fingerprint,
                             now and now.for_window(m.prompt_class, m.concurrency))
-        strict = fit.kind != SAME and gate == "throughput" and self.session.options.strict_fingerprint
+        strict = (fit.kind != SAME and gate == "throughput"
+                  and self.session.options.strict_fingerprint)
         if fit.kind == OTHER_MEASUREMENT or strict:
             note = f"{self._stored_entry(m, fit)}; refresh it with: {self._refresh(m)}"
             if strict:  # refused on purpose: a failed gate, listed as FAILED, never as undecided
@@ -216,26 +212,27 @@ class GateKeeper:
         if m.partner is not None and not m.ab and m.partner.mode == self.rig.reference_mode:
             return m.partner  # a duet window: its alternated no-speculation side
         if self.session.options.attach_url:
-            pytest.skip("attach mode measures one server: the same-session no-speculation reference "
-                        "this gate needs is not available")
+            pytest.skip("attach mode measures one server: the same-session no-speculation "
+                        "reference " "this gate needs is not available")
         if self.session.options.worker_id is not None and self.session.reference_measurement(
                 m.prompt_class, m.concurrency, wait_s=0) is None:
-            # Waiting here could deadlock: xdist may hand the reference mode to a worker only after
-            # this one finishes. The controller decides this gate once every worker is done.
+            # waiting could deadlock (xdist may give the reference mode to a worker only after this
+            # one): the controller decides this gate once every worker is done
             self.session.deferred.append((m.mode, m.prompt_class, m.concurrency))
             current = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
             if current:
                 gate = current.split("::")[-1].split("[")[0].removeprefix("test_")
                 self.session.deferred_tests[current] = [gate, m.mode, m.prompt_class, m.concurrency]
-            pytest.skip("under xdist this cross-mode gate is decided on the controller after all workers "
-                        "finish (see the specgate summary)")
+            pytest.skip("under xdist this cross-mode gate is decided on the controller after all "
+                        "workers " "finish (see the specgate summary)")
         reference = self.session.reference_measurement(m.prompt_class, m.concurrency)
         if reference is None:
             key = (self.rig.reference_mode, m.prompt_class, m.concurrency)
             why = self.session.failures.get(key)
-            pytest.fail(f"{m.mode} on {m.prompt_class}: the no-speculation mode {self.rig.reference_mode!r} was not "
-                        "measured in this session" + (f" ({str(why).splitlines()[0]})" if why else
-                                                      " (select it too, e.g. drop -k / --deselect)"), pytrace=False)
+            pytest.fail(f"{m.mode} on {m.prompt_class}: the no-speculation mode "
+                        f"{self.rig.reference_mode!r} was not " "measured in this session"
+                        + (f" ({str(why).splitlines()[0]})" if why
+                           else " (select it too, e.g. drop -k / --deselect)"), pytrace=False)
         return reference
 
     def backfire(self, m) -> None:
@@ -245,20 +242,20 @@ class GateKeeper:
             self.run.store, self._settings(m), m, self._machine(m))
         result = check_backfire(self._settings(m), m, reference, starts)
         if result.outcome is Outcome.PASS and result.declared:
-            warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this run: "
-                          f"{statement(result.to_dict())}", stacklevel=1)
+            warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this "
+                          f"run: " f"{statement(result.to_dict())}", stacklevel=1)
         self._finish(result)
 
     def ttft(self, m) -> None:
-        """TTFT against a live reference: an A/B's reference side, else the no-speculation mode. The
-        no-speculation mode outside an A/B has no live reference: nothing to decide, said so."""
+        """TTFT against a live reference (an A/B's reference side, else no speculation); the
+        no-speculation mode outside an A/B has none."""
         __tracebackhide__ = True
         if m.ab:
             self._finish(check_ttft(self._settings(m), m, m.partner))
             return
         if m.mode == self.rig.reference_mode:
-            pytest.skip(f"{m.mode} is the reference: its TTFT is compared only in an A/B (the same mode on the "
-                        "reference side)")
+            pytest.skip(f"{m.mode} is the reference: its TTFT is compared only in an A/B (the same "
+                        f"mode on the " "reference side)")
         self._finish(check_ttft(self._settings(m), m, self._reference(m)))
 
     def lossless(self, m) -> None:

@@ -15,14 +15,15 @@ if TYPE_CHECKING:
     from specgate.config.rig import Rig
     from specgate.plugin.resolve import SessionOptions
 
-XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the rig is a gpu rig and each worker "
-                 "gets its own GPUs (--dist loadgroup, enough GPUs for -n): otherwise two servers would share "
+XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the rig is a gpu rig "
+                 "and each worker "
+                 "gets its own GPUs (--dist loadgroup, enough GPUs for -n): otherwise two servers "
+                 "would share "
                  "an accelerator and measure each other's load. Run them without -n.")
 
 
 def visible_gpus(explicit: tuple[str, ...] | None) -> list[str]:
-    """The GPUs to hand out: ``explicit`` (--specgate-gpus), else CUDA_VISIBLE_DEVICES, else all
-    NVML sees."""
+    """The GPUs to hand out: ``explicit``, else CUDA_VISIBLE_DEVICES, else all NVML sees."""
     if explicit:
         return list(explicit)
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -36,12 +37,12 @@ def visible_gpus(explicit: tuple[str, ...] | None) -> list[str]:
 
 def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int,
                        per_server: int) -> str:
-    """Worker i gets GPUs [i*per_server, (i+1)*per_server) of the visible list: disjoint sets, so no
-    GPU ever hosts two servers. Refuse when there are not enough."""
+    """Worker i gets GPUs [i*per_server, (i+1)*per_server): disjoint sets; refuse when too few."""
     needed = worker_count * per_server
     if len(visible) < needed:
         raise pytest.UsageError(
-            f"specgate: {worker_count} xdist workers x {per_server} GPU(s) per server need {needed} GPUs, "
+            f"specgate: {worker_count} xdist workers x {per_server} GPU(s) per server need "
+            f"{needed} GPUs, "
             f"but {len(visible)} are available ({','.join(visible) or 'none'}); "
             f"use -n {len(visible) // per_server or 1} or fewer, or pass --specgate-gpus")
     return ",".join(visible[worker_index * per_server:(worker_index + 1) * per_server])
@@ -52,7 +53,8 @@ def worker_gpus(options: SessionOptions, rig: Rig) -> str | None:
     if options.worker_id is None or rig.tier != "gpu":
         return None
     if options.dist != "loadgroup":
-        raise pytest.UsageError("specgate: under xdist the perf tiers need --dist loadgroup, so that all "
+        raise pytest.UsageError("specgate: under xdist the perf tiers need --dist loadgroup, so "
+                                "that all "
                                 "tests of one mode run on one worker and its server starts once")
     index = int(options.worker_id.removeprefix("gw"))
     return assign_worker_gpus(visible_gpus(options.gpus), index, options.worker_count,

@@ -1,7 +1,6 @@
-"""The inputs checked before any server starts beyond reading the rig and baselines.json: a
---specgate-baselines path that names no file, and each A/B side's python (it exists, is executable
-and imports vLLM), so that a mistyped environment fails here, not after the other side's server
-spent minutes loading."""
+"""The inputs checked before any server starts beyond the rig and baselines.json: a
+--specgate-baselines path that names no file, and each A/B side's python (exists, executable,
+imports vLLM)."""
 
 from __future__ import annotations
 
@@ -19,15 +18,13 @@ if TYPE_CHECKING:
     from specgate.config.rig import Rig
     from specgate.plugin.resolve import SessionOptions
 
-# `import vllm` takes seconds (torch, transformers); a cold disk or a busy host can make it a
-# minute.
+# `import vllm` takes seconds; a cold disk or a busy host can make it a minute
 VLLM_IMPORT_TIMEOUT_S = 180.0
 
 
 def check_baselines_path(options: SessionOptions) -> None:
-    """A --specgate-baselines file that does not exist would leave every stored-figure gate with
-    nothing to compare (a typo reads as "not stored"); a run that stores creates it, in a folder
-    that must exist for the write at the session's end."""
+    """Refuse a --specgate-baselines file that does not exist (a typo would read as "not stored"); a
+    run that stores needs its folder to exist."""
     path = options.baselines_path
     if path.exists() or not options.baselines_given:
         return
@@ -44,16 +41,18 @@ def check_baselines_path(options: SessionOptions) -> None:
 
 def check_side_pythons(options: SessionOptions, rig: Rig, progress: Callable[[str], None], *,
                        imports: bool) -> bool:
-    """Each A/B side's python exists and is executable and, with ``imports``, imports vLLM; True
-    when they were tried on the import."""
+    """Each A/B side's python exists, is executable and, with ``imports``, imports vLLM; True when
+    the import was tried."""
     if rig.ab is None or options.attach_url:
         return False
     sides = {name: side for name in ("reference",
                                      "candidate") if (side := getattr(rig.ab, name)).python}
     for name, side in sides.items():
-        if rig.argv_prefix[0] != sys.executable:  # specgate.serve.server.spec_for_mode swaps ${python} only
+        # specgate.serve.server.spec_for_mode swaps ${python} only
+        if rig.argv_prefix[0] != sys.executable:
             raise ConfigError(rig.path, "server_command", f"the A/B {name} side's python "
-                              f"({_option_of(options, name)}) replaces ${{python}} there, but it starts with "
+                              f"({_option_of(options, name)}) replaces ${{python}} there, but it "
+                              f"starts with "
                               f'{rig.argv_prefix[0]!r}: begin it with "${{python}}"')
         _check_executable(side.python, _refusal(options, rig, name, side.python))
     if not imports:
@@ -71,8 +70,7 @@ def _option_of(options: SessionOptions, name: str) -> str:
 
 def _refusal(options: SessionOptions, rig: Rig, name: str,
              python: str) -> Callable[[str], ConfigError]:
-    """The error for the A/B side ``name``'s python, naming where it was given: the command line's
-    option (with the python's path), or the rig file and its key."""
+    """The error for A/B side ``name``'s python, naming where it was given."""
     if options.ab is not None:
         return lambda message: ConfigError(python, None, f"the A/B {name} side's python "
                                            f"({_option_of(options, name)}) {message}")
@@ -80,14 +78,15 @@ def _refusal(options: SessionOptions, rig: Rig, name: str,
 
 
 def _check_executable(python: str, refused: Callable[[str], ConfigError]) -> None:
-    """``python`` names an executable file: a path, or a name found on PATH (as the server's start
-    would)."""
+    """``python`` names an executable file: a path, or a name on PATH."""
     found = python if os.sep in python else shutil.which(python)
     if found is None:
-        raise refused("is not on PATH: give the path of the environment's python, e.g. /venvs/vllm-next/bin/python")
+        raise refused("is not on PATH: give the path of the environment's python, e.g. "
+                      "/venvs/vllm-next/bin/python")
     path = Path(found)
     if not path.exists():
-        raise refused("does not exist: give the path of the environment's python, e.g. /venvs/vllm-next/bin/python")
+        raise refused("does not exist: give the path of the environment's python, e.g. "
+                      "/venvs/vllm-next/bin/python")
     if path.is_dir():
         raise refused("is a folder: give the python inside it, e.g. its bin/python")
     if not os.access(path, os.X_OK):
@@ -96,17 +95,18 @@ def _check_executable(python: str, refused: Callable[[str], ConfigError]) -> Non
 
 def _check_imports_vllm(python: str, env: dict[str, str],
                         refused: Callable[[str], ConfigError]) -> None:
-    """``python -c "import vllm"`` succeeds within VLLM_IMPORT_TIMEOUT_S, in the server's
-    environment."""
+    """``python -c "import vllm"`` succeeds within VLLM_IMPORT_TIMEOUT_S."""
     try:
         done = subprocess.run([python, "-c", "import vllm"], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=VLLM_IMPORT_TIMEOUT_S,
                               check=False)
     except subprocess.TimeoutExpired:
-        raise refused(f"did not finish `import vllm` within {VLLM_IMPORT_TIMEOUT_S:.0f} s") from None
+        raise refused(f"did not finish `import vllm` within {VLLM_IMPORT_TIMEOUT_S:.0f} s"
+                      ) from None
     except OSError as exc:
         raise refused(f"could not run: {exc}") from None
     if done.returncode != 0:
         lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-        raise refused(f"cannot import vllm (exit code {done.returncode}: {lines[-1] if lines else 'no output'}): "
+        raise refused(f"cannot import vllm (exit code {done.returncode}: "
+                      f"{lines[-1] if lines else 'no output'}): "
                       "install the side's vLLM build in that environment")

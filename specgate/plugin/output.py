@@ -1,7 +1,5 @@
 """What the run prints and writes: progress lines, the end of the run (baseline updates, then
-report.json and its renderings: specgate.report.run_report), the terminal summary, and
-``--specgate-report-only``.
-"""
+report.json and its renderings), the terminal summary, and ``--specgate-report-only``."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ def progress_writer(config: pytest.Config):
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             reporter.ensure_newline()
             if getattr(reporter, "_width_of_current_line", 0):
-                # a test's result letter after an earlier line of ours (pytest wrote no path before
-                # it)
+                # a test's result letter after an earlier line of ours
                 reporter.write("\n")
             reporter.write_line(text)
             reporter.flush()  # stdout to a file or CI log is block-buffered: show it now
@@ -47,19 +44,16 @@ def has_perf_work(session: SpecgateSession) -> bool:
 
 
 def rendered_dir(path: Path) -> Path:
-    """Where --specgate-report-only writes a report's renderings without --specgate-run-dir: a
-    folder of its own beside it, named after it (``ab/report.json.gz`` -> ``ab/report-rendered/``),
-    so the reports of one folder never overwrite each other's summary.md and report.html."""
+    """Where --specgate-report-only renders without --specgate-run-dir: a folder named after the
+    report, beside it (``ab/report.json.gz`` -> ``ab/report-rendered/``)."""
     path = Path(path)
     name = path.name.removesuffix(".gz").removesuffix(".json")
     return path.with_name(f"{name or path.name}-rendered")
 
 
 def render_saved_report(path: Path, run_dir: Path | None = None) -> int:
-    """--specgate-report-only: render a saved report again (summary, Markdown, plots), plain or
-    gzip-compressed (``report.json.gz``), into ``run_dir`` (--specgate-run-dir), else
-    :func:`rendered_dir`; the exit code: 0, or 4 (a usage error) naming what the file lacks when it
-    cannot be rendered."""
+    """--specgate-report-only: render a saved report (plain or gzip) into ``run_dir``, else
+    :func:`rendered_dir`; exit 0, or 4 naming what the file lacks."""
     try:
         report = read_saved_report(path)
     except SpecgateError as exc:
@@ -73,13 +67,15 @@ def render_saved_report(path: Path, run_dir: Path | None = None) -> int:
 
 
 def write_run_output(run_session: SpecgateSession, *, interrupted: bool) -> None:
-    """The end of a run on the controller: write the queued baseline updates (none after an
-    interrupt), then the report and its renderings (specgate.report.run_report)."""
+    """The end of a run on the controller: queued baseline updates (none after an interrupt), then
+    the report and its renderings."""
     if interrupted:
         if run_session.pending_updates:
             run_session.progress(
-                f"{len(run_session.pending_updates)} window(s)' figures not stored: the run was interrupted, and a "
-                "cut-short run never touches the stored figures. To keep the windows that finished: "
+                f"{len(run_session.pending_updates)} window(s)' figures not stored: the run was "
+                f"interrupted, and a "
+                "cut-short run never touches the stored figures. To keep the windows that "
+                "finished: "
                 f"python -m specgate adopt-baselines {run_session.report_path}")
         run_session.pending_updates.clear()
     else:
@@ -98,8 +94,10 @@ def write_summary(terminalreporter, run_session: SpecgateSession, *, interrupted
     terminalreporter.write_line(report_mod.render_text(report))
     broken = broken_job(report)
     if broken and not interrupted:
-        terminalreporter.write_line(f"JOB BROKEN (exit code {int(ExitCode.JOB_BROKEN)}: the run is incomplete, "
-                                    "whatever its gates said; run it again once the cause is fixed):", red=True)
+        terminalreporter.write_line(f"JOB BROKEN (exit code {int(ExitCode.JOB_BROKEN)}: the run is "
+                                    f"incomplete, "
+                                    "whatever its gates said; run it again once the cause is "
+                                    "fixed):", red=True)
         for line in broken:
             terminalreporter.write_line(f"  {without_control_chars(line)}")
     terminalreporter.write_line(f"run directory: {run_session.options.run_dir}")

@@ -1,6 +1,5 @@
-"""Parametrization of the perf tests on the rig's modes, prompt classes and concurrencies, and the
-deselection of speculative-only gates on the no-speculation mode.
-"""
+"""Parametrization of the perf tests on the rig's modes, classes and concurrencies, and the
+deselection of speculative-only gates on the no-speculation mode."""
 
 from __future__ import annotations
 
@@ -18,20 +17,18 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
         rig = session.settings.rig
         modes = session.modes_to_run()
     except ConfigError as exc:
-        # Refused as a usage error once collection ends (refuse_bad_inputs): raised here it would be
-        # a collection error, which pytest ends as "interrupted" (2), not as the bad input it is
-        # (4).
+        # refused once collection ends (refuse_bad_inputs): raised here it would read as
+        # "interrupted" (2), not as the bad input (4) it is
         session.config_error = exc
         return
     tier_marks = (getattr(pytest.mark, rig.tier), pytest.mark.perf)
     if "mode" in metafunc.fixturenames:
-        # Every test gets the same mode list (same param indices): pytest keys its session-scoped
-        # fixture cache and test reordering on them, so a shorter list for speculative-only tests
-        # would start servers again. Non-speculative items of those tests are deselected later.
+        # every test gets the same mode list (same param indices), or pytest would start servers
+        # again; the non-speculative items of speculative-only tests are deselected later
         # xdist_group: with --dist loadgroup every test of a mode runs on one worker (one server).
-        metafunc.parametrize("mode", [pytest.param(m, id=m.name, marks=(*tier_marks,
-                                                                        pytest.mark.xdist_group(m.name)))
-                                      for m in modes], scope="session")
+        metafunc.parametrize("mode", [
+            pytest.param(m, id=m.name, marks=(*tier_marks, pytest.mark.xdist_group(m.name)))
+            for m in modes], scope="session")
     if "prompt_class" in metafunc.fixturenames:
         metafunc.parametrize("prompt_class", [pytest.param(c, id=c.name, marks=tier_marks)
                                               for c in rig.prompt_classes])
@@ -42,8 +39,8 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
 
 def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item],
                               session: SpecgateSession) -> None:
-    """Drop speculative-only gates of the no-speculation mode (see parametrize_perf_test), and the
-    gates that need a live reference (``live_reference``) where it has none: outside an A/B."""
+    """Drop speculative-only gates of the no-speculation mode, and the ``live_reference`` gates
+    outside an A/B."""
     keep, drop = [], []
     ab = False
     if any(item.get_closest_marker("live_reference")
@@ -79,11 +76,8 @@ NOT_RUN_HERE = pytest.StashKey[list[str]]()
 def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
                                session: SpecgateSession) -> None:
     """Leave out, before any server starts, the gates that cannot decide in this run, each kind said
-    in one line (pytest_report_collectionfinish) instead of run as tests that skip: the gates the
-    rig leaves out (``[gates] left_out``, with its reason), and the throughput gates of a duet whose
-    stored figures are another machine's only (a run that stores figures,
-    --specgate-regen/update-baselines, keeps them; the reference mode's are kept unless it runs in a
-    duet, where every window measures it anyway)."""
+    in one line: the rig's ``[gates] left_out``, and the throughput gates of a duet with only
+    another machine's stored figures (kept in a run that stores figures)."""
     keys = {id(item): key for item in items if (key := gate_key(item)) is not None}
     if not keys:
         return
@@ -111,7 +105,8 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
     lines = [f"specgate: left out by rig {run.rig.name}: {gate} ({why})" for gate,
              why in left_out.items()]
     if elsewhere:
-        lines.append(f"specgate: not run here: {len(elsewhere)} throughput gate(s) with only another machine's stored "
+        lines.append(f"specgate: not run here: {len(elsewhere)} throughput gate(s) with only "
+                     f"another machine's stored "
                      f"figures (python -m specgate build-history --rig {run.rig.name})")
     config.stash[NOT_RUN_HERE] = lines
 

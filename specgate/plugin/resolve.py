@@ -1,13 +1,7 @@
-"""The run's options and its settings, each resolved once.
-
-:class:`SessionOptions` is the command line (and, on an xdist worker, what the controller sent),
-frozen in ``pytest_configure``. :func:`resolve_run` turns it into the run's
-specgate.decide.settings.RunSettings: the rig file as the options amend it, the stored figures, this
-machine and its GPUs, the policies and every window's settings. The session resolves it when the run
-first needs it (a perf test's parametrization, the xdist controller's merge): the plugin loads in
-every pytest run of its environment, and a run without perf tests reads no rig and loads no
-pydantic.
-"""
+"""The run's options and its settings, each resolved once. :class:`SessionOptions` is the command
+line (and on an xdist worker what the controller sent), frozen in ``pytest_configure``;
+:func:`resolve_run` turns it into specgate.decide.settings.RunSettings at the run's first need, so a
+run without perf tests reads no rig and loads no pydantic."""
 
 from __future__ import annotations
 
@@ -39,36 +33,33 @@ class SessionOptions:
     run_dir: Path
     repo_root: Path
     update: UpdateMode = "off"
-    # --specgate-baselines given: a path that names no file is refused (unless the run stores),
-    # where the default baselines.json of a project that has stored nothing yet is not
+    # --specgate-baselines given: a path that names no file is refused (unless the run stores)
     baselines_given: bool = False
     strict_fingerprint: bool = False
     attach_url: str | None = None
     attach_mode: str | None = None
     api_key: str | None = None
-    # --specgate-record-responses: each started server's raw responses go here (fast-tier replay
-    # data).
+    # --specgate-record-responses: each started server's raw responses go here
     record_dir: Path | None = None
     gpus: tuple[str,
-                ...] | None = None  # --specgate-gpus: the GPUs specgate may hand out to xdist workers
+                # --specgate-gpus: the GPUs specgate may hand out to xdist workers
+                ...] | None = None
     worker_id: str | None = None
     worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
-    dist: str | None = None  # xdist's --dist as the controller sent it (workers see "no"); None elsewhere
+    # xdist's --dist as the controller sent it (workers see "no"); None elsewhere
+    dist: str | None = None
     ab: AB | None = None  # from the --specgate-ab-* options (overrides the rig's [ab])
-    # --specgate-session-budget: seconds from the session's start within which its
-    # windows (specgate.plugin.cost) and follow-up rounds must fit; None: unbounded. ``started_at``:
-    # time.monotonic() when the options were made.
+    # --specgate-session-budget in seconds (None: unbounded); ``started_at``: time.monotonic()
     time_budget_s: float | None = None
-    # --specgate-keep-servers: started servers stay loaded after the session, and a kept one whose
-    # fingerprint matches is reused (specgate.serve.registry).
+    # --specgate-keep-servers: servers stay loaded after the session, and are reused
     keep_servers: bool = False
     started_at: float = field(default_factory=time.monotonic)
     # --specgate-undecided: outcome key -> "skip" | "fail" (overrides the rig's [gates] undecided)
     undecided_policy: dict[str, str] | None = None
-    # --specgate-start-seed: picks which side of an A/B starts first, per mode (None: drawn per
-    # session)
+    # --specgate-start-seed: which side of an A/B starts first, per mode (None: drawn)
     start_seed: int | None = None
-    first_side: str | None = None  # --specgate-first-side: "reference" | "candidate" over the seed's pick
+    # --specgate-first-side: "reference" | "candidate" over the seed's pick
+    first_side: str | None = None
     # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
     gating: dict[str, str] | None = None
     # --specgate-arrangement: the arrangement of the servers over the rig's own (None: the rig's)
@@ -76,8 +67,7 @@ class SessionOptions:
 
 
 def load_run_rig(options: SessionOptions) -> Rig:
-    """The rig file as the options amend it: an A/B of the command line's sides, another
-    arrangement."""
+    """The rig file as the options amend it (an A/B of the command line, another arrangement)."""
     rig = config.load_rig(options.rig_name, options.fixtures_dir)
     if options.ab is not None:  # --specgate-ab-* options: an A/B of the command line's sides
         rig = rig.model_copy(update={"ab": options.ab})
@@ -88,15 +78,14 @@ def load_run_rig(options: SessionOptions) -> Rig:
 
 
 def resolve_run(options: SessionOptions) -> tuple[RunSettings, str | None]:
-    """The run's settings, and why this xdist worker may start no server (None where it may). Raises
-    specgate.errors.ConfigError naming the file and key of a rig or baselines file it refuses."""
+    """The run's settings, and why this xdist worker may start no server (None where it may);
+    ConfigError names a refused file and key."""
     rig = load_run_rig(options)
     refusal = None
     try:
         gpus = worker_gpus(options, rig)
     except pytest.UsageError as exc:
-        # Raised in a worker it would crash it (and xdist would restart it 8 times): its perf tests
-        # fail with the reason instead, before any server starts.
+        # raised in a worker it would crash it: its perf tests fail with the reason instead
         gpus, refusal = None, str(exc)
     visible = gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
     run = settings.RunSettings.resolve(

@@ -20,8 +20,7 @@ def shared_path(run_dir: Path, key: WindowKey) -> Path:
 
 
 def share(run_dir: Path, key: WindowKey, data: dict[str, Any]) -> None:
-    """A window (its report.json entry) or its failure (``{"error": ...}``) for the other
-    workers."""
+    """A window (its report.json entry) or ``{"error": ...}`` for the other workers."""
     path = shared_path(run_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, data)
@@ -37,7 +36,8 @@ def wait_for_window(run_dir: Path, key: WindowKey, budget_s: float,
         if now - started >= budget_s:
             return None
         if now - last >= 30:
-            progress(f"waiting for another worker to measure {key[0]} on {key[1]} ({now - started:.0f}s)")
+            progress(f"waiting for another worker to measure {key[0]} on {key[1]} "
+                     f"({now - started:.0f}s)")
             last = now
         time.sleep(min(1.0, max(0.01, budget_s - (now - started))))
     return json.loads(path.read_text())
