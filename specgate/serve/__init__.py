@@ -1,4 +1,4 @@
-"""serve: vLLM server processes: starting, health, sleep mode, kept servers, GPUs, host memory, the model.
+"""serve: vLLM server processes: start, health, sleep mode, kept servers, GPUs, host memory, model.
 
 May import: config and the bottom modules.
 """

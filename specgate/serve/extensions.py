@@ -1,13 +1,9 @@
-"""What other distributions plug into specgate: entry-point groups, as pytest's and vLLM's plugins do.
-specgate reads the groups and imports no plugin by name.
+"""What other distributions plug into specgate: entry-point groups (no plugin imported by name).
 
-- ``specgate.server_env``: each entry point loads to a sequence of environment-variable name
-  prefixes that the plugin's code reads inside a vLLM server (e.g. a vLLM general plugin's
-  settings). An inherited variable of such a name changes what a server runs, so it goes into a
-  kept server's fingerprint (``specgate.serve.registry``).
-- ``specgate.model_prepared``: each entry point loads to a callable ``(model_dir: Path) -> None``,
-  called after ``specgate prepare-model`` (and ``specgate run`` on a cpu rig) prepared the cpu
-  tier's model: what a plugin writes beside it, such as a draft head a rig names.
+- ``specgate.server_env``: a sequence of environment-variable name prefixes the plugin reads inside
+  a vLLM server; such inherited variables go into a kept server's fingerprint.
+- ``specgate.model_prepared``: a callable ``(model_dir: Path) -> None``, called after the cpu
+  tier's model is prepared (what a plugin writes beside it, such as a draft head).
 
 A plugin registers them in its own ``pyproject.toml``::
 
@@ -33,9 +29,9 @@ def _loaded(group: str) -> list[tuple[str, object]]:
     for entry in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
         try:
             found.append((f"{entry.name} ({entry.value})", entry.load()))
-        except Exception as exc:  # a broken plugin is named, not a traceback from deep inside specgate
-            raise SpecgateError(f"entry point {entry.name} = {entry.value} of group {group}: cannot load it "
-                                f"({type(exc).__name__}: {exc})") from exc
+        except Exception as exc:  # a broken plugin is named
+            raise SpecgateError(f"entry point {entry.name} = {entry.value} of group {group}: cannot "
+                                f"load it ({type(exc).__name__}: {exc})") from exc
     return found
 
 
@@ -45,8 +41,8 @@ def server_env_prefixes() -> tuple[str, ...]:
     prefixes: list[str] = []
     for name, value in _loaded(SERVER_ENV):
         if isinstance(value, str) or not all(isinstance(p, str) and p for p in value):
-            raise SpecgateError(f"entry point {name} of group {SERVER_ENV}: expected a sequence of variable-name "
-                                f"prefixes, got {value!r}")
+            raise SpecgateError(f"entry point {name} of group {SERVER_ENV}: expected a sequence of "
+                                f"variable-name prefixes, got {value!r}")
         prefixes += value
     return tuple(sorted(set(prefixes)))
 
@@ -56,7 +52,8 @@ def model_prepared_hooks() -> list[tuple[str, Callable[[Path], None]]]:
     hooks = _loaded(MODEL_PREPARED)
     for name, value in hooks:
         if not callable(value):
-            raise SpecgateError(f"entry point {name} of group {MODEL_PREPARED}: expected a callable, got {value!r}")
+            raise SpecgateError(f"entry point {name} of group {MODEL_PREPARED}: expected a "
+                                f"callable, got {value!r}")
     return hooks  # type: ignore[return-value]
 
 

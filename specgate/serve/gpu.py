@@ -1,7 +1,6 @@
 """GPU memory check before a server start: a GPU still held by an earlier server (or anyone
-else) makes the next start fail in confusing ways, so refuse with the GPU and the holders named.
-
-The reading comes from NVML (nvidia-ml-py); tests inject their own reading."""
+else) makes the next start fail in confusing ways, so refuse with the GPU and the holders named
+(from NVML; tests inject their own reading)."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ class GpuReading:
 
 
 def load_pynvml() -> Any | None:
-    """nvidia-ml-py's module, else vLLM's vendored copy of it (an image may lack the
-    former; vLLM has the latter); None without either."""
+    """nvidia-ml-py's module, else vLLM's vendored copy of it; None without either."""
     try:
         import pynvml
 
@@ -43,7 +41,8 @@ def load_pynvml() -> Any | None:
     if vllm_spec is None or not vllm_spec.submodule_search_locations:
         return None
     for folder in vllm_spec.submodule_search_locations:
-        spec = importlib.util.spec_from_file_location("specgate_vendored_pynvml", f"{folder}/third_party/pynvml.py")
+        spec = importlib.util.spec_from_file_location("specgate_vendored_pynvml",
+                                                      f"{folder}/third_party/pynvml.py")
         if spec is None or spec.loader is None:
             continue
         module = importlib.util.module_from_spec(spec)
@@ -63,7 +62,8 @@ def nvml() -> Iterator[Any]:
     one NVML setup (nvmlInit is reference-counted, so blocks may nest or overlap)."""
     pynvml = load_pynvml()
     if pynvml is None:
-        raise ImportError("no NVML: install nvidia-ml-py (specgate's gpu extra) or a vLLM that ships its copy")
+        raise ImportError("no NVML: install nvidia-ml-py (specgate's gpu extra) or a vLLM that "
+                          "ships its copy")
     pynvml.nvmlInit()
     try:
         yield pynvml
@@ -72,7 +72,7 @@ def nvml() -> Iterator[Any]:
 
 
 def is_gpu_id(entry: str) -> bool:
-    """A CUDA_VISIBLE_DEVICES entry: an index, a GPU UUID ("GPU-...") or a MIG instance ("MIG-...")."""
+    """A CUDA_VISIBLE_DEVICES entry: an index, a GPU UUID ("GPU-...") or a MIG one ("MIG-...")."""
     return entry.isdigit() or entry.startswith(("GPU-", "MIG-"))
 
 
@@ -120,7 +120,8 @@ def _selects(entry: str, reading: GpuReading) -> bool:
     return bool(reading.uuid) and reading.uuid.startswith(entry)  # CUDA takes any unique UUID prefix
 
 
-def nvml_indices(entries: list[str], read: Callable[[], list[GpuReading]] = nvml_readings) -> list[int] | None:
+def nvml_indices(entries: list[str],
+                 read: Callable[[], list[GpuReading]] = nvml_readings) -> list[int] | None:
     """The NVML indices of CUDA_VISIBLE_DEVICES entries (an index; a GPU UUID or a unique prefix of
     it; a MIG instance, as its parent GPU), in their order; None when there are none or one cannot
     be resolved (no NVML, an unknown UUID)."""
@@ -153,6 +154,8 @@ def require_free_gpus(visible: str | None, *, count: int,
     held = [r for r in readings[:count] if r.used_mib > FREE_THRESHOLD_MIB]
     if held:
         lines = [f"GPU {r.index} ({r.name}): {r.used_mib:.0f} MiB used by "
-                 + (", ".join(f"pid {pid} ({mib:.0f} MiB)" for pid, mib in r.processes) or "unknown processes")
+                 + (", ".join(f"pid {pid} ({mib:.0f} MiB)" for pid, mib in r.processes)
+                    or "unknown processes")
                  for r in held]
-        raise ServerStartError("refusing to start a server: GPU memory is still held\n" + "\n".join(lines))
+        raise ServerStartError("refusing to start a server: GPU memory is still held\n"
+                               + "\n".join(lines))

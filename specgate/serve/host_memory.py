@@ -1,16 +1,12 @@
-"""Host memory for sleep mode: what sleep level 1 needs for the servers loaded at once, the sleep level
-each server gets, and what a wake at sleep level 2 costs; one rule for ``plan``, the session's preflight and the
-sleep controller (specgate.serve.sleep).
+"""Host memory for sleep mode: what sleep level 1 needs for the servers loaded at once, each
+server's sleep level, and what a wake at sleep level 2 costs; one rule for ``plan``, the
+preflight and the sleep controller (specgate.serve.sleep).
 
-Sleep level 1 keeps a sleeping server's weights in pinned host memory. In an alternation the servers
-loaded at once take turns, one awake at a time, and during a swap the server going to sleep copies
-its weights out while the others' are still held: at the peak the host holds the weights of every
-loaded server that sleeps at sleep level 1 (a mode's servers stop after its last window, unless
-``--specgate-keep-servers``). The rule: available host memory >= HOST_MARGIN x (the sum of their
-weights) + HOST_RESERVE_GIB. Sleep level 2 keeps nothing on the host; its wake reads the weights from the
-model's files again (weights / the rig's ``[estimate] weights_read_gib_per_s``). A server with a
-drafter or ``--load-format dummy`` weights cannot wake from sleep level 2, so it needs sleep level 1 or is
-refused before anything starts.
+Sleep level 1 keeps a sleeping server's weights in pinned host memory; at the peak the host holds
+those of every loaded server at sleep level 1. The rule: available host memory >= HOST_MARGIN x
+(their weights) + HOST_RESERVE_GIB. Sleep level 2 keeps nothing; its wake reads the weights again
+(``[estimate] weights_read_gib_per_s``). A server with a drafter or dummy weights cannot wake from
+sleep level 2, so it needs sleep level 1 or is refused before anything starts.
 """
 
 from __future__ import annotations
@@ -23,13 +19,12 @@ from specgate.durations import format_elapsed
 GiB = 1024 ** 3
 HOST_MARGIN = 1.10
 HOST_RESERVE_GIB = 8.0
-# A first sleep at sleep level 1 copies the weights to pinned host memory at about this rate (28.9 GiB in
-# 14-24 s measured); later swaps take about a second.
+# A first sleep at sleep level 1 copies the weights to pinned host memory at about this rate.
 PIN_GIB_PER_S = 1.2
 
 
 def sleep_level_1_need_gib(weights_gib: Sequence[float]) -> float:
-    """Host memory sleep level 1 needs for servers of these weights all asleep at once (the rule above)."""
+    """Host memory sleep level 1 needs for servers of these weights all asleep at once."""
     return HOST_MARGIN * sum(weights_gib) + HOST_RESERVE_GIB if weights_gib else 0.0
 
 
@@ -66,12 +61,12 @@ class Sleeper:
 @dataclass(frozen=True)
 class LevelChoice:
     levels: dict[str, int]  # label -> sleep level
-    need_all_gib: float | None  # sleep level 1 for the servers loaded at once (the most); None when a size is unknown
+    need_all_gib: float | None  # sleep level 1 for the most loaded at once; None: a size unknown
     need_chosen_gib: float  # sleep level 1 for those of them that got it
     available_gib: float
     refused: tuple[str, ...] = ()  # labels that need sleep level 1 and cannot have it
     forced: int | None = None
-    loaded: tuple[str, ...] = ()  # the servers loaded at once when the host holds the most (all: empty)
+    loaded: tuple[str, ...] = ()  # the servers loaded at once at the peak (all: empty)
     need_refused_gib: float = 0.0  # sleep level 1 for the servers that need it, those loaded at once
 
     @property
@@ -86,46 +81,52 @@ class LevelChoice:
     def host_line(self, loaded_why: str = "") -> str:
         """The host memory in one line: needed against available, and what the host lacks."""
         if self.forced is not None:
-            return f"host memory: {self.available_gib:,.0f} GiB available; sleep_level = {self.forced}, set by the rig"
+            return (f"host memory: {self.available_gib:,.0f} GiB available; "
+                    f"sleep_level = {self.forced}, set by the rig")
         if self.need_all_gib is None:
-            return (f"host memory: {self.available_gib:,.0f} GiB available; the weights' size is not known "
-                    "(set sleep_host_memory_gib in the rig), so sleep level 1 is assumed to fit")
+            return (f"host memory: {self.available_gib:,.0f} GiB available; the weights' size is not "
+                    "known (set sleep_host_memory_gib in the rig), so sleep level 1 is assumed to fit")
         why = f" ({loaded_why})" if loaded_why else ""
-        line = (f"host memory: sleep level 1 for the {self.at_once} server(s) loaded at once{why} needs "
-                f"{self.need_all_gib:,.0f} GiB ({HOST_MARGIN:g} x weights + {HOST_RESERVE_GIB:g} GiB); "
-                f"{self.available_gib:,.0f} GiB available")
+        line = (f"host memory: sleep level 1 for the {self.at_once} server(s) loaded at once{why} "
+                f"needs {self.need_all_gib:,.0f} GiB ({HOST_MARGIN:g} x weights + "
+                f"{HOST_RESERVE_GIB:g} GiB); {self.available_gib:,.0f} GiB available")
         if self.short_gib > 0:
             fit = sum(1 for level in self.levels.values() if level == 1)
-            line += f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} sleep at sleep level 1"
+            line += (f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} sleep at "
+                     "sleep level 1")
             if not fit and self.levels:
-                line += f" (one alone needs {sleep_level_1_need_gib([self._weights_each()]):,.0f} GiB)"
+                alone = sleep_level_1_need_gib([self._weights_each()])
+                line += f" (one alone needs {alone:,.0f} GiB)"
         return line
 
     def _weights_each(self) -> float:
-        """One server's weights, from the rule's figure for those loaded at once (one weights size per rig)."""
-        return ((self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB) / HOST_MARGIN / max(1, self.at_once)
+        """One server's weights, from the rule's figure for those loaded at once."""
+        weights = (self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB
+        return weights / HOST_MARGIN / max(1, self.at_once)
 
     def refusal(self, sleepers: Sequence[Sleeper], *, instead: str = "") -> str | None:
-        """The refusal of the servers that need sleep level 1 and cannot have it (``instead``: another way), or None."""
+        """The refusal of the servers that need sleep level 1 and cannot have it (``instead``:
+        another way), or None."""
         if not self.refused:
             return None
         whom = [s for s in sleepers if s.label in self.refused]
-        need = self.need_refused_gib or sleep_level_1_need_gib([s.weights_gib or 0.0 for s in sleepers
-                                                                if s.needs_sleep_level_1])
+        need = self.need_refused_gib or sleep_level_1_need_gib(
+            [s.weights_gib or 0.0 for s in sleepers if s.needs_sleep_level_1])
         fewer = "select fewer modes (-k), " if not self.loaded else ""
-        return (f"{', '.join(s.label for s in whom)} cannot sleep at sleep level 2 ({whom[0].needs_sleep_level_1}) and "
-                f"sleep level 1 for the servers that need it, loaded at once, takes {need:,.0f} GiB of host memory; "
-                f"this host has {self.available_gib:,.0f} GiB available. Run it on a host with {need:,.0f} GiB "
+        return (f"{', '.join(s.label for s in whom)} cannot sleep at sleep level 2 "
+                f"({whom[0].needs_sleep_level_1}) and sleep level 1 for the servers that need it, "
+                f"loaded at once, takes {need:,.0f} GiB of host memory; this host has "
+                f"{self.available_gib:,.0f} GiB available. Run it on a host with {need:,.0f} GiB "
                 f"available, {fewer}{instead + ', ' if instead else ''}or leave it out of this rig")
 
 
 def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: int | None = None,
-                  prefer: Sequence[str] = (), at_once: Sequence[Sequence[str]] | None = None) -> LevelChoice:
-    """Sleep level 1 for every server when the host holds the weights of those loaded at once; else sleep level 1
-    first for the servers that cannot wake from sleep level 2, then for those in ``prefer`` (a kept
-    reference: kept only at sleep level 1), then the others in order, each while it fits beside the
-    sleep-level-1 servers loaded with it; sleep level 2 for the rest. A forced sleep level (the rig's ``sleep_level``)
-    is taken as it is. ``at_once``: the sets of labels loaded together (None: all of them)."""
+                  prefer: Sequence[str] = (),
+                  at_once: Sequence[Sequence[str]] | None = None) -> LevelChoice:
+    """Sleep level 1 for every server when the host holds the weights of those loaded at once;
+    else sleep level 1 first for those that cannot wake from sleep level 2, then ``prefer``, then
+    the others, each while it fits; sleep level 2 for the rest. A forced sleep level is taken as
+    it is. ``at_once``: the sets of labels loaded together (None: all of them)."""
     groups = [[s.label for s in sleepers]] if at_once is None else [list(g) for g in at_once if g]
     weights = {s.label: s.weights_gib for s in sleepers}
     known = all(w is not None for w in weights.values())
@@ -145,19 +146,20 @@ def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: 
             beside = [[label for label in g if levels.get(label) == 1] for g in groups if s.label in g]
             levels[s.label] = 1 if all(need([*g, s.label]) <= available_gib for g in beside) else 2
         levels = {s.label: levels[s.label] for s in sleepers}
-    # a forced sleep level 2 on such servers is refused when the rig loads (specgate.config.rig.check_sleep_level)
+    # a forced sleep level 2 on such servers is refused when the rig loads (check_sleep_level)
     refused = () if forced is not None else tuple(s.label for s in sleepers
                                                   if s.needs_sleep_level_1 and levels[s.label] == 2)
     needs_one = {s.label for s in sleepers if s.needs_sleep_level_1}
     chosen_gib = max((need(label for label in g if levels[label] == 1) for g in groups), default=0.0)
+    refused_gib = max((need(label for label in g if label in needs_one) for g in groups),
+                      default=0.0)
     return LevelChoice(levels, need_all, chosen_gib, available_gib, refused, forced,
                        loaded=tuple(peak) if set(peak) != set(weights) else (),
-                       need_refused_gib=max((need(label for label in g if label in needs_one) for g in groups),
-                                            default=0.0))
+                       need_refused_gib=refused_gib)
 
 
 def sleep_level_2_wake_s(weights_gib: float | None, read_gib_per_s: float | None) -> float | None:
-    """A wake at sleep level 2: the weights read again from the model's files, or None when either is unknown."""
+    """A wake at sleep level 2 (the weights read again), or None when either is unknown."""
     if weights_gib is None or not read_gib_per_s:
         return None
     return weights_gib / read_gib_per_s
@@ -170,7 +172,8 @@ def first_sleep_s(weights_gib: float | None) -> float | None:
 def level_line(sleeper: Sleeper, level: int, wake_s: float | None) -> str:
     if level == 1:
         first = first_sleep_s(sleeper.weights_gib)
-        return f"{sleeper.label} sleep level 1" + (f" (first sleep ~{format_elapsed(first)})" if first else "")
-    wake = f"wake ~{format_elapsed(wake_s)}" if wake_s is not None else \
-        "wake time unknown, counted as swap_s: set [estimate] weights_read_gib_per_s"
+        return f"{sleeper.label} sleep level 1" + (
+            f" (first sleep ~{format_elapsed(first)})" if first else "")
+    wake = (f"wake ~{format_elapsed(wake_s)}" if wake_s is not None else
+            "wake time unknown, counted as swap_s: set [estimate] weights_read_gib_per_s")
     return f"{sleeper.label} sleep level 2 ({wake})"

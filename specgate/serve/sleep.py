@@ -1,38 +1,18 @@
-"""Servers that take turns on the same GPUs: vLLM sleep mode (arrangement "alternation", specgate.config.arrangement).
+"""Servers that take turns on the same GPUs: vLLM sleep mode (arrangement "alternation").
 
 Every server of a comparison is started once with ``--enable-sleep-mode`` (and
-``VLLM_SERVER_DEV_MODE=1``, which exposes the endpoints), one after the other: the awake one is
-put to sleep before the next starts, since a start measures the GPU memory that is free. Then one
-is awake at a time and the measurement window swaps them between turns (never inside a request's
-timing): ``POST /sleep?level=N`` on the awake one, a check that it sleeps (``GET /is_sleeping``) and
-that the GPUs' memory came free (NVML), then ``POST /wake_up`` on the other and a check that it is
-awake. Every swap is timed; the window keeps them (``extra["alternation"]["swaps"]``).
+``VLLM_SERVER_DEV_MODE=1``), the awake one put to sleep before the next starts. Then one is awake
+at a time and the window swaps them between turns: ``POST /sleep?level=N`` on the awake one, a
+check that it sleeps (``GET /is_sleeping``) and that the GPUs' memory came free (NVML), then
+``POST /wake_up`` on the other and a check that it is awake. Every swap is timed.
 
-A server's first sleep at sleep level 1 copies its weights to host memory (tens of seconds for a large
-model); later swaps take about a second, and no warm-up follows a wake (docs/alternation.md).
-
-Sleep levels (vLLM's sleep mode docs): sleep level 1 offloads the weights to host memory and discards the
-KV cache; sleep level 2 discards both and keeps only the model's buffers. At sleep level 1 the host must hold
-the sleeping server's weights (Kimi-K2.5 INT4: ~600 GB), so before a server's first sleep its
-sleep level is chosen: 1 when the host's available memory holds its weights with room to spare, else
-2 (or the rig's ``sleep_level``). A wake at sleep level 2 reallocates the weights without their contents,
-so specgate wakes the weights (``/wake_up?tags=weights``), reloads them from the model's files
-(``POST /collective_rpc`` with method ``reload_weights``, the RLHF path of the worker), then
-wakes the KV cache (``/wake_up?tags=kv_cache``); that wake reads the weights from disk every time
-and is timed like any swap. A server with ``--load-format dummy`` weights never sleeps at sleep level 2:
-vLLM 0.26 refuses their reload (NotImplementedError), and woken without it the server decodes
-but generates no text, so no request has a decode rate. Such a rig is refused when it loads
-(``sleep_level = 2``), and a sleep level 2 chosen for host memory is refused before the sleep.
-
-Drafters (read in vLLM's source, v1 ``gpu_worker.py`` and the model runners; to be confirmed on
-the GPU): the worker loads the model runner's model *and its drafter* inside one
-``CuMemAllocator.use_memory_pool(tag="weights")`` block (the runner's ``load_model`` loads the
-draft model or EAGLE head there), so sleep level 1 offloads and restores the draft weights with the
-target's: speculative modes can alternate at sleep level 1. At sleep level 2 the worker saves and restores
-only the target model's buffers and ``reload_weights`` reloads the target model only, so a draft
-model or EAGLE head would wake with garbage weights: specgate refuses sleep level 2 for a server with a
-drafter (a clear error naming the host memory sleep level 1 needs). n-gram and suffix speculation load
-no weights of their own, so they may sleep at sleep level 2 (the seed's Kimi case on a host short of RAM).
+Sleep level 1 offloads the weights to host memory (the first sleep copies them: tens of seconds);
+sleep level 2 discards them, and a wake reloads them from the model's files (``/wake_up?tags=
+weights``, ``POST /collective_rpc`` reload_weights, ``/wake_up?tags=kv_cache``). The sleep level is
+chosen at a server's first sleep: 1 when the host's available memory holds its weights, else 2 (or
+the rig's ``sleep_level``). Sleep level 2 is refused for ``--load-format dummy`` weights (vLLM 0.26
+cannot reload them) and for a drafter (reload_weights reloads the target model only); sleep level
+1 offloads a drafter's weights with the target's.
 """
 
 from __future__ import annotations
@@ -57,11 +37,8 @@ from specgate.serve.gpu import is_gpu_id, nvml
 from specgate.serve.host_memory import GiB, host_available_gib, sleep_level_1_need_gib
 from specgate.serve.http import auth_headers, tls_context
 
-# A sleep or wake may take minutes on a big model (the first sleep at sleep level 1 copies every weight to
-# host memory: 23.5 s for 28.9 GiB on the H200; ~75 GB per GPU for Kimi on 8 GPUs).
-SWAP_TIMEOUT_S = 1800.0
-# A sleeping server keeps ~1 GiB per GPU (CUDA context, buffers): a wake needs its own share of
-# the GPU free within this fraction of the GPU's memory.
+SWAP_TIMEOUT_S = 1800.0  # a first sleep at sleep level 1 copies every weight to host memory
+# A sleeping server keeps ~1 GiB per GPU: a wake needs its share free within this fraction.
 GPU_FREE_SLACK = 0.03
 LOG_TAIL_LINES = 30
 _MODEL_LOADING = re.compile(r"Model loading took ([0-9.]+) ?GiB")
@@ -80,8 +57,8 @@ def with_sleep_mode(spec):
 
 
 def weights_gib_from_log(text: str, gpus: int) -> float | None:
-    """The GiB a server's weights take over its ``gpus`` GPUs, from vLLM's "Model loading took X GiB"
-    (one line per worker, each its own share; the largest share times ``gpus``), or None."""
+    """The GiB a server's weights take over its ``gpus`` GPUs, from vLLM's "Model loading took
+    X GiB" (one line per worker; the largest share times ``gpus``), or None."""
     shares = [float(m) for m in _MODEL_LOADING.findall(text)]
     return max(shares) * gpus if shares else None
 
@@ -91,25 +68,28 @@ def weights_gib_in_folder(model: str) -> float | None:
     folder = Path(model)
     if not folder.is_dir():
         return None
-    total = sum(p.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt") for p in folder.glob(pattern))
+    total = sum(p.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt")
+                for p in folder.glob(pattern))
     return total / GiB if total else None
 
 
-def choose_level(need_gib: float | None, available_gib: float, *, forced: int | None = None) -> tuple[int, str]:
+def choose_level(need_gib: float | None, available_gib: float, *,
+                 forced: int | None = None) -> tuple[int, str]:
     """The sleep level of a server whose weights take ``need_gib`` (None: not known) on a host with
     ``available_gib`` available, and why."""
     if forced is not None:
         return forced, f"sleep level {forced}: set by the rig (sleep_level)"
     if need_gib is None:
-        return 1, (f"sleep level 1: the weights' size is not known (set sleep_host_memory_gib in the rig); the host "
-                   f"has {available_gib:.0f} GiB available")
+        return 1, ("sleep level 1: the weights' size is not known (set sleep_host_memory_gib in "
+                   f"the rig); the host has {available_gib:.0f} GiB available")
     wanted = sleep_level_1_need_gib([need_gib])
     if available_gib >= wanted:
-        return 1, (f"sleep level 1: the host has {available_gib:.0f} GiB available for the sleeping server's "
-                   f"{need_gib:.1f} GiB of weights")
-    return 2, ("sleep level 2 (weights discarded, reloaded from the model's files at every wake; slower swaps, "
-               f"timed): sleep level 1 would keep {need_gib:.1f} GiB of weights in host memory (with headroom "
-               f"{wanted:.0f} GiB) and the host has {available_gib:.0f} GiB available")
+        return 1, (f"sleep level 1: the host has {available_gib:.0f} GiB available for the "
+                   f"sleeping server's {need_gib:.1f} GiB of weights")
+    return 2, ("sleep level 2 (weights discarded, reloaded from the model's files at every wake; "
+               f"slower swaps, timed): sleep level 1 would keep {need_gib:.1f} GiB of weights in "
+               f"host memory (with headroom {wanted:.0f} GiB) and the host has "
+               f"{available_gib:.0f} GiB available")
 
 
 def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:
@@ -124,7 +104,8 @@ def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = pynvml.nvmlDeviceGetUUID(handle)
                 uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-                if wanted is not None and not any(w == str(index) or (is_gpu_id(w) and w == uuid) for w in wanted):
+                if wanted is not None and not any(w == str(index) or (is_gpu_id(w) and w == uuid)
+                                                  for w in wanted):
                     continue
                 info = pynvml.nvmlDeviceGetMemoryInfo(handle)
                 out.append((str(index), info.free / info.total))
@@ -146,24 +127,21 @@ class _Sleeper:
 @dataclass
 class SleepController:
     """The servers of one comparison taking turns on the same GPUs: which one is awake, the swaps
-    between them (each timed and checked), and their sleep levels.
-
-    ``available_gib`` and ``gpu_free`` read the host's available memory and the GPUs' free share
-    (injectable for tests); ``gpu_free`` returning None skips the GPU check."""
+    (each timed and checked), and their sleep levels. ``available_gib`` and ``gpu_free`` are
+    injectable for tests; ``gpu_free`` returning None skips the GPU check."""
 
     rig: Any
     progress: Callable[[str], None] = lambda line: None
     gpus: str | None = None
     available_gib: Callable[[], float] = host_available_gib
     gpu_free: Callable[[str | None], Sequence[tuple[str, float]] | None] = nvml_free_fractions
-    # the kept servers (specgate.serve.registry) asleep at sleep level 1, but for these pids: names, for the
-    # sleep-level-2 message; the plugin passes the registry's, nothing by default
+    # Names of the kept servers asleep at sleep level 1 but for these pids (for the sleep level 2
+    # message); the plugin passes the registry's.
     kept_asleep: Callable[[set[int]], list[str]] = lambda pids: []
     sleepers: list[_Sleeper] = field(default_factory=list)
     swaps: list[dict[str, Any]] = field(default_factory=list)
     failure: str | None = None  # a failed swap: every later swap fails with it
 
-    # -- the servers -------------------------------------------------------------------------
     def _sleeper(self, server: Any) -> _Sleeper:
         for sleeper in self.sleepers:
             if sleeper.server is server:
@@ -175,15 +153,15 @@ class SleepController:
         return next((t.server for t in self.sleepers if not t.sleeping), None)
 
     def add(self, server: Any, *, asleep_at: int | None = None) -> None:
-        """A server that just started (awake: every other one sleeps, see :meth:`make_room`), or a
-        kept one an earlier session left asleep at sleep level ``asleep_at`` (woken for its first turn)."""
+        """A server that just started (awake), or a kept one an earlier session left asleep at
+        sleep level ``asleep_at``."""
         if any(t.server is server for t in self.sleepers):
             return
         if asleep_at is None:
             self.sleepers.append(_Sleeper(server))
         else:
-            self.sleepers.append(_Sleeper(server, level=asleep_at, sleeping=True,
-                                    level_why=f"sleep level {asleep_at}, as it slept when an earlier session left it"))
+            why = f"sleep level {asleep_at}, as it slept when an earlier session left it"
+            self.sleepers.append(_Sleeper(server, level=asleep_at, sleeping=True, level_why=why))
 
     def has_slept(self, server: Any) -> bool:
         """Whether ``server`` has been asleep (its sleep level is chosen at its first sleep)."""
@@ -194,9 +172,8 @@ class SleepController:
         self.sleepers = [t for t in self.sleepers if t.server is not server]
 
     async def leave(self, server: Any, *, stays_running: bool) -> None:
-        """A server's last turn is over (its mode's last test). One that stays running after it
-        (--specgate-keep-servers) goes to sleep first when it is awake: the next server to start
-        must find the GPUs free, and no longer sees it among the turns."""
+        """A server's last turn is over. One that stays running (--specgate-keep-servers) goes to
+        sleep first when awake: the next server to start must find the GPUs free."""
         sleeper = next((t for t in self.sleepers if t.server is server), None)
         self.remove(server)
         if not stays_running or sleeper is None or sleeper.sleeping or self.failure is not None:
@@ -212,29 +189,28 @@ class SleepController:
             stop = getattr(server, "stop", None)
             if stop is not None:
                 stop()
-            raise SleepError(f"{exc}\n(it was leaving the alternation after its mode's last test; it was stopped)") \
-                from None
+            raise SleepError(f"{exc}\n(it was leaving the alternation after its mode's last "
+                             "test; it was stopped)") from None
 
     def require_room(self, spec: Any) -> None:
-        """Before a server of the alternation starts: the GPUs must have its share free. Servers
-        asleep (this session's, or kept ones of an earlier session) keep ~1 GiB per GPU, so the
-        guard of a lone server (nothing held at all) would refuse where there is room."""
+        """Before a server of the alternation starts: the GPUs must have its share free (sleeping
+        servers keep ~1 GiB per GPU, which a lone server's guard would refuse)."""
         short = self._short_of(spec.argv)
         if short:
             shown, need = short
             raise ServerStartError(
-                f"refusing to start {spec.label}: it needs {need * 100:.0f} % of the GPU memory (less "
-                f"{GPU_FREE_SLACK * 100:.0f} % slack) and {shown}; kept servers are listed by `python -m specgate "
-                "servers`, and nvidia-smi shows the rest")
+                f"refusing to start {spec.label}: it needs {need * 100:.0f} % of the GPU memory "
+                f"(less {GPU_FREE_SLACK * 100:.0f} % slack) and {shown}; kept servers are listed "
+                "by `python -m specgate servers`, and nvidia-smi shows the rest")
 
     def _short_of(self, argv: Sequence[str]) -> tuple[str, float] | None:
-        """The GPUs short of a server of ``argv`` (its --gpu-memory-utilization less the slack), as
-        shown in a message, and that share; None when they have it or cannot say (no share in the
-        argv, no NVML)."""
+        """The GPUs short of a server of ``argv`` (its --gpu-memory-utilization less the slack),
+        as shown in a message, and that share; None when they have it or cannot say."""
         need = gpu_memory_utilization(argv)
         if need is None:
             return None
-        short = [(gpu, free) for gpu, free in self.gpu_free(self.gpus) or () if free < need - GPU_FREE_SLACK]
+        short = [(gpu, free) for gpu, free in self.gpu_free(self.gpus) or ()
+                 if free < need - GPU_FREE_SLACK]
         if not short:
             return None
         return ", ".join(f"GPU {gpu} {free * 100:.0f} % free" for gpu, free in short), need
@@ -242,11 +218,12 @@ class SleepController:
     def check(self) -> None:
         """Raise the earlier swap failure, if any: the alternation is over."""
         if self.failure is not None:
-            raise SleepError(f"an earlier swap of this alternation failed, so no window can run:\n{self.failure}")
+            raise SleepError("an earlier swap of this alternation failed, so no window can run:\n"
+                             f"{self.failure}")
 
     def typical_swap_s(self) -> float:
-        """A swap's cost as measured so far (the median of the later ones: a server's first sleep
-        copies its weights), else the rig's ``[estimate] swap_s``."""
+        """A swap's cost as measured so far (the median of the later ones: a first sleep copies
+        the weights), else the rig's ``[estimate] swap_s``."""
         measured = [s["sleep_s"] + s["wake_s"] for s in self.swaps if s.get("sleep_s") is not None
                     and not s.get("first_sleep") and not s.get("before_start") and s.get("from")]
         if measured:
@@ -254,7 +231,6 @@ class SleepController:
         estimate = getattr(self.rig, "estimate", None)
         return estimate.swap_s if estimate is not None else EXPECTED_SWAP_S
 
-    # -- swaps -------------------------------------------------------------------------------
     async def make_room(self) -> None:
         """Before a server starts: put the awake one to sleep."""
         self.check()
@@ -267,7 +243,8 @@ class SleepController:
             except SleepError as exc:
                 self._fail(str(exc))
                 raise
-            self.swaps.append({"to": None, "from": awake.label, "sleep_s": round(time.monotonic() - started, 3),
+            self.swaps.append({"to": None, "from": awake.label,
+                               "sleep_s": round(time.monotonic() - started, 3),
                                "wake_s": 0.0, "first_sleep": first, "before_start": True})
 
     async def activate(self, server: Any) -> dict[str, Any] | None:
@@ -277,11 +254,13 @@ class SleepController:
         sleeper = self._sleeper(server)
         if not sleeper.sleeping:
             return None
-        record: dict[str, Any] = {"to": server.label, "from": None, "sleep_s": 0.0, "first_sleep": False}
+        record: dict[str, Any] = {"to": server.label, "from": None, "sleep_s": 0.0,
+                                  "first_sleep": False}
         other = self.awake
         try:
             if other is not None:
-                record["from"], record["first_sleep"] = other.label, self._sleeper(other).level is None
+                record["from"] = other.label
+                record["first_sleep"] = self._sleeper(other).level is None
                 started = time.monotonic()
                 await self._sleep(other)
                 record["sleep_s"] = round(time.monotonic() - started, 3)
@@ -306,7 +285,8 @@ class SleepController:
                 try:
                     stop()
                 except Exception as exc:  # the failure being reported matters more
-                    self.progress(f"alternation: stopping {sleeper.server.label} after the failed swap: {exc}")
+                    self.progress(f"alternation: stopping {sleeper.server.label} after the failed "
+                                  f"swap: {exc}")
 
     def _client(self, server: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=server.base_url, headers=auth_headers(server.api_key),
@@ -314,19 +294,21 @@ class SleepController:
                                  transport=getattr(server, "transport", None), verify=tls_context())
 
     def _error(self, server: Any, what: str) -> SleepError:
-        return SleepError(f"alternation: {server.label} {what}.\nLast {LOG_TAIL_LINES} lines of its log:\n"
-                          f"{server.log_tail(LOG_TAIL_LINES)}")
+        return SleepError(f"alternation: {server.label} {what}.\nLast {LOG_TAIL_LINES} lines of "
+                          f"its log:\n{server.log_tail(LOG_TAIL_LINES)}")
 
-    async def _post(self, client: httpx.AsyncClient, server: Any, path: str, what: str, **kwargs: Any) -> None:
+    async def _post(self, client: httpx.AsyncClient, server: Any, path: str, what: str,
+                    **kwargs: Any) -> None:
         try:
             response = await client.post(path, **kwargs)
         except httpx.HTTPError as exc:
-            raise self._error(server, f"did not {what}: POST {path} failed: {type(exc).__name__}: {exc}") from None
+            raise self._error(server, f"did not {what}: POST {path} failed: "
+                              f"{type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             hint = (" (started without --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1?)"
                     if response.status_code == 404 else "")
-            raise self._error(server, f"did not {what}: POST {path} answered HTTP {response.status_code}{hint}: "
-                              f"{response.text[:300]}")
+            raise self._error(server, f"did not {what}: POST {path} answered HTTP "
+                              f"{response.status_code}{hint}: {response.text[:300]}")
 
     async def _is_sleeping(self, client: httpx.AsyncClient, server: Any) -> bool:
         try:
@@ -334,8 +316,8 @@ class SleepController:
             response.raise_for_status()
             return bool(response.json()["is_sleeping"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise self._error(server, f"did not say whether it sleeps: GET /is_sleeping: {type(exc).__name__}: "
-                              f"{exc}") from None
+            raise self._error(server, "did not say whether it sleeps: GET /is_sleeping: "
+                              f"{type(exc).__name__}: {exc}") from None
 
     def _alive(self, server: Any) -> None:
         try:
@@ -350,17 +332,20 @@ class SleepController:
             sleeper.level, sleeper.level_why = self._choose_level(sleeper)
             self.progress(f"alternation: {server.label} sleeps at {sleeper.level_why}")
             if sleeper.level == 1:
-                self.progress(f"alternation: putting {server.label} to sleep for the first time (its weights are "
-                              "copied to host memory: ~24 s for 29 GiB)")
+                self.progress(f"alternation: putting {server.label} to sleep for the first time "
+                              "(its weights are copied to host memory: ~24 s for 29 GiB)")
         started = time.monotonic()
         async with self._client(server) as client:
-            await self._post(client, server, "/sleep", "go to sleep", params={"level": sleeper.level})
+            await self._post(client, server, "/sleep", "go to sleep",
+                             params={"level": sleeper.level})
             if not await self._is_sleeping(client, server):
-                raise self._error(server, "answered POST /sleep but GET /is_sleeping says it is awake")
+                raise self._error(server, "answered POST /sleep but GET /is_sleeping says it is "
+                                  "awake")
         sleeper.sleeping = True
         _note_sleep(server, sleeper.level)
         if time.monotonic() - started > 10:
-            self.progress(f"alternation: {server.label} asleep after {format_elapsed(time.monotonic() - started)}")
+            self.progress(f"alternation: {server.label} asleep after "
+                          f"{format_elapsed(time.monotonic() - started)}")
 
     def _choose_level(self, sleeper: _Sleeper) -> tuple[int, str]:
         rig, server = self.rig, sleeper.server
@@ -371,70 +356,75 @@ class SleepController:
                 text = Path(log_path).read_text(errors="replace") if log_path else ""
             except OSError:
                 text = ""
-            need = weights_gib_from_log(text, rig.gpus_per_server) or weights_gib_in_folder(rig.model)
+            need = (weights_gib_from_log(text, rig.gpus_per_server)
+                    or weights_gib_in_folder(rig.model))
         level, why = choose_level(need, self.available_gib(), forced=rig.sleep_level)
         if level == 2 and rig.sleep_level is None:
             why += self._kept_elsewhere()
         dummy, drafter = dummy_weights(_argv(server)), drafter_in(_argv(server))
         if level == 2 and (dummy or drafter):
-            cause = ("its weights are dummy (--load-format dummy), which vLLM 0.26 cannot reload, and a server woken "
-                     "without them generates no text (tokens, but no text, so no decode rate)" if dummy
-                     else "its drafter's weights would not come back (vLLM's reload_weights reloads the target model "
-                     "only)")
-            fix = (f"Set sleep_level = 1 or leave it unset in {rig.path}" if rig.sleep_level == 2 else
-                   "Free host memory, or set sleep_host_memory_gib if the estimate is wrong, or run this rig with "
-                   "arrangement = \"sequential\"")
+            cause = ("its weights are dummy (--load-format dummy), which vLLM 0.26 cannot reload, "
+                     "and a server woken without them generates no text (tokens, but no text, so "
+                     "no decode rate)" if dummy
+                     else "its drafter's weights would not come back (vLLM's reload_weights "
+                     "reloads the target model only)")
+            fix = (f"Set sleep_level = 1 or leave it unset in {rig.path}" if rig.sleep_level == 2
+                   else "Free host memory, or set sleep_host_memory_gib if the estimate is wrong, "
+                   "or run this rig with arrangement = \"sequential\"")
             raise self._error(server, f"cannot sleep at sleep level 2: {cause}; {why}. {fix}")
         return level, why
 
     def _kept_elsewhere(self) -> str:
-        """Kept servers (--specgate-keep-servers) asleep at sleep level 1 outside this alternation: their
-        weights hold host memory that a sleep at sleep level 1 here would need."""
+        """Kept servers asleep at sleep level 1 outside this alternation: their weights hold host
+        memory that a sleep at sleep level 1 here would need."""
         ours = {getattr(getattr(t.server, "kept", None), "pid", None) for t in self.sleepers}
         others = self.kept_asleep(ours - {None})
         if not others:
             return ""
-        return (f"; kept servers asleep at sleep level 1 hold host memory for their weights: {', '.join(others)} "
-                "(`python -m specgate servers --stop NAME` frees it)")
+        return ("; kept servers asleep at sleep level 1 hold host memory for their weights: "
+                f"{', '.join(others)} (`python -m specgate servers --stop NAME` frees it)")
 
     def _check_gpu_free(self, server: Any, other: Any | None) -> None:
-        """Before a wake: the GPUs must have this server's share free (the other server's memory
-        came back when it went to sleep)."""
+        """Before a wake: the GPUs must have this server's share free."""
         short = self._short_of(_argv(server))
         if short:
             (shown, need), who = short, other if other is not None else server
             raise self._error(who, (
-                f"{'went to sleep' if other is not None else 'sleeps'} but the GPU memory did not come free for "
-                f"{server.label} ({shown}; it needs {need * 100:.0f} % less {GPU_FREE_SLACK * 100:.0f} % slack)"))
+                f"{'went to sleep' if other is not None else 'sleeps'} but the GPU memory did not "
+                f"come free for {server.label} ({shown}; it needs {need * 100:.0f} % less "
+                f"{GPU_FREE_SLACK * 100:.0f} % slack)"))
 
     async def _wake(self, sleeper: _Sleeper) -> None:
         server = sleeper.server
         self._alive(server)
         async with self._client(server) as client:
             if sleeper.level == 2:
-                # Sleep level 2 kept no weights: wake their memory, reload them from the files, then the KV cache.
-                await self._post(client, server, "/wake_up", "wake up its weights", params={"tags": "weights"})
+                # Sleep level 2 kept no weights: wake their memory, reload them, then the KV cache.
+                await self._post(client, server, "/wake_up", "wake up its weights",
+                                 params={"tags": "weights"})
                 await self._post(client, server, "/collective_rpc", "reload its weights",
                                  json={"method": "reload_weights"})
-                await self._post(client, server, "/wake_up", "wake up its KV cache", params={"tags": "kv_cache"})
+                await self._post(client, server, "/wake_up", "wake up its KV cache",
+                                 params={"tags": "kv_cache"})
             else:
                 await self._post(client, server, "/wake_up", "wake up")
             if await self._is_sleeping(client, server):
-                raise self._error(server, "answered POST /wake_up but GET /is_sleeping says it still sleeps")
+                raise self._error(server, "answered POST /wake_up but GET /is_sleeping says it "
+                                  "still sleeps")
         sleeper.sleeping = False
         _note_sleep(server, None)
 
 
 def _note_sleep(server: Any, level: int | None) -> None:
-    """A kept server (--specgate-keep-servers) records the sleep level it sleeps at, so the next session
-    can take it asleep and wake it (specgate.serve.registry.awake_or_why)."""
+    """A kept server records the sleep level it sleeps at, so the next session can take it asleep
+    and wake it (specgate.serve.registry.awake_or_why)."""
     note = getattr(server, "note_sleep", None)
     if note is not None:
         note(level)
 
 
 def _argv(server: Any) -> Sequence[str]:
-    """The argv a server was started with (a reused kept one's too), or () for one without a spec."""
+    """The argv a server was started with (a reused kept one's too), or ()."""
     return getattr(getattr(server, "spec", None), "argv", None) or ()
 
 
