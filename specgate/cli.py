@@ -68,17 +68,21 @@ def _parser() -> _Parser:
                             "speculation): the predicted tok/s ratio of each mode at every k up "
                             "to the served one, per class, with intervals, the best k and a PNG; "
                             "--seed: what the seed case's published figures allow")
-    advise.add_argument("--rig", default=None, help="the rig the report is of (with --seed: default the seed's)")
+    advise.add_argument("--rig", default=None,
+                        help="the rig the report is of (with --seed: default the seed's)")
     advise.add_argument("--report", type=Path, default=None,
                         help="a run's report.json (or report.json.gz)")
-    advise.add_argument("--seed", action="store_true", help="advise from the seed case's published figures")
-    advise.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/advice/<rig>)")
+    advise.add_argument("--seed", action="store_true",
+                        help="advise from the seed case's published figures")
+    advise.add_argument("--out", type=Path, default=None,
+                        help="where the PNG goes (default .specgate/advice/<rig>)")
     return parser
 
 
 def _add_session_commands(sub) -> None:
     """The commands around one session: prepare the model, run, plan, the kept servers."""
-    prep = sub.add_parser("prepare-model", help="fetch and convert SmolLM2-135M-Instruct for the cpu tier")
+    prep = sub.add_parser("prepare-model",
+                          help="fetch and convert SmolLM2-135M-Instruct for the cpu tier")
     prep.add_argument("--cache", type=Path, default=None, help="model cache (default "
                       "$SPECGATE_MODEL_CACHE or ~/.cache/specgate/models)")
     prep.add_argument("--force", action="store_true", help="convert again even if cached")
@@ -93,7 +97,8 @@ def _add_session_commands(sub) -> None:
     plan.add_argument("--host-memory-gib", type=_host_memory_gib, default=None, metavar="GIB",
                       help="plan for a host with this much available memory (default: this host's)")
     plan.add_argument("--specgate-keep-servers", action="store_true",
-                      help="count the kept servers a --specgate-keep-servers session would reuse as no start")
+                      help="count the kept servers a --specgate-keep-servers session would "
+                      "reuse as no start")
     plan.add_argument("--specgate-fixtures", type=Path, default=None, metavar="DIR",
                       help="the fixtures folder the rig is looked up in, as the session's option "
                       "(default $SPECGATE_FIXTURES, else ./fixtures)")
@@ -105,8 +110,7 @@ def _add_session_commands(sub) -> None:
 
 
 def _add_history_commands(sub) -> None:
-    """The commands around stored figures: adopt a report's windows, build and show a history, start
-    pairs."""
+    """The commands around stored figures: adopt, build-history, start-pairs, history."""
     adopt = sub.add_parser("adopt-baselines", help="write the windows measured in a saved "
                            "report.json as baselines (e.g. those an interrupted "
                            "--specgate-update-baselines run finished)")
@@ -122,7 +126,8 @@ def _add_history_commands(sub) -> None:
                          help="fresh starts to store (default 10)")
     history.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
     history.add_argument("--runs", type=Path, default=None,
-                         help="where each start's run folder goes (default .specgate/history/<rig>)")
+                         help="where each start's run folder goes "
+                         "(default .specgate/history/<rig>)")
     pairs = sub.add_parser("start-pairs", help="an A/B over K start pairs: K sessions, each "
                            "starting both sides afresh, the side started first alternating, their "
                            "throughput ratios combined into one verdict per window (extra "
@@ -130,15 +135,18 @@ def _add_history_commands(sub) -> None:
     pairs.add_argument("--rig", required=True)
     pairs.add_argument("--pairs", type=_positive_int, default=2, help="start pairs (default 2)")
     pairs.add_argument("--runs", type=Path, default=None,
-                       help="where each start pair's run folder goes (default .specgate/start-pairs/<rig>)")
+                       help="where each start pair's run folder goes "
+                       "(default .specgate/start-pairs/<rig>)")
     pairs.add_argument("--combine-only", action="store_true",
-                       help="run nothing: combine the kept reports of --runs' pair-NN folders again")
+                       help="run nothing: combine the kept reports of --runs' pair-NN folders "
+                       "again")
     shown = sub.add_parser("history", help="show a rig's stored histories: per machine and "
                            "window, the levels over the starts (a table and a PNG), the spread, "
                            "what the level gate catches, a step or a drift")
     shown.add_argument("--rig", required=True)
     shown.add_argument("--baselines", type=Path, default=None, help="default: ./baselines.json")
-    shown.add_argument("--out", type=Path, default=None, help="where the PNG goes (default .specgate/history/<rig>)")
+    shown.add_argument("--out", type=Path, default=None,
+                       help="where the PNG goes (default .specgate/history/<rig>)")
 
 
 def _refused(exc: SpecgateError, code: int = USAGE) -> int:
@@ -155,10 +163,10 @@ def _advise(args, rest: list[str], parser: _Parser) -> int:
 
 def _build_history(args, rest: list[str], parser: _Parser) -> int:
     try:
+        root = _project_root()
         return build_history(args.rig, args.starts, fixtures_dir=_fixtures_dir(),
-                             baselines=args.baselines or _project_root() / "baselines.json",
-                             runs_dir=args.runs or _project_root() / ".specgate"
-                             / "history" / args.rig,
+                             baselines=args.baselines or root / "baselines.json",
+                             runs_dir=args.runs or root / ".specgate" / "history" / args.rig,
                              pytest_args=[a for a in rest if a != "--"])
     except SpecgateError as exc:
         return _refused(exc)
@@ -172,8 +180,8 @@ def _start_pairs(args, rest: list[str], parser: _Parser) -> int:
     runs = args.runs or _project_root() / ".specgate" / "start-pairs" / args.rig
     if args.combine_only:
         return write_combined(rig, combine_folder(rig, runs), runs)
-    return run_start_pairs(rig, args.pairs, runs_dir=runs, pytest_args=[a for a in rest
-                                                                        if a != "--"])
+    return run_start_pairs(rig, args.pairs, runs_dir=runs,
+                           pytest_args=[a for a in rest if a != "--"])
 
 
 def _prepare_model(args, rest: list[str], parser: _Parser) -> int:
@@ -212,8 +220,8 @@ _COMMANDS = {
     "plan": lambda args, rest, parser: plan_session_command(
         args.rig, rest, keep_servers=args.specgate_keep_servers, host_gib=args.host_memory_gib,
         fixtures=args.specgate_fixtures),
-    # 1 from servers_command: an unknown name
-    "servers": lambda args, rest, parser: USAGE if servers_command(names=args.stop, stop_all=args.stop_all) else 0,
+    "servers": lambda args, rest, parser: (  # 1 from servers_command: an unknown name
+        USAGE if servers_command(names=args.stop, stop_all=args.stop_all) else 0),
     "prepare-model": _prepare_model,
     "adopt-baselines": lambda args, rest, parser: adopt_baselines(
         args.report, args.baselines or _project_root() / "baselines.json",
@@ -236,7 +244,8 @@ def _host_memory_gib(text: str) -> float:
     except ValueError:
         value = -1.0
     if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an amount of memory in GiB (a number, 0 or more)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an amount of memory in GiB (a number, 0 or more)")
     return value
 
 
@@ -296,19 +305,20 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     if capture.plan is None:
         print(out.getvalue(), end="")  # refused at collection (pytest printed why)
         if code == ExitCode.USAGE_ERROR:
-            print(f"specgate: the session of rig {rig_name} is refused before any server starts (above)",
-                  file=sys.stderr)
+            print(f"specgate: the session of rig {rig_name} is refused before any server starts "
+                  "(above)", file=sys.stderr)
             return USAGE
         print(f"specgate: no perf test selected for rig {rig_name} (pytest exit code {int(code)})",
               file=sys.stderr)
-        return int(code) if code not in (ExitCode.OK, ExitCode.GATE_FAILED) else int(ExitCode.NO_TESTS)
+        return int(ExitCode.NO_TESTS) if code in (ExitCode.OK, ExitCode.GATE_FAILED) else int(code)
     plan = capture.plan
     rig, store = capture.run_session.settings.rig, capture.run_session.settings.store
     if rig.arrangement.name == "alternation" and plan.servers:
         asked = Conditions(reused=[s.label for s in plan.servers if s.reused],
                            keep_servers=keep_servers, host_gib=host_gib,
                            other_tests=plan.other_tests, rate_note=capture.rates[1])
-        options = arrangements(rig, capture.windows, capture.rates[0], store=store, conditions=asked)
+        options = arrangements(rig, capture.windows, capture.rates[0], store=store,
+                               conditions=asked)
         chosen = choose_arrangement(options)
         plan = chosen.plan
         print(plan.render())
@@ -437,7 +447,8 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *,
         print(f"specgate: {exc}", file=sys.stderr)
         return USAGE
     if not report.get("complete", True):
-        print(f"note: {report_path} is from a run that did not finish; only its finished windows are adopted")
+        print(f"note: {report_path} is from a run that did not finish; only its finished "
+              "windows are adopted")
     for (rig, mode, prompt_class, concurrency), entry in sorted(entries.items()):
         print(f"{rig} / {mode} / {prompt_class} / c{concurrency}: median {entry.median:.1f} tok/s, "
               f"n={entry.n}, stored as {said[(rig, mode, prompt_class, concurrency)]}")

@@ -46,7 +46,8 @@ class OutputError(SpecgateError):
         from pathlib import Path
 
         self.path = str(folder)
-        blocker = next((p for p in (Path(self.path), *Path(self.path).parents) if p.exists()
-                        and not p.is_dir()), None)
-        why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror or str(exc)
+        blocker = next((p for p in (Path(self.path), *Path(self.path).parents)
+                        if p.exists() and not p.is_dir()), None)
+        why = (f"{blocker} is a file, not a folder" if blocker is not None
+               else exc.strerror or str(exc))
         super().__init__(f"{self.path}: cannot write there ({option}): {why}")

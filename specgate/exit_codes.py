@@ -42,7 +42,7 @@ def session_exit_code(pytest_status: int, report: dict[str, Any] | None) -> int:
     """The run's exit code: pytest's, except that a broken job (:func:`broken_job`) turns a run
     that pytest would end with 0 or 1 into JOB_BROKEN. An interrupt, an internal or a usage error
     keeps pytest's code."""
-    if report is not None and pytest_status in (ExitCode.OK,
-                                                ExitCode.GATE_FAILED) and broken_job(report):
+    broke = pytest_status in (ExitCode.OK, ExitCode.GATE_FAILED)
+    if report is not None and broke and broken_job(report):
         return ExitCode.JOB_BROKEN
     return pytest_status

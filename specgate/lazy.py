@@ -1,22 +1,14 @@
 """The one place specgate defers imports of its own modules.
 
-The plugin (specgate.plugin, a pytest11 entry point) loads into every pytest run of its environment,
-perf tests or not, and builds a SpecgateSession in each: specgate.plugin.session,
-specgate.plan.estimate, specgate.decide.outcome and specgate.plugin's modules load then, and must
-load light (tests/test_package_imports.py). The modules deferred below are those the light path uses
-and that load heavy packages (at import, directly or through one another): pydantic (baselines,
-config and all that import them), numpy (config, history, measure, gates, ...), httpx and aiohttp
-(sleep, server, fingerprint, measure, ...), prometheus_client (measure, gates, report), psutil
-(server, registry, record), tabulate (report); settings, follow_up and plugin.gatekeeper bring most
-of these together. The light path imports these names at module level (``from specgate.lazy import
-rig``) and each module loads at its first attribute access (``rig.load_rig(...)``): a run with no
-perf test never loads them.
+The plugin (a pytest11 entry point) loads into every pytest run of its environment, perf tests or
+not, and its light path must load light (tests/test_package_imports.py). The modules deferred
+below are those the light path uses that load heavy packages (pydantic, numpy, httpx, aiohttp,
+prometheus_client, psutil, tabulate). The light path imports these names at module level
+(``from specgate.lazy import rig``); each module loads at its first attribute access, so a run
+with no perf test never loads them. A name resolves on the real module at every access, so a
+monkeypatch of the real module holds for callers that go through these names.
 
-A name resolves on the real module at every access, so a monkeypatch of the real module
-(``specgate.serve.server.VLLMServer``) holds for callers that go through these names.
-
-Every other import of a specgate module is a plain module-level one; a module that is itself light
-(stdlib and light specgate modules only) is imported plainly, even on the light path.
+Every other import of a specgate module is a plain module-level one.
 """
 
 from __future__ import annotations
@@ -26,9 +18,8 @@ from typing import Any
 
 
 class Deferred:
-    """A specgate module imported at its first attribute access (importlib.import_module, so
-    sys.modules caches it and the import lock makes it thread-safe; unlike
-    importlib.util.LazyLoader, no half-loaded module object is ever placed in sys.modules)."""
+    """A specgate module imported at its first attribute access (importlib.import_module: cached
+    in sys.modules, thread-safe, and never half-loaded there, unlike LazyLoader)."""
 
     __slots__ = ("_name",)
 
@@ -44,7 +35,8 @@ class Deferred:
         return getattr(importlib.import_module(self._name), attr)
 
     def __setattr__(self, attr: str, value: Any) -> None:
-        raise AttributeError(f"{self!r} is read-only: patch or set {self._name}.{attr} on the module itself")
+        raise AttributeError(
+            f"{self!r} is read-only: patch or set {self._name}.{attr} on the module itself")
 
     def __repr__(self) -> str:
         return f"<deferred module {self._name}>"

@@ -19,7 +19,8 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 REDACTED = "<redacted>"
 # A command-line option that takes a secret: its last word is one (--api-key, --hf-token). The
 # whole-name rule would also catch --max-num-batched-tokens and --tokenizer, which hold none.
-_SECRET_OPTION = re.compile(r"^--?(?:[\w-]*[-_])?(?:key|token|secret|password|credentials?)(?:=|$)", re.I)
+_SECRET_OPTION = re.compile(
+    r"^--?(?:[\w-]*[-_])?(?:key|token|secret|password|credentials?)(?:=|$)", re.I)
 # A key of a JSON object shaped like an environment variable's name (HF_TOKEN), not like one of a
 # report's own fields (decode_tokens_per_s, sample_keys)
 _VARIABLE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -38,7 +39,7 @@ def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def redacted_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the value of every secret option (``--api-key K``, ``--hf-token=K``) replaced."""
+    """``argv`` with every secret option's value (``--api-key K``, ``--hf-token=K``) replaced."""
     out: list[str] = []
     takes_value = False
     for arg in argv:

@@ -10,7 +10,8 @@ from specgate.decide.history import StartHistory, step_means
 from specgate.decide.paired import spread_quantile
 
 # How far apart sittings can read (docs/statistics.md, the GPU lab): a one-sitting history's words.
-LEASES_APART = "levels of one machine kind have read 1.7-3.7 % apart between leases, docs/statistics.md"
+LEASES_APART = ("levels of one machine kind have read 1.7-3.7 % apart between leases, "
+                "docs/statistics.md")
 STEP_RULE = ("the rule: a step only within a sitting, where the mean log levels either side (2+ "
              "starts a side) differ by more than their spread explains: a two-sample t-test at "
              "1 % over every split tried (Bonferroni; binary segmentation); sittings differ "
@@ -27,7 +28,8 @@ def sittings_words(history: StartHistory) -> str:
     if k == 1:
         return (f"one sitting: the spread between sittings is not in the interval: {LEASES_APART}; "
                 "build-history in a later sitting adds it")
-    ones = " (the starts stored before sittings were recorded count as one)" if None in history.sittings else ""
+    ones = (" (the starts stored before sittings were recorded count as one)"
+            if None in history.sittings else "")
     if history.starts == k:
         return f"{k} sittings{ones}, one start each: the spread is between sittings"
     return (f"{k} sittings{ones}: within them {within * 100:.2f} %, between them "
@@ -50,10 +52,11 @@ def steps_words(levels: Sequence[float], sittings: Sequence[str | None] | None =
     steps = step_means(levels, sittings)
     if not steps:
         return ""
-    parts = [f"at start {i + 1} {a:.1f} -> {b:.1f} tok/s ({(b / a - 1) * 100:+.1f} %)" for i,
-             a, b in steps]
+    parts = [f"at start {i + 1} {a:.1f} -> {b:.1f} tok/s ({(b / a - 1) * 100:+.1f} %)"
+             for i, a, b in steps]
     moves = [b > a for _, a, b in steps]
-    kind = "a drift" if len(moves) >= 2 and len(set(moves)) == 1 else "a step" if len(steps) == 1 else "steps"
+    kind = ("a drift" if len(moves) >= 2 and len(set(moves)) == 1
+            else "a step" if len(steps) == 1 else "steps")
     return (f"the stored levels show {kind} ({'; '.join(parts)}): the history's spread holds it, "
             "so the gate is wider than the machine's start noise; if a change caused it, start a "
             f"new history ({STEP_RULE})")

@@ -1,10 +1,9 @@
 """The whole session's progress: windows done out of the plan's, and the time left, from the plan
-(specgate.plan.estimate) scaled by the pace the session has measured so far.
+scaled by the pace measured so far.
 
-One status line at a time, rate-limited: when a window finishes (at most one line every
-``min_interval_s``), and beside the other progress lines of a long wait (a server loading, a window's
-requests) at most every ``heartbeat_s``. Lines go through the session's progress channel, so pytest's
-own output keeps its shape. The clock is injected: the tests drive it.
+One status line at a time, rate-limited: when a window finishes (at most every
+``min_interval_s``), and beside the progress lines of a long wait at most every ``heartbeat_s``,
+through the session's progress channel. The clock is injected: the tests drive it.
 """
 
 from __future__ import annotations
@@ -24,7 +23,8 @@ class SessionProgress:
     how long is left. ``state`` returns the windows done (key -> measured wall seconds, or None
     where the window failed) and the labels of the servers up or started so far."""
 
-    def __init__(self, plan: SessionPlan, state: Callable[[], tuple[Mapping[WindowKey, float | None], Collection[str]]],
+    def __init__(self, plan: SessionPlan,
+                 state: Callable[[], tuple[Mapping[WindowKey, float | None], Collection[str]]],
                  *, started_at: float, clock: Callable[[], float] = time.monotonic,
                  min_interval_s: float = MIN_INTERVAL_S, heartbeat_s: float = HEARTBEAT_S) -> None:
         self.plan = plan
@@ -36,8 +36,8 @@ class SessionProgress:
         self._last_status: float | None = None
         self._last_done = -1
         self._keys = {w.key for w in plan.windows}
-        # when the count of windows done and servers up last changed: the work in progress since
-        # then is taken off the time left (up to the next window's estimate)
+        # when the windows done and servers up last changed: the work since is taken off the time
+        # left (up to the next window's estimate)
         self._progress_mark: tuple[int, float] | None = None
 
     # -- what is known --------------------------------------------------------------------------
