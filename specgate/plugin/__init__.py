@@ -123,7 +123,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     count = config.stash.get(_TIERLESS, 0)
     if count:
         lines.append(f"specgate: {count} test(s) marked cpu, gpu or perf deselected: they start "
-                     f"vLLM servers, " "so a run selects them with -m cpu or -m gpu")
+                     "vLLM servers, so a run selects them with -m cpu or -m gpu")
     return lines
 
 

@@ -46,10 +46,9 @@ def check_project_config_loaded(config: pytest.Config) -> None:
                 and not Path(value).resolve().is_relative_to(cwd.resolve())]
     raise pytest.UsageError(
         f"specgate: pytest did not load {project} (rootdir became {config.rootpath}), so the "
-        f"markers, "
-        f"xfail_strict and the fixtures folder would be wrong. "
+        "markers, xfail_strict and the fixtures folder would be wrong. "
         + (f"pytest took the path in {', '.join(repr(c) for c in culprits)} for a test path when "
-           f"looking " "for its config. " if culprits else "")
+           "looking for its config. " if culprits else "")
         + "Write such options with '=' (--specgate-run-dir=/tmp/x), or add -c pyproject.toml.")
 
 
@@ -96,8 +95,7 @@ def configure_session(config: pytest.Config) -> None:
         keep_servers=bool(config.getoption("specgate_keep_servers")),
     )
     if options.keep_servers and (workerinput or getattr(config.option, "numprocesses", None)):
-        raise pytest.UsageError("--specgate-keep-servers runs in one process: under xdist a worker "
-                                "starting its "
-                                "mode would stop a kept server another worker is measuring with; "
-                                "drop -n")
+        raise pytest.UsageError("--specgate-keep-servers runs in one process: under xdist a "
+                                "worker starting its mode would stop a kept server another worker "
+                                "is measuring with; drop -n")
     config.stash[SESSION_KEY] = SpecgateSession(options, progress=progress_writer(config))

@@ -17,8 +17,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("specgate").addoption(
         "--specgate-advise-confirm", type=Path, default=None, metavar="SCHEDULE_JSON",
         help="serve the schedule `python -m specgate advise` wrote (schedule-<mode>.json) against "
-             "static k and no speculation, in paired windows at each of the rig's concurrencies; a "
-             "schedule that loses to either anywhere FAILS (exit 1); runs no test")
+             "static k and no speculation, in paired windows at each of the rig's concurrencies; "
+             "a schedule that loses to either anywhere FAILS (exit 1); runs no test")
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:

@@ -136,7 +136,7 @@ def refuse_short_host(config: pytest.Config, run_session: SpecgateSession,
     plan = plan_session(rig, windows, {}, Conditions(keep_servers=run_session.options.keep_servers))
     if plan.refusal:
         raise pytest.UsageError(f"specgate: {rig.path}: {plan.refusal} (checked before any server "
-                                f"starts)")
+                                "starts)")
 
 
 def session_state(run_session: SpecgateSession):
@@ -174,12 +174,12 @@ def start(config: pytest.Config, run_session: SpecgateSession, items: list[pytes
     text = plan.render()
     budget = run_session.options.time_budget_s
     if budget is not None:
-        text += (f"\n  session budget: {format_elapsed(budget)} (--specgate-session-budget); "
-                 "a window that does not fit is NOT RUN")
+        text += (f"\n  session budget: {format_elapsed(budget)} (--specgate-session-budget); a "
+                 "window that does not fit is NOT RUN")
         expected = plan.expected_s
         if expected is not None and expected > budget:
             text += (f"; the estimate ({format_elapsed(expected)}) is over it, so the session ends "
-                     f"within the " "budget and the last windows in the order may not run")
+                     "within the budget and the last windows in the order may not run")
     for line in text.splitlines():
         run_session.progress(line)
     run_session.progress = progress.wrap(run_session.progress)

@@ -45,7 +45,7 @@ def sleep_controller(specgate_session: SpecgateSession) -> Any:
         return None
     rig = session.settings.rig
     session.progress(f"arrangement: alternation ({rig.arrangement.reason}); servers start with "
-                     f"vLLM sleep mode")
+                     "vLLM sleep mode")
     return sleep.SleepController(rig, progress=session.progress,
                                  kept_asleep=registry.asleep_at_sleep_level_1,
                                  gpus=session.settings.gpus)
@@ -213,7 +213,7 @@ def _record(session: SpecgateSession, server, mode) -> None:
         session.progress(f"recorded {mode.name}'s responses and /metrics into {record_dir}")
     except (httpx.HTTPError, OSError) as exc:  # the recording is a by-product: the run goes on
         warnings.warn(f"--specgate-record-responses: recording mode {mode.name} into {record_dir} "
-                      f"failed: " f"{type(exc).__name__}: {exc}", stacklevel=1)
+                      f"failed: {type(exc).__name__}: {exc}", stacklevel=1)
 
 
 def gpu_guard(rig, worker_gpus: str | None):

@@ -51,8 +51,8 @@ class GateKeeper:
         return self.run.window(m.mode, m.prompt_class, m.concurrency)
 
     def _where(self, m) -> str:
-        return (f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} "
-                f"/ concurrency {m.concurrency}")
+        return (f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency "
+                f"{m.concurrency}")
 
     def _stored_entry(self, m, fit) -> str:
         return f"the stored entry {fit.describe()}"
@@ -67,8 +67,8 @@ class GateKeeper:
                                or Fingerprint(machine=self.run.machine))
         self.session.queue_update(m, entry)
         message = (f"this run's figures of {self._where(m)} will be stored in "
-                   f"{self.session.options.baselines_path} "
-                   f"at the end of the run (median {entry.median:.1f} tok/s, n={entry.n}; "
+                   f"{self.session.options.baselines_path} at the end of the run (median "
+                   f"{entry.median:.1f} tok/s, n={entry.n}; "
                    + ("a new history: an update accepts a deliberate change)" if update == "update"
                       else "one more start of this machine's history of this build, or a new one)"))
         self.session.record_undecided(gate, m, STORING, message)
@@ -94,9 +94,8 @@ class GateKeeper:
         found = histories(self.run.store, self.rig.name, m.mode, m.prompt_class, m.concurrency)
         if not found:
             message = (f"no stored figures for {self._where(m)} in "
-                       f"{self.session.options.baselines_path}; store a "
-                       f"history of starts with: {self._build_history()} (or one start: pytest -m "
-                       f"{self.rig.tier} "
+                       f"{self.session.options.baselines_path}; store a history of starts with: "
+                       f"{self._build_history()} (or one start: pytest -m {self.rig.tier} "
                        f"--specgate-rig {self.rig.name} --specgate-update-baselines)")
             self.session.record_undecided(gate, m, NOT_STORED, message,
                                           {"command": self._build_history()})
@@ -114,7 +113,7 @@ class GateKeeper:
                    "never gates" if machine is None
                    else f"no history of this machine ({machine}) is stored: only {stored}")
             note = (f"{self._where(m)}: other machine: {why}; not compared (a level is one "
-                    f"machine's); start this " f"machine's history with: {self._build_history()}")
+                    f"machine's); start this machine's history with: {self._build_history()}")
             self.session.record_undecided(gate, m, "other machine", note,
                                           {"command": self._build_history()})
             self._act(gate, Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
@@ -162,7 +161,7 @@ class GateKeeper:
         if fit.kind == OTHER_MACHINE:
             # a level or ratio from another CPU or GPU says nothing about this one: never compared
             note = (f"{self._stored_entry(m, fit)}; not compared; start this machine's history "
-                    f"with: " f"{self._build_history()}")
+                    f"with: {self._build_history()}")
             self.session.record_undecided("throughput", m, "other machine", note,
                                           {"command": self._build_history()})
             self._act("throughput", Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
@@ -174,7 +173,7 @@ class GateKeeper:
 
     def _refresh(self, m) -> str:
         return (f"pytest -m {self.rig.tier} --specgate-rig {self.rig.name} "
-                f"--specgate-update-baselines " f"-k '{m.mode}-{m.prompt_class}-c{m.concurrency}'")
+                f"--specgate-update-baselines -k '{m.mode}-{m.prompt_class}-c{m.concurrency}'")
 
     def _comparable(self, m, stored, gate: str):
         """Refuse a stored figure of other prompts or another protocol (undecided); another machine
@@ -213,7 +212,7 @@ class GateKeeper:
             return m.partner  # a duet window: its alternated no-speculation side
         if self.session.options.attach_url:
             pytest.skip("attach mode measures one server: the same-session no-speculation "
-                        "reference " "this gate needs is not available")
+                        "reference this gate needs is not available")
         if self.session.options.worker_id is not None and self.session.reference_measurement(
                 m.prompt_class, m.concurrency, wait_s=0) is None:
             # waiting could deadlock (xdist may give the reference mode to a worker only after this
@@ -224,13 +223,13 @@ class GateKeeper:
                 gate = current.split("::")[-1].split("[")[0].removeprefix("test_")
                 self.session.deferred_tests[current] = [gate, m.mode, m.prompt_class, m.concurrency]
             pytest.skip("under xdist this cross-mode gate is decided on the controller after all "
-                        "workers " "finish (see the specgate summary)")
+                        "workers finish (see the specgate summary)")
         reference = self.session.reference_measurement(m.prompt_class, m.concurrency)
         if reference is None:
             key = (self.rig.reference_mode, m.prompt_class, m.concurrency)
             why = self.session.failures.get(key)
             pytest.fail(f"{m.mode} on {m.prompt_class}: the no-speculation mode "
-                        f"{self.rig.reference_mode!r} was not " "measured in this session"
+                        f"{self.rig.reference_mode!r} was not measured in this session"
                         + (f" ({str(why).splitlines()[0]})" if why
                            else " (select it too, e.g. drop -k / --deselect)"), pytrace=False)
         return reference
@@ -243,7 +242,7 @@ class GateKeeper:
         result = check_backfire(self._settings(m), m, reference, starts)
         if result.outcome is Outcome.PASS and result.declared:
             warnings.warn(f"{m.mode} on {m.prompt_class} is declared to backfire but did not this "
-                          f"run: " f"{statement(result.to_dict())}", stacklevel=1)
+                          f"run: {statement(result.to_dict())}", stacklevel=1)
         self._finish(result)
 
     def ttft(self, m) -> None:
@@ -255,7 +254,7 @@ class GateKeeper:
             return
         if m.mode == self.rig.reference_mode:
             pytest.skip(f"{m.mode} is the reference: its TTFT is compared only in an A/B (the same "
-                        f"mode on the " "reference side)")
+                        "mode on the reference side)")
         self._finish(check_ttft(self._settings(m), m, self._reference(m)))
 
     def lossless(self, m) -> None:

@@ -16,10 +16,9 @@ if TYPE_CHECKING:
     from specgate.plugin.resolve import SessionOptions
 
 XDIST_REFUSAL = ("specgate: the perf tiers refuse pytest-xdist (-n) unless the rig is a gpu rig "
-                 "and each worker "
-                 "gets its own GPUs (--dist loadgroup, enough GPUs for -n): otherwise two servers "
-                 "would share "
-                 "an accelerator and measure each other's load. Run them without -n.")
+                 "and each worker gets its own GPUs (--dist loadgroup, enough GPUs for -n): "
+                 "otherwise two servers would share an accelerator and measure each other's load. "
+                 "Run them without -n.")
 
 
 def visible_gpus(explicit: tuple[str, ...] | None) -> list[str]:
@@ -42,9 +41,8 @@ def assign_worker_gpus(visible: list[str], worker_index: int, worker_count: int,
     if len(visible) < needed:
         raise pytest.UsageError(
             f"specgate: {worker_count} xdist workers x {per_server} GPU(s) per server need "
-            f"{needed} GPUs, "
-            f"but {len(visible)} are available ({','.join(visible) or 'none'}); "
-            f"use -n {len(visible) // per_server or 1} or fewer, or pass --specgate-gpus")
+            f"{needed} GPUs, but {len(visible)} are available ({','.join(visible) or 'none'}); use "
+            f"-n {len(visible) // per_server or 1} or fewer, or pass --specgate-gpus")
     return ",".join(visible[worker_index * per_server:(worker_index + 1) * per_server])
 
 
@@ -54,8 +52,8 @@ def worker_gpus(options: SessionOptions, rig: Rig) -> str | None:
         return None
     if options.dist != "loadgroup":
         raise pytest.UsageError("specgate: under xdist the perf tiers need --dist loadgroup, so "
-                                "that all "
-                                "tests of one mode run on one worker and its server starts once")
+                                "that all tests of one mode run on one worker and its server "
+                                "starts once")
     index = int(options.worker_id.removeprefix("gw"))
     return assign_worker_gpus(visible_gpus(options.gpus), index, options.worker_count,
                               rig.gpus_per_server)

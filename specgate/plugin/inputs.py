@@ -30,8 +30,8 @@ def check_baselines_path(options: SessionOptions) -> None:
         return
     if options.update == "off":
         raise ConfigError(path, None,
-                          "no such baselines file (--specgate-baselines): name an existing one, or "
-                          "store this run's figures there with --specgate-update-baselines or "
+                          "no such baselines file (--specgate-baselines): name an existing one, "
+                          "or store this run's figures there with --specgate-update-baselines or "
                           "--specgate-regen-baselines")
     if not path.parent.is_dir():
         raise ConfigError(path, None,
@@ -108,5 +108,5 @@ def _check_imports_vllm(python: str, env: dict[str, str],
     if done.returncode != 0:
         lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
         raise refused(f"cannot import vllm (exit code {done.returncode}: "
-                      f"{lines[-1] if lines else 'no output'}): "
-                      "install the side's vLLM build in that environment")
+                      f"{lines[-1] if lines else 'no output'}): install the side's vLLM build in "
+                      "that environment")

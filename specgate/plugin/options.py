@@ -20,7 +20,7 @@ from specgate.serve.gpu import is_gpu_id
 def parse_url(value: str) -> str:
     if not value.startswith(("http://", "https://")) or value.rstrip("/")[-3:] == "://":
         raise argparse.ArgumentTypeError(f"{value!r} is not an http(s) URL, e.g. "
-                                         f"http://127.0.0.1:8000")
+                                         "http://127.0.0.1:8000")
     return value.rstrip("/")
 
 
@@ -29,7 +29,7 @@ def parse_gpu_list(value: str) -> list[str]:
     if not items or not all(is_gpu_id(v) for v in items) or len(set(items)) != len(items):
         raise argparse.ArgumentTypeError(f"{value!r} is not a list of distinct GPUs like 0,1,2 "
                                          "(indices, GPU-<uuid> or MIG-<uuid>, as "
-                                         f"CUDA_VISIBLE_DEVICES takes)")
+                                         "CUDA_VISIBLE_DEVICES takes)")
     return items
 
 
@@ -40,13 +40,13 @@ def parse_rig_name(value: str) -> str:
         path = Path(value).expanduser()
         if not path.is_file():
             raise argparse.ArgumentTypeError(f"rig file {str(path)!r} does not exist (or is not a "
-                                             f"file)")
+                                             "file)")
         if not os.access(path, os.R_OK):
             raise argparse.ArgumentTypeError(f"rig file {str(path)!r} is not readable")
         return str(path.resolve())
     if not value or value.startswith("."):
         raise argparse.ArgumentTypeError(f"{value!r} is not a rig: a name (a file stem under "
-                                         f"fixtures/rigs/) " "or a path to a rig .toml file")
+                                         "fixtures/rigs/) or a path to a rig .toml file")
     return value
 
 
@@ -83,7 +83,7 @@ def parse_duration(value: str) -> float:
     match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", text)
     if not text or match is None or not any(match.groups()):
         raise argparse.ArgumentTypeError(f"{value!r} is not a duration: seconds (1500), or with a "
-                                         f"unit " "(25m, 2h, 1h30m)")
+                                         "unit (25m, 2h, 1h30m)")
     hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
     total = 3600 * hours + 60 * minutes + seconds
     if total <= 0:
@@ -95,7 +95,7 @@ def parse_env_assignment(value: str) -> tuple[str, str]:
     name, sep, val = value.partition("=")
     if not sep or not name or not name.replace("_", "").isalnum():
         raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE, e.g. "
-                                         f"VLLM_CPU_KVCACHE_SPACE=4")
+                                         "VLLM_CPU_KVCACHE_SPACE=4")
     return name, val
 
 
@@ -104,7 +104,7 @@ def parse_spec_assignment(value: str) -> tuple[str, Any]:
     name, sep, val = value.partition("=")
     if not sep or not name or not name.replace("_", "").isalnum():
         raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE, e.g. "
-                                         f"num_speculative_tokens=5")
+                                         "num_speculative_tokens=5")
     try:
         return name, json.loads(val)
     except ValueError:
@@ -141,20 +141,19 @@ def _add_input_options(group) -> None:
     """The rig, fixtures, baselines and an attached server."""
     group.addoption("--specgate-rig", type=parse_rig_name,
                     default=os.environ.get("SPECGATE_RIG", "cpu-smollm2"),
-                    help="rig to run: NAME (fixtures/rigs/NAME.toml) or a path to a rig .toml file "
-                         "(default: cpu-smollm2, or $SPECGATE_RIG)")
+                    help="rig to run: NAME (fixtures/rigs/NAME.toml) or a path to a rig .toml "
+                         "file (default: cpu-smollm2, or $SPECGATE_RIG)")
     group.addoption("--specgate-fixtures", type=Path, default=None,
                     help="folder holding modes.toml, prompts.toml and rigs/ (default: "
-                         "$SPECGATE_FIXTURES, "
-                         "else <rootdir>/fixtures)")
+                         "$SPECGATE_FIXTURES, else <rootdir>/fixtures)")
     group.addoption("--specgate-baselines", type=Path, default=None,
                     help="baselines file (default: <rootdir>/baselines.json)")
     group.addoption("--specgate-run-dir", type=Path, default=None,
                     help="where server logs and reports go (default: "
                          "<rootdir>/.specgate/runs/<time>-<rig>-<pid>)")
     group.addoption("--specgate-update-baselines", action="store_true",
-                    help="write the measured values as baselines; those tests still FAIL, "
-                         "so CI never updates silently")
+                    help="write the measured values as baselines; those tests still FAIL, so CI "
+                         "never updates silently")
     group.addoption("--specgate-regen-baselines", action="store_true",
                     help="write the measured values as baselines and let those tests pass")
     group.addoption("--specgate-strict-fingerprint", action="store_true",
@@ -173,20 +172,19 @@ def _add_input_options(group) -> None:
                          "gpus_per_server of them for its servers")
     group.addoption("--specgate-record-responses", type=Path, default=None, metavar="DIR",
                     help="also record each started server's raw responses and /metrics into DIR, "
-                         "for the "
-                         "fast tier's replay tests (no extra server start)")
+                         "for the fast tier's replay tests (no extra server start)")
 
 
 def _add_ab_options(group) -> None:
     """Each A/B side's python, arguments, environment and speculative config."""
     for side in AB_SIDES:
         group.addoption(f"--specgate-ab-{side}-python", default=None, metavar="PYTHON",
-                        help=f"A/B: the {side} side's python (its vLLM build's environment); "
-                             "any --specgate-ab-* option makes the run an A/B: every mode on both "
+                        help=f"A/B: the {side} side's python (its vLLM build's environment); any "
+                             "--specgate-ab-* option makes the run an A/B: every mode on both "
                              "sides, alternated")
         group.addoption(f"--specgate-ab-{side}-args", default=None, metavar="'ARGS'",
                         help=f"A/B: extra `vllm serve` arguments of the {side} side (one quoted "
-                             f"string)")
+                             "string)")
         group.addoption(f"--specgate-ab-{side}-env", type=parse_env_assignment, action="append",
                         default=None, metavar="NAME=VALUE",
                         help=f"A/B: an environment variable of the {side} side's servers "
@@ -197,69 +195,56 @@ def _add_ab_options(group) -> None:
                         "modes (repeatable; VALUE as JSON), e.g. num_speculative_tokens=5")
     group.addoption("--specgate-start-seed", type=int, default=None, metavar="N",
                     help="A/B: the seed that picks, per mode, which side's server starts first "
-                         "(two fresh identical "
-                         "servers read about 1 %% apart by start order); reported in the summary "
-                         "and report.json "
-                         "(default: drawn for each session)")
+                         "(two fresh identical servers read about 1 %% apart by start order); "
+                         "reported in the summary and report.json (default: drawn for each "
+                         "session)")
     group.addoption("--specgate-first-side", choices=("reference", "candidate"), default=None,
                     help="A/B: the side whose server starts first for every mode, over the seed's "
-                         "pick (`python -m "
-                         "specgate start-pairs` alternates it from one start pair to the next)")
+                         "pick (`python -m specgate start-pairs` alternates it from one start "
+                         "pair to the next)")
 
 
 def _add_session_options(group) -> None:
     """Budget, kept servers, outcome policy, arrangement, gating."""
     group.addoption("--specgate-session-budget", type=parse_duration,
                     default=os.environ.get("SPECGATE_SESSION_BUDGET"), metavar="DURATION",
-                    help="bound the whole session (1500, 25m, 1h30m): the windows run in the order "
-                    "that decides backfire first; a window that would not end within DURATION of "
-                    "the session's start "
-                    "is NOT RUN (reported with the reason), and follow-up rounds get only what the "
-                    "remaining windows " "leave (default: no bound, or $SPECGATE_SESSION_BUDGET)")
+                    help="bound the whole session (1500, 25m, 1h30m): the windows run in the "
+                    "order that decides backfire first; a window that would not end within "
+                    "DURATION of the session's start is NOT RUN (reported with the reason), and "
+                    "follow-up rounds get only what the remaining windows leave (default: no "
+                    "bound, or $SPECGATE_SESSION_BUDGET)")
     group.addoption("--specgate-keep-servers", action="store_true",
                     default=bool(os.environ.get("SPECGATE_KEEP_SERVERS")),
                     help="leave the servers specgate starts running after the session, and reuse a "
-                         "kept one whose "
-                    "whole fingerprint (argv, environment, vLLM build, model, rig mode) matches; a "
-                    "kept server of the "
-                    "same rig and mode with another fingerprint is stopped, never reused. List or "
-                    "stop them with "
-                    "`python -m specgate servers` (default: off, or $SPECGATE_KEEP_SERVERS)")
+                         "kept one whose whole fingerprint (argv, environment, vLLM build, model, "
+                         "rig mode) matches; a kept server of the same rig and mode with another "
+                         "fingerprint is stopped, never reused. List or stop them with `python -m "
+                         "specgate servers` (default: off, or $SPECGATE_KEEP_SERVERS)")
     group.addoption("--specgate-undecided", type=parse_outcome_policy, default=None,
                     metavar="skip|fail",
                     help="what a gate that decided nothing (undecided, not stored, other machine, "
-                         "not run) does "
-                         "to the run: 'skip' (listed in the summary, exit 0), 'fail' (pre-merge "
-                         "gating), or per "
-                         "outcome, e.g. not_stored=skip,undecided=fail (default: the rig's [gates] "
-                         "undecided, "
+                         "not run) does to the run: 'skip' (listed in the summary, exit 0), "
+                         "'fail' (pre-merge gating), or per outcome, e.g. "
+                         "not_stored=skip,undecided=fail (default: the rig's [gates] undecided, "
                          "else not_stored=fail and the others skip)")
     group.addoption("--specgate-arrangement", "--specgate-design", dest="specgate_arrangement",
                     type=parse_arrangement, default=None,
                     metavar="auto|duet|alternation|sequential",
                     help="how the servers of a comparison share the machine, over the rig's "
-                         "arrangement: 'duet' "
-                         "(both live), 'alternation' (taking turns on the same GPUs, vLLM sleep "
-                         "mode), 'sequential' "
-                         "(one server at a time; what `specgate plan` picks for a rig too big to "
-                         "keep two loaded) or "
-                         "'auto' (default: the rig's arrangement). --specgate-design (with "
-                         "'alternate') is its older "
-                         "spelling")
+                         "arrangement: 'duet' (both live), 'alternation' (taking turns on the "
+                         "same GPUs, vLLM sleep mode), 'sequential' (one server at a time; what "
+                         "`specgate plan` picks for a rig too big to keep two loaded) or 'auto' "
+                         "(default: the rig's arrangement). --specgate-design (with 'alternate') "
+                         "is its older spelling")
     group.addoption("--specgate-gating", type=parse_gating_option, default=None,
                     metavar="auto|gate|report",
                     help="which gates fail the run: 'auto' (those that can decide on this rig: an "
-                         "A/B, backfire, TTFT, "
-                         "stored figures with 3 runs of history; the others are reported only), "
-                         "'gate' (an undecided "
-                         "one fails the run), 'report' (never fails it), or per gate, e.g. "
-                         "throughput=gate,acceptance=report (default: the rig's [gates] gating, "
-                         "else unset: every "
-                         "FAIL fails the run and --specgate-undecided says what one that decided "
-                         "nothing does)")
+                         "A/B, backfire, TTFT, stored figures with 3 runs of history; the others "
+                         "are reported only), 'gate' (an undecided one fails the run), 'report' "
+                         "(never fails it), or per gate, e.g. throughput=gate,acceptance=report "
+                         "(default: the rig's [gates] gating, else unset: every FAIL fails the "
+                         "run and --specgate-undecided says what one that decided nothing does)")
     group.addoption("--specgate-report-only", type=Path, default=None, metavar="REPORT_JSON",
                     help="render the summary, Markdown and plots again from a saved report.json "
-                         "into "
-                         "--specgate-run-dir, else a folder beside it named after it "
-                         "(report-rendered/); runs no "
-                         "test")
+                         "into --specgate-run-dir, else a folder beside it named after it "
+                         "(report-rendered/); runs no test")

@@ -73,10 +73,9 @@ def write_run_output(run_session: SpecgateSession, *, interrupted: bool) -> None
         if run_session.pending_updates:
             run_session.progress(
                 f"{len(run_session.pending_updates)} window(s)' figures not stored: the run was "
-                f"interrupted, and a "
-                "cut-short run never touches the stored figures. To keep the windows that "
-                "finished: "
-                f"python -m specgate adopt-baselines {run_session.report_path}")
+                "interrupted, and a cut-short run never touches the stored figures. To keep the "
+                "windows that finished: python -m specgate adopt-baselines "
+                f"{run_session.report_path}")
         run_session.pending_updates.clear()
     else:
         written = run_session.flush_updates()
@@ -95,9 +94,8 @@ def write_summary(terminalreporter, run_session: SpecgateSession, *, interrupted
     broken = broken_job(report)
     if broken and not interrupted:
         terminalreporter.write_line(f"JOB BROKEN (exit code {int(ExitCode.JOB_BROKEN)}: the run is "
-                                    f"incomplete, "
-                                    "whatever its gates said; run it again once the cause is "
-                                    "fixed):", red=True)
+                                    "incomplete, whatever its gates said; run it again once the "
+                                    "cause is fixed):", red=True)
         for line in broken:
             terminalreporter.write_line(f"  {without_control_chars(line)}")
     terminalreporter.write_line(f"run directory: {run_session.options.run_dir}")

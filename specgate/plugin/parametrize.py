@@ -66,8 +66,8 @@ def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item],
         except ConfigError:
             return  # refused with its file and key by the input check (refuse_bad_inputs)
         if rig.tier != "gpu":
-            warnings.warn(f"-m gpu selected but rig {rig.name!r} is a {rig.tier} rig: "
-                          "pass --specgate-rig NAME of a gpu rig", stacklevel=1)
+            warnings.warn(f"-m gpu selected but rig {rig.name!r} is a {rig.tier} rig: pass "
+                          "--specgate-rig NAME of a gpu rig", stacklevel=1)
 
 
 NOT_RUN_HERE = pytest.StashKey[list[str]]()
@@ -106,8 +106,8 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
              why in left_out.items()]
     if elsewhere:
         lines.append(f"specgate: not run here: {len(elsewhere)} throughput gate(s) with only "
-                     f"another machine's stored "
-                     f"figures (python -m specgate build-history --rig {run.rig.name})")
+                     "another machine's stored figures (python -m specgate build-history --rig "
+                     f"{run.rig.name})")
     config.stash[NOT_RUN_HERE] = lines
 
 

@@ -189,8 +189,8 @@ class SpecgateSession:
         data = wait_for_window(self.options.run_dir, key, budget, self.progress)
         if data is None and wait_s is None:
             where = shared_path(self.options.run_dir, key).parent
-            data = {"error": f"the no-speculation window {key} did not appear in "
-                             f"{where} within {budget:.0f}s"}
+            data = {"error": f"the no-speculation window {key} did not appear in {where} within "
+                             f"{budget:.0f}s"}
         if data is None or "error" in data:
             if data is not None:
                 self.failures.setdefault(key, SpecgateError(data["error"]))
