@@ -1,10 +1,9 @@
 """What each gate of a run compared, for the verdict table, the forest plot and report.html: one
-:class:`GateComparison` per gate entry (``gates`` and ``undecided``, passing gates included), from the
-entry's ``details`` and the report's windows. It compared against the A/B's reference side, the
-no-speculation mode, or stored figures (a level, a ratio to no speculation, older samples). An older
-report's entry may have no ``details`` (an undecided gate before issue 36): its ratio, interval,
-threshold and pairs are then read from its message ("0.972x the reference side (...; 95.8 % CI
-0.932-1.006; threshold 0.97; 12 pairs; ...)"); what neither holds stays "-".
+:class:`GateComparison` per gate entry (passing and undecided ones included), from the entry's
+``details`` and the report's windows: against the A/B's reference side, the no-speculation mode,
+or stored figures. An older entry without ``details`` (an undecided gate before issue 36) is read
+from its message ("0.972x the reference side (...; 95.8 % CI 0.932-1.006; threshold 0.97; 12
+pairs; ...)"); what neither holds stays "-".
 """
 
 from __future__ import annotations
@@ -20,11 +19,11 @@ from specgate.store.figures import ab_side, median_rate
 GATE_ORDER = ("throughput", "backfire", "acceptance", "ttft", "lossless")
 # report.json files written before these names (issue 16) render with them (--specgate-report-only)
 OLD_KINDS = {"no baseline": NOT_STORED, "baseline update": STORING, "inconclusive": "undecided"}
-_KIND_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "UNDECIDED (other protocol)",
-              "too few drafts": "UNDECIDED", "other host pace": "OTHER MACHINE (host pace)"}
+_KIND_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING",
+              "fingerprint": "UNDECIDED (other protocol)", "too few drafts": "UNDECIDED",
+              "other host pace": "OTHER MACHINE (host pace)"}
 
-# the paired gates' messages; TTFT's says "fails above 1.10", the first ones' "(ratio 0.971, ...;
-# n=6/6)"
+# the paired gates' messages; TTFT's says "fails above 1.10", the first ones' "(ratio 0.971, ...)"
 _RATIO_X = re.compile(r"(\d+(?:\.\d+)?)x (the reference side|no speculation|stored level|"
                       r"its stored ratio to \S+ \(\d+(?:\.\d+)?\)|stored|[a-z][\w ]*?) \(")
 _RATIO_WORD = re.compile(r"\bratio (\d+(?:\.\d+)?)")
@@ -38,14 +37,17 @@ _STORED_RATIOS = re.compile(r"the stored ratios' mean to (\S+)")
 _STORED_LEVEL = re.compile(r"\((\d+(?:\.\d+)?) tok/s\)")
 _STARTS = re.compile(r"(\d+) stored (starts|ratios|sessions)")
 _MEDIAN_TOKS = re.compile(r"median (\d+(?:\.\d+)?) tok/s")
-_ACCEPTANCE_METRIC = re.compile(r"^\S+ on \S+: (acceptance rate|position (\d+) rate|accepted tokens per step)")
+_ACCEPTANCE_METRIC = re.compile(
+    r"^\S+ on \S+: (acceptance rate|position (\d+) rate|accepted tokens per step)")
 
 
 def _acceptance_metric(message: str) -> str:
     m = _ACCEPTANCE_METRIC.search(message)
     if m is None:
         return ""
-    return f"pos. {m.group(2)}" if m.group(2) else {"acceptance rate": "rate"}.get(m.group(1), "tok/step")
+    if m.group(2):
+        return f"pos. {m.group(2)}"
+    return {"acceptance rate": "rate"}.get(m.group(1), "tok/step")
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ class GateComparison:
 
     @property
     def label(self) -> str:
-        return f"{self.mode} / {self.prompt_class} / c{self.concurrency} / {self.gate_text} vs {self.against}"
+        return (f"{self.mode} / {self.prompt_class} / c{self.concurrency} / {self.gate_text} "
+                f"vs {self.against}")
 
     @property
     def ratio_text(self) -> str:
@@ -98,14 +101,15 @@ class GateComparison:
     def threshold_text(self) -> str:
         if self.threshold is None:
             return "-"
-        value = f"{self.threshold:.2f}" if round(self.threshold, 2) == round(self.threshold, 6) \
-            else f"{self.threshold:.3f}"
+        value = (f"{self.threshold:.2f}" if round(self.threshold, 2) == round(self.threshold, 6)
+                 else f"{self.threshold:.3f}")
         return ("> " if self.fails_above else "< ") + value
 
     @property
     def outcome_text(self) -> str:
         text = self.tag
-        if self.verdict and self.verdict.upper() != self.tag and self.verdict.lower() not in ("pass", "fail"):
+        if self.verdict and self.verdict.upper() != self.tag and (
+                self.verdict.lower() not in ("pass", "fail")):
             text += f" ({self.verdict})"
         if self.gating == "report":
             text += " [reported only]"
@@ -143,8 +147,8 @@ def outcome_of(entry: dict[str, Any]) -> Outcome:
 def _tag(entry: dict[str, Any], outcome: Outcome) -> str:
     if "kind" in entry and undecided_kind(entry) in _KIND_TAGS:
         return _KIND_TAGS[undecided_kind(entry)]
-    return {Outcome.FAIL: "FAIL", Outcome.DECLARED_BACKFIRE: "DECLARED"}.get(outcome,
-                                                                             outcome.value.upper())
+    tags = {Outcome.FAIL: "FAIL", Outcome.DECLARED_BACKFIRE: "DECLARED"}
+    return tags.get(outcome, outcome.value.upper())
 
 
 def _against(label: str | None, details: dict[str, Any]) -> str | None:
@@ -255,7 +259,8 @@ def _against_label(entry: dict[str, Any], figures: dict[str, Any], parsed: dict[
     if label is not None:
         return label
     gate = entry.get("gate", "?")
-    if ab is not None or (gate == "acceptance" and "reference side" in (entry.get("message") or "")):
+    message = entry.get("message") or ""
+    if ab is not None or (gate == "acceptance" and "reference side" in message):
         return "reference side"
     return "no speculation" if gate in ("backfire", "ttft", "lossless") else "stored figures"
 
@@ -278,25 +283,27 @@ def _n_text(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, A
         n_text = f"{n_text}, {starts.group(1)} stored {starts.group(2)}"
     if "history_sittings" in details:  # None: not recorded
         k = details["history_sittings"]
-        n_text += ", sittings unknown" if k is None else ", one sitting" if k == 1 else f", {k} sittings"
+        n_text += (", sittings unknown" if k is None else ", one sitting" if k == 1
+                   else f", {k} sittings")
     return n_text
 
 
 def _throughput_sides(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, Any],
                       windows: _Windows, ratio: float | None) -> tuple[str, str]:
-    """(reference, measured) of a throughput gate; a ratio to the mode "against" names is "x1.234"."""
+    """(reference, measured) of a throughput gate; a ratio to the mode "against" names: x1.234."""
     measured, reference = _tok_s(windows.window(entry)), "-"
     message = entry.get("message") or ""
     compared = details.get("compared") or details.get("design") or message
     if (ab := windows.reference_side(entry)) is not None:
         reference = _tok_s(ab)
-    elif _num(details.get("shift")) is not None or (
+    elif (shift := _num(details.get("shift"))) is not None or (
             stored := _STORED_RATIO.search(str(figures.get("reference_label") or message))):
-        shift = details["shift"] if _num(details.get("shift")) is not None else float(stored.group(2))
+        shift = details["shift"] if shift is not None else float(stored.group(2))
         reference = f"x{shift:.3f}"
         if ratio is not None:
             measured = f"x{ratio * shift:.3f}"
-    elif details.get("reference_label") == "stored starts" and _num(details.get("center")) is not None:
+    elif details.get("reference_label") == "stored starts" and (
+            _num(details.get("center")) is not None):
         reference = f"{details['center']:.1f} tok/s"
     elif _num(figures.get("reference")) is not None:  # the first paired gates: stored median
         reference = f"{float(figures['reference']):.1f} tok/s"

@@ -1,12 +1,8 @@
-"""The run as one self-contained page, ``report.html`` beside ``report.json``: the verdict table
-(every gate, passing ones included), the plots embedded as base64 PNG (the forest plot first), every
-gate's whole message, and the run's facts (rig, protocol, modes, servers, fingerprints, start order,
-session budget, outcome policy and gating). Rendered from the report alone, like the summaries, so
-a saved report renders the same page again (``--specgate-report-only``); nothing is fetched when it
-is opened (no script, no external style or font).
-
-jinja2 (autoescaping on) renders it, and the page keeps no control character
-(specgate.report.safe_text); jinja2 is imported only when a page is written.
+"""The run as one self-contained page, ``report.html`` beside ``report.json``: the verdict table,
+the plots embedded as base64 PNG (the forest plot first), every gate's whole message, and the
+run's facts. Rendered from the report alone, so a saved report renders the same page again
+(``--specgate-report-only``); nothing is fetched when it is opened. jinja2 (autoescaping on,
+imported only when a page is written) renders it; the page keeps no control character.
 """
 
 from __future__ import annotations
@@ -25,10 +21,8 @@ FIGURES = (("forest", "Every gate: the ratio with its interval against its thres
            ("throughput", "Decode tok/s per request"),
            ("acceptance", "Per-position acceptance rate"))
 FINGERPRINT_KEYS = ("vllm_version", "accelerator", "accelerator_count", "driver", "cuda_version",
-                    "torch_version",
-                    "cpu_model", "model", "speculative_config", "server_args", "env",
-                    "concurrent_servers",
-                    "commit", "date", "note")
+                    "torch_version", "cpu_model", "model", "speculative_config", "server_args",
+                    "env", "concurrent_servers", "commit", "date", "note")
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en">
@@ -155,9 +149,10 @@ def _budget(report: dict[str, Any]) -> str:
     """The session's time budget where the report records it, and the gates it left out."""
     seconds = next((report[k] for k in ("time_budget_s", "session_budget_s", "budget_s")
                     if report.get(k)), None)
-    not_run = sum(1 for u in report.get("undecided", []) if u.get("outcome") == "not run"
-                  or u.get("kind") == "not run")
-    text = f"{seconds / 60:g} min (--specgate-session-budget)" if seconds else "not recorded in report.json"
+    not_run = sum(1 for u in report.get("undecided", [])
+                  if u.get("outcome") == "not run" or u.get("kind") == "not run")
+    text = (f"{seconds / 60:g} min (--specgate-session-budget)" if seconds
+            else "not recorded in report.json")
     return text + (f"; {not_run} gate(s) NOT RUN for want of time" if not_run else "")
 
 
@@ -173,22 +168,22 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
     order = report.get("start_order") or {}
     family = report.get("family") or {}
     protocol = rig.get("protocol") or {}
-    facts = [("rig", f"{rig.get('name', '?')} ({rig.get('tier', '?')} tier)"), ("model",
-                                                                                _value(rig.get("model"))),
+
+    def listed(values: dict | None, sep: str, fmt=lambda k, v: f"{k}: {v}") -> str:
+        return sep.join(fmt(k, v) for k, v in (values or {}).items()) or "-"
+
+    facts = [("rig", f"{rig.get('name', '?')} ({rig.get('tier', '?')} tier)"),
+             ("model", _value(rig.get("model"))),
              ("reference mode", _value(rig.get("reference_mode"))),
-             ("modes", "; ".join(f"{m}: {_value(c)}" for m, c in (rig.get("modes")
-                                                                  or {}).items()) or "-"),
-             ("protocol", ", ".join(f"{k} {_value(v)}" for k, v in protocol.items()) or "-"),
+             ("modes", listed(rig.get("modes"), "; ", lambda m, c: f"{m}: {_value(c)}")),
+             ("protocol", listed(protocol, ", ", lambda k, v: f"{k} {_value(v)}")),
              ("complete", "yes" if report.get("complete", True) else "no: a partial run"),
              ("written at", _value(report.get("written_at"))),
              ("attached", "yes" if report.get("attached") else "no"),
              ("start order", _start_order(order)),
              ("session budget", _budget(report)),
-             ("outcome policy", ", ".join(f"{k}: {v}" for k,
-                                          v in (report.get("outcome_policy")
-                                                or {}).items()) or "-"),
-             ("gating", ", ".join(f"{k}: {v}" for k, v in (report.get("gating")
-                                                           or {}).items()) or "-")]
+             ("outcome policy", listed(report.get("outcome_policy"), ", ")),
+             ("gating", listed(report.get("gating"), ", "))]
     if family:
         facts.append(("false-alarm bound", f"{family.get('gating_decisions')} gating decision(s), "
                                            f"bound {_value(family.get('bound'))}"))
@@ -200,8 +195,8 @@ def _servers(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     for label, s in sorted((report.get("servers") or {}).items()):
         s = s if isinstance(s, dict) else {}
         ready = s.get("ready_after_s")
-        out.append((label, {"side": s.get("side"), "ready": f"{ready:.0f} s"
-                            if isinstance(ready, int | float) else "-",
+        out.append((label, {"side": s.get("side"),
+                            "ready": f"{ready:.0f} s" if isinstance(ready, int | float) else "-",
                             "gpus": _value(s.get("gpus")) if s.get("gpus") else None,
                             "log": s.get("log")}))
     return out
@@ -213,8 +208,7 @@ def _counts(rows: list[GateComparison]) -> list[tuple[str, str, int]]:
 
 
 def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, *,
-                headers: list[str],
-                lines: list[str], tables: str) -> str:
+                headers: list[str], lines: list[str], tables: str) -> str:
     """The page for ``report``, with the PNG files in ``figures`` (name -> path) embedded; the
     verdict table's ``headers``, the summary's gate and notice ``lines`` and its other ``tables``
     (text) come from specgate.report.terminal, which composes what every rendering shows."""
@@ -223,10 +217,10 @@ def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, 
     rows = gate_comparisons(report)
     entries = {(e.get("mode"), e.get("prompt_class"), e.get("concurrency"), e.get("gate")): e
                for e in [*report.get("gates", []), *report.get("undecided", [])]}
-    messages = [(c, (entries.get((c.mode, c.prompt_class, c.concurrency, c.gate))
-                     or {}).get("message", ""))
-                for c in rows]
-    embedded = [(name, caption, base64.b64encode(Path(figures[name]).read_bytes()).decode("ascii"))
+    messages = [(c, (entries.get((c.mode, c.prompt_class, c.concurrency, c.gate)) or {}).get(
+        "message", "")) for c in rows]
+    embedded = [(name, caption,
+                 base64.b64encode(Path(figures[name]).read_bytes()).decode("ascii"))
                 for name, caption in FIGURES if figures and name in figures]
     rig = report.get("rig") or {}
     fingerprints = [(label, {k: _value(f.get(k)) for k in FINGERPRINT_KEYS})
@@ -235,9 +229,10 @@ def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
     return without_control_chars(env.from_string(TEMPLATE).render(
-        title=f"specgate: rig {rig.get('name', '?')}" + ("" if report.get("complete", True)
-                                                         else " (partial run)"),
-        subtitle=f"{rig.get('tier', '?')} tier, model {rig.get('model', '?')}; {len(rows)} gate(s)",
+        title=f"specgate: rig {rig.get('name', '?')}"
+        + ("" if report.get("complete", True) else " (partial run)"),
+        subtitle=f"{rig.get('tier', '?')} tier, model {rig.get('model', '?')}; "
+        f"{len(rows)} gate(s)",
         counts=_counts(rows), headers=headers, rows=[_Row(c) for c in rows], lines=lines,
         figures=embedded, facts=_facts(report), servers=_servers(report), fingerprints=fingerprints,
         fingerprint_keys=FINGERPRINT_KEYS, messages=messages,

@@ -1,5 +1,6 @@
-"""JSON schemas of the two files specgate writes for others to read: ``report.json`` (a run's every
-measurement and verdict) and ``baselines.json`` (the stored reference, :class:`specgate.store.baselines.BaselineFile`).
+"""JSON schemas of the two files specgate writes for others to read: ``report.json`` (a run's
+every measurement and verdict) and ``baselines.json`` (the stored reference,
+:class:`specgate.store.baselines.BaselineFile`).
 
 The report's models below describe what ``SpecgateSession.report_data`` writes. They name the keys a
 reader can rely on and leave the rest open (``extra="allow"``): a report gains keys as specgate
@@ -34,14 +35,16 @@ class RequestRecord(_Open):
     first_token_at: float | None
     last_token_at: float | None
     finished_at: float
-    chunk_times: list[float] = Field(description="receive time of each chunk that carried generated text")
+    chunk_times: list[float] = Field(
+        description="receive time of each chunk that carried generated text")
     prompt_tokens: int
     completion_tokens: int
     text: str
     finish_reason: str | None
     ttft_s: float | None = None
     tpot_s: float | None = None
-    decode_tokens_per_s: float | None = Field(default=None, description="the rate every speed gate compares")
+    decode_tokens_per_s: float | None = Field(
+        default=None, description="the rate every speed gate compares")
     e2e_tokens_per_s: float | None = None
     spec_decode: dict[str, Any] | None = Field(default=None, description="vLLM's own acceptance "
                                                "of this request "
@@ -61,26 +64,31 @@ class Measurement(_Open):
     concurrency: int
     wall_s: float
     aggregate_tokens_per_s: float | None = None
-    server_decode_tokens_per_s: float | None = Field(default=None,
-                                                     description="vLLM's own decode rate (TPOT)")
+    server_decode_tokens_per_s: float | None = Field(
+        default=None, description="vLLM's own decode rate (TPOT)")
     server_metric_source: str | None = None
-    server_decode_steps: float | None = Field(default=None, description="vLLM's decode steps for "
-                                              "the window's requests (its inter-token latency "
-                                              "observations); absent: not exported")
-    acceptance: dict[str, Any] | None = Field(default=None,
-                                              description="speculative acceptance; None without speculation")
+    server_decode_steps: float | None = Field(
+        default=None, description="vLLM's decode steps for the window's requests (its "
+        "inter-token latency observations); absent: not exported")
+    acceptance: dict[str, Any] | None = Field(
+        default=None, description="speculative acceptance; None without speculation")
     records: list[RequestRecord]
     arrangement: str | None = Field(default=None, description="solo, duet or alternation")
-    design: str | None = Field(default=None, description="arrangement's name in reports before 2026-12-05")
-    role: str | None = Field(default=None, description="subject or partner: the window's role in its duet")
-    ab_side: str | None = Field(default=None, description="in an A/B: candidate or reference; None outside one")
-    side: str | None = Field(default=None, description="reports before 2026-12-05: subject, partner or reference")
+    design: str | None = Field(
+        default=None, description="arrangement's name in reports before 2026-12-05")
+    role: str | None = Field(
+        default=None, description="subject or partner: the window's role in its duet")
+    ab_side: str | None = Field(
+        default=None, description="in an A/B: candidate or reference; None outside one")
+    side: str | None = Field(
+        default=None, description="reports before 2026-12-05: subject, partner or reference")
     partner: Measurement | None = None
     groups: list[dict[str, Any]] | None = None
-    pairs: list[dict[str, Any]] | None = Field(default=None,
-                                               description="groups' key in reports before 2026-12-05")
+    pairs: list[dict[str, Any]] | None = Field(
+        default=None, description="groups' key in reports before 2026-12-05")
     first_look_share: float | None = None
-    follow_up: str | None = Field(default=None, description="why the window got follow-up rounds; None: none")
+    follow_up: str | None = Field(
+        default=None, description="why the window got follow-up rounds; None: none")
     follow_up_skipped: str | None = None
 
 
@@ -96,11 +104,13 @@ class GateResult(_Open):
     verdict: str | None = None
     message: str
     declared: Any = None
-    details: dict[str, Any] = Field(default_factory=dict, description="the comparison: ratio, interval, n, ...")
+    details: dict[str, Any] = Field(
+        default_factory=dict, description="the comparison: ratio, interval, n, ...")
     gating: Literal["gate", "report"] | None = Field(
         default=None, description="gate: it could fail the run (an undecided one too); report: it "
         "never could; absent: no gating set, the outcome policy alone (specgate.decide.outcome)")
-    gating_reason: str | None = Field(default=None, description="why it gated the run or was reported only")
+    gating_reason: str | None = Field(
+        default=None, description="why it gated the run or was reported only")
 
 
 class Failure(_Open):
@@ -118,7 +128,8 @@ class RigSummary(_Open):
     model: str
     reference_mode: str | None = None
     protocol: dict[str, Any]
-    modes: dict[str, Any] = Field(description="mode -> its speculative_config (None: no speculation)")
+    modes: dict[str, Any] = Field(
+        description="mode -> its speculative_config (None: no speculation)")
 
 
 class ReportFile(_Open):
@@ -127,31 +138,37 @@ class ReportFile(_Open):
     model_config = ConfigDict(extra="allow", title="specgate report.json")
 
     specgate_report: Literal[1] = Field(description="the format's version")
-    complete: bool = Field(description="False: the session was interrupted; what it measured is kept")
+    complete: bool = Field(
+        description="False: the session was interrupted; what it measured is kept")
     written_at: str
     rig: RigSummary
-    attached: bool = Field(description="measured a server specgate did not start (--specgate-vllm-url)")
-    fingerprints: dict[str, dict[str, Any]] = Field(description="mode -> what its numbers were measured on")
+    attached: bool = Field(
+        description="measured a server specgate did not start (--specgate-vllm-url)")
+    fingerprints: dict[str, dict[str, Any]] = Field(
+        description="mode -> what its numbers were measured on")
     servers: dict[str, Any]
     measurements: list[Measurement]
     failures: list[Failure]
     gates: list[GateResult]
     worker: str | None = None
-    deferred: list[list[Any]] = Field(default=[], description="windows whose gates waited for a later test")
-    deferred_tests: dict[str, list[Any]] = Field(default={},
-                                                 description="test id -> [gate, mode, prompt class, concurrency]")
+    deferred: list[list[Any]] = Field(
+        default=[], description="windows whose gates waited for a later test")
+    deferred_tests: dict[str, list[Any]] = Field(
+        default={}, description="test id -> [gate, mode, prompt class, concurrency]")
     undecided: list[dict[str, Any]] = []
-    outcome_policy: dict[str, str] | None = Field(default=None,
-                                                  description="gate -> how an undecided verdict counts")
-    breakeven: list[dict[str, Any]] | None = Field(default=None,
-                                                   description="derived: renderers recompute it")
-    gating: dict[str, str] | None = Field(default=None, description="gate -> auto | gate | report, where set")
+    outcome_policy: dict[str, str] | None = Field(
+        default=None, description="gate -> how an undecided verdict counts")
+    breakeven: list[dict[str, Any]] | None = Field(
+        default=None, description="derived: renderers recompute it")
+    gating: dict[str, str] | None = Field(
+        default=None, description="gate -> auto | gate | report, where set")
     family: dict[str, Any] | None = Field(
         default=None, description="the gates with an interval that can fail the run "
         "(gating_decisions), each one's confidence and one-sided false-alarm level, the session's "
         "Bonferroni bound, family_false_alarm if set")
     start_order: dict[str, Any] | None = Field(
-        default=None, description="an A/B's start order: seed, and first: mode -> the side started first")
+        default=None,
+        description="an A/B's start order: seed, and first: mode -> the side started first")
     red_runs: dict[str, Any] | None = Field(
         default=None, description="the chance of a red run with nothing changed (a FAIL, or an "
         "undecided gate that gates): bound, fail_bound, gates_counted, confidence, limit (gating "
