@@ -192,6 +192,11 @@ def _steps(baseline: BaselineEntry) -> dict[str, Any] | None:
     return {"levels": levels, "sittings": sittings} if change_points(levels, sittings) else None
 
 
+def _partner_samples(m: ClassMeasurement, partner: ClassMeasurement, label: str) -> Samples:
+    timed = partner.timed_samples
+    return match_samples(m, list(timed), list(timed.values()), partner.untimed, ref_label=label)
+
+
 def check_throughput(settings: WindowSettings, m: ClassMeasurement,
                      baseline: BaselineEntry) -> GateResult:
     """Decode speed, the strongest way the window allows: an A/B's paired ratio to the reference
@@ -205,16 +210,20 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
         return ab_throughput(settings, m)
     if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
         return untimed
+
+    def paced(result: GateResult, tolerance: float) -> GateResult:
+        return at_stored_host_pace(_stored_resolution(result, tolerance), m, baseline,
+                                   gates.host_pace_tolerance)
+
     stored_ratio = baseline.ratio_to_reference
     stored = {"baseline": baseline.describe(), "steps": _steps(baseline)}
-    if partner is not None and stored_ratio is not None \
-            and stored_ratio.reference_mode == partner.mode:
-        tolerance = settings.tolerance_for(duet_ratio=True)
-        threshold = 1 - tolerance
-        rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
-        samples = match_samples(m, list(partner.timed_samples),
-                                list(partner.timed_samples.values()),
-                                partner.untimed, ref_label=partner.mode)
+    duet_ratio = partner is not None and stored_ratio is not None \
+        and stored_ratio.reference_mode == partner.mode
+    tolerance = settings.tolerance_for(duet_ratio=duet_ratio)
+    threshold = 1 - tolerance
+    rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
+    if duet_ratio:
+        samples = _partner_samples(m, partner, partner.mode)
         ratios = StartHistory.of(baseline, ratios=True)
         duet = {"arrangement": window_arrangement(settings.arrangement, m, "duet"),
                 "partner": partner.mode, **stored}
@@ -224,41 +233,34 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
             compared = {"how": "ratio history", "now": now.ratio,
                         "history": _history(ratios, threshold, confidence), **duet}
             result = _against_history(m, math.log(now.ratio / ratios.center), ratios, rule,
-                                      label="stored ratios",
-                                      compared=compared, left_out=samples.left_out)
+                                      label="stored ratios", compared=compared,
+                                      left_out=samples.left_out)
             result.details.update(reference_mode=partner.mode, center=ratios.center)
-            return at_stored_host_pace(_stored_resolution(result, tolerance), m, baseline,
-                                       gates.host_pace_tolerance)
+            return paced(result, tolerance)
         shift = stored_ratio.ratio
         spread, basis = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
         result = ratio_result(Comparison(
             m, "throughput", samples, rule, reference_label="stored ratio",
-                                         compared={"how": "stored ratio", **basis,
-                                                                                      **duet},
-            shift=shift, extra_log_spread=spread, two_modes=True))
+            compared={"how": "stored ratio", **basis, **duet}, shift=shift,
+            extra_log_spread=spread, two_modes=True))
         result.details.update(reference_mode=partner.mode, shift=shift)
-        return at_stored_host_pace(_stored_resolution(result, tolerance), m, baseline,
-                                   gates.host_pace_tolerance)
-    level_tolerance = settings.tolerance_for(duet_ratio=False)
-    level_threshold = 1 - level_tolerance
-    rule = Rule(level_threshold, gates.confidence, gates.equivalence_margin)
+        return paced(result, tolerance)
     history = StartHistory.of(baseline)
     if history.usable and m.decode_tokens_per_s:
         level = summarize(m.decode_tokens_per_s).median
         compared = {"how": "level history",
-                    "history": _history(history, level_threshold, confidence), **stored}
+                    "history": _history(history, threshold, confidence), **stored}
         result = _against_history(m, math.log(level / history.center), history, rule,
                                   label="stored starts", compared=compared)
         result.details.update(center=history.center, level=level)
-        return at_stored_host_pace(_stored_resolution(result, level_tolerance), m, baseline,
-                                   gates.host_pace_tolerance)
+        return paced(result, tolerance)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     spread = start_spread(gates.start_noise, confidence=confidence)
     compared = {"how": "stored samples", "starts": history.starts, "min_starts": HISTORY_MIN_STARTS,
                 "start_noise": gates.start_noise, "steps": stored["steps"]}
-    return at_stored_host_pace(_stored_resolution(ratio_result(Comparison(
+    return paced(ratio_result(Comparison(
         m, "throughput", samples, rule, reference_label="stored level", compared=compared,
-        extra_log_spread=float(spread))), level_tolerance), m, baseline, gates.host_pace_tolerance)
+        extra_log_spread=float(spread))), tolerance)
 
 
 def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *,
@@ -271,11 +273,9 @@ def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory
                              dof=history.dof, threshold=rule.threshold, confidence=confidence,
                              equivalence_margin=rule.margin)
     return _result("throughput", m, _outcome(result.verdict, result.passed), "paired",
-                   **result.to_dict(),
-                   compared=compared, looks=_looks(m), left_out=left_out, head="history",
-                   reference_label=label,
-                   history_starts=history.starts, history_spread=history.log_sd,
-                   history_between_spread=history.components[1],
+                   **result.to_dict(), compared=compared, looks=_looks(m), left_out=left_out,
+                   head="history", reference_label=label, history_starts=history.starts,
+                   history_spread=history.log_sd, history_between_spread=history.components[1],
                    history_sittings=len(history.groups) if history.recorded else None,
                    undecided=result.verdict == "undecided")
 
@@ -296,8 +296,7 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     assert m.ab and partner is not None, "an A/B window has the reference side as partner"
     if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
         return untimed
-    samples = match_samples(m, list(partner.timed_samples), list(partner.timed_samples.values()),
-                            partner.untimed, ref_label="reference side")
+    samples = _partner_samples(m, partner, "reference side")
     start = start_pair(gates.start_pair_spread, m, window_confidence(gates.confidence, m),
                        dof=gates.start_pair_dof)
     result = ratio_result(Comparison(
@@ -316,10 +315,9 @@ def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float, *, do
     ``dof`` where measured, else z)."""
     order = m.extra.get("start_order") or {}
     quantile = spread_quantile(confidence, dof)
+    widened = quantile * math.log1p(relative_sd) if relative_sd else 0.0
     return {"first": order.get("first"), "seed": order.get("seed"), "spread": relative_sd,
-            "dof": dof,
-            "quantile": quantile, "widened_log": quantile * math.log1p(relative_sd) if relative_sd
-            else 0.0}
+            "dof": dof, "quantile": quantile, "widened_log": widened}
 
 
 def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: BaselineEntry, *,
@@ -336,11 +334,14 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
                        reference_label=reference_label)
     stored, now = baseline.acceptance, m.acceptance
     stored_counts = bool(stored.drafts)
-    specs = [dict(measured=Observed(now.acceptance_rate,
-                                    (now.acceptance_rate * now.drafts, now.drafts)),
-                  reference=Observed(stored.acceptance_rate,
-                                     (stored.acceptance_rate * stored.drafts,
-                                      stored.drafts) if stored_counts else None, reference_label),
+    def reference(value: float, accepted: float) -> Observed:
+        return Observed(value, (accepted, stored.drafts) if stored_counts else None,
+                        reference_label)
+
+    rate = now.acceptance_rate
+    specs = [dict(measured=Observed(rate, (rate * now.drafts, now.drafts)),
+                  reference=reference(stored.acceptance_rate,
+                                      stored.acceptance_rate * (stored.drafts or 0)),
                   trial_label="drafts (as trials)", metric="rate")]
     stored_accepted = stored.accepted_per_position or []
     for pos, (accepted, then) in enumerate(zip(now.accepted_per_position,
@@ -349,10 +350,7 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
             then_accepted = (stored_accepted[pos] if pos < len(stored_accepted)
                              else then * (stored.drafts or 0))
             specs.append(dict(measured=Observed(accepted / now.drafts, (accepted, now.drafts)),
-                              reference=Observed(then,
-                                                 (then_accepted,
-                                                  stored.drafts) if stored_counts else None,
-                                                 reference_label), metric=f"pos{pos + 1}"))
+                              reference=reference(then, then_accepted), metric=f"pos{pos + 1}"))
     family = window_confidence(gates.confidence, m)
     each = 1.0 - (1.0 - family) / len(specs)
     checks = [compare_acceptance(**spec, tolerance=gates.acceptance_tolerance, subject=m.mode,
@@ -362,8 +360,8 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
                if not all(c.decided for c in checks) else Outcome.PASS)
     return _result("acceptance", m, outcome, "acceptance", checks=[c.to_dict() for c in checks],
                    family_confidence=family, check_confidence=each,
-                   undecided=outcome is Outcome.UNDECIDED,
-                   reference_label=reference_label, stored_counts=stored_counts,
+                   undecided=outcome is Outcome.UNDECIDED, reference_label=reference_label,
+                   stored_counts=stored_counts,
                    lengths=[now.mean_acceptance_length, stored.mean_acceptance_length])
 
 
@@ -459,15 +457,13 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
                else Outcome.FAIL)
     now, then = m.acceptance, partner.acceptance
     agreed = [a.rows for w in (m, partner) if vllm and (a := agreement(w.sample_keys, w.records))]
+    counters = None if then is None else [now.acceptance_rate, then.acceptance_rate,
+                                          now.mean_acceptance_length, then.mean_acceptance_length]
     return _result("acceptance", m, outcome, "acceptance per request", **comparison.to_dict(),
-                   per_request=True,
-                   compared=window_arrangement(settings.arrangement, m,
-                                               "A/B duet, requests alternated"),
+                   per_request=True, compared=window_arrangement(
+                       settings.arrangement, m, "A/B duet, requests alternated"),
                    looks=_looks(m), per_request_source="vllm" if vllm else "stream",
-                   agreement=agreed,
-                   counters=None if then is None else [now.acceptance_rate, then.acceptance_rate,
-                                                       now.mean_acceptance_length,
-                                                       then.mean_acceptance_length],
+                   agreement=agreed, counters=counters,
                    verdict="undecided" if outcome is Outcome.UNDECIDED else outcome.value,
                    undecided=outcome is Outcome.UNDECIDED)
 
@@ -476,14 +472,14 @@ StartHistories = tuple[StartHistory, StartHistory]  # (this mode's, no speculati
 
 
 def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: ClassMeasurement,
-                           machine: str | None ) -> StartHistories | None:
+                           machine: str | None) -> StartHistories | None:
     """The stored start histories of ``m``'s mode and of no speculation on this machine when both
     give a spread, else None."""
     found = [lookup(store, settings.rig, mode, m.prompt_class, m.concurrency, machine=machine)
              for mode in (m.mode, settings.reference_mode)]
     pair = tuple(StartHistory.of(h) if h is not None else None for h in found)
-    return pair if all(h is not None and h.usable
-                       for h in pair) else None  # type: ignore[return-value]
+    usable = all(h is not None and h.usable for h in pair)
+    return pair if usable else None  # type: ignore[return-value]
 
 
 def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement,
@@ -492,9 +488,7 @@ def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: Cla
     own: then start offsets are allowed for from ``starts`` or the start noise)."""
     if (untimed := _untimed_window("backfire", settings, m, reference)) is not None:
         return untimed
-    ref = reference.timed_samples
-    samples = match_samples(m, list(ref), list(ref.values()), reference.untimed,
-                            ref_label="no speculation")
+    samples = _partner_samples(m, reference, "no speculation")
     return backfire_decision(settings, m, samples, duet=m.partner is reference, starts=starts)
 
 
@@ -512,8 +506,8 @@ def _compared_and_spread(settings: WindowSettings, m: ClassMeasurement, *, ab: b
     if starts is not None:
         mine, theirs = starts
         dof = min(mine.dof, theirs.dof)
-        spread = spread_quantile(confidence, dof) * math.hypot(mine.prediction_sd,
-                                                               theirs.prediction_sd)
+        sd = math.hypot(mine.prediction_sd, theirs.prediction_sd)
+        spread = spread_quantile(confidence, dof) * sd
         return {"how": "sequential", "histories": [[h.starts, h.log_sd] for h in starts],
                 "dof": dof, "added": spread}, spread
     spread = start_spread(gates.start_noise, confidence=confidence)
@@ -524,9 +518,8 @@ def bare_window(settings: WindowSettings) -> ClassMeasurement:
     """A window of ``settings`` with no requests: the subject of a replayed gate."""
     return ClassMeasurement(rig=settings.rig, mode=settings.mode,
                             prompt_class=settings.prompt_class,
-                            concurrency=settings.concurrency, records=[],
-                            acceptance=None, server_decode_tokens_per_s=None,
-                            server_metric_source=None, wall_s=0.0)
+                            concurrency=settings.concurrency, records=[], acceptance=None,
+                            server_decode_tokens_per_s=None, server_metric_source=None, wall_s=0.0)
 
 
 def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Samples, *,
@@ -538,8 +531,7 @@ def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Sa
     result = ratio_result(Comparison(
         m, "backfire", samples, Rule(gates.min_speedup, gates.confidence, gates.equivalence_margin),
         reference_label="no speculation", compared=compared, extra_log_spread=spread,
-                                     head="backfire",
-        two_modes=True))
+        head="backfire", two_modes=True))
     declared = settings.declared_backfire
     if declared is not None:
         result.declared = declared.reason
@@ -561,9 +553,8 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement,
     gates = settings.thresholds
     ab = reference.ab_side == "reference"
     label = "the reference side" if ab else "no speculation"
-    ours = {k: r.ttft_s for k, r in zip(m.sample_keys, m.records) if r.ttft_s and r.ttft_s > 0}
-    theirs = {k: r.ttft_s for k, r in zip(reference.sample_keys, reference.records) if r.ttft_s
-              and r.ttft_s > 0}
+    ours, theirs = ({k: r.ttft_s for k, r in zip(w.sample_keys, w.records)
+                     if r.ttft_s and r.ttft_s > 0} for w in (m, reference))
     matched = match_by_key(ours, theirs)
     compared, spread = _compared_and_spread(settings, m, ab=ab, duet=m.partner is reference)
     facts = {"compared": compared, "looks": _looks(m), "reference_label": label}
@@ -585,9 +576,8 @@ def check_ttft(settings: WindowSettings, m: ClassMeasurement,
     return _result("ttft", m, outcome, "ttft", ratio=1 / speed.ratio,
                    ci_low=1 / speed.ci_high if speed.ci_high else None,
                    ci_high=1 / speed.ci_low if speed.ci_low else None, limit=limit,
-                   tolerance=gates.ttft_tolerance,
-                   confidence=speed.confidence, n=speed.n, method=speed.method,
-                   prompts=speed.prompts, dof=speed.dof,
+                   tolerance=gates.ttft_tolerance, confidence=speed.confidence, n=speed.n,
+                   method=speed.method, prompts=speed.prompts, dof=speed.dof,
                    verdict="undecided" if withheld else TTFT_VERDICTS.get(speed.verdict,
                                                                           speed.verdict),
                    median_ttft_ms=float(np.median(matched.measured)) * 1000,
