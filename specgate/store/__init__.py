@@ -1,4 +1,4 @@
-"""store: what is kept between runs: baselines.json, fingerprints, saved reports and the figures read from them.
+"""store: what is kept between runs: baselines.json, fingerprints, saved reports, their figures.
 
 May import: measure, serve, config and the bottom modules.
 """

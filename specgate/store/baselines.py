@@ -1,16 +1,14 @@
 """``baselines.json``: the stored reference every gate compares with.
 
-Layout (schema version 2): rig -> mode -> prompt class -> concurrency -> a list of histories, oldest
-first. A history (:class:`BaselineEntry`) is one machine's and one build's: its stored starts (each
-naming its machine, build, suite commit and date), the last start's per-request decode tok/s samples
-(keyed, so a new run can be paired request by request), their robust summary, the acceptance figures
-and the fingerprint of the setup it was measured on. Only the newest history of a machine that is not
-``superseded`` gates that machine's runs; a history whose machine is unknown never gates
-(:func:`gating_history`). Storing a start never appends across machines or builds
-(:func:`place_start`). A schema-1 file (one entry per window) is read as one history per window.
+Layout (schema version 2): rig -> mode -> prompt class -> concurrency -> a list of histories,
+oldest first. A history (:class:`BaselineEntry`) is one machine's and one build's: its stored
+starts, the last start's keyed per-request samples, their summary, acceptance and fingerprint.
+Only the newest history of a machine that is not ``superseded`` gates that machine's runs
+(:func:`gating_history`); storing never appends across machines or builds (:func:`place_start`).
+A schema-1 file (one entry per window) is read as one history per window.
 
-The file is validated strictly with pydantic on load (no coercion; errors name the file and the key)
-and is only ever written by an explicit update, merged and replaced atomically (temp file + rename).
+Validated strictly on load (errors name the file and the key); written only by an explicit
+update, merged and replaced atomically.
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ SCHEMA_VERSIONS = (1, 2)  # 1 is read and migrated (one history per window)
 
 
 class _Model(BaseModel):
-    # strict: "46.4" is not a tok/s figure, nor "1" a schema version (the committed JSON schema agrees);
-    # finite: Python's json reads NaN and Infinity, which no stored figure is
+    # strict: "46.4" is not a tok/s figure; finite: Python's json reads NaN and Infinity
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
@@ -57,31 +54,27 @@ class Fingerprint(_Model):
     vllm_version: str | None = None
     model: str | None = None
     speculative_config: dict[str, Any] | None = None
-    # Servers measuring at once on this host (xdist workers): a tiny model is CPU-bound, so on the
-    # GPU lab two servers side by side cut each other's single-stream tok/s by up to 40 %.
+    # Servers measuring at once on this host (xdist workers): they slow each other.
     concurrent_servers: int = Field(default=1, ge=1)
-    # What the window measured and how (None: not recorded, as in entries older than these keys).
-    # prompts: prompt class -> digest of its texts; a per-mode fingerprint holds every class of the
-    # rig, a stored entry only its own (see for_window).
+    # What the window measured and how (None: not recorded). prompts: class -> digest; a per-mode
+    # fingerprint holds every class of the rig, a stored entry only its own (see for_window).
     prompts: dict[str, PromptDigest] | None = None
     protocol: dict[str, Any] | None = None  # api, max_tokens, ignore_eos, temperature, warm-up, ...
     server_args: list[str] | None = None  # the rig's and the mode's extra `vllm serve` arguments
-    env: dict[str, str] | None = None  # the rig's and mode's env, inherited speed knobs; never a secret
+    env: dict[str, str] | None = None  # the rig's and mode's env, inherited speed knobs; no secret
     torch_version: str | None = None
     cuda_version: str | None = None
     cpu_model: str | None = None
-    # which machine, not only its kind (specgate.store.fingerprint.machine_id): a level stored on one host
-    # of a GPU model is not another host's (two leases of one machine kind read 3.7 % apart)
-    machine: str | None = None
+    machine: str | None = None  # which host, not only its kind (fingerprint.machine_id)
     date: str | None = None
     commit: str | None = None
-    sitting: str | None = None  # the series of starts it was measured in (specgate.store.fingerprint.sitting_id)
+    sitting: str | None = None  # the series of starts it was measured in (fingerprint.sitting_id)
     note: str | None = None
 
     @field_validator("env")
     @classmethod
     def _no_secret_env(cls, env: dict[str, str] | None) -> dict[str, str] | None:
-        """A secret an older specgate recorded is dropped as it is read, so it is never written again."""
+        """A secret an older specgate recorded is dropped as it is read, never written again."""
         return None if env is None else without_secrets(env)
 
     @field_validator("server_args")
@@ -106,15 +99,16 @@ class Fingerprint(_Model):
 
 # What a difference means for a comparison with a stored figure (see comparability):
 SAME = "same"
-OTHER_SETUP = "other_setup"  # software or configuration: vLLM, torch, CUDA, driver, args, env, model
+OTHER_SETUP = "other_setup"  # software or configuration: vLLM, torch, CUDA, driver, args, env
 OTHER_MACHINE = "other_machine"  # another CPU model, GPU model or GPU count, or another host
-OTHER_MEASUREMENT = "other_measurement"  # other prompt texts or another protocol: not the same quantity
+OTHER_MEASUREMENT = "other_measurement"  # other prompt texts or another protocol
 _RANK = {SAME: 0, OTHER_SETUP: 1, OTHER_MACHINE: 2, OTHER_MEASUREMENT: 3}
 # Fields that existed before the others: compared even where one side is None (as before).
-_LEGACY_KEYS = ("accelerator", "accelerator_count", "driver", "vllm_version", "model", "speculative_config",
-                "concurrent_servers")
-_KIND_OF = {"accelerator": OTHER_MACHINE, "accelerator_count": OTHER_MACHINE, "cpu_model": OTHER_MACHINE,
-            "machine": OTHER_MACHINE, "prompts": OTHER_MEASUREMENT, "protocol": OTHER_MEASUREMENT}
+_LEGACY_KEYS = ("accelerator", "accelerator_count", "driver", "vllm_version", "model",
+                "speculative_config", "concurrent_servers")
+_KIND_OF = {"accelerator": OTHER_MACHINE, "accelerator_count": OTHER_MACHINE,
+            "cpu_model": OTHER_MACHINE, "machine": OTHER_MACHINE,
+            "prompts": OTHER_MEASUREMENT, "protocol": OTHER_MEASUREMENT}
 _NEW_KEYS = ("cpu_model", "machine", "torch_version", "cuda_version", "server_args", "env")
 
 
@@ -152,17 +146,16 @@ def _field_differences(stored: Fingerprint, now: Fingerprint) -> list[tuple[str,
                 out.append((OTHER_MEASUREMENT, f"protocol {key}: stored {stored.protocol[key]!r}, "
                                                f"now {now.protocol[key]!r}"))
     if stored.prompts is not None and now.prompts is not None:
-        out += [(OTHER_MEASUREMENT, text) for text in _prompt_differences(stored.prompts, now.prompts)]
+        out += [(OTHER_MEASUREMENT, text)
+                for text in _prompt_differences(stored.prompts, now.prompts)]
     return out
 
 
 @dataclass(frozen=True)
 class Comparability:
-    """Whether a stored figure may be compared with this run's, and what differs.
-
-    ``kind``: SAME; OTHER_SETUP (software or configuration); OTHER_MACHINE; OTHER_MEASUREMENT
-    (other prompts or protocol: the stored figure measured something else). The worst one wins;
-    ``differences`` lists them all, each naming the field and both values."""
+    """Whether a stored figure may be compared with this run's: ``kind`` (the worst difference:
+    SAME, OTHER_SETUP, OTHER_MACHINE or OTHER_MEASUREMENT) and every difference, each naming the
+    field and both values."""
 
     kind: str
     differences: tuple[str, ...] = ()
@@ -172,18 +165,17 @@ class Comparability:
 
     def describe(self) -> str:
         """"was measured ...: <differences>" ("" when SAME)."""
-        what = {OTHER_MEASUREMENT: "was measured on other prompts or with another protocol, so it is not the "
-                                   "same quantity and is not compared",
+        what = {OTHER_MEASUREMENT: "was measured on other prompts or with another protocol, so it "
+                                   "is not the same quantity and is not compared",
                 OTHER_MACHINE: "was measured on another machine",
                 OTHER_SETUP: "was measured with another software or server setup"}.get(self.kind)
         return f"{what}: {'; '.join(self.differences)}" if what else ""
 
 
 def comparability(stored: Fingerprint, now: Fingerprint | None) -> Comparability:
-    """The one place that decides how a stored fingerprint relates to this run's (narrowed to
-    the same window). A stored entry written before a field existed leaves that field unknown,
-    and an unknown field is never a difference; so is a stored fingerprint with no accelerator
-    (hand-written entries) or no fingerprint for this run (nothing to compare)."""
+    """The one place that decides how a stored fingerprint relates to this run's (narrowed to the
+    same window). An unknown field is never a difference, nor a stored fingerprint with no
+    accelerator (hand-written entries), nor no fingerprint for this run."""
     if now is None or stored.accelerator == "unknown":
         return Comparability(SAME)
     found = _field_differences(stored, now)
@@ -195,8 +187,7 @@ class AcceptanceEntry(_Model):
     mean_acceptance_length: float = Field(ge=1)
     acceptance_rate: float = Field(ge=0, le=1)
     per_position_rates: list[float] = []
-    # The counts the rates came from (None in entries written before they were kept): how much
-    # evidence the stored figure rests on.
+    # The counts the rates came from (None in older entries): the evidence behind the figure.
     drafts: float | None = Field(default=None, ge=0)
     draft_tokens: float | None = Field(default=None, ge=0)
     accepted_per_position: list[float] | None = None
@@ -215,15 +206,14 @@ class RatioEntry(_Model):
 
 
 # the fingerprint's fields that make up the server's configuration (the build's digest)
-_CONFIG_KEYS = ("model", "speculative_config", "server_args", "env", "torch_version", "cuda_version", "driver",
-                "concurrent_servers")
+_CONFIG_KEYS = ("model", "speculative_config", "server_args", "env", "torch_version",
+                "cuda_version", "driver", "concurrent_servers")
 
 
 class Build(_Model):
-    """What was served: vLLM's version and commit, and a digest of the server's configuration (model,
-    speculative config, extra arguments, environment, torch/CUDA/driver, servers side by side)."""
+    """What was served: vLLM's version and commit, and a digest of the server's configuration."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)  # hashable: a history's identity
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)  # hashable: an identity
     vllm_version: str | None = None
     vllm_commit: str | None = None
     config_digest: str | None = None
@@ -231,35 +221,38 @@ class Build(_Model):
     @classmethod
     def of(cls, fingerprint: Fingerprint) -> Build:
         config = {k: getattr(fingerprint, k) for k in _CONFIG_KEYS}
-        digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        text = json.dumps(config, sort_keys=True, default=str)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         version = fingerprint.vllm_version
         commit = re.search(r"\+g([0-9a-f]{7,40})", version or "")
-        return cls(vllm_version=version, vllm_commit=commit.group(1) if commit else None, config_digest=digest)
+        return cls(vllm_version=version, vllm_commit=commit.group(1) if commit else None,
+                   config_digest=digest)
 
     def describe(self) -> str:
-        version = f"vLLM {self.vllm_version or '?'}" + (f" ({self.vllm_commit})" if self.vllm_commit else "")
-        return f"{version}, config {self.config_digest or '?'}"
+        commit = f" ({self.vllm_commit})" if self.vllm_commit else ""
+        return f"vLLM {self.vllm_version or '?'}{commit}, config {self.config_digest or '?'}"
 
 
 class StoredStart(_Model):
     """One fresh start's figures for a window, and where and on what they were measured."""
 
     level: PositiveFloat  # the window's median decode tok/s
-    ratio: PositiveFloat | None = None  # its paired ratio to the no-speculation partner (duet windows)
-    canary_us: PositiveFloat | None = None  # the host's pace (specgate's CPU canary, fastest reading)
+    ratio: PositiveFloat | None = None  # its paired ratio to the no-speculation partner (duets)
+    canary_us: PositiveFloat | None = None  # the host's pace (specgate's CPU canary)
     machine: str | None = None  # specgate.store.fingerprint.machine_id; None: unknown, never gates
     build: Build = Build()
     suite_commit: str | None = None  # specgate's own commit
     date: str | None = None
-    # its sitting: one uninterrupted series of starts on the machine (specgate.store.fingerprint.sitting_id);
-    # None: not recorded (stored before specgate recorded sittings), all such starts taken as one sitting
+    # its sitting: one uninterrupted series of starts (specgate.store.fingerprint.sitting_id);
+    # None: not recorded, all such starts taken as one sitting
     sitting: str | None = None
 
 
 class BaselineEntry(_Model):
-    """One history of a window: one machine's and one build's stored starts, the last start's samples."""
+    """One history of a window: one machine's and one build's stored starts, the last start's
+    samples."""
 
-    decode_tokens_per_s: list[float] = Field(min_length=1)  # one sample per request (the last start's)
+    decode_tokens_per_s: list[float] = Field(min_length=1)  # one sample per request
     sample_keys: list[str] | None = None  # "prompt-id#repeat", aligned with the samples
     median: float = Field(gt=0)
     mad: float = Field(ge=0)
@@ -267,11 +260,10 @@ class BaselineEntry(_Model):
     acceptance: AcceptanceEntry | None = None
     fingerprint: Fingerprint = Fingerprint()
     source: str | None = None  # where the figures came from when not measured by specgate
-    # A duet window's paired ratio against the live reference (Hodges-Lehmann, specgate.decide.paired)
-    # and its interval: what the throughput gate of a speculative mode compares with.
+    # A duet window's paired ratio against the live reference and its interval.
     ratio_to_reference: RatioEntry | None = None
     # The stored starts, oldest first (the last LEVEL_HISTORY); the level gate allows for their
-    # spread (specgate.decide.history). Each names its machine and build, and all of them are one's.
+    # spread (specgate.decide.history).
     starts: list[StoredStart] = Field(default=[], max_length=LEVEL_HISTORY)
     # Why this history no longer gates (a later update started a new one on its machine), or None.
     superseded: str | None = None
@@ -279,27 +271,28 @@ class BaselineEntry(_Model):
     @model_validator(mode="before")
     @classmethod
     def _from_schema_1(cls, data: Any) -> Any:
-        """A schema-1 entry (level_history, ratio_history, host_canary_us as bare lists) as one history:
-        its starts take the entry's build, the last one its date and commit. Schema 1 named no machine per
-        start, and from c404bac to 3472353 it appended levels across machines under the last start's
-        fingerprint: a schema-1 history of more than one start is of an unknown machine and never gates
-        (one start is its fingerprint's machine's). Their sittings are not known."""
-        if not isinstance(data, dict) or not ({"level_history", "ratio_history", "host_canary_us"} & data.keys()):
+        """A schema-1 entry (level_history, ratio_history, host_canary_us as bare lists) as one
+        history: its starts take the entry's build, the last one its date and commit. Schema 1
+        appended levels across machines, so one of more than one start is of an unknown machine
+        and never gates."""
+        keys = ("level_history", "ratio_history", "host_canary_us")
+        if not isinstance(data, dict) or not (set(keys) & data.keys()):
             return data
         data = dict(data)
-        lists = [key for key in ("level_history", "ratio_history", "host_canary_us")
-                 if data.get(key) is not None and not isinstance(data[key], list)]
+        lists = [k for k in keys if data.get(k) is not None and not isinstance(data[k], list)]
         if lists:
             raise ValueError(f"{lists[0]} is not a list (a schema-1 history: one number per start)")
         levels = list(data.pop("level_history", None) or [])
         ratios = list(data.pop("ratio_history", None) or [])
         canaries = list(data.pop("host_canary_us", None) or [])
         if "starts" in data:
-            raise ValueError("both starts and the schema-1 keys level_history/ratio_history/host_canary_us")
+            raise ValueError("both starts and the schema-1 keys "
+                             "level_history/ratio_history/host_canary_us")
         if not levels:
             levels = [data.get("median")] if isinstance(data.get("median"), int | float) else []
         fingerprint = data.get("fingerprint") or {}
-        fp = fingerprint if isinstance(fingerprint, Fingerprint) else Fingerprint.model_validate(fingerprint)
+        fp = (fingerprint if isinstance(fingerprint, Fingerprint)
+              else Fingerprint.model_validate(fingerprint))
         build = Build.of(fp).model_dump()
         count = len(levels)
         starts = []
@@ -309,7 +302,8 @@ class BaselineEntry(_Model):
             starts.append({"level": level, "ratio": ratios[-back] if back <= len(ratios) else None,
                            "canary_us": canaries[-back] if back <= len(canaries) else None,
                            "machine": fp.machine if count == 1 else None, "build": build,
-                           "suite_commit": fp.commit if last else None, "date": fp.date if last else None})
+                           "suite_commit": fp.commit if last else None,
+                           "date": fp.date if last else None})
         data["starts"] = starts
         return data
 
@@ -320,12 +314,12 @@ class BaselineEntry(_Model):
         if self.sample_keys is not None and len(self.sample_keys) != self.n:
             raise ValueError("sample_keys must have one key per sample")
         mixed = {(s.machine, s.build) for s in self.starts}
-        if len(mixed) > 1:  # a history is one machine's and one build's (place_start keeps them apart)
+        if len(mixed) > 1:  # a history is one machine's and one build's
             raise ValueError("starts of several machines or builds in one history: "
-                             + "; ".join(sorted(f"{m or 'unknown machine'} / {b.describe()}" for m, b in mixed)))
+                             + "; ".join(sorted(f"{m or 'unknown machine'} / {b.describe()}"
+                                                for m, b in mixed)))
         return self
 
-    # -- the history, read --------------------------------------------------------------------
     @property
     def machine(self) -> str | None:
         return self.starts[-1].machine if self.starts else self.fingerprint.machine
@@ -352,13 +346,14 @@ class BaselineEntry(_Model):
         """"machine M, vLLM V, config D: N starts (first - last)"."""
         dates = [s.date for s in self.starts if s.date]
         when = f" ({dates[0]} to {dates[-1]})" if len(dates) > 1 else f" ({dates[0]})" if dates else ""
-        return (f"{self.machine or 'unknown machine'}, {self.build.describe()}: {len(self.starts)} stored "
-                f"start(s){when}" + (f"; superseded: {self.superseded}" if self.superseded else ""))
+        return (f"{self.machine or 'unknown machine'}, {self.build.describe()}: "
+                f"{len(self.starts)} stored start(s){when}"
+                + (f"; superseded: {self.superseded}" if self.superseded else ""))
 
 
 def _as_histories(node: Any, depth: int) -> Any:
-    """Schema 1's rig -> mode -> class -> concurrency -> entry with each entry as a one-history list; a
-    part that is not a table is left as it is, for the validation to refuse naming its key."""
+    """Schema 1's rig -> mode -> class -> concurrency -> entry with each entry as a one-history
+    list; a part that is not a table is left for the validation to refuse naming its key."""
     if depth == 0:
         return [node]
     if not isinstance(node, dict):
@@ -375,16 +370,17 @@ class BaselineFile(_Model):
     @classmethod
     def _migrate(cls, data: Any) -> Any:
         """Schema 1 (one entry per window) as schema 2 (one history per window)."""
-        if isinstance(data, dict) and data.get("schema_version") == 1 and type(data.get("schema_version")) is int:
-            return {**data, "schema_version": SCHEMA_VERSION, **({"rigs": _as_histories(data["rigs"], 4)}
-                                                                 if "rigs" in data else {})}
+        if (isinstance(data, dict) and data.get("schema_version") == 1
+                and type(data.get("schema_version")) is int):
+            rigs = {"rigs": _as_histories(data["rigs"], 4)} if "rigs" in data else {}
+            return {**data, "schema_version": SCHEMA_VERSION, **rigs}
         return data
 
     @model_validator(mode="after")
     def _known_version(self) -> BaselineFile:
         if self.schema_version != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {self.schema_version} is not supported (expected one of "
-                             f"{', '.join(map(str, SCHEMA_VERSIONS))})")
+            raise ValueError(f"schema_version {self.schema_version} is not supported (expected one "
+                             f"of {', '.join(map(str, SCHEMA_VERSIONS))})")
         return self
 
 
@@ -399,10 +395,11 @@ def load_baselines(path: Path) -> BaselineFile:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ConfigError(path, None, f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                          "fix it or restore it from version control") from None
+        raise ConfigError(path, None, f"not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                          f"{exc.msg}); fix it or restore it from version control") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(path, None, f"not UTF-8 text, as JSON must be ({exc.reason} at byte {exc.start})") from None
+        raise ConfigError(path, None, f"not UTF-8 text, as JSON must be ({exc.reason} at byte "
+                          f"{exc.start})") from None
     except OSError as exc:
         raise ConfigError(path, None, f"cannot read: {exc}") from None
     try:
@@ -414,14 +411,15 @@ def load_baselines(path: Path) -> BaselineFile:
     return store
 
 
-def histories(store: BaselineFile, rig: str, mode: str, prompt_class: str, concurrency: int) -> list[BaselineEntry]:
-    """Every stored history of the window, oldest first (superseded ones and other machines' included)."""
+def histories(store: BaselineFile, rig: str, mode: str, prompt_class: str,
+              concurrency: int) -> list[BaselineEntry]:
+    """Every stored history of the window, oldest first (superseded and other machines' too)."""
     return store.rigs.get(rig, {}).get(mode, {}).get(prompt_class, {}).get(str(concurrency), [])
 
 
 def gating_history(found: list[BaselineEntry], machine: str | None) -> BaselineEntry | None:
     """The history that gates a run on ``machine``: its newest one not superseded. None when the
-    machine is unknown or has none (a history whose machine is unknown never gates)."""
+    machine is unknown or has none."""
     if machine is None:
         return None
     return next((h for h in reversed(found) if h.machine == machine and h.superseded is None), None)
@@ -432,9 +430,9 @@ ANY_MACHINE = object()
 
 def lookup(store: BaselineFile, rig: str, mode: str, prompt_class: str, concurrency: int,
            machine: Any = ANY_MACHINE) -> BaselineEntry | None:
-    """The window's history that gates ``machine`` (:func:`gating_history`); with no machine given,
-    the newest history not superseded, whichever machine's (figures that do not depend on the host:
-    acceptance, a seed's hand-written entry, the plan's estimates)."""
+    """The window's history that gates ``machine`` (:func:`gating_history`); with no machine
+    given, the newest history not superseded, whichever machine's (for figures that do not depend
+    on the host)."""
     found = histories(store, rig, mode, prompt_class, concurrency)
     if machine is not ANY_MACHINE:
         return gating_history(found, machine)
@@ -445,12 +443,11 @@ def place_start(found: list[BaselineEntry], new: BaselineEntry, *, new_history: 
                 ) -> tuple[list[BaselineEntry], str]:
     """Store ``new`` (one start's entry) among a window's histories, and say what was done.
 
-    It extends the machine's gating history when that one is of the same build and ``new_history`` is
-    False (``--specgate-regen-baselines``, ``build-history``, ``adopt-baselines``). Otherwise it
-    starts a history: on a machine with none ("starts this machine's history"), after a change of
-    build, or on an update (``--specgate-update-baselines``: a deliberate change accepted), which
-    supersedes the machine's previous history (kept, labelled, no longer gating). A start whose machine
-    is unknown is never appended to anything."""
+    It extends the machine's gating history when that one is of the same build and
+    ``new_history`` is False. Otherwise it starts a history: on a machine with none, after a
+    change of build, or on an update (``--specgate-update-baselines``), which supersedes the
+    machine's previous history (kept, labelled, no longer gating). A start whose machine is
+    unknown is never appended to anything."""
     machine = new.machine
     current = gating_history(found, machine)
     if current is not None and not new_history and current.build == new.build:
@@ -468,19 +465,20 @@ def place_start(found: list[BaselineEntry], new: BaselineEntry, *, new_history: 
                f"the build changed: {current.build.describe()} -> {new.build.describe()}")
         label = f"by the history started {when} ({why})"
         out = [h.model_copy(update={"superseded": label}) if h is current else h for h in found]
-        said = (f"a new history for {machine} ({why}); its previous one ({len(current.starts)} start(s)) is kept, "
-                "superseded, and no longer gates")
+        said = (f"a new history for {machine} ({why}); its previous one "
+                f"({len(current.starts)} start(s)) is kept, superseded, and no longer gates")
     out.append(new)
-    while len(out) > HISTORIES_KEPT:  # the oldest that cannot gate go first (superseded, unknown machine)
+    while len(out) > HISTORIES_KEPT:  # the oldest that cannot gate go first
         out.remove(next((h for h in out if h.superseded or h.machine is None), out[0]))
     return out, said
 
 
 def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineEntry], *,
-                  new_history: bool = False) -> tuple[BaselineFile, dict[tuple[str, str, str, int], str]]:
-    """Store each update (one start's entry) into the file as it is on disk now (re-read, so
-    concurrent edits to other keys survive; :func:`place_start` per window) and replace it atomically.
-    Returns the new content and, per window, what was done."""
+                  new_history: bool = False
+                  ) -> tuple[BaselineFile, dict[tuple[str, str, str, int], str]]:
+    """Store each update into the file as it is on disk now (re-read, so concurrent edits to
+    other keys survive) and replace it atomically. Returns the new content and, per window, what
+    was done."""
     store = load_baselines(path)
     when = dt.date.today().isoformat()
     said = {}
@@ -493,21 +491,20 @@ def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineE
     return store, said
 
 
-# A run this much faster than its stored figure means the figure no longer describes the rig
-# (another machine, a faster vLLM): a 30 % regression would still pass against it.
+# A run this much faster than its stored figure means the figure no longer describes the rig.
 STALE_RATIO = 1.5
 
 
 def baseline_notes(fit: Comparability, measured: list[float], stored_median: float,
                    refresh: str) -> dict[str, Any]:
-    """What a throughput result carries about its stored figure, for the summary: how the
-    fingerprints compare and, when this run is more than STALE_RATIO x the stored median, that the
-    figure is stale, with the command that refreshes it."""
+    """What a throughput result carries about its stored figure: how the fingerprints compare
+    and, above STALE_RATIO x the stored median, that the figure is stale and how to refresh it."""
     notes: dict[str, Any] = {"baseline_fingerprint": fit.to_dict()}
     measured_median = statistics.median(measured) if measured else None
     if measured_median and stored_median > 0 and measured_median / stored_median > STALE_RATIO:
         notes["stale_baseline"] = (
-            f"this run's median {measured_median:.1f} tok/s is {measured_median / stored_median:.2f}x the stored "
-            f"{stored_median:.1f} (over {STALE_RATIO:g}x: the stored figure no longer describes this rig, and a "
-            f"regression smaller than the gap would pass); refresh it with: {refresh}")
+            f"this run's median {measured_median:.1f} tok/s is "
+            f"{measured_median / stored_median:.2f}x the stored {stored_median:.1f} (over "
+            f"{STALE_RATIO:g}x: the stored figure no longer describes this rig, and a regression "
+            f"smaller than the gap would pass); refresh it with: {refresh}")
     return notes

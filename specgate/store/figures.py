@@ -1,6 +1,6 @@
-"""The figures a run's JSON report holds per window (mode, prompt class, concurrency), computed in
-one place for the tables (:mod:`specgate.report.terminal`) and the plots (:mod:`specgate.report.plots`), so a table
-and a plot of the same report never show two numbers for one window.
+"""The figures a run's JSON report holds per window, computed in one place for the tables
+(:mod:`specgate.report.terminal`) and the plots (:mod:`specgate.report.plots`), so they never show
+two numbers for one window.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 
 def ab_side(window: dict[str, Any] | None) -> str | None:
-    """A saved window's A/B side, "candidate" or "reference", or None outside an A/B (report.json's
-    "ab_side"; reports before 2026-12-05 say "side": "reference" for the reference side only)."""
+    """A saved window's A/B side, "candidate" or "reference", or None outside an A/B (older
+    reports say "side": "reference" for the reference side only)."""
     if not isinstance(window, dict):
         return None
     if "ab_side" in window:
@@ -20,13 +20,14 @@ def ab_side(window: dict[str, Any] | None) -> str | None:
 
 
 def is_partner(window: dict[str, Any]) -> bool:
-    """A saved window that is another's partner (its duet's second server, or an A/B's reference side)."""
+    """A saved window that is another's partner (a duet's second server, an A/B's reference)."""
     return window.get("role", window.get("side")) in ("partner", "reference")
 
 
 def request_rates(measurement: dict[str, Any]) -> list[float]:
     """The window's decode tok/s, one per request that produced tokens."""
-    return [r["decode_tokens_per_s"] for r in measurement.get("records", []) if r.get("decode_tokens_per_s")]
+    return [r["decode_tokens_per_s"] for r in measurement.get("records", [])
+            if r.get("decode_tokens_per_s")]
 
 
 def median_rate(measurement: dict[str, Any]) -> float | None:
@@ -34,14 +35,14 @@ def median_rate(measurement: dict[str, Any]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int) -> float | None:
-    """The paired ratio the backfire gate measured for this window (the prompts as strata, or
-    Hodges-Lehmann without repeats: the one number its message shows), decided or undecided, or
-    None when no such gate ran (or a report from before undecided gates kept their ratio): every
-    table and plot shows it."""
+def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str,
+               concurrency: int) -> float | None:
+    """The paired ratio the backfire gate measured for this window (the one number its message
+    shows), decided or undecided, or None when no such gate ran."""
+    window = ("backfire", mode, prompt_class, concurrency)
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
-        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
-                ("backfire", mode, prompt_class, concurrency) and g.get("details", {}).get("ratio"):
+        if ((g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == window
+                and g.get("details", {}).get("ratio")):
             return float(g["details"]["ratio"])
     return None
 
@@ -49,7 +50,7 @@ def gate_ratio(report: dict[str, Any], mode: str, prompt_class: str, concurrency
 def change_percent(report: dict[str, Any], mode: str, prompt_class: str, concurrency: int,
                    median: float, reference_median: float | None) -> float | None:
     """A mode's change against the no-speculation mode on one window, in percent: the backfire
-    gate's paired ratio where it ran, else the ratio of the two medians; None when neither is known."""
+    gate's paired ratio where it ran, else the ratio of the medians; None when neither is known."""
     ratio = gate_ratio(report, mode, prompt_class, concurrency) or (
         median / reference_median if reference_median else None)
     return None if ratio is None else (ratio - 1) * 100

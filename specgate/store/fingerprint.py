@@ -37,8 +37,8 @@ def cpu_model() -> str:
 
 
 def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
-    """(model name, count, driver) through NVML; ("unknown", 0, None) where there is none.
-    With ``visible`` (the server's CUDA_VISIBLE_DEVICES) the count is the server's GPUs, not the host's."""
+    """(model name, count, driver) through NVML; ("unknown", 0, None) where there is none. With
+    ``visible`` (the server's CUDA_VISIBLE_DEVICES) the count is the server's GPUs."""
     try:
         with nvml() as pynvml:
             count = pynvml.nvmlDeviceGetCount()
@@ -48,7 +48,8 @@ def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
                 entries = [e for e in entries if not e.isdigit() or int(e) < count]
                 count = len(entries)
                 if entries:  # a UUID (GPU-..., MIG-...) must be whole for NVML's lookup
-                    first = (pynvml.nvmlDeviceGetHandleByIndex(int(entries[0])) if entries[0].isdigit()
+                    first = (pynvml.nvmlDeviceGetHandleByIndex(int(entries[0]))
+                             if entries[0].isdigit()
                              else pynvml.nvmlDeviceGetHandleByUUID(entries[0]))
             name = pynvml.nvmlDeviceGetName(first) if count else "none"
             driver = pynvml.nvmlSystemGetDriverVersion()
@@ -59,15 +60,14 @@ def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
 
 
 def machine_id(tier: str, visible: str | None = None, root: Path = Path("/")) -> str | None:
-    """Which machine this is, not only its kind: on the gpu tier the UUIDs of the server's GPUs (two
-    hosts of one GPU model read apart, so a history of starts belongs to one), else :func:`host_id`.
-    None where none can be read."""
+    """Which machine this is, not only its kind: on the gpu tier the UUIDs of the server's GPUs,
+    else :func:`host_id`. None where none can be read."""
     if tier == "gpu":
         try:
             with nvml() as pynvml:
                 count = pynvml.nvmlDeviceGetCount()
-                entries = [e.strip() for e in (visible or "").split(",") if is_gpu_id(e.strip())] or \
-                    [str(i) for i in range(count)]
+                entries = ([e.strip() for e in (visible or "").split(",") if is_gpu_id(e.strip())]
+                           or [str(i) for i in range(count)])
                 uuids = []
                 for e in entries:
                     handle = (pynvml.nvmlDeviceGetHandleByIndex(int(e)) if e.isdigit()
@@ -92,12 +92,10 @@ def _read(path: Path) -> str:
 
 
 def host_id(root: Path = Path("/")) -> str | None:
-    """The host: /etc/machine-id, which every clone of an image shares, with a hash of the hardware
-    addresses of its network cards that are not virtual (not under /sys/devices/virtual) and are
-    permanent (addr_assign_type 0): a hypervisor or a card gives each its own, kept across reboots.
-    Where none of those is universally administered (burned in; a locally administered one, as a cloud
-    or a microVM assigns, may repeat on every clone) or none is found, the id adds the host name and
-    says it is :data:`UNSURE`. The boot id is not used: it changes at every reboot."""
+    """The host: /etc/machine-id (which every clone of an image shares) with a hash of the
+    permanent hardware addresses of its non-virtual network cards. Where none of those is
+    universally administered (a locally administered one may repeat on every clone) or none is
+    found, the id adds the host name and says it is :data:`UNSURE`."""
     nics = []
     for link in sorted((root / "sys/class/net").glob("*")):
         if "/devices/virtual/" in str(link.resolve()) or _read(link / "addr_assign_type") != "0":
@@ -113,8 +111,7 @@ def host_id(root: Path = Path("/")) -> str | None:
         return ", ".join(parts)
     if node := _read(root / "etc/hostname") or (platform.node() if root == Path("/") else ""):
         parts.append(f"host {node}")
-    return ", ".join([*parts, f"{UNSURE}: a clone may share it"]
-                     ) if parts else None
+    return ", ".join([*parts, f"{UNSURE}: a clone may share it"]) if parts else None
 
 
 SITTING_ENV = "SPECGATE_SITTING"
@@ -126,10 +123,9 @@ def _minted() -> str:
 
 
 def sitting_id() -> str:
-    """The sitting a start is stored in: one uninterrupted series of starts on one machine (one lease).
-    ``SPECGATE_SITTING`` where set (``build-history`` sets it once for all its sessions; set it to join
-    several commands of one lease), else the pytest-xdist run every worker of one session shares, else
-    one minted per process (one pytest session): its UTC time and 6 random hex digits."""
+    """The sitting a start is stored in: one uninterrupted series of starts on one machine.
+    ``SPECGATE_SITTING`` where set, else the pytest-xdist run every worker of one session shares,
+    else one minted per process: its UTC time and 6 random hex digits."""
     if os.environ.get(SITTING_ENV):
         return os.environ[SITTING_ENV]
     if run := os.environ.get("PYTEST_XDIST_TESTRUNUID"):
@@ -138,9 +134,8 @@ def sitting_id() -> str:
 
 
 def git_commit(cwd: Path) -> str | None:
-    """The commit under test: ``SPECGATE_COMMIT`` when set (a copied tree whose ``.git`` is not the
-    code's), else ``git describe --always --dirty`` ("651a65d-dirty"
-    when tracked files differ from that commit)."""
+    """The commit under test: ``SPECGATE_COMMIT`` when set (a copied tree), else
+    ``git describe --always --dirty`` ("651a65d-dirty")."""
     if os.environ.get("SPECGATE_COMMIT"):
         return os.environ["SPECGATE_COMMIT"]
     try:
@@ -154,37 +149,34 @@ def git_commit(cwd: Path) -> str | None:
 def server_vllm_version(base_url: str, api_key: str | None = None) -> str | None:
     headers = auth_headers(api_key)
     try:
-        response = httpx.get(f"{base_url}/version", headers=headers, timeout=10, verify=tls_context())
+        response = httpx.get(f"{base_url}/version", headers=headers, timeout=10,
+                             verify=tls_context())
         return response.json().get("version") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
 
 
 # Protocol keys that change what a window measures (timeouts and the seed at temperature 0 do not).
-PROTOCOL_KEYS = ("api", "max_tokens", "ignore_eos", "temperature", "warmup_requests", "repeats", "concurrency",
-                 "prefix_caching")
-# What a fingerprint records of the environment specgate inherits (and a server it starts inherits
-# too): an allowlist of the variables that change how fast vLLM runs, as vllm/envs.py documents them
-# (0.2x-0.3x), and the thread counts of the libraries under it. Anything else inherited (paths, proxies,
-# a hub token, the API key) is not the measurement's business and stays out. Whole families first:
-# vLLM's feature switches (VLLM_USE_V1, VLLM_USE_FLASHINFER_SAMPLER, VLLM_USE_DEEP_GEMM, ...), its CPU
-# backend (VLLM_CPU_KVCACHE_SPACE, VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_NUM_OF_RESERVED_CPU, ...), ROCm's
-# and FlashInfer's kernel choices.
+PROTOCOL_KEYS = ("api", "max_tokens", "ignore_eos", "temperature", "warmup_requests", "repeats",
+                 "concurrency", "prefix_caching")
+# What a fingerprint records of the inherited environment: an allowlist of the variables that change
+# how fast vLLM runs (vllm/envs.py) and the libraries' thread counts; anything else (paths, proxies,
+# tokens) stays out. Whole families first: feature switches, the CPU backend, ROCm and FlashInfer.
 SPEED_PREFIXES = ("VLLM_USE_", "VLLM_CPU_", "VLLM_ROCM_", "VLLM_FLASHINFER_", "VLLM_ZENTORCH_")
 SPEED_VARIABLES = frozenset({
     # the engine, its processes and the kernels it picks
     "VLLM_ATTENTION_BACKEND", "VLLM_FLASH_ATTN_VERSION", "VLLM_ENABLE_V1_MULTIPROCESSING",
-    "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_V1_OUTPUT_PROC_CHUNK_SIZE", "VLLM_MSGPACK_ZERO_COPY_THRESHOLD",
-    "VLLM_DISABLED_KERNELS", "VLLM_KV_CACHE_LAYOUT", "VLLM_MLA_DISABLE", "VLLM_MARLIN_USE_ATOMIC_ADD",
-    "VLLM_FUSED_MOE_CHUNK_SIZE", "VLLM_ENABLE_FUSED_MOE_ACTIVATION_CHUNKING", "VLLM_MOE_DP_CHUNK_SIZE",
-    "VLLM_ALL2ALL_BACKEND", "VLLM_PP_LAYER_PARTITION", "VLLM_TUNED_CONFIG_FOLDER", "VLLM_BATCH_INVARIANT",
+    "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_V1_OUTPUT_PROC_CHUNK_SIZE",
+    "VLLM_MSGPACK_ZERO_COPY_THRESHOLD", "VLLM_DISABLED_KERNELS", "VLLM_KV_CACHE_LAYOUT",
+    "VLLM_MLA_DISABLE", "VLLM_MARLIN_USE_ATOMIC_ADD", "VLLM_FUSED_MOE_CHUNK_SIZE",
+    "VLLM_ENABLE_FUSED_MOE_ACTIVATION_CHUNKING", "VLLM_MOE_DP_CHUNK_SIZE", "VLLM_ALL2ALL_BACKEND",
+    "VLLM_PP_LAYER_PARTITION", "VLLM_TUNED_CONFIG_FOLDER", "VLLM_BATCH_INVARIANT",
     "VLLM_FLOAT32_MATMUL_PRECISION", "VLLM_COMPUTE_NANS_IN_LOGITS", "VLLM_SLEEP_WHEN_IDLE",
     "VLLM_LOGITS_PROCESSOR_THREADS", "VLLM_ALLREDUCE_USE_SYMM_MEM",
-    # compilation: torch.compile's passes and where compiled graphs are cached (the GPU lab's stored
-    # histories recorded VLLM_CACHE_ROOT: leaving it out would start each of them anew)
+    # compilation (stored histories recorded VLLM_CACHE_ROOT: leaving it out would restart them)
     "VLLM_DISABLE_COMPILE_CACHE", "VLLM_CACHE_ROOT", "VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE",
     "VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING",
-    # what slows every step down: tracing, profiling, the general plugins loaded (the lab's injector is one)
+    # what slows every step down: tracing, profiling, the general plugins loaded
     "VLLM_TRACE_FUNCTION", "VLLM_TORCH_PROFILER_DIR", "VLLM_PLUGINS",
     # thread counts
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -193,9 +185,9 @@ SPEED_VARIABLES = frozenset({
 
 def is_speed_variable(name: str, plugin_prefixes: tuple[str, ...] = ()) -> bool:
     """Whether an inherited variable goes into a fingerprint: on the allowlist, or of a name a
-    ``specgate.server_env`` plugin declares, and never one :func:`~specgate.redaction.is_secret_name` names."""
-    return (name in SPEED_VARIABLES or name.startswith(SPEED_PREFIXES + plugin_prefixes)) \
-        and not is_secret_name(name)
+    ``specgate.server_env`` plugin declares, and never a secret's (redaction.is_secret_name)."""
+    return ((name in SPEED_VARIABLES or name.startswith(SPEED_PREFIXES + plugin_prefixes))
+            and not is_secret_name(name))
 
 
 def _sha(text: str) -> str:
@@ -205,13 +197,13 @@ def _sha(text: str) -> str:
 def prompt_digest(prompt_class: Any) -> PromptDigest:
     """A class's prompt texts as a hash of all of them (ids and texts, in order) and one per id."""
     joined = "\n".join(f"{p.id}\n{p.text}" for p in prompt_class.prompts)
-    return PromptDigest(sha256=_sha(joined), prompts={p.id: _sha(p.text)[:12] for p in prompt_class.prompts})
+    return PromptDigest(sha256=_sha(joined),
+                        prompts={p.id: _sha(p.text)[:12] for p in prompt_class.prompts})
 
 
 def torch_cuda_versions() -> tuple[str | None, str | None]:
     """torch's version and the CUDA it was built with, read from ``torch/version.py`` without
-    importing torch (seconds, and this runs in the pytest process). The harness's environment is
-    the server's in every tox env; a rig whose server runs elsewhere records that env's none."""
+    importing torch (seconds, in the pytest process)."""
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
@@ -222,18 +214,17 @@ def torch_cuda_versions() -> tuple[str | None, str | None]:
         text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
     except OSError:
         return None, None
-    found = dict(re.findall(r"^(__version__|cuda)\s*(?::\s*\S+)?\s*=\s*['\"]([^'\"]*)['\"]", text, re.M))
+    pattern = r"^(__version__|cuda)\s*(?::\s*\S+)?\s*=\s*['\"]([^'\"]*)['\"]"
+    found = dict(re.findall(pattern, text, re.M))
     return found.get("__version__"), found.get("cuda")
 
 
 def measured_with(rig: Any, mode: Any, environ: Mapping[str, str] | None = None,
                   plugin_prefixes: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The fingerprint fields that say what ``rig`` measures in ``mode`` and how: the prompt
-    texts of every class, the protocol, the extra server arguments and the environment: the rig's
-    ``[env]`` and the mode's (configuration the rig's author chose) and the inherited variables
-    :func:`is_speed_variable` allows (``plugin_prefixes``: default, those the installed
-    ``specgate.server_env`` plugins declare). No secret is recorded, from either (the server still
-    gets them): a variable :func:`~specgate.redaction.is_secret_name` names, the value of ``--api-key``."""
+    texts of every class, the protocol, the extra server arguments and the environment (the rig's
+    and mode's ``[env]`` and the inherited variables :func:`is_speed_variable` allows). No secret
+    is recorded (the server still gets them)."""
     environ = os.environ if environ is None else environ
     prefixes = server_env_prefixes() if plugin_prefixes is None else plugin_prefixes
     inherited = {k: v for k, v in environ.items() if is_speed_variable(k, prefixes)}
@@ -242,7 +233,8 @@ def measured_with(rig: Any, mode: Any, environ: Mapping[str, str] | None = None,
     return {
         "prompts": {c.name: prompt_digest(c) for c in rig.prompt_classes},
         "protocol": {k: protocol[k] for k in PROTOCOL_KEYS if k in protocol},
-        "server_args": redacted_argv([*getattr(rig, "extra_args", ()), *rig.mode_extra_args.get(mode.name, ())]),
+        "server_args": redacted_argv([*getattr(rig, "extra_args", ()),
+                                      *rig.mode_extra_args.get(mode.name, ())]),
         "env": dict(sorted(without_secrets({**inherited, **chosen}).items())),
     }
 
@@ -258,7 +250,8 @@ def collect(*, tier: str, model: str, speculative_config: dict[str, Any] | None,
     torch_version, cuda_version = torch_cuda_versions()
     return Fingerprint(
         accelerator=accelerator, accelerator_count=count, driver=driver, vllm_version=vllm_version,
-        model=Path(model).name, speculative_config=speculative_config, concurrent_servers=concurrent_servers,
+        model=Path(model).name, speculative_config=speculative_config,
+        concurrent_servers=concurrent_servers,
         torch_version=torch_version, cuda_version=cuda_version, cpu_model=cpu_model(),
         machine=machine_id(tier, gpus), date=dt.date.today().isoformat(), commit=git_commit(repo),
         sitting=sitting_id(), **measurement,

@@ -1,6 +1,6 @@
 """The stored figures a run queues (``--specgate-update-baselines``, ``--specgate-regen-baselines``),
-written into baselines.json at once at the run's end, so an interrupted run leaves it as it was.
-Under xdist each worker sends its queue to the controller, which writes them all."""
+written into baselines.json at once at the run's end (an interrupted run leaves it as it was);
+under xdist each worker sends its queue to the controller."""
 
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ class PendingUpdates(dict):
         for key, entry in sent:
             self[tuple(key)] = baselines.BaselineEntry.model_validate(entry)
 
-    def flush(self, path: Path, *, new_history: bool, progress: Callable[[str], None]) -> Path | None:
-        """Write every queued entry into ``path`` at once (specgate.store.baselines.merge_updates), say
-        where each went, and empty the queue; None when nothing was queued."""
+    def flush(self, path: Path, *, new_history: bool,
+              progress: Callable[[str], None]) -> Path | None:
+        """Write every queued entry into ``path`` at once (baselines.merge_updates), say where each
+        went, and empty the queue; None when nothing was queued."""
         if not self:
             return None
         _, said = baselines.merge_updates(path, dict(self), new_history=new_history)

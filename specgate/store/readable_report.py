@@ -1,11 +1,10 @@
-"""What a saved report must hold for ``--specgate-report-only`` and ``advise`` to read it: the keys the
-renderers read, typed as report.json's schema types them (specgate.report.schemas.ReportFile), with what older
-and trimmed reports lack left optional (the kept evidence's records hold a decode rate only; reports
-before 2026-12-05 name a window's ``design`` and ``side``). Every other key is open, as in the schema.
+"""What a saved report must hold for ``--specgate-report-only`` and ``advise`` to read it: the keys
+the renderers read, typed as report.json's schema types them (specgate.report.schemas.ReportFile),
+with what older and trimmed reports lack left optional; every other key is open.
 
 :func:`check_readable` raises a :class:`~specgate.errors.ConfigError` naming the file and the key
-(``measurements[0].records``) where a report is damaged, so a renderer never meets a key it cannot
-read: a traceback (exit 1) would read in CI as a failed gate.
+where a report is damaged, so a renderer never meets a key it cannot read (a traceback would read
+in CI as a failed gate).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specgate.errors import ConfigError
 
-# The outcomes a report may hold (the values of specgate.decide.outcome.Outcome; a test checks they agree).
+# The outcomes a report may hold (specgate.decide.outcome.Outcome's values; a test checks them).
 OUTCOMES = ("pass", "fail", "declared backfire", "undecided", "not stored", "other machine", "not run")
 
 
@@ -72,17 +71,21 @@ class Telemetry(_Finite):
     def _readable_window(cls, window: dict[str, Any] | None) -> dict[str, Any] | None:
         for key, value in (window or {}).items():
             if key in _SERIES or key.endswith((".sm_clock_mhz", ".power_w")):
-                if not (isinstance(value, list) and len(value) == 3 and all(_is_number(v) for v in value)):
-                    raise ValueError(f"{key}: a telemetry series is 3 numbers (lowest, median, highest)")
+                if not (isinstance(value, list) and len(value) == 3
+                        and all(_is_number(v) for v in value)):
+                    raise ValueError(f"{key}: a telemetry series is 3 numbers (lowest, median, "
+                                     "highest)")
             elif key.endswith(".cpu_s") and not _is_number(value):
                 raise ValueError(f"{key}: CPU seconds are a number")
-            elif key == "throttle_reasons" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            elif key == "throttle_reasons" and not (
+                    isinstance(value, list) and all(isinstance(v, str) for v in value)):
                 raise ValueError(f"{key}: a list of strings")
         return window
 
     @field_validator("requests")
     @classmethod
-    def _readable_requests(cls, requests: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+    def _readable_requests(cls, requests: dict[str, dict[str, Any]] | None
+                           ) -> dict[str, dict[str, Any]] | None:
         for request, values in (requests or {}).items():
             for key, value in values.items():
                 if key.endswith(".cpu_s") and not _is_number(value):
@@ -158,7 +161,7 @@ class Details(_Finite):
 
 
 class Entry(_Read):
-    """A gate's verdict (``gates``) or a gate that decided nothing (``undecided``, with its ``kind``)."""
+    """A gate's verdict (``gates``) or a gate that decided nothing (``undecided``, with a ``kind``)."""
 
     gate: str
     mode: str
@@ -173,11 +176,12 @@ class Entry(_Read):
 
     @model_validator(mode="after")
     def _ttft_figures(self) -> Entry:
-        # the TTFT table shows both sides' medians and the line of a TTFT gate that measured a ratio
+        # the TTFT table shows both sides' medians and the limit of a TTFT gate with a ratio
         lacks = [key for key in ("median_ttft_ms", "reference_median_ttft_ms", "limit")
                  if getattr(self.details, key) is None]
         if self.gate == "ttft" and self.details.ratio is not None and lacks:
-            raise ValueError(f"details.{lacks[0]}: a TTFT gate's ratio comes with both medians and its limit")
+            raise ValueError(f"details.{lacks[0]}: a TTFT gate's ratio comes with both medians and "
+                             "its limit")
         return self
 
     @field_validator("outcome")
@@ -254,16 +258,16 @@ class ReadableReport(_Read):
 
 
 def check_readable(data: dict[str, Any], path: Path | str) -> None:
-    """Raise a ConfigError naming ``path`` and the first damaged key when ``data`` is not a report the
-    renderers can read."""
+    """Raise a ConfigError naming ``path`` and the first damaged key when ``data`` is not a report
+    the renderers can read."""
     try:
         ReadableReport.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
         said = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(path, _key(first["loc"]), f"{said}: a damaged report, nothing to render it from{more}") \
-            from None
+        raise ConfigError(path, _key(first["loc"]),
+                          f"{said}: a damaged report, nothing to render it from{more}") from None
 
 
 def _key(loc: tuple[Any, ...]) -> str:

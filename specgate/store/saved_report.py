@@ -1,11 +1,9 @@
-"""A saved report read back for rendering (``--specgate-report-only``): ``report.json`` as a run
-wrote it, or gzip-compressed as the project keeps its evidence (``report.json.gz``), from any
-version of specgate that wrote ``"specgate_report": 1``.
+"""A saved report read back for rendering (``--specgate-report-only``): ``report.json``, plain or
+gzip-compressed, from any specgate that wrote ``"specgate_report": 1``.
 
 - :func:`read_saved_report`: the report, or a :class:`~specgate.errors.SpecgateError` naming the
-  file and what it lacks, or the damaged key (specgate.store.readable_report; the caller exits 4, a usage error);
-- :func:`missing_parts`: what an older or trimmed report does not hold, one phrase each, so the
-  summary can say what it could not show instead of crashing on a key.
+  file and what it lacks or the damaged key;
+- :func:`missing_parts`: what an older or trimmed report does not hold, one phrase each.
 """
 
 from __future__ import annotations
@@ -27,15 +25,16 @@ REQUIRED_RIG = ("name", "reference_mode")
 
 
 def read_saved_report(path: Path | str) -> dict[str, Any]:
-    """The report at ``path`` (plain or gzip-compressed JSON, told apart by its first bytes, not its
-    name); a SpecgateError naming the file and the reason when it cannot be rendered."""
+    """The report at ``path`` (plain or gzip-compressed JSON, told apart by its first bytes); a
+    SpecgateError naming the file and the reason when it cannot be rendered."""
     path = Path(path)
     try:
         raw = path.read_bytes()
         if raw[:2] == GZIP_MAGIC:
             raw = gzip.decompress(raw)
         data = json.loads(raw.decode("utf-8"))
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError,
+            json.JSONDecodeError) as exc:
         raise SpecgateError(f"{path}: cannot read the report: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict) or data.get("specgate_report") != 1:
         raise SpecgateError(f"{path}: not a specgate report (no 'specgate_report': 1 key)")
@@ -45,14 +44,16 @@ def read_saved_report(path: Path | str) -> dict[str, Any]:
         lacks += [f"rig.{key}" for key in REQUIRED_RIG if key not in rig]
     elif "rig" not in lacks:
         lacks.append("rig (not an object)")
-    if not isinstance(data.get("measurements", []), list) or not isinstance(data.get("gates", []), list):
+    if not (isinstance(data.get("measurements", []), list)
+            and isinstance(data.get("gates", []), list)):
         lacks.append("measurements and gates as lists")
     if lacks:
-        raise SpecgateError(f"{path}: a specgate report without {', '.join(lacks)}: nothing to render it from")
+        raise SpecgateError(f"{path}: a specgate report without {', '.join(lacks)}: nothing to "
+                            "render it from")
     from specgate.store.readable_report import check_readable  # pydantic: not loaded with the plugin
 
     check_readable(data, path)
-    redact(data)  # an older specgate recorded inherited secrets (VLLM_API_KEY): none reaches a rendering
+    redact(data)  # an older specgate recorded inherited secrets: none reaches a rendering
     return data
 
 
@@ -85,6 +86,7 @@ def missing_line(report: dict[str, Any]) -> list[str]:
     """The summary's one line for :func:`missing_parts`, or none."""
     parts = missing_parts(report)
     return [f"NOT IN THIS REPORT (older or trimmed): {'; '.join(parts)}"] if parts else []
+
 
 def load_report(path: Path) -> dict[str, Any]:
     try:
