@@ -1,14 +1,11 @@
-"""The commands over a rig's stored histories: ``python -m specgate build-history --rig NAME
---starts N`` runs N fresh-start sessions of the rig back to back, each storing its windows (one more
-start of this machine's history of this build, specgate.store.baselines); ``python -m specgate
-history --rig NAME`` shows the stored histories as a user reads them.
+"""The commands over a rig's stored histories: ``build-history --rig NAME --starts N`` runs N
+fresh-start sessions back to back, each storing its windows (one more start of this machine's
+history of this build); ``history --rig NAME`` shows the stored histories.
 
-Per window (mode, prompt class, concurrency) and per history (one machine's, one build's): every
-stored start as a table row (its date, sitting, level, suite commit), the history's sittings, spread
-and what its level gate catches, whether it gates (superseded and unknown-machine histories never
-do), and a step or a drift within a sitting (specgate.decide.history.change_points), with the rule
-that finds one. A PNG draws the levels over the starts, one panel per window, one line per history,
-the gating history's prediction band shaded.
+Per window and per history (one machine's, one build's): every stored start as a table row, the
+history's sittings, spread and what its level gate catches, whether it gates (superseded and
+unknown-machine histories never do), and a step or a drift within a sitting, with the rule that
+finds one. A PNG draws the levels over the starts, the gating history's prediction band shaded.
 """
 
 from __future__ import annotations
@@ -58,7 +55,8 @@ def history_text(store: BaselineFile, rig: Rig) -> str:
         threshold, confidence = 1 - window.level_tolerance, window.confidence
         for entry in histories(store, rig.name, mode, prompt_class, concurrency):
             history = StartHistory.of(entry)
-            head = f"{mode} / {prompt_class} / concurrency {concurrency}: {entry.describe()}; {_status(entry)}"
+            head = (f"{mode} / {prompt_class} / concurrency {concurrency}: {entry.describe()}; "
+                    f"{_status(entry)}")
             rows = [[i + 1, s.date or "-", s.sitting or "-", f"{s.level:.2f}",
                      f"{s.ratio:.3f}" if s.ratio else "-",
                      s.suite_commit or "-"] for i, s in enumerate(entry.starts)]
@@ -108,8 +106,8 @@ def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0
                 factor = math.exp(history.half_width(confidence))
                 ax.axhline(history.center, color=f"C{k}", linewidth=0.8)
                 ax.fill_between([0.5, len(levels) + 0.5], history.center / factor,
-                                history.center * factor,
-                                color=f"C{k}", alpha=0.12, label=f"{confidence * 100:g} % prediction band")
+                                history.center * factor, color=f"C{k}", alpha=0.12,
+                                label=f"{confidence * 100:g} % prediction band")
             for point in change_points(levels, history.sittings):
                 ax.axvline(point + 0.5, color=f"C{k}", linestyle="--", linewidth=1.0)
         ax.set_title(f"{rig}: {mode} / {prompt_class} / concurrency {concurrency}", fontsize=10)
@@ -126,8 +124,9 @@ def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0
 def session_command(rig: str, tier: str, *, baselines: Path, run_dir: Path,
                     pytest_args: Sequence[str]) -> list[str]:
     """The pytest command of one start: the rig's perf tests, its windows stored (and passed)."""
-    return [sys.executable, "-m", "pytest", "-m", tier, f"--specgate-rig={rig}", f"--specgate-baselines={baselines}",
-            "--specgate-regen-baselines", f"--specgate-run-dir={run_dir}", "-p", "no:cacheprovider", *pytest_args]
+    return [sys.executable, "-m", "pytest", "-m", tier, f"--specgate-rig={rig}",
+            f"--specgate-baselines={baselines}", "--specgate-regen-baselines",
+            f"--specgate-run-dir={run_dir}", "-p", "no:cacheprovider", *pytest_args]
 
 
 def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> list[str]:
@@ -153,12 +152,11 @@ def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> 
 
 
 def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: Path,
-                  runs_dir: Path,
-                  pytest_args: Sequence[str] = ()) -> int:
-    """Run ``starts`` fresh-start sessions of the rig one after the other, each storing its windows.
-    Stops at the first session that fails (its exit code is returned); what earlier sessions stored
-    stays stored (each writes baselines.json once, atomically, at its end). Every start of one
-    invocation is of one sitting (``SPECGATE_SITTING``: the caller's where set, else minted here)."""
+                  runs_dir: Path, pytest_args: Sequence[str] = ()) -> int:
+    """Run ``starts`` fresh-start sessions of the rig one after the other, each storing its
+    windows; stop at the first that fails (its exit code returned; what earlier ones stored stays).
+    Every start of one invocation is of one sitting (``SPECGATE_SITTING``: the caller's, else
+    minted here)."""
     rig = load_rig(rig_name, fixtures_dir)
     machine = machine_id(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES"))
     sitting = sitting_id()
@@ -167,12 +165,11 @@ def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: 
     started = time.monotonic()
     for k in range(1, starts + 1):
         run_dir = runs_dir / f"start-{k:02d}"
-        print(f"specgate build-history: start {k}/{starts} of rig {rig_name} (run folder {run_dir})", flush=True)
-        code = subprocess.run(session_command(rig_name, rig.tier, baselines=baselines,
-                                              run_dir=run_dir,
-                                              pytest_args=pytest_args),
-                                              env={**os.environ, SITTING_ENV: sitting}
-                              ).returncode
+        print(f"specgate build-history: start {k}/{starts} of rig {rig_name} "
+              f"(run folder {run_dir})", flush=True)
+        command = session_command(rig_name, rig.tier, baselines=baselines, run_dir=run_dir,
+                                  pytest_args=pytest_args)
+        code = subprocess.run(command, env={**os.environ, SITTING_ENV: sitting}).returncode
         if code != 0:
             print(f"specgate build-history: start {k}/{starts} ended with pytest exit code {code}; "
                   f"the {k - 1} start(s) before it stay stored in {baselines}", file=sys.stderr)
@@ -187,7 +184,7 @@ def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: 
 
 
 def whose_history(store: BaselineFile, rig: str, machine: str | None) -> str:
-    """What a build-history on ``machine`` does to the stored histories of ``rig``, in one sentence."""
+    """What a build-history on ``machine`` does to ``rig``'s stored histories, in one sentence."""
     if machine is None:
         return ("this machine cannot be identified (no GPU UUID, /etc/machine-id or host name): "
                 "each start is stored as a history of its own, which never gates")
@@ -197,7 +194,8 @@ def whose_history(store: BaselineFile, rig: str, machine: str | None) -> str:
     apart = (f"; the histories of {len(others)} other machine(s) (unknown included) are kept apart "
              "and never appended to" if others else "")
     if not own:
-        return f"no history of rig {rig} on this machine ({machine}): this starts this machine's history{apart}"
+        return (f"no history of rig {rig} on this machine ({machine}): this starts this "
+                f"machine's history{apart}")
     starts = max(len(h.starts) for h in own)
     return (f"this machine ({machine}) has {len(own)} window history(ies) of rig {rig} (up to "
             f"{starts} starts): each new start extends the one of its window and build, and a "

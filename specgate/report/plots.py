@@ -239,10 +239,10 @@ def throughput_figure(report: dict[str, Any]):
         ax.grid(axis="y", alpha=0.3, zorder=0)
         ax.set_axisbelow(True)
         ax.legend(loc="best", fontsize=8.5, frameon=True, framealpha=0.9)
-    what = ("label = the A/B throughput gate's paired ratio, candidate to reference side" if ab else
-            f"label = the backfire gate's paired ratio to {reference}")
-    _suptitle(fig, width_in, _title(report),
-              f"decode tok/s per request: bar = median, whiskers = IQR, dots = requests; {what}", 10.5)
+    what = ("label = the A/B throughput gate's paired ratio, candidate to reference side" if ab
+            else f"label = the backfire gate's paired ratio to {reference}")
+    _suptitle(fig, width_in, _title(report), "decode tok/s per request: bar = median, whiskers = "
+              f"IQR, dots = requests; {what}", 10.5)
     return fig
 
 
@@ -374,8 +374,8 @@ def forest_figure(report: dict[str, Any]):
     for tick, c in zip(twin.get_yticklabels(), rows, strict=True):
         tick.set_color(OUTCOME_COLORS.get(c.outcome.value, "#555555"))
     present = list(dict.fromkeys(c.outcome for c in rows))
-    handles = [Line2D([], [], marker="D", linestyle="-", color=OUTCOME_COLORS.get(o.value, "#8c8c8c"),
-                      label=o.value) for o in present]
+    handles = [Line2D([], [], marker="D", linestyle="-", label=o.value,
+                      color=OUTCOME_COLORS.get(o.value, "#8c8c8c")) for o in present]
     handles += [Patch(facecolor=FAIL_SHADE, label="fails there (interval wholly inside)"),
                 Line2D([], [], color=FAIL_COLOR, linewidth=1.6, label="threshold")]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
@@ -393,7 +393,8 @@ def _ratio_ticks(ax, lo: float, hi: float) -> None:
     from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullLocator
 
     span = np.log10(hi / lo)
-    step = 0.02 if span < 0.08 else 0.05 if span < 0.25 else 0.1 if span < 0.5 else 0.25 if span < 1 else 0.5
+    step = (0.02 if span < 0.08 else 0.05 if span < 0.25 else 0.1 if span < 0.5
+            else 0.25 if span < 1 else 0.5)
     ticks = [t for t in np.arange(np.floor(lo / step) * step, hi + step, step)
              if lo <= t <= hi and t > 0]
     if len(ticks) > 14:

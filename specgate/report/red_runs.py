@@ -1,4 +1,4 @@
-"""The words for a session's chance of a red run with nothing changed (specgate.decide.red_runs), as
+"""A session's chance of a red run with nothing changed (specgate.decide.red_runs) in words, as
 ``plan`` and the summary print it."""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ WIDTH = 160  # as the summary's other lines (specgate.report.verdicts.LINE_WIDTH
 
 
 def _pct(x: float) -> str:
-    return "0 %" if x == 0 else "< 0.01 %" if x < 1e-4 else f"{x * 100:.2g} %" if x < 0.1 else f"{x * 100:.0f} %"
+    if x == 0 or x < 1e-4:
+        return "0 %" if x == 0 else "< 0.01 %"
+    return f"{x * 100:.2g} %" if x < 0.1 else f"{x * 100:.0f} %"
 
 
 def how_text(how: str | dict[str, Any]) -> str:
-    """How a gate's chance of a red A/A was had (specgate.decide.red_runs.GateRisk.how), in words."""
+    """How a gate's chance of a red A/A was had (decide.red_runs.GateRisk.how), in words."""
     if not isinstance(how, dict):
         return str(how)
     kind = how["kind"]
@@ -23,7 +25,8 @@ def how_text(how: str | dict[str, Any]) -> str:
         if not how["spread"]:
             return f"{how['starts']} {how['what']}, no spread between them"
         return (f"{how['starts']} {how['what']} at a spread of {how['spread'] * 100:.2f} %: "
-                f"prediction interval ±{math.expm1(how['half']) * 100:.2f} % (t, {how['dof']} df = "
+                f"prediction interval ±{math.expm1(how['half']) * 100:.2f} % "
+                f"(t, {how['dof']} df = "
                 f"{how['q']:.2f})")
     if kind == "start noise":
         return f"{how['starts']} stored start(s): start noise {how['noise'] * 100:g} %"

@@ -1,7 +1,6 @@
-"""report.json and the files rendered from it: one process's report, built from the session's state;
-the xdist controller's, merged with the reports its workers sent; report.json written atomically
-with its break-even rows; summary.md, report.html and the plots
-(specgate.report.terminal.render_all) beside it, and the GitHub job summary where the run has one."""
+"""report.json and the files rendered from it: one process's report, built from the session's
+state; the xdist controller's, merged with its workers'; report.json written atomically with its
+break-even rows; summary.md, report.html and the plots beside it, and the GitHub job summary."""
 
 from __future__ import annotations
 
@@ -29,7 +28,8 @@ def own_report(state: Any, *, complete: bool) -> dict[str, Any]:
         "complete": complete,
         "written_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "rig": {"name": rig.name, "tier": rig.tier, "model": rig.model,
-                "reference_mode": rig.reference_mode, "protocol": rig.protocol.model_dump(mode="json"),
+                "reference_mode": rig.reference_mode,
+                "protocol": rig.protocol.model_dump(mode="json"),
                 "modes": {m.name: m.speculative_config for m in rig.modes}},
         "attached": options.attach_url is not None,
         "fingerprints": {k: v.model_dump(mode="json") for k, v in state.fingerprints.items()},
@@ -100,7 +100,8 @@ def write_report(data: dict[str, Any], run_dir: Path) -> Path:
     return path
 
 
-def write_renderings(data: dict[str, Any], run_dir: Path, environ: Mapping[str, str]) -> dict[str, Path]:
+def write_renderings(data: dict[str, Any], run_dir: Path,
+                     environ: Mapping[str, str]) -> dict[str, Path]:
     """summary.md, report.html and the plots into ``run_dir``, and summary.md appended to the GitHub
     job summary (``GITHUB_STEP_SUMMARY``) where there is one."""
     written = terminal.render_all(data, run_dir)

@@ -30,8 +30,8 @@ def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path,
               f"side first (run folder {run_dir})", flush=True)
         code = subprocess.run(session_command(rig, first, run_dir, pytest_args)).returncode
         if code not in (0, 1):
-            print(f"specgate start-pairs: start pair {k + 1} ended with exit code {code}: nothing combined",
-                  file=sys.stderr)
+            print(f"specgate start-pairs: start pair {k + 1} ended with exit code {code}: "
+                  "nothing combined", file=sys.stderr)
             return code
         reports.append((first, load_report(run_dir / "report.json")))
     return write_combined(rig, combine_reports(rig, reports), runs_dir)

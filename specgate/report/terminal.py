@@ -1,9 +1,6 @@
-"""Rendering a run: the terminal tables, the Markdown summary, the plots. Input is the run's JSON
-report (``SpecgateSession.report_data``), so a saved report renders exactly like a live run.
-
-- :func:`render_text`: the terminal summary;
-- :func:`render_markdown`: the same as GitHub Markdown (``summary.md``, ``$GITHUB_STEP_SUMMARY``);
-- :func:`render_all`: ``summary.md``, ``throughput.png`` and ``acceptance.png`` into a directory.
+"""Rendering a run from its JSON report (so a saved report renders like a live run):
+:func:`render_text` (the terminal summary), :func:`render_markdown` (``summary.md``, the GitHub job
+summary) and :func:`render_all` (``summary.md``, the plots and ``report.html`` into a folder).
 """
 
 from __future__ import annotations
@@ -37,14 +34,10 @@ from specgate.report.verdicts import (
 from specgate.store.figures import ab_side, change_percent, is_partner, median_rate
 from specgate.store.saved_report import missing_line
 
-# Table formats whose cells are separated by "|": a "|" inside a cell must be escaped there
-# (tabulate does not), or GitHub splits the cell in two.
+# Formats whose cells are separated by "|": a "|" in a cell is escaped (or GitHub splits it).
 PIPE_FORMATS = ("github", "pipe")
 HTML_NAME = "report.html"  # the self-contained page beside report.json (specgate.report.html)
-
-
 TABLE_WIDTH = 120  # a terminal table's columns at most; its legend is wrapped to it
-
 
 def _table(rows: list[list[Any]], headers: list[str], fmt: str, title: str = "") -> str:
     """``title`` and the table: in the terminal at most TABLE_WIDTH columns (the widest cells
@@ -52,8 +45,8 @@ def _table(rows: list[list[Any]], headers: list[str], fmt: str, title: str = "")
     if fmt in PIPE_FORMATS:
         rows = [[str(cell).replace("|", "\\|") for cell in row] for row in rows]
         headers = [h.replace("|", "\\|") for h in headers]
-        return (title + "\n" if title else "") + tabulate(rows, headers=headers, tablefmt=fmt,
-                                                          disable_numparse=True)
+        head = title + "\n" if title else ""
+        return head + tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
     cells = [[str(cell) for cell in row] for row in rows]
     headers = [{"conc.": "c", "fails": "line"}.get(h, h) for h in headers]
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *cells)]
@@ -110,15 +103,14 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
 VERDICT_TITLE = ("verdicts, one row per gate: ratio this run / reference (CI); the line it fails "
                  "past (TTFT: above); n: what it rests on")
 VERDICT_HEADERS = ["mode", "class", "conc.", "gate", "against", "reference", "this run",
-                   "ratio (CI)", "fails",
-                   "n", "outcome"]
+                   "ratio (CI)", "fails", "n", "outcome"]
 
 
 def verdict_rows(report: dict[str, Any]) -> list[list[Any]]:
     """The verdict table's cells (:func:`verdict_table`), one row per gate entry of the report."""
-    return [[c.mode, c.prompt_class, c.concurrency, c.gate_text, c.against, c.reference, c.measured,
-             c.ratio_text,
-             c.threshold_text, c.n, c.outcome_text] for c in gate_comparisons(report)]
+    return [[c.mode, c.prompt_class, c.concurrency, c.gate_text, c.against, c.reference,
+             c.measured, c.ratio_text, c.threshold_text, c.n, c.outcome_text]
+            for c in gate_comparisons(report)]
 
 
 def verdict_table(report: dict[str, Any], fmt: str = "simple") -> str:
@@ -177,9 +169,11 @@ def acceptance_table(report: dict[str, Any], fmt: str = "simple") -> str:
         rows.append([m["mode"], m["prompt_class"], m["concurrency"],
                      f"{acc['mean_acceptance_length']:.2f}",
                      f"{acc['acceptance_rate'] * 100:.1f} %", positions])
+    if not rows:
+        return ""
     return _table(rows, ["mode", "class", "conc.", "mean acc. length", "acc. rate",
                          "per-position rate %"], fmt,
-                  "acceptance (from vLLM's spec-decode counters, this run's windows)") if rows else ""
+                  "acceptance (from vLLM's spec-decode counters, this run's windows)")
 
 
 def _median_ttft_ms(measurement: dict[str, Any]) -> float | None:
@@ -197,20 +191,20 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
         ttft = _median_ttft_ms(m)
         aggregate = m.get("aggregate_tokens_per_s")
         row: list[Any] = [m["mode"], m["prompt_class"], m["concurrency"],
-                          f"{len(m['records'])}" + (" (follow-up)" if m.get("follow_up") else
-                                                    " (follow-up skipped)"
-                                                    if m.get("follow_up_skipped") else ""),
+                          f"{len(m['records'])}" + (
+                              " (follow-up)" if m.get("follow_up") else
+                              " (follow-up skipped)" if m.get("follow_up_skipped") else ""),
                           f"{ttft:.0f}" if ttft is not None else "-",
                           f"{aggregate:.1f}" if aggregate else "-"]
         if with_server:
             # a report from before records kept tpot_s: 1 / decode tok/s is the same interval
-            client = client_decode_rate(r.get("tpot_s") or (1 / r["decode_tokens_per_s"]
-                                                            if r.get("decode_tokens_per_s")
-                                                            else None) for r in m["records"])
+            client = client_decode_rate(
+                r.get("tpot_s") or (1 / r["decode_tokens_per_s"] if r.get("decode_tokens_per_s")
+                                    else None) for r in m["records"])
             server = m.get("server_decode_tokens_per_s")
             row += [f"{client:.1f}" if client else "-", f"{server:.1f}" if server else "-",
-                    f"{round((client / server - 1) * 100, 2) + 0.0:+.2f} %" if client
-                    and server else "-"]
+                    f"{round((client / server - 1) * 100, 2) + 0.0:+.2f} %"
+                    if client and server else "-"]
         rows.append(row)
     if not rows:
         return ""
@@ -224,8 +218,8 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
         headers += ["client tok/s", "server tok/s", "diff %"]
         sources = sorted({m["server_metric_source"] for m in measurements
                           if m.get("server_metric_source")})
-        source = (f"vLLM's {', '.join(s.removeprefix('vllm:') for s in sources)} histogram" if sources
-                  else "vLLM's /metrics")
+        source = (f"vLLM's {', '.join(s.removeprefix('vllm:') for s in sources)} histogram"
+                  if sources else "vLLM's /metrics")
         title += (", client vs server decode tok/s (client: 1 / mean time per output token of the "
                   f"requests; server: {source} over the same window; diff = client / server - 1)")
     return _table(rows, headers, fmt, title)
@@ -238,11 +232,10 @@ def breakeven_table(report: dict[str, Any], fmt: str = "simple") -> str:
     for row in from_report(report):
         full = row.get("speedup_at_full_acceptance")
         rows.append([row["mode"], row["prompt_class"], row["concurrency"],
-                     f"{row['acceptance_length'][0]:.2f}",
-                     f"{row['spec_steps_per_s'][0]:.1f}", f"{row['step_cost'][1]:.2f}",
-                     row["verdict"],
-                     f"{full[0]:.2f}x" if full else "-", *([breakeven_line(row)]
-                                                           if fmt in PIPE_FORMATS else [])])
+                     f"{row['acceptance_length'][0]:.2f}", f"{row['spec_steps_per_s'][0]:.1f}",
+                     f"{row['step_cost'][1]:.2f}", row["verdict"],
+                     f"{full[0]:.2f}x" if full else "-",
+                     *([breakeven_line(row)] if fmt in PIPE_FORMATS else [])])
     headers = ["mode", "class", "conc.", "AL", "steps/s", "step cost c", "verdict", "at AL = k+1",
                "diagnosis"]
     return _table(rows, headers[:len(rows[0])] if rows else headers, fmt,
@@ -272,13 +265,14 @@ def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
     engines: dict[str, list[str]] = defaultdict(list)
     for key in window:
         parts = key.split(".")
-        if len(parts) == 4 and parts[0] == "proc" and parts[2].startswith("EngineCore") and parts[3] == "cpu_s" \
-                and parts[1].split("@")[0] == m["mode"]:
+        if (len(parts) == 4 and parts[0] == "proc" and parts[2].startswith("EngineCore")
+                and parts[3] == "cpu_s" and parts[1].split("@")[0] == m["mode"]):
             engines[parts[1]].append(key)
     if not engines:
         return None
     requests = list((telemetry.get("requests") or {}).values())
-    own = max(engines, key=lambda label: sum(r.get(k, 0.0) for r in requests for k in engines[label]))
+    own = max(engines, key=lambda label: sum(r.get(k, 0.0) for r in requests
+                                             for k in engines[label]))
     cpu_s = sum(window[k] for k in engines[own])
     # a trimmed report (the kept evidence) holds no timestamps: no busy time to divide by
     busy_s = sum(r["finished_at"] - r["started_at"] for r in m.get("records") or []
@@ -297,7 +291,8 @@ def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
         w = (m.get("telemetry") or {}).get("window")
         if not w:
             continue
-        canary = f"{w['cpu_canary_us'][0]:.1f} ({w['cpu_canary_us'][1]:.1f})" if "cpu_canary_us" in w else "-"
+        canary = (f"{w['cpu_canary_us'][0]:.1f} ({w['cpu_canary_us'][1]:.1f})"
+                  if "cpu_canary_us" in w else "-")
         steal = f"{w['cpu_steal_pct'][2]:.1f}" if "cpu_steal_pct" in w else "-"
         engine = engine_cpu_per_s(m)
         sm = [w[k] for k in sorted(w) if k.endswith(".sm_clock_mhz")]
@@ -347,16 +342,17 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
         details = gate.get("details") or {}
         where = f"{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}"
         fit = details.get("baseline_fingerprint") or {}
-        tag = {"other_machine": "OTHER MACHINE", "other_setup": "OTHER SETUP"}.get(fit.get("kind", ""))
-        if tag:
-            by_reason[(tag, f"the stored figures were measured with {'; '.join(fit['differences'])}")].append(where)
+        tags = {"other_machine": "OTHER MACHINE", "other_setup": "OTHER SETUP"}
+        if tag := tags.get(fit.get("kind", "")):
+            said = f"the stored figures were measured with {'; '.join(fit['differences'])}"
+            by_reason[(tag, said)].append(where)
         if details.get("stale_baseline"):
             by_reason[("STALE FIGURES", details["stale_baseline"])].append(where)
         if pair := details.get("strongest_pair"):
             by_reason[(f"PAIR STANDS OUT in {gate['gate']}",
                        strongest_pair_text(pair))].append(where)
-    return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()] + \
-        host_bound_lines(report) + spell_lines(report)
+    return [f"{tag} [{', '.join(windows)}]: {text}" for (tag, text), windows in by_reason.items()
+            ] + host_bound_lines(report) + spell_lines(report)
 
 
 def _series(window: dict[str, Any]) -> tuple[list[float], list[float], list[str]]:
@@ -430,9 +426,8 @@ def failed_gate_lines(report: dict[str, Any], *, full: bool = False) -> list[str
 
 
 def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
-    """One line counting the gates that decided nothing, by outcome, and what the run's policy made
-    of each (specgate.decide.outcome): listed always, whether they were skipped or failed the run."""
-
+    """One line counting the gates that decided nothing, by outcome, and what the run's policy
+    made of each (specgate.decide.outcome), whether skipped or failing the run."""
     entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
     if not entries:
         return []
@@ -452,30 +447,29 @@ def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
 
 
 def start_order_lines(report: dict[str, Any]) -> list[str]:
-    """An A/B's start order: which side's server started first, per mode, and the seed that chose
-    it."""
+    """An A/B's start order: the side started first per mode, and the seed that chose it."""
     order = report.get("start_order")
     if not order or not order.get("first"):
         return []
     firsts = ", ".join(f"{mode}: {side}" for mode, side in sorted(order["first"].items()))
-    return [f"START ORDER (side started first, seed {order['seed']}; --specgate-start-seed to repeat it): {firsts}"]
+    return [f"START ORDER (side started first, seed {order['seed']}; --specgate-start-seed to "
+            f"repeat it): {firsts}"]
 
 
 def summary_lines(report: dict[str, Any], *, full: bool = False) -> list[str]:
     """The gate and notice lines under the tables: failed and undecided gates, what gated the run,
-    the figures the gates decided with, the start order, stored figures from elsewhere, host-bound
-    windows, slow spells, and what an older report lacks. In the terminal a gate's line is its short
-    one and a notice is wrapped; ``full``: the whole statements (summary.md, report.html)."""
+    the gates' figures, the start order, stored figures from elsewhere, host-bound windows, slow
+    spells, and what an older report lacks. In the terminal a gate's line is its short one and a
+    notice is wrapped; ``full``: the whole statements (summary.md, report.html)."""
     notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report)
-               + notice_lines(report)
-               + missing_line(report))
+               + notice_lines(report) + missing_line(report))
     return failed_gate_lines(report, full=full) + (notices if full else _wrapped(notices))
 
 
 def _wrapped(lines: list[str]) -> list[str]:
     """Notice lines wrapped for the terminal, each line after a notice's first indented."""
-    return [part for line in lines for part in textwrap.wrap(line, LINE_WIDTH,
-                                                             subsequent_indent="  ")]
+    return [part for line in lines
+            for part in textwrap.wrap(line, LINE_WIDTH, subsequent_indent="  ")]
 
 
 def detail_tables(report: dict[str, Any], fmt: str = "simple", *, every: bool = False) -> list[str]:
@@ -490,18 +484,18 @@ def detail_tables(report: dict[str, Any], fmt: str = "simple", *, every: bool = 
 
 
 def render_text(report: dict[str, Any]) -> str:
-    """The terminal summary, without control characters (a name's ANSI escape steers no terminal)."""
+    """The terminal summary, without control characters (an ANSI escape steers no terminal)."""
     return without_control_chars(_summary_text(report))
 
 
 def _summary_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
-        # failures, and gates that decided nothing (NOT RUN: the budget), and which of them gate the
-        # run
+        # failures, gates that decided nothing (NOT RUN: the budget), and which of them gate the run
         lines = failed_gate_lines(report) + _wrapped(gating_lines(report))
         return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
     rig = report["rig"]
-    parts = [f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier, model {rig.get('model', '?')})"
+    parts = [f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier, "
+             f"model {rig.get('model', '?')})"
              + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]")]
     verdicts = verdict_table(report)
     if verdicts:
@@ -529,8 +523,10 @@ def settings_lines(report: dict[str, Any]) -> list[str]:
                  f"backfire below {w['min_speedup']:g}x", f"arrangement {w['arrangement']}"]
         if w.get("declared_backfire"):
             parts.append("declared backfire")
-        groups.setdefault("; ".join(parts), []).append(f"{w['mode']}/{w['prompt_class']}/c{w['concurrency']}")
-    return [f"GATE SETTINGS: {', '.join(windows)}: {figures}" for figures, windows in groups.items()]
+        where = f"{w['mode']}/{w['prompt_class']}/c{w['concurrency']}"
+        groups.setdefault("; ".join(parts), []).append(where)
+    return [f"GATE SETTINGS: {', '.join(windows)}: {figures}"
+            for figures, windows in groups.items()]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -560,13 +556,10 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """Write ``summary.md`` (:func:`render_markdown`), the plots ``forest.png`` (every gate's ratio
-    against its threshold), ``throughput.png`` and ``acceptance.png``, and ``report.html`` (all of it
-    on one self-contained page, specgate.report.html) into ``out_dir``; return what was written:
-    ``{"summary": ..., "forest": ..., "throughput": ..., "acceptance": ..., "html": ...}``, a plot left
-    out when there is nothing to draw (no gate; no measurement with tok/s; no speculative mode with
-    acceptance figures), and a stale file of that name removed. A plot or page that cannot be drawn
-    is a warning, not an error: the summary is written first and stays."""
+    """Write ``summary.md``, the plots (``forest.png``, ``throughput.png``, ``acceptance.png``) and
+    ``report.html`` into ``out_dir``; return what was written (``{"summary": ..., "forest": ...,
+    "html": ...}``): a plot with nothing to draw is left out and a stale file of its name removed.
+    A plot or page that cannot be drawn is a warning, not an error: the summary is written first."""
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -591,5 +584,6 @@ def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
                                      lines=summary_lines(report, full=True),
                                      tables="\n\n".join(detail_tables(report, every=True)))
     except Exception as exc:  # like a plot: never at the cost of the summary
-        warnings.warn(f"specgate: could not write {out_dir / HTML_NAME}: {type(exc).__name__}: {exc}", stacklevel=2)
+        warnings.warn(f"specgate: could not write {out_dir / HTML_NAME}: "
+                      f"{type(exc).__name__}: {exc}", stacklevel=2)
     return written

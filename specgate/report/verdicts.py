@@ -371,8 +371,9 @@ def compared_text(d: Mapping[str, Any]) -> str:
                      "fresh servers of one build have read 1 % apart by start order)")
         else:
             name = "z" if start.get("dof") is None else f"t, {start['dof']} df"
+            widened = math.expm1(start['widened_log']) * 100
             text += (f"; {first}; start-pair spread {start['spread'] * 100:g} % folded in ({name} "
-                     f"= {start['quantile']:.2f}: ±{math.expm1(start['widened_log']) * 100:.1f} %)")
+                     f"= {start['quantile']:.2f}: ±{widened:.1f} %)")
     return text + _looks_text(d.get("looks"))
 
 
@@ -385,7 +386,8 @@ def reference_text(d: Mapping[str, Any]) -> str:
     if label == "stored ratios":
         return f"the stored ratios' mean to {d['reference_mode']} ({d['center']:.3f})"
     if label == "stored starts":
-        return f"the stored starts' mean level ({d['center']:.1f} tok/s; this start {d['level']:.1f})"
+        return (f"the stored starts' mean level ({d['center']:.1f} tok/s; "
+                f"this start {d['level']:.1f})")
     return str(label)
 
 
@@ -408,7 +410,7 @@ def left_out_text(left: Mapping[str, Any] | None) -> str:
 
 
 def strongest_pair_text(p: Mapping[str, Any]) -> str:
-    """A pair that stands out of a window's ratio (specgate.decide.paired.strongest_pair) in words."""
+    """A pair that stands out of a window's ratio (decide.paired.strongest_pair) in words."""
     if p.get("text"):  # a report written before the words left the deciding layer
         return str(p["text"])
     factor = p["outlier_factor"]
@@ -453,8 +455,8 @@ def method_text(d: Mapping[str, Any]) -> str:
 
 
 def ratio_text(d: Mapping[str, Any], label: str) -> str:
-    """A decided ratio in one clause: '0.740x no speculation (26 % slower; 96.9 % CI 0.70-0.78; threshold
-    1.00; 12 pairs; Hodges-Lehmann ...; catches a true ratio <= 0.93 95 % of the time ...)'."""
+    """A decided ratio in one clause: '0.740x no speculation (26 % slower; 96.9 % CI 0.70-0.78;
+    threshold 1.00; 12 pairs; Hodges-Lehmann ...; catches a true ratio <= 0.93 ...)'."""
     head = f"{d['ratio']:.3f}x {label} ({change_text(d['ratio'])}"
     if d.get("ci_low") is None or d.get("ci_high") is None:
         return (f"{head}; threshold {d['threshold']:.2f}; {d['n']} pair(s), too few for an "
@@ -490,7 +492,8 @@ def _ttft(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
                 f"{d['ci_low']:.3f}-{d['ci_high']:.3f}" if d.get("ci_low") is not None
                 else f"no interval under {d['n']} pairs")
     pct = (d["ratio"] - 1) * 100
-    change = "no change" if round(pct, 1) == 0 else f"{abs(pct):.1f} % {'longer' if pct > 0 else 'shorter'}"
+    longer = "longer" if pct > 0 else "shorter"
+    change = "no change" if round(pct, 1) == 0 else f"{abs(pct):.1f} % {longer}"
     if d.get("withheld"):
         return (f"{_subject(entry)}: TTFT undecided: it would pass, but a pass needs "
                 f"{d['withheld']} pairs and this window has {d['n']} ({d['ratio']:.3f}x {label}; "
@@ -512,7 +515,8 @@ def mismatch_text(f: Mapping[str, Any]) -> str:
                f"tokens over {f['steps']} decode steps where vLLM counted {f['server']:.0f} over "
                f"{f['drafts']:.0f} drafts")
     if f["more"]:
-        return f"{counted} (allowed: at most {f['allowed']:.0f} more): the client read steps merged into one chunk"
+        return (f"{counted} (allowed: at most {f['allowed']:.0f} more): the client read steps "
+                "merged into one chunk")
     return (f"{counted} (allowed: at most {f['allowed']:.0f} fewer, one draft's "
             f"{f['per_draft']:.3g} tokens per request cut at max_tokens)")
 
@@ -522,11 +526,12 @@ def _acceptance(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
     shown = ([c for c in checks if c.get("decided", True) and not c["passed"]]
              or [c for c in checks if not c.get("decided", True)] or checks[:1])
     family = d["family_confidence"]
+    exact = ("" if d.get("stored_counts", True)
+             else f"; the {d['reference_label']} figures have no counts, taken as exact")
     text = ("; ".join(check_text(subject, c, d.get("lengths")) for c in shown)
             + f" [one decision over {len(checks)} checks (overall and per position), each at "
             f"{d['check_confidence'] * 100:.4g} % (Bonferroni): a false FAIL at most "
-            f"{(1 - family) / 2 * 100:.3g} % of the time" + ("" if d.get("stored_counts", True) else
-                             f"; the {d['reference_label']} figures have no counts, taken as exact") + "]")
+            f"{(1 - family) / 2 * 100:.3g} % of the time" + exact + "]")
     unused = d.get("per_request_unused")
     if unused:
         why = ("; ".join(map(mismatch_text, unused["mismatch"])) if unused["mismatch"] else
@@ -574,7 +579,8 @@ def _start_pairs(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
         spread = f"the rig's start-pair spread {d['rig_spread'] * 100:g} %" + (
             f" over {d['spread_pairs']} start pairs" if d.get("spread_pairs") else "")
     else:
-        spread = "start-pair spread unknown (start_pair_spread = 0): the interval holds the windows' noise only"
+        spread = ("start-pair spread unknown (start_pair_spread = 0): the interval holds the "
+                  "windows' noise only")
     each = "; ".join(f"{p['first']} first: {p['ratio']:.3f}x" + (
         f" ({p['ci_low']:.3f}-{p['ci_high']:.3f}, {p['n']} pairs)" if p.get("ci_low")
         and p.get("ci_high") else "")
@@ -616,7 +622,8 @@ def statement(entry: Mapping[str, Any]) -> str:
                  else d) + _notes(entry, d)
     if pace:
         factor = pace["factor"]
-        how = f"{factor:.2f}x as long: a slower host" if factor > 1 else f"{1 / factor:.2f}x as fast: a faster host"
+        how = (f"{factor:.2f}x as long: a slower host" if factor > 1
+               else f"{1 / factor:.2f}x as fast: a faster host")
         text = (f"{_subject(entry)}: undecided: this window's host took {pace['canary_us']:.1f} us "
                 f"for specgate's CPU canary against {pace['stored_canary_us']:.1f} us behind the "
                 f"stored figures ({how}; the rig allows ±{pace['tolerance'] * 100:g} %, "
@@ -633,12 +640,13 @@ def worded(result: GateResult) -> GateResult:
 
 
 def follow_up_text(found: FollowUp | None) -> str | None:
-    """Why a window got its follow-up rounds (specgate.decide.follow_up), in words; None for None."""
+    """Why a window got its follow-up rounds (decide.follow_up), in words; None for None."""
     if found is None:
         return None
     gate, d = found.result.gate, found.result.details
     if found.why == "first look":
-        return f"the {gate} gate is undecided after the first look: {statement(found.result.to_dict())}"
+        return (f"the {gate} gate is undecided after the first look: "
+                f"{statement(found.result.to_dict())}")
     interval = (f"{d['ratio']:.3f}x ({d['confidence'] * 100:.1f} % CI "
                 f"{d['ci_low']:.3f}-{d['ci_high']:.3f}, threshold {d['threshold']:.2f})")
     if found.why == "margin":
@@ -666,8 +674,10 @@ def reason_text(reason: str | Mapping[str, Any] | None) -> str:
     if why == "set":
         return f"gating = {reason['value']!r} for {reason['gate']}"
     if why == "red run":
-        head = f"a red A/A {reason['chance'] * 100:.2g} % of the time at {reason['confidence'] * 100:.4g} %"
-        return ("reported only: " if reason["reported"] else "") + f"{head} ({how_text(reason['how'])})"
+        head = (f"a red A/A {reason['chance'] * 100:.2g} % of the time at "
+                f"{reason['confidence'] * 100:.4g} %")
+        reported = "reported only: " if reason["reported"] else ""
+        return f"{reported}{head} ({how_text(reason['how'])})"
     what = "stored ratios" if reason["what"] == "ratios" else "stored starts (levels)"
     if why == "too few stored":
         return f"{reason['starts']} of the {reason['needed']} {what} a prediction interval needs"
