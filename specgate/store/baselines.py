@@ -211,7 +211,8 @@ _CONFIG_KEYS = ("model", "speculative_config", "server_args", "env", "torch_vers
 
 
 class Build(_Model):
-    """What was served: vLLM's version and commit, and a digest of the server's configuration."""
+    """What was served: vLLM's version and commit, and a digest of the server's configuration (model,
+    speculative config, extra arguments, environment, torch/CUDA/driver, servers side by side)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)  # hashable: an identity
     vllm_version: str | None = None
@@ -249,8 +250,7 @@ class StoredStart(_Model):
 
 
 class BaselineEntry(_Model):
-    """One history of a window: one machine's and one build's stored starts, the last start's
-    samples."""
+    """One history of a window: one machine's and one build's stored starts, the last start's samples."""
 
     decode_tokens_per_s: list[float] = Field(min_length=1)  # one sample per request
     sample_keys: list[str] | None = None  # "prompt-id#repeat", aligned with the samples
