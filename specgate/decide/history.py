@@ -93,8 +93,8 @@ class StartHistory:
         n0 = (n - sum(len(g) ** 2 for g in groups) / n) / (k - 1)
         b = (1 + sum(len(g) ** 2 for g in groups) / n**2) / n0
         variance = max(0.0, 1 + 1 / n - b) * msw + b * msb
-        return math.sqrt(msw), math.sqrt(max(0.0, msb - msw) / n0), math.sqrt(variance), min(n - k,
-                                                                                             k - 1)
+        between = math.sqrt(max(0.0, msb - msw) / n0)
+        return math.sqrt(msw), between, math.sqrt(variance), min(n - k, k - 1)
 
     @property
     def prediction_sd(self) -> float:

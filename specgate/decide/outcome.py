@@ -100,11 +100,11 @@ def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tupl
             key = key.replace("-", "_").replace(" ", "_")
         if key not in keys or value not in values:
             raise ValueError(f"{part!r}: expected {', '.join(repr(v) for v in values)} or "
-                             f"{what}={choices} with " f"{what} one of {', '.join(keys)}")
+                             f"{what}={choices} with {what} one of {', '.join(keys)}")
         out[key] = value
     if not out:
         raise ValueError(f"empty {what.lower()} setting: expected "
-                         f"{', '.join(repr(v) for v in values)} or " f"{what}={choices},...")
+                         f"{', '.join(repr(v) for v in values)} or {what}={choices},...")
     return out
 
 

@@ -277,8 +277,8 @@ def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: 
                        else None, detectable, method, quantile, quantile_dof)
 
 
-PREDICTION_METHOD = ("a new start against its history: t(n-1) x s x sqrt(1 + 1/n), "
-                     "s the stored starts' spread")
+PREDICTION_METHOD = ("a new start against its history: t(n-1) x s x sqrt(1 + 1/n), s the stored "
+                     "starts' spread")
 
 
 def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshold: float,

@@ -106,8 +106,7 @@ def history_risk(test: GateTest, history: StartHistory, tolerance: float, confid
     fail, red = _t_cdf(line - q, history.dof), _t_cdf(line + q, history.dof)
     return GateRisk(test, fail, red - fail,
                     {"kind": "history", "starts": history.starts, "what": what,
-                                             "spread": history.log_sd, "half": half,
-                     "dof": history.dof, "q": q})
+                     "spread": history.log_sd, "half": half, "dof": history.dof, "q": q})
 
 
 def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, line: float,
@@ -252,8 +251,8 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
     counted_fixed = sum(1 for t in fixed if counts(t) and setting(t) != "report")
     free = [t for t in auto if not counts(t)]  # lossless, a declared backfire: not in the family
     # those with something to compare on this machine
-    ranked = [t for t in auto if counts(t) and risk_at(t,
-                                                       confidence).undecided_outcome == "undecided"]
+    ranked = [t for t in auto
+              if counts(t) and risk_at(t, confidence).undecided_outcome == "undecided"]
 
     def with_gates(k: int) -> Choice:
         fam = family(confidence, controlled, counted_fixed + k)

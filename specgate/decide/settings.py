@@ -226,6 +226,6 @@ class RunSettings:
                     if (test := (gate, *key)) in choice.gating}
             windows[key] = replace(window, gating={**window.gating, **auto}) if auto else window
         run = replace(self, windows=MappingProxyType(windows), red_runs=choice.red_runs)
+        red = any(v in ("auto", "gate") for v in self.gating.values())
         return run.with_family(Family(chosen.gating, chosen.confidence, chosen.controlled,
-                                      undecided_red=any(v in ("auto", "gate")
-                                                        for v in self.gating.values())))
+                                      undecided_red=red))

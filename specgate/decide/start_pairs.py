@@ -28,8 +28,8 @@ from specgate.store.saved_report import load_report
 ORDERS = ("reference",
           "candidate")  # the side that starts first, alternating from one pair to the next
 METHOD_T = "A/B over start pairs: mean log ratio, t(K - 1) x sd / sqrt(K)"
-METHOD_KNOWN = ("A/B over start pairs: mean log ratio, "
-                "q x sqrt(start-pair spread^2 / K + windows' noise / K^2)")
+METHOD_KNOWN = ("A/B over start pairs: mean log ratio, q x sqrt(start-pair spread^2 / K + "
+                "windows' noise / K^2)")
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,8 @@ def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> 
     result = interval_ratio(estimate, half, n=k, unit="start pairs", dof=dof,
                             line=Line(threshold, gates.equivalence_margin), confidence=confidence,
                             method=method)
-    outcome = "undecided" if result.verdict == "undecided" else ("pass" if result.passed
-                                                                 else "fail")
+    outcome = ("undecided" if result.verdict == "undecided"
+               else "pass" if result.passed else "fail")
     return {"gate": "throughput", "mode": mode, "prompt_class": prompt_class,
             "concurrency": concurrency, "outcome": outcome, "start_pairs": k,
             "details": {**result.to_dict(), **basis, "rule": "start pairs",
@@ -106,8 +106,8 @@ def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> 
                         "start_pairs": k, "per_pair": [p.__dict__ for p in pairs]}}
 
 
-def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str,
-                                                                                          Any]]:
+def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]
+                    ) -> list[dict[str, Any]]:
     """Every A/B window measured in all of ``reports`` ((first side, report) per start pair),
     combined."""
     per_report = [(first, throughput_ratios(report)) for first, report in reports]

@@ -223,8 +223,8 @@ def compare_acceptance(
 
 
 METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired on the same "
-                          "requests; ratio of "
-                          "sums with a cluster-robust (per-prompt) delta-method t interval")
+                          "requests; ratio of sums with a cluster-robust (per-prompt) "
+                          "delta-method t interval")
 
 
 def paired_acceptance(measured: Sequence[tuple[float, float]],

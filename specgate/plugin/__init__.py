@@ -97,8 +97,8 @@ def deselect_tiers_not_asked_for(config: pytest.Config, items: list[pytest.Item]
     for item in items:
         marks = {mark.name for mark in item.iter_markers()}
         tiered = bool(marks & {"cpu", "gpu", "perf"}) and "fast" not in marks
-        (drop if tiered and _selected_by_markexpr(config.option.markexpr,
-                                                  marks) else keep).append(item)
+        selected = tiered and _selected_by_markexpr(config.option.markexpr, marks)
+        (drop if selected else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -112,8 +112,8 @@ def _selected_by_markexpr(markexpr: str, marks: set[str]) -> bool:
         # pytest's own -m grammar (it has no public API)
         from _pytest.mark.expression import Expression
 
-        return Expression.compile(markexpr).evaluate(lambda name,
-                                                     **kwargs: name in marks and not kwargs)
+        return Expression.compile(markexpr).evaluate(
+            lambda name, **kwargs: name in marks and not kwargs)
     except Exception:  # another pytest's internals: deselect it here rather than start a server
         return True
 

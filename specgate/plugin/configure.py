@@ -34,8 +34,8 @@ def check_project_config_loaded(config: pytest.Config) -> None:
     try:
         import tomllib
 
-        if "ini_options" not in tomllib.loads(project.read_text()).get("tool",
-                                                                       {}).get("pytest", {}):
+        pytest_table = tomllib.loads(project.read_text()).get("tool", {}).get("pytest", {})
+        if "ini_options" not in pytest_table:
             return
     except (OSError, ValueError):
         return

@@ -11,8 +11,8 @@ from specgate.lazy import protocol as measure
 from specgate.plugin.session import SpecgateSession
 
 
-def _controller_outcomes(run_session: SpecgateSession) -> dict[tuple[str, str, str, int],
-                                                               tuple[Outcome, dict]]:
+def _controller_outcomes(run_session: SpecgateSession
+                         ) -> dict[tuple[str, str, str, int], tuple[Outcome, dict]]:
     """Every gate result the session holds: window key -> (outcome, entry)."""
     found = {(r.gate, r.mode, r.prompt_class, r.concurrency): (r.outcome, r.to_dict())
              for r in run_session.results}
@@ -30,8 +30,8 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
     policy = run.outcome_policy
     reports = []
     for worker in run_session.worker_reports:
-        for nodeid, (gate, mode, prompt_class, concurrency) in worker.get("deferred_tests",
-                                                                          {}).items():
+        deferred = worker.get("deferred_tests", {})
+        for nodeid, (gate, mode, prompt_class, concurrency) in deferred.items():
             found = results.get((gate, mode, prompt_class, concurrency))
             if found is None:  # a window is missing: already reported as NOT MEASURED
                 continue

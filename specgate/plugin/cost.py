@@ -87,8 +87,8 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
         while end < len(items) and mode is not None and mode_of(items[end]) == mode:
             end += 1
         if mode is not None:
-            items[start:end] = [item for _,
-                                item in sorted(enumerate(items[start:end]), key=sort_key)]
+            ordered = sorted(enumerate(items[start:end]), key=sort_key)
+            items[start:end] = [item for _, item in ordered]
         start = end
 
 
@@ -120,7 +120,7 @@ def build_plan(run_session: SpecgateSession, items: list[pytest.Item], *,
     return plan_session(run_session.settings.rig, windows, rates, Conditions(
         attached=run_session.options.attach_url is not None, reused=reused,
         keep_servers=run_session.options.keep_servers, host_gib=host_gib, other_tests=other,
-                                                                             rate_note=note))
+        rate_note=note))
 
 
 def refuse_short_host(config: pytest.Config, run_session: SpecgateSession,
@@ -141,14 +141,13 @@ def refuse_short_host(config: pytest.Config, run_session: SpecgateSession,
 
 def session_state(run_session: SpecgateSession):
     def state() -> tuple[dict[WindowKey, float | None], set[str]]:
-        done: dict[WindowKey, float | None] = {k: m.wall_s for k,
-                                               m in run_session.measurements.items()}
+        done: dict[WindowKey, float | None] = {
+            k: m.wall_s for k, m in run_session.measurements.items()}
         done.update({k: None for k in run_session.failures if k not in done})
         # a window declared NOT RUN leaves the count and the time left
-        done.update({(u["mode"], u["prompt_class"],
-                      u["concurrency"]): None for u in run_session.undecided
-                     if u.get("kind") == NOT_RUN and (u["mode"], u["prompt_class"],
-                                                      u["concurrency"]) not in done})
+        not_run = [(u["mode"], u["prompt_class"], u["concurrency"])
+                   for u in run_session.undecided if u.get("kind") == NOT_RUN]
+        done.update({key: None for key in not_run if key not in done})
         return done, set(run_session.servers)
     return state
 
@@ -168,8 +167,8 @@ def start(config: pytest.Config, run_session: SpecgateSession, items: list[pytes
     progress = SessionProgress(plan, session_state(run_session),
                                started_at=run_session.options.started_at)
     config.stash[COST_KEY] = SessionCost(plan, progress, rates[0])
-    if config.option.collectonly or config.getoption("setupplan",
-                                                     False) or hasattr(config, "workerinput"):
+    if config.option.collectonly or config.getoption("setupplan", False) \
+            or hasattr(config, "workerinput"):
         return
     text = plan.render()
     budget = run_session.options.time_budget_s
@@ -227,14 +226,13 @@ def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.
         _bound_follow_ups(run_session, cost, key, [s.label for s in starts], left - needed, clock)
         return
     mode, prompt_class, concurrency = key
+    with_starts = f" (with the start of {', '.join(s.label for s in starts)})" if starts else ""
     why = (f"the session's time budget ({format_elapsed(budget)}) has "
-           f"{format_elapsed(max(0.0, left))} left; its "
-           f"window needs ~{format_elapsed(needed)}" + (" (with the start of "
-                                                        f"{', '.join(s.label for s in starts)})"
-                                                        if starts else ""))
+           f"{format_elapsed(max(0.0, left))} left; its window needs ~{format_elapsed(needed)}"
+           + with_starts)
     gate = gate_of(item)
-    run_session.record_undecided(gate, SimpleNamespace(mode=mode, prompt_class=prompt_class,
-                                                    concurrency=concurrency), NOT_RUN, why)
+    window_ns = SimpleNamespace(mode=mode, prompt_class=prompt_class, concurrency=concurrency)
+    run_session.record_undecided(gate, window_ns, NOT_RUN, why)
     cost.not_run.append(item.nodeid)
     # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
     policy = run_session.settings.outcome_policy

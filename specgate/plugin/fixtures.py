@@ -170,8 +170,8 @@ def _serving(session: SpecgateSession, server: Any, mode, side: str | None, labe
             "worker": session.options.worker_id, "side": side,
                                   "live_with": session.live_servers - 1,
             "gpus": session.settings.gpus}
-        session.fingerprints[mode.name if side in (None,
-                                                   "candidate") else label] = fingerprint.collect(
+        name = mode.name if side in (None, "candidate") else label
+        session.fingerprints[name] = fingerprint.collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
             vllm_version=fingerprint.server_vllm_version(server.base_url, server.api_key),
             repo=session.options.repo_root,
@@ -242,8 +242,8 @@ def class_measurement(request: pytest.FixtureRequest, vllm_server, partner_serve
     kwargs = {}
     if benchmark is not None:
         benchmark.group = f"{specgate_session.settings.rig.name}/{prompt_class.name}/c{concurrency}"
-        kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(round_fn, rounds=rounds,
-                                                                           iterations=1)
+        kwargs["run_rounds"] = lambda round_fn, rounds: benchmark.pedantic(
+            round_fn, rounds=rounds, iterations=1)
     try:
         if partner_server is not None:
             ab = rig.comparing == "ab"

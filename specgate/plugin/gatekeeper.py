@@ -131,8 +131,8 @@ class GateKeeper:
         action = pytest_action(outcome, policy, declared=declared, gating=gating)
         entry = m.to_dict() if isinstance(m, GateResult) else {
             "gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
-                                                               "concurrency": m.concurrency,
-            "kind": kind or OUTCOME_KINDS.get(outcome, "undecided"), "message": message,
+            "concurrency": m.concurrency, "kind": kind or OUTCOME_KINDS.get(outcome, "undecided"),
+                                                               "message": message,
             "details": {"command": command} if command else {}}
         text = pytest_text(entry, outcome, policy, declared=declared, gating=gating)
         if action == "skipped":

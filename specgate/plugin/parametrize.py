@@ -92,8 +92,8 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
         key = keys.get(id(item))
         if key is not None and key[0] in left_out:
             drop.append(item)
-        elif key is not None and _stored_elsewhere_only(run,
-                                                        key) and session.options.update == "off":
+        elif key is not None and _stored_elsewhere_only(run, key) \
+                and session.options.update == "off":
             drop.append(item)
             elsewhere.append(key)
         else:

@@ -168,8 +168,8 @@ class SpecgateSession:
                 self._share(key, {"error": str(exc)})
                 raise
             if ab and mode.name in self.start_order:  # an A/B window
-                self.measurements[key].extra["start_order"] = {"first": self.start_order[mode.name],
-                                                               "seed": self.start_seed}
+                order = {"first": self.start_order[mode.name], "seed": self.start_seed}
+                self.measurements[key].extra["start_order"] = order
             self._share(key, self.measurements[key].to_dict())
             self._write_partial_report()
         return self.measurements[key]
@@ -250,10 +250,9 @@ class SpecgateSession:
         self.pending_updates.absorb(output.get("updates", []))
         family = output["report"].get("family")
         if family is not None and self.settings.family is None:  # the controller collects nothing
-            self._settings = self.settings.with_family(Family(family["gating_decisions"],
-                                                              family["confidence"],
-                                                              family["family_false_alarm"],
-                                                              family.get("undecided_red", False)))
+            self._settings = self.settings.with_family(Family(
+                family["gating_decisions"], family["confidence"], family["family_false_alarm"],
+                family.get("undecided_red", False)))
 
     # -- the run's report (specgate.report.run_report) -------------------------------------------
     def report_data(self, *, complete: bool, merge: bool = True) -> dict[str, Any]:
