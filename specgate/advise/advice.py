@@ -1,28 +1,23 @@
-"""Config advice (issue 54): from one run's report, the tok/s ratio against no speculation that each
-speculative mode would reach at every k from 1 to the k it served, per prompt class and concurrency.
+"""Config advice (issue 54): from one run's report, the tok/s ratio against no speculation each
+speculative mode would reach at every k from 1 to the k it served, per class and concurrency.
 
 The model (docs/advice.md):
 
-- AL(k) = 1 + sum_{i<=k} accepted at position i / drafts. vLLM counts an accepted token at position i
-  only when every earlier one was accepted, so accepted_i / drafts is the share of drafts whose first
-  i tokens were all accepted, and the first k positions of a draft of K say what a draft of k would
+- AL(k) = 1 + sum_{i<=k} accepted at position i / drafts. vLLM counts position i only when every
+  earlier one was accepted, so the first k positions of a draft of K say what a draft of k would
   have accepted (the drafter proposes the same chain, cut shorter).
-- ratio(k) = AL(k) / c(k), c(k) the cost of one speculative step in plain decode steps. The run
-  measures the ratio R at the served K and AL(K), so c(K) = AL(K) / R (specgate.decide.breakeven's c).
-- How c varies with k is not measured by one run. With c(k) = c0 + s k, c0 >= 1 (a speculative step
-  is at least a plain one) and s >= 0, it lies between two bounds: c(k) = c(K) (k-independent,
-  pessimistic below K) and c(k) = 1 + (c(K) - 1) k / K (linear from no extra cost at k = 0,
-  optimistic below K). Where the report measures c at two or more k of one drafter (modes of the
-  same method and config but for k), c0 and s are fitted by weighted least squares instead.
+- ratio(k) = AL(k) / c(k), c(k) a speculative step's cost in plain decode steps; the run measures
+  R and AL(K) at the served K, so c(K) = AL(K) / R (specgate.decide.breakeven's c).
+- How c varies with k one run does not measure. With c(k) = c0 + s k, c0 >= 1 and s >= 0, it lies
+  between c(k) = c(K) (pessimistic below K) and c(k) = 1 + (c(K) - 1) k / K (optimistic below K).
+  Where the report measures c at two or more k of one drafter, c0 and s are fitted (weighted
+  least squares).
 
-Intervals: the measured ratio's is the backfire gate's; c(K)'s follows from it. AL(k)'s is that of
-AL(k) / AL(K) (the share of the served k's tokens that k keeps) times the window's AL(K): the noise
-of AL(K) itself is already inside the ratio's interval (same requests), and counting it twice would
-widen every prediction for nothing. Each position's share is a Wilson interval at 1 - (1 -
-confidence) / K (Bonferroni over the K positions), drafts taken as independent trials, which they
-are not (one prompt's drafts succeed or fail together): the intervals are narrower than the truth by
-that much. Ends are propagated (the lowest ratio from the lowest AL and the highest cost), which is
-conservative.
+Intervals: the measured ratio's is the backfire gate's; AL(k)'s is that of AL(k) / AL(K) times
+AL(K) (AL(K)'s own noise is inside the ratio's interval already). Each position's share is a Wilson
+interval at 1 - (1 - confidence) / K (Bonferroni), drafts taken as independent trials (they are
+not: a prompt's drafts succeed together, so the truth is wider). Ends are propagated
+(conservative).
 """
 
 from __future__ import annotations
@@ -63,7 +58,8 @@ def _divide(numerator: Span, cost: Span) -> Span:
     def q(a: float, c: float) -> float:
         return a / c if c > 0 else math.inf
 
-    value = None if numerator.value is None or cost.value is None else q(numerator.value, cost.value)
+    value = (None if numerator.value is None or cost.value is None
+             else q(numerator.value, cost.value))
     return Span(value, q(numerator.low, cost.high), q(numerator.high, cost.low))
 
 
@@ -75,9 +71,8 @@ class Acceptance:
     drafts: float
     accepted_per_position: tuple[float, ...]
     confidence: float = DEFAULT_CONFIDENCE
-    # the drafts' clustering (:func:`design_effect`, from vLLM's per-request counts): each interval
-    # is taken over drafts / design_effect trials; 1 (independent drafts) from the window's counters
-    # alone
+    # the drafts' clustering (:func:`design_effect`): each interval is over drafts / design_effect
+    # trials; 1 (independent drafts) from the window's counters alone
     design_effect: float = 1.0
 
     @property
@@ -112,8 +107,7 @@ class Acceptance:
         """AL(k) with the interval it has given the window's AL(K) (see the module's docstring)."""
         full = self.acceptance_length(self.served_k)
         lo, hi = self.kept_share(k)
-        # AL(k) >= 1 whatever the ends of the shares say (the low end of AL(k) / AL(K) can dip below
-        # 1 / AL(K))
+        # AL(k) >= 1 whatever the shares' ends say
         return Span(self.acceptance_length(k), max(1.0, full * lo), full * hi)
 
 
@@ -152,8 +146,8 @@ def fit_step_cost(points: Sequence[tuple[str, int, Span]], confidence: float) ->
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     ks = np.array([float(k) for _, k, _ in points])
     cs = np.array([c.value for _, _, c in points], dtype=float)
-    sigmas = np.array([max((c.high - c.low) / (2 * z), 1e-6 * abs(c.value or 1.0)) for _, _,
-                       c in points])
+    sigmas = np.array([max((c.high - c.low) / (2 * z), 1e-6 * abs(c.value or 1.0))
+                       for _, _, c in points])
     w = 1 / sigmas**2
     x = np.column_stack([np.ones_like(ks), ks])
     normal = x.T @ (w[:, None] * x)
@@ -219,19 +213,19 @@ class WindowAdvice:
         return max(self.rows, key=lambda r: (_point(r.predictions[model].ratio), -r.k))
 
     def beating(self, model: str, *, sure: bool) -> list[int]:
-        """The k predicted to beat no speculation: the whole interval above 1 (sure) or the
+        """The k predicted to beat no speculation: the whole interval above 1 (sure), or the
         estimate."""
-        return [r.k for r in self.rows
-                if (r.predictions[model].ratio.low if sure else _point(r.predictions[model].ratio)) > 1]
+        return [r.k for r in self.rows if (r.predictions[model].ratio.low if sure
+                                           else _point(r.predictions[model].ratio)) > 1]
 
     def flips(self) -> list[int]:
-        """The k whose prediction lies on one side of no speculation under one bound and on the
-        other under the other: AL(k) lies between the two break-even ALs, so the assumed cost
-        decides."""
+        """The k on one side of no speculation under one bound and on the other under the other:
+        AL(k) lies between the two break-even ALs, so the assumed cost decides."""
         if self.models != BOUNDS:
             return []
         return [r.k for r in self.rows if not r.measured
-                and (_point(r.predictions[CONSTANT].ratio) > 1) != (_point(r.predictions[LINEAR].ratio) > 1)]
+                and (_point(r.predictions[CONSTANT].ratio) > 1)
+                != (_point(r.predictions[LINEAR].ratio) > 1)]
 
     def ranking_ratio(self) -> float:
         """What modes are ranked by: the best ratio under the fit where there is one, else the
@@ -244,15 +238,17 @@ def _point(span: Span) -> float:
     return span.value if span.value is not None else (span.low + span.high) / 2
 
 
+def _served_cost(full: float, ratio: Span) -> Span:
+    """c(K) = AL(K) / R, ends propagated."""
+    return Span(full / ratio.value, full / ratio.high, full / ratio.low)
+
+
 def window_advice(mode: str, method: str, prompt_class: str, concurrency: int,
-                  acceptance: Acceptance,
-                  measured_ratio: Span, *, fit: CostFit | None = None,
+                  acceptance: Acceptance, measured_ratio: Span, *, fit: CostFit | None = None,
                   notes: Sequence[str] = ()) -> WindowAdvice:
     """The advice for one window from its counters and the backfire gate's ratio at the served k."""
     big_k = acceptance.served_k
-    full = acceptance.acceptance_length(big_k)
-    served_cost = Span(full / measured_ratio.value, full / measured_ratio.high,
-                       full / measured_ratio.low)
+    served_cost = _served_cost(acceptance.acceptance_length(big_k), measured_ratio)
     models = (FITTED,) if fit is not None else BOUNDS
     rows = []
     for k in range(1, big_k + 1):
@@ -266,8 +262,8 @@ def window_advice(mode: str, method: str, prompt_class: str, concurrency: int,
                 predictions[m] = Prediction(cost, _divide(al, cost))
         rows.append(KRow(k, al, predictions, k == big_k))
     return WindowAdvice(mode, method, prompt_class, concurrency, big_k, acceptance.drafts,
-                        measured_ratio,
-                        acceptance.confidence, served_cost, models, tuple(rows), fit, tuple(notes))
+                        measured_ratio, acceptance.confidence, served_cost, models, tuple(rows),
+                        fit, tuple(notes))
 
 
 # -- a report ------------------------------------------------------------------------------------
@@ -287,14 +283,18 @@ class Advice:
         return {key: sorted(ws, key=lambda w: -w.ranking_ratio()) for key, ws in out.items()}
 
 
+def _backfire(report: dict[str, Any], mode: str, prompt_class: str,
+              concurrency: int) -> list[dict[str, Any]]:
+    """The details of the window's backfire gate entries (decided or undecided)."""
+    return [g.get("details") or {} for g in [*report.get("gates", []), *report.get("undecided", [])]
+            if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency"))
+            == ("backfire", mode, prompt_class, concurrency)]
+
+
 def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str,
                     concurrency: int) -> Span | None:
-    """The backfire gate's paired ratio with its interval (decided or undecided), or None."""
-    for g in [*report.get("gates", []), *report.get("undecided", [])]:
-        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) != \
-                ("backfire", mode, prompt_class, concurrency):
-            continue
-        d = g.get("details") or {}
+    """The backfire gate's paired ratio with its interval, or None."""
+    for d in _backfire(report, mode, prompt_class, concurrency):
         if all(isinstance(d.get(key), (int, float)) and d[key] > 0
                for key in ("ratio", "ci_low", "ci_high")):
             return Span(float(d["ratio"]), float(d["ci_low"]), float(d["ci_high"]))
@@ -303,14 +303,11 @@ def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str,
 
 def _gate_confidence(report: dict[str, Any], mode: str, prompt_class: str,
                      concurrency: int) -> float:
-    for g in [*report.get("gates", []), *report.get("undecided", [])]:
-        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
-                ("backfire", mode, prompt_class, concurrency):
-            confidence = (g.get("details") or {}).get("confidence")
-            if isinstance(confidence, (int, float)) and 0.5 < confidence < 1:
-                return float(confidence)
-    # reports before the confidence was kept: their messages say "95 % CI"
-    return DEFAULT_CONFIDENCE
+    for d in _backfire(report, mode, prompt_class, concurrency):
+        confidence = d.get("confidence")
+        if isinstance(confidence, (int, float)) and 0.5 < confidence < 1:
+            return float(confidence)
+    return DEFAULT_CONFIDENCE  # reports before the confidence was kept said "95 % CI"
 
 
 def _family(config: dict[str, Any]) -> str:
@@ -358,10 +355,9 @@ def _speculative_windows(report: dict[str, Any], source: str) -> list[dict[str, 
 
 
 def design_effect(clusters: Sequence[tuple[float, Sequence[float]]]) -> float:
-    """How much a position share's variance exceeds that of independent drafts when the drafts come
-    in clusters (a prompt's drafts succeed or fail together): per position, the cluster-robust
-    variance of accepted / drafts over the binomial one; the largest over the positions, never below
-    1."""
+    """How much a position share's variance exceeds that of independent drafts when drafts come in
+    clusters (a prompt's): per position, the cluster-robust variance of accepted / drafts over the
+    binomial one; the largest over the positions, never below 1."""
     total, n = math.fsum(d for d, _ in clusters), len(clusters)
     effect = 1.0
     for i in range(len(clusters[0][1]) if n > 1 and total > 0 else 0):
@@ -374,9 +370,8 @@ def design_effect(clusters: Sequence[tuple[float, Sequence[float]]]) -> float:
 
 def _per_request_acceptance(m: dict[str, Any], counters: tuple[float, list[float]], notes: list[str]
                             ) -> tuple[float, list[float], float]:
-    """(drafts, accepted per position, design effect): vLLM's per-request counts where every request
-    has them (the prompts as clusters), else the window's counters with drafts as independent
-    trials."""
+    """(drafts, accepted per position, design effect): vLLM's per-request counts where every
+    request has them (prompts as clusters), else the window's counters (independent drafts)."""
     records = [r for r in m.get("records") or [] if isinstance(r, dict)]
     found = accepted_per_position([r.get("spec_decode") for r in records])
     if found is None or len(found[1][0]) != len(counters[1]) or not sum(found[0]):
@@ -421,7 +416,8 @@ def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, 
         return f"{where}: no {reference} window of this class and concurrency"
     ratio = _backfire_ratio(report, mode, prompt_class, concurrency)
     if ratio is None:
-        return f"{where}: no backfire gate with a ratio and an interval (gates[].details.ratio, ci_low, ci_high)"
+        return (f"{where}: no backfire gate with a ratio and an interval "
+                "(gates[].details.ratio, ci_low, ci_high)")
     notes: list[str] = []
     accepted = acc.get("accepted_tokens")
     total = math.fsum(per_position)
@@ -435,17 +431,18 @@ def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, 
     drafts, per_position, effect = _per_request_acceptance(
         m, (float(drafts), list(per_position)), notes)
     confidence = _gate_confidence(report, mode, prompt_class, concurrency)
-    return m, Acceptance(drafts, tuple(float(a) for a in per_position), confidence,
-                         effect), ratio, notes
+    acceptance = Acceptance(drafts, tuple(float(a) for a in per_position), confidence, effect)
+    return m, acceptance, ratio, notes
 
 
 def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Advice:
-    """The advice for every speculative window of a run's report that has per-position counters, a
-    no-speculation window of its class and concurrency and a backfire ratio with an interval. Raises
+    """The advice for every speculative window of a run's report that has per-position counters,
+    a no-speculation window of its class and concurrency and a backfire ratio with an interval;
     AdviceError naming ``source`` and the key when no window qualifies."""
     rig = report.get("rig") or {}
     configs = {name: cfg for name, cfg in (rig.get("modes") or {}).items() if isinstance(cfg, dict)}
-    found = [_ready_window(report, m, configs, source) for m in _speculative_windows(report, source)]
+    speculative = _speculative_windows(report, source)
+    found = [_ready_window(report, m, configs, source) for m in speculative]
     skipped = [f for f in found if isinstance(f, str)]
     ready = [f for f in found if not isinstance(f, str)]
     if not ready:
@@ -458,8 +455,7 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
         key = (_family(configs.get(m["mode"]) or {"method": m["mode"]}), m["prompt_class"],
                m["concurrency"])
         costs.setdefault(key, []).append(
-            (m["mode"], acceptance.served_k,
-             Span(full / ratio.value, full / ratio.high, full / ratio.low)))
+            (m["mode"], acceptance.served_k, _served_cost(full, ratio)))
     windows = []
     for m, acceptance, ratio, notes in ready:
         config = configs.get(m["mode"]) or {"method": m["mode"]}
@@ -472,15 +468,15 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
                                      m["concurrency"], acceptance, ratio, fit=fit, notes=notes))
     order = {name: i for i, name in enumerate(rig.get("modes") or {})}
     classes = list(dict.fromkeys(m.get("prompt_class") for m in report.get("measurements") or []))
-    windows.sort(key=lambda w: (w.concurrency, classes.index(w.prompt_class), order.get(w.mode, len(order)), w.mode))
-    return Advice(str(rig.get("name", "?")), source, str(rig.get("reference_mode")), tuple(windows),
-                  tuple(skipped))
+    windows.sort(key=lambda w: (w.concurrency, classes.index(w.prompt_class),
+                                order.get(w.mode, len(order)), w.mode))
+    return Advice(str(rig.get("name", "?")), source, str(rig.get("reference_mode")),
+                  tuple(windows), tuple(skipped))
 
 
 def advise_file(path: Path | str, *, rig: str | None = None) -> Advice:
     """:func:`advise_report` on a saved report.json(.gz); AdviceError (or the reader's
     SpecgateError) naming the file. With ``rig``, the report must be that rig's."""
-
     report = read_saved_report(path)
     if rig is not None and report["rig"].get("name") != rig:
         raise AdviceError(f"{path}: rig.name is {report['rig'].get('name')!r}, not the rig asked "
@@ -545,8 +541,8 @@ def window_text(w: WindowAdvice) -> str:
     if w.models == BOUNDS:
         flips_text = (f"{_ks(flips)}: AL(k) lies between the two break-even ALs, so the assumed "
                       "step cost decides; measuring c at a second k (a mode of the same drafter "
-                      "at another k) settles it"
-                      if flips else "none: both bounds put every k on the same side of no speculation")
+                      "at another k) settles it" if flips
+                      else "none: both bounds put every k on the same side of no speculation")
         lines.append(f"flips between the bounds: {flips_text}")
     lines += [f"note: {n}" for n in w.notes]
     return "\n".join(lines)
@@ -574,7 +570,8 @@ def ranking_text(advice: Advice) -> list[str]:
 
 
 def advice_text(advice: Advice) -> str:
-    blocks = [f"advice for rig {advice.rig} from {advice.source} (ratio = tok/s against {advice.reference_mode})",
+    blocks = [f"advice for rig {advice.rig} from {advice.source} (ratio = tok/s against "
+              f"{advice.reference_mode})",
               "\n".join(ASSUMPTIONS)]
     blocks += [window_text(w) for w in advice.windows]
     ranking = ranking_text(advice)
@@ -588,13 +585,12 @@ def advice_text(advice: Advice) -> str:
 # -- the seed case -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SeedFigures:
-    """What the seed case published (/work/shared/SEED-FACTS.md, docs/advice.md): per class one
-    tok/s figure per side, and acceptance as ranges over every prompt, none per class."""
+    """What the seed case published (docs/advice.md): per class one tok/s figure per side, and
+    acceptance as ranges over every prompt, none per class."""
 
     k: int = 5
     prompt_lookup_max: int = 4
-    # (no spec, ngram)
-    tokens_per_s: dict[str, tuple[float, float]] = field(default_factory=lambda: {
+    tokens_per_s: dict[str, tuple[float, float]] = field(default_factory=lambda: {  # no spec, ngram
         "coding": (62.6, 46.4), "math": (78.0, 64.8), "structured_json": (76.1, 65.5),
         "explanatory": (79.5, 72.5)})
     acceptance_length: tuple[float, float] = (1.86, 2.55)
@@ -630,15 +626,13 @@ class SeedAdvice:
 
     @property
     def decides_small_k(self) -> bool:
-        """Whether the published figures settle if some k below the served one beats no speculation."""
+        """Whether the published figures settle if a k below the served one beats no speculation."""
         return not any(c.flips() for c in self.classes)
 
 
-def _fractional_range(numerator: Sequence[float], n0: float,
-                      denominator: Sequence[float], d0: float,
-                      a_ub: list[list[float]], b_ub: list[float],
-                      bounds: Sequence[tuple[float, float]]
-                      ) -> tuple[float, float]:
+def _fractional_range(numerator: Sequence[float], n0: float, denominator: Sequence[float],
+                      d0: float, a_ub: list[list[float]], b_ub: list[float],
+                      bounds: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """min and max of (n.x + n0) / (d.x + d0) over {A x <= b, bounds}, d.x + d0 > 0 there: two
     linear programs after the Charnes-Cooper change of variables (y = t x, t = 1 / (d.x + d0))."""
     import numpy as np
@@ -665,11 +659,10 @@ def _fractional_range(numerator: Sequence[float], n0: float,
 
 
 def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
-    """What the advice can say from the seed's published figures alone. The per-position shares
-    p_1..p_K range over every non-increasing sequence with p_1 and p_K in their published ranges and
-    1 + sum p in the published AL range (positions 2 to K-1 were not published); each class's ratio
-    is its one figure per side (no interval). Every range below is the exact min and max over those
-    sequences."""
+    """What the advice can say from the seed's published figures alone: the per-position shares
+    range over every non-increasing sequence with p_1, p_K and 1 + sum p in their published ranges
+    (positions 2 to K-1 were not published); each class's ratio is its one figure per side (no
+    interval). Every range is the exact min and max over those sequences."""
     f = figures or SeedFigures()
     big_k = f.k
     a_ub: list[list[float]] = []
@@ -696,8 +689,7 @@ def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
             first_k = [1.0] * k + [0.0] * (big_k - k)
             lo, hi = _fractional_range(first_k, 1.0, nothing, 1.0, a_ub, b_ub, bounds)
             lengths[k] = Span(None, lo, hi)
-            # k-independent: R (1 + S_k) / (1 + S_K); linear: (1 + S_k) / (1 + ((1 + S_K) / R - 1) k
-            # / K)
+            # k-independent: R (1 + S_k) / (1 + S_K); linear: (1 + S_k) / (1 + (c(K) - 1) k / K)
             lo, hi = _fractional_range([r * v for v in first_k], r, ones, 1.0, a_ub, b_ub, bounds)
             predictions[(CONSTANT, k)] = Span(None, lo, hi)
             slope = k / (big_k * r)
@@ -729,8 +721,8 @@ def _seed_conclusion(f: SeedFigures, classes: Sequence[SeedClass]) -> tuple[str,
         f"stays below {constant_best:.2f}x.",
         "cannot conclude: whether a smaller k beats no speculation. Under a "
         f"{LINEAR} some do ("
-        + "; ".join(f"{c}: {_ks(ks)} with the whole range above 1" for c,
-                    ks in linear_sure.items() if ks)
+        + "; ".join(f"{c}: {_ks(ks)} with the whole range above 1"
+                    for c, ks in linear_sure.items() if ks)
         + "), under a k-independent one none does: the prediction flips for "
         + "; ".join(f"{c} at {_ks(ks)}" for c, ks in flips.items() if ks)
         + ", and one run at one k cannot tell which bound holds.",
@@ -786,8 +778,7 @@ def seed_text(seed: SeedAdvice) -> str:
 
 
 # -- the picture ---------------------------------------------------------------------------------
-# (marker, line style)
-MODEL_STYLE = {CONSTANT: ("o", "-"), LINEAR: ("s", "--"), FITTED: ("D", "-")}
+MODEL_STYLE = {CONSTANT: ("o", "-"), LINEAR: ("s", "--"), FITTED: ("D", "-")}  # (marker, line)
 
 
 def _interval(span: Span) -> tuple[float | None, float, float]:
@@ -795,9 +786,7 @@ def _interval(span: Span) -> tuple[float | None, float, float]:
 
 
 def plot_advice(advice: Advice, path: Path) -> Path | None:
-    """The report's advice as a PNG at ``path`` (specgate.advise.plot); None (no file) without a
-    window."""
-
+    """The report's advice as a PNG at ``path`` (specgate.advise.plot); None without a window."""
     modes = list(dict.fromkeys(w.mode for w in advice.windows))
     color = {mode: COLORS[i % len(COLORS)] for i, mode in enumerate(modes)}
     panels: dict[tuple[str, int], tuple[list, list]] = {}
@@ -814,18 +803,19 @@ def plot_advice(advice: Advice, path: Path) -> Path | None:
         [RatioPanel(f"{prompt_class} / concurrency {concurrency}", tuple(series), tuple(measured))
          for (prompt_class, concurrency), (series, measured) in panels.items()],
         styles=MODEL_STYLE, title=f"specgate advise: rig {advice.rig}",
-        subtitle="predicted ratio = AL(k) / c(k), bars = intervals (ends propagated); star = measured at the served k",
+        subtitle="predicted ratio = AL(k) / c(k), bars = intervals (ends propagated); star = "
+        "measured at the served k",
         path=path)
 
 
 def plot_seed(seed: SeedAdvice, path: Path) -> Path | None:
-    """The seed case's advice as a PNG: ranges only (hollow markers at their middles), no estimate."""
-
+    """The seed case's advice as a PNG: ranges only (hollow markers at their middles)."""
     big_k = seed.figures.k
     below = tuple(range(1, big_k))  # the served k is the star
     panels = [RatioPanel(c.prompt_class,
                          tuple(RatioSeries(f"ngram k={big_k}", model, COLORS[0], below,
-                                           tuple(_interval(c.predictions[(model, k)]) for k in below),
+                                           tuple(_interval(c.predictions[(model, k)])
+                                                 for k in below),
                                            (big_k, c.measured_ratio)) for model in BOUNDS),
                          # one figure per side: no interval
                          ((big_k, (c.measured_ratio, c.measured_ratio, c.measured_ratio),
@@ -834,7 +824,8 @@ def plot_seed(seed: SeedAdvice, path: Path) -> Path | None:
     return draw_ratio_panels(
         panels, styles=MODEL_STYLE,
         title=f"specgate advise --seed: Kimi-K2.5 INT4, ngram k={big_k} (published figures)",
-        subtitle="bars = every ratio the published ranges allow under each step-cost bound; star = measured", path=path)
+        subtitle="bars = every ratio the published ranges allow under each step-cost bound; "
+        "star = measured", path=path)
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -842,14 +833,11 @@ SEED_RIG = "kimi-k25-int4-8x-rtx6000"
 
 
 def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Path | None,
-                   fixtures_dir: Path,
-                   root: Path) -> int:
-    """``python -m specgate advise``: print the advice and write its PNG (``<out>/advice.png``, by default
-    ``.specgate/advice/<rig>``); 4 (a usage error) for an unknown rig, an unreadable report, or a report
-    advice cannot be drawn from, the message naming the file and the key."""
+                   fixtures_dir: Path, root: Path) -> int:
+    """``python -m specgate advise``: print the advice and write its PNG (``<out>/advice.png``,
+    default ``.specgate/advice/<rig>``); 4 (a usage error) for an unknown rig, an unreadable report,
+    or a report advice cannot be drawn from, the message naming the file and the key."""
     import sys
-
-
     try:
         if seed:
             name = rig or SEED_RIG
