@@ -44,8 +44,7 @@ class BreakEven:
 
     @property
     def verdict(self) -> str:
-        """"pays" when AL > c for every combination, "backfires" when AL < c for every one, else
-        "break-even"."""
+        """"pays" (AL > c throughout), "backfires" (AL < c throughout) or "break-even"."""
         ratio = (self.spec_tokens_per_s[0] / self.plain_tokens_per_s[1],
                  self.spec_tokens_per_s[1] / self.plain_tokens_per_s[0])  # AL / c = spec / plain
         return "pays" if ratio[0] > 1 else "backfires" if ratio[1] < 1 else "break-even"

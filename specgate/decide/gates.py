@@ -266,8 +266,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
 def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *,
                      label: str, compared: dict[str, Any],
                      left_out: dict[str, Any] | None = None) -> GateResult:
-    """A new start's log ratio to a stored history's mean, within the history's prediction
-    interval."""
+    """A new start's log ratio to a stored history's mean, in its prediction interval."""
     confidence = window_confidence(rule.confidence, m)
     result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts,
                              dof=history.dof, threshold=rule.threshold, confidence=confidence,
@@ -311,8 +310,7 @@ def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
 
 def start_pair(relative_sd: float, m: ClassMeasurement, confidence: float, *, dof: int | None = None
                ) -> dict[str, Any]:
-    """An A/B window's start order and the log widening for its two servers' start offset (t at
-    ``dof`` where measured, else z)."""
+    """An A/B window's start order and the log widening for its servers' start offset."""
     order = m.extra.get("start_order") or {}
     quantile = spread_quantile(confidence, dof)
     widened = quantile * math.log1p(relative_sd) if relative_sd else 0.0
@@ -366,8 +364,7 @@ def check_acceptance(settings: WindowSettings, m: ClassMeasurement, baseline: Ba
 
 
 def request_acceptances(m: ClassMeasurement, *, vllm: bool = False) -> dict[str, tuple[int, int]]:
-    """Each request's (accepted draft tokens, steps): from its stream, or with ``vllm`` vLLM's own
-    count; requests with no step left out."""
+    """Each request's (accepted draft tokens, steps), from its stream or (``vllm``) vLLM."""
     counts = {}
     for key, record in zip(m.sample_keys, m.records):
         steps = len(record.chunk_times) + record.empty_chunks
@@ -473,8 +470,7 @@ StartHistories = tuple[StartHistory, StartHistory]  # (this mode's, no speculati
 
 def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: ClassMeasurement,
                            machine: str | None) -> StartHistories | None:
-    """The stored start histories of ``m``'s mode and of no speculation on this machine when both
-    give a spread, else None."""
+    """The stored start histories of ``m``'s mode and no speculation, if both spread."""
     found = [lookup(store, settings.rig, mode, m.prompt_class, m.concurrency, machine=machine)
              for mode in (m.mode, settings.reference_mode)]
     pair = tuple(StartHistory.of(h) if h is not None else None for h in found)
@@ -524,8 +520,7 @@ def bare_window(settings: WindowSettings) -> ClassMeasurement:
 
 def backfire_decision(settings: WindowSettings, m: ClassMeasurement, samples: Samples, *,
                       duet: bool = False, starts: StartHistories | None = None) -> GateResult:
-    """The backfire gate on ``samples``: FAIL when the paired ratio's upper bound is below
-    min_speedup, the prompts as strata."""
+    """The backfire gate on ``samples``: FAIL when the ratio's upper bound < min_speedup."""
     gates = settings.thresholds
     compared, spread = _compared_and_spread(settings, m, ab=False, duet=duet, starts=starts)
     result = ratio_result(Comparison(

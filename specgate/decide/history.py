@@ -27,16 +27,14 @@ STEP_ALPHA = 0.01  # a history with no step shows one at most this often (normal
 
 @dataclass(frozen=True)
 class StartHistory:
-    """The levels of one window over its stored starts (oldest first) and each start's sitting
-    (None: not recorded)."""
+    """One window's stored levels (oldest first) and each start's sitting (None: unknown)."""
 
     levels: tuple[float, ...]
     sittings: tuple[str | None, ...] | None = None
 
     @classmethod
     def of(cls, entry: BaselineEntry | None, *, ratios: bool = False) -> StartHistory:
-        """A stored history's levels (``ratios``: its ratios to the no-speculation partner) and
-        sittings."""
+        """A stored history's levels (``ratios``: its ratios to no speculation), sittings."""
         starts = [s for s in (entry.starts if entry is not None else ()) if not ratios
                   or s.ratio is not None]
         return cls(tuple(s.ratio if ratios else s.level for s in starts),
@@ -106,8 +104,7 @@ class StartHistory:
         return self.components[3]
 
     def half_width(self, confidence: float) -> float:
-        """How far (log units) a new start may lie from the mean at ``confidence``: t x
-        :attr:`prediction_sd`."""
+        """How far (log units) a new start may lie from the mean at ``confidence``."""
         return spread_quantile(confidence, self.dof) * self.prediction_sd
 
     def catches(self, threshold: float, confidence: float = 0.95) -> float:
@@ -139,8 +136,7 @@ def _splits(x: np.ndarray, offset: int, alpha: float) -> list[int]:
 
 def change_points(levels: Sequence[float],
                   sittings: Sequence[str | None] | None = None) -> list[int]:
-    """Indices of the first start after each step of the log levels within a sitting
-    (specgate.plan.histories.STEP_RULE)."""
+    """Indices of the first start after each step within a sitting (STEP_RULE)."""
     x = np.log(np.asarray(levels, dtype=float))
     labels = list(sittings) if sittings is not None else [None] * len(x)
     runs = [[i for i, s in enumerate(labels) if s == label] for label in dict.fromkeys(labels)]
@@ -150,8 +146,7 @@ def change_points(levels: Sequence[float],
 
 def step_means(levels: Sequence[float], sittings: Sequence[str | None] | None = None
                ) -> list[tuple[int, float, float]]:
-    """Each step (:func:`change_points`): its index and the mean levels either side in its sitting;
-    [] when none."""
+    """Each step's index and the mean levels either side in its sitting; [] when none."""
     points = change_points(levels, sittings)
     labels = list(sittings) if sittings is not None else [None] * len(levels)
     edges = sorted({0, len(levels), *points,

@@ -86,8 +86,7 @@ def outcome_of_kind(kind: str) -> Outcome:
 
 def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tuple[str, ...], *,
                       what: str, normalize: bool = False) -> dict[str, str]:
-    """One VALUE for every key, or ``KEY=VALUE,KEY=VALUE`` for some; ValueError names the wrong
-    part."""
+    """One VALUE for every key, or ``KEY=VALUE,KEY=VALUE``; ValueError names the part."""
     text = text.strip()
     if text in values:
         return dict.fromkeys(keys, text)
@@ -109,8 +108,7 @@ def parse_assignments(text: str, keys: list[str] | tuple[str, ...], values: tupl
 
 
 def parse_policy(text: str) -> dict[str, Policy]:
-    """``fail`` or ``skip`` for every outcome that decides nothing, or per outcome
-    (``not_stored=skip,undecided=fail``)."""
+    """``fail`` or ``skip`` for every outcome, or per outcome (``not_stored=skip``)."""
     return parse_assignments(text, [o.policy_key for o in NOT_DECIDED],
                              ("skip", "fail"),  # type: ignore[return-value]
                              what="OUTCOME", normalize=True)
@@ -145,8 +143,7 @@ GATES = ("throughput", "acceptance", "backfire", "ttft", "lossless")
 
 
 def parse_gating(text: str) -> dict[str, Setting]:
-    """``auto``, ``gate`` or ``report`` for every gate, or per gate
-    (``throughput=gate,acceptance=report``)."""
+    """``auto``, ``gate`` or ``report`` for every gate, or per gate (``ttft=report``)."""
     return parse_assignments(text, GATES, ("auto", "gate", "report"),
                              what="GATE")  # type: ignore[return-value]
 

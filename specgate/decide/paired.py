@@ -204,8 +204,7 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
 
 @dataclass(frozen=True)
 class StrongestPair:
-    """A pair that stands out of a stratified window and how far it moves the estimate (shown, never
-    deciding)."""
+    """A pair standing out of a stratified window, and how far it moves the estimate."""
 
     index: int  # into the pairs as given
     ratio_without: float  # the estimate without that pair, in the units of the one shown

@@ -95,8 +95,7 @@ def _t_cdf(x: float, dof: int) -> float:
 
 def history_risk(test: GateTest, history: StartHistory, tolerance: float, confidence: float,
                  what: str) -> GateRisk:
-    """A new start against a stored history's prediction interval: t probabilities of its predictive
-    scale."""
+    """A new start against a stored history's prediction interval: t probabilities."""
     q = spread_quantile(confidence, history.dof)
     half = history.half_width(confidence)
     if half <= 0:
@@ -141,8 +140,7 @@ def two_looks(offset_sd: float, pair_sd: float, first: int, extra: int, fold: fl
 
 
 def pair_spread(entry: Any) -> float | None:
-    """The SD of one pair's log ratio from this entry's repeats (x sqrt(2) for two sides); None
-    without repeats."""
+    """The SD of one pair's log ratio from this entry's repeats; None without repeats."""
     keys = entry.sample_keys or []
     groups: dict[str, list[float]] = {}
     for key, value in zip(keys, entry.decode_tokens_per_s):

@@ -183,8 +183,7 @@ class RunSettings:
                 worker_gpus: str | None = None,
                 gpus: str | None = None, outcome_policy: Mapping[str, str] | None = None,
                 gating: Mapping[str, str] | None = None) -> RunSettings:
-        """Every window's settings at the rig's own confidence; the options' ``outcome_policy`` and
-        ``gating`` over the rig's."""
+        """Every window's settings at the rig's confidence; the options over the rig's."""
         run = cls(rig=rig, store=store, machine=machine, worker_gpus=worker_gpus, gpus=gpus,
                   outcome_policy=MappingProxyType({**rig.gates.outcome_policy,
                                                    **(outcome_policy or {})}),

@@ -108,8 +108,7 @@ def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> 
 
 def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]
                     ) -> list[dict[str, Any]]:
-    """Every A/B window measured in all of ``reports`` ((first side, report) per start pair),
-    combined."""
+    """Every A/B window of all ``reports`` ((first side, report) per pair), combined."""
     per_report = [(first, throughput_ratios(report)) for first, report in reports]
     keys = sorted(set.intersection(*(set(found) for _, found in per_report))) if per_report else []
     return [combine(rig, key, [PairRatio(first, d["ratio"], d.get("ci_low"), d.get("ci_high"),
@@ -121,8 +120,7 @@ def combine_reports(rig: Rig, reports: Sequence[tuple[str, dict[str, Any]]]
 
 
 def combine_folder(rig: Rig, runs_dir: Path) -> list[dict[str, Any]]:
-    """The combination from a start-pairs folder's kept reports (pair-NN/report.json or
-    report.json.gz)."""
+    """The combination from a start-pairs folder's kept reports (pair-NN/report.json)."""
     reports = []
     for folder in sorted(runs_dir.glob("pair-*")):
         kept = folder / "report.json.gz"

@@ -170,8 +170,7 @@ def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float
 
 @dataclass(frozen=True)
 class Observed:
-    """One side of an acceptance comparison: the figure, its (successes, trials) when known, and the
-    side's label."""
+    """One side of an acceptance comparison: figure, (successes, trials) if known, label."""
 
     value: float
     counts: tuple[float, float] | None = None

@@ -215,8 +215,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session):
-    """xdist controller, once every worker is done: decide the deferred cross-mode gates and report
-    each as a test result."""
+    """xdist controller, all workers done: decide and report the deferred gates."""
     result = yield
     run_session = get_session(session.config)
     if not hasattr(session.config, "workerinput") and run_session.worker_reports:

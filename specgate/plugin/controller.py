@@ -61,8 +61,7 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
 
 
 def decide_deferred_gates(run_session: SpecgateSession) -> bool:
-    """Decide the deferred gates on the merged windows; True when one failed (by outcome or
-    policy)."""
+    """Decide the deferred gates on the merged windows; True when one failed."""
     merged = run_session.report_data(complete=True)
     windows = {(m["mode"], m["prompt_class"], m["concurrency"]): m for m in merged["measurements"]}
     deferred = {tuple(key) for report in run_session.worker_reports

@@ -93,8 +93,7 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
 
 
 def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str | None]:
-    """The decode rates the plan uses (at this host's CPU canary) and the note naming the stored
-    figures set aside."""
+    """The plan's decode rates (at this host's CPU canary) and the note on figures set aside."""
     try:
         run = run_session.settings
     except SpecgateError:

@@ -38,8 +38,7 @@ def rig(specgate_session: SpecgateSession):
 
 @pytest.fixture(scope="session")
 def sleep_controller(specgate_session: SpecgateSession) -> Any:
-    """Alternation rigs (servers taking turns on the same GPUs): the SleepController every server
-    registers with; None elsewhere."""
+    """Alternation rigs: the SleepController every server registers with; else None."""
     session = specgate_session
     if session.options.attach_url or session.settings.rig.arrangement.name != "alternation":
         return None
@@ -53,8 +52,7 @@ def sleep_controller(specgate_session: SpecgateSession) -> Any:
 
 @pytest.fixture(scope="session")
 def reference_server(specgate_session: SpecgateSession, sleep_controller) -> Iterator[Any]:
-    """Duet rigs: the no-speculation server, live for the whole session; None on a rig that compares
-    otherwise."""
+    """Duet rigs: the no-speculation server, live all session; None elsewhere."""
     session = specgate_session
     rig = session.settings.rig
     if rig.comparing != "duet" or session.options.attach_url:

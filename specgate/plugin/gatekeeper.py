@@ -58,8 +58,7 @@ class GateKeeper:
         return f"the stored entry {fit.describe()}"
 
     def _update(self, m, gate: str) -> bool:
-        """In update mode, queue the measured values as one start to store; True when the gate is
-        done."""
+        """In update mode, queue the window as one start to store; True when done."""
         update = self.session.options.update
         if update == "off":
             return False
@@ -122,8 +121,7 @@ class GateKeeper:
 
     def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None,
              kind: str | None = None, command: str | None = None) -> None:
-        """End the test as ``outcome`` says under the window's outcome policy and gating; ``m``: the
-        window or result."""
+        """End the test as ``outcome`` says under the window's policy and gating."""
         __tracebackhide__ = True
         settings = self._settings(m) if m is not None else None
         policy = settings.outcome_policy if settings is not None else self.run.outcome_policy

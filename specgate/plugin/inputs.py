@@ -41,8 +41,7 @@ def check_baselines_path(options: SessionOptions) -> None:
 
 def check_side_pythons(options: SessionOptions, rig: Rig, progress: Callable[[str], None], *,
                        imports: bool) -> bool:
-    """Each A/B side's python exists, is executable and, with ``imports``, imports vLLM; True when
-    the import was tried."""
+    """Each A/B side's python runs (and, with ``imports``, imports vLLM)."""
     if rig.ab is None or options.attach_url:
         return False
     sides = {name: side for name in ("reference",

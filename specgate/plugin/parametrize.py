@@ -39,8 +39,7 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
 
 def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item],
                               session: SpecgateSession) -> None:
-    """Drop speculative-only gates of the no-speculation mode, and the ``live_reference`` gates
-    outside an A/B."""
+    """Drop speculative-only gates of no speculation, and live-reference gates outside an A/B."""
     keep, drop = [], []
     ab = False
     if any(item.get_closest_marker("live_reference")
