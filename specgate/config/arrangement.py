@@ -1,13 +1,8 @@
-"""The arrangement of a comparison's servers on the machine, and why: said in every verdict.
-
-- "duet": both live side by side (memory split by --gpu-memory-utilization or
-  VLLM_CPU_KVCACHE_SPACE); the gates decide on paired ratios;
-- "alternation": both started once with vLLM sleep mode, one awake at a time, swapping between
-  turns of requests (specgate.serve.sleep), for rigs where two servers do not fit;
-- "sequential": one server at a time; the ratio carries the start-to-start noise. The last resort.
-
-"auto" picks duet when two fit, else alternation on a GPU rig, else sequential. A window measured
-alone is "solo". The rig's key is ``arrangement`` (``design`` is its older spelling).
+"""The arrangement of a comparison's servers on the machine, and why (said in every verdict):
+"duet" (both live side by side, memory split; paired ratios), "alternation" (vLLM sleep mode,
+one awake at a time, swapping between turns: specgate.serve.sleep) or "sequential" (one at a time,
+the last resort). "auto" picks duet when two fit, else alternation on a GPU rig, else sequential.
+A window measured alone is "solo". The rig's key is ``arrangement`` (older: ``design``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""User-edited configuration: rigs, speculative modes and prompt classes.
-
-TOML files under ``fixtures/``, validated on load with pydantic; any problem is a
-:class:`ConfigError` naming the file and the dotted key.
-
-- ``fixtures/modes.toml``: the library of speculative modes (name -> vLLM speculative config).
-- ``fixtures/prompts.toml``: prompt classes, each a list of prompts.
-- ``fixtures/rigs/<rig>.toml``: one serving setup and the modes it runs. A rig's mode may extend a
-  library mode (``from = "draft_model"``) and override any speculative key.
+"""User-edited configuration, TOML files under ``fixtures/`` validated on load (a problem is a
+:class:`ConfigError` naming the file and the dotted key): ``modes.toml`` (the library of
+speculative modes), ``prompts.toml`` (prompt classes) and ``rigs/<rig>.toml`` (one serving setup
+and its modes, each of which may extend a library mode and override any speculative key).
 """
 
 from __future__ import annotations
@@ -29,15 +24,13 @@ from specgate.config.locations import check_fixtures_dir, is_rig_path, rig_file,
 from specgate.errors import ConfigError
 
 DEFAULT_STARTUP_TIMEOUT_S = 90 * 60  # big MoE models take 30-90 minutes to load with speculation
-# The library's mode without speculation, every rig's default reference; a rig still using the old
-# name ("baseline", now the stored figures' word) gets an error saying so.
+# The library's mode without speculation, every rig's default reference (formerly "baseline").
 NO_SPEC = "no_spec"
 OLD_NO_SPEC = "baseline"
 
 
 class _Strict(BaseModel):
-    # A file's values are validated with no coercion (see _validate); objects built in code stay
-    # lax, so a list given where a tuple is declared still fits.
+    # A file's values are validated with no coercion (see _validate); objects built in code stay lax.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -127,19 +120,16 @@ class Protocol(_Strict):
     prefix_caching: bool = False
     request_timeout_s: float = Field(default=900.0, gt=0)
     read_timeout_s: float = Field(default=120.0, gt=0)
-    # Duets only: seconds to wait before a turn on the other server. vLLM's engine processes spin
-    # for 1 s after their last message, taking CPU from the other server on a machine with few
-    # cores; waiting costs wall time, not accuracy (a request's timings never include it).
+    # Duets only: seconds to wait before a turn on the other server (vLLM's engine processes spin
+    # for 1 s after their last message, taking CPU from the other server).
     settle_s: float = Field(default=0.0, ge=0, le=30)
-    # Duets only: rounds added to a window whose first look leaves a paired gate undecided; such a
-    # window's gates then use repeated intervals over both looks
-    # (specgate.decide.paired.repeated_coverage). 0: one look.
+    # Duets only: rounds added to a window whose first look leaves a paired gate undecided (then
+    # repeated intervals over both looks: specgate.decide.paired.repeated_coverage). 0: one look.
     follow_up_repeats: int = Field(default=0, ge=0, le=20)
     # Duets only: a backfire window's follow-up rounds instead (None: follow_up_repeats); it also
     # follows up a "faster" first look at break-even (gates.follow_up_reason).
     backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
-    # Alternations only: request keys per turn, a multiple of the concurrency; None: the smallest
-    # block keeping swaps within 10 % of the window (specgate.measure.duet.alternation_block).
+    # Alternations only: request keys per turn; None: specgate.measure.duet.alternation_block.
     alternation_block: int | None = Field(default=None, ge=1)
 
     def follow_up_rounds(self, *, backfire: bool) -> int:
@@ -204,8 +194,7 @@ class GatingTable(_Strict):
 
 class Gates(_Strict):
     throughput_tolerance: float = Field(default=0.05, ge=0, lt=1)
-    # Relative SD of one server start's tok/s level, measured on the rig; the throughput and
-    # backfire gates compare two starts, so their intervals carry it (docs/statistics.md).
+    # Relative SD of one server start's tok/s level, carried by gates comparing two starts.
     start_noise: float = Field(default=0.0, ge=0, lt=1)
     acceptance_tolerance: float = Field(default=0.05, ge=0, lt=1)
     # The TTFT gate fails when the whole interval of the TTFT ratio lies above 1 + this.
@@ -217,33 +206,27 @@ class Gates(_Strict):
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # The A/B throughput gate fails below 1 - this; None: throughput_tolerance.
     ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
-    # Relative SD between two fresh servers of one build by start order (1.0 % on the lab's GPU),
-    # which one window's pairs cannot see: the A/B interval is widened by q x ln(1 + this).
-    # 0: not folded in, and the verdict says so.
+    # Relative SD between two fresh servers of one build by start order: the A/B interval is
+    # widened by q x ln(1 + this). 0: not folded in, and the verdict says so.
     start_pair_spread: float = Field(default=0.0, ge=0, lt=1)
-    # Start pairs that spread was measured over: q is Student's t at pairs - 1 degrees of
-    # freedom; None: the spread is taken as known (z).
+    # Start pairs that spread was measured over (q: Student's t); None: taken as known (z).
     start_pair_spread_pairs: int | None = Field(default=None, ge=2)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
-    # The client's decode rate and vLLM's own agree within 0.33 %; a window where they differ by
-    # more than this was timed wrongly, so its speed gates are undecided. None: not checked.
+    # A window whose client and vLLM decode rates differ by more was timed wrongly (its speed gates
+    # are undecided). None: not checked.
     client_server_tolerance: float | None = Field(default=0.05, gt=0, lt=1)
-    # A stored figure from another session is compared only when this window's host CPU canary
-    # (specgate.measure.telemetry.canary_reader) is within this fraction of the stored windows';
-    # otherwise the gate is undecided. None: not checked.
+    # A stored figure from another session is compared only when this window's CPU canary is
+    # within this fraction of the stored windows' (else undecided). None: not checked.
     host_pace_tolerance: float | None = Field(default=0.25, gt=0, lt=10)
     classes: dict[str, ClassGate] = {}
     # Gates this rig leaves out, each with the reason the run's one line about them gives.
     left_out: dict[Literal["throughput", "acceptance", "backfire", "ttft", "lossless"], str] = {}
-    # What an undecided, not-stored, other-machine or not-run gate does to the exit code: "skip"
-    # or "fail", or a table per outcome. --specgate-undecided overrides it.
+    # What an undecided, not-stored, other-machine or not-run gate does (--specgate-undecided).
     undecided: Literal["skip", "fail"] | OutcomePolicy = OutcomePolicy()
-    # Which gates fail the run (specgate.decide.outcome); unset: every FAIL fails the run and an
-    # undecided gate follows `undecided`. --specgate-gating overrides it.
+    # Which gates fail the run (specgate.decide.outcome; --specgate-gating); unset: every FAIL.
     gating: GateSetting | GatingTable | None = None
-    # The session's bound on a false FAIL among the gating gates (Bonferroni); unset: each gate
-    # keeps `confidence`.
+    # The session's bound on a false FAIL among the gating gates (Bonferroni); unset: `confidence`.
     family_false_alarm: float | None = Field(default=None, gt=0, lt=0.5)
 
     @property
@@ -287,9 +270,8 @@ class Gates(_Strict):
 
 
 class Side(_Strict):
-    """One side of an A/B comparison: ``python`` (that build's interpreter; default: the rig's),
-    ``extra_args`` and ``env`` added to the rig's, ``speculative`` keys over the speculative
-    modes' configs (modes without speculation ignore them)."""
+    """One side of an A/B comparison: its ``python`` (default: the rig's), ``extra_args`` and
+    ``env`` added to the rig's, ``speculative`` keys over the speculative modes' configs."""
 
     python: str | None = None
     extra_args: tuple[str, ...] = ()
@@ -340,14 +322,12 @@ def _once_each(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class Estimate(_Strict):
-    """A rig's own pace for ``specgate plan`` and the session's ETA (specgate.plan.estimate), where
-    baselines.json holds no figures (and for what it never holds: load time, first token)."""
+    """A rig's own pace for ``specgate plan`` and the ETA, where baselines.json holds none."""
 
     # Seconds from launch to ready without speculation, and with it (None: startup_s).
     startup_s: float = Field(default=60.0, ge=0)
     speculative_startup_s: float | None = Field(default=None, ge=0)
-    # Decode tok/s of one request where no stored figure of this host's pace exists
-    # (specgate.plan.estimate.estimate_rates); None: the stored figures, else unknown.
+    # Decode tok/s of one request where no stored figure of this host's pace exists.
     tokens_per_s: float | None = Field(default=None, gt=0)
     # Time to the first token of a 500-character prompt, scaled by a class's mean prompt length.
     first_token_s: float = Field(default=0.5, ge=0)
@@ -383,16 +363,14 @@ class RigFile(_Strict):
     gpus_per_server: int = Field(default=1, ge=1)  # tensor x pipeline parallel
     # The oldest spelling of arrangement = "duet" (true) / "sequential" (false).
     duet: bool = False
-    # How a comparison's servers share the machine (specgate.config.arrangement); unset: from
-    # ``duet`` when given, else "auto".
+    # How a comparison's servers share the machine (specgate.config.arrangement); unset: "auto".
     arrangement: Literal["auto", "duet", "alternation", "sequential"] | None = None
     # The older spelling of ``arrangement`` ("alternate" for "alternation").
     design: Literal["auto", "duet", "alternate", "sequential"] | None = None
-    # Alternations: 1 keeps a sleeping server's weights in host memory, 2 reloads them at every
-    # wake. Unset: 1 when the host's available memory holds the weights, else 2.
+    # Alternations: 1 keeps a sleeping server's weights in host memory, 2 reloads them; unset: 1
+    # when the host's available memory holds them.
     sleep_level: Literal[1, 2] | None = None
-    # Alternations: GiB of host memory one sleeping server's weights take at sleep level 1;
-    # unset: from the server's log, else the model folder's weight files.
+    # Alternations: GiB one sleeping server's weights take; unset: from its log or model folder.
     sleep_host_memory_gib: float | None = Field(default=None, gt=0)
     ab: AB | None = None
     estimate: Estimate = Estimate()
@@ -519,9 +497,8 @@ def _parse_toml(path: Path, content: bytes) -> dict[str, Any]:
 
 
 def _validate(model: type[BaseModel], data: Mapping[str, Any], path: Path) -> Any:
-    """A file's data validated strictly: no value coerced (``repeats = "3"`` is refused), except
-    that a float key takes an integer. Validated as JSON, where strict mode takes an array for a
-    tuple; a TOML date or time arrives as its text."""
+    """A file's data validated strictly (as JSON: an array fits a tuple, a date arrives as text):
+    no value coerced, except that a float key takes an integer."""
     _check_finite(data, path, ())
     try:
         return model.model_validate_json(json.dumps(data, default=str), strict=True)
@@ -647,8 +624,7 @@ def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode],
 
 def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) -> Rig:
     """Load a rig resolved against ``fixtures_dir``'s mode library and prompt file: ``name`` is a
-    rig of ``fixtures/rigs/`` or a path to a rig file (it contains ``/`` or ends in ``.toml``;
-    the rig is then named by the file's stem)."""
+    rig of ``fixtures/rigs/`` or a path to a rig file (named by the file's stem)."""
 
     rigs_dir = fixtures_dir / "rigs"
     path = rig_file(name, fixtures_dir)
@@ -764,10 +740,9 @@ def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Pa
 
 
 def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
-    """Refuse ``sleep_level = 2`` on an alternation whose servers cannot wake from it: a drafter
-    (reload_weights reloads the target only) or ``--load-format dummy`` weights. The error names
-    the mode, the A/B side and the part of the rig that sets them (``ab_from``: the command line's
-    A/B options, where they set the sides)."""
+    """Refuse ``sleep_level = 2`` on an alternation whose servers cannot wake from it (a drafter,
+    or dummy weights), naming the mode, the A/B side (``ab_from``: the command line's A/B options)
+    and the part of the rig that sets them."""
     if rig.sleep_level != 2 or rig.arrangement.name != "alternation":
         return
     fix = "set sleep_level = 1 or leave it unset (sleep level 1 keeps the weights in host memory)"
