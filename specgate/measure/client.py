@@ -1,16 +1,9 @@
-"""Streaming HTTP client for vLLM's OpenAI-compatible API.
-
-One job: send one generation request, read its Server-Sent-Events stream and turn it into a
-``RequestRecord`` with the timings and token counts the gates compare. Reading order:
-``GenerationRequest``/``RequestRecord``, ``StreamingClient`` (one request), ``run_requests``.
-
-The API is httpx's; the bytes travel through aiohttp (httpx-aiohttp's ``AiohttpTransport``),
-whose C parser takes less than half the CPU per event of httpx's default transport
-(docs/client-benchmark.md). The events are httpx-sse's, whose line splitting follows the SSE
-spec (httpx's ``aiter_lines`` also splits on U+2028 and U+0085, which vLLM's JSON carries raw).
+"""Streaming HTTP client for vLLM's OpenAI-compatible API: send one generation request, read its
+Server-Sent-Events stream and turn it into a ``RequestRecord``. httpx's API over aiohttp's transport
+(less CPU per event: docs/client-benchmark.md); httpx-sse's events (line splitting per the SSE spec).
 
 Token counts come from the final ``usage`` chunk only: with speculative decoding one chunk can
-carry several accepted tokens, so counting chunks would undercount tokens.
+carry several accepted tokens.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The duet: two live servers measured in one window, requests alternated between them.
-
-Two servers compared one after the other differ by whatever changed in between. In a duet both
-are live and the client alternates: prompt by prompt at concurrency 1, whole rounds of N at
-concurrency N, in a balanced, seeded ABBA order, so what the machine does at a moment hits both
-sides of a pair (one request key on both sides; the gates decide on per-pair log ratios).
-
-An alternation (specgate.serve.sleep) takes turns of several keys (``block``) instead, since a
-swap costs ~1.6 s: the same ABBA order by block, a swap only between turns.
-
-This module is the plan (which request goes where, in which order); measure.Measurer runs it.
+"""The duet: two live servers measured in one window, requests alternated between them in a
+balanced, seeded ABBA order (prompt by prompt, or whole rounds at concurrency N), so what the
+machine does at a moment hits both sides of a pair. An alternation takes turns of several keys
+(``block``) instead, a swap only between turns. This module is the plan; measure.Measurer runs it.
 """
 
 from __future__ import annotations

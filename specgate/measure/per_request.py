@@ -1,10 +1,7 @@
 """Each request's acceptance, two ways: vLLM's exact count (``--per-request-spec-decode-metrics``,
-kept as ``RequestRecord.spec_decode``) and what the stream shows (one chunk per engine step: one
-verified token plus the accepted draft tokens). The stream's can be off: a request cut at max_tokens
-drops up to one draft, and a client that falls behind merges two steps into one chunk.
-
-vLLM's ``num_spec_steps`` count the steps that carried a draft, the stream's every decode step;
-the accepted tokens are the same quantity, and :func:`agreement` compares those."""
+``RequestRecord.spec_decode``) and the stream's (one chunk per engine step), which can be off by a
+draft cut at max_tokens or steps merged into one chunk. :func:`agreement` compares the accepted
+tokens (the steps counted differ: vLLM's carried a draft, the stream's are every decode step)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """The measurement protocol: one prompt class, at one concurrency, on one server or on two at
-once (a duet).
-
-A window: warm-up (once per server), a ``/metrics`` snapshot, every prompt of the class
-``repeats`` times through the streaming client, a second snapshot. Throughput comes from the
-per-request records; acceptance from the counter deltas of the same window.
-
-A duet window alternates requests between two live servers (the subject and its partner) in the
-balanced order of :mod:`specgate.measure.duet`. An alternation window is a duet window whose two
-servers take turns on the same GPUs (:mod:`specgate.serve.sleep`), swapping between turns.
+once. A window: warm-up (once per server), a ``/metrics`` snapshot, every prompt ``repeats`` times,
+a second snapshot; throughput from the records, acceptance from the counter deltas. A duet window
+alternates requests between two live servers (:mod:`specgate.measure.duet`); an alternation window
+is one whose servers take turns on the same GPUs (:mod:`specgate.serve.sleep`).
 """
 
 from __future__ import annotations

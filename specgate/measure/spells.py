@@ -1,13 +1,8 @@
-"""A slow spell inside one window: a stretch of time in which one server's requests ran slower than
-the same prompts' other requests of the window, while its duet partner's did not.
-
-On a shared VM a vCPU can run CPU-bound work 1.5-1.8x slower for tens of seconds; a host-bound
-engine core slows with it while its partner on another vCPU does not, so the pairs do not cancel it.
-
-The statistic: each request's log decode rate minus its prompt's median in the window, in start
-order; the contiguous run with the largest sum of negative residuals. Its p-value comes from
-permutations of each prompt's requests among that prompt's own places in time (exchangeable under
-no time effect). A window needs at least MIN_PER_PROMPT requests of every prompt.
+"""A slow spell inside one window: a stretch in which one server's requests ran slower than the
+same prompts' other requests, while its partner's did not (a host-bound engine core on a slowed
+vCPU), which the pairs do not cancel. The statistic: the contiguous run of requests (in start
+order) with the largest sum of negative log-rate residuals against their prompt's median; its
+p-value from permuting each prompt's requests among its own places in time (MIN_PER_PROMPT each).
 """
 
 from __future__ import annotations

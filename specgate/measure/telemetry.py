@@ -1,15 +1,8 @@
-"""Environment telemetry beside a measurement: what the machine did while a window ran, so a slow
-window explains itself (a lower SM clock, a power cap, a throttle reason, a busy CPU).
-
-A :class:`Telemetry` sampler is a background thread that reads, every ``interval_s``:
-- on GPU rigs, per GPU: SM and memory clocks, power, temperature, throttle reasons (NVML, else a
-  ``nvidia-smi -lms`` stream);
-- CPU frequency, busy share (all cores and the busiest), steal and 1-minute load (psutil);
-- a canary: the time a fixed piece of Python work takes (a host running CPU work slower shows
-  here, and a host-bound server slows with it);
-- per server process and child: the CPU it last ran on, CPU seconds, involuntary context switches.
-Samples carry ``time.perf_counter()`` stamps, the clock of request records. Reading never fails a
-run: a signal that cannot be read is left out, and a GPU rig with no GPU reader warns once.
+"""Environment telemetry beside a measurement, so a slow window explains itself: a background
+:class:`Telemetry` sampler reads GPU clocks, power, temperature and throttle reasons (NVML, else
+``nvidia-smi``), CPU frequency, busy share, steal and load, a CPU canary (the time of a fixed piece
+of Python work), and each server process's CPU, CPU seconds and context switches. Samples carry
+``time.perf_counter()`` stamps, as request records do. Reading never fails a run.
 """
 
 from __future__ import annotations
