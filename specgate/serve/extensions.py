@@ -1,11 +1,7 @@
 """What other distributions plug into specgate: entry-point groups (no plugin imported by name).
-
-- ``specgate.server_env``: a sequence of environment-variable name prefixes the plugin reads inside
-  a vLLM server; such inherited variables go into a kept server's fingerprint.
-- ``specgate.model_prepared``: a callable ``(model_dir: Path) -> None``, called after the cpu
-  tier's model is prepared (what a plugin writes beside it, such as a draft head).
-
-A plugin registers them in its own ``pyproject.toml``::
+``specgate.server_env``: variable-name prefixes a plugin reads inside a vLLM server (they go into a
+kept server's fingerprint); ``specgate.model_prepared``: a callable ``(model_dir: Path) -> None``
+called after the cpu tier's model is prepared. Registered in the plugin's ``pyproject.toml``::
 
     [project.entry-points."specgate.server_env"]
     my_plugin = "my_plugin.settings:ENV_PREFIXES"

@@ -1,12 +1,8 @@
-"""Host memory for sleep mode: what sleep level 1 needs for the servers loaded at once, each
-server's sleep level, and what a wake at sleep level 2 costs; one rule for ``plan``, the
-preflight and the sleep controller (specgate.serve.sleep).
-
-Sleep level 1 keeps a sleeping server's weights in pinned host memory; at the peak the host holds
-those of every loaded server at sleep level 1. The rule: available host memory >= HOST_MARGIN x
-(their weights) + HOST_RESERVE_GIB. Sleep level 2 keeps nothing; its wake reads the weights again
-(``[estimate] weights_read_gib_per_s``). A server with a drafter or dummy weights cannot wake from
-sleep level 2, so it needs sleep level 1 or is refused before anything starts.
+"""Host memory for sleep mode, one rule for ``plan``, the preflight and the sleep controller:
+sleep level 1 keeps sleeping servers' weights in host memory and needs HOST_MARGIN x (their
+weights) + HOST_RESERVE_GIB available; sleep level 2 keeps nothing, and its wake reads the weights
+again (``[estimate] weights_read_gib_per_s``). A server with a drafter or dummy weights cannot wake
+from sleep level 2, so it needs sleep level 1 or is refused before anything starts.
 """
 
 from __future__ import annotations

