@@ -1,14 +1,10 @@
 """``baselines.json``: the stored reference every gate compares with.
 
-Layout (schema version 2): rig -> mode -> prompt class -> concurrency -> a list of histories,
-oldest first. A history (:class:`BaselineEntry`) is one machine's and one build's: its stored
-starts, the last start's keyed per-request samples, their summary, acceptance and fingerprint.
-Only the newest history of a machine that is not ``superseded`` gates that machine's runs
-(:func:`gating_history`); storing never appends across machines or builds (:func:`place_start`).
-A schema-1 file (one entry per window) is read as one history per window.
-
-Validated strictly on load (errors name the file and the key); written only by an explicit
-update, merged and replaced atomically.
+Schema 2: rig -> mode -> prompt class -> concurrency -> histories, oldest first. A history
+(:class:`BaselineEntry`) is one machine's and one build's stored starts; only a machine's newest
+history not ``superseded`` gates its runs (:func:`gating_history`), and storing never appends
+across machines or builds (:func:`place_start`). Schema 1 is read as one history per window.
+Validated strictly on load; written only by an explicit update, atomically.
 """
 
 from __future__ import annotations

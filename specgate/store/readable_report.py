@@ -1,10 +1,6 @@
-"""What a saved report must hold for ``--specgate-report-only`` and ``advise`` to read it: the keys
-the renderers read, typed as report.json's schema types them (specgate.report.schemas.ReportFile),
-with what older and trimmed reports lack left optional; every other key is open.
-
-:func:`check_readable` raises a :class:`~specgate.errors.ConfigError` naming the file and the key
-where a report is damaged, so a renderer never meets a key it cannot read (a traceback would read
-in CI as a failed gate).
+"""What a saved report must hold for ``--specgate-report-only`` and ``advise`` to read it, typed
+as report.json's schema (specgate.report.schemas.ReportFile) with what older reports lack
+optional. :func:`check_readable` names the file and the damaged key instead of a traceback.
 """
 
 from __future__ import annotations

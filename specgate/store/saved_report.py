@@ -1,9 +1,6 @@
-"""A saved report read back for rendering (``--specgate-report-only``): ``report.json``, plain or
-gzip-compressed, from any specgate that wrote ``"specgate_report": 1``.
-
-- :func:`read_saved_report`: the report, or a :class:`~specgate.errors.SpecgateError` naming the
-  file and what it lacks or the damaged key;
-- :func:`missing_parts`: what an older or trimmed report does not hold, one phrase each.
+"""A saved report read back for rendering (``--specgate-report-only``), plain or gzip-compressed:
+:func:`read_saved_report` (or an error naming the file and what it lacks) and
+:func:`missing_parts` (what an older or trimmed report does not hold, one phrase each).
 """
 
 from __future__ import annotations
