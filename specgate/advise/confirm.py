@@ -1,16 +1,8 @@
 """``pytest --specgate-rig RIG --specgate-advise-confirm=SCHEDULE.json``: the schedule `advise`
-wrote (specgate.advise.schedule), served for real, against static k and against no speculation at
-each of the rig's concurrencies and classes. Advice predicts; this measures.
-
-The schedule is a mode of its own (``<mode>-schedule``: the served config with the schedule's
-``num_speculative_tokens_per_batch_size``). Its server stays up; the no-speculation server beside it
-for a duet window per class and concurrency, then the static-k server (the config `advise` read,
-without the schedule) for an A/B duet window each. The gates are the ones a perf run uses,
-unchanged: the backfire gate against no speculation (FAIL when the schedule's ratio is wholly below
-1) and the A/B throughput gate against static k (FAIL when wholly below 1 - ab_tolerance). A
-schedule that loses to either at any concurrency FAILS (exit 1), however it does elsewhere; one that
-decided nothing somewhere follows the outcome policy (the rig's [gates] undecided,
---specgate-undecided). Runs no test."""
+wrote, served for real (mode ``<mode>-schedule``), against no speculation (a duet window, the
+backfire gate) and static k (an A/B duet window, the A/B throughput gate) at each of the rig's
+concurrencies and classes. Advice predicts; this measures. A schedule that loses to either anywhere
+FAILS (exit 1); one undecided somewhere follows the outcome policy. Runs no test."""
 
 from __future__ import annotations
 
@@ -39,8 +31,8 @@ AGAINST_NONE, AGAINST_STATIC = "no speculation", "static k"
 
 
 def read_schedule(path: Path, rig: Rig) -> tuple[Mode, Mode]:
-    """The schedule's mode and the static-k mode it is compared with, from ``advise``'s schedule
-    file; ConfigError (exit 4) naming the file and the key."""
+    """The schedule's mode and the static-k mode it is compared with; ConfigError (exit 4) naming
+    the file and the key."""
     not_one = "not a schedule file `python -m specgate advise` wrote"
     try:
         data = json.loads(Path(path).read_text())
@@ -49,8 +41,8 @@ def read_schedule(path: Path, rig: Rig) -> tuple[Mode, Mode]:
     if not isinstance(data, dict) or data.get("specgate_schedule") != 1:
         raise ConfigError(path, "specgate_schedule", not_one)
     if data.get("rig") != rig.name:
-        raise ConfigError(path, "rig", f"the schedule is of rig {data.get('rig')!r}, "
-                          f"not {rig.name!r}")
+        raise ConfigError(path, "rig",
+                          f"the schedule is of rig {data.get('rig')!r}, not {rig.name!r}")
     config, static = data.get("speculative_config"), data.get("static_config")
     if not isinstance(config, dict) or not isinstance(config.get(SCHEDULE_KEY), list):
         raise ConfigError(path, "speculative_config", f"no {SCHEDULE_KEY}: the schedule turns "
@@ -76,8 +68,8 @@ def confirm_rig(rig: Rig, schedule: Mode, static: Mode) -> Rig:
 
 
 def decide(rig: Rig, windows: Sequence[ClassMeasurement]) -> list[GateResult]:
-    """Each window's gate: an A/B window (the static-k side as partner) the A/B throughput gate, a
-    duet with no speculation the backfire gate."""
+    """Each window's gate: the A/B throughput gate against static k, the backfire gate against no
+    speculation."""
     results = []
     for m in windows:
         settings = window_settings(rig, m.mode, m.prompt_class, m.concurrency)
@@ -88,9 +80,8 @@ def decide(rig: Rig, windows: Sequence[ClassMeasurement]) -> list[GateResult]:
 
 
 def verdict(results: Sequence[GateResult], policy: dict[str, str]) -> tuple[int, list[str]]:
-    """The exit code under the gates' outcome rules (specgate.decide.outcome.pytest_action) and the
-    lines of the windows that fail the run: any FAIL, and an undecided one where the policy fails
-    it."""
+    """The exit code under the outcome rules (decide.outcome.pytest_action) and the lines of the
+    windows that fail the run."""
     failed = [r for r in results if pytest_action(r.outcome, policy) == "failed"]
     lines = [f"FAILED against {r.details['against']} at concurrency {r.concurrency} on "
              f"{r.prompt_class}: {r.message}" for r in failed]
@@ -98,8 +89,7 @@ def verdict(results: Sequence[GateResult], policy: dict[str, str]) -> tuple[int,
 
 
 def table(results: Sequence[GateResult], static: Mode) -> str:
-    """One row per concurrency and class: the schedule's ratio to each, with its interval and
-    outcome."""
+    """One row per concurrency and class: the schedule's ratio to each, interval and outcome."""
     cells: dict[tuple[int, str], dict[str, str]] = {}
     for r in results:
         d = r.details
@@ -140,9 +130,8 @@ def measure(rig: Rig, schedule: Mode, static: Mode, run_dir: Path, progress: Cal
 
 def confirm_command(path: Path, *, rig_name: str, fixtures_dir: Path, run_dir: Path,
                     policy: dict[str, str] | None = None) -> int:
-    """Measure, decide, print the table and the verdict, write ``<run_dir>/confirm.json``; the exit
-    code as a perf run's: 1 when the schedule lost anywhere, 4 for a bad input, 6 when the job
-    broke."""
+    """Measure, decide, print the table and the verdict, write ``<run_dir>/confirm.json``; exit 1
+    when the schedule lost anywhere, 4 for a bad input, 6 when the job broke."""
     def progress(line: str) -> None:
         print(f"[specgate] {line}", flush=True)
 

@@ -1,15 +1,11 @@
 """The speculation schedule (issue 64): the k to speculate with per batch-size range, for vLLM's
-``speculative_config.num_speculative_tokens_per_batch_size`` (vLLM #32374; a list of inclusive
-``[first, last, k]`` ranges, the first starting at 1, k clamped to ``num_speculative_tokens``, k = 0
-allowed: vllm/v1/spec_decode/dynamic/utils.py).
+``speculative_config.num_speculative_tokens_per_batch_size`` (inclusive ``[first, last, k]``
+ranges from 1, k clamped to ``num_speculative_tokens``, k = 0 allowed).
 
-From a run at several concurrencies (the rig's list), each concurrency stands for the batch sizes
-nearer it on a log scale (1 and 4: batch 1, and 2 up). At each, every k from 1 to the served K gets
-the advice's predicted ratio against no speculation (specgate.advise.advice: the fitted step cost
-where the run served two k of the drafter, else the k-independent cost, which picks the served k or
-none), the classes combined as a geometric mean, the interval's ends as the classes' ends (all
-classes low at once: conservative). The best k by the estimate wins; where no k's estimate beats no
-speculation, k = 0."""
+Each of the run's concurrencies stands for the batch sizes nearer it on a log scale. At each, every
+k from 1 to the served K gets the advice's predicted ratio against no speculation, the classes
+combined as a geometric mean (ends as the classes' ends: conservative). The best k by the estimate
+wins; where none beats no speculation, k = 0."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ DEFAULT_MAX_BATCH = 1024  # the last range's end where the rig sets no --max-num
 
 @dataclass(frozen=True)
 class Choice:
-    """One concurrency's k: its batch sizes, every k's combined ratio, and each class's at the
-    best k."""
+    """One concurrency's k: its batch sizes, every k's combined ratio, each class's at best k."""
 
     concurrency: int
     batch_sizes: tuple[int, int]

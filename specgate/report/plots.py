@@ -1,20 +1,11 @@
-"""Plots of a run, drawn from its JSON report (``SpecgateSession.report_data``) like the tables.
+"""Plots of a run, drawn from its JSON report like the tables: :func:`plot_forest` (every gate's
+ratio with its interval against its threshold, coloured by outcome), :func:`plot_throughput` (per
+class and mode, the median decode tok/s per request with its IQR and every request as a dot) and
+:func:`plot_acceptance` (per-position acceptance rate of the speculative modes); one panel per
+concurrency. Each returns the path written, or None with nothing to draw (no file then).
 
-- :func:`plot_forest`: the run's main picture, every gate's ratio (this run / what it compared
-  against) with its interval against its threshold, one row per mode / class / concurrency / gate,
-  coloured by outcome;
-- :func:`plot_throughput`: per prompt class and mode (in an A/B, a mode's reference side beside its
-  candidate), the median decode tok/s per request with its interquartile range, and every request
-  as a dot; one panel per concurrency;
-- :func:`plot_acceptance`: per-position acceptance rate (accepted at draft position i / drafts)
-  for every (mode, class) of the speculative modes; one panel per concurrency.
-
-Each returns the path written, or None when there is nothing to draw (no file is written then).
-
-matplotlib is imported inside the functions (it costs a few hundred milliseconds, and most of
-specgate never draws). Figures are plain ``matplotlib.figure.Figure`` objects on an explicit Agg
-canvas: no pyplot, no GUI backend, no global figure registry, so nothing is left open after a
-save and the host process's backend is never changed.
+matplotlib is imported inside the functions (most of specgate never draws); figures are plain
+``Figure`` objects on an Agg canvas: no pyplot, no GUI backend, nothing left open after a save.
 """
 
 from __future__ import annotations
@@ -93,8 +84,8 @@ def _title(report: dict[str, Any]) -> str:
 
 
 def _suptitle(fig, width_in: float, title: str, subtitle: str, fontsize: float) -> None:
-    """The figure's title and subtitle, the subtitle wrapped to the figure's width: constrained
-    layout makes room for a title's height, never its width, so a long line is cut at both edges."""
+    """The figure's title and subtitle, the subtitle wrapped to the figure's width (constrained
+    layout makes room for a title's height, never its width)."""
     import textwrap
 
     # an average character of the default sans-serif is about 0.55 of its size wide
@@ -113,18 +104,18 @@ def _ab_ratio(report: dict[str, Any], mode: str, prompt_class: str,
               concurrency: int) -> float | None:
     """The A/B throughput gate's paired ratio on this window (decided or undecided), or None."""
     for g in [*report.get("gates", []), *report.get("undecided", [])]:
-        if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency")) == \
-                ("throughput", mode, prompt_class, concurrency) and (g.get("details")
-                                                                     or {}).get("ratio"):
+        where = (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency"))
+        if where == ("throughput", mode, prompt_class, concurrency) and (
+                (g.get("details") or {}).get("ratio")):
             return float(g["details"]["ratio"])
     return None
 
 
 def _throughput_series(report: dict[str, Any], measurements: list[dict[str, Any]]
                        ) -> list[tuple[str, str, dict[tuple[str, int], dict[str, Any]]]]:
-    """The bars of each prompt class, in order: (label, kind, windows by (class, concurrency)); kind
-    is "reference" (no speculation), "ab-reference" and "ab-candidate" (the two sides of an A/B of a
-    mode, its reference side beside its candidate) or "mode"."""
+    """The bars of each prompt class, in order: (label, kind, windows by (class, concurrency));
+    kind is "reference" (no speculation), "ab-reference" and "ab-candidate" (an A/B's two sides)
+    or "mode"."""
     reference = report["rig"]["reference_mode"]
     series = []
     for mode in _modes(report, measurements):
@@ -141,10 +132,9 @@ def _throughput_series(report: dict[str, Any], measurements: list[dict[str, Any]
 
 
 def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
-    """Grouped bars per prompt class (one per mode, reference first; in an A/B the reference side of
-    a mode beside its candidate): median decode tok/s per request, IQR as error bars, each request
-    as a dot, the change against the reference above the speculative or candidate bars (red where a
-    gate failed). One panel per concurrency."""
+    """Grouped bars per prompt class (reference first; an A/B's reference side beside its
+    candidate): median decode tok/s per request, IQR as error bars, each request as a dot, the
+    change against the reference above the other bars (red where a gate failed)."""
     fig = throughput_figure(report)
     return None if fig is None else save_figure(fig, path)
 
@@ -152,18 +142,17 @@ def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
 def _bar_change(report: dict[str, Any], series: list, kind: str, m: dict[str, Any],
                 median: float) -> float | None:
     """The % change a bar of ``m`` is labelled with: an A/B candidate's paired ratio to its
-    reference side, a mode's change against the reference mode (the backfire gate's ratio where it
-    ran); None for the rest."""
+    reference side, a mode's change against the reference mode; None for the rest."""
     mode, prompt_class, concurrency = m["mode"], m["prompt_class"], m["concurrency"]
     if kind == "ab-candidate":
         ref_side = _ab_reference(m)
         ref_median = median_rate(ref_side) if ref_side else None
-        ratio = _ab_ratio(report, mode, prompt_class, concurrency) or (median / ref_median
-                                                                       if ref_median else None)
+        ratio = _ab_ratio(report, mode, prompt_class, concurrency) or (
+            median / ref_median if ref_median else None)
         return None if ratio is None else (ratio - 1) * 100
     if kind == "mode":
-        ref = next((w.get((prompt_class, concurrency)) for _, k,
-                    w in series if k == "reference"), None)
+        ref = next((w.get((prompt_class, concurrency)) for _, k, w in series
+                    if k == "reference"), None)
         if ref is not None:
             return change_percent(report, mode, prompt_class, concurrency, median, median_rate(ref))
     return None
@@ -195,8 +184,8 @@ def throughput_figure(report: dict[str, Any]):
     bar_w = 0.8 / len(series)
     rng = np.random.default_rng(0)  # fixed jitter: the same report draws the same picture
     for ax, concurrency in zip(axes, concurrencies, strict=True):
-        concurrency_classes = [c for c in classes if any((c, concurrency) in w for _, _,
-                                                         w in series)]
+        concurrency_classes = [c for c in classes
+                               if any((c, concurrency) in w for _, _, w in series)]
         top = 0.0
         for i, (label, kind, windows) in enumerate(series):
             xs, medians, lows, highs = [], [], [], []
@@ -223,11 +212,11 @@ def throughput_figure(report: dict[str, Any]):
                                 ha="center", va="bottom", fontsize=7.5, rotation=90 if bad else 0,
                                 color=FAIL_COLOR if bad else "#333333",
                                 fontweight="bold" if bad else "normal", zorder=4)
-            side = {"ab-reference": {"alpha": 0.45, "hatch": "//",
-                                     "edgecolor": colors[label]}}.get(kind, {})
+            side = ({"alpha": 0.45, "hatch": "//", "edgecolor": colors[label]}
+                    if kind == "ab-reference" else {})
             ax.bar(xs, medians, width=bar_w * 0.92, color=colors[label], label=label, zorder=2,
-                   yerr=[lows, highs], error_kw={"elinewidth": 1.2, "capsize": 3,
-                                                 "ecolor": "#222222"}, **side)
+                   yerr=[lows, highs], **side,
+                   error_kw={"elinewidth": 1.2, "capsize": 3, "ecolor": "#222222"})
         ax.set_xticks(range(len(concurrency_classes)))
         ax.set_xticklabels(concurrency_classes, rotation=20 if len(concurrency_classes) > 6 else 0,
                            ha="right" if len(concurrency_classes) > 6 else "center")
@@ -248,9 +237,8 @@ def throughput_figure(report: dict[str, Any]):
 
 # -- acceptance -------------------------------------------------------------------------------
 def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
-    """Per-position acceptance rate (x: draft position 1..k, y: accepted at that position / drafts,
-    in [0, 1]): one line per (mode, class) of the speculative modes; colour = class, line style
-    and marker = mode. One panel per concurrency."""
+    """Per-position acceptance rate (accepted at draft position i / drafts): one line per (mode,
+    class) of the speculative modes; colour = class, line style and marker = mode."""
     lines = _acceptance_lines(report)
     if not lines:
         return None
@@ -290,29 +278,25 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
 
 # -- forest: every gate's ratio -----------------------------------------------------------------
 OUTCOME_COLORS = {"pass": "#2a9d3f", "fail": FAIL_COLOR, "declared backfire": "#e08a00",
-                  "undecided": "#6a51a3",
-                  "not stored": "#8c8c8c", "other machine": "#8c8c8c", "not run": "#8c8c8c"}
+                  "undecided": "#6a51a3", "not stored": "#8c8c8c", "other machine": "#8c8c8c",
+                  "not run": "#8c8c8c"}
 FAIL_SHADE = "#f3c9c9"
 
 
 def plot_forest(report: dict[str, Any], path: Path) -> Path | None:
-    """The run's main picture: one row per gate (mode / class / concurrency / gate vs what it
-    compared against), its ratio this run / reference with the interval, the row's fail region
-    shaded up to its threshold (below it; above it for TTFT, where higher is worse), coloured by
-    outcome; on the right the figures and the outcome. A gate without a ratio (nothing stored,
-    lossless) keeps its row, with its outcome written where its ratio would be. None when no gate
-    ran."""
+    """The run's main picture: one row per gate, its ratio this run / reference with the interval,
+    the fail region shaded up to its threshold (above it for TTFT), coloured by outcome; on the
+    right the figures and the outcome. A gate without a ratio keeps its row, its outcome written
+    there. None when no gate ran."""
     fig = forest_figure(report)
     return None if fig is None else save_figure(fig, path)
 
 
 def forest_figure(report: dict[str, Any]):
     """:func:`plot_forest`'s figure, not saved; None when no gate ran. Its y tick labels are the
-    rows' labels (:attr:`specgate.report.comparisons.GateComparison.label`), top to bottom."""
+    rows' :attr:`GateComparison.label`, top to bottom."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-
-
     rows = gate_comparisons(report)
     if not rows:
         return None
@@ -334,18 +318,14 @@ def forest_figure(report: dict[str, Any]):
     for y, c in enumerate(rows):
         color = OUTCOME_COLORS.get(c.outcome.value, "#8c8c8c")
         if c.threshold is not None:
-            if c.fails_above:
-                ax.fill_betweenx([y - 0.42, y + 0.42], c.threshold, hi, color=FAIL_SHADE,
-                                 linewidth=0, zorder=0)
-            else:
-                ax.fill_betweenx([y - 0.42, y + 0.42], lo, c.threshold, color=FAIL_SHADE,
-                                 linewidth=0, zorder=0)
+            on_fail = (c.threshold, hi) if c.fails_above else (lo, c.threshold)
+            ax.fill_betweenx([y - 0.42, y + 0.42], *on_fail, color=FAIL_SHADE, linewidth=0,
+                             zorder=0)
             ax.plot([c.threshold, c.threshold], [y - 0.42, y + 0.42], color=FAIL_COLOR,
                     linewidth=1.6, zorder=2)
         if c.ratio is None:  # written mid-axis (axes x, data y): it never runs past the axis's edge
             ax.text(0.5, y, f"no ratio: {c.tag}", transform=ax.get_yaxis_transform(), va="center",
-                    ha="center",
-                    fontsize=8, color=color, style="italic", zorder=3,
+                    ha="center", fontsize=8, color=color, style="italic", zorder=3,
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85})
             continue
         if c.ci_low is not None and c.ci_high is not None:
