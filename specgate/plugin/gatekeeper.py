@@ -96,10 +96,7 @@ class GateKeeper:
                        f"{self.session.options.baselines_path}; store a history of starts with: "
                        f"{self._build_history()} (or one start: pytest -m {self.rig.tier} "
                        f"--specgate-rig {self.rig.name} --specgate-update-baselines)")
-            self.session.record_undecided(gate, m, NOT_STORED, message,
-                                          {"command": self._build_history()})
-            self._act(gate, Outcome.NOT_STORED, message, m=m, kind=NOT_STORED,
-                      command=self._build_history())
+            self._not_compared(m, gate, Outcome.NOT_STORED, NOT_STORED, message)
         if gate != "throughput":
             return lookup(self.run.store, self.rig.name, m.mode, m.prompt_class,
                           m.concurrency) or found[-1]
@@ -113,11 +110,14 @@ class GateKeeper:
                    else f"no history of this machine ({machine}) is stored: only {stored}")
             note = (f"{self._where(m)}: other machine: {why}; not compared (a level is one "
                     f"machine's); start this machine's history with: {self._build_history()}")
-            self.session.record_undecided(gate, m, "other machine", note,
-                                          {"command": self._build_history()})
-            self._act(gate, Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
-                      command=self._build_history())
+            self._not_compared(m, gate, Outcome.OTHER_MACHINE, "other machine", note)
         return entry
+
+    def _not_compared(self, m, gate: str, outcome: Outcome, kind: str, note: str) -> None:
+        __tracebackhide__ = True
+        command = self._build_history()
+        self.session.record_undecided(gate, m, kind, note, {"command": command})
+        self._act(gate, outcome, note, m=m, kind=kind, command=command)
 
     def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None,
              kind: str | None = None, command: str | None = None) -> None:
@@ -130,8 +130,7 @@ class GateKeeper:
         entry = m.to_dict() if isinstance(m, GateResult) else {
             "gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
             "concurrency": m.concurrency, "kind": kind or OUTCOME_KINDS.get(outcome, "undecided"),
-                                                               "message": message,
-            "details": {"command": command} if command else {}}
+            "message": message, "details": {"command": command} if command else {}}
         text = pytest_text(entry, outcome, policy, declared=declared, gating=gating)
         if action == "skipped":
             pytest.skip(text)
@@ -160,10 +159,7 @@ class GateKeeper:
             # a level or ratio from another CPU or GPU says nothing about this one: never compared
             note = (f"{self._stored_entry(m, fit)}; not compared; start this machine's history "
                     f"with: {self._build_history()}")
-            self.session.record_undecided("throughput", m, "other machine", note,
-                                          {"command": self._build_history()})
-            self._act("throughput", Outcome.OTHER_MACHINE, note, m=m, kind="other machine",
-                      command=self._build_history())
+            self._not_compared(m, "throughput", Outcome.OTHER_MACHINE, "other machine", note)
         result = check_throughput(self._settings(m), m, stored)
         result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median,
                                              self._refresh(m)))
