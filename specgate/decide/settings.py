@@ -88,10 +88,10 @@ class WindowSettings:
                 "ttft_tolerance": t.ttft_tolerance, "min_speedup": t.min_speedup,
                 "start_noise": t.start_noise, "start_pair_spread": t.start_pair_spread,
                 "equivalence_margin": t.equivalence_margin,
-                "declared_backfire": self.declared_backfire.reason if self.declared_backfire
-                else None,
-                "gating": {gate: value for gate,
-                           (value, _) in self.gating.items() if value is not None}}
+                "declared_backfire": (self.declared_backfire.reason if self.declared_backfire
+                                      else None),
+                "gating": {gate: value for gate, (value, _) in self.gating.items()
+                           if value is not None}}
 
     def gating_of(self, gate: str) -> Gating | None:
         """``gate``'s gating: "gate", "report", or None (the outcome policy alone)."""

@@ -65,8 +65,8 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe (a ratio that cannot be formed is None)."""
         data = {**asdict(self), "change_pct": self.change_pct}
-        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k,
-                v in data.items()}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in data.items()}
 
 
 @dataclass(frozen=True)

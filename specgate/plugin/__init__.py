@@ -189,8 +189,8 @@ def _xdist_controller_of_a_perf_run(config: pytest.Config) -> bool:
     if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
         return False
     words = (config.option.markexpr or "").replace("(", " ").replace(")", " ").split()
-    return any(w in ("cpu", "gpu", "perf") and (i == 0 or words[i - 1] != "not") for i,
-               w in enumerate(words))
+    return any(w in ("cpu", "gpu", "perf") and (i == 0 or words[i - 1] != "not")
+               for i, w in enumerate(words))
 
 
 @pytest.hookimpl(tryfirst=True)

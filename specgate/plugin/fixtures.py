@@ -112,8 +112,7 @@ def serve(session: SpecgateSession, mode, *, side: str | None = None,
         try:
             server = _server(session, mode, side, sleeper)
             stack.enter_context(server)
-        except (SpecgateError,
-                pytest.fail.Exception) as exc:  # pytest.fail: a timeout during the start
+        except (SpecgateError, pytest.fail.Exception) as exc:  # pytest.fail: a start's timeout
             session.record_server_failure(label, exc)
             raise
         yield from _serving(session, server, mode, side, label, sleeper)

@@ -101,8 +101,8 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
         return
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
-    lines = [f"specgate: left out by rig {run.rig.name}: {gate} ({why})" for gate,
-             why in left_out.items()]
+    lines = [f"specgate: left out by rig {run.rig.name}: {gate} ({why})"
+             for gate, why in left_out.items()]
     if elsewhere:
         lines.append(f"specgate: not run here: {len(elsewhere)} throughput gate(s) with only "
                      "another machine's stored figures (python -m specgate build-history --rig "
