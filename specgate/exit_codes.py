@@ -1,10 +1,7 @@
-"""What a specgate run's exit code says: pytest's own codes, and one of specgate's for a job that
-broke (a server that could not start, a window that could not be measured). ``pytest -m cpu|gpu``
-and ``python -m specgate`` use the same codes; docs/reports-and-ci.md has the table.
-
-A broken job outranks a failed gate: its verdicts are incomplete (a window that was never
-measured decided nothing), so it must be run again whatever its other gates said, and CI can tell
-"retry or fix the runner" (6) from "the change is slower" (1)."""
+"""What a specgate run's exit code says: pytest's own codes, and specgate's 6 for a job that broke
+(a server that could not start, a window not measured): its verdicts are incomplete, so it outranks
+a failed gate and CI can tell "retry or fix the runner" (6) from "the change is slower" (1).
+docs/reports-and-ci.md has the table."""
 
 from __future__ import annotations
 
@@ -19,14 +16,12 @@ class ExitCode(enum.IntEnum):
     INTERNAL_ERROR = 3  # pytest's: a bug in specgate or another plugin
     USAGE_ERROR = 4  # pytest's: a bad option or input file, refused before any server starts
     NO_TESTS = 5  # pytest's NO_TESTS_COLLECTED: nothing selected
-    # specgate's: a server could not start, or died, or a window could not be measured
-    JOB_BROKEN = 6
+    JOB_BROKEN = 6  # specgate's: a server could not start or died, a window could not be measured
 
 
 def broken_job(report: dict[str, Any]) -> list[str]:
-    """What broke the job, one line each, from a run's report data: the servers that could not
-    start and the windows that could not be measured (a server died during it, a request failed).
-    Empty for a job that measured everything it ran."""
+    """What broke the job, one line each: the servers that could not start and the windows that
+    could not be measured; empty for a job that measured everything it ran."""
     lines = [f"server {f['server']} could not start: {_first_line(f['error'])}"
              for f in report.get("server_failures", [])]
     lines += [f"window {f['mode']} / {f['prompt_class']} / c{f['concurrency']} not measured: "

@@ -1,10 +1,7 @@
-"""What specgate never writes: the value of a variable whose name says it holds a secret.
-
-A server is given its API key (``VLLM_API_KEY``) or a hub token (``HF_TOKEN``) and uses them;
-nothing specgate writes holds them: not report.json, baselines.json, summary.md, report.html, a kept
-server's record or specgate's lines in a server log. One rule decides what is a secret,
-:func:`is_secret_name`; the rest applies it to what is written (an environment, a server's
-arguments) and to what an older specgate wrote (:func:`redact`, before a saved report is rendered).
+"""What specgate never writes: the value of a variable whose name says it holds a secret (an API
+key, a hub token), in report.json, baselines.json, summary.md, report.html, a kept server's record
+or specgate's lines in a server log. :func:`is_secret_name` decides what is a secret; the rest
+applies it to what is written and to what an older specgate wrote (:func:`redact`).
 """
 
 from __future__ import annotations
@@ -54,11 +51,9 @@ def redacted_argv(argv: Sequence[str]) -> list[str]:
 
 
 def redact(data: Any, where: str = "") -> list[str]:
-    """Take out of JSON data (a report or a baselines file as loaded, changed in place) every secret
-    an older specgate wrote: each entry of an ``env`` object whose name is secret, any other key
-    shaped like a secret variable's name, and the value of a secret option in a ``server_args`` or
-    ``argv`` list. Returns where each was (``fingerprints.ngram.env.VLLM_API_KEY``); empty when
-    there was none."""
+    """Take out of JSON data (a report or baselines file as loaded, changed in place) every secret
+    an older specgate wrote: secret ``env`` entries, other keys shaped like a secret variable's
+    name, secret options' values in ``server_args`` or ``argv``. Returns where each was."""
     found: list[str] = []
     if isinstance(data, dict):
         for key in list(data):

@@ -1,11 +1,7 @@
-"""The advice's picture (``python -m specgate advise``, built by specgate.advise.advice): per prompt
-class (and concurrency), the predicted tok/s ratio against no speculation for every k, one colour
-per mode, one marker per step-cost model, interval bars, the served k's measured ratio as a star,
-and the break-even line at 1.0.
-
-Drawn like specgate.report.plots: a plain ``matplotlib.figure.Figure`` on an explicit Agg canvas, no
-pyplot, matplotlib imported inside the functions. This module knows panels and series only, no
-report.
+"""The advice's picture (built by specgate.advise.advice): per class and concurrency, the predicted
+tok/s ratio against no speculation for every k, one colour per mode, one marker per step-cost
+model, interval bars, the served k's measured ratio as a star, the break-even line at 1.0. Drawn
+like specgate.report.plots (an Agg canvas, no pyplot); knows panels and series only.
 """
 
 from __future__ import annotations

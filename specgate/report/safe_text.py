@@ -1,21 +1,17 @@
-"""Text from a report made safe to show. Names (rig, modes, classes) and messages come from files a
-user or a downloaded report supplies, so every writer (the terminal summary and progress lines,
-summary.md, report.html) passes what it shows through here:
-
-- :func:`without_control_chars`: no byte that steers a terminal (an ANSI colour, a cursor move, a
-  bell) or hides in a page; newlines and tabs stay;
-- :func:`markdown_without_html`: Markdown in which no ``<`` opens raw HTML (GitHub and most viewers
-  render a ``<script>`` or ``<img onerror>`` typed in Markdown as HTML).
+"""Text from a report made safe to show: names and messages come from files a user or a downloaded
+report supplies, so every writer passes what it shows through here. :func:`without_control_chars`:
+no byte that steers a terminal or hides in a page (newlines and tabs stay);
+:func:`markdown_without_html`: Markdown in which no ``<`` opens raw HTML.
 """
 
 from __future__ import annotations
 
 import re
 
-# An ANSI escape sequence goes whole (its "[31m" alone would only clutter the text): CSI
-# (ESC [ ... final byte), OSC (ESC ] ... BEL or ESC-backslash, on one line: a title, a hyperlink),
-# any other ESC + one byte.
-_ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[@-_]")
+# An ANSI escape sequence goes whole: CSI (ESC [ ... final byte), OSC (ESC ] ... BEL or
+# ESC-backslash, on one line), any other ESC + one byte.
+_ANSI_SEQUENCE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[@-_]")
 # a log's \r\n, or a progress bar's lone \r: a line break as shown
 _LINE_BREAK = re.compile(r"\r\n?")
 # C0 but tab and newline, DEL, C1

@@ -114,9 +114,8 @@ def verdict_rows(report: dict[str, Any]) -> list[list[Any]]:
 
 
 def verdict_table(report: dict[str, Any], fmt: str = "simple") -> str:
-    """Every gate, passing ones included: what it compared against, both sides' figures (not in the
-    terminal: the speed table has them), the ratio with its interval, the threshold, the pairs and
-    the outcome (specgate.report.comparisons); "" when no gate ran."""
+    """Every gate: what it compared against, both sides' figures (not in the terminal), the ratio
+    with its interval, the threshold, the pairs and the outcome; "" when no gate ran."""
     rows = verdict_rows(report)
     if not rows:
         return ""
@@ -255,11 +254,9 @@ SPELL_SIZE = 0.03
 
 
 def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
-    """The window's engine-core CPU seconds (vLLM titles the process "EngineCore") per second of its
-    own requests, from the window's telemetry; None without it. The window's telemetry holds both
-    servers of a duet (keys ``proc.<server label>.EngineCore-<pid>.cpu_s``); this window's server is
-    the one of its mode (an A/B's two sides, ``mode@side``, share it) that worked during its
-    requests."""
+    """The window's engine-core CPU seconds per second of its own requests, from its telemetry;
+    None without it. A duet's telemetry holds both servers (``proc.<label>.EngineCore-<pid>...``):
+    this window's is the one of its mode that worked most during its requests."""
     telemetry = m.get("telemetry") or {}
     window = telemetry.get("window") or {}
     engines: dict[str, list[str]] = defaultdict(list)
@@ -281,11 +278,9 @@ def engine_cpu_per_s(m: dict[str, Any]) -> float | None:
 
 
 def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
-    """Per window, what the machine did meanwhile (the window's telemetry,
-    specgate.measure.telemetry): the CPU canary (the host's pace: the fastest reading, which the
-    host-pace check of stored figures compares, and the median, us), CPU busy and stolen shares, the
-    engine core's CPU seconds per second of its requests, and on GPU rigs the SM clock range, the
-    power and any throttle reason. "" when no window has telemetry."""
+    """Per window, what the machine did meanwhile (its telemetry): the CPU canary (fastest and
+    median, us), CPU busy and stolen shares, the engine core's CPU seconds per second, and on GPU
+    rigs the SM clock range, the power and any throttle reason. "" when no window has telemetry."""
     rows = []
     for m in report["measurements"]:
         w = (m.get("telemetry") or {}).get("window")
@@ -334,9 +329,8 @@ def host_bound_lines(report: dict[str, Any]) -> list[str]:
 
 
 def notice_lines(report: dict[str, Any]) -> list[str]:
-    """Stored figures a decided gate compared with although they were measured on another
-    machine or setup, or are stale, and a pair standing out of a window's ratio (one hiccup
-    request); one line per distinct reason, naming its windows."""
+    """Stored figures from another machine or setup, or stale, and a pair standing out of a
+    window's ratio; one line per distinct reason, naming its windows."""
     by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
     for gate in report["gates"]:
         details = gate.get("details") or {}
@@ -363,9 +357,8 @@ def _series(window: dict[str, Any]) -> tuple[list[float], list[float], list[str]
 
 
 def spell_lines(report: dict[str, Any]) -> list[str]:
-    """Duet windows where one side's requests ran slow for a stretch of time and its partner's did
-    not (specgate.measure.spells): the pairs do not cancel such a spell, so the window's ratio holds
-    it."""
+    """Duet windows where one side ran slow for a stretch and its partner did not
+    (specgate.measure.spells): the pairs do not cancel such a spell."""
     lines = []
     for m in report.get("measurements", []):
         partner = m.get("partner")
@@ -398,8 +391,7 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
 
 def failed_gate_lines(report: dict[str, Any], *, full: bool = False) -> list[str]:
     """A line per gate that failed or decided nothing, and per window not measured: the terminal's
-    short line (specgate.report.verdicts.terminal_line; three or more gates that decided nothing for
-    one reason on one line), or with ``full`` the whole statement (summary.md, report.html)."""
+    short line (three or more alike on one line), or with ``full`` the whole statement."""
 
     def gate_lines(tagged: list[tuple[str, dict[str, Any]]]) -> list[str]:
         if not full:
@@ -508,9 +500,7 @@ def _summary_text(report: dict[str, Any]) -> str:
 
 
 def settings_lines(report: dict[str, Any]) -> list[str]:
-    """The figures the gates decided with (report.json's "settings", one entry per window, as the
-    session resolved them once: specgate.decide.settings), windows with the same figures on one
-    line."""
+    """The figures the gates decided with (report.json's "settings"), windows alike on one line."""
     groups: dict[str, list[str]] = {}
     for w in report.get("settings") or []:
         ab = w.get("comparing") == "ab"
@@ -530,9 +520,8 @@ def settings_lines(report: dict[str, Any]) -> list[str]:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """summary.md and the GitHub job summary: the verdict table first, a link to the page
-    (report.html, in the run's artifact on CI), then the other tables and the lines; no name or
-    message opens raw HTML there (specgate.report.safe_text)."""
+    """summary.md and the GitHub job summary: the verdict table, a link to report.html, the other
+    tables and the lines; no name or message opens raw HTML there."""
     parts = [f"## specgate: rig `{report['rig']['name']}`" +
              ("" if report.get("complete", True) else " (partial run)")]
     verdicts = verdict_table(report, "github")

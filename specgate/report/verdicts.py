@@ -81,9 +81,8 @@ def _lossless(entry: Mapping[str, Any]) -> str | None:
 
 
 def _kind_words(entry: Mapping[str, Any], room: int) -> str | None:
-    """Why a gate with nothing to compare decided nothing, in at most ``room`` characters where its
-    message is longer (the words of its kind, and the command that gives it something); None for
-    others."""
+    """Why a gate with nothing to compare decided nothing: its message, or where that is longer
+    than ``room`` the words of its kind (and the command that fixes it); None for others."""
     details = entry.get("details") or {}
     kind = undecided_kind(entry) if "kind" in entry else details.get("undecided_kind")
     message = " ".join(str(entry.get("message") or "").split())
@@ -105,10 +104,9 @@ def _kind_words(entry: Mapping[str, Any], room: int) -> str | None:
 
 
 def terminal_line(entry: Mapping[str, Any], *, prefix: str = "", suffix: str = "") -> str:
-    """The gate's line for the terminal (and pytest's message of the test), at most LINE_WIDTH
-    characters with ``prefix`` and ``suffix``: 'ngram coding c1 throughput: 0.929x of stored figures
-    (0.921-0.937) < 0.97 line [6 pairs]'. A gate with nothing to compare says why in words of its
-    kind."""
+    """The gate's terminal line (and pytest's message), at most LINE_WIDTH characters with
+    ``prefix`` and ``suffix``: 'ngram coding c1 throughput: 0.929x of stored figures (0.921-0.937)
+    < 0.97 line [6 pairs]'; a gate with nothing to compare says why."""
     head = f"{prefix}{window_of(entry)} {entry.get('gate')}"
     body = _kind_words(entry, LINE_WIDTH - len(suffix) - len(head) - 2)
     if body is None:
@@ -118,9 +116,8 @@ def terminal_line(entry: Mapping[str, Any], *, prefix: str = "", suffix: str = "
 
 
 def grouped_lines(tagged: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """The terminal lines of (tag, entry) pairs, three or more gates that decided nothing for the
-    same reason on one line ('OTHER MACHINE throughput x12: stored figures of another machine: not
-    compared: ngram coding c1, ...')."""
+    """The terminal lines of (tag, entry) pairs, three or more gates that decided nothing for one
+    reason on one line ('OTHER MACHINE throughput x12: ...: ngram coding c1, ...')."""
     groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for tag, entry in tagged:
         words = _kind_words(entry, 0)
@@ -141,8 +138,7 @@ def pytest_text(entry: Mapping[str, Any], outcome: Outcome, policy: Mapping[str,
                 | None = None, *,
                 declared: bool = False, gating: str | None = None, where: str = "") -> str:
     """What pytest says of a gate's test: its terminal line, and why it passes, fails or is skipped
-    where the outcome alone does not say (specgate.decide.outcome.pytest_action); ``where`` it was
-    decided, when not in the test ("xdist controller")."""
+    where the outcome alone does not say; ``where`` it was decided, when not in the test."""
     if gating == "report" and not declared and outcome is not Outcome.PASS:
         note = f" [{outcome.tag}, reported only: cannot decide here]"
     elif outcome is Outcome.DECLARED_BACKFIRE or (declared and not outcome.decided):
@@ -610,9 +606,8 @@ RULES = {
 
 
 def statement(entry: Mapping[str, Any]) -> str:
-    """A gate's full statement (summary.md, report.html, report.json's ``message``): its rule's
-    words for its facts, or the message it was saved with (a report written before the words left
-    the deciding layer)."""
+    """A gate's full statement (report.json's ``message``): its rule's words for its facts, or the
+    message an older report was saved with."""
     d = entry.get("details") or {}
     words = RULES.get(d.get("rule"))
     if words is None:
@@ -660,9 +655,8 @@ def follow_up_text(found: FollowUp | None) -> str | None:
 def follow_up_said(settings: WindowSettings, m: ClassMeasurement,
                    selected: Collection[str] | None = None
                    ) -> str | None:
-    """Why window ``m``'s first look gets its follow-up rounds
-    (specgate.decide.follow_up.follow_up_reason), in words, for the measurer's progress line and the
-    window's ``follow_up``; None when it gets none."""
+    """Why window ``m``'s first look gets follow-up rounds (decide.follow_up), in words; None when
+    it gets none."""
     return follow_up_text(follow_up_reason(settings, m, selected))
 
 
