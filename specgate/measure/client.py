@@ -1,6 +1,6 @@
 """Streaming HTTP client for vLLM's OpenAI-compatible API: send one generation request, read its
 Server-Sent-Events stream and turn it into a ``RequestRecord``. httpx's API over aiohttp's transport
-(less CPU per event: docs/client-benchmark.md); httpx-sse's events (line splitting per the SSE spec).
+(less CPU per event: docs/client-benchmark.md); httpx-sse's events (SSE-spec line splitting).
 
 Token counts come from the final ``usage`` chunk only: with speculative decoding one chunk can
 carry several accepted tokens.
@@ -188,12 +188,8 @@ _DERIVED_KEYS = ("ttft_s", "tpot_s", "decode_tokens_per_s", "e2e_tokens_per_s",
 
 
 class _StallWatchdog:
-    """Cancels a task once no bytes arrived for ``limit_s`` seconds.
-
-    Re-arms lazily (a chunk only stores its arrival time; the timer, when it fires, cancels or
-    re-arms), keeping the per-chunk cost to one clock read. Also needed because httpx's timeouts
-    are enforced by its transport, which a test's ``MockTransport`` does not do.
-    """
+    """Cancels a task once no bytes arrived for ``limit_s`` seconds; re-arms lazily (one clock
+    read per chunk), and works under a test's ``MockTransport``, which enforces no timeout."""
 
     __slots__ = ("_handle", "_limit_s", "_loop", "_task", "clock", "fired", "last_data_at")
 
@@ -259,16 +255,9 @@ def _transport_meaning(exc: BaseException, cause: BaseException) -> str:
 
 
 class StreamingClient:
-    """Async client for one vLLM server; use as ``async with StreamingClient(...)``.
-
-    ``read_timeout`` bounds the silence between two chunks; ``request_deadline`` a whole request.
-    The API key is sent as a bearer token and scrubbed from every message. ``transport``
-    replaces the aiohttp transport (tests pass a ``MockTransport``).
-
-    A POST is never sent twice (aiohttp retries only idempotent methods, this client nothing), so
-    a request never lands in a measured window twice. aiohttp has no write timeout; a body that
-    cannot be written is caught by the stall watchdog.
-    """
+    """Async client for one vLLM server (``async with``): ``read_timeout`` bounds the silence
+    between chunks, ``request_deadline`` a whole request; the API key is scrubbed from messages.
+    A POST is never retried, so no request lands in a window twice."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None, connect_timeout: float = 10.0,
@@ -489,11 +478,8 @@ def _describe_error(event: dict[str, Any]) -> str:
 async def run_requests(client: StreamingClient, requests: Iterable[GenerationRequest], *,
                        concurrency: int, on_done: Callable[[RequestRecord], None] | None = None,
                        ) -> list[RequestRecord]:
-    """Run ``requests`` with at most ``concurrency`` in flight; records in input order.
-
-    Fails fast: the first failure cancels every other request and is re-raised as itself (not
-    in an ExceptionGroup): one broken request already invalidates the measurement.
-    """
+    """Run ``requests`` with at most ``concurrency`` in flight; records in input order. The first
+    failure cancels the rest and is re-raised as itself (it invalidates the measurement)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     slots = asyncio.Semaphore(concurrency)

@@ -35,14 +35,9 @@ class Step(Generic[T]):
 
 def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: int,
          block: int | None = None, first: str | None = None) -> list[Step[T]]:
-    """The balanced, seeded order of a duet window (``subject[i]`` and ``partner[i]``: one
-    request key on the two servers). Groups of at most ``block`` keys (default: ``concurrency``;
-    else a multiple of it), as equal as whole rounds allow, form one pair of turns; group g runs
-    subject first when (g + s) is even, s (0 or 1) from ``seed``: ABBA ... or BAAB ...
-
-    ``first`` fixes the side group 0 starts with instead: an alternation starts with the side
-    that is awake, which saves a swap.
-    """
+    """The balanced, seeded order of a duet window (``subject[i]``, ``partner[i]``: one key on
+    both servers): groups of at most ``block`` keys run ABBA or BAAB by ``seed``, or starting with
+    ``first`` (an alternation's awake side, saving a swap)."""
     if len(subject) != len(partner):
         raise ValueError(f"a duet needs the same requests on both sides: {len(subject)} vs "
                          f"{len(partner)}")
@@ -88,11 +83,8 @@ def alternation_swaps(*, keys: int, block: int, concurrency: int, repeats: int) 
 
 def alternation_block(*, request_s: float, swap_s: float, concurrency: int, keys: int,
                       max_swap_share: float = MAX_SWAP_SHARE) -> int:
-    """The block (a multiple of ``concurrency``) of an alternation window over ``keys`` requests per
-    side: at least what keeps swaps within ``max_swap_share``, in turns of equal size.
-
-    A group of two turns takes 2 (block / N) request_s + swap_s, one swap: block >= N swap_s
-    (1 - share) / (2 share request_s). No short last turn pays a whole swap for a request or two."""
+    """The block (a multiple of ``concurrency``) that keeps an alternation window's swaps within
+    ``max_swap_share``, in equal turns: block >= N swap_s (1 - share) / (2 share request_s)."""
     if request_s <= 0:
         raise ValueError(f"a request time must be positive, got {request_s}")
     need = concurrency * swap_s * (1 - max_swap_share) / (2 * max_swap_share * request_s)

@@ -281,9 +281,8 @@ def _spec_delta(before: SpecDecodeCounters | None, after: SpecDecodeCounters | N
 
 
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot, *, label: str) -> MetricsDelta:
-    """after minus before for every counter and histogram total. A total that went down (a
-    restart inside the window) raises MetricsError; histograms and plain counters on only one
-    side are left out; speculation counters on only one side raise (a different server)."""
+    """after minus before for every counter and histogram total: a total that went down raises
+    (a restart), as do speculation counters on one side only; other such series are left out."""
     histograms: dict[str, HistogramTotals] = {}
     for name in HISTOGRAMS:
         b, a = before.histograms.get(name), after.histograms.get(name)
@@ -416,9 +415,8 @@ class AcceptanceStats:
 
 
 def server_decode_steps(delta: MetricsDelta) -> float | None:
-    """The decode steps vLLM took for the window's requests: its inter-token latency histogram
-    (or the older name) observes once per request per engine step after the first token; None
-    where neither has observations."""
+    """The decode steps vLLM took for the window's requests (its inter-token latency histogram's
+    count: one per request per engine step after the first token), or None."""
     for name in (INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN):
         totals = delta.histograms.get(name)
         if totals is not None and totals.count > 0:

@@ -13,9 +13,8 @@ from specgate.measure.client import RequestRecord
 
 
 def stream_acceptance(completion_tokens: int, chunks: int) -> tuple[int, int] | None:
-    """(accepted draft tokens, decode steps) from a stream of ``chunks`` chunks (those with text and
-    those without, RequestRecord.empty_chunks): accepted = tokens - chunks, steps = chunks - 1 (the
-    first chunk is the prefill's token). None with no decode step seen."""
+    """(accepted draft tokens, decode steps) from a stream of ``chunks`` chunks, text or not:
+    tokens - chunks and chunks - 1 (the first is the prefill's); None with no decode step."""
     if chunks < 2 or completion_tokens < chunks:
         return None
     return completion_tokens - chunks, chunks - 1
@@ -31,10 +30,8 @@ def vllm_acceptance(record: RequestRecord) -> tuple[int, int] | None:
 
 def accepted_per_position(specs: Sequence[dict[str, Any] | None]
                           ) -> tuple[list[int], list[list[int]]] | None:
-    """Each request's draft steps and accepted tokens per draft position (position i: the steps that
-    accepted i tokens or more, as vLLM's per-position counters count), from vLLM's per-request
-    histograms (``RequestRecord.spec_decode``); None unless every request has one of the same
-    length."""
+    """Each request's draft steps and accepted tokens per position (as vLLM's counters count), from
+    its per-request histograms; None unless every request has one of the same length."""
     histograms = [(spec or {}).get("acceptance_histogram") for spec in specs]
     if not histograms or any(not isinstance(h, list) or len(h) != len(histograms[0])
                              for h in histograms):
@@ -45,8 +42,8 @@ def accepted_per_position(specs: Sequence[dict[str, Any] | None]
 
 @dataclass(frozen=True)
 class Agreement:
-    """The stream's count against vLLM's, request by request: (key, stream, vLLM, allowed low) each;
-    a request agrees when vLLM - one draft (cut at max_tokens) <= stream <= vLLM."""
+    """The stream's count against vLLM's: (key, stream, vLLM, allowed low) per request; it agrees
+    when vLLM - one draft (cut at max_tokens) <= stream <= vLLM."""
 
     rows: tuple[tuple[str, int, int, int], ...]
 
@@ -65,8 +62,7 @@ class Agreement:
 
 
 def agreement(keys: Sequence[str], records: Sequence[RequestRecord]) -> Agreement | None:
-    """The stream's accepted tokens against vLLM's for every request that has both; None where none
-    has."""
+    """The stream's accepted tokens against vLLM's for every request that has both, or None."""
     rows = []
     for key, r in zip(keys, records, strict=True):
         ours = stream_acceptance(r.completion_tokens, len(r.chunk_times) + r.empty_chunks)

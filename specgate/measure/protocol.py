@@ -183,9 +183,8 @@ def drafts_expected(mode: Mode) -> bool:
 
 
 def client_decode_rate(tpots: Iterable[float | None]) -> float | None:
-    """1 / mean time per output token over a window's requests: the client-side counterpart of
-    the server's figure (count / sum of vLLM's per-request TPOT histogram). A mean of per-request
-    tok/s would overweight fast requests and differ from the server's by tens of %."""
+    """1 / mean time per output token over a window's requests, as the server's figure is (a mean
+    of per-request tok/s would overweight fast requests)."""
     known = [t for t in tpots if t]
     return 1 / statistics.fmean(known) if known else None
 
@@ -363,9 +362,8 @@ class Measurer:
     def measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, *,
                      run_rounds: RoundRunner = loop_rounds,
                      sleeper: Any = None) -> ClassMeasurement:
-        """One window on the two live servers of ``duet``, requests alternated: the subject's
-        window with the partner's in ``partner``. ``sleeper``: a specgate.serve.sleep
-        SleepController when the two take turns on the same GPUs (an alternation)."""
+        """One window on the two live servers of ``duet``, requests alternated: the subject's window
+        with the partner's in ``partner``. ``sleeper``: a SleepController for an alternation."""
         subject, partner = duet.subject, duet.partner
         partner_role = "reference side" if duet.ab else "partner"
         label = (f"mode {duet.mode.name} vs {duet.partner_mode.name} ({partner_role}), class "
@@ -381,9 +379,8 @@ class Measurer:
 
     @staticmethod
     def _before_window(sleeper: Any, subject: Server, partner: Server) -> dict[str, Any] | None:
-        """An alternation's swap before its window, where the window would otherwise begin with a
-        server's first sleep (the awake server never slept, or is neither of the window's two), so
-        every measured turn runs on a server woken from sleep. Returns the swap."""
+        """An alternation's swap before its window, so that no measured turn is a server's first
+        sleep; returns the swap."""
         awake = sleeper.awake
         if awake is subject or awake is partner:
             if sleeper.has_slept(awake):
@@ -459,9 +456,8 @@ class Measurer:
 
 
 class _DuetWindow:
-    """One duet window being taken: its servers, each side's records, the groups of the balanced
-    order and an alternation's swaps. ``one_round`` takes a pass over the class's prompts on both
-    sides; ``assemble`` makes the two sides' measurements from a ``/metrics`` snapshot."""
+    """One duet window being taken: its servers, records, groups and swaps; ``one_round`` passes
+    over the prompts on both sides, ``assemble`` makes both sides' measurements."""
 
     def __init__(self, measurer: Measurer, duet: Duet, prompt_class: PromptClass,
                  concurrency: int, label: str, sleeper: Any,

@@ -56,9 +56,8 @@ def _slowest_runs(x: np.ndarray) -> np.ndarray:
 
 def slow_spell(started_at: Sequence[float], rates: Sequence[float], prompts: Sequence[str], *,
                seed: int = 0, permutations: int = PERMUTATIONS) -> Spell | None:
-    """The slowest contiguous run of a window's requests and its permutation p-value, or None when
-    the window has fewer than MIN_PER_PROMPT requests of some prompt or no request below its
-    prompt's median. Seeded: the same window gives the same p-value."""
+    """The slowest contiguous run of a window's requests and its (seeded) permutation p-value, or
+    None (fewer than MIN_PER_PROMPT requests of a prompt, or none below its median)."""
     counts: dict[str, int] = defaultdict(int)
     for prompt in prompts:
         counts[prompt] += 1

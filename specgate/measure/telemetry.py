@@ -328,9 +328,8 @@ class Telemetry:
                     continue
 
     def summary(self, t0: float, t1: float) -> dict[str, Any]:
-        """min / median / max of each signal over [t0, t1] (the nearest sample when none falls
-        inside), the throttle reasons seen, a counter's (``*_total``) increase from the last sample
-        before t0 to the first after t1, and the CPUs a process ran on (``*.cpu_num``)."""
+        """min / median / max of each signal over [t0, t1] (else the nearest sample), the throttle
+        reasons, each counter's increase and the CPUs a process ran on."""
         inside = [v for t, v in self.samples if t0 <= t <= t1]
         before = [v for t, v in self.samples if t < t0][-1:]
         after = [v for t, v in self.samples if t > t1][:1]
@@ -362,9 +361,8 @@ class Telemetry:
 
 
 def window_sampler(tier: str, gpus: str | None) -> Callable[[list[Any]], Telemetry]:
-    """What a :class:`specgate.measure.protocol.Measurer` calls per window with its servers: a
-    sampler of the rig's signals and those servers' processes (every 0.1 s on GPU rigs; every
-    0.5 s on CPU rigs, where the sampler's reads would take a share of the cores)."""
+    """What a Measurer calls per window with its servers: a sampler of the rig's signals and the
+    servers' processes (every 0.1 s on GPU rigs, 0.5 s on CPU rigs)."""
     return lambda servers: Telemetry.for_rig(
         tier, gpus, interval_s=0.1 if tier == "gpu" else 0.5,
         servers=[(s.label, s.process.pid) for s in servers
