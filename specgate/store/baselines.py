@@ -149,9 +149,8 @@ def _field_differences(stored: Fingerprint, now: Fingerprint) -> list[tuple[str,
 
 @dataclass(frozen=True)
 class Comparability:
-    """Whether a stored figure may be compared with this run's: ``kind`` (the worst difference:
-    SAME, OTHER_SETUP, OTHER_MACHINE or OTHER_MEASUREMENT) and every difference, each naming the
-    field and both values."""
+    """Whether a stored figure may be compared with this run's: the worst ``kind`` of difference
+    and every difference, each naming the field and both values."""
 
     kind: str
     differences: tuple[str, ...] = ()
@@ -169,9 +168,8 @@ class Comparability:
 
 
 def comparability(stored: Fingerprint, now: Fingerprint | None) -> Comparability:
-    """The one place that decides how a stored fingerprint relates to this run's (narrowed to the
-    same window). An unknown field is never a difference, nor a stored fingerprint with no
-    accelerator (hand-written entries), nor no fingerprint for this run."""
+    """The one place that decides how a stored fingerprint relates to this run's (same window);
+    an unknown field, a stored fingerprint without accelerator or none now is no difference."""
     if now is None or stored.accelerator == "unknown":
         return Comparability(SAME)
     found = _field_differences(stored, now)
@@ -426,9 +424,8 @@ ANY_MACHINE = object()
 
 def lookup(store: BaselineFile, rig: str, mode: str, prompt_class: str, concurrency: int,
            machine: Any = ANY_MACHINE) -> BaselineEntry | None:
-    """The window's history that gates ``machine`` (:func:`gating_history`); with no machine
-    given, the newest history not superseded, whichever machine's (for figures that do not depend
-    on the host)."""
+    """The window's history that gates ``machine``; with no machine given, the newest history not
+    superseded, whichever machine's (for figures that do not depend on the host)."""
     found = histories(store, rig, mode, prompt_class, concurrency)
     if machine is not ANY_MACHINE:
         return gating_history(found, machine)
@@ -437,13 +434,9 @@ def lookup(store: BaselineFile, rig: str, mode: str, prompt_class: str, concurre
 
 def place_start(found: list[BaselineEntry], new: BaselineEntry, *, new_history: bool, when: str
                 ) -> tuple[list[BaselineEntry], str]:
-    """Store ``new`` (one start's entry) among a window's histories, and say what was done.
-
-    It extends the machine's gating history when that one is of the same build and
-    ``new_history`` is False. Otherwise it starts a history: on a machine with none, after a
-    change of build, or on an update (``--specgate-update-baselines``), which supersedes the
-    machine's previous history (kept, labelled, no longer gating). A start whose machine is
-    unknown is never appended to anything."""
+    """Store ``new`` (one start's entry) among a window's histories, and say what was done: extend
+    the machine's gating history of the same build, unless ``new_history``; else start a history,
+    superseding the machine's previous one. A start of an unknown machine is never appended."""
     machine = new.machine
     current = gating_history(found, machine)
     if current is not None and not new_history and current.build == new.build:
@@ -472,9 +465,8 @@ def place_start(found: list[BaselineEntry], new: BaselineEntry, *, new_history: 
 def merge_updates(path: Path, updates: dict[tuple[str, str, str, int], BaselineEntry], *,
                   new_history: bool = False
                   ) -> tuple[BaselineFile, dict[tuple[str, str, str, int], str]]:
-    """Store each update into the file as it is on disk now (re-read, so concurrent edits to
-    other keys survive) and replace it atomically. Returns the new content and, per window, what
-    was done."""
+    """Store each update into the file as it is on disk now (re-read) and replace it atomically;
+    the new content and, per window, what was done."""
     store = load_baselines(path)
     when = dt.date.today().isoformat()
     said = {}

@@ -92,10 +92,8 @@ def _read(path: Path) -> str:
 
 
 def host_id(root: Path = Path("/")) -> str | None:
-    """The host: /etc/machine-id (which every clone of an image shares) with a hash of the
-    permanent hardware addresses of its non-virtual network cards. Where none of those is
-    universally administered (a locally administered one may repeat on every clone) or none is
-    found, the id adds the host name and says it is :data:`UNSURE`."""
+    """The host: /etc/machine-id with a hash of its permanent, non-virtual network card addresses;
+    the host name added and :data:`UNSURE` said where none is universally administered."""
     nics = []
     for link in sorted((root / "sys/class/net").glob("*")):
         if "/devices/virtual/" in str(link.resolve()) or _read(link / "addr_assign_type") != "0":
@@ -123,9 +121,8 @@ def _minted() -> str:
 
 
 def sitting_id() -> str:
-    """The sitting a start is stored in: one uninterrupted series of starts on one machine.
-    ``SPECGATE_SITTING`` where set, else the pytest-xdist run every worker of one session shares,
-    else one minted per process: its UTC time and 6 random hex digits."""
+    """The sitting (one uninterrupted series of starts on one machine): ``SPECGATE_SITTING``, else
+    the pytest-xdist run, else one minted per process (UTC time and 6 random hex digits)."""
     if os.environ.get(SITTING_ENV):
         return os.environ[SITTING_ENV]
     if run := os.environ.get("PYTEST_XDIST_TESTRUNUID"):
@@ -221,10 +218,8 @@ def torch_cuda_versions() -> tuple[str | None, str | None]:
 
 def measured_with(rig: Any, mode: Any, environ: Mapping[str, str] | None = None,
                   plugin_prefixes: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """The fingerprint fields that say what ``rig`` measures in ``mode`` and how: the prompt
-    texts of every class, the protocol, the extra server arguments and the environment (the rig's
-    and mode's ``[env]`` and the inherited variables :func:`is_speed_variable` allows). No secret
-    is recorded (the server still gets them)."""
+    """The fingerprint fields that say what ``rig`` measures in ``mode`` and how: prompt texts,
+    protocol, extra server arguments and environment (no secret recorded)."""
     environ = os.environ if environ is None else environ
     prefixes = server_env_prefixes() if plugin_prefixes is None else plugin_prefixes
     inherited = {k: v for k, v in environ.items() if is_speed_variable(k, prefixes)}
