@@ -122,9 +122,8 @@ def _selects(entry: str, reading: GpuReading) -> bool:
 
 def nvml_indices(entries: list[str],
                  read: Callable[[], list[GpuReading]] = nvml_readings) -> list[int] | None:
-    """The NVML indices of CUDA_VISIBLE_DEVICES entries (an index; a GPU UUID or a unique prefix of
-    it; a MIG instance, as its parent GPU), in their order; None when there are none or one cannot
-    be resolved (no NVML, an unknown UUID)."""
+    """The NVML indices of CUDA_VISIBLE_DEVICES entries (index, GPU UUID or prefix, MIG instance
+    as its parent), in order; None when there are none or one cannot be resolved."""
     if not entries or not all(is_gpu_id(e) for e in entries):
         return None
     if all(e.isdigit() for e in entries):

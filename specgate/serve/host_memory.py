@@ -119,10 +119,8 @@ class LevelChoice:
 def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: int | None = None,
                   prefer: Sequence[str] = (),
                   at_once: Sequence[Sequence[str]] | None = None) -> LevelChoice:
-    """Sleep level 1 for every server when the host holds the weights of those loaded at once;
-    else sleep level 1 first for those that cannot wake from sleep level 2, then ``prefer``, then
-    the others, each while it fits; sleep level 2 for the rest. A forced sleep level is taken as
-    it is. ``at_once``: the sets of labels loaded together (None: all of them)."""
+    """Sleep level 1 for all when the host holds the weights of those loaded at once (``at_once``);
+    else first for those that need it, then ``prefer``, then the rest while it fits; else 2."""
     groups = [[s.label for s in sleepers]] if at_once is None else [list(g) for g in at_once if g]
     weights = {s.label: s.weights_gib for s in sleepers}
     known = all(w is not None for w in weights.values())

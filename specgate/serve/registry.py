@@ -107,9 +107,8 @@ def draft_model(argv: Iterable[str]) -> str | None:
 def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: str,
                 environ: Mapping[str, str] | None = None,
                 plugin_env: tuple[str, ...] | None = None) -> tuple[str, dict[str, Any]]:
-    """The hash that decides reuse, and what went into it. ``plugin_env``: the variable-name
-    prefixes plugins read (default: the installed plugins'). No secret goes in: another API key
-    is told apart by the server's answer to it (:meth:`KeptServer.healthy`)."""
+    """The hash that decides reuse, and what went into it (``plugin_env``: the prefixes plugins
+    read). No secret goes in: another API key is told apart by the server's answer to it."""
 
     environ = os.environ if environ is None else environ
     prefixes = server_env_prefixes() if plugin_env is None else plugin_env
@@ -334,9 +333,8 @@ class ReusedServer:
 
 def awake_or_why(kept: KeptServer, timeout_s: float = 5.0,
                  api_key: str | None = None) -> str | None:
-    """Why a kept server of an alternation may not be reused: it sleeps at a sleep level other than
-    1 or not recorded (sleep level 2 dropped its weights), or it cannot say. None when it is awake,
-    or asleep at sleep level 1 (the alternation wakes it for its turn)."""
+    """Why a kept server of an alternation may not be reused (asleep at a sleep level other than 1
+    or unrecorded, or it cannot say); None when awake or asleep at sleep level 1."""
     try:
         with httpx.Client(base_url=kept.base_url, timeout=timeout_s, headers=auth_headers(api_key),
                           verify=tls_context()) as http:
@@ -355,9 +353,8 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callabl
                     refuse: Callable[[KeptServer], str | None] | None = None,
                     folder: Path | None = None):
     """The server of ``spec`` for a --specgate-keep-servers session: a kept one of the same
-    fingerprint (reused), else a new one that will be kept. Stopped first: kept servers of this slot
-    with another fingerprint, those labelled in ``stop_others`` (they cannot share the GPUs with
-    this one), and a match ``refuse`` gives a reason not to reuse."""
+    fingerprint, else a new one to keep. Stopped first: this slot's others, ``stop_others``, and a
+    match ``refuse`` gives a reason not to reuse."""
     folder = folder or state_dir()
     digest, parts = fingerprint(spec, rig=rig.name, label=mode_label, model=rig.model,
                                 build=vllm_build(spec.argv[0]))

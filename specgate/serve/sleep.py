@@ -118,9 +118,8 @@ class _Sleeper:
 
 @dataclass
 class SleepController:
-    """The servers of one comparison taking turns on the same GPUs: which one is awake, the swaps
-    (each timed and checked), and their sleep levels. ``available_gib`` and ``gpu_free`` are
-    injectable for tests; ``gpu_free`` returning None skips the GPU check."""
+    """The servers of one comparison taking turns on the same GPUs: the awake one, the swaps and
+    their sleep levels (``available_gib``, ``gpu_free`` injectable; its None skips the check)."""
 
     rig: Any
     progress: Callable[[str], None] = lambda line: None
