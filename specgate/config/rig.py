@@ -684,8 +684,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
 
 def _selected_classes(rig: RigFile, classes: dict[str, PromptClass], path: Path,
                       prompts_path: Path) -> tuple[PromptClass, ...]:
-    """The rig's prompt classes (``classes``, else every class), [gates.classes] checked, and
-    every window able to decide (:func:`_check_window_pairs`)."""
+    """The rig's prompt classes (``classes``, else every class), [gates.classes] checked."""
     if rig.classes is not None:
         unknown = [c for c in rig.classes if c not in classes]
         if unknown:
@@ -726,8 +725,7 @@ def _check_modes(rig: RigFile, mode_names: list[str], classes: dict[str, PromptC
 
 def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Path,
                         prompts_path: Path) -> None:
-    """Refuse a rig whose windows can never decide: a window's first look must reach the
-    MIN_PAIRS pairs (prompt x repeat) a paired gate needs."""
+    """Refuse a rig whose windows' first look cannot reach the MIN_PAIRS pairs a gate needs."""
 
     short = [(c.name, len(c.prompts)) for c in classes if len(c.prompts) * repeats < MIN_PAIRS]
     if short:
