@@ -68,8 +68,7 @@ def speed_follow_up_reason(settings: WindowSettings, m: ClassMeasurement) -> Fol
     if backfire and reaches_into_margin(d, margin):
         return FollowUp("margin", result, margin)
     if backfire and d.get("strongest_pair"):
-        # more repeats of every prompt dilute the pair that stands out
-        return FollowUp("strongest pair", result)
+        return FollowUp("strongest pair", result)  # more repeats dilute the pair that stands out
     return None
 
 

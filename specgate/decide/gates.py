@@ -383,8 +383,7 @@ def _vllm_counts_everywhere(*windows: ClassMeasurement) -> bool:
 
 # streams may count this many more accepted tokens than vLLM per step, without vLLM's steps
 STREAM_EXCESS_PER_STEP = 0.02
-# with vLLM's step count: the share of steps a window's streams may lack (at least one)
-STREAM_MERGED_SHARE = 0.01
+STREAM_MERGED_SHARE = 0.01  # with vLLM's steps: the share the streams may lack
 
 
 def stream_count_mismatch(m: ClassMeasurement, counts: dict[str, tuple[int, int]]

@@ -19,8 +19,7 @@ from specgate.decide.paired import spread_quantile
 if TYPE_CHECKING:
     from specgate.store.baselines import BaselineEntry
 
-# a history's spread is used from this many starts (two degrees of freedom)
-MIN_STARTS = 3
+MIN_STARTS = 3  # a history's spread is used from this many starts (two degrees of freedom)
 STEP_ALPHA = 0.01  # a history with no step shows one at most this often (normal levels)
 
 

@@ -15,10 +15,8 @@ class Samples:
     measured: list[float]
     reference: list[float]
     paired: bool
-    # each pair's request key ("prompt-id#repeat"), None when unpaired
-    keys: list[str] | None = None
-    # the requests left out, {key: why} (None when none)
-    left_out: dict[str, Any] | None = None
+    keys: list[str] | None = None  # each pair's request key, None when unpaired
+    left_out: dict[str, Any] | None = None  # the requests left out, {key: why} (None when none)
 
     @property
     def prompts(self) -> list[str] | None:

@@ -29,8 +29,7 @@ EXACT_UP_TO = 60  # exact null distribution below this many pairs, normal approx
 # r < threshold * exp(-(1 + p / q) * upper_spread), q and p its two- and one-sided quantiles.
 POWER = 0.95
 
-# "slower" (fails) | "faster" | "equal" | "not slower" | "undecided"
-Verdict = str
+Verdict = str  # "slower" (fails) | "faster" | "equal" | "not slower" | "undecided"
 
 
 @dataclass(frozen=True)
@@ -56,14 +55,10 @@ class PairedRatio:
     equal_within: float | None  # x of "equal within ±x" when the interval lies in 1 ± margin
     detectable: float | None  # the gate catches a true ratio at or below this 95 % of the time
     method: str = METHOD
-    # the interval's two-sided quantile (z at its coverage, or t at its df)
-    quantile: float | None = None
-    # the quantile's Student's t degrees of freedom; None: normal (z)
-    quantile_dof: int | None = None
-    # what n counts: pairs of requests, or stored starts (a prediction interval)
-    unit: str = "pairs"
-    # the strata statistic's prompts and degrees of freedom (None: Hodges-Lehmann)
-    prompts: int | None = None
+    quantile: float | None = None  # two-sided (z at its coverage, or t)
+    quantile_dof: int | None = None  # None: normal (z)
+    unit: str = "pairs"  # pairs of requests, or stored starts
+    prompts: int | None = None  # the strata statistic's (None: Hodges-Lehmann)
     dof: int | None = None
 
     @property
@@ -159,8 +154,7 @@ def _normal_quantiles(coverage: float) -> tuple[float, float, None]:
 
 
 STRATA_METHOD = "prompts as strata: mean of per-prompt log ratios, t interval from the repeats"
-# fewer degrees of freedom (repeats beyond each prompt's first): Hodges-Lehmann instead
-MIN_STRATA_DOF = 3
+MIN_STRATA_DOF = 3  # fewer df (repeats): Hodges-Lehmann instead
 
 
 def _group_indices(strata: Sequence[str]) -> dict[str, list[int]]:

@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 
 GateTest = tuple[str, str, str, int]  # gate, mode, prompt class, concurrency
 AUTO_RED_BOUND = 0.05  # gating = auto keeps a red A/A at most this likely
-# the Hodges-Lehmann estimate's variance is the mean's / this on normal data
-HL_EFFICIENCY = 3 / math.pi
+HL_EFFICIENCY = 3 / math.pi  # HL's variance is the mean's / this (normal data)
 SIMULATED = 4000  # A/A sessions a two-look A/B is simulated over (seeded)
 _N = NormalDist()
 
@@ -50,8 +49,7 @@ class GateRisk:
     undecided: float
     how: str | dict[str, Any]  # a named case ("TTFT"), or the figures it was had from
     undecided_outcome: str = "undecided"  # the outcome policy key of the chance in ``undecided``
-    # False: only the interval's own FAIL level is counted (its undecided chance unknown)
-    modelled: bool = True
+    modelled: bool = True  # False: only the interval's own FAIL level counted
 
     def red(self, gating: str | None, policy: Mapping[str, str]) -> float:
         """The chance it turns the run red under ``gating`` (None: the outcome policy)."""
@@ -248,8 +246,7 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
     fixed = [t for t in tests if setting(t) != "auto"]
     counted_fixed = sum(1 for t in fixed if counts(t) and setting(t) != "report")
     free = [t for t in auto if not counts(t)]  # lossless, a declared backfire: not in the family
-    # those with something to compare on this machine
-    ranked = [t for t in auto
+    ranked = [t for t in auto  # those with something to compare on this machine
               if counts(t) and risk_at(t, confidence).undecided_outcome == "undecided"]
 
     def with_gates(k: int) -> Choice:

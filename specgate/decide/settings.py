@@ -167,8 +167,7 @@ class RunSettings:
 
     rig: Rig  # the rig file as the command line amends it (an A/B's sides, the arrangement)
     store: BaselineFile  # the stored figures the run compares with
-    # this host as a stored history names it (specgate.store.fingerprint.machine_id)
-    machine: str | None
+    machine: str | None  # this host's history name (fingerprint.machine_id)
     worker_gpus: str | None  # an xdist worker's GPUs for its servers; None elsewhere
     gpus: str | None  # the GPUs this process's servers use: the worker's, else CUDA_VISIBLE_DEVICES
     outcome_policy: Mapping[str,

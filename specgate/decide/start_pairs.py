@@ -42,8 +42,7 @@ class PairRatio:
     ci_high: float | None
     confidence: float
     n: int
-    # what the session's own verdict added for the start-pair spread (log units)
-    widened_log: float = 0.0
+    widened_log: float = 0.0  # the session's added start-pair spread (log units)
 
     @property
     def log_se(self) -> float | None:

@@ -43,8 +43,7 @@ class Comparison:
     n_measured: int
     n_reference: int
     method: str
-    # False when the evidence cannot tell a pass from a failure (``passed`` is then meaningless)
-    decided: bool = True
+    decided: bool = True  # False: the evidence cannot tell a pass from a failure
     # the facts its words rest on (specgate.report.verdicts)
     # "rate" (the overall rate), "pos2" (position 2's), "tokens per step" (per request)
     metric: str = ""

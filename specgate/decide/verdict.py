@@ -20,8 +20,7 @@ class GateResult:
     message: str  # the full statement, rendered by the report layer ("" until then)
     declared: str | None = None  # reason of a declared (accepted) backfire
     details: dict[str, Any] = field(default_factory=dict)
-    # "gate", "report" or None (the outcome policy alone), and why (resolve_gating)
-    gating: str | None = None
+    gating: str | None = None  # "gate", "report" or None, and why (resolve_gating)
     gating_reason: str | None = None
 
     @property

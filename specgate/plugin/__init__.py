@@ -109,8 +109,7 @@ def _selected_by_markexpr(markexpr: str, marks: set[str]) -> bool:
     if not markexpr:
         return True
     try:
-        # pytest's own -m grammar (it has no public API)
-        from _pytest.mark.expression import Expression
+        from _pytest.mark.expression import Expression  # pytest's own -m grammar (no public API)
 
         return Expression.compile(markexpr).evaluate(
             lambda name, **kwargs: name in marks and not kwargs)
@@ -144,8 +143,7 @@ def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
         raise pytest.UsageError(f"specgate: {exc} (checked before any server starts)") from None
 
 
-# refuse_bad_inputs stopped the run: nothing more is planned or loaded
-_REFUSED = pytest.StashKey[bool]()
+_REFUSED = pytest.StashKey[bool]()  # refuse_bad_inputs stopped the run
 
 
 class _Ordering:

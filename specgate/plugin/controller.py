@@ -77,8 +77,7 @@ def decide_deferred_gates(run_session: SpecgateSession) -> bool:
         window = run.window(mode, prompt_class, concurrency)
         for result in (gates.check_backfire(window, m, r), gates.check_lossless(window, m, r),
                        gates.check_ttft(window, m, r)):
-            # an undecided one is listed as undecided, never as passed
-            run_session.record(verdicts.worded(result))
+            run_session.record(verdicts.worded(result))  # undecided: never listed as passed
             failed |= pytest_action(result.outcome, run.outcome_policy,
                                     declared=result.declared is not None,
                                     gating=result.gating) == "failed"

@@ -97,8 +97,7 @@ def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str 
     try:
         run = run_session.settings
     except SpecgateError:
-        # a bad rig or baselines file is refused with its file and key (refuse_bad_inputs)
-        return {}, None
+        return {}, None  # refused with file and key (refuse_bad_inputs)
     canary = canary_reader(tries=50)()["cpu_canary_us"]
     return estimate_rates(run.store, run.rig, canary_us=canary)
 

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
     from specgate.config.rig import Rig
     from specgate.plugin.resolve import SessionOptions
 
-# `import vllm` takes seconds; a cold disk or a busy host can make it a minute
-VLLM_IMPORT_TIMEOUT_S = 180.0
+VLLM_IMPORT_TIMEOUT_S = 180.0  # `import vllm` takes seconds, up to a minute
 
 
 def check_baselines_path(options: SessionOptions) -> None:

@@ -30,8 +30,7 @@ def progress_writer(config: pytest.Config):
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             reporter.ensure_newline()
             if getattr(reporter, "_width_of_current_line", 0):
-                # a test's result letter after an earlier line of ours
-                reporter.write("\n")
+                reporter.write("\n")  # a test's result letter after an earlier line of ours
             reporter.write_line(text)
             reporter.flush()  # stdout to a file or CI log is block-buffered: show it now
     return emit

@@ -39,27 +39,22 @@ class SessionOptions:
     attach_url: str | None = None
     attach_mode: str | None = None
     api_key: str | None = None
-    # --specgate-record-responses: each started server's raw responses go here
-    record_dir: Path | None = None
+    record_dir: Path | None = None  # --specgate-record-responses: raw responses here
     gpus: tuple[str,
                 # --specgate-gpus: the GPUs specgate may hand out to xdist workers
                 ...] | None = None
     worker_id: str | None = None
     worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
-    # xdist's --dist as the controller sent it (workers see "no"); None elsewhere
-    dist: str | None = None
+    dist: str | None = None  # xdist's --dist from the controller (workers see "no")
     ab: AB | None = None  # from the --specgate-ab-* options (overrides the rig's [ab])
     # --specgate-session-budget in seconds (None: unbounded); ``started_at``: time.monotonic()
     time_budget_s: float | None = None
-    # --specgate-keep-servers: servers stay loaded after the session, and are reused
-    keep_servers: bool = False
+    keep_servers: bool = False  # --specgate-keep-servers: kept loaded and reused
     started_at: float = field(default_factory=time.monotonic)
     # --specgate-undecided: outcome key -> "skip" | "fail" (overrides the rig's [gates] undecided)
     undecided_policy: dict[str, str] | None = None
-    # --specgate-start-seed: which side of an A/B starts first, per mode (None: drawn)
-    start_seed: int | None = None
-    # --specgate-first-side: "reference" | "candidate" over the seed's pick
-    first_side: str | None = None
+    start_seed: int | None = None  # --specgate-start-seed (None: drawn)
+    first_side: str | None = None  # --specgate-first-side, over the seed's pick
     # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
     gating: dict[str, str] | None = None
     # --specgate-arrangement: the arrangement of the servers over the rig's own (None: the rig's)
