@@ -16,8 +16,7 @@ if TYPE_CHECKING:
     from specgate.config.rig import Rig
 
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's default --gpu-memory-utilization
-# Two servers' utilizations may add up to this on the same GPUs (CUDA contexts and NCCL buffers
-# live outside vLLM's budget).
+# Two servers' utilizations may add up to this on the same GPUs (CUDA contexts live outside).
 TWO_FIT_UTILIZATION = 0.95
 # Speculative methods that load no weights of their own: such a server can sleep at sleep level 2.
 WEIGHTLESS_METHODS = ("ngram", "ngram_gpu", "suffix")

@@ -30,7 +30,7 @@ OLD_NO_SPEC = "baseline"
 
 
 class _Strict(BaseModel):
-    # A file's values are validated with no coercion (see _validate); objects built in code stay lax.
+    # A file's values are validated with no coercion (_validate); objects built in code stay lax.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -120,14 +120,11 @@ class Protocol(_Strict):
     prefix_caching: bool = False
     request_timeout_s: float = Field(default=900.0, gt=0)
     read_timeout_s: float = Field(default=120.0, gt=0)
-    # Duets only: seconds to wait before a turn on the other server (vLLM's engine processes spin
-    # for 1 s after their last message, taking CPU from the other server).
+    # Duets only: seconds to wait before a turn on the other server (vLLM's engines spin for 1 s).
     settle_s: float = Field(default=0.0, ge=0, le=30)
-    # Duets only: rounds added to a window whose first look leaves a paired gate undecided (then
-    # repeated intervals over both looks: specgate.decide.paired.repeated_coverage). 0: one look.
+    # Duets only: rounds added where a first look leaves a paired gate undecided. 0: one look.
     follow_up_repeats: int = Field(default=0, ge=0, le=20)
-    # Duets only: a backfire window's follow-up rounds instead (None: follow_up_repeats); it also
-    # follows up a "faster" first look at break-even (gates.follow_up_reason).
+    # Duets only: a backfire window's follow-up rounds instead (None: follow_up_repeats).
     backfire_follow_up_repeats: int | None = Field(default=None, ge=0, le=40)
     # Alternations only: request keys per turn; None: specgate.measure.duet.alternation_block.
     alternation_block: int | None = Field(default=None, ge=1)
@@ -206,18 +203,15 @@ class Gates(_Strict):
     level_tolerance: float | None = Field(default=None, ge=0, lt=1)
     # The A/B throughput gate fails below 1 - this; None: throughput_tolerance.
     ab_tolerance: float | None = Field(default=None, ge=0, lt=1)
-    # Relative SD between two fresh servers of one build by start order: the A/B interval is
-    # widened by q x ln(1 + this). 0: not folded in, and the verdict says so.
+    # Relative SD between two fresh servers of one build by start order, widening the A/B interval.
     start_pair_spread: float = Field(default=0.0, ge=0, lt=1)
     # Start pairs that spread was measured over (q: Student's t); None: taken as known (z).
     start_pair_spread_pairs: int | None = Field(default=None, ge=2)
     # A ratio whose whole interval lies within 1 ± this is reported "equal within ±x %".
     equivalence_margin: float = Field(default=0.05, gt=0, lt=1)
-    # A window whose client and vLLM decode rates differ by more was timed wrongly (its speed gates
-    # are undecided). None: not checked.
+    # A window whose client and vLLM decode rates differ by more is undecided. None: not checked.
     client_server_tolerance: float | None = Field(default=0.05, gt=0, lt=1)
-    # A stored figure from another session is compared only when this window's CPU canary is
-    # within this fraction of the stored windows' (else undecided). None: not checked.
+    # Stored figures from another session compared within this CPU-canary spread. None: always.
     host_pace_tolerance: float | None = Field(default=0.25, gt=0, lt=10)
     classes: dict[str, ClassGate] = {}
     # Gates this rig leaves out, each with the reason the run's one line about them gives.
@@ -367,8 +361,7 @@ class RigFile(_Strict):
     arrangement: Literal["auto", "duet", "alternation", "sequential"] | None = None
     # The older spelling of ``arrangement`` ("alternate" for "alternation").
     design: Literal["auto", "duet", "alternate", "sequential"] | None = None
-    # Alternations: 1 keeps a sleeping server's weights in host memory, 2 reloads them; unset: 1
-    # when the host's available memory holds them.
+    # Alternations: the sleep level (1 keeps weights in host memory); unset: 1 where they fit.
     sleep_level: Literal[1, 2] | None = None
     # Alternations: GiB one sleeping server's weights take; unset: from its log or model folder.
     sleep_host_memory_gib: float | None = Field(default=None, gt=0)
@@ -433,7 +426,6 @@ class Rig(_Strict):
     @property
     def arrangement(self):
         """How a comparison's servers share the machine, and why (specgate.config.arrangement)."""
-
         return arrangement_of(self)
 
     def mode(self, name: str) -> Mode:
@@ -625,7 +617,6 @@ def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode],
 def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) -> Rig:
     """Load a rig resolved against ``fixtures_dir``'s mode library and prompt file: ``name`` is a
     rig of ``fixtures/rigs/`` or a path to a rig file (named by the file's stem)."""
-
     rigs_dir = fixtures_dir / "rigs"
     path = rig_file(name, fixtures_dir)
     if is_rig_path(name):
@@ -726,7 +717,6 @@ def _check_modes(rig: RigFile, mode_names: list[str], classes: dict[str, PromptC
 def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Path,
                         prompts_path: Path) -> None:
     """Refuse a rig whose windows' first look cannot reach the MIN_PAIRS pairs a gate needs."""
-
     short = [(c.name, len(c.prompts)) for c in classes if len(c.prompts) * repeats < MIN_PAIRS]
     if short:
         listed = ", ".join(f"{name} ({n} prompt(s) x {repeats} = {n * repeats} pairs)"
