@@ -109,11 +109,9 @@ class RequestRecord:
     completion_tokens: int  # from the final usage chunk, never from counting chunks
     text: str
     finish_reason: str | None
-    # vLLM's own acceptance of this request (the usage chunk's metrics.speculative_decoding, with
-    # --per-request-spec-decode-metrics; specgate.measure.per_request). None where not offered.
+    # vLLM's own acceptance of this request (--per-request-spec-decode-metrics), or None.
     spec_decode: dict[str, Any] | None = None
-    # Chunks that carried no text (not the chat API's role announcement): engine steps all the
-    # same (specgate.measure.per_request.stream_acceptance).
+    # Chunks that carried no text (not the chat API's role announcement): engine steps all the same.
     empty_chunks: int = 0
 
     @property
@@ -125,8 +123,7 @@ class RequestRecord:
 
     @property
     def _decode_span_s(self) -> float | None:
-        # The first token comes from prefill: decode speed counts the tokens after it over the
-        # time after it (vllm bench serve's TPOT).
+        # The first token comes from prefill: decode speed counts the tokens and time after it.
         if self.completion_tokens < 2 or self.first_token_at is None or self.last_token_at is None:
             return None
         span = self.last_token_at - self.first_token_at
@@ -230,8 +227,7 @@ class _StreamState:
     saw_done: bool = False
 
 
-# What a transport error means, by aiohttp's error (the cause httpx-aiohttp keeps; asked first,
-# since httpx's mapping of it is coarse) or else by httpx's.
+# What a transport error means, by aiohttp's error (the cause kept) first, else by httpx's.
 _Kinds = tuple[type[BaseException], ...]
 _TRANSPORT_ERRORS: tuple[tuple[_Kinds, _Kinds, str], ...] = (
     ((aiohttp.ConnectionTimeoutError,), (httpx.ConnectTimeout,), "connect timeout to {url}"),
@@ -276,8 +272,7 @@ class StreamingClient:
             transport=transport, verify=tls_context(),
             timeout=httpx.Timeout(connect=connect_timeout, read=read_timeout,
                                   write=write_timeout, pool=connect_timeout))
-        # Streams get no transport read timeout: the _StallWatchdog enforces read_timeout for any
-        # transport, and the transport then arms no timer per socket read.
+        # No transport read timeout for streams: the _StallWatchdog enforces read_timeout.
         self._stream_timeout = httpx.Timeout(connect=connect_timeout, read=None,
                                              write=write_timeout, pool=connect_timeout)
 
@@ -460,8 +455,7 @@ class StreamingClient:
 
 
 def _aiohttp_session() -> aiohttp.ClientSession:
-    # limit=0: run_requests bounds concurrency itself; a lower pool limit would queue requests
-    # inside the client and charge the wait to TTFT.
+    # limit=0: run_requests bounds concurrency; a pool limit would charge queueing to TTFT.
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
 

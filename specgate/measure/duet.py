@@ -18,8 +18,7 @@ from specgate.config.defaults import EXPECTED_SWAP_S  # noqa: F401 (re-exported)
 T = TypeVar("T")
 
 SIDES = ("subject", "partner")
-# The share of an alternation window that swaps may take when the block is computed (a class of
-# few prompts can take more: a turn holds at most one pass over them).
+# The share of an alternation window that swaps may take when the block is computed.
 MAX_SWAP_SHARE = 0.10
 
 

@@ -17,8 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specgate.errors import MetricsError
 
-# Counter names as vLLM v1 registers them, without `_total`: the parser strips it from a typed
-# counter's family name but not from the sample name, so both are matched (_counter_names).
+# Counter names as vLLM registers them, without `_total` (matched with and without it).
 SPEC_NUM_DRAFTS = "vllm:spec_decode_num_drafts"
 SPEC_NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 SPEC_NUM_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
@@ -29,8 +28,7 @@ PROMPT_TOKENS = "vllm:prompt_tokens"
 SPEC_CORE_COUNTERS = (SPEC_NUM_DRAFTS, SPEC_NUM_DRAFT_TOKENS, SPEC_NUM_ACCEPTED_TOKENS)
 COUNTERS = (*SPEC_CORE_COUNTERS, SPEC_ACCEPTED_PER_POSITION, GENERATION_TOKENS, PROMPT_TOKENS)
 
-# Latency histograms whose totals are kept; their names changed between vLLM releases, so
-# whichever a server exposes is kept.
+# Latency histograms whose totals are kept (their names changed between vLLM releases).
 REQUEST_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
 TIME_PER_OUTPUT_TOKEN = "vllm:time_per_output_token_seconds"
 INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
@@ -38,9 +36,7 @@ HISTOGRAMS = (TIME_PER_OUTPUT_TOKEN, INTER_TOKEN_LATENCY, REQUEST_TIME_PER_OUTPU
               "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
               "vllm:request_decode_time_seconds", "vllm:request_generation_tokens")
 
-# Preference for the server-side decode rate: the per-request mean counts every token; the
-# per-iteration histograms observe one value per engine step, which with speculation can emit
-# several tokens.
+# Preference for the decode rate: the per-request mean counts every token, a step histogram not.
 DECODE_RATE_SOURCES = (REQUEST_TIME_PER_OUTPUT_TOKEN, TIME_PER_OUTPUT_TOKEN, INTER_TOKEN_LATENCY)
 
 POSITION_LABEL = "position"

@@ -67,8 +67,7 @@ class ClassMeasurement:
     server_metric_source: str | None
     wall_s: float
     extra: dict[str, Any] = field(default_factory=dict)
-    # "solo", "duet" (alternated with ``partner``, whose own ``partner`` is None) or
-    # "alternation" (a duet taking turns on the same GPUs: extra["alternation"]).
+    # "solo", "duet" (alternated with ``partner``) or "alternation" (extra["alternation"]).
     arrangement: str = "solo"
     # "subject" (the mode under test) or "partner"; ``ab_side``: "candidate" or "reference".
     role: str = "subject"
@@ -76,14 +75,12 @@ class ClassMeasurement:
     partner: ClassMeasurement | None = None
     # Duet: per group (the ABBA order's two steps): {"group", "first", "started_s"}.
     groups: list[dict[str, Any]] = field(default_factory=list)
-    # A window that may get follow-up rounds is looked at twice: the share of its final pairs the
-    # first look sees (specgate.decide.paired.repeated_coverage); None: one look. ``follow_up``:
-    # why it got them; ``follow_up_skipped``: why it did not (the session's time budget).
+    # A window that may get follow-up rounds: the share of its pairs the first look sees (None: one
+    # look), why it got them, or why not (the session's time budget).
     first_look_share: float | None = None
     follow_up: str | None = None
     follow_up_skipped: str | None = None
-    # vLLM's decode steps for the window's requests (specgate.measure.metrics.server_decode_steps),
-    # checked against the streams' (specgate.decide.gates.stream_count_mismatch); None: not exported
+    # vLLM's decode steps for the window's requests (server_decode_steps); None: not exported
     server_decode_steps: float | None = None
 
     @property
@@ -149,8 +146,7 @@ class ClassMeasurement:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClassMeasurement:
-        # Older reports: "design" for "arrangement", "pairs" for "groups", and "side"
-        # ("reference" for an A/B's reference side, nothing for its candidate).
+        # Older reports: "design" for "arrangement", "pairs" for "groups", and "side".
         side = data.get("side")
         return cls(
             rig=data["rig"], mode=data["mode"], prompt_class=data["prompt_class"],
@@ -235,8 +231,7 @@ class WindowProgress:
                       + (f", last {who}{tps:.1f} tok/s" if tps else ""))
 
 
-# Runs ``round_fn`` ``rounds`` times: a plain loop, or (from the plugin) pytest-benchmark's
-# pedantic runner so every round is also a benchmark round.
+# Runs ``round_fn`` ``rounds`` times: a plain loop, or pytest-benchmark's pedantic runner.
 RoundRunner = Callable[[Callable[[], None], int], None]
 
 

@@ -276,8 +276,7 @@ class Telemetry:
         if procs is not None:
             readers.append(procs)
         if tier == "gpu":
-            # NVML and nvidia-smi index GPUs in PCI order, CUDA's may differ; an entry NVML cannot
-            # resolve leaves indices None: every GPU is read.
+            # NVML indexes GPUs in PCI order; an entry it cannot resolve: every GPU is read.
             indices = nvml_indices([g.strip() for g in gpus.split(",")] if gpus else [])
             gpu = nvml_reader(indices) or smi_reader(
                 indices, interval_ms=max(int(interval_s * 1000), 100))
