@@ -117,7 +117,7 @@ def nvml_readings() -> list[GpuReading]:
 def _selects(entry: str, reading: GpuReading) -> bool:
     if entry.isdigit():
         return reading.index == int(entry) and not reading.uuid.startswith("MIG-")
-    return bool(reading.uuid) and reading.uuid.startswith(entry)  # CUDA takes any unique UUID prefix
+    return bool(reading.uuid) and reading.uuid.startswith(entry)  # any unique UUID prefix
 
 
 def nvml_indices(entries: list[str],

@@ -58,12 +58,11 @@ class Sleeper:
 class LevelChoice:
     levels: dict[str, int]  # label -> sleep level
     need_all_gib: float | None  # sleep level 1 for the most loaded at once; None: a size unknown
-    need_chosen_gib: float  # sleep level 1 for those of them that got it
     available_gib: float
     refused: tuple[str, ...] = ()  # labels that need sleep level 1 and cannot have it
     forced: int | None = None
     loaded: tuple[str, ...] = ()  # the servers loaded at once at the peak (all: empty)
-    need_refused_gib: float = 0.0  # sleep level 1 for the servers that need it, those loaded at once
+    need_refused_gib: float = 0.0  # sleep level 1 for those that need it, at once
 
     @property
     def short_gib(self) -> float:
@@ -144,10 +143,9 @@ def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: 
     refused = () if forced is not None else tuple(s.label for s in sleepers
                                                   if s.needs_sleep_level_1 and levels[s.label] == 2)
     needs_one = {s.label for s in sleepers if s.needs_sleep_level_1}
-    chosen_gib = max((need(label for label in g if levels[label] == 1) for g in groups), default=0.0)
     refused_gib = max((need(label for label in g if label in needs_one) for g in groups),
                       default=0.0)
-    return LevelChoice(levels, need_all, chosen_gib, available_gib, refused, forced,
+    return LevelChoice(levels, need_all, available_gib, refused, forced,
                        loaded=tuple(peak) if set(peak) != set(weights) else (),
                        need_refused_gib=refused_gib)
 

@@ -65,7 +65,7 @@ def _convert(gguf: Path, out: Path) -> None:
                                                   dtype=torch.bfloat16)
     config = loaded.config
     if hasattr(config, "quantization_config"):
-        del config.quantization_config  # weights are dequantized now; a GGUF-tagged model won't save
+        del config.quantization_config  # a GGUF-tagged model won't save
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.load_state_dict(loaded.state_dict())
     model.save_pretrained(out)

@@ -38,8 +38,7 @@ from specgate.serve.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, read_l
 from specgate.serve.sleep import with_sleep_mode
 
 STATE_ENV = "SPECGATE_STATE_DIR"
-# Inherited variables that change what a server does, and the GPUs (plus those installed plugins
-# declare: specgate.serve.extensions).
+# Inherited variables that change what a server does, and the GPUs (and plugins' prefixes).
 _INHERITED = re.compile(
     r"^(VLLM_|HF_|PYTHONPATH$|OMP_NUM_THREADS$|MKL_NUM_THREADS$|CUDA_VISIBLE_DEVICES$)")
 STOP_GRACE_S = 30.0
@@ -109,7 +108,6 @@ def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: st
                 plugin_env: tuple[str, ...] | None = None) -> tuple[str, dict[str, Any]]:
     """The hash that decides reuse, and what went into it (``plugin_env``: the prefixes plugins
     read). No secret goes in: another API key is told apart by the server's answer to it."""
-
     environ = os.environ if environ is None else environ
     prefixes = server_env_prefixes() if plugin_env is None else plugin_env
     inherited = {k: v for k, v in environ.items() if _INHERITED.match(k) or k.startswith(prefixes)}
@@ -138,8 +136,7 @@ class KeptServer:
     started: str = ""
     ready_after_s: float | None = None
     parts: dict[str, Any] = field(default_factory=dict)
-    # An alternation's server asleep: the sleep level it sleeps at, so the next session can wake it
-    # (sleep level 1 kept its weights in host memory); None while awake.
+    # An alternation's server asleep: the sleep level it sleeps at (None while awake).
     sleep_level: int | None = None
 
     @property

@@ -87,7 +87,6 @@ def choose_level(need_gib: float | None, available_gib: float, *,
 def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:
     """(GPU, free memory / total) for the visible GPUs (``gpus``: CUDA_VISIBLE_DEVICES style;
     None: every GPU), from NVML; None when NVML is not there."""
-
     try:
         with nvml() as pynvml:
             wanted = [g.strip() for g in gpus.split(",")] if gpus else None
@@ -126,8 +125,7 @@ class SleepController:
     gpus: str | None = None
     available_gib: Callable[[], float] = host_available_gib
     gpu_free: Callable[[str | None], Sequence[tuple[str, float]] | None] = nvml_free_fractions
-    # Names of the kept servers asleep at sleep level 1 but for these pids (for the sleep level 2
-    # message); the plugin passes the registry's.
+    # Names of the kept servers asleep at sleep level 1 but for these pids (the registry's).
     kept_asleep: Callable[[set[int]], list[str]] = lambda pids: []
     sleepers: list[_Sleeper] = field(default_factory=list)
     swaps: list[dict[str, Any]] = field(default_factory=list)
