@@ -52,8 +52,7 @@ class Fingerprint(_Model):
     speculative_config: dict[str, Any] | None = None
     # Servers measuring at once on this host (xdist workers): they slow each other.
     concurrent_servers: int = Field(default=1, ge=1)
-    # What the window measured and how (None: not recorded). prompts: class -> digest; a per-mode
-    # fingerprint holds every class of the rig, a stored entry only its own (see for_window).
+    # What the window measured and how (None: not recorded); prompts: class -> digest.
     prompts: dict[str, PromptDigest] | None = None
     protocol: dict[str, Any] | None = None  # api, max_tokens, ignore_eos, temperature, warm-up, ...
     server_args: list[str] | None = None  # the rig's and the mode's extra `vllm serve` arguments
@@ -238,8 +237,7 @@ class StoredStart(_Model):
     build: Build = Build()
     suite_commit: str | None = None  # specgate's own commit
     date: str | None = None
-    # its sitting: one uninterrupted series of starts (specgate.store.fingerprint.sitting_id);
-    # None: not recorded, all such starts taken as one sitting
+    # its sitting (specgate.store.fingerprint.sitting_id); None: not recorded
     sitting: str | None = None
 
 
@@ -256,8 +254,7 @@ class BaselineEntry(_Model):
     source: str | None = None  # where the figures came from when not measured by specgate
     # A duet window's paired ratio against the live reference and its interval.
     ratio_to_reference: RatioEntry | None = None
-    # The stored starts, oldest first (the last LEVEL_HISTORY); the level gate allows for their
-    # spread (specgate.decide.history).
+    # The stored starts, oldest first (the last LEVEL_HISTORY).
     starts: list[StoredStart] = Field(default=[], max_length=LEVEL_HISTORY)
     # Why this history no longer gates (a later update started a new one on its machine), or None.
     superseded: str | None = None

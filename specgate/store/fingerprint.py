@@ -156,9 +156,8 @@ def server_vllm_version(base_url: str, api_key: str | None = None) -> str | None
 # Protocol keys that change what a window measures (timeouts and the seed at temperature 0 do not).
 PROTOCOL_KEYS = ("api", "max_tokens", "ignore_eos", "temperature", "warmup_requests", "repeats",
                  "concurrency", "prefix_caching")
-# What a fingerprint records of the inherited environment: an allowlist of the variables that change
-# how fast vLLM runs (vllm/envs.py) and the libraries' thread counts; anything else (paths, proxies,
-# tokens) stays out. Whole families first: feature switches, the CPU backend, ROCm and FlashInfer.
+# What a fingerprint records of the inherited environment: the variables that change how fast vLLM
+# runs (vllm/envs.py) and thread counts; anything else stays out. Whole families first.
 SPEED_PREFIXES = ("VLLM_USE_", "VLLM_CPU_", "VLLM_ROCM_", "VLLM_FLASHINFER_", "VLLM_ZENTORCH_")
 SPEED_VARIABLES = frozenset({
     # the engine, its processes and the kernels it picks

@@ -18,7 +18,7 @@ OUTCOMES = ("pass", "fail", "declared backfire", "undecided", "not stored", "oth
 
 
 class _Read(BaseModel):
-    # strict: "1" is not a concurrency nor true a count; finite where a figure is rendered or divided
+    # strict: "1" is not a concurrency nor true a count; finite where a figure is rendered
     model_config = ConfigDict(extra="allow", strict=True)
 
 

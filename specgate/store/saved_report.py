@@ -47,7 +47,7 @@ def read_saved_report(path: Path | str) -> dict[str, Any]:
     if lacks:
         raise SpecgateError(f"{path}: a specgate report without {', '.join(lacks)}: nothing to "
                             "render it from")
-    from specgate.store.readable_report import check_readable  # pydantic: not loaded with the plugin
+    from specgate.store.readable_report import check_readable  # pydantic: not with the plugin
 
     check_readable(data, path)
     redact(data)  # an older specgate recorded inherited secrets: none reaches a rendering
