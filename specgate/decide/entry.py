@@ -50,9 +50,8 @@ def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint,
                                ci_high=r.ci_high, n=r.n)
     window = fingerprint.for_window(m.prompt_class, m.concurrency)
     start = StoredStart(level=summary.median, ratio=ratio.ratio if ratio else None,
-                        canary_us=host_canary_us(m),
-                        machine=window.machine, build=Build.of(window), suite_commit=window.commit,
-                        date=window.date, sitting=window.sitting)
+                        canary_us=host_canary_us(m), machine=window.machine, build=Build.of(window),
+                        suite_commit=window.commit, date=window.date, sitting=window.sitting)
     earlier = []
     if previous is not None:  # a ratio history is one reference mode's
         before = previous.ratio_to_reference

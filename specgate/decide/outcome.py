@@ -168,9 +168,8 @@ class Family:
 
     def to_dict(self) -> dict[str, Any]:
         return {"gating_decisions": self.gating, "confidence": self.confidence,
-                "per_gate_one_sided": self.per_gate,
-                "bound": self.bound, "family_false_alarm": self.controlled,
-                "undecided_red": self.undecided_red}
+                "per_gate_one_sided": self.per_gate, "bound": self.bound,
+                "family_false_alarm": self.controlled, "undecided_red": self.undecided_red}
 
 
 # under gating = "auto" the session's false FAIL is held at this unless the rig sets one

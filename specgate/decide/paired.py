@@ -189,9 +189,8 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
     quantile = float(student_t.ppf(0.5 + confidence / 2, dof))
     half = quantile * standard_error
     decided = _decide(estimate, estimate - half - extra_log_spread,
-                      estimate + half + extra_log_spread,
-                      n=int(d.size), coverage=confidence, line=Line(threshold, equivalence_margin),
-                      method=STRATA_METHOD,
+                      estimate + half + extra_log_spread, n=int(d.size), coverage=confidence,
+                      line=Line(threshold, equivalence_margin), method=STRATA_METHOD,
                       quantiles=(quantile, float(student_t.ppf(POWER, dof)), dof))
     return replace(decided, prompts=len(groups), dof=dof)
 

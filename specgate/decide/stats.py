@@ -208,9 +208,8 @@ def compare_acceptance(
         (x1, n1), (x2, n2) = measured.counts, reference.counts
         ratio, ci_low, ci_high = proportion_ratio_interval(x1, n1, x2, n2, confidence)
         return Comparison(**{**common, "ratio": ratio, "n_reference": round(n2)},
-                          passed=ci_low >= threshold,
-                          ci_low=ci_low, ci_high=ci_high, n_measured=round(n1),
-                          method=METHOD_TWO_SAMPLE,
+                          passed=ci_low >= threshold, ci_low=ci_low, ci_high=ci_high,
+                          n_measured=round(n1), method=METHOD_TWO_SAMPLE,
                           decided=ci_low >= threshold or ci_high < threshold,
                           reference_counts=reference.counts)
     ci_low, ci_high = wilson_interval(successes, trials, confidence)
@@ -226,10 +225,9 @@ METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired 
 
 
 def paired_acceptance(measured: Sequence[tuple[float, float]],
-                      reference: Sequence[tuple[float, float]], *,
-                      tolerance: float, subject: str, confidence: float = 0.95,
-                      reference_label: str = "reference side", gate: str = "acceptance",
-                      unit: str = "requests") -> Comparison:
+                      reference: Sequence[tuple[float, float]], *, tolerance: float, subject: str,
+                      confidence: float = 0.95, reference_label: str = "reference side",
+                      gate: str = "acceptance", unit: str = "requests") -> Comparison:
     """Accepted tokens per decode step, candidate over reference, on the same clusters (requests, or
     prompts: ``unit``): the ratio of ratios of sums with a cluster-robust (delta method) t interval,
     since a request's drafts are no independent trials. FAIL when the whole interval lies below 1 -
@@ -252,9 +250,8 @@ def paired_acceptance(measured: Sequence[tuple[float, float]],
     n = len(m)
     a_c, s_c, a_r, s_r = m[:, 0].sum(), m[:, 1].sum(), r[:, 0].sum(), r[:, 1].sum()
     common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n,
-              "trials": unit, "dof": n - 1,
-              "method": METHOD_PAIRED_REQUESTS, "metric": "tokens per step",
-              "reference_label": reference_label,
+              "trials": unit, "dof": n - 1, "method": METHOD_PAIRED_REQUESTS,
+              "metric": "tokens per step", "reference_label": reference_label,
               "tolerance": tolerance, "confidence": confidence, "counts": (float(a_c), float(s_c)),
               "reference_counts": (float(a_r), float(s_r))}
     rate_c, rate_r = (a_c / s_c if s_c > 0 else 0.0), (a_r / s_r if s_r > 0 else 0.0)
