@@ -58,11 +58,11 @@ def history_text(store: BaselineFile, rig: Rig) -> str:
             head = (f"{mode} / {prompt_class} / concurrency {concurrency}: {entry.describe()}; "
                     f"{_status(entry)}")
             rows = [[i + 1, s.date or "-", s.sitting or "-", f"{s.level:.2f}",
-                     f"{s.ratio:.3f}" if s.ratio else "-",
-                     s.suite_commit or "-"] for i, s in enumerate(entry.starts)]
+                     f"{s.ratio:.3f}" if s.ratio else "-", s.suite_commit or "-"]
+                    for i, s in enumerate(entry.starts)]
             lines = [head, tabulate(rows, headers=["start", "date", "sitting", "tok/s",
-                                                   "ratio to no_spec",
-                                                   "suite commit"], tablefmt="simple")]
+                                                   "ratio to no_spec", "suite commit"],
+                                    tablefmt="simple")]
             if history.usable:
                 half = math.expm1(history.half_width(confidence))
                 said = describe_history(history, threshold, confidence)
@@ -136,8 +136,8 @@ def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> 
     for mode, classes in sorted(store.rigs.get(rig.name, {}).items()):
         for prompt_class, levels in sorted(classes.items()):
             for concurrency in sorted(levels):
-                threshold = 1 - window_settings(rig, mode, prompt_class,
-                                                int(concurrency)).level_tolerance
+                settings = window_settings(rig, mode, prompt_class, int(concurrency))
+                threshold = 1 - settings.level_tolerance
                 for entry in histories(store, rig.name, mode, prompt_class, int(concurrency)):
                     if machine is not None and entry.machine != machine:
                         continue

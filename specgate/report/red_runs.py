@@ -26,8 +26,7 @@ def how_text(how: str | dict[str, Any]) -> str:
             return f"{how['starts']} {how['what']}, no spread between them"
         return (f"{how['starts']} {how['what']} at a spread of {how['spread'] * 100:.2f} %: "
                 f"prediction interval ±{math.expm1(how['half']) * 100:.2f} % "
-                f"(t, {how['dof']} df = "
-                f"{how['q']:.2f})")
+                f"(t, {how['dof']} df = {how['q']:.2f})")
     if kind == "start noise":
         return f"{how['starts']} stored start(s): start noise {how['noise'] * 100:g} %"
     if kind == "stored ratio":

@@ -46,10 +46,9 @@ class RequestRecord(_Open):
     decode_tokens_per_s: float | None = Field(
         default=None, description="the rate every speed gate compares")
     e2e_tokens_per_s: float | None = None
-    spec_decode: dict[str, Any] | None = Field(default=None, description="vLLM's own acceptance "
-                                               "of this request "
-                                               "(--per-request-spec-decode-metrics); absent "
-                                               "without it")
+    spec_decode: dict[str, Any] | None = Field(
+        default=None, description="vLLM's own acceptance of this request "
+        "(--per-request-spec-decode-metrics); absent without it")
     empty_chunks: int = Field(default=0, description="chunks that carried no text (each an engine "
                               "step all the same); absent in reports before 2026-12-06")
 

@@ -299,8 +299,7 @@ def environment_table(report: dict[str, Any], fmt: str = "simple") -> str:
                      ", ".join(f"{x:.0f}" for x in power) or "-",
                      ", ".join(w.get("throttle_reasons", [])) or "-"])
     return _table(rows, ["mode", "class", "conc.", "canary us", "CPU busy %", "steal %",
-                         "engine CPU-s/s",
-                         "SM MHz", "power W", "throttle"], fmt,
+                         "engine CPU-s/s", "SM MHz", "power W", "throttle"], fmt,
                   "environment per window (telemetry): CPU canary us, fastest (median): a fixed "
                   "piece of Python work, slower when the host is (the fastest is the host's pace "
                   "the stored figures' check compares); CPU busy % (median) and stolen % (most); "

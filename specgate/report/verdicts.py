@@ -121,9 +121,8 @@ def grouped_lines(tagged: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
     groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for tag, entry in tagged:
         words = _kind_words(entry, 0)
-        groups.setdefault((tag, str(entry.get("gate")), words) if words
-                          else (tag, "", str(id(entry))), []).append(
-            entry)
+        key = (tag, str(entry.get("gate")), words) if words else (tag, "", str(id(entry)))
+        groups.setdefault(key, []).append(entry)
     lines = []
     for (tag, gate, words), entries in groups.items():
         if not gate or len(entries) < 3:
@@ -157,16 +156,14 @@ def pytest_text(entry: Mapping[str, Any], outcome: Outcome, policy: Mapping[str,
 
 
 def family_text(fam: Family) -> str:
-    """The session's false-alarm bound over the gates that can fail it
-    (specgate.decide.outcome.Family)."""
+    """The session's false-alarm bound over the gates that can fail it (decide.outcome.Family)."""
     if not fam.gating:
         return "FALSE ALARMS: no gate of this run can fail it"
+    controlled = (f"; [gates] family_false_alarm = {fam.controlled:g})"
+                  if fam.controlled is not None else ", not controlled)")
     text = (f"FALSE ALARMS: {fam.gating} gate(s) can fail this run, each falsely at most "
             f"{fam.per_gate * 100:.3g} % (one-sided, confidence {fam.confidence * 100:.4g} %); in "
-            f"the session at most {fam.bound * 100:.3g} % "
-            "(Bonferroni" + (f"; [gates] family_false_alarm = {fam.controlled:g})"
-                                                     if fam.controlled is not None
-                                                     else ", not controlled)"))
+            f"the session at most {fam.bound * 100:.3g} % (Bonferroni" + controlled)
     if fam.undecided_red:
         text += (". A gate that gates the run and stays undecided after its follow-up rounds "
                  "turns it red as well, at the rig's rate (docs/statistics.md)")
@@ -322,13 +319,13 @@ def _stored_text(c: Mapping[str, Any]) -> str:
     if how == "sequential":
         if "histories" in c:
             (a, sa), (b, sb) = c["histories"]
+            added = math.expm1(c['added']) * 100
             return ("windows one after the other; the two starts' offsets from this machine's "
                     f"stored histories ({a} and {b} starts, spread {sa * 100:.2f} % and "
-                    f"{sb * 100:.2f} %, t({c['dof']})) added: ±{math.expm1(c['added']) * 100:.2f} "
-                    "%")
+                    f"{sb * 100:.2f} %, t({c['dof']})) added: ±{added:.2f} %")
         noise = c.get("start_noise")
-        return "windows one after the other" + (f"; start noise {noise * 100:g} % added" if noise
-                                                else "; start noise not known")
+        return "windows one after the other" + (
+            f"; start noise {noise * 100:g} % added" if noise else "; start noise not known")
     if how == "stored samples":
         noise = c.get("start_noise")
         return (f"level vs stored samples ({c['starts']} stored start(s); a history is used from "
@@ -393,12 +390,11 @@ def left_out_text(left: Mapping[str, Any] | None) -> str:
     if not left:
         return ""
     parts = []
-    untimed = {**{f"{k} ({left['reference_label']})": why for k,
-                  why in left["reference_untimed"].items()},
-               **left["untimed"]}
+    untimed = {**{f"{k} ({left['reference_label']})": why
+                  for k, why in left["reference_untimed"].items()}, **left["untimed"]}
     if untimed:
-        parts.append("without a decode rate: " + ", ".join(f"{k} ({why})" for k,
-                                                           why in untimed.items()))
+        parts.append("without a decode rate: "
+                     + ", ".join(f"{k} ({why})" for k, why in untimed.items()))
     if left.get("one_sided"):
         parts.append(f"paired on {left['paired']} requests, left out (timed on one side only): "
                      + ", ".join(left["one_sided"]))
