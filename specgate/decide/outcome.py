@@ -1,20 +1,13 @@
 """What a gate's verdict is, and the one place it becomes a pytest outcome.
 
-Every gate ends in one :class:`Outcome`. Four decide nothing about the build (UNDECIDED, NOT_STORED,
-OTHER_MACHINE, NOT_RUN); what each does to the run is a policy (specgate.config.rig.OutcomePolicy:
-``skip`` or ``fail``; ``[gates] undecided`` or ``--specgate-undecided``). :func:`pytest_action` is
-the only mapping from an outcome and a policy to what pytest reports, single-process and on the
-xdist controller alike.
-
-**Gating** (``[gates] gating``, ``--specgate-gating``), per gate: ``gate`` (a FAIL or an UNDECIDED
-fails the run), ``report`` (reported, never fails it) or ``auto`` (``gate`` for the selected gates
-that keep the session's chance of a red A/A at most 5 %, specgate.decide.red_runs.choose_auto; else
-``report``). Nothing stored on this machine, or another machine's figures, never gates. Unset, every
-FAIL fails the run and the rest follow the outcome policy.
-
-**The family**: each gate with an interval that can fail the run fails falsely at most (1 -
-confidence) / 2 of the time; over m of them at most m times that (Bonferroni). ``[gates]
-family_false_alarm = F`` holds the bound at F: each gate's confidence becomes 1 - 2 F / m."""
+Every gate ends in one :class:`Outcome`; four decide nothing about the build (UNDECIDED, NOT_STORED,
+OTHER_MACHINE, NOT_RUN) and follow the outcome policy (``[gates] undecided``, ``skip`` or ``fail``).
+:func:`pytest_action` alone maps an outcome and a policy to pytest's outcome, on one process and on
+the xdist controller. Gating (``[gates] gating``) per gate: ``gate`` (an UNDECIDED fails the run
+too), ``report`` (never fails it) or ``auto`` (``gate`` for the selected gates that keep a red A/A
+at most 5 %: specgate.decide.red_runs). The family: over m gates that can fail the run, at most m x
+(1 - confidence) / 2 false FAILs (Bonferroni); ``family_false_alarm = F`` sets each gate's
+confidence to 1 - 2 F / m."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """The paired-ratio statistic every cross-side comparison decides on (docs/statistics.md).
 
-A duet gives one pair per request key; the per-pair log ratio d = ln(measured / reference) cancels
-what both servers share. Within one mode the estimate is the Hodges-Lehmann estimator of d's centre
-with the interval that inverts the Wilcoxon signed-rank test: robust to a stalled request,
-efficient, exact for any symmetric d and defined from 6 pairs. Between two modes each prompt is a
-stratum (:func:`stratified_log_ratio`): the modes' speeds differ by prompt far more than repeats do.
-
-A gate is a non-inferiority test: FAIL when the interval's upper end is below the threshold,
-UNDECIDED while the interval contains it; above it the verdict says faster, equal within the margin
-or not slower, with the window's resolution (the true ratio it would catch 95 % of the time)."""
+Per request key a duet gives one pair, d = ln(measured / reference). Within one mode: the
+Hodges-Lehmann estimate with the Wilcoxon signed-rank interval (robust to a stalled request, exact,
+from 6 pairs); between two modes each prompt is a stratum (:func:`stratified_log_ratio`). A gate is
+a non-inferiority test: FAIL when the interval's upper end is below the threshold, UNDECIDED while
+the interval contains it; above it the verdict says faster, equal within the margin or not slower,
+with the window's resolution."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
 """A session's chance of going red with nothing changed (an A/A), before any server starts.
 
-A run goes red when a gate that can fail it FAILS, or ends in an outcome that fails it (an undecided
-gate that gates, or an outcome the ``[gates] undecided`` policy fails). Each gate's chance follows
-its own rule at the confidence it will decide at: against a stored history, t probabilities of the
-prediction interval; a live A/B, the start pair's offset and the window's noise against the interval
-built from them (two looks with follow-up rounds, simulated, seeded); fewer than 3 stored starts,
-the stored samples with the rig's start noise; a backfire from the stored ratio to no speculation.
-Acceptance, TTFT and lossless add nothing of their own.
-
-The session's bound is the sum over its gates (a union bound). ``gating = auto`` gates the gates
-with the smallest chance first while the bound stays at most AUTO_RED_BOUND
-(:func:`choose_auto`)."""
+A run goes red when a gate that can fail it FAILS or ends in an outcome that fails it. Each gate's
+chance follows its own rule at its confidence: t probabilities of a stored history's prediction
+interval; for a live A/B the start pair's offset and the window's noise (two looks simulated,
+seeded); with fewer than 3 stored starts the rig's start noise; a backfire from the stored ratio.
+The session's bound is their sum (a union bound); ``gating = auto`` gates the smallest chances first
+while it stays at most AUTO_RED_BOUND (:func:`choose_auto`)."""
 
 from __future__ import annotations
 
