@@ -649,8 +649,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
             k: _substitute(v, variables, path, f"modes.{mode.name}.speculative_config.{k}")
             if isinstance(v, str) else v for k, v in mode.speculative_config.items()}})
         if mode.speculative_config else mode
-        for mode in modes
-    )
+        for mode in modes)
     selected = _selected_classes(rig, classes, path, fixtures_dir / "prompts.toml")
     _check_modes(rig, [m.name for m in modes], classes, path, fixtures_dir / "prompts.toml")
     try:
@@ -665,8 +664,7 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
             prompt_classes=selected, protocol=rig.protocol, gates=rig.gates,
             declared_backfire=rig.declared_backfire, gpus_per_server=rig.gpus_per_server,
             duet=rig.duet, arrangement_key=arrangement_key, sleep_level=rig.sleep_level,
-            sleep_host_memory_gib=rig.sleep_host_memory_gib, ab=rig.ab, estimate=rig.estimate,
-        )
+            sleep_host_memory_gib=rig.sleep_host_memory_gib, ab=rig.ab, estimate=rig.estimate)
     except ValidationError as exc:
         raise ConfigError(path, "reference_mode", exc.errors()[0]["msg"]) from None
     check_sleep_level(built)

@@ -236,8 +236,7 @@ _TRANSPORT_ERRORS: tuple[tuple[_Kinds, _Kinds, str], ...] = (
      (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError),
      "connection to {url} lost (reset or closed mid-response)"),
     ((aiohttp.ClientResponseError,), (), "unreadable HTTP answer from {url}"),
-    ((), (httpx.TimeoutException,), "{kind} talking to {url}"),
-)
+    ((), (httpx.TimeoutException,), "{kind} talking to {url}"))
 
 
 def _transport_meaning(exc: BaseException, cause: BaseException) -> str:

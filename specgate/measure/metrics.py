@@ -390,8 +390,7 @@ class AcceptanceStats:
             "mean_acceptance_length": self.mean_acceptance_length,
             "acceptance_rate": self.acceptance_rate,
             "per_position_rates": list(self.per_position_rates),
-            "conditional_rates": list(self.conditional_rates),
-        }
+            "conditional_rates": list(self.conditional_rates)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AcceptanceStats:

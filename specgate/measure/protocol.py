@@ -141,8 +141,7 @@ class ClassMeasurement:
             "first_look_share": self.first_look_share, "follow_up": self.follow_up,
             **({"follow_up_skipped": self.follow_up_skipped} if self.follow_up_skipped else {}),
             **({"server_decode_steps": steps} if steps is not None else {}),
-            **self.extra,
-        }
+            **self.extra}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClassMeasurement:
@@ -167,8 +166,7 @@ class ClassMeasurement:
             first_look_share=data.get("first_look_share"), follow_up=data.get("follow_up"),
             follow_up_skipped=data.get("follow_up_skipped"),
             extra={key: data[key] for key in ("telemetry", "alternation", "start_order")
-                   if data.get(key)},
-        )
+                   if data.get(key)})
 
 
 def drafts_expected(mode: Mode) -> bool:
@@ -199,8 +197,7 @@ def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, repeat: i
             mode=mode.name, prompt_class=prompt_class.name, prompt_id=prompt.id,
             model=rig.served_model_name, max_tokens=protocol.max_tokens,
             temperature=protocol.temperature, seed=protocol.seed, ignore_eos=protocol.ignore_eos,
-            **text_fields,
-        ))
+            **text_fields))
     return requests
 
 
@@ -346,8 +343,7 @@ class Measurer:
             acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(mode)),
             server_decode_tokens_per_s=server_rate.value if server_rate else None,
             server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
-            server_decode_steps=server_decode_steps(delta),
-        ))
+            server_decode_steps=server_decode_steps(delta)))
 
     def _telemetry(self, servers: list[Any]):
         import contextlib
@@ -577,6 +573,5 @@ def _with_telemetry(sampler: Any, m: ClassMeasurement) -> ClassMeasurement:
     m.extra["telemetry"] = {
         "window": sampler.summary(start, end),
         "requests": {key: sampler.summary(r.started_at, r.finished_at)
-                     for key, r in zip(m.sample_keys, m.records)},
-    }
+                     for key, r in zip(m.sample_keys, m.records)}}
     return m

@@ -56,8 +56,7 @@ def record_server(base_url: str, served_model_name: str, mode_name: str, out_dir
         chat = {**common, "messages": [{"role": "user", "content": PROMPT}]}
         for name, path, body in (
             ("chat", "/v1/chat/completions", chat),
-            ("completions", "/v1/completions", {**common, "prompt": PROMPT}),
-        ):
+            ("completions", "/v1/completions", {**common, "prompt": PROMPT})):
             with http.stream("POST", path, json=body) as response:
                 response.raise_for_status()
                 raw = response.read()

@@ -24,8 +24,7 @@ from specgate.serve.gpu import nvml, nvml_indices
 THROTTLE_REASONS = {
     0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
     0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
-}
+    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
 
 Reader = Callable[[], dict[str, float]]
 _warned_no_gpu_reader: list[bool] = []

@@ -43,8 +43,7 @@ FATAL_LOG_MARKERS = (
     "EngineCore encountered a fatal error",
     "Engine core initialization failed",
     "EngineDeadError",
-    "WorkerProc failed to start",
-)
+    "WorkerProc failed to start")
 
 Progress = Callable[[str], None]
 
@@ -242,8 +241,7 @@ class VLLMServer:
             self.process = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
-                preexec_fn=_term_when_parent_dies if self.term_with_parent else None,
-            )
+                preexec_fn=_term_when_parent_dies if self.term_with_parent else None)
         self.pgid = self.process.pid  # start_new_session: the leader's pid is the group id
 
     def _wait_ready(self) -> None:

@@ -175,8 +175,7 @@ SPEED_VARIABLES = frozenset({
     # what slows every step down: tracing, profiling, the general plugins loaded
     "VLLM_TRACE_FUNCTION", "VLLM_TORCH_PROFILER_DIR", "VLLM_PLUGINS",
     # thread counts
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-})
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
 
 
 def is_speed_variable(name: str, plugin_prefixes: tuple[str, ...] = ()) -> bool:
@@ -229,8 +228,7 @@ def measured_with(rig: Any, mode: Any, environ: Mapping[str, str] | None = None,
         "protocol": {k: protocol[k] for k in PROTOCOL_KEYS if k in protocol},
         "server_args": redacted_argv([*getattr(rig, "extra_args", ()),
                                       *rig.mode_extra_args.get(mode.name, ())]),
-        "env": dict(sorted(without_secrets({**inherited, **chosen}).items())),
-    }
+        "env": dict(sorted(without_secrets({**inherited, **chosen}).items()))}
 
 
 def collect(*, tier: str, model: str, speculative_config: dict[str, Any] | None,
@@ -248,5 +246,4 @@ def collect(*, tier: str, model: str, speculative_config: dict[str, Any] | None,
         concurrent_servers=concurrent_servers,
         torch_version=torch_version, cuda_version=cuda_version, cpu_model=cpu_model(),
         machine=machine_id(tier, gpus), date=dt.date.today().isoformat(), commit=git_commit(repo),
-        sitting=sitting_id(), **measurement,
-    )
+        sitting=sitting_id(), **measurement)
