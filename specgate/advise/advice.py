@@ -213,8 +213,7 @@ class WindowAdvice:
         return max(self.rows, key=lambda r: (_point(r.predictions[model].ratio), -r.k))
 
     def beating(self, model: str, *, sure: bool) -> list[int]:
-        """The k predicted to beat no speculation: the whole interval above 1 (sure), or the
-        estimate."""
+        """The k predicted to beat no speculation: by the whole interval (sure), or the estimate."""
         return [r.k for r in self.rows if (r.predictions[model].ratio.low if sure
                                            else _point(r.predictions[model].ratio)) > 1]
 

@@ -31,8 +31,7 @@ AGAINST_NONE, AGAINST_STATIC = "no speculation", "static k"
 
 
 def read_schedule(path: Path, rig: Rig) -> tuple[Mode, Mode]:
-    """The schedule's mode and the static-k mode it is compared with; ConfigError (exit 4) naming
-    the file and the key."""
+    """The schedule's mode and the static-k mode; ConfigError (exit 4) naming file and key."""
     not_one = "not a schedule file `python -m specgate advise` wrote"
     try:
         data = json.loads(Path(path).read_text())
@@ -68,8 +67,7 @@ def confirm_rig(rig: Rig, schedule: Mode, static: Mode) -> Rig:
 
 
 def decide(rig: Rig, windows: Sequence[ClassMeasurement]) -> list[GateResult]:
-    """Each window's gate: the A/B throughput gate against static k, the backfire gate against no
-    speculation."""
+    """Each window's gate: A/B throughput against static k, backfire against no speculation."""
     results = []
     for m in windows:
         settings = window_settings(rig, m.mode, m.prompt_class, m.concurrency)
@@ -80,8 +78,7 @@ def decide(rig: Rig, windows: Sequence[ClassMeasurement]) -> list[GateResult]:
 
 
 def verdict(results: Sequence[GateResult], policy: dict[str, str]) -> tuple[int, list[str]]:
-    """The exit code under the outcome rules (decide.outcome.pytest_action) and the lines of the
-    windows that fail the run."""
+    """The exit code under the outcome rules and the lines of the windows that fail the run."""
     failed = [r for r in results if pytest_action(r.outcome, policy) == "failed"]
     lines = [f"FAILED against {r.details['against']} at concurrency {r.concurrency} on "
              f"{r.prompt_class}: {r.message}" for r in failed]

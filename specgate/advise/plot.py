@@ -50,8 +50,7 @@ def _figure(width: float, height: float):
 def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, str]], title: str,
                       subtitle: str,
                       path: Path) -> Path | None:
-    """The panels as a PNG at ``path``; ``styles`` gives each model its (marker, line style). None
-    (no file) without a panel."""
+    """The panels as a PNG at ``path`` (``styles``: model -> (marker, line)); None without one."""
     if not panels:
         return None
     from matplotlib.lines import Line2D

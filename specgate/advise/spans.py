@@ -16,8 +16,7 @@ SHORT = {CONSTANT: "const", LINEAR: "linear", FITTED: "fit"}  # the tables' colu
 
 @dataclass(frozen=True)
 class Span:
-    """An estimate with its interval; ``value`` None where only a range is known (the seed's
-    figures)."""
+    """An estimate with its interval; ``value`` None where only a range is known (the seed's)."""
 
     value: float | None
     low: float
@@ -29,8 +28,7 @@ class Span:
 
     @property
     def verdict(self) -> str:
-        """Against no speculation (a ratio of 1): "faster" or "slower" when the whole interval is on
-        one side, else "undecided"."""
+        """Against a ratio of 1: "faster" or "slower" when the whole interval is on one side."""
         return "faster" if self.low > 1 else "slower" if self.high < 1 else "undecided"
 
     def text(self, digits: int = 2, suffix: str = "") -> str:

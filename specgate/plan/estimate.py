@@ -323,8 +323,7 @@ class Conditions:
 
 @dataclass
 class _Held:
-    """The servers a planned session starts (in order) or reuses, and how an alternation sleeps
-    them."""
+    """The servers a planned session starts (in order) or reuses; how an alternation sleeps them."""
 
     rig: Rig
     conditions: Conditions
@@ -343,8 +342,7 @@ class _Held:
 
     def sides(self, key: WindowKey, rates: Mapping[WindowKey, float],
               duet_covered: set) -> list | None:
-        """The window's sides, (server label, decode tok/s) subject first; None: measured in a
-        duet already."""
+        """Its sides (server label, decode tok/s), subject first; None: measured in a duet already."""
         rig, (mode, prompt_class, concurrency) = self.rig, key
         rate, _ = _rate(rig, rates, key)
         if self.conditions.attached or rig.comparing == "sequential" or (

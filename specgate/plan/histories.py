@@ -38,8 +38,7 @@ def sittings_words(history: StartHistory) -> str:
 
 
 def describe_history(history: StartHistory, threshold: float, confidence: float = 0.95) -> str:
-    """'6 stored starts, start-to-start spread 1.23 % (one sitting: ...; t, 5 df = 2.57); catches a
-    true level ratio <= 0.951'."""
+    """'6 stored starts, start-to-start spread 1.23 % (...; t, 5 df = 2.57); catches ... 0.951'."""
     return (f"{history.starts} stored starts, start-to-start spread {history.log_sd * 100:.2f} % "
             f"({sittings_words(history)}; t, {history.dof} df = "
             f"{spread_quantile(confidence, history.dof):.2f}); catches a true level ratio <= "

@@ -116,8 +116,7 @@ class SessionProgress:
         self._last_status = self.clock()
 
     def after_test(self) -> str | None:
-        """After a test: a status line when a window finished since the last one and none was said
-        within ``min_interval_s``."""
+        """After a test: a status line when a window finished and none was said lately."""
         count = len(self.done())
         if count == self._last_done or not self._due(self.min_interval_s):
             return None

@@ -92,8 +92,7 @@ def merged(own: dict[str, Any], worker_reports: list[dict[str, Any]]) -> dict[st
 
 
 def write_report(data: dict[str, Any], run_dir: Path) -> Path:
-    """report.json in ``run_dir``, with the break-even rows derived for its readers (the renderers
-    compute them again)."""
+    """report.json in ``run_dir``, with the break-even rows derived for its readers."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / REPORT_NAME
     atomic_write_json(path, {**data, "breakeven": from_report(data)})

@@ -38,8 +38,7 @@ def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path,
 
 
 def write_combined(rig: Rig, combined: list[dict[str, Any]], runs_dir: Path) -> int:
-    """Print the combined verdicts, write them (with their words) to ``runs_dir``/combined.json; the
-    exit code."""
+    """Print the combined verdicts, write them to ``runs_dir``/combined.json; the exit code."""
     if not combined:
         print("specgate start-pairs: the sessions' reports hold no A/B throughput gate measured "
               "in every start pair (is the run an A/B? --specgate-ab-* or the rig's "

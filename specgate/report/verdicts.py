@@ -302,8 +302,7 @@ def _looks_text(looks: Mapping[str, Any] | None) -> str:
 
 
 def _history_text(h: Mapping[str, Any], *, sessions: bool = False) -> str:
-    """The stored history's spread and sittings (its starts and what it catches are the ratio's
-    clause)."""
+    """The stored history's spread and sittings (its starts and catch are the ratio's clause)."""
     history = StartHistory(tuple(h["levels"]), tuple(h["sittings"]) if h.get("sittings") else None)
     return (f"{'session' if sessions else 'start'}-to-{'session' if sessions else 'start'} spread "
             f"{history.log_sd * 100:.2f} % ({sittings_words(history)}; t, {history.dof} df = "
@@ -311,8 +310,7 @@ def _history_text(h: Mapping[str, Any], *, sessions: bool = False) -> str:
 
 
 def _stored_text(c: Mapping[str, Any]) -> str:
-    """How a window was held against stored figures (specgate.decide.gates.check_throughput's
-    ``compared``)."""
+    """How a window was held against stored figures (decide.gates.check_throughput's compared)."""
     steps = c.get("steps")
     steps = f"; {steps_words(steps['levels'], steps['sittings'])}" if steps else ""
     how, stored = c["how"], f"; {c.get('baseline')}{steps}"
@@ -351,8 +349,7 @@ def _stored_text(c: Mapping[str, Any]) -> str:
 
 
 def compared_text(d: Mapping[str, Any]) -> str:
-    """How a gate's window was taken and what it was held against (its details' ``compared``,
-    ``start_pair`` and ``looks``)."""
+    """How a gate's window was taken and held against what (compared, start_pair, looks)."""
     compared = d.get("compared") or ""
     text = _stored_text(compared) if isinstance(compared, Mapping) else str(compared)
     if (start := d.get("start_pair")) and "quantile" in start:
@@ -371,8 +368,7 @@ def compared_text(d: Mapping[str, Any]) -> str:
 
 
 def reference_text(d: Mapping[str, Any]) -> str:
-    """What a ratio was taken against, with the stored figure it was: 'its stored ratio to no_spec
-    (1.114)'."""
+    """What a ratio was taken against, with the stored figure: 'its stored ratio to x (1.114)'."""
     label = d.get("reference_label", "")
     if label == "stored ratio":
         return f"its stored ratio to {d['reference_mode']} ({d['shift']:.3f})"
@@ -385,8 +381,7 @@ def reference_text(d: Mapping[str, Any]) -> str:
 
 
 def left_out_text(left: Mapping[str, Any] | None) -> str:
-    """The requests a comparison left out (specgate.decide.matching.Samples.left_out) and why; ""
-    when none."""
+    """The requests a comparison left out (decide.matching.Samples.left_out) and why; "" if none."""
     if not left:
         return ""
     parts = []
@@ -440,8 +435,7 @@ def verdict_text(d: Mapping[str, Any]) -> str:
 
 
 def method_text(d: Mapping[str, Any]) -> str:
-    """The statistic a ratio was decided by, with its prompts and degrees of freedom where they
-    count."""
+    """The statistic a ratio was decided by, with prompts and degrees of freedom if they count."""
     method = str(d.get("method", ""))
     return f"{method} ({d['prompts']} prompts, {d['dof']} df)" if d.get("prompts") else method
 
@@ -651,8 +645,7 @@ def follow_up_text(found: FollowUp | None) -> str | None:
 def follow_up_said(settings: WindowSettings, m: ClassMeasurement,
                    selected: Collection[str] | None = None
                    ) -> str | None:
-    """Why window ``m``'s first look gets follow-up rounds (decide.follow_up), in words; None when
-    it gets none."""
+    """Why window ``m``'s first look gets follow-up rounds (decide.follow_up); None if none."""
     return follow_up_text(follow_up_reason(settings, m, selected))
 
 
