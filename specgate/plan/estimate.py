@@ -342,7 +342,7 @@ class _Held:
 
     def sides(self, key: WindowKey, rates: Mapping[WindowKey, float],
               duet_covered: set) -> list | None:
-        """Its sides (server label, decode tok/s), subject first; None: measured in a duet already."""
+        """Its sides (server label, decode tok/s), subject first; None: measured in a duet."""
         rig, (mode, prompt_class, concurrency) = self.rig, key
         rate, _ = _rate(rig, rates, key)
         if self.conditions.attached or rig.comparing == "sequential" or (
