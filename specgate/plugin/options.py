@@ -91,20 +91,20 @@ def parse_duration(value: str) -> float:
     return total
 
 
-def parse_env_assignment(value: str) -> tuple[str, str]:
+def _assignment(value: str, form: str, example: str) -> tuple[str, str]:
     name, sep, val = value.partition("=")
     if not sep or not name or not name.replace("_", "").isalnum():
-        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE, e.g. "
-                                         "VLLM_CPU_KVCACHE_SPACE=4")
+        raise argparse.ArgumentTypeError(f"{value!r} is not {form}, e.g. {example}")
     return name, val
+
+
+def parse_env_assignment(value: str) -> tuple[str, str]:
+    return _assignment(value, "NAME=VALUE", "VLLM_CPU_KVCACHE_SPACE=4")
 
 
 def parse_spec_assignment(value: str) -> tuple[str, Any]:
     """KEY=VALUE for a speculative-config key; VALUE read as JSON, else a string."""
-    name, sep, val = value.partition("=")
-    if not sep or not name or not name.replace("_", "").isalnum():
-        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE, e.g. "
-                                         "num_speculative_tokens=5")
+    name, val = _assignment(value, "KEY=VALUE", "num_speculative_tokens=5")
     try:
         return name, json.loads(val)
     except ValueError:
