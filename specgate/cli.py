@@ -256,17 +256,14 @@ def _project_root() -> Path:
 
 
 def _fixtures_dir(option: Path | None = None) -> Path:
-
     return resolve_fixtures_dir(option, _project_root())
 
 
 def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers: bool = False,
                          host_gib: float | None = None, fixtures: Path | None = None) -> int:
-    """``specgate plan``: collect the perf tests of ``rig_name`` as ``pytest -m TIER`` (with the
-    extra arguments' selection) would, start nothing, and print the session's plan. On a rig whose
-    servers take turns: its arrangements side by side, the cheapest that can decide printed in full
-    (specgate.plan.estimate.choose_arrangement), and the paths to a verdict. Exit 4 when the plan
-    refuses a mode (the session would refuse it before any start)."""
+    """``specgate plan``: collect the perf tests of ``rig_name`` as ``pytest -m TIER`` would, start
+    nothing, and print the session's plan; on a rig whose servers take turns, its arrangements side
+    by side and the paths to a verdict. Exit 4 when the plan refuses a mode."""
     import contextlib
     import io
     import os
@@ -340,10 +337,9 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
 
 
 def _old_mode_name_in(report: dict) -> bool:
-    """A report.json written before the no-speculation mode was renamed: its rig has a mode of the
-    old name without speculation and none of the new name, and this checkout's rig file of that
-    name (if any) does not define a mode of the old name of its own (with ``from``)."""
-
+    """A report.json from before the no-speculation mode was renamed: its rig has a mode of the old
+    name without speculation and none of the new, and this checkout's rig file of that name (if
+    any) defines no mode of the old name of its own (with ``from``)."""
     rig = report.get("rig")
     if not isinstance(rig, dict) or not isinstance(rig.get("modes"), dict):
         return False
@@ -396,7 +392,6 @@ def history_command(rig_name: str, baselines: Path, out: Path) -> int:
 
 
 def schema_command(name: str | None, out: Path | None, parser: argparse.ArgumentParser) -> int:
-
     if (name is None) == (out is None):
         parser.error("schema: give a NAME to print, or --out FOLDER to write both")
     if out is not None:
@@ -409,8 +404,6 @@ def schema_command(name: str | None, out: Path | None, parser: argparse.Argument
 
 def adopt_baselines(report_path: Path, baselines_path: Path, *,
                     modes: list[str] | None = None) -> int:
-
-
     try:
         raw = report_path.read_bytes()
         report = json.loads(gzip.decompress(raw) if report_path.suffix == ".gz" else raw)
@@ -421,8 +414,8 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *,
         print(f"specgate: {report_path} is not a specgate report.json", file=sys.stderr)
         return USAGE
     if _old_mode_name_in(report):
-        report, modes = _renamed_in(report), [NO_SPEC if m == OLD_NO_SPEC else m for m in modes
-                                              or []] or None
+        report = _renamed_in(report)
+        modes = [NO_SPEC if m == OLD_NO_SPEC else m for m in modes or []] or None
         print(f"note: {report_path} names the no-speculation mode by its old name {OLD_NO_SPEC!r}; "
               f"its windows are adopted as {NO_SPEC!r}'s")
     try:
@@ -438,8 +431,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *,
         return USAGE
     if not entries:
         print(f"specgate: {report_path} holds no measured window"
-              + (f" of modes {modes}" if modes else ""),
-              file=sys.stderr)
+              + (f" of modes {modes}" if modes else ""), file=sys.stderr)
         return USAGE
     try:
         _, said = merge_updates(baselines_path, entries)
