@@ -216,15 +216,10 @@ def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
 
 def estimate_rates(store, rig: Rig, *,
                    canary_us: float | None) -> tuple[dict[WindowKey, float], str | None]:
-    """The stored rates the plan may use, and a note naming those it sets aside.
-
-    A stored figure tells this host's pace only when it was measured at it: its windows' CPU canary
-    (``host_canary_us``) within the rig's ``host_pace_tolerance`` of this host's (``canary_us``, the
-    fastest reading of specgate.measure.telemetry's canary). Where the rig states ``[estimate]
-    tokens_per_s``, a figure stored with no canary or another one gives way to it: on the cpu rig
-    the stored figures came from a machine whose fingerprint reads the same (AMD EPYC, 2 cores) and
-    ran slower: a window planned from them at ~3m took ~2m on the CI kind. Without a rig rate the
-    stored figures are all the plan has, and are used as they are."""
+    """The stored rates the plan may use, and a note naming those it sets aside: where the rig
+    states ``[estimate] tokens_per_s``, a figure stored with no CPU canary, or one beyond the rig's
+    ``host_pace_tolerance`` of this host's (``canary_us``), gives way to it (a figure from another
+    host's pace misplans); without a rig rate the stored figures are used as they are."""
     if rig.estimate.tokens_per_s is None:
         return stored_rates(store, rig.name), None
     entries = _stored_entries(store, rig.name)
