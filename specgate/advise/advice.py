@@ -548,8 +548,7 @@ def window_text(w: WindowAdvice) -> str:
 
 
 def ranking_text(advice: Advice) -> list[str]:
-    """Per class and concurrency with two or more modes: the modes best first, with what was
-    measured (the served k) and what is predicted."""
+    """Per class and concurrency with two or more modes: the modes best first."""
     lines = []
     for (prompt_class, concurrency), ws in advice.ranking().items():
         if len(ws) < 2:
@@ -584,8 +583,8 @@ def advice_text(advice: Advice) -> str:
 # -- the seed case -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SeedFigures:
-    """What the seed case published (docs/advice.md): per class one tok/s figure per side, and
-    acceptance as ranges over every prompt, none per class."""
+    """What the seed case published (docs/advice.md): a tok/s figure per class and side, and
+    acceptance as ranges over every prompt."""
 
     k: int = 5
     prompt_lookup_max: int = 4

@@ -130,8 +130,7 @@ def _choice(level: int, batch: tuple[int, int], windows: Sequence[WindowAdvice],
 
 def build_schedules(windows: Sequence[WindowAdvice], configs: dict[str, dict[str, Any]], *,
                     rig: str, max_batch: int = DEFAULT_MAX_BATCH) -> list[Schedule]:
-    """One schedule per speculative mode measured at two or more concurrencies (a schedule of one
-    concurrency would say nothing a static k does not)."""
+    """One schedule per speculative mode measured at two or more concurrencies."""
     out = []
     for mode in dict.fromkeys(w.mode for w in windows):
         mine = [w for w in windows if w.mode == mode]

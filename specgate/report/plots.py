@@ -293,8 +293,7 @@ def plot_forest(report: dict[str, Any], path: Path) -> Path | None:
 
 
 def forest_figure(report: dict[str, Any]):
-    """:func:`plot_forest`'s figure, not saved; None when no gate ran. Its y tick labels are the
-    rows' :attr:`GateComparison.label`, top to bottom."""
+    """:func:`plot_forest`'s figure, not saved (None: no gate); y tick labels: the rows' labels."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     rows = gate_comparisons(report)

@@ -18,8 +18,7 @@ REPORT_NAME = "report.json"
 
 
 def own_report(state: Any, *, complete: bool) -> dict[str, Any]:
-    """This process's report of ``state`` (specgate.plugin.session.SpecgateSession: its settings and
-    options, and what it measured and decided)."""
+    """This process's report of ``state`` (the SpecgateSession: what it measured and decided)."""
     run, options = state.settings, state.options
     rig = run.rig
     selected = dict.fromkeys((mode, c, n) for _, mode, c, n in state.selected_tests or [])

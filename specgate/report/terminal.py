@@ -127,8 +127,7 @@ def verdict_table(report: dict[str, Any], fmt: str = "simple") -> str:
 
 
 def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
-    """Per concurrency, a row per prompt class and mode: decode tok/s, its change against no
-    speculation, and the window's verdict."""
+    """Per concurrency, class and mode: decode tok/s, its change and the window's verdict."""
     reference = report["rig"]["reference_mode"]
     measurements = report["measurements"]
     modes = [reference, *(m for m in report["rig"]["modes"] if m != reference)]

@@ -36,8 +36,7 @@ KIND_WORDS = {NOT_STORED: "nothing stored", STORING: "measured to store its figu
 
 
 def clip(text: str, width: int = LINE_WIDTH) -> str:
-    """``text`` in at most ``width`` characters: cut at the last "; " or ", " that leaves half of
-    it, with "…" where something was cut."""
+    """``text`` in ``width`` characters: cut at the last "; " or ", " past half, "…" marking it."""
     text = " ".join(text.split())
     if len(text) <= width:
         return text
@@ -171,8 +170,7 @@ def family_text(fam: Family) -> str:
 
 
 def gating_lines(report: Mapping[str, Any]) -> list[str]:
-    """The summary's lines: which gates gated the run (by gate and reason), which were reported
-    only, and the family's false-alarm bound."""
+    """The summary's lines: which gates gated the run, which were reported only, the bound."""
     entries = [*report.get("gates", []), *report.get("undecided", [])]
     counted: dict[str, Counter] = {"gate": Counter(), "report": Counter()}
     for e in entries:
@@ -411,8 +409,7 @@ def strongest_pair_text(p: Mapping[str, Any]) -> str:
 
 
 def _notes(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
-    """What a statement adds in brackets: requests left out, a pair that stands out, a comparison
-    that catches nothing useful, a declared backfire."""
+    """What a statement adds in brackets: left-out requests, a standout pair, a weak comparison."""
     notes = [text for text in (left_out_text(d.get("left_out")),
                                strongest_pair_text(d["strongest_pair"]) if d.get("strongest_pair")
                                else "") if text]
@@ -491,8 +488,7 @@ def _ttft(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
 
 
 def mismatch_text(f: Mapping[str, Any]) -> str:
-    """How a window's streams' counts differ from vLLM's
-    (specgate.decide.gates.stream_count_mismatch)."""
+    """How a window's streams' counts differ from vLLM's (decide.gates.stream_count_mismatch)."""
     if "merged" in f:
         return (f"{_side(f['mode'], f['side'])}: its streams show {f['seen']} decode steps where "
                 f"vLLM took {f['vllm_steps']:.0f}: {f['merged']} step(s) merged into other chunks "
@@ -596,8 +592,7 @@ RULES = {
 
 
 def statement(entry: Mapping[str, Any]) -> str:
-    """A gate's full statement (report.json's ``message``): its rule's words for its facts, or the
-    message an older report was saved with."""
+    """A gate's full statement: its rule's words for its facts, or an older report's message."""
     d = entry.get("details") or {}
     words = RULES.get(d.get("rule"))
     if words is None:
