@@ -613,7 +613,7 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
 
 
 def choose_arrangement(options: Sequence[Arrangement]) -> Arrangement:
-    """The cheapest arrangement that refuses no mode, sleep level 1 first; all refused, the first."""
+    """The cheapest arrangement refusing no mode, sleep level 1 first; all refused: the first."""
     deciding = [o for o in options if o.plan.refusal is None] or [options[0]]
     at_sleep_level_1 = [o for o in deciding if o.paired and not o.at_sleep_level_2]
     return min(at_sleep_level_1 or deciding,
