@@ -96,7 +96,7 @@ class SessionPlan:
     notes: tuple[str, ...] = field(default=())
     follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
     # sleep mode (an alternation): the host memory line, each server's sleep level, the first
-    # sleep-level-1 sleeps' time, and the refusal of servers that need sleep level 1 and cannot
+    # sleep-level-1 sleeps' time, the refusal of servers that need sleep level 1 but cannot have it
     host_lines: tuple[str, ...] = ()
     first_sleeps_s: float = 0.0
     refusal: str | None = None
