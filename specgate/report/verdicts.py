@@ -36,7 +36,7 @@ KIND_WORDS = {NOT_STORED: "nothing stored", STORING: "measured to store its figu
 
 
 def clip(text: str, width: int = LINE_WIDTH) -> str:
-    """``text`` in ``width`` characters: cut at the last "; " or ", " past half, "…" marking it."""
+    """``text`` in ``width`` characters: cut at the last "; " or ", " past half, "…" marks it."""
     text = " ".join(text.split())
     if len(text) <= width:
         return text
@@ -660,5 +660,6 @@ def reason_text(reason: str | Mapping[str, Any] | None) -> str:
     if why == "too few stored":
         return f"{reason['starts']} of the {reason['needed']} {what} a prediction interval needs"
     narrower = "narrower" if reason["half"] < reason["tolerance"] else "not narrower"
-    return (f"{reason['starts']} {what}: their prediction interval (±{reason['half'] * 100:.2f} %) "
-            f"is {narrower} than the {reason['tolerance'] * 100:g} % tolerance")
+    return (f"{reason['starts']} {what}: their prediction interval "
+            f"(±{reason['half'] * 100:.2f} %) is {narrower} than the "
+            f"{reason['tolerance'] * 100:g} % tolerance")
