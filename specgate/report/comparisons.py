@@ -359,16 +359,15 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
     elif gate == "acceptance":
         metric = {"rate": "rate", "tokens per step": "tok/step"}.get(
             figures["metric"], figures["metric"].replace("pos", "pos. "))
+    against = _against_label(entry, figures, parsed, details, windows.reference_side(entry))
+    verdict = str(figures.get("verdict") or details.get("verdict") or "")
     return GateComparison(
         mode=entry["mode"], prompt_class=entry["prompt_class"], concurrency=entry["concurrency"],
-        gate=gate, against=_against_label(entry, figures, parsed, details,
-                                          windows.reference_side(entry)),
-        reference=reference, measured=measured, ratio=ratio, ci_low=ci_low, ci_high=ci_high,
+        gate=gate, against=against, reference=reference, measured=measured, ratio=ratio,
+        ci_low=ci_low, ci_high=ci_high, fails_above=fails_above,
         threshold=_num(figures.get("limit") if fails_above else figures.get("threshold")),
-        fails_above=fails_above, n=_n_text(entry, figures, details), outcome=outcome,
-        tag=_tag(entry, outcome), verdict=str(figures.get("verdict")
-                                              or details.get("verdict") or ""),
-        gating=entry.get("gating"), metric=metric)
+        n=_n_text(entry, figures, details), outcome=outcome, tag=_tag(entry, outcome),
+        verdict=verdict, gating=entry.get("gating"), metric=metric)
 
 
 def gate_comparisons(report: dict[str, Any]) -> list[GateComparison]:
