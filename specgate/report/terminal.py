@@ -39,6 +39,7 @@ PIPE_FORMATS = ("github", "pipe")
 HTML_NAME = "report.html"  # the self-contained page beside report.json (specgate.report.html)
 TABLE_WIDTH = 120  # a terminal table's columns at most; its legend is wrapped to it
 
+
 def _table(rows: list[list[Any]], headers: list[str], fmt: str, title: str = "") -> str:
     """``title`` and the table: in the terminal at most TABLE_WIDTH columns (the widest cells
     wrapped at their spaces, the legend wrapped), in Markdown as wide as its cells."""
