@@ -64,3 +64,14 @@ def test_the_length_rule_counts_methods_nested_functions_and_docstrings():
     tree = ast.parse("class C:\n    def m(self):\n        '''doc\n        more'''\n        def inner():\n"
                      "            return 1\n        return inner\n")
     assert function_lengths({"x.py": tree}) == {"x.py::m": 6, "x.py::inner": 2}
+
+
+MAX_WIDE_SHARE = 0.02  # of specgate/'s lines, over WIDE characters (issue 61)
+WIDE = 100
+
+
+def test_at_most_2_percent_of_the_package_s_lines_are_over_100_characters():
+    lines = [line for p in sorted(PACKAGE.rglob("*.py")) for line in p.read_text().splitlines()]
+    wide = sum(len(line) > WIDE for line in lines)
+    assert wide <= MAX_WIDE_SHARE * len(lines), (
+        f"{wide} of {len(lines)} lines are over {WIDE} characters (at most {MAX_WIDE_SHARE:.0%})")

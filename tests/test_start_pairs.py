@@ -97,9 +97,11 @@ def test_run_start_pairs_combines_the_sessions_and_exits_as_the_gates_say(rig, t
     assert run_start_pairs(rig, 3, runs_dir=tmp_path) == 1
     out = capsys.readouterr().out
     assert "start pair 2/3 of rig cpu-smollm2-teeth, the candidate side first" in out
-    assert out.count("FAIL") >= 1 and "3 start pairs" in out
+    verdict = next(line for line in out.splitlines() if line.startswith("FAIL"))
+    assert "[3 start pairs]" in verdict and len(verdict) <= 160  # one line; the rest in the file
     combined = json.loads((tmp_path / "combined.json").read_text())
     assert combined["start_pairs"] == 3 and combined["gates"][0]["outcome"] == "fail"
+    assert "3 start pairs" in combined["gates"][0]["message"] and len(combined["gates"][0]["message"]) > 160
 
 
 def test_the_spread_a_session_folded_in_is_counted_once_and_a_kept_folder_combines_again(rig, tmp_path):

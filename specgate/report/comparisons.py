@@ -268,8 +268,9 @@ def _against_label(entry: dict[str, Any], figures: dict[str, Any], parsed: dict[
 def _n_text(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, Any]) -> str:
     """The count the ratio rests on, with the stored history's starts or ratios and its sittings."""
     n = figures.get("n") if figures.get("n") is not None else figures.get("n_measured")
-    unit = "pairs" if entry.get("gate") != "acceptance" else (
-        "prompts" if figures.get("per_request") else "drafts")
+    unit = "prompts" if figures.get("per_request") else "drafts"
+    if entry.get("gate") != "acceptance":
+        unit = "start pairs" if details.get("unit") == "start pairs" else "pairs"
     n_text = f"{int(n)} {unit}" if _num(n) is not None else "-"
     # details["compared"] (facts; "design" in older reports, words then), else the message
     compared = details.get("compared") or details.get("design") or entry.get("message") or ""

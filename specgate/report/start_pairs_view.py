@@ -13,7 +13,7 @@ from typing import Any
 
 from specgate.config.rig import Rig
 from specgate.decide.start_pairs import ORDERS, combine_reports, session_command
-from specgate.report.verdicts import statement
+from specgate.report.verdicts import statement, terminal_line
 from specgate.store.saved_report import load_report
 
 
@@ -38,7 +38,8 @@ def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path,
 
 
 def write_combined(rig: Rig, combined: list[dict[str, Any]], runs_dir: Path) -> int:
-    """Print the combined verdicts, write them to ``runs_dir``/combined.json; the exit code."""
+    """Print the combined verdicts (a line each), write them with their whole statement to
+    ``runs_dir``/combined.json; the exit code."""
     if not combined:
         print("specgate start-pairs: the sessions' reports hold no A/B throughput gate measured "
               "in every start pair (is the run an A/B? --specgate-ab-* or the rig's "
@@ -50,6 +51,6 @@ def write_combined(rig: Rig, combined: list[dict[str, Any]], runs_dir: Path) -> 
         {"rig": rig.name, "start_pairs": max(g["start_pairs"] for g in gates), "gates": gates},
         indent=1) + "\n")
     for gate in gates:
-        print(f"{gate['outcome'].upper():9} {gate['message']}")
+        print(terminal_line(gate, prefix=f"{gate['outcome'].upper():9} "))
     print(f"combined verdicts: {runs_dir / 'combined.json'}")
     return 1 if any(g["outcome"] == "fail" for g in gates) else 0
