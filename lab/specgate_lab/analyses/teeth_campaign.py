@@ -1,4 +1,4 @@
-"""The teeth campaign's counts from its kept log: each fresh-clone run's A/A and 10 % slowdown verdicts
+"""The teeth campaign's counts from its kept log: each fresh-clone run's A/A and slowdown verdicts
 (the lines `.ci/teeth.py` prints), the A/A runs that went red (FAIL) and the slowdowns that stayed green
 (no FAIL), with exact one-sided 95 % Clopper-Pearson bounds.
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from scipy.stats import beta
 
-LINE = re.compile(r"^== teeth: (A/A|10 % slowdown): exit (\d+), \d+ s, throughput (\w+): (.*)$")
+LINE = re.compile(r"^== teeth: (A/A|\d+ % slowdown): exit (\d+), \d+ s, throughput (\w+): (.*)$")
 
 
 def upper_bound(k: int, n: int, confidence: float = 0.95) -> float:
@@ -27,23 +27,27 @@ def lower_bound(k: int, n: int, confidence: float = 0.95) -> float:
 
 def runs(text: str) -> dict[str, list[tuple[str, str]]]:
     """Per arm, each run's (outcome, "ratio (interval ...)") in the order they ran."""
-    found: dict[str, list[tuple[str, str]]] = {"A/A": [], "10 % slowdown": []}
+    found: dict[str, list[tuple[str, str]]] = {"A/A": []}
     for line in text.splitlines():
         if m := LINE.match(line.strip()):
-            found[m.group(1)].append((m.group(3), m.group(4)))
+            found.setdefault(m.group(1), []).append((m.group(3), m.group(4)))
     return found
 
 
 def summary(text: str) -> str:
     found = runs(text)
-    aa, slow = found["A/A"], found["10 % slowdown"]
+    arm = next((name for name in found if name != "A/A"), "10 % slowdown")  # one slowdown per campaign
+    aa, slow = found["A/A"], found.get(arm, [])
     red = sum(outcome == "fail" for outcome, _ in aa)
     green = sum(outcome != "fail" for outcome, _ in slow)
     lines = [f"run {i + 1}: A/A {a[0]} {a[1]}; slowdown {s[0]} {s[1]}" for i, (a, s) in enumerate(zip(aa, slow))]
     lines.append(f"A/A red (FAIL): {red} of {len(aa)} (one-sided 95 % upper bound {upper_bound(red, len(aa)):.1%})")
-    lines.append(f"10 % slowdown green (no FAIL): {green} of {len(slow)} (caught at least "
+    lines.append(f"{arm} green (no FAIL): {green} of {len(slow)} (caught at least "
                  f"{1 - upper_bound(green, len(slow)):.1%}, one-sided 95 %)")
     lines.append(f"A/A undecided (green, no FAIL): {sum(o == 'undecided' for o, _ in aa)} of {len(aa)}")
+    red_runs = sum(a[0] == "fail" or s[0] != "fail" for a, s in zip(aa, slow))
+    lines.append(f"teeth red (the A/A FAILED or the slowdown did not): {red_runs} of {min(len(aa), len(slow))} "
+                 f"(one-sided 95 % upper bound {upper_bound(red_runs, min(len(aa), len(slow))):.1%})")
     return "\n".join(lines)
 
 
