@@ -13,7 +13,7 @@ from pathlib import Path
 
 from scipy.stats import beta
 
-LINE = re.compile(r"^== teeth: (A/A|\d+ % slowdown): exit (\d+), \d+ s, throughput (\w+): (.*)$")
+LINE = re.compile(r"^== teeth: (A/A|\d+ ?% slowdown): exit (\d+), \d+ s, throughput (\w+): (.*)$")
 
 
 def upper_bound(k: int, n: int, confidence: float = 0.95) -> float:
