@@ -37,8 +37,11 @@ RIG = "cpu-smollm2-teeth"
 MODE, CLASS = "no_spec", "coding"
 # Two server starts and a window's first look (12 pairs) take ~4 minutes on 2 vCPUs. The A/A has only
 # to not fail: its budget leaves no room for follow-up rounds. The slowdown's leaves room for the
-# rig's 8 (60 pairs, ~8 more minutes), so a window whose first look is undecided can still decide.
-BUDGET = {"aa": "6m", "slowdown": "13m"}
+# rig's 8 (60 pairs), so a window whose first look is undecided can still decide: at the slowed pace
+# the first look ends ~5 minutes in and the 8 rounds take ~9 more. At 13m they did not fit (7m56s
+# left, 8m48s needed), the follow-up was skipped, and 1 run in 5 stayed undecided: CI red
+# (docs/journal/calibration/cpu-2026-12-06-teeth-30.md).
+BUDGET = {"aa": "6m", "slowdown": "17m"}
 INJECTOR_MARK = "[specgate_lab.inject]"  # what the plugin prints in a server's log
 SLOWED = "slowed by"  # ... on the line that says it hooked the engine (at 0 it says "no hook installed")
 REFERENCE_ENV = "SPECGATE_SLOWDOWN=0"  # both runs' reference side: the same variable as the candidate's
