@@ -1,0 +1,28 @@
+"""docs/journal/calibration/cpu-2026-12-06-teeth-30.md: every count and table row the entry quotes for
+its campaigns is what the re-derive commands print from the kept lines (parsed, not copied here)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from journal_commands import re_derive
+
+pytestmark = pytest.mark.fast
+
+ENTRY = "calibration/cpu-2026-12-06-teeth-30.md"
+
+
+def test_campaign_a_counts_and_rows_re_derive() -> None:
+    text, out = re_derive(ENTRY, "teeth_campaign")
+    for count in re.findall(r"(A/A red|slowdown missed|teeth red) (\d+) of (\d+)", text.split("## Campaign A")[1]):
+        what, k, n = count
+        printed = {"A/A red": f"A/A red (FAIL): {k} of {n}",
+                   "slowdown missed": f"30% slowdown green (no FAIL): {k} of {n}",
+                   "teeth red": f"teeth red (the A/A FAILED or the slowdown did not): {k} of {n}"}[what]
+        assert printed in out
+    rows = re.findall(r"^\| (\d) \| (\w+) ([\d.]+x \([\d.-]+\)) \| \**(\w+) ([\d.]+x \([\d.-]+\))", text, re.M)
+    assert len(rows) >= 6
+    for run, aa, aa_text, slow, slow_text in rows[:6]:
+        line = next(x for x in out.splitlines() if x.startswith(f"run {run}: "))
+        assert f"A/A {aa.lower()} {aa_text[:-1]}" in line and f"slowdown {slow.lower()} {slow_text[:-1]}" in line
