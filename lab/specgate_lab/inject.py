@@ -27,6 +27,10 @@ GPU itself:
 
 - ``SPECGATE_GPU_SLOWDOWN=0.05``: each model step's GPU work gets 5 % more (a fraction in [0, 5]);
 - ``SPECGATE_GPU_SLOWDOWN_FILE=/path``: the fraction read from that file, as above.
+- ``SPECGATE_GPU_FIRST_TOKEN_MS=7.5``: a spin of 7.5 ms after each forward that schedules a new
+  request (its prefill): each request's first token comes that much later on the GPU, the rest of its
+  tokens as before. A fraction of the median step would not reach the first token (the prefill step is
+  one in a hundred, and a decode step's share of it is a fraction of a millisecond).
 
 It wraps the model runner's ``execute_model`` (the forward) and ``sample_tokens`` (sampling and
 the drafter) in every worker: both classes where they exist, ``vllm.v1.worker.gpu.model_runner.
@@ -62,9 +66,10 @@ ENV_FRACTION = "SPECGATE_SLOWDOWN"
 ENV_FILE = "SPECGATE_SLOWDOWN_FILE"
 ENV_GPU_FRACTION = "SPECGATE_GPU_SLOWDOWN"
 ENV_GPU_FILE = "SPECGATE_GPU_SLOWDOWN_FILE"
+ENV_GPU_FIRST_TOKEN_MS = "SPECGATE_GPU_FIRST_TOKEN_MS"
 # specgate's group specgate.server_env: an inherited variable of these names changes what a server runs,
 # so a kept server's fingerprint holds it.
-ENV_PREFIXES = (ENV_FRACTION, ENV_GPU_FRACTION)
+ENV_PREFIXES = (ENV_FRACTION, ENV_GPU_FRACTION, ENV_GPU_FIRST_TOKEN_MS)
 # The model runners the GPU mode patches, v2 (vLLM 0.26's default) first; whichever exist.
 GPU_RUNNER_MODULES = ("vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner")
 GPU_RUNNER_METHODS = ("execute_model", "sample_tokens")
@@ -73,6 +78,7 @@ MIN_STEPS = 8  # steps measured before anything is injected
 CALIBRATION_CYCLES = 2_000_000
 REPORT_EVERY = 2000
 MAX_FRACTION = 5.0
+MAX_FIRST_TOKEN_MS = 1000.0
 SPIN_S = 0.0002
 RECHECK_S = 0.2
 
@@ -85,6 +91,20 @@ def parse_fraction(text: str, *, source: str) -> float:
         raise ValueError(f"{source}: {text.strip()!r} is not a number (a slowdown fraction like 0.10)") from None
     if not 0.0 <= value <= MAX_FRACTION:
         raise ValueError(f"{source}: {value} is outside [0, {MAX_FRACTION:g}] (0.10 means each step takes 10 % longer)")
+    return value
+
+
+def first_token_ms(environ=os.environ) -> float:
+    """The first-token spin ``SPECGATE_GPU_FIRST_TOKEN_MS`` asks for, in ms (0 when unset)."""
+    raw = environ.get(ENV_GPU_FIRST_TOKEN_MS)
+    if raw is None:
+        return 0.0
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ValueError(f"{ENV_GPU_FIRST_TOKEN_MS}: {raw.strip()!r} is not a number of milliseconds (like 7.5)") from None
+    if not 0.0 <= value <= MAX_FIRST_TOKEN_MS:
+        raise ValueError(f"{ENV_GPU_FIRST_TOKEN_MS}: {value} is outside [0, {MAX_FIRST_TOKEN_MS:g}] ms")
     return value
 
 
@@ -181,6 +201,7 @@ class _Step:
 
     spans: list[tuple[Any, Any]] = field(default_factory=list)  # forward, sampling: the step's own work
     spin: tuple[Any, Any, float] | None = None  # the injected spin: start, end, cycles asked for
+    first_token: bool = False  # the forward scheduled a new request's prefill
 
     def done(self) -> bool:
         last = self.spin[1] if self.spin else (self.spans[-1][1] if self.spans else None)
@@ -195,8 +216,11 @@ class GpuPacer:
     synchronize: called once). Torch-free, so its arithmetic is tested without a GPU."""
 
     def __init__(self, slowdown: Slowdown, *, make_event: Callable[[], Any], spin: Callable[[int], None],
-                 calibrate: Callable[[], float], log: Callable[[str], None] | None = None) -> None:
+                 calibrate: Callable[[], float], log: Callable[[str], None] | None = None,
+                 first_token_ms: float = 0.0) -> None:
         self.slowdown = slowdown
+        self.first_token_ms = first_token_ms
+        self.first_token_spins = 0
         self.make_event, self.spin_kernel, self.calibrate = make_event, spin, calibrate
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.step_ms: deque[float] = deque(maxlen=STEP_WINDOW)
@@ -223,11 +247,11 @@ class GpuPacer:
             return 0.0
         return self.slowdown.fraction() * statistics.median(self.step_ms)
 
-    def begin(self, phase: str) -> None:
+    def begin(self, phase: str, *, new_requests: bool = False) -> None:
         if phase == "execute_model":
             self.current = None  # the last step is finished on the host: it may be read back
             self._harvest()
-            self.current = _Step()
+            self.current = _Step(first_token=new_requests)
             self.pending.append(self.current)
         self._open = self.make_event()
 
@@ -238,6 +262,9 @@ class GpuPacer:
         self._open = None
         if phase == "execute_model":
             wanted = self.injected_ms()
+            if self.current.first_token and self.first_token_ms > 0:
+                wanted += self.first_token_ms
+                self.first_token_spins += 1
             if wanted > 0:
                 cycles = max(1, round(wanted * self.cycles_per_ms))
                 start = self.make_event()
@@ -266,7 +293,8 @@ class GpuPacer:
         median = statistics.median(self.step_ms) if self.step_ms else 0.0
         return (f"[specgate_lab.inject] pid {os.getpid()}: {self.steps} GPU steps, median {median:.3f} ms, injected "
                 f"{self.injected_ms_total:.1f} ms in all ({share * 100:.2f} % of the steps' own GPU time; "
-                f"asked {self.slowdown.fraction() * 100:g} %)")
+                f"asked {self.slowdown.fraction() * 100:g} %; {self.first_token_spins} first-token spins "
+                f"of {self.first_token_ms:g} ms)")
 
 
 def gpu_paced(method, pacer_for: Callable[[Any], GpuPacer | None], phase: str):
@@ -276,10 +304,11 @@ def gpu_paced(method, pacer_for: Callable[[Any], GpuPacer | None], phase: str):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         pacer = pacer_for(self)
-        scheduled = getattr(args[0] if args else kwargs.get("scheduler_output"), "total_num_scheduled_tokens", 1)
+        step = args[0] if args else kwargs.get("scheduler_output")
+        scheduled = getattr(step, "total_num_scheduled_tokens", 1)
         if pacer is None or kwargs.get("dummy_run") or not scheduled or _capturing():
             return method(self, *args, **kwargs)
-        pacer.begin(phase)
+        pacer.begin(phase, new_requests=bool(getattr(step, "scheduled_new_reqs", None)))
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -357,7 +386,7 @@ class _PatchingLoader(importlib.abc.Loader):
         self.on_loaded(module)
 
 
-def torch_pacer(slowdown: Slowdown) -> GpuPacer:
+def torch_pacer(slowdown: Slowdown, first_token: float = 0.0) -> GpuPacer:
     """A GpuPacer on the current CUDA stream (the one the runner enqueues its step on)."""
     import torch
 
@@ -375,7 +404,7 @@ def torch_pacer(slowdown: Slowdown) -> GpuPacer:
         return CALIBRATION_CYCLES / max(start.elapsed_time(end), 1e-6)
 
     return GpuPacer(slowdown, make_event=make_event, spin=lambda cycles: torch.cuda._sleep(int(cycles)),
-                    calibrate=calibrate)
+                    calibrate=calibrate, first_token_ms=first_token)
 
 
 def register() -> None:
@@ -384,13 +413,17 @@ def register() -> None:
     try:
         slowdown = Slowdown.from_environ()
         gpu_slowdown = Slowdown.from_environ(gpu=True)
+        first_ms = first_token_ms()
     except ValueError as exc:
         raise SystemExit(f"specgate slowdown injector: {exc}") from None
     for name, asked in ((ENV_GPU_FRACTION, gpu_slowdown), (ENV_FRACTION, slowdown)):
         if asked is not None and asked.inert:
             print(f"[specgate_lab.inject] pid {os.getpid()}: {name}=0: no hook installed", file=sys.stderr, flush=True)
-    if gpu_slowdown is not None and not gpu_slowdown.inert:
-        _register_gpu(gpu_slowdown)
+    if ENV_GPU_FIRST_TOKEN_MS in os.environ and not first_ms:
+        print(f"[specgate_lab.inject] pid {os.getpid()}: {ENV_GPU_FIRST_TOKEN_MS}=0: no hook installed",
+              file=sys.stderr, flush=True)
+    if (gpu_slowdown is not None and not gpu_slowdown.inert) or first_ms:
+        _register_gpu(gpu_slowdown if gpu_slowdown is not None else Slowdown(0.0), first_ms)
     if slowdown is None or slowdown.inert:
         return
     from vllm.v1.engine.core import EngineCore
@@ -405,15 +438,17 @@ def register() -> None:
 _PACERS: dict[int, GpuPacer] = {}
 
 
-def _register_gpu(slowdown: Slowdown) -> None:
+def _register_gpu(slowdown: Slowdown, first_ms: float = 0.0) -> None:
     def pacer_for(runner: Any) -> GpuPacer:
         # One pacer per runner (a worker has one; a pacer built lazily, on the runner's device).
         pacer = _PACERS.get(id(runner))
         if pacer is None:
-            pacer = _PACERS[id(runner)] = torch_pacer(slowdown)
+            pacer = _PACERS[id(runner)] = torch_pacer(slowdown, first_ms)
         return pacer
 
     what = f"{slowdown.fixed}" if slowdown.path is None else f"read from {slowdown.path}"
+    if first_ms:
+        what += f", and each request's first token by {first_ms:g} ms"
 
     def on_loaded(module: Any) -> None:
         names = patch_runner_module(module, pacer_for)

@@ -87,6 +87,31 @@ def test_each_step_gets_its_fraction_of_the_median_step_time_on_the_gpu():
     assert "asked 5 %" in pacer.report()
 
 
+def test_a_first_token_spin_lengthens_only_the_steps_that_start_a_request():
+    gpu = Gpu(cycles_per_ms=1_000_000)
+    pacer = inject.GpuPacer(inject.Slowdown(0.0), make_event=gpu.event, spin=gpu.spin, calibrate=lambda: 1_000_000,
+                            log=lambda line: None, first_token_ms=7.5)
+    run_steps(pacer, gpu, 50)  # decode steps: nothing injected
+    assert gpu.busy_until == pytest.approx(50 * 10.0)
+    pacer.begin("execute_model", new_requests=True)  # a request's prefill: 7.5 ms more before its sampling
+    gpu.work(30.0)
+    pacer.end("execute_model")
+    assert gpu.busy_until == pytest.approx(50 * 10.0 + 30.0 + 7.5)
+    assert pacer.first_token_spins == 1 and "1 first-token spins of 7.5 ms" in pacer.report()
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, 0.0), ("0", 0.0), (" 7.5 ", 7.5)])
+def test_the_first_token_spin_is_read_from_its_variable(raw, expected):
+    environ = {} if raw is None else {"SPECGATE_GPU_FIRST_TOKEN_MS": raw}
+    assert inject.first_token_ms(environ) == expected
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1", "5000"])
+def test_a_bad_first_token_spin_names_its_variable(raw):
+    with pytest.raises(ValueError, match="SPECGATE_GPU_FIRST_TOKEN_MS"):
+        inject.first_token_ms({"SPECGATE_GPU_FIRST_TOKEN_MS": raw})
+
+
 def test_a_wrong_calibration_is_corrected_by_the_spins_it_measures():
     gpu = Gpu(cycles_per_ms=1_500_000)  # the clock under load is faster than the calibration said
     pacer = pacer_on(gpu, 0.10, calibrated=1_000_000)
@@ -128,8 +153,8 @@ class Pacer:
     def __init__(self):
         self.seen = []
 
-    def begin(self, phase):
-        self.seen.append(("begin", phase))
+    def begin(self, phase, new_requests=False):
+        self.seen.append(("begin", phase) + (("new",) if new_requests else ()))
 
     def end(self, phase):
         self.seen.append(("end", phase))
@@ -152,6 +177,9 @@ def test_both_runners_are_patched_once_and_dummy_runs_pass_untouched():
     assert runner.execute_model(step) == "forward" and runner.sample_tokens(None) == "sampled"
     assert pacer.seen == [("begin", "execute_model"), ("end", "execute_model"),
                           ("begin", "sample_tokens"), ("end", "sample_tokens")]
+    runner.execute_model(types.SimpleNamespace(total_num_scheduled_tokens=40, scheduled_new_reqs=["r1"]))
+    assert pacer.seen[-2:] == [("begin", "execute_model", "new"), ("end", "execute_model")]
+    del pacer.seen[4:]
     runner.execute_model(step, dummy_run=True)
     runner.execute_model(types.SimpleNamespace(total_num_scheduled_tokens=0))
     assert len(pacer.seen) == 4  # neither a dummy run nor an empty step is timed
@@ -186,7 +214,8 @@ def test_the_runner_is_patched_when_vllm_imports_it(tmp_path, monkeypatch):
 
 
 def test_register_stays_inert_without_either_variable(monkeypatch):
-    for name in ("SPECGATE_SLOWDOWN", "SPECGATE_SLOWDOWN_FILE", "SPECGATE_GPU_SLOWDOWN", "SPECGATE_GPU_SLOWDOWN_FILE"):
+    for name in ("SPECGATE_SLOWDOWN", "SPECGATE_SLOWDOWN_FILE", "SPECGATE_GPU_SLOWDOWN", "SPECGATE_GPU_SLOWDOWN_FILE",
+                 "SPECGATE_GPU_FIRST_TOKEN_MS"):
         monkeypatch.delenv(name, raising=False)
     before = list(sys.meta_path)
     inject.register()

@@ -19,7 +19,7 @@ from typing import Any
 
 from specgate.advise.advice import CONSTANT, FITTED, LINEAR, Span, WindowAdvice, advise_report
 
-SERVED = "ngram"  # the mode served at the largest k; the others are SERVED_k<k>
+SERVED = "ngram"  # the mode served at the largest k; the others are SERVED_k<k> (--served: another)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -52,18 +52,18 @@ def _inside(value: float, span: Span) -> str:
     return f"outside ({off * 100:+.1f} %)"
 
 
-def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(report: dict[str, Any], served: str = SERVED) -> list[dict[str, Any]]:
     """One row per class and smaller k: predicted (two bounds, and fitted over every k) and measured."""
-    served_modes = {SERVED, report["rig"]["reference_mode"]}
+    served_modes = {served, report["rig"]["reference_mode"]}
     from_served: dict[str, WindowAdvice] = {w.prompt_class: w for w in advise_report(_cut(report, served_modes)).windows
-                                            if w.mode == SERVED}
-    fitted = {w.prompt_class: w for w in advise_report(report).windows if w.mode == SERVED}
+                                            if w.mode == served}
+    fitted = {w.prompt_class: w for w in advise_report(report).windows if w.mode == served}
     out = []
     for prompt_class, advice in sorted(from_served.items()):
         for row in advice.rows:
             if row.measured:
                 continue
-            measured = _measured(report, f"{SERVED}_k{row.k}", prompt_class)
+            measured = _measured(report, f"{served}_k{row.k}", prompt_class)
             if measured is None:
                 continue
             const, linear = row.predictions[CONSTANT].ratio, row.predictions[LINEAR].ratio
@@ -77,11 +77,11 @@ def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def table(report: dict[str, Any]) -> str:
+def table(report: dict[str, Any], served: str = SERVED) -> str:
     lines = ["| class | k | AL(k) predicted | ratio, cost k-independent | ratio, cost linear | ratio, cost fitted "
              "(every k) | measured ratio (95 % CI) | measured in: k-independent / linear / fitted |",
              "|---|---|---|---|---|---|---|---|"]
-    for r in rows(report):
+    for r in rows(report, served):
         fit = r["fitted"].text(3) if r["fitted"] else "-"
         lines.append(f"| {r['class']} | {r['k']} | {r['al'].text(2)} | {r['const'].text(3)} | {r['linear'].text(3)} | "
                      f"{fit} | {r['measured'].text(3)} | {r['in_const']} / {r['in_linear']} / {r['in_fitted']} |")
@@ -91,8 +91,9 @@ def table(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path)
+    parser.add_argument("--served", default=SERVED, help="the mode served at the largest k (default %(default)s)")
     args = parser.parse_args(argv)
-    print(table(_load(args.report)))
+    print(table(_load(args.report), args.served))
     return 0
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from scipy.stats import chi2
 from scipy.stats import t as student_t
 
-RECORD_KEYS = ("request_id", "prompt_id", "completion_tokens", "decode_tokens_per_s", "finish_reason")
+RECORD_KEYS = ("request_id", "prompt_id", "completion_tokens", "decode_tokens_per_s", "finish_reason", "ttft_s")
 
 
 # ---------------------------------------------------------------- trimming
@@ -80,11 +80,12 @@ def trim_campaign(runs: Path, out: Path) -> list[Path]:
         target = out / report.parent.parent.name / report.parent.name / "report.json.gz"
         _write_gz(json.loads(report.read_text()), target)
         written.append(target)
-    for report in sorted(runs.glob("K*/report.json")):  # a kept reference's sessions (issue 64, item 4)
+    # a kept reference's sessions (issue 64, item 4: K1, K2; item 2: TAA, T15) and the advice session (item 5: ADV)
+    for report in sorted([*runs.glob("K*/report.json"), *runs.glob("T*/report.json"), *runs.glob("ADV/report.json")]):
         target = out / f"{report.parent.name}.report.json.gz"
         _write_gz(json.loads(report.read_text()), target)
         written.append(target)
-    for name in ("campaign.log", "lab-machine.txt", "K2-plan.txt"):
+    for name in ("campaign.log", "lab-machine.txt", "K2-plan.txt", "spin-ms.txt"):
         if (runs / name).exists():
             shutil.copy(runs / name, out / name)
             written.append(out / name)
