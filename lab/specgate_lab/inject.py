@@ -27,7 +27,7 @@ GPU itself:
 
 - ``SPECGATE_GPU_SLOWDOWN=0.05``: each model step's GPU work gets 5 % more (a fraction in [0, 5]);
 - ``SPECGATE_GPU_SLOWDOWN_FILE=/path``: the fraction read from that file, as above.
-- ``SPECGATE_GPU_FIRST_TOKEN_MS=7.5``: a spin of 7.5 ms after each forward that schedules a new
+- ``SPECGATE_GPU_PREFILL_SPIN_MS=7.5``: a spin of 7.5 ms after each forward that schedules a new
   request (its prefill): each request's first token comes that much later on the GPU, the rest of its
   tokens as before. A fraction of the median step would not reach the first token (the prefill step is
   one in a hundred, and a decode step's share of it is a fraction of a millisecond).
@@ -66,10 +66,10 @@ ENV_FRACTION = "SPECGATE_SLOWDOWN"
 ENV_FILE = "SPECGATE_SLOWDOWN_FILE"
 ENV_GPU_FRACTION = "SPECGATE_GPU_SLOWDOWN"
 ENV_GPU_FILE = "SPECGATE_GPU_SLOWDOWN_FILE"
-ENV_GPU_FIRST_TOKEN_MS = "SPECGATE_GPU_FIRST_TOKEN_MS"
+ENV_GPU_PREFILL_SPIN_MS = "SPECGATE_GPU_PREFILL_SPIN_MS"
 # specgate's group specgate.server_env: an inherited variable of these names changes what a server runs,
 # so a kept server's fingerprint holds it.
-ENV_PREFIXES = (ENV_FRACTION, ENV_GPU_FRACTION, ENV_GPU_FIRST_TOKEN_MS)
+ENV_PREFIXES = (ENV_FRACTION, ENV_GPU_FRACTION, ENV_GPU_PREFILL_SPIN_MS)
 # The model runners the GPU mode patches, v2 (vLLM 0.26's default) first; whichever exist.
 GPU_RUNNER_MODULES = ("vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner")
 GPU_RUNNER_METHODS = ("execute_model", "sample_tokens")
@@ -95,16 +95,16 @@ def parse_fraction(text: str, *, source: str) -> float:
 
 
 def first_token_ms(environ=os.environ) -> float:
-    """The first-token spin ``SPECGATE_GPU_FIRST_TOKEN_MS`` asks for, in ms (0 when unset)."""
-    raw = environ.get(ENV_GPU_FIRST_TOKEN_MS)
+    """The first-token spin ``SPECGATE_GPU_PREFILL_SPIN_MS`` asks for, in ms (0 when unset)."""
+    raw = environ.get(ENV_GPU_PREFILL_SPIN_MS)
     if raw is None:
         return 0.0
     try:
         value = float(raw.strip())
     except ValueError:
-        raise ValueError(f"{ENV_GPU_FIRST_TOKEN_MS}: {raw.strip()!r} is not a number of milliseconds (like 7.5)") from None
+        raise ValueError(f"{ENV_GPU_PREFILL_SPIN_MS}: {raw.strip()!r} is not a number of milliseconds (like 7.5)") from None
     if not 0.0 <= value <= MAX_FIRST_TOKEN_MS:
-        raise ValueError(f"{ENV_GPU_FIRST_TOKEN_MS}: {value} is outside [0, {MAX_FIRST_TOKEN_MS:g}] ms")
+        raise ValueError(f"{ENV_GPU_PREFILL_SPIN_MS}: {value} is outside [0, {MAX_FIRST_TOKEN_MS:g}] ms")
     return value
 
 
@@ -419,8 +419,8 @@ def register() -> None:
     for name, asked in ((ENV_GPU_FRACTION, gpu_slowdown), (ENV_FRACTION, slowdown)):
         if asked is not None and asked.inert:
             print(f"[specgate_lab.inject] pid {os.getpid()}: {name}=0: no hook installed", file=sys.stderr, flush=True)
-    if ENV_GPU_FIRST_TOKEN_MS in os.environ and not first_ms:
-        print(f"[specgate_lab.inject] pid {os.getpid()}: {ENV_GPU_FIRST_TOKEN_MS}=0: no hook installed",
+    if ENV_GPU_PREFILL_SPIN_MS in os.environ and not first_ms:
+        print(f"[specgate_lab.inject] pid {os.getpid()}: {ENV_GPU_PREFILL_SPIN_MS}=0: no hook installed",
               file=sys.stderr, flush=True)
     if (gpu_slowdown is not None and not gpu_slowdown.inert) or first_ms:
         _register_gpu(gpu_slowdown if gpu_slowdown is not None else Slowdown(0.0), first_ms)

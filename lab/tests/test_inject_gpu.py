@@ -102,14 +102,14 @@ def test_a_first_token_spin_lengthens_only_the_steps_that_start_a_request():
 
 @pytest.mark.parametrize(("raw", "expected"), [(None, 0.0), ("0", 0.0), (" 7.5 ", 7.5)])
 def test_the_first_token_spin_is_read_from_its_variable(raw, expected):
-    environ = {} if raw is None else {"SPECGATE_GPU_FIRST_TOKEN_MS": raw}
+    environ = {} if raw is None else {"SPECGATE_GPU_PREFILL_SPIN_MS": raw}
     assert inject.first_token_ms(environ) == expected
 
 
 @pytest.mark.parametrize("raw", ["soon", "-1", "5000"])
 def test_a_bad_first_token_spin_names_its_variable(raw):
-    with pytest.raises(ValueError, match="SPECGATE_GPU_FIRST_TOKEN_MS"):
-        inject.first_token_ms({"SPECGATE_GPU_FIRST_TOKEN_MS": raw})
+    with pytest.raises(ValueError, match="SPECGATE_GPU_PREFILL_SPIN_MS"):
+        inject.first_token_ms({"SPECGATE_GPU_PREFILL_SPIN_MS": raw})
 
 
 def test_a_wrong_calibration_is_corrected_by_the_spins_it_measures():
@@ -215,7 +215,7 @@ def test_the_runner_is_patched_when_vllm_imports_it(tmp_path, monkeypatch):
 
 def test_register_stays_inert_without_either_variable(monkeypatch):
     for name in ("SPECGATE_SLOWDOWN", "SPECGATE_SLOWDOWN_FILE", "SPECGATE_GPU_SLOWDOWN", "SPECGATE_GPU_SLOWDOWN_FILE",
-                 "SPECGATE_GPU_FIRST_TOKEN_MS"):
+                 "SPECGATE_GPU_PREFILL_SPIN_MS"):
         monkeypatch.delenv(name, raising=False)
     before = list(sys.meta_path)
     inject.register()

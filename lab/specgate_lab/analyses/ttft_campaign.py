@@ -1,6 +1,6 @@
 """The TTFT gate in the sleep-mode A/B (issue 64, item 2), from a campaign's kept sessions: ``TAA`` (an A/A,
 no injection on either side) and ``T15`` (the candidate's first token delayed on the GPU by
-``SPECGATE_GPU_FIRST_TOKEN_MS``, 15 % of the A/A reference side's median TTFT: 1.5x the 10 % tolerance).
+``SPECGATE_GPU_PREFILL_SPIN_MS``, 15 % of the A/A reference side's median TTFT: 1.5x the 10 % tolerance).
 
 For each session: each side's median TTFT over its requests, the median of the per-request differences
 (candidate - reference, paired by request key), so it shows whether the injection reached the first token,
