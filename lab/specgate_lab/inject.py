@@ -77,6 +77,7 @@ STEP_WINDOW = 64  # steps in the running median of the GPU step time
 MIN_STEPS = 8  # steps measured before anything is injected
 CALIBRATION_CYCLES = 2_000_000
 REPORT_EVERY = 2000
+PREFILL_REPORT_EVERY = 50  # prefill spins between two log lines (the first is logged too)
 MAX_FRACTION = 5.0
 MAX_FIRST_TOKEN_MS = 1000.0
 SPIN_S = 0.0002
@@ -265,6 +266,8 @@ class GpuPacer:
             if self.current.first_token and self.first_token_ms > 0:
                 wanted += self.first_token_ms
                 self.first_token_spins += 1
+                if self.first_token_spins % PREFILL_REPORT_EVERY == 1:  # the server log shows it reached the GPU
+                    self.log(self.report())
             if wanted > 0:
                 cycles = max(1, round(wanted * self.cycles_per_ms))
                 start = self.make_event()

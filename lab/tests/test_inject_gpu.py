@@ -89,8 +89,9 @@ def test_each_step_gets_its_fraction_of_the_median_step_time_on_the_gpu():
 
 def test_a_first_token_spin_lengthens_only_the_steps_that_start_a_request():
     gpu = Gpu(cycles_per_ms=1_000_000)
+    logged = []
     pacer = inject.GpuPacer(inject.Slowdown(0.0), make_event=gpu.event, spin=gpu.spin, calibrate=lambda: 1_000_000,
-                            log=lambda line: None, first_token_ms=7.5)
+                            log=logged.append, first_token_ms=7.5)
     run_steps(pacer, gpu, 50)  # decode steps: nothing injected
     assert gpu.busy_until == pytest.approx(50 * 10.0)
     pacer.begin("execute_model", new_requests=True)  # a request's prefill: 7.5 ms more before its sampling
@@ -98,6 +99,7 @@ def test_a_first_token_spin_lengthens_only_the_steps_that_start_a_request():
     pacer.end("execute_model")
     assert gpu.busy_until == pytest.approx(50 * 10.0 + 30.0 + 7.5)
     assert pacer.first_token_spins == 1 and "1 first-token spins of 7.5 ms" in pacer.report()
+    assert len(logged) == 1 and "first-token spins" in logged[0]  # the first spin is logged: the server log shows it
 
 
 @pytest.mark.parametrize(("raw", "expected"), [(None, 0.0), ("0", 0.0), (" 7.5 ", 7.5)])

@@ -6,7 +6,7 @@ For each session: each side's median TTFT over its requests, the median of the p
 (candidate - reference, paired by request key), so it shows whether the injection reached the first token,
 and the TTFT gate's verdict.
 
-    python -m specgate_lab.analyses.ttft_campaign docs/evidence/lab/2026-12-06-gpu-ttft-advice
+    python -m specgate_lab.analyses.ttft_campaign docs/evidence/lab/2026-12-06-h100-ttft
     python -m specgate_lab.analyses.ttft_campaign --spin-ms TAA/report.json   (the injection's size, in ms)
 """
 
@@ -59,11 +59,14 @@ def session_lines(name: str, report: dict) -> list[str]:
 
 
 def render(folder: Path) -> str:
+    """Every lease's sessions: ``folder`` itself or each of its subfolders (one per lease: S67, S68)."""
     lines = []
-    for name in ("TAA", "T15"):
-        path = folder / f"{name}.report.json.gz"
-        if path.exists():
-            lines += session_lines(name, _load(path))
+    for lease in [folder, *sorted(p for p in folder.iterdir() if p.is_dir())]:
+        for name in ("TAA", "T15"):
+            path = lease / f"{name}.report.json.gz"
+            if path.exists():
+                prefix = "" if lease == folder else f"{lease.name} "
+                lines += session_lines(prefix + name, _load(path))
     return "\n".join(lines)
 
 
