@@ -1,0 +1,31 @@
+"""The third 2026-12-06 lab entry (docs/journal/lab/2026-12-06-gpu-ttft-advice.md): every TTFT line it quotes is
+what its re-derive command prints from the kept raw data, and the injection's size is the rule's."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from journal_commands import ROOT, re_derive
+
+from specgate_lab.analyses import ttft_campaign
+
+pytestmark = pytest.mark.fast
+
+KEPT = ROOT / "docs" / "evidence" / "lab" / "2026-12-06-h100-ttft"
+
+
+def test_every_ttft_line_the_entry_quotes_re_derives() -> None:
+    text, out = re_derive("lab/2026-12-06-gpu-ttft-advice.md", "ttft_campaign")
+    quoted = [line for line in text.splitlines() if line.startswith(("- S67 ", "- S68 ", "  - ttft: "))]
+    assert len(quoted) == 8
+    printed = out.splitlines()
+    assert [line for line in quoted if line not in printed] == []
+
+
+@pytest.mark.parametrize("lease", ["S67", "S68"])
+def test_the_spin_asked_is_fifteen_percent_of_the_aa_reference_median(lease: str) -> None:
+    report = json.loads(gzip.decompress((KEPT / lease / "TAA.report.json.gz").read_bytes()))
+    assert ttft_campaign.spin_ms(report) == float((KEPT / lease / "spin-ms.txt").read_text())
