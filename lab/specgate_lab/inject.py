@@ -103,7 +103,8 @@ def first_token_ms(environ=os.environ) -> float:
     try:
         value = float(raw.strip())
     except ValueError:
-        raise ValueError(f"{ENV_GPU_PREFILL_SPIN_MS}: {raw.strip()!r} is not a number of milliseconds (like 7.5)") from None
+        raise ValueError(f"{ENV_GPU_PREFILL_SPIN_MS}: {raw.strip()!r} is not a number of milliseconds "
+                         "(like 7.5)") from None
     if not 0.0 <= value <= MAX_FIRST_TOKEN_MS:
         raise ValueError(f"{ENV_GPU_PREFILL_SPIN_MS}: {value} is outside [0, {MAX_FIRST_TOKEN_MS:g}] ms")
     return value

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 from journal_commands import ROOT, re_derive
