@@ -2,6 +2,7 @@
 refusal of a server that cannot wake from level 2, before anything starts (plan and session)."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,19 @@ def test_the_kimi_ab_at_1_5_tb_takes_turns_one_mode_at_a_time_every_server_at_sl
     assert "every server at sleep level 1" in rest
     # and the selection's chance of a red A/A (issue 62, specgate.decide.red_runs)
     assert "\nRED A/A: at most " in rest and "of runs go red with nothing changed" in rest
+
+
+def test_the_seeds_ab_keeps_its_ngram_reference_at_1_5_tb_every_server_at_sleep_level_1(tmp_path, monkeypatch,
+                                                                                       capsys):
+    # issue 62: one mode per session, its reference kept asleep and one candidate loaded: 2 copies on the host
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "--rig", KIMI, "--host-memory-gib", "1536", "--specgate-keep-servers", "-k", "ngram",
+                 f"--specgate-ab-candidate-python={_candidate_python(tmp_path)}"]) == 0
+    (kept,) = [line for line in capsys.readouterr().out.splitlines() if "A/B, reference kept" in line]
+    assert "(the cheapest A/B): 1 start(s), reference kept (1 server(s), 0 starts)" in kept
+    assert "sleep level 1 for 2, sleep level 2 for 0" in kept
+    hours, minutes = map(int, re.search(r"about (\d+)h(\d+)m", kept).groups())
+    assert hours * 60 + minutes <= 3 * 60 + 30, kept
 
 
 EAGLE_MODE = """
