@@ -177,7 +177,9 @@ def test_fatal_engine_error_in_the_log_fails_fast(fake: Path, tmp_path: Path, re
 
 def test_hung_first_generation_keeps_reporting_and_meets_the_deadline(
         fake: Path, tmp_path: Path, reaper: Reaper, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 0.1)
+    # a line every 20 ms: under load the fake server's start can take most of the 1-s deadline
+    monkeypatch.setattr(server_mod, "PROGRESS_EVERY_S", 0.02)
+    monkeypatch.setattr(server_mod, "POLL_EVERY_S", 0.02)
     spec = _spec(fake, tmp_path, "--behaviour", "hang-generation", timeout_s=1)
     spec.probe_timeout_s = 60  # longer than the deadline: the deadline must still hold
     lines: list[str] = []
