@@ -20,7 +20,13 @@ from specgate.decide.entry import entries_from_report
 from specgate.decide.start_pairs import combine_folder
 from specgate.errors import SpecgateError
 from specgate.exit_codes import ExitCode
-from specgate.plan.estimate import Conditions, arrangement_lines, arrangements, choose_arrangement, paths
+from specgate.plan.estimate import (
+    Conditions,
+    arrangement_lines,
+    arrangements,
+    choose_arrangement,
+    paths,
+)
 from specgate.plugin.cost import PlanCapture
 from specgate.report.history_view import build_history, history_text, plot_history
 from specgate.report.red_runs import red_run_lines

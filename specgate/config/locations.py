@@ -37,12 +37,12 @@ def check_fixtures_dir(fixtures_dir: Path) -> None:
         raise ConfigError(fixtures_dir / missing[0], None, f"file not found: {fixtures_dir} is "
                           "not a specgate fixtures "
                           f"folder (no {' and no '.join(missing)}). "
-                          "Pass --specgate-fixtures DIR (pytest), set $SPECGATE_FIXTURES, or run from a "
-                          "folder whose fixtures/ holds modes.toml, prompts.toml and rigs/")
+                          "Pass --specgate-fixtures DIR (pytest), set $SPECGATE_FIXTURES, or run "
+                          "from a folder whose fixtures/ holds modes.toml, prompts.toml and rigs/")
 
 
 def rig_file(value: str, fixtures_dir: Path) -> Path:
-    """The rig file a ``--specgate-rig`` value names (a path, else ``<fixtures>/rigs/NAME.toml``)."""
+    """The rig file a ``--specgate-rig`` value names: a path, else ``<fixtures>/rigs/NAME.toml``."""
     if is_rig_path(value):
         return Path(value).expanduser()
     return fixtures_dir / "rigs" / f"{value}.toml"

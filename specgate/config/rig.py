@@ -253,7 +253,8 @@ class Gates(_Strict):
     def level_gate_tolerance(self) -> float:
         """The stored-level gate's tolerance (the one rule everything reads): level_tolerance,
         else throughput_tolerance."""
-        return self.level_tolerance if self.level_tolerance is not None else self.throughput_tolerance
+        level = self.level_tolerance
+        return level if level is not None else self.throughput_tolerance
 
     def for_class(self, prompt_class: str) -> Gates:
         override = self.classes.get(prompt_class)
@@ -300,7 +301,8 @@ class DeclaredBackfire(_Strict):
     @classmethod
     def _some_classes(cls, classes: tuple[str, ...]) -> tuple[str, ...]:
         if not classes:
-            raise ValueError('an empty list declares nothing: name the classes, or "*" for every class')
+            raise ValueError('an empty list declares nothing: name the classes, '
+                             'or "*" for every class')
         return _once_each(classes)
 
     def covers(self, mode: str, prompt_class: str) -> bool:
@@ -449,16 +451,19 @@ class Rig(_Strict):
     def _reference_exists(self) -> Rig:
         names = [m.name for m in self.modes]
         if self.reference_mode not in names:
-            raise ValueError(f"reference_mode {self.reference_mode!r} is not among the modes {names}")
+            raise ValueError(f"reference_mode {self.reference_mode!r} is not among the modes "
+                             f"{names}")
         if self.mode(self.reference_mode).is_speculative:
-            raise ValueError(f"reference_mode {self.reference_mode!r} must have no speculative_config")
+            raise ValueError(f"reference_mode {self.reference_mode!r} must have no "
+                             "speculative_config")
         return self
 
 
 def default_model_cache() -> Path:
     import os
 
-    return Path(os.environ.get("SPECGATE_MODEL_CACHE", Path.home() / ".cache" / "specgate" / "models"))
+    default = Path.home() / ".cache" / "specgate" / "models"
+    return Path(os.environ.get("SPECGATE_MODEL_CACHE", default))
 
 
 def cpu_dtype(flags: str | None = None) -> str:
@@ -705,7 +710,8 @@ def _check_modes(rig: RigFile, mode_names: list[str], classes: dict[str, PromptC
                               "rig's mode without speculation")
     for i, declared in enumerate(rig.declared_backfire):
         if declared.mode not in mode_names:
-            raise ConfigError(path, f"declared_backfire[{i}].mode", f"unknown mode {declared.mode!r}")
+            raise ConfigError(path, f"declared_backfire[{i}].mode",
+                              f"unknown mode {declared.mode!r}")
         unknown = [c for c in declared.classes if c != "*" and c not in classes]
         if unknown:  # else the backfire meant to be accepted would fail the run
             raise ConfigError(path, f"declared_backfire[{i}].classes", "unknown prompt class(es) "
@@ -733,11 +739,12 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
         return
     fix = "set sleep_level = 1 or leave it unset (sleep level 1 keeps the weights in host memory)"
     command = rig.argv_prefix[: len(rig.argv_prefix) - len(rig.extra_args)]
-    sides = ([("reference", rig.ab.reference), ("candidate", rig.ab.candidate)] if rig.ab is not None
-             else [("", Side())])
+    sides = ([("reference", rig.ab.reference), ("candidate", rig.ab.candidate)]
+             if rig.ab is not None else [("", Side())])
     for mode in rig.modes:
         for side_name, side in sides:
-            on = f"mode {mode.name}" + (f", the A/B's {side_name} side{ab_from}" if side_name else "")
+            on = f"mode {mode.name}"
+            on += f", the A/B's {side_name} side{ab_from}" if side_name else ""
             speculative = ({**mode.speculative_config, **side.speculative}
                            if mode.speculative_config is not None else None)
             if loads_drafter(speculative):
@@ -750,7 +757,8 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
                 layers.append((f"ab.{side_name}.extra_args", side.extra_args))
             if not dummy_weights([arg for _, args in layers for arg in args]):
                 continue
-            where = [key for key, args in layers if argv_value(args, "--load-format") is not None][-1]
+            where = [key for key, args in layers
+                     if argv_value(args, "--load-format") is not None][-1]
             raise ConfigError(rig.path, "sleep_level", "sleep level 2 cannot serve --load-format "
                               f"dummy weights ({where} sets them; {on}): vLLM 0.26 cannot reload "
                               "them, and a server woken without them generates no text (no "

@@ -31,12 +31,14 @@ TEMPLATE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{ title }}</title>
 <style>
-body{font-family:system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;margin:1.5rem auto;max-width:1500px;
+body{font-family:system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;margin:1.5rem auto;
+max-width:1500px;
 padding:0 1rem;color:#1d1d1f;line-height:1.4;}
 h1{font-size:1.45rem;margin-bottom:.2rem;}
 h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;}
 .sub{color:#555;margin-top:0;}
-.counts span{display:inline-block;margin:.15rem .4rem .15rem 0;padding:.1rem .55rem;border-radius:.8rem;
+.counts span{display:inline-block;margin:.15rem .4rem .15rem 0;padding:.1rem .55rem;
+border-radius:.8rem;
 font-weight:600;font-size:.9rem;}
 table{border-collapse:collapse;font-size:.86rem;margin:.5rem 0;}
 th, td{border:1px solid #d0d0d0;padding:.25rem .5rem;text-align:left;vertical-align:top;}
@@ -61,19 +63,21 @@ dl.facts dt{font-weight:600;} dl.facts dd{margin:0;}
 <body>
 <h1>{{ title }}</h1>
 <p class="sub">{{ subtitle }}</p>
-<p class="counts">{% for name, css, n in counts %}<span class="{{ css }}">{{ n }} {{ name }}</span>{% endfor %}</p>
+<p class="counts">{% for name, css, n in counts %}<span class="{{ css }}">{{ n }} {{ name }}</span>
+{% endfor %}</p>
 
 <h2 id="verdicts-title">Verdicts</h2>
 {% if rows %}
-<p>One row per gate, passing gates included: what it compared against, both sides' figures, the ratio this
-run / reference with its interval, the line it fails past (TTFT fails above it, the others below), what the
-ratio rests on, and the outcome.</p>
+<p>One row per gate, passing gates included: what it compared against, both sides' figures, the
+ratio this run / reference with its interval, the line it fails past (TTFT fails above it, the
+others below), what the ratio rests on, and the outcome.</p>
 <table id="verdicts">
 <thead><tr>{% for h in headers %}<th>{{ h }}</th>{% endfor %}</tr></thead>
 <tbody>
 {% for c in rows %}
 <tr class="{{ c.css }}" data-gate="{{ c.gate }}" data-where="{{ c.where }}">
-<td>{{ c.mode }}</td><td>{{ c.prompt_class }}</td><td class="num">{{ c.concurrency }}</td><td>{{ c.gate_text }}</td>
+<td>{{ c.mode }}</td><td>{{ c.prompt_class }}</td><td class="num">{{ c.concurrency }}</td>
+<td>{{ c.gate_text }}</td>
 <td>{{ c.against }}</td><td class="num">{{ c.reference }}</td><td class="num">{{ c.measured }}</td>
 <td class="num">{{ c.ratio_text }}</td><td class="num">{{ c.threshold_text }}</td><td>{{ c.n }}</td>
 <td class="outcome">{{ c.outcome_text }}</td>
@@ -104,14 +108,16 @@ ratio rests on, and the outcome.</p>
 </dl>
 {% if servers %}
 <h2>Servers</h2>
-<table><thead><tr><th>server</th><th>side</th><th>ready after</th><th>GPUs</th><th>log</th></tr></thead><tbody>
+<table><thead><tr><th>server</th><th>side</th><th>ready after</th><th>GPUs</th><th>log</th></tr>
+</thead><tbody>
 {% for label, s in servers %}<tr><td>{{ label }}</td><td>{{ s.side or "-" }}</td>
 <td class="num">{{ s.ready }}</td><td>{{ s.gpus or "-" }}</td><td>{{ s.log or "-" }}</td></tr>
 {% endfor %}</tbody></table>
 {% endif %}
 <h2>Fingerprints</h2>
 {% if fingerprints %}
-<table><thead><tr><th></th>{% for label, _ in fingerprints %}<th>{{ label }}</th>{% endfor %}</tr></thead><tbody>
+<table><thead><tr><th></th>{% for label, _ in fingerprints %}<th>{{ label }}</th>{% endfor %}</tr>
+</thead><tbody>
 {% for key in fingerprint_keys %}<tr><th>{{ key }}</th>
 {% for _, f in fingerprints %}<td>{{ f.get(key, "-") }}</td>{% endfor %}</tr>
 {% endfor %}</tbody></table>
@@ -121,7 +127,8 @@ ratio rests on, and the outcome.</p>
 
 <h2>Gate messages</h2>
 {% for c, message in messages %}
-<details><summary>{{ c.label }}: {{ c.outcome_text }}</summary><div class="msg">{{ message }}</div></details>
+<details><summary>{{ c.label }}: {{ c.outcome_text }}</summary>
+<div class="msg">{{ message }}</div></details>
 {% endfor %}
 
 <h2>Tables</h2>

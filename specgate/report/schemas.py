@@ -24,7 +24,8 @@ class _Open(BaseModel):
 
 
 class RequestRecord(_Open):
-    """One request (``specgate.measure.client.RequestRecord``); times are the client's perf_counter seconds."""
+    """One request (``specgate.measure.client.RequestRecord``); times are the client's
+    perf_counter seconds."""
 
     request_id: str = Field(description="mode/prompt class/prompt id#repeat")
     mode: str

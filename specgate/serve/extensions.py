@@ -26,8 +26,8 @@ def _loaded(group: str) -> list[tuple[str, object]]:
         try:
             found.append((f"{entry.name} ({entry.value})", entry.load()))
         except Exception as exc:  # a broken plugin is named
-            raise SpecgateError(f"entry point {entry.name} = {entry.value} of group {group}: cannot "
-                                f"load it ({type(exc).__name__}: {exc})") from exc
+            raise SpecgateError(f"entry point {entry.name} = {entry.value} of group {group}: "
+                                f"cannot load it ({type(exc).__name__}: {exc})") from exc
     return found
 
 

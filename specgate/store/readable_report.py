@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specgate.errors import ConfigError
 
 # The outcomes a report may hold (specgate.decide.outcome.Outcome's values; a test checks them).
-OUTCOMES = ("pass", "fail", "declared backfire", "undecided", "not stored", "other machine", "not run")
+OUTCOMES = ("pass", "fail", "declared backfire", "undecided", "not stored", "other machine",
+            "not run")
 
 
 class _Read(BaseModel):
@@ -157,7 +158,8 @@ class Details(_Finite):
 
 
 class Entry(_Read):
-    """A gate's verdict (``gates``) or a gate that decided nothing (``undecided``, with a ``kind``)."""
+    """A gate's verdict (``gates``) or a gate that decided nothing (``undecided``, with a
+    ``kind``)."""
 
     gate: str
     mode: str

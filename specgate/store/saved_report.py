@@ -32,7 +32,8 @@ def read_saved_report(path: Path | str) -> dict[str, Any]:
         data = json.loads(raw.decode("utf-8"))
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError,
             json.JSONDecodeError) as exc:
-        raise SpecgateError(f"{path}: cannot read the report: {type(exc).__name__}: {exc}") from None
+        raise SpecgateError(f"{path}: cannot read the report: "
+                            f"{type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict) or data.get("specgate_report") != 1:
         raise SpecgateError(f"{path}: not a specgate report (no 'specgate_report': 1 key)")
     lacks = [key for key in REQUIRED if key not in data]
@@ -64,7 +65,8 @@ def missing_parts(report: dict[str, Any]) -> list[str]:
     parts = []
     records = _records(report)
     if records and not any("started_at" in r for r in records):
-        parts.append("request timestamps (trimmed records: no TTFT, engine CPU or slow-spell check)")
+        parts.append("request timestamps (trimmed records: no TTFT, engine CPU or slow-spell "
+                     "check)")
     if "fingerprints" not in report:
         parts.append("the servers' fingerprints")
     ab = any(ab_side(m.get("partner")) == "reference" for m in report.get("measurements", []))
