@@ -29,8 +29,12 @@ GPU itself:
 - ``SPECGATE_GPU_SLOWDOWN_FILE=/path``: the fraction read from that file, as above.
 - ``SPECGATE_GPU_PREFILL_SPIN_MS=7.5``: a spin of 7.5 ms after each forward that schedules a new
   request (its prefill): each request's first token comes that much later on the GPU, the rest of its
-  tokens as before. A fraction of the median step would not reach the first token (the prefill step is
-  one in a hundred, and a decode step's share of it is a fraction of a millisecond).
+  tokens as before. ``SPECGATE_GPU_PREFILL_SPIN_MS_FILE=/path``: the ms read from that file, so one
+  pair of kept servers can run an A/A and then the injected A/B (no start between them). A fraction
+  of the median step would not reach the first token (the prefill step is one in a hundred, and a
+  decode step's share of it is a fraction of a millisecond). Not yet seen to reach it on the GPU lab
+  (docs/journal/lab/2026-12-06-gpu-ttft-advice.md): the pacer logs its first prefill spin and every
+  50th, so a server log shows whether it ran.
 
 It wraps the model runner's ``execute_model`` (the forward) and ``sample_tokens`` (sampling and
 the drafter) in every worker: both classes where they exist, ``vllm.v1.worker.gpu.model_runner.
@@ -67,6 +71,7 @@ ENV_FILE = "SPECGATE_SLOWDOWN_FILE"
 ENV_GPU_FRACTION = "SPECGATE_GPU_SLOWDOWN"
 ENV_GPU_FILE = "SPECGATE_GPU_SLOWDOWN_FILE"
 ENV_GPU_PREFILL_SPIN_MS = "SPECGATE_GPU_PREFILL_SPIN_MS"
+ENV_GPU_PREFILL_SPIN_FILE = "SPECGATE_GPU_PREFILL_SPIN_MS_FILE"
 # specgate's group specgate.server_env: an inherited variable of these names changes what a server runs,
 # so a kept server's fingerprint holds it.
 ENV_PREFIXES = (ENV_FRACTION, ENV_GPU_FRACTION, ENV_GPU_PREFILL_SPIN_MS)
@@ -79,43 +84,32 @@ CALIBRATION_CYCLES = 2_000_000
 REPORT_EVERY = 2000
 PREFILL_REPORT_EVERY = 50  # prefill spins between two log lines (the first is logged too)
 MAX_FRACTION = 5.0
-MAX_FIRST_TOKEN_MS = 1000.0
+MAX_PREFILL_SPIN_MS = 1000.0
 SPIN_S = 0.0002
 RECHECK_S = 0.2
 
 
-def parse_fraction(text: str, *, source: str) -> float:
-    """A slowdown fraction from text; raises ValueError naming ``source`` when it is not one."""
+def parse_fraction(text: str, *, source: str, maximum: float = MAX_FRACTION) -> float:
+    """A slowdown fraction (or, with ``maximum`` MAX_PREFILL_SPIN_MS, a spin in ms) from text; raises
+    ValueError naming ``source`` when it is not one."""
+    unit = "a slowdown fraction like 0.10" if maximum == MAX_FRACTION else "milliseconds like 7.5"
     try:
         value = float(text.strip())
     except ValueError:
-        raise ValueError(f"{source}: {text.strip()!r} is not a number (a slowdown fraction like 0.10)") from None
-    if not 0.0 <= value <= MAX_FRACTION:
-        raise ValueError(f"{source}: {value} is outside [0, {MAX_FRACTION:g}] (0.10 means each step takes 10 % longer)")
-    return value
-
-
-def first_token_ms(environ=os.environ) -> float:
-    """The first-token spin ``SPECGATE_GPU_PREFILL_SPIN_MS`` asks for, in ms (0 when unset)."""
-    raw = environ.get(ENV_GPU_PREFILL_SPIN_MS)
-    if raw is None:
-        return 0.0
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise ValueError(f"{ENV_GPU_PREFILL_SPIN_MS}: {raw.strip()!r} is not a number of milliseconds "
-                         "(like 7.5)") from None
-    if not 0.0 <= value <= MAX_FIRST_TOKEN_MS:
-        raise ValueError(f"{ENV_GPU_PREFILL_SPIN_MS}: {value} is outside [0, {MAX_FIRST_TOKEN_MS:g}] ms")
+        raise ValueError(f"{source}: {text.strip()!r} is not a number ({unit})") from None
+    if not 0.0 <= value <= maximum:
+        raise ValueError(f"{source}: {value} is outside [0, {maximum:g}] ({unit})")
     return value
 
 
 class Slowdown:
-    """The current fraction: fixed from ``SPECGATE_SLOWDOWN``, or followed in a file."""
+    """The current fraction (or prefill spin in ms): fixed from its variable, or followed in a file."""
 
-    def __init__(self, fixed: float | None = None, path: str | None = None, *, clock=time.monotonic) -> None:
+    def __init__(self, fixed: float | None = None, path: str | None = None, *, clock=time.monotonic,
+                 maximum: float = MAX_FRACTION) -> None:
         self.fixed = fixed
         self.path = path
+        self.maximum = maximum
         self._clock = clock
         self._value = fixed or 0.0
         self._checked = float("-inf")
@@ -131,6 +125,17 @@ class Slowdown:
             return None
         fixed = parse_fraction(raw, source=name) if raw is not None else None
         return cls(fixed, path)
+
+    @classmethod
+    def prefill_spin(cls, environ=os.environ) -> Slowdown | None:
+        """The prefill spin in ms ``SPECGATE_GPU_PREFILL_SPIN_MS`` (or its ``_FILE``) asks for, or None."""
+        path = environ.get(ENV_GPU_PREFILL_SPIN_FILE) or None
+        raw = environ.get(ENV_GPU_PREFILL_SPIN_MS)
+        if raw is None and path is None:
+            return None
+        fixed = parse_fraction(raw, source=ENV_GPU_PREFILL_SPIN_MS, maximum=MAX_PREFILL_SPIN_MS) \
+            if raw is not None else None
+        return cls(fixed, path, maximum=MAX_PREFILL_SPIN_MS)
 
     @property
     def inert(self) -> bool:
@@ -148,7 +153,7 @@ class Slowdown:
             mtime = os.stat(self.path).st_mtime
             if mtime != self._mtime:
                 with open(self.path) as handle:
-                    self._value = parse_fraction(handle.read(), source=self.path)
+                    self._value = parse_fraction(handle.read(), source=self.path, maximum=self.maximum)
                 self._mtime = mtime
         except FileNotFoundError:
             self._value, self._mtime = self.fixed or 0.0, None
@@ -219,9 +224,9 @@ class GpuPacer:
 
     def __init__(self, slowdown: Slowdown, *, make_event: Callable[[], Any], spin: Callable[[int], None],
                  calibrate: Callable[[], float], log: Callable[[str], None] | None = None,
-                 first_token_ms: float = 0.0) -> None:
+                 prefill_spin: Slowdown | None = None) -> None:
         self.slowdown = slowdown
-        self.first_token_ms = first_token_ms
+        self.prefill_spin = prefill_spin
         self.first_token_spins = 0
         self.make_event, self.spin_kernel, self.calibrate = make_event, spin, calibrate
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -264,8 +269,9 @@ class GpuPacer:
         self._open = None
         if phase == "execute_model":
             wanted = self.injected_ms()
-            if self.current.first_token and self.first_token_ms > 0:
-                wanted += self.first_token_ms
+            prefill_ms = self.prefill_spin.fraction() if self.prefill_spin else 0.0
+            if self.current.first_token and prefill_ms > 0:
+                wanted += prefill_ms
                 self.first_token_spins += 1
                 if self.first_token_spins % PREFILL_REPORT_EVERY == 1:  # the server log shows it reached the GPU
                     self.log(self.report())
@@ -298,7 +304,7 @@ class GpuPacer:
         return (f"[specgate_lab.inject] pid {os.getpid()}: {self.steps} GPU steps, median {median:.3f} ms, injected "
                 f"{self.injected_ms_total:.1f} ms in all ({share * 100:.2f} % of the steps' own GPU time; "
                 f"asked {self.slowdown.fraction() * 100:g} %; {self.first_token_spins} first-token spins "
-                f"of {self.first_token_ms:g} ms)")
+                f"so far, {self.prefill_spin.fraction() if self.prefill_spin else 0:g} ms each now)")
 
 
 def gpu_paced(method, pacer_for: Callable[[Any], GpuPacer | None], phase: str):
@@ -390,7 +396,7 @@ class _PatchingLoader(importlib.abc.Loader):
         self.on_loaded(module)
 
 
-def torch_pacer(slowdown: Slowdown, first_token: float = 0.0) -> GpuPacer:
+def torch_pacer(slowdown: Slowdown, prefill_spin: Slowdown | None = None) -> GpuPacer:
     """A GpuPacer on the current CUDA stream (the one the runner enqueues its step on)."""
     import torch
 
@@ -408,7 +414,7 @@ def torch_pacer(slowdown: Slowdown, first_token: float = 0.0) -> GpuPacer:
         return CALIBRATION_CYCLES / max(start.elapsed_time(end), 1e-6)
 
     return GpuPacer(slowdown, make_event=make_event, spin=lambda cycles: torch.cuda._sleep(int(cycles)),
-                    calibrate=calibrate, first_token_ms=first_token)
+                    calibrate=calibrate, prefill_spin=prefill_spin)
 
 
 def register() -> None:
@@ -417,17 +423,18 @@ def register() -> None:
     try:
         slowdown = Slowdown.from_environ()
         gpu_slowdown = Slowdown.from_environ(gpu=True)
-        first_ms = first_token_ms()
+        prefill_spin = Slowdown.prefill_spin()
     except ValueError as exc:
         raise SystemExit(f"specgate slowdown injector: {exc}") from None
     for name, asked in ((ENV_GPU_FRACTION, gpu_slowdown), (ENV_FRACTION, slowdown)):
         if asked is not None and asked.inert:
             print(f"[specgate_lab.inject] pid {os.getpid()}: {name}=0: no hook installed", file=sys.stderr, flush=True)
-    if ENV_GPU_PREFILL_SPIN_MS in os.environ and not first_ms:
+    if prefill_spin is not None and prefill_spin.inert:
         print(f"[specgate_lab.inject] pid {os.getpid()}: {ENV_GPU_PREFILL_SPIN_MS}=0: no hook installed",
               file=sys.stderr, flush=True)
-    if (gpu_slowdown is not None and not gpu_slowdown.inert) or first_ms:
-        _register_gpu(gpu_slowdown if gpu_slowdown is not None else Slowdown(0.0), first_ms)
+        prefill_spin = None
+    if (gpu_slowdown is not None and not gpu_slowdown.inert) or prefill_spin is not None:
+        _register_gpu(gpu_slowdown if gpu_slowdown is not None else Slowdown(0.0), prefill_spin)
     if slowdown is None or slowdown.inert:
         return
     from vllm.v1.engine.core import EngineCore
@@ -442,17 +449,18 @@ def register() -> None:
 _PACERS: dict[int, GpuPacer] = {}
 
 
-def _register_gpu(slowdown: Slowdown, first_ms: float = 0.0) -> None:
+def _register_gpu(slowdown: Slowdown, prefill_spin: Slowdown | None = None) -> None:
     def pacer_for(runner: Any) -> GpuPacer:
         # One pacer per runner (a worker has one; a pacer built lazily, on the runner's device).
         pacer = _PACERS.get(id(runner))
         if pacer is None:
-            pacer = _PACERS[id(runner)] = torch_pacer(slowdown, first_ms)
+            pacer = _PACERS[id(runner)] = torch_pacer(slowdown, prefill_spin)
         return pacer
 
     what = f"{slowdown.fixed}" if slowdown.path is None else f"read from {slowdown.path}"
-    if first_ms:
-        what += f", and each request's first token by {first_ms:g} ms"
+    if prefill_spin is not None:
+        spin = f"{prefill_spin.fixed:g} ms" if prefill_spin.path is None else f"the ms in {prefill_spin.path}"
+        what += f", and each request's first token by {spin}"
 
     def on_loaded(module: Any) -> None:
         names = patch_runner_module(module, pacer_for)

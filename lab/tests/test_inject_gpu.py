@@ -91,27 +91,33 @@ def test_a_first_token_spin_lengthens_only_the_steps_that_start_a_request():
     gpu = Gpu(cycles_per_ms=1_000_000)
     logged = []
     pacer = inject.GpuPacer(inject.Slowdown(0.0), make_event=gpu.event, spin=gpu.spin, calibrate=lambda: 1_000_000,
-                            log=logged.append, first_token_ms=7.5)
+                            log=logged.append, prefill_spin=inject.Slowdown(7.5, maximum=inject.MAX_PREFILL_SPIN_MS))
     run_steps(pacer, gpu, 50)  # decode steps: nothing injected
     assert gpu.busy_until == pytest.approx(50 * 10.0)
     pacer.begin("execute_model", new_requests=True)  # a request's prefill: 7.5 ms more before its sampling
     gpu.work(30.0)
     pacer.end("execute_model")
     assert gpu.busy_until == pytest.approx(50 * 10.0 + 30.0 + 7.5)
-    assert pacer.first_token_spins == 1 and "1 first-token spins of 7.5 ms" in pacer.report()
+    assert pacer.first_token_spins == 1 and "1 first-token spins so far, 7.5 ms each now" in pacer.report()
     assert len(logged) == 1 and "first-token spins" in logged[0]  # the first spin is logged: the server log shows it
 
 
-@pytest.mark.parametrize(("raw", "expected"), [(None, 0.0), ("0", 0.0), (" 7.5 ", 7.5)])
-def test_the_first_token_spin_is_read_from_its_variable(raw, expected):
-    environ = {} if raw is None else {"SPECGATE_GPU_PREFILL_SPIN_MS": raw}
-    assert inject.first_token_ms(environ) == expected
+def test_the_prefill_spin_is_read_from_its_variable_or_followed_in_its_file(tmp_path):
+    assert inject.Slowdown.prefill_spin({}) is None
+    assert inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS": "0"}).inert
+    assert inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS": " 7.5 "}).fraction() == 7.5
+    spin_file = tmp_path / "spin"
+    spin = inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS_FILE": str(spin_file)})
+    assert not spin.inert and spin.fraction() == 0.0  # no file yet: no spin
+    spin_file.write_text("40")  # ms, not a fraction: above MAX_FRACTION and still taken
+    spin._checked = float("-inf")
+    assert spin.fraction() == 40.0
 
 
 @pytest.mark.parametrize("raw", ["soon", "-1", "5000"])
-def test_a_bad_first_token_spin_names_its_variable(raw):
+def test_a_bad_prefill_spin_names_its_variable(raw):
     with pytest.raises(ValueError, match="SPECGATE_GPU_PREFILL_SPIN_MS"):
-        inject.first_token_ms({"SPECGATE_GPU_PREFILL_SPIN_MS": raw})
+        inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS": raw})
 
 
 def test_a_wrong_calibration_is_corrected_by_the_spins_it_measures():
@@ -217,7 +223,7 @@ def test_the_runner_is_patched_when_vllm_imports_it(tmp_path, monkeypatch):
 
 def test_register_stays_inert_without_either_variable(monkeypatch):
     for name in ("SPECGATE_SLOWDOWN", "SPECGATE_SLOWDOWN_FILE", "SPECGATE_GPU_SLOWDOWN", "SPECGATE_GPU_SLOWDOWN_FILE",
-                 "SPECGATE_GPU_PREFILL_SPIN_MS"):
+                 "SPECGATE_GPU_PREFILL_SPIN_MS", "SPECGATE_GPU_PREFILL_SPIN_MS_FILE"):
         monkeypatch.delenv(name, raising=False)
     before = list(sys.meta_path)
     inject.register()
