@@ -4,9 +4,11 @@ its campaigns is what the re-derive commands print from the kept lines (parsed, 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
-from journal_commands import re_derive
+from journal_commands import ROOT, re_derive
 
 pytestmark = pytest.mark.fast
 
@@ -29,5 +31,20 @@ def test_campaign_a_counts_and_rows_re_derive() -> None:
     rows = re.findall(r"^\| (\d) \| (\w+) ([\d.]+x \([\d.-]+\)) \| \**(\w+) ([\d.]+x \([\d.-]+\))", text, re.M)
     assert len(rows) >= 6
     for run, aa, aa_text, slow, slow_text in rows[:6]:
+        line = next(x for x in out.splitlines() if x.startswith(f"run {run}: "))
+        assert f"A/A {aa.lower()} {aa_text[:-1]}" in line and f"slowdown {slow.lower()} {slow_text[:-1]}" in line
+
+
+def test_campaign_b_counts_and_rows_re_derive_from_its_own_log() -> None:
+    text = (ROOT / "docs" / "journal" / ENTRY).read_text()
+    section = _section(text, "## Campaign B: its 10 runs", "Runs 1-5 ran")
+    log = "docs/evidence/calibration/cpu-2026-12-06-teeth-30/campaign-b-teeth.log"
+    out = subprocess.run([sys.executable, "-m", "specgate_lab.analyses.teeth_campaign", log], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout
+    assert "A/A red (FAIL): 0 of 10" in out and "30% slowdown green (no FAIL): 0 of 10" in out
+    assert "A/A red 0 of 10 (exact one-sided 95 % upper bound 25.9 %)" in section
+    rows = re.findall(r"^\| (\d+) \| (\w+) ([\d.]+x \([\d.-]+\)) \| (\w+) ([\d.]+x \([\d.-]+\))", section, re.M)
+    assert len(rows) == 10
+    for run, aa, aa_text, slow, slow_text in rows:
         line = next(x for x in out.splitlines() if x.startswith(f"run {run}: "))
         assert f"A/A {aa.lower()} {aa_text[:-1]}" in line and f"slowdown {slow.lower()} {slow_text[:-1]}" in line
