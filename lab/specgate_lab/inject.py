@@ -32,9 +32,9 @@ GPU itself:
   tokens as before. ``SPECGATE_GPU_PREFILL_SPIN_MS_FILE=/path``: the ms read from that file, so one
   pair of kept servers can run an A/A and then the injected A/B (no start between them). A fraction
   of the median step would not reach the first token (the prefill step is one in a hundred, and a
-  decode step's share of it is a fraction of a millisecond). Not yet seen to reach it on the GPU lab
-  (docs/journal/lab/2026-12-06-gpu-ttft-advice.md): the pacer logs its first prefill spin and every
-  50th, so a server log shows whether it ran.
+  decode step's share of it is a fraction of a millisecond). On the GPU lab it lengthened only the
+  fastest first tokens: most requests' first token waits on the host, where a GPU-side delay hides
+  (docs/journal/lab/2026-12-06-gpu-ttft-advice.md). The pacer logs its first prefill spin and every 50th.
 
 It wraps the model runner's ``execute_model`` (the forward) and ``sample_tokens`` (sampling and
 the drafter) in every worker: both classes where they exist, ``vllm.v1.worker.gpu.model_runner.

@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 
 SHARE = 0.15  # 1.5x the rig's 10 % TTFT tolerance
+QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)  # each side's TTFT: where a spin shows, and where it is hidden
 
 
 def _load(path: Path) -> dict:
@@ -50,6 +51,11 @@ def session_lines(name: str, report: dict) -> list[str]:
              f"{statistics.median(theirs.values()) * 1000:.1f} ms; per request (paired, {len(shared)}): "
              f"median difference {statistics.median(diffs) * 1000:+.1f} ms, "
              f"{sum(d > 0 for d in diffs)} of {len(diffs)} longer on the candidate"]
+    for side, ttfts in (("candidate", ours), ("reference", theirs)):
+        values = sorted(ttfts.values())
+        quantiles = [values[round(q * (len(values) - 1))] * 1000 for q in QUANTILES]
+        lines.append(f"  - {side} TTFT at {'/'.join(f'{q * 100:g}' for q in QUANTILES)} %: "
+                     + " / ".join(f"{v:.1f}" for v in quantiles) + " ms")
     for gate in [*report.get("gates", []), *report.get("undecided", [])]:
         d = gate.get("details") or {}
         if gate.get("gate") in ("ttft", "throughput") and d.get("ratio"):
