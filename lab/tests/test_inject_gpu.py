@@ -223,8 +223,33 @@ def test_the_runner_is_patched_when_vllm_imports_it(tmp_path, monkeypatch):
 
 def test_register_stays_inert_without_either_variable(monkeypatch):
     for name in ("SPECGATE_SLOWDOWN", "SPECGATE_SLOWDOWN_FILE", "SPECGATE_GPU_SLOWDOWN", "SPECGATE_GPU_SLOWDOWN_FILE",
-                 "SPECGATE_GPU_PREFILL_SPIN_MS", "SPECGATE_GPU_PREFILL_SPIN_MS_FILE"):
+                 "SPECGATE_GPU_PREFILL_SPIN_MS", "SPECGATE_GPU_PREFILL_SPIN_MS_FILE", "SPECGATE_PREFILL_WAIT_MS",
+                 "SPECGATE_PREFILL_WAIT_MS_FILE"):
         monkeypatch.delenv(name, raising=False)
     before = list(sys.meta_path)
     inject.register()
     assert sys.meta_path == before
+
+
+def test_a_prefill_wait_pauses_the_host_only_before_a_step_that_starts_a_request():
+    module = runner_module("fake_runner_wait")
+    paused, logged = [], []
+    waiting = inject.Slowdown.prefill_spin({"SPECGATE_PREFILL_WAIT_MS": "40"}, host=True)
+    module.GPUModelRunner.execute_model = inject.prefill_waited(module.GPUModelRunner.execute_model, waiting,
+                                                                log=logged.append, pause=paused.append)
+    runner = module.GPUModelRunner()
+    runner.execute_model(types.SimpleNamespace(total_num_scheduled_tokens=1, scheduled_new_reqs=[]))
+    runner.execute_model(types.SimpleNamespace(total_num_scheduled_tokens=40, scheduled_new_reqs=["r"]), dummy_run=True)
+    assert paused == []  # a decode step and a dummy run: no wait
+    assert runner.execute_model(types.SimpleNamespace(total_num_scheduled_tokens=40, scheduled_new_reqs=["r"])) \
+        == "forward"
+    assert paused == [0.04] and len(logged) == 1 and "1 prefill waits so far, 40 ms each now" in logged[0]
+    assert [c for c, _ in module.calls] == ["execute_model"] * 3  # the step itself always runs
+
+
+def test_the_prefill_wait_has_its_own_variable_and_is_in_the_fingerprint_prefixes():
+    assert inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS": "5"}, host=True) is None
+    assert inject.Slowdown.prefill_spin({"SPECGATE_PREFILL_WAIT_MS_FILE": "/x"}, host=True).path == "/x"
+    assert any("SPECGATE_PREFILL_WAIT_MS_FILE".startswith(p) for p in inject.ENV_PREFIXES)
+    with pytest.raises(ValueError, match="SPECGATE_PREFILL_WAIT_MS"):
+        inject.Slowdown.prefill_spin({"SPECGATE_PREFILL_WAIT_MS": "later"}, host=True)

