@@ -133,7 +133,7 @@ class Slowdown:
         return cls(fixed, path)
 
     @classmethod
-    def prefill_spin(cls, environ=os.environ, *, host: bool = False) -> Slowdown | None:
+    def prefill_ms(cls, environ=os.environ, *, host: bool = False) -> Slowdown | None:
         """The GPU spin in ms ``SPECGATE_GPU_PREFILL_SPIN_MS`` (or its ``_FILE``) asks for (``host``: the
         host's wait, ``SPECGATE_PREFILL_WAIT_MS``), or None."""
         name, file_name = ((ENV_PREFILL_WAIT_MS, ENV_PREFILL_WAIT_FILE) if host
@@ -481,8 +481,8 @@ def register() -> None:
     try:
         slowdown = Slowdown.from_environ()
         gpu_slowdown = Slowdown.from_environ(gpu=True)
-        prefill_spin = Slowdown.prefill_spin()
-        prefill_wait = Slowdown.prefill_spin(host=True)
+        prefill_spin = Slowdown.prefill_ms()
+        prefill_wait = Slowdown.prefill_ms(host=True)
     except ValueError as exc:
         raise SystemExit(f"specgate slowdown injector: {exc}") from None
     for name, asked in ((ENV_GPU_FRACTION, gpu_slowdown), (ENV_FRACTION, slowdown)):

@@ -103,11 +103,11 @@ def test_a_first_token_spin_lengthens_only_the_steps_that_start_a_request():
 
 
 def test_the_prefill_spin_is_read_from_its_variable_or_followed_in_its_file(tmp_path):
-    assert inject.Slowdown.prefill_spin({}) is None
-    assert inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS": "0"}).inert
-    assert inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS": " 7.5 "}).fraction() == 7.5
+    assert inject.Slowdown.prefill_ms({}) is None
+    assert inject.Slowdown.prefill_ms({"SPECGATE_GPU_PREFILL_SPIN_MS": "0"}).inert
+    assert inject.Slowdown.prefill_ms({"SPECGATE_GPU_PREFILL_SPIN_MS": " 7.5 "}).fraction() == 7.5
     spin_file = tmp_path / "spin"
-    spin = inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS_FILE": str(spin_file)})
+    spin = inject.Slowdown.prefill_ms({"SPECGATE_GPU_PREFILL_SPIN_MS_FILE": str(spin_file)})
     assert not spin.inert and spin.fraction() == 0.0  # no file yet: no spin
     spin_file.write_text("40")  # ms, not a fraction: above MAX_FRACTION and still taken
     spin._checked = float("-inf")
@@ -117,7 +117,7 @@ def test_the_prefill_spin_is_read_from_its_variable_or_followed_in_its_file(tmp_
 @pytest.mark.parametrize("raw", ["soon", "-1", "5000"])
 def test_a_bad_prefill_spin_names_its_variable(raw):
     with pytest.raises(ValueError, match="SPECGATE_GPU_PREFILL_SPIN_MS"):
-        inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS": raw})
+        inject.Slowdown.prefill_ms({"SPECGATE_GPU_PREFILL_SPIN_MS": raw})
 
 
 def test_a_wrong_calibration_is_corrected_by_the_spins_it_measures():
@@ -234,7 +234,7 @@ def test_register_stays_inert_without_either_variable(monkeypatch):
 def test_a_prefill_wait_pauses_the_host_only_before_a_step_that_starts_a_request():
     module = runner_module("fake_runner_wait")
     paused, logged = [], []
-    waiting = inject.Slowdown.prefill_spin({"SPECGATE_PREFILL_WAIT_MS": "40"}, host=True)
+    waiting = inject.Slowdown.prefill_ms({"SPECGATE_PREFILL_WAIT_MS": "40"}, host=True)
     module.GPUModelRunner.execute_model = inject.prefill_waited(module.GPUModelRunner.execute_model, waiting,
                                                                 log=logged.append, pause=paused.append)
     runner = module.GPUModelRunner()
@@ -248,8 +248,8 @@ def test_a_prefill_wait_pauses_the_host_only_before_a_step_that_starts_a_request
 
 
 def test_the_prefill_wait_has_its_own_variable_and_is_in_the_fingerprint_prefixes():
-    assert inject.Slowdown.prefill_spin({"SPECGATE_GPU_PREFILL_SPIN_MS": "5"}, host=True) is None
-    assert inject.Slowdown.prefill_spin({"SPECGATE_PREFILL_WAIT_MS_FILE": "/x"}, host=True).path == "/x"
+    assert inject.Slowdown.prefill_ms({"SPECGATE_GPU_PREFILL_SPIN_MS": "5"}, host=True) is None
+    assert inject.Slowdown.prefill_ms({"SPECGATE_PREFILL_WAIT_MS_FILE": "/x"}, host=True).path == "/x"
     assert any("SPECGATE_PREFILL_WAIT_MS_FILE".startswith(p) for p in inject.ENV_PREFIXES)
     with pytest.raises(ValueError, match="SPECGATE_PREFILL_WAIT_MS"):
-        inject.Slowdown.prefill_spin({"SPECGATE_PREFILL_WAIT_MS": "later"}, host=True)
+        inject.Slowdown.prefill_ms({"SPECGATE_PREFILL_WAIT_MS": "later"}, host=True)
