@@ -28,6 +28,11 @@ rc=${PIPESTATUS[0]}
 [ -n "${HELPER:-}" ] && { kill %1 2>/dev/null; cat "$run/pin.log" 2>/dev/null; }
 echo "pytest exit $rc after $(( $(date +%s) - start ))s"
 cp baselines.json "$run/baselines.json"
+# A kept server's log lives in specgate's server registry, not the run folder: copy every log the report names.
+python3 -c "import json, sys; [print(s['log']) for s in json.load(open(sys.argv[1])).get('servers', {}).values() if s.get('log')]" \
+  "$run/report.json" 2>/dev/null | while read -r log; do
+  [ -f "$log" ] && [ ! -f "$run/$(basename "$log")" ] && cp "$log" "$run/server-kept-$(basename "$log")"
+done
 # Start times per server (ready_after_s from the report) and what each start spent them on: a
 # compile-cache hit logs "Directly load the compiled graph(s)", a miss "Compiling a graph".
 {
