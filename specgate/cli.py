@@ -256,8 +256,7 @@ def _host_memory_gib(text: str) -> float:
 
 
 def _project_root() -> Path:
-    """The folder a command works in: the current one (a checkout, or any project holding fixtures/,
-    perf_tests/ and baselines.json), as pytest's rootdir would be."""
+    """The folder a command works in: the current one, as pytest's rootdir would be."""
     return Path.cwd()
 
 
@@ -272,7 +271,6 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     by side and the paths to a verdict. Exit 4 when the plan refuses a mode."""
     import contextlib
     import io
-    import os
 
     import pytest
 
@@ -280,8 +278,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     try:  # the rig as the session loads it: a bad fixtures folder is refused before collection
         tier = load_rig(rig_name, _fixtures_dir(fixtures)).tier
     except SpecgateError as exc:
-        print(f"specgate: {exc}", file=sys.stderr)
-        return USAGE
+        return _refused(exc)
     if fixtures is not None:
         pytest_args = [f"--specgate-fixtures={fixtures}", *pytest_args]
     capture = PlanCapture(keep_servers=keep_servers, host_gib=host_gib)
@@ -289,22 +286,14 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
     test_paths = [] if given else [str(root / "perf_tests")]
     out = io.StringIO()
-    # the session's check before any start (sleep levels vs host memory) reads the planned host
-    stand_in = os.environ.get(HOST_MEMORY_ENV)
-    if host_gib is not None:
-        os.environ[HOST_MEMORY_ENV] = repr(host_gib)
-    try:
-        with contextlib.redirect_stdout(out):
-            code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier,
-                                "--specgate-rig", rig_name, f"--rootdir={root}",
-                                *(["-c", str(root / "pyproject.toml")]
-                                  if (root / "pyproject.toml").is_file() else []),
-                                *pytest_args, *test_paths], plugins=[capture])
-    finally:
-        if stand_in is None:
-            os.environ.pop(HOST_MEMORY_ENV, None)
-        else:
-            os.environ[HOST_MEMORY_ENV] = stand_in
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        if host_gib is not None:  # the session's check before any start reads the planned host
+            patch.setenv(HOST_MEMORY_ENV, repr(host_gib))
+        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier,
+                            "--specgate-rig", rig_name, f"--rootdir={root}",
+                            *(["-c", str(root / "pyproject.toml")]
+                              if (root / "pyproject.toml").is_file() else []),
+                            *pytest_args, *test_paths], plugins=[capture])
     if capture.plan is None:
         print(out.getvalue(), end="")  # refused at collection (pytest printed why)
         if code == ExitCode.USAGE_ERROR:
@@ -316,6 +305,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         return int(ExitCode.NO_TESTS) if code in (ExitCode.OK, ExitCode.GATE_FAILED) else int(code)
     plan = capture.plan
     rig, store = capture.run_session.settings.rig, capture.run_session.settings.store
+    side_by_side: list[str] = []
     if rig.arrangement.name == "alternation" and plan.servers:
         asked = Conditions(reused=[s.label for s in plan.servers if s.reused],
                            keep_servers=keep_servers, host_gib=host_gib,
@@ -324,16 +314,13 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
                                conditions=asked)
         chosen = choose_arrangement(options)
         plan = chosen.plan
-        print(plan.render())
-        for line in [*arrangement_lines(options, chosen),
-                     *paths(rig, capture.windows, capture.rates[0], store=store,
-                            host_gib=host_gib)]:
-            print(line)
-    else:
-        print(plan.render())
-    # the selection's chance of a red A/A (issue 62)
-    red_runs = capture.run_session.settings.red_runs
-    for line in red_run_lines(red_runs.to_dict() if red_runs is not None else None):
+        side_by_side = [*arrangement_lines(options, chosen),
+                        *paths(rig, capture.windows, capture.rates[0], store=store,
+                               host_gib=host_gib)]
+    print(plan.render())
+    red_runs = capture.run_session.settings.red_runs  # the selection's chance of a red A/A
+    for line in [*side_by_side,
+                 *red_run_lines(red_runs.to_dict() if red_runs is not None else None)]:
         print(line)
     if plan.refusal:
         print(f"specgate: refused before any server starts: {plan.refusal}", file=sys.stderr)
@@ -380,7 +367,6 @@ def _renamed_in(report: dict) -> dict:
 
 def history_command(rig_name: str, baselines: Path, out: Path) -> int:
     """Print the rig's stored histories and write their PNG; 4 for an unknown rig or a bad file."""
-
     try:
         rig = load_rig(rig_name, _fixtures_dir())
         if not baselines.exists():
@@ -388,8 +374,7 @@ def history_command(rig_name: str, baselines: Path, out: Path) -> int:
         store = load_baselines(baselines)
         writable_folder(out)
     except SpecgateError as exc:
-        print(f"specgate: {exc}", file=sys.stderr)
-        return USAGE
+        return _refused(exc)
     print(history_text(store, rig))
     path = plot_history(store, rig_name, out, rig.gates.confidence)
     if path is not None:
@@ -427,8 +412,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *,
     try:
         load_baselines(baselines_path)  # a bad file: exit 4 before the report is read for windows
     except SpecgateError as exc:
-        print(f"specgate: {exc}", file=sys.stderr)
-        return USAGE
+        return _refused(exc)
     try:
         entries = entries_from_report(report, modes=modes)
     except (KeyError, TypeError, ValueError) as exc:
@@ -442,8 +426,7 @@ def adopt_baselines(report_path: Path, baselines_path: Path, *,
     try:
         _, said = merge_updates(baselines_path, entries)
     except SpecgateError as exc:
-        print(f"specgate: {exc}", file=sys.stderr)
-        return USAGE
+        return _refused(exc)
     if not report.get("complete", True):
         print(f"note: {report_path} is from a run that did not finish; only its finished "
               "windows are adopted")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class SpecgateError(Exception):
     """Base class: an expected failure with a message meant for the user."""
@@ -43,8 +45,6 @@ class OutputError(SpecgateError):
     """A folder given for a command's output (``--out``) where its file cannot be written."""
 
     def __init__(self, folder: object, exc: OSError, option: str = "--out") -> None:
-        from pathlib import Path
-
         self.path = str(folder)
         blocker = next((p for p in (Path(self.path), *Path(self.path).parents)
                         if p.exists() and not p.is_dir()), None)

@@ -13,8 +13,7 @@ from typing import Any
 
 
 def atomic_write_json(path: Path, data: Any, *, indent: int = 2) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target: a reader (or a
-    crash at any moment) sees the old file or the new one, never a partial one."""
+    """Write to a temp file in the same folder, fsync, then rename it over ``path``."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
@@ -26,9 +25,9 @@ def atomic_write_json(path: Path, data: Any, *, indent: int = 2) -> None:
         os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600; keep the file's (or umask's) mode
         os.replace(tmp, path)
     except BaseException:
-        with_suppressed_unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
-
 
 
 def _mode_for(path: Path) -> int:
@@ -38,10 +37,3 @@ def _mode_for(path: Path) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
-
-
-
-def with_suppressed_unlink(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-

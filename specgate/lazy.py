@@ -1,13 +1,7 @@
-"""The one place specgate defers imports of its own modules.
-
-The plugin (a pytest11 entry point) loads into every pytest run of its environment, perf tests or
-not, and its light path must load light (tests/test_package_imports.py). The modules deferred
-below are those the light path uses that load heavy packages (pydantic, numpy, httpx, aiohttp,
-prometheus_client, psutil, tabulate). The light path imports these names at module level
-(``from specgate.lazy import rig``); each module loads at its first attribute access, so a run
-with no perf test never loads them. A name resolves on the real module at every access, so a
-monkeypatch of the real module holds for callers that go through these names.
-
+"""The one place specgate defers imports of its own modules: the plugin loads into every pytest
+run, so its light path (tests/test_package_imports.py) imports these modules, which load heavy
+packages, as ``from specgate.lazy import rig``; each loads at its first attribute access. A name
+resolves on the real module at every access, so a monkeypatch of the module holds through it.
 Every other import of a specgate module is a plain module-level one.
 """
 
@@ -27,9 +21,8 @@ class Deferred:
         object.__setattr__(self, "_name", name)
 
     def __getattr__(self, attr: str) -> Any:
-        # An underscore name is a probe, never a use: pytest's fixture scan asks every global of a
-        # plugin module for __wrapped__ and _mock_name, copy and pickle ask for dunders (and _name
-        # before __init__ set it). It imports nothing.
+        # An underscore name is a probe (pytest's fixture scan, copy, pickle), never a use: it
+        # imports nothing.
         if attr.startswith("_"):
             raise AttributeError(f"{attr} (a deferred module resolves public names only)")
         return getattr(importlib.import_module(self._name), attr)

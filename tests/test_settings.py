@@ -101,12 +101,10 @@ def test_the_tolerances_follow_the_one_rule(rig, level, ab):
     assert (duet.level_tolerance, duet.ab_tolerance) == (level_tolerance, ab_tolerance)
     assert duet.tolerance_for(duet_ratio=True) == 0.04  # a stored duet ratio: throughput_tolerance
     assert duet.tolerance_for(duet_ratio=False) == level_tolerance
-    assert duet.speed_tolerance == level_tolerance
-    assert dataclasses.replace(duet, comparing="ab").speed_tolerance == ab_tolerance
 
 
 SPEED_TOLERANCES = {"throughput_tolerance", "level_tolerance", "ab_tolerance", "level_gate_tolerance",
-                    "ab_gate_tolerance", "speed_tolerance"}
+                    "ab_gate_tolerance"}
 
 
 def test_the_gates_read_the_speed_tolerances_from_the_window_settings_only():

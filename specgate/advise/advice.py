@@ -1,45 +1,31 @@
 """Config advice (issue 54): from one run's report, the tok/s ratio against no speculation each
-speculative mode would reach at every k from 1 to the k it served, per class and concurrency.
-
-The model (docs/advice.md):
-
-- AL(k) = 1 + sum_{i<=k} accepted at position i / drafts. vLLM counts position i only when every
-  earlier one was accepted, so the first k positions of a draft of K say what a draft of k would
-  have accepted (the drafter proposes the same chain, cut shorter).
-- ratio(k) = AL(k) / c(k), c(k) a speculative step's cost in plain decode steps; the run measures
-  R and AL(K) at the served K, so c(K) = AL(K) / R (specgate.decide.breakeven's c).
-- How c varies with k one run does not measure. With c(k) = c0 + s k, c0 >= 1 and s >= 0, it lies
-  between c(k) = c(K) (pessimistic below K) and c(k) = 1 + (c(K) - 1) k / K (optimistic below K).
-  Where the report measures c at two or more k of one drafter, c0 and s are fitted (weighted
-  least squares).
-
-Intervals: the measured ratio's is the backfire gate's; AL(k)'s is that of AL(k) / AL(K) times
-AL(K) (AL(K)'s own noise is inside the ratio's interval already). Each position's share is a Wilson
-interval at 1 - (1 - confidence) / K (Bonferroni), drafts taken as independent trials (they are
-not: a prompt's drafts succeed together, so the truth is wider). Ends are propagated
-(conservative).
+speculative mode would reach at every k from 1 to the k it served, per class and concurrency:
+ratio(k) = AL(k) / c(k), c(k) a step's cost in plain decode steps between two bounds or fitted
+(the model and its intervals: :data:`ASSUMPTIONS`, docs/advice.md).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
+from functools import partial
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from tabulate import tabulate
-
-from specgate.advise.plot import COLORS, RatioPanel, RatioSeries, draw_ratio_panels
-from specgate.advise.spans import BOUNDS, CONSTANT, FITTED, LINEAR, SHORT, Span
+from specgate.advise import schedule
+from specgate.advise.plot import RatioPanel, RatioSeries, draw_ratio_panels
+from specgate.advise.spans import BOUNDS, CONSTANT, FITTED, LINEAR, SHORT, Span, simple_table
 from specgate.config.locations import writable_folder
 from specgate.config.rig import load_rig
 from specgate.decide.stats import wilson_interval
 from specgate.errors import SpecgateError
 from specgate.measure.client import RequestRecord
 from specgate.measure.per_request import accepted_per_position, agreement
+from specgate.report.plots import MODE_COLORS
 from specgate.store.saved_report import read_saved_report
 
 # Keys of a speculative config that change what a drafter proposes or how much of it is accepted,
@@ -71,42 +57,27 @@ class Acceptance:
     drafts: float
     accepted_per_position: tuple[float, ...]
     confidence: float = DEFAULT_CONFIDENCE
-    # the drafts' clustering (:func:`design_effect`): each interval is over drafts / design_effect
-    # trials; 1 (independent drafts) from the window's counters alone
+    # each interval is over drafts / design_effect trials (:func:`design_effect`; 1: independent)
     design_effect: float = 1.0
 
     @property
     def served_k(self) -> int:
         return len(self.accepted_per_position)
 
-    @property
-    def position_shares(self) -> tuple[float, ...]:
-        """accepted_i / drafts: the share of drafts whose first i tokens were all accepted."""
-        return tuple(a / self.drafts for a in self.accepted_per_position)
-
-    def position_intervals(self) -> tuple[tuple[float, float], ...]:
-        """Each position's Wilson interval at 1 - (1 - confidence) / K: all K hold at once at
-        ``confidence`` (Bonferroni), drafts taken as independent trials."""
-        each, n = 1 - (1 - self.confidence) / self.served_k, self.design_effect
-        return tuple(wilson_interval(a / n, self.drafts / n, each)
-                     for a in self.accepted_per_position)
-
     def acceptance_length(self, k: int) -> float:
         """AL(k) = 1 + sum_{i<=k} accepted_i / drafts."""
-        return 1.0 + math.fsum(self.position_shares[:k])
-
-    def kept_share(self, k: int) -> tuple[float, float]:
-        """The interval of AL(k) / AL(K): (1 + S) / (1 + S + T), S the shares of positions 1..k, T
-        those of k+1..K; its low end takes S at its lowest and T at its highest (conservative)."""
-        bounds = self.position_intervals()
-        s_lo, s_hi = (math.fsum(b[j] for b in bounds[:k]) for j in (0, 1))
-        t_lo, t_hi = (math.fsum(b[j] for b in bounds[k:]) for j in (0, 1))
-        return (1 + s_lo) / (1 + s_lo + t_hi), (1 + s_hi) / (1 + s_hi + t_lo)
+        return 1.0 + math.fsum(a / self.drafts for a in self.accepted_per_position[:k])
 
     def acceptance_length_span(self, k: int) -> Span:
-        """AL(k) with the interval it has given the window's AL(K) (see the module's docstring)."""
+        """AL(k) with its interval: AL(K) x that of AL(k) / AL(K) = (1 + S) / (1 + S + T), S the
+        shares of positions 1..k, T those of k+1..K, each position a Wilson interval at
+        1 - (1 - confidence) / K (Bonferroni); the low end takes S lowest, T highest."""
+        each, n = 1 - (1 - self.confidence) / self.served_k, self.design_effect
+        bounds = [wilson_interval(a / n, self.drafts / n, each) for a in self.accepted_per_position]
+        s_lo, s_hi = (math.fsum(b[j] for b in bounds[:k]) for j in (0, 1))
+        t_lo, t_hi = (math.fsum(b[j] for b in bounds[k:]) for j in (0, 1))
+        lo, hi = (1 + s_lo) / (1 + s_lo + t_hi), (1 + s_hi) / (1 + s_hi + t_lo)
         full = self.acceptance_length(self.served_k)
-        lo, hi = self.kept_share(k)
         # AL(k) >= 1 whatever the shares' ends say
         return Span(self.acceptance_length(k), max(1.0, full * lo), full * hi)
 
@@ -135,10 +106,9 @@ class CostFit:
 
 
 def fit_step_cost(points: Sequence[tuple[str, int, Span]], confidence: float) -> CostFit | None:
-    """The least-squares line through (k, c(k)) points, each weighted by 1 / sigma^2 with sigma its
-    interval's half-width over the normal quantile; with more than two points the covariance is
-    scaled up by the residual chi-square per degree of freedom when above 1. None with fewer than
-    two distinct k."""
+    """The least-squares line through (k, c(k)) points, each weighted by 1 / sigma^2 (sigma: its
+    interval's half-width over the normal quantile), the covariance scaled up by the residual
+    chi-square per degree of freedom when above 1; None with fewer than two distinct k."""
     import numpy as np
 
     if len({k for _, k, _ in points}) < 2:
@@ -156,8 +126,7 @@ def fit_step_cost(points: Sequence[tuple[str, int, Span]], confidence: float) ->
     if len(points) > 2:
         chi2 = float(np.sum(w * (cs - x @ beta) ** 2))
         covariance *= max(1.0, chi2 / (len(points) - 2))
-    cov = ((float(covariance[0, 0]), float(covariance[0, 1])),
-           (float(covariance[1, 0]), float(covariance[1, 1])))
+    cov = tuple(tuple(row) for row in covariance.tolist())
     return CostFit(float(beta[0]), float(beta[1]), cov, z, tuple(points))
 
 
@@ -255,10 +224,8 @@ def window_advice(mode: str, method: str, prompt_class: str, concurrency: int,
         if k == big_k:  # measured: the run's ratio and the step cost it implies, under every model
             predictions = {m: Prediction(served_cost, measured_ratio) for m in models}
         else:
-            predictions = {}
-            for m in models:
-                cost = step_cost_at(m, k, big_k, served_cost, fit)
-                predictions[m] = Prediction(cost, _divide(al, cost))
+            costs = {m: step_cost_at(m, k, big_k, served_cost, fit) for m in models}
+            predictions = {m: Prediction(c, _divide(al, c)) for m, c in costs.items()}
         rows.append(KRow(k, al, predictions, k == big_k))
     return WindowAdvice(mode, method, prompt_class, concurrency, big_k, acceptance.drafts,
                         measured_ratio, acceptance.confidence, served_cost, models, tuple(rows),
@@ -283,30 +250,20 @@ class Advice:
 
 
 def _backfire(report: dict[str, Any], mode: str, prompt_class: str,
-              concurrency: int) -> list[dict[str, Any]]:
-    """The details of the window's backfire gate entries (decided or undecided)."""
-    return [g.get("details") or {} for g in [*report.get("gates", []), *report.get("undecided", [])]
-            if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency"))
-            == ("backfire", mode, prompt_class, concurrency)]
-
-
-def _backfire_ratio(report: dict[str, Any], mode: str, prompt_class: str,
-                    concurrency: int) -> Span | None:
-    """The backfire gate's paired ratio with its interval, or None."""
-    for d in _backfire(report, mode, prompt_class, concurrency):
-        if all(isinstance(d.get(key), (int, float)) and d[key] > 0
-               for key in ("ratio", "ci_low", "ci_high")):
-            return Span(float(d["ratio"]), float(d["ci_low"]), float(d["ci_high"]))
-    return None
-
-
-def _gate_confidence(report: dict[str, Any], mode: str, prompt_class: str,
-                     concurrency: int) -> float:
-    for d in _backfire(report, mode, prompt_class, concurrency):
-        confidence = d.get("confidence")
-        if isinstance(confidence, (int, float)) and 0.5 < confidence < 1:
-            return float(confidence)
-    return DEFAULT_CONFIDENCE  # reports before the confidence was kept said "95 % CI"
+              concurrency: int) -> tuple[Span | None, float]:
+    """The window's backfire gate (decided or undecided): its paired ratio with its interval (or
+    None) and its confidence."""
+    gates = [*report.get("gates", []), *report.get("undecided", [])]
+    details = [g.get("details") or {} for g in gates
+               if (g.get("gate"), g.get("mode"), g.get("prompt_class"), g.get("concurrency"))
+               == ("backfire", mode, prompt_class, concurrency)]
+    ratios = (Span(float(d["ratio"]), float(d["ci_low"]), float(d["ci_high"])) for d in details
+              if all(isinstance(d.get(key), (int, float)) and d[key] > 0
+                     for key in ("ratio", "ci_low", "ci_high")))
+    confidences = (float(d["confidence"]) for d in details
+                   if isinstance(d.get("confidence"), (int, float)) and 0.5 < d["confidence"] < 1)
+    # reports before the confidence was kept said "95 % CI"
+    return next(ratios, None), next(confidences, DEFAULT_CONFIDENCE)
 
 
 def _family(config: dict[str, Any]) -> str:
@@ -315,24 +272,19 @@ def _family(config: dict[str, Any]) -> str:
                       sort_keys=True, default=str)
 
 
-def _has_reference(report: dict[str, Any], reference: str, prompt_class: str,
-                   concurrency: int) -> bool:
-    for m in report.get("measurements", []):
-        if (m.get("prompt_class"), m.get("concurrency")) != (prompt_class, concurrency):
-            continue
-        partner = m.get("partner")
-        if m.get("mode") == reference or (isinstance(partner, dict)
-                                          and partner.get("mode") == reference):
-            return True
-    return False
+def _is_reference(m: dict[str, Any], reference: str) -> bool:
+    """Whether window ``m`` measured the reference mode, itself or as its duet partner."""
+    partner = m.get("partner")
+    return m.get("mode") == reference or (isinstance(partner, dict)
+                                          and partner.get("mode") == reference)
 
 
-def _speculative_windows(report: dict[str, Any], source: str) -> list[dict[str, Any]]:
+def _speculative_windows(report: dict[str, Any], configs: dict[str, Any],
+                         source: str) -> list[dict[str, Any]]:
     """The report's speculative windows; AdviceError naming ``source`` and the key where advice
     cannot come from it (no speculative mode, no reference window, no per-position counters)."""
     rig = report.get("rig") or {}
     reference = rig.get("reference_mode")
-    configs = {name: cfg for name, cfg in (rig.get("modes") or {}).items() if isinstance(cfg, dict)}
     measurements = report.get("measurements") or []
     speculative = [m for m in measurements if m.get("mode") != reference
                    and isinstance(m.get("mode"), str)
@@ -341,8 +293,7 @@ def _speculative_windows(report: dict[str, Any], source: str) -> list[dict[str, 
         raise AdviceError(f"{source}: rig.modes / measurements: no speculative mode was measured "
                           f"(modes {sorted(rig.get('modes') or {})}, measured "
                           f"{sorted({str(m.get('mode')) for m in measurements})})")
-    if not any(m.get("mode") == reference or (m.get("partner") or {}).get("mode") == reference
-               for m in measurements):
+    if not any(_is_reference(m, reference) for m in measurements):
         raise AdviceError(f"{source}: measurements: no window of the reference mode {reference!r} "
                           "(rig.reference_mode): nothing to compare speculation with")
     if not any((m.get("acceptance") or {}).get("accepted_per_position") for m in speculative):
@@ -411,9 +362,10 @@ def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, 
     if any(not isinstance(a, (int, float)) or not 0 <= a <= drafts for a in per_position):
         raise AdviceError(f"{source}: {where}: acceptance.accepted_per_position {per_position} "
                           f"must be counts between 0 and drafts ({drafts})")
-    if not _has_reference(report, reference, prompt_class, concurrency):
+    if not any(_is_reference(r, reference) for r in report.get("measurements", [])
+               if (r.get("prompt_class"), r.get("concurrency")) == (prompt_class, concurrency)):
         return f"{where}: no {reference} window of this class and concurrency"
-    ratio = _backfire_ratio(report, mode, prompt_class, concurrency)
+    ratio, confidence = _backfire(report, mode, prompt_class, concurrency)
     if ratio is None:
         return (f"{where}: no backfire gate with a ratio and an interval "
                 "(gates[].details.ratio, ci_low, ci_high)")
@@ -421,7 +373,7 @@ def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, 
     accepted = acc.get("accepted_tokens")
     total = math.fsum(per_position)
     if isinstance(accepted, (int, float)) and abs(total - accepted) > 1e-6 * max(1, accepted):
-        notes.append(f"the per-position counts sum to {math.fsum(per_position):g}, vLLM's accepted "
+        notes.append(f"the per-position counts sum to {total:g}, vLLM's accepted "
                      f"tokens to {accepted:g}: AL(K) is taken from the per-position counts")
     served = (configs.get(mode) or {}).get("num_speculative_tokens")
     if isinstance(served, int) and served != len(per_position):
@@ -429,7 +381,6 @@ def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, 
                      f"{len(per_position)} positions: k runs to {len(per_position)}")
     drafts, per_position, effect = _per_request_acceptance(
         m, (float(drafts), list(per_position)), notes)
-    confidence = _gate_confidence(report, mode, prompt_class, concurrency)
     acceptance = Acceptance(drafts, tuple(float(a) for a in per_position), confidence, effect)
     return m, acceptance, ratio, notes
 
@@ -440,8 +391,8 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
     AdviceError naming ``source`` and the key when no window qualifies."""
     rig = report.get("rig") or {}
     configs = {name: cfg for name, cfg in (rig.get("modes") or {}).items() if isinstance(cfg, dict)}
-    speculative = _speculative_windows(report, source)
-    found = [_ready_window(report, m, configs, source) for m in speculative]
+    found = [_ready_window(report, m, configs, source)
+             for m in _speculative_windows(report, configs, source)]
     skipped = [f for f in found if isinstance(f, str)]
     ready = [f for f in found if not isinstance(f, str)]
     if not ready:
@@ -502,6 +453,12 @@ ASSUMPTIONS = (
 )
 
 
+def _k_table(rows: list[list[str]], models: Sequence[str]) -> str:
+    """The table of k: k, AL(k), c(k) and the ratio under each model, a last unnamed column."""
+    return simple_table(rows, ["k", "AL(k)", *(f"{v} {SHORT[m]}" for m in models
+                                               for v in ("c(k)", "ratio")), ""])
+
+
 def _ks(ks: Sequence[int]) -> str:
     return ", ".join(f"k={k}" for k in ks) if ks else "none"
 
@@ -513,10 +470,6 @@ def window_text(w: WindowAdvice) -> str:
             f"{w.measured_ratio.text(3, 'x')} of no speculation ({coverage} interval) with "
             f"AL({w.served_k}) = {full:.2f} over {w.drafts:g} drafts: one step costs "
             f"c({w.served_k}) = {w.served_cost.text()} plain steps")
-    headers = ["k", "AL(k)"]
-    for m in w.models:
-        headers += [f"c(k) {SHORT[m]}", f"ratio {SHORT[m]}"]
-    headers.append("")
     flips = w.flips()
     rows = []
     for r in w.rows:
@@ -527,7 +480,7 @@ def window_text(w: WindowAdvice) -> str:
             row += [p.cost.text(), p.ratio.text(2, "x") + verdict]
         row.append("measured" if r.measured else "flips between the bounds" if r.k in flips else "")
         rows.append(row)
-    lines = [head, tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+    lines = [head, _k_table(rows, w.models)]
     if w.fit is not None:
         lines.append(w.fit.describe())
     for m in w.models:
@@ -630,8 +583,8 @@ class SeedAdvice:
 
 def _fractional_range(numerator: Sequence[float], n0: float, denominator: Sequence[float],
                       d0: float, a_ub: list[list[float]], b_ub: list[float],
-                      bounds: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """min and max of (n.x + n0) / (d.x + d0) over {A x <= b, bounds}, d.x + d0 > 0 there: two
+                      bounds: Sequence[tuple[float, float]]) -> Span:
+    """min to max of (n.x + n0) / (d.x + d0) over {A x <= b, bounds}, d.x + d0 > 0 there: two
     linear programs after the Charnes-Cooper change of variables (y = t x, t = 1 / (d.x + d0))."""
     import numpy as np
     from scipy.optimize import linprog
@@ -639,10 +592,8 @@ def _fractional_range(numerator: Sequence[float], n0: float, denominator: Sequen
     size = len(bounds)
     rows = [[*row, -b] for row, b in zip(a_ub, b_ub, strict=True)]
     for i, (lo, hi) in enumerate(bounds):  # lo t <= y_i <= hi t
-        unit = [0.0] * size
-        unit[i] = 1.0
-        rows.append([*(-u for u in unit), lo])
-        rows.append([*unit, -hi])
+        unit = [float(j == i) for j in range(size)]
+        rows += [[*(-u for u in unit), lo], [*unit, -hi]]
     a = np.array(rows)
     equality = np.array([[*denominator, d0]])
     out = []
@@ -653,7 +604,7 @@ def _fractional_range(numerator: Sequence[float], n0: float, denominator: Sequen
         if not result.success:
             raise ValueError(f"the seed's figures are inconsistent: {result.message}")
         out.append(sign * result.fun)
-    return out[0], out[1]
+    return Span(None, out[0], out[1])
 
 
 def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
@@ -663,19 +614,16 @@ def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
     interval). Every range is the exact min and max over those sequences."""
     f = figures or SeedFigures()
     big_k = f.k
-    a_ub: list[list[float]] = []
-    b_ub: list[float] = []
-    for i in range(big_k - 1):  # p_{i+1} <= p_i
-        row = [0.0] * big_k
-        row[i], row[i + 1] = -1.0, 1.0
-        a_ub.append(row)
-        b_ub.append(0.0)
+    a_ub = [[-1.0 if j == i else float(j == i + 1) for j in range(big_k)]  # p_{i+1} <= p_i
+            for i in range(big_k - 1)]
+    b_ub = [0.0] * (big_k - 1)
     s_lo, s_hi = f.acceptance_length[0] - 1, f.acceptance_length[1] - 1
     a_ub += [[1.0] * big_k, [-1.0] * big_k]
     b_ub += [s_hi, -s_lo]
     bounds = [f.first_position] + [(0.0, 1.0)] * (big_k - 2) + [f.last_position]
     ones = [1.0] * big_k
     nothing = [0.0] * big_k
+    ranged = partial(_fractional_range, a_ub=a_ub, b_ub=b_ub, bounds=bounds)
 
     classes = []
     for prompt_class, (plain, spec) in f.tokens_per_s.items():
@@ -685,15 +633,11 @@ def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
         predictions: dict[tuple[str, int], Span] = {}
         for k in range(1, big_k + 1):
             first_k = [1.0] * k + [0.0] * (big_k - k)
-            lo, hi = _fractional_range(first_k, 1.0, nothing, 1.0, a_ub, b_ub, bounds)
-            lengths[k] = Span(None, lo, hi)
-            # k-independent: R (1 + S_k) / (1 + S_K); linear: (1 + S_k) / (1 + (c(K) - 1) k / K)
-            lo, hi = _fractional_range([r * v for v in first_k], r, ones, 1.0, a_ub, b_ub, bounds)
-            predictions[(CONSTANT, k)] = Span(None, lo, hi)
             slope = k / (big_k * r)
-            lo, hi = _fractional_range(first_k, 1.0, [slope] * big_k, 1 - k / big_k + slope, a_ub,
-                                       b_ub, bounds)
-            predictions[(LINEAR, k)] = Span(None, lo, hi)
+            lengths[k] = ranged(first_k, 1.0, nothing, 1.0)
+            # k-independent: R (1 + S_k) / (1 + S_K); linear: (1 + S_k) / (1 + (c(K) - 1) k / K)
+            predictions[(CONSTANT, k)] = ranged([r * v for v in first_k], r, ones, 1.0)
+            predictions[(LINEAR, k)] = ranged(first_k, 1.0, [slope] * big_k, 1 - k / big_k + slope)
         classes.append(SeedClass(prompt_class, r, served_cost, lengths, predictions))
     return SeedAdvice(f, tuple(classes), _seed_conclusion(f, classes))
 
@@ -754,23 +698,15 @@ def seed_text(seed: SeedAdvice) -> str:
     blocks = [head]
     for c in seed.classes:
         rows = []
-        for k in c.acceptance_length:
-            const, linear = c.predictions[(CONSTANT, k)], c.predictions[(LINEAR, k)]
-            measured = k == f.k
-            rows.append([str(k), c.acceptance_length[k].text(), c.cost(CONSTANT, k, f.k).text(),
-                         f"{c.measured_ratio:.3f}x measured" if measured
-                         else f"{const.text(2, 'x')} {const.verdict}",
-                         c.cost(LINEAR, k, f.k).text(),
-                         f"{c.measured_ratio:.3f}x measured" if measured
-                         else f"{linear.text(2, 'x')} {linear.verdict}",
-                         "flips between the bounds" if k in c.flips() else ""])
-        headers = ["k", "AL(k)"]
-        for m in BOUNDS:
-            headers += [f"c(k) {SHORT[m]}", f"ratio {SHORT[m]}"]
+        for k, al in c.acceptance_length.items():
+            row = [str(k), al.text()]
+            for m in BOUNDS:
+                ratio = c.predictions[(m, k)]
+                row += [c.cost(m, k, f.k).text(), f"{c.measured_ratio:.3f}x measured" if k == f.k
+                        else f"{ratio.text(2, 'x')} {ratio.verdict}"]
+            rows.append([*row, "flips between the bounds" if k in c.flips() else ""])
         blocks.append(f"{c.prompt_class}: measured {c.measured_ratio:.3f}x at k={f.k}, c({f.k}) = "
-                      f"{c.served_cost.text()} plain steps\n"
-                      + tabulate(rows, headers=[*headers, ""], tablefmt="simple",
-                                 disable_numparse=True))
+                      f"{c.served_cost.text()} plain steps\n" + _k_table(rows, BOUNDS))
     blocks.append("\n".join(seed.conclusion))
     return "\n\n".join(blocks)
 
@@ -779,24 +715,19 @@ def seed_text(seed: SeedAdvice) -> str:
 MODEL_STYLE = {CONSTANT: ("o", "-"), LINEAR: ("s", "--"), FITTED: ("D", "-")}  # (marker, line)
 
 
-def _interval(span: Span) -> tuple[float | None, float, float]:
-    return span.value, span.low, span.high
-
-
 def plot_advice(advice: Advice, path: Path) -> Path | None:
     """The report's advice as a PNG at ``path`` (specgate.advise.plot); None without a window."""
     modes = list(dict.fromkeys(w.mode for w in advice.windows))
-    color = {mode: COLORS[i % len(COLORS)] for i, mode in enumerate(modes)}
+    color = {mode: MODE_COLORS[i % len(MODE_COLORS)] for i, mode in enumerate(modes)}
     panels: dict[tuple[str, int], tuple[list, list]] = {}
     for w in advice.windows:
         series, measured = panels.setdefault((w.prompt_class, w.concurrency), ([], []))
         predicted = [r for r in w.rows if not r.measured]  # the served k is the star
         for model in w.models:
+            ratios = tuple(astuple(r.predictions[model].ratio) for r in predicted)
             series.append(RatioSeries(w.mode, model, color[w.mode], tuple(r.k for r in predicted),
-                                      tuple(_interval(r.predictions[model].ratio)
-                                            for r in predicted),
-                                      (w.served_k, w.measured_ratio.value or 0.0)))
-        measured.append((w.served_k, _interval(w.measured_ratio), color[w.mode]))
+                                      ratios, (w.served_k, w.measured_ratio.value or 0.0)))
+        measured.append((w.served_k, astuple(w.measured_ratio), color[w.mode]))
     return draw_ratio_panels(
         [RatioPanel(f"{prompt_class} / concurrency {concurrency}", tuple(series), tuple(measured))
          for (prompt_class, concurrency), (series, measured) in panels.items()],
@@ -811,13 +742,12 @@ def plot_seed(seed: SeedAdvice, path: Path) -> Path | None:
     big_k = seed.figures.k
     below = tuple(range(1, big_k))  # the served k is the star
     panels = [RatioPanel(c.prompt_class,
-                         tuple(RatioSeries(f"ngram k={big_k}", model, COLORS[0], below,
-                                           tuple(_interval(c.predictions[(model, k)])
-                                                 for k in below),
+                         tuple(RatioSeries(f"ngram k={big_k}", model, MODE_COLORS[0], below,
+                                           tuple(astuple(c.predictions[(model, k)]) for k in below),
                                            (big_k, c.measured_ratio)) for model in BOUNDS),
                          # one figure per side: no interval
                          ((big_k, (c.measured_ratio, c.measured_ratio, c.measured_ratio),
-                           COLORS[0]),))
+                           MODE_COLORS[0]),))
               for c in seed.classes]
     return draw_ratio_panels(
         panels, styles=MODEL_STYLE,
@@ -835,7 +765,6 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
     """``python -m specgate advise``: print the advice and write its PNG (``<out>/advice.png``,
     default ``.specgate/advice/<rig>``); 4 (a usage error) for an unknown rig, an unreadable report,
     or a report advice cannot be drawn from, the message naming the file and the key."""
-    import sys
     try:
         if seed:
             name = rig or SEED_RIG
@@ -869,19 +798,12 @@ def advise_command(*, rig: str | None, report: Path | None, seed: bool, out: Pat
 
 
 def _write_schedules(advice: Advice, rig: Any, folder: Path) -> None:
-    """Each speculative mode measured at two or more concurrencies: its schedule
-    (specgate.advise.schedule), printed and written for --specgate-advise-confirm."""
-    from specgate.advise.schedule import (
-        DEFAULT_MAX_BATCH,
-        build_schedules,
-        schedule_text,
-        write_schedule,
-    )
-
+    """Each speculative mode measured at two or more concurrencies: its schedule, printed and
+    written for --specgate-advise-confirm."""
     argv = [*rig.argv_prefix, *(a for extra in rig.mode_extra_args.values() for a in extra)]
-    seqs = argv.index("--max-num-seqs") + 1 if "--max-num-seqs" in argv[:-1] else None
-    max_batch = int(argv[seqs]) if seqs is not None and argv[seqs].isdigit() else DEFAULT_MAX_BATCH
+    seqs = argv[argv.index("--max-num-seqs") + 1] if "--max-num-seqs" in argv[:-1] else ""
+    max_batch = int(seqs) if seqs.isdigit() else schedule.DEFAULT_MAX_BATCH
     configs = {m.name: m.speculative_config for m in rig.modes if m.speculative_config}
-    for schedule in build_schedules(advice.windows, configs, rig=advice.rig, max_batch=max_batch):
-        print(f"\n{schedule_text(schedule)}\nschedule: "
-              f"{write_schedule(schedule, folder, source=advice.source)}")
+    for s in schedule.build_schedules(advice.windows, configs, rig=advice.rig, max_batch=max_batch):
+        print(f"\n{schedule.schedule_text(s)}\nschedule: "
+              f"{schedule.write_schedule(s, folder, source=advice.source)}")

@@ -1,8 +1,7 @@
 """``pytest --specgate-rig RIG --specgate-advise-confirm=SCHEDULE.json``: the schedule `advise`
-wrote, served for real (mode ``<mode>-schedule``), against no speculation (a duet window, the
-backfire gate) and static k (an A/B duet window, the A/B throughput gate) at each of the rig's
-concurrencies and classes. Advice predicts; this measures. A schedule that loses to either anywhere
-FAILS (exit 1); one undecided somewhere follows the outcome policy. Runs no test."""
+wrote, served (mode ``<mode>-schedule``) against no speculation (the backfire gate) and static k
+(the A/B throughput gate) in duet windows at each concurrency and class. Losing to either anywhere
+FAILS (exit 1); undecided follows the outcome policy. Runs no test."""
 
 from __future__ import annotations
 
@@ -13,9 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from specgate.advise.schedule import SCHEDULE_KEY
+from specgate.advise.spans import simple_table
 from specgate.config.rig import Mode, Rig, load_rig
 from specgate.decide.gates import ab_throughput, check_backfire
 from specgate.decide.outcome import pytest_action
@@ -100,7 +98,7 @@ def table(results: Sequence[GateResult], static: Mode) -> str:
     rows = [[f"c{level}", cls, row.get(AGAINST_NONE, "-"), row.get(AGAINST_STATIC, "-")]
             for (level, cls), row in sorted(cells.items())]
     headers = ["concurrency", "class", "schedule / no speculation", f"schedule / static k={k}"]
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return simple_table(rows, headers)
 
 
 def measure(rig: Rig, schedule: Mode, static: Mode, run_dir: Path, progress: Callable[[str], None]

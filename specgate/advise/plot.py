@@ -1,18 +1,14 @@
-"""The advice's picture (built by specgate.advise.advice): per class and concurrency, the predicted
-tok/s ratio against no speculation for every k, one colour per mode, one marker per step-cost
-model, interval bars, the served k's measured ratio as a star, the break-even line at 1.0. Drawn
-like specgate.report.plots (an Agg canvas, no pyplot); knows panels and series only.
-"""
+"""The advice's picture: per class and concurrency, the predicted tok/s ratio against no
+speculation for every k, one colour per mode, one marker per step-cost model, interval bars, the
+served k's measured ratio as a star, the break-even line at 1.0 (an Agg canvas, no pyplot)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from specgate.report.plots import save_figure
+from specgate.report.plots import DPI, save_figure
 
-DPI = 110
-COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 MEASURED_EDGE = "#111111"
 BREAK_EVEN_COLOR = "#c00000"
 
@@ -38,26 +34,19 @@ class RatioPanel:
     measured: tuple[tuple[int, Interval, str], ...]  # (served k, measured ratio, colour)
 
 
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, str]], title: str,
-                      subtitle: str,
-                      path: Path) -> Path | None:
+                      subtitle: str, path: Path) -> Path | None:
     """The panels as a PNG at ``path`` (``styles``: model -> (marker, line)); None without one."""
     if not panels:
         return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
     cols = len(panels) if len(panels) <= 3 else 2 if len(panels) == 4 else 3
     rows = -(-len(panels) // cols)
-    fig = _figure(4.6 * cols + 0.4, 3.4 * rows + 1.4)
+    fig = Figure(figsize=(4.6 * cols + 0.4, 3.4 * rows + 1.4), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     modes_drawn: dict[str, str] = {}
     models_drawn: dict[str, None] = {}
@@ -70,8 +59,7 @@ def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, 
             xs = [k + offset for k in s.ks]
             points = [v if v is not None else (lo + hi) / 2 for v, lo, hi in s.ratios]
             ax.vlines(xs, [lo for _, lo, _ in s.ratios], [hi for _, _, hi in s.ratios],
-                      color=s.color,
-                      linewidth=1.6, alpha=0.8)
+                      color=s.color, linewidth=1.6, alpha=0.8)
             # a range only: its middle, drawn hollow
             hollow = any(v is None for v, _, _ in s.ratios)
             ax.plot(xs, points, marker=marker, linestyle="none", color=s.color, markersize=5,
@@ -82,8 +70,7 @@ def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, 
             models_drawn[s.model] = None
         for k, (value, lo, hi), color in panel.measured:
             ax.errorbar([k], [value], yerr=[[value - lo], [hi - value]], marker="*", markersize=13,
-                        color=color,
-                        markeredgecolor=MEASURED_EDGE, ecolor=MEASURED_EDGE, capsize=4,
+                        color=color, markeredgecolor=MEASURED_EDGE, ecolor=MEASURED_EDGE, capsize=4,
                         linestyle="none", zorder=5)
         ax.axhline(1.0, color=BREAK_EVEN_COLOR, linestyle=":", linewidth=1.2)
         k_max = max([k for s in panel.series for k in s.ks] + [k for k, _, _ in panel.measured])
@@ -95,11 +82,10 @@ def draw_ratio_panels(panels: list[RatioPanel], *, styles: dict[str, tuple[str, 
         ax.grid(alpha=0.3)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
-    handles = [Line2D([], [], color=color, linewidth=2, label=mode) for mode,
-               color in modes_drawn.items()]
-    handles += [Line2D([], [], color="#555555", marker=styles[m][0],
-                       linestyle=styles[m][1], label=m)
-                for m in models_drawn]
+    handles = [Line2D([], [], color=color, linewidth=2, label=mode)
+               for mode, color in modes_drawn.items()]
+    handles += [Line2D([], [], color="#555555", marker=styles[m][0], linestyle=styles[m][1],
+                       label=m) for m in models_drawn]
     handles += [Line2D([], [], color=MEASURED_EDGE, marker="*", markersize=11, linestyle="none",
                        label="measured (the served k)"),
                 Line2D([], [], color=BREAK_EVEN_COLOR, linestyle=":",

@@ -1,11 +1,7 @@
 """The speculation schedule (issue 64): the k to speculate with per batch-size range, for vLLM's
-``speculative_config.num_speculative_tokens_per_batch_size`` (inclusive ``[first, last, k]``
-ranges from 1, k clamped to ``num_speculative_tokens``, k = 0 allowed).
-
-Each of the run's concurrencies stands for the batch sizes nearer it on a log scale. At each, every
-k from 1 to the served K gets the advice's predicted ratio against no speculation, the classes
-combined as a geometric mean (ends as the classes' ends: conservative). The best k by the estimate
-wins; where none beats no speculation, k = 0."""
+``speculative_config.num_speculative_tokens_per_batch_size`` (inclusive ``[first, last, k]`` ranges
+from 1, k = 0 allowed). Each concurrency stands for the batch sizes nearer it on a log scale; there
+the k of the best predicted ratio (the classes' geometric mean) wins, k = 0 where none beats 1."""
 
 from __future__ import annotations
 
@@ -13,13 +9,12 @@ import itertools
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
+from statistics import geometric_mean
 from typing import TYPE_CHECKING, Any
 
-from tabulate import tabulate
-
-from specgate.advise.spans import CONSTANT, FITTED, LINEAR, Span
+from specgate.advise.spans import CONSTANT, FITTED, LINEAR, Span, simple_table
 from specgate.files import atomic_write_json
 
 if TYPE_CHECKING:
@@ -68,17 +63,14 @@ class Schedule:
         """What to paste: the served config with the schedule and num_speculative_tokens its
         largest k; None where k = 0 everywhere (no speculation at all)."""
         top = max(c.k for c in self.choices)
-        if top == 0:
-            return None
-        return {**self.static_config, "num_speculative_tokens": top, SCHEDULE_KEY: self.ranges()}
+        return {**self.static_config, "num_speculative_tokens": top,
+                SCHEDULE_KEY: self.ranges()} if top else None
 
     def to_dict(self, source: str) -> dict[str, Any]:
-        def span(s: Span) -> list[float | None]:
-            return [s.value, s.low, s.high]
-
         ranges = [{"batch_sizes": list(c.batch_sizes), "concurrency": c.concurrency, "k": c.k,
-                   "best_k": c.best, "measured": c.measured, "ratio": span(c.combined[c.best]),
-                   "classes": {name: span(s) for name, s in c.per_class.items()}}
+                   "best_k": c.best, "measured": c.measured,
+                   "ratio": list(astuple(c.combined[c.best])),
+                   "classes": {name: list(astuple(s)) for name, s in c.per_class.items()}}
                   for c in self.choices]
         return {"specgate_schedule": 1, "rig": self.rig, "mode": self.mode, "source": source,
                 "model": self.model, "served_k": self.served_k, "confidence": self.confidence,
@@ -95,9 +87,7 @@ def batch_ranges(levels: Sequence[int], max_batch: int) -> list[tuple[int, int]]
 
 
 def _geometric(values: Sequence[float]) -> float:
-    if not all(v > 0 for v in values):
-        return 0.0
-    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
+    return geometric_mean(values) if all(v > 0 for v in values) else 0.0
 
 
 def _combined(spans: Sequence[Span]) -> Span:
@@ -149,28 +139,25 @@ def build_schedules(windows: Sequence[WindowAdvice], configs: dict[str, dict[str
 
 
 def schedule_text(s: Schedule) -> str:
-    rows, per_class = [], []
+    rows = []
     for c in s.choices:
         ratio, (first, last) = c.combined[c.best], c.batch_sizes
         what = "measured" if c.measured else "predicted"
         rows.append([f"{first}" if first == last else f"{first}-{last}", f"c{c.concurrency}",
                      str(c.k), f"k={c.best}: {ratio.text(2, 'x')} {what}, {ratio.verdict}"])
-    for name in s.classes:
-        per_class.append([name, *(f"k={c.best}: {c.per_class[name].text(2, 'x')}"
-                                  for c in s.choices)])
-    config = s.speculative_config()
+    per_class = [[name, *(f"k={c.best}: {c.per_class[name].text(2, 'x')}" for c in s.choices)]
+                 for name in s.classes]
     lines = [f"schedule for {s.mode} (served k={s.served_k}; {s.model}; {s.confidence * 100:g} % "
              "intervals): k = 0 where no k's estimate beats no speculation",
-             tabulate(rows, headers=["batch sizes", "measured at", "k",
-                                     "best k, classes combined (geometric mean)"],
-                      tablefmt="simple", disable_numparse=True),
-             tabulate(per_class, headers=["class", *(f"c{c.concurrency}" for c in s.choices)],
-                      tablefmt="simple", disable_numparse=True)]
+             simple_table(rows, ["batch sizes", "measured at", "k",
+                                 "best k, classes combined (geometric mean)"]),
+             simple_table(per_class, ["class", *(f"c{c.concurrency}" for c in s.choices)])]
     for c in s.choices:
         if c.linear_best is not None:
             k, ratio = c.linear_best
             lines.append(f"c{c.concurrency}: a {LINEAR} would pick k={k} "
                          f"({ratio.text(2, 'x')}); a second served k of the drafter settles it")
+    config = s.speculative_config()
     pasted = json.dumps(config) if config else "none (no k beats no speculation anywhere)"
     lines.append(f"speculative_config to paste: {pasted}")
     return "\n".join(lines)

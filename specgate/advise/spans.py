@@ -1,5 +1,5 @@
-"""What the advice's numbers are: an estimate with its interval (:class:`Span`), and the step-cost
-models it is predicted under (specgate.advise.advice's docstring, docs/advice.md)."""
+"""What the advice's numbers are: an estimate with its interval (:class:`Span`), the step-cost
+models it is predicted under (docs/advice.md), and its tables."""
 
 from __future__ import annotations
 
@@ -7,11 +7,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tabulate import tabulate
+
 CONSTANT = "k-independent cost"
 LINEAR = "cost linear from k=0"
 FITTED = "fitted cost c0 + s*k"
 BOUNDS = (CONSTANT, LINEAR)
 SHORT = {CONSTANT: "const", LINEAR: "linear", FITTED: "fit"}  # the tables' column names
+
+
+def simple_table(rows: list[list[str]], headers: list[str]) -> str:
+    """``rows`` under ``headers`` as a plain-text table, cells as they are."""
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,7 @@ class ArrangementChoice:
     @property
     def label(self) -> str:
         """The arrangement as verdicts name it."""
-        return {"duet": "duet", "alternation": "alternation",
-                "sequential": "one after the other"}[self.name]
+        return "one after the other" if self.name == "sequential" else self.name
 
 
 def argv_value(argv: Sequence[str], flag: str) -> str | None:
@@ -105,9 +104,7 @@ def two_fit(rig: Rig) -> tuple[bool, str]:
 
 def arrangement_of(rig: Rig) -> ArrangementChoice:
     """The arrangement ``rig`` runs with (see the module's doc) and why."""
-    asked = rig.arrangement_key
-    if asked is None:
-        asked = "duet" if rig.duet else "sequential"
+    asked = rig.arrangement_key or ("duet" if rig.duet else "sequential")
     if asked != "auto":
         return ArrangementChoice(asked, f"the rig asks for it ({asked})")
     fits, why = two_fit(rig)

@@ -34,10 +34,9 @@ def check_fixtures_dir(fixtures_dir: Path) -> None:
     """Raise a ConfigError naming the folder when it lacks the mode library or prompt classes."""
     missing = [name for name in FIXTURES_FILES if not (fixtures_dir / name).is_file()]
     if missing:
-        raise ConfigError(fixtures_dir / missing[0], None, f"file not found: {fixtures_dir} is "
-                          "not a specgate fixtures "
-                          f"folder (no {' and no '.join(missing)}). "
-                          "Pass --specgate-fixtures DIR (pytest), set $SPECGATE_FIXTURES, or run "
+        raise ConfigError(fixtures_dir / missing[0], None, f"file not found: {fixtures_dir} is not "
+                          f"a specgate fixtures folder (no {' and no '.join(missing)}). Pass "
+                          "--specgate-fixtures DIR (pytest), set $SPECGATE_FIXTURES, or run "
                           "from a folder whose fixtures/ holds modes.toml, prompts.toml and rigs/")
 
 

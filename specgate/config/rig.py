@@ -1,14 +1,13 @@
-"""User-edited configuration, TOML files under ``fixtures/`` validated on load (a problem is a
-:class:`ConfigError` naming the file and the dotted key): ``modes.toml`` (the library of
-speculative modes), ``prompts.toml`` (prompt classes) and ``rigs/<rig>.toml`` (one serving setup
-and its modes, each of which may extend a library mode and override any speculative key).
-"""
+"""The TOML files under ``fixtures/``, validated on load (a :class:`ConfigError` names the file
+and dotted key): ``modes.toml`` (mode library), ``prompts.toml`` (prompt classes) and
+``rigs/<rig>.toml`` (a serving setup; its modes may extend library modes)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import math
+import os
 import string
 import sys
 import tomllib
@@ -251,8 +250,7 @@ class Gates(_Strict):
 
     @property
     def level_gate_tolerance(self) -> float:
-        """The stored-level gate's tolerance (the one rule everything reads): level_tolerance,
-        else throughput_tolerance."""
+        """The stored-level gate's tolerance: level_tolerance, else throughput_tolerance."""
         level = self.level_tolerance
         return level if level is not None else self.throughput_tolerance
 
@@ -460,8 +458,6 @@ class Rig(_Strict):
 
 
 def default_model_cache() -> Path:
-    import os
-
     default = Path.home() / ".cache" / "specgate" / "models"
     return Path(os.environ.get("SPECGATE_MODEL_CACHE", default))
 
@@ -732,9 +728,8 @@ def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Pa
 
 
 def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
-    """Refuse ``sleep_level = 2`` on an alternation whose servers cannot wake from it (a drafter,
-    or dummy weights), naming the mode, the A/B side (``ab_from``: the command line's A/B options)
-    and the part of the rig that sets them."""
+    """Refuse ``sleep_level = 2`` on an alternation whose servers cannot wake from it (a drafter or
+    dummy weights), naming the mode, the A/B side (``ab_from``: its options) and the key."""
     if rig.sleep_level != 2 or rig.arrangement.name != "alternation":
         return
     fix = "set sleep_level = 1 or leave it unset (sleep level 1 keeps the weights in host memory)"
@@ -766,8 +761,7 @@ def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:
 
 
 def _arrangement_key(rig: RigFile, path: Path) -> str:
-    """The arrangement asked for: ``arrangement``, else the older ``design`` and ``duet``, else
-    "auto"."""
+    """The arrangement asked for: ``arrangement``, else the older ``design``/``duet``, else auto."""
     if rig.arrangement is not None and rig.design is not None:
         raise ConfigError(path, "design", f'design = "{rig.design}" is the older spelling of '
                           f'arrangement = "{rig.arrangement}": keep arrangement only')

@@ -59,7 +59,7 @@ class BreakEven:
         out: dict[str, Any] = {
             "mode": self.mode, "acceptance_length": list(self.acceptance_length),
             "spec_tokens_per_s": list(self.spec_tokens_per_s),
-                               "plain_tokens_per_s": list(self.plain_tokens_per_s),
+            "plain_tokens_per_s": list(self.plain_tokens_per_s),
             "spec_steps_per_s": list(self.spec_steps_per_s), "step_cost": list(self.step_cost),
             "verdict": self.verdict}
         if self.num_speculative_tokens:

@@ -22,26 +22,22 @@ from specgate.store.baselines import (
 
 
 def baseline_entry(m: ClassMeasurement, fingerprint: Fingerprint,
-                   previous: BaselineEntry | None = None ) -> BaselineEntry:
+                   previous: BaselineEntry | None = None) -> BaselineEntry:
     """The stored form of window ``m``: one start (level, ratio to a no-speculation partner, host
     pace, where and on what) with its samples. ``previous``: the same machine's and build's history
     it extends (the last LEVEL_HISTORY starts kept)."""
     summary = summarize(m.decode_tokens_per_s)
-    acceptance = None
-    if m.acceptance is not None:
-        acceptance = AcceptanceEntry(
-            mean_acceptance_length=m.acceptance.mean_acceptance_length,
-            acceptance_rate=m.acceptance.acceptance_rate,
-            per_position_rates=list(m.acceptance.per_position_rates),
-            drafts=m.acceptance.drafts, draft_tokens=m.acceptance.draft_tokens,
-            accepted_per_position=list(m.acceptance.accepted_per_position))
+    a = m.acceptance
+    acceptance = None if a is None else AcceptanceEntry(
+        mean_acceptance_length=a.mean_acceptance_length, acceptance_rate=a.acceptance_rate,
+        per_position_rates=list(a.per_position_rates), drafts=a.drafts,
+        draft_tokens=a.draft_tokens, accepted_per_position=list(a.accepted_per_position))
     keys = [k for k, r in zip(m.sample_keys, m.records) if r.decode_tokens_per_s is not None]
     ratio = None
     if m.partner is not None and not m.ab:  # a duet with the no-speculation mode
-        samples = match_samples(m, list(m.partner.timed_samples),
-                                list(m.partner.timed_samples.values()))
-        # the ratio the gates show for this window (two modes: strata)
-        if samples.paired and samples.measured:
+        timed = m.partner.timed_samples
+        samples = match_samples(m, list(timed), list(timed.values()))
+        if samples.paired and samples.measured:  # the ratio the gates show (two modes: strata)
             share = m.first_look_share
             r = paired_ratio(samples.measured, samples.reference, threshold=1.0,
                              strata=samples.prompts,

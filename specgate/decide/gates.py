@@ -20,9 +20,11 @@ from specgate.decide.host_pace import at_stored_host_pace
 from specgate.decide.matching import Samples, match_samples
 from specgate.decide.outcome import Outcome
 from specgate.decide.paired import (
+    PREDICTION_METHOD,
     STRONGEST_PAIR_SHOWN,
+    Line,
+    interval_ratio,
     paired_ratio,
-    predicted_ratio,
     repeated_coverage,
     spread_quantile,
     start_spread,
@@ -104,12 +106,12 @@ def ratio_result(c: Comparison) -> GateResult:
              "head": c.head}
     if not c.samples.paired or len(measured) != len(reference):
         return _result(c.gate, m, Outcome.UNDECIDED, "unpaired", verdict="undecided",
-                       undecided=True,
-                       n_measured=len(measured), n_reference=len(reference), **facts)
+                       undecided=True, n_measured=len(measured), n_reference=len(reference),
+                       **facts)
     result = paired_ratio(measured, reference, threshold=c.rule.threshold,
                           confidence=window_confidence(c.rule.confidence, m),
-                          equivalence_margin=c.rule.margin,
-                          shift=c.shift, extra_log_spread=c.extra_log_spread, strata=strata)
+                          equivalence_margin=c.rule.margin, shift=c.shift,
+                          extra_log_spread=c.extra_log_spread, strata=strata)
     details = {**result.to_dict(), **facts, "reference_label": c.reference_label,
                "undecided": result.verdict == "undecided"}
     keys = c.samples.keys
@@ -210,11 +212,6 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
         return ab_throughput(settings, m)
     if (untimed := _untimed_window("throughput", settings, m, partner)) is not None:
         return untimed
-
-    def paced(result: GateResult, tolerance: float) -> GateResult:
-        return at_stored_host_pace(_stored_resolution(result, tolerance), m, baseline,
-                                   gates.host_pace_tolerance)
-
     stored_ratio = baseline.ratio_to_reference
     stored = {"baseline": baseline.describe(), "steps": _steps(baseline)}
     duet_ratio = partner is not None and stored_ratio is not None \
@@ -222,6 +219,15 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
     tolerance = settings.tolerance_for(duet_ratio=duet_ratio)
     threshold = 1 - tolerance
     rule = Rule(threshold, gates.confidence, gates.equivalence_margin)
+
+    def paced(result: GateResult) -> GateResult:
+        """``result`` held to the stored host pace, marked where it catches only a true ratio below
+        1 - 2 x its tolerance (docs/statistics.md, "What each gate can catch")."""
+        detectable = result.details.get("detectable")
+        if detectable is not None and detectable < 1 - 2 * tolerance:
+            result.details.update(catches_nothing_useful=True, tolerance=tolerance)
+        return at_stored_host_pace(result, m, baseline, gates.host_pace_tolerance)
+
     if duet_ratio:
         samples = _partner_samples(m, partner, partner.mode)
         ratios = StartHistory.of(baseline, ratios=True)
@@ -236,7 +242,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
                                       label="stored ratios", compared=compared,
                                       left_out=samples.left_out)
             result.details.update(reference_mode=partner.mode, center=ratios.center)
-            return paced(result, tolerance)
+            return paced(result)
         shift = stored_ratio.ratio
         spread, basis = _stored_ratio_spread(stored_ratio, gates.start_noise, confidence)
         result = ratio_result(Comparison(
@@ -244,7 +250,7 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
             compared={"how": "stored ratio", **basis, **duet}, shift=shift,
             extra_log_spread=spread, two_modes=True))
         result.details.update(reference_mode=partner.mode, shift=shift)
-        return paced(result, tolerance)
+        return paced(result)
     history = StartHistory.of(baseline)
     if history.usable and m.decode_tokens_per_s:
         level = summarize(m.decode_tokens_per_s).median
@@ -253,14 +259,14 @@ def check_throughput(settings: WindowSettings, m: ClassMeasurement,
         result = _against_history(m, math.log(level / history.center), history, rule,
                                   label="stored starts", compared=compared)
         result.details.update(center=history.center, level=level)
-        return paced(result, tolerance)
+        return paced(result)
     samples = match_samples(m, baseline.sample_keys, baseline.decode_tokens_per_s)
     spread = start_spread(gates.start_noise, confidence=confidence)
     compared = {"how": "stored samples", "starts": history.starts, "min_starts": HISTORY_MIN_STARTS,
                 "start_noise": gates.start_noise, "steps": stored["steps"]}
     return paced(ratio_result(Comparison(
         m, "throughput", samples, rule, reference_label="stored level", compared=compared,
-        extra_log_spread=float(spread))), tolerance)
+        extra_log_spread=float(spread))))
 
 
 def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory, rule: Rule, *,
@@ -268,24 +274,16 @@ def _against_history(m: ClassMeasurement, estimate: float, history: StartHistory
                      left_out: dict[str, Any] | None = None) -> GateResult:
     """A new start's log ratio to a stored history's mean, in its prediction interval."""
     confidence = window_confidence(rule.confidence, m)
-    result = predicted_ratio(estimate, history.half_width(confidence), starts=history.starts,
-                             dof=history.dof, threshold=rule.threshold, confidence=confidence,
-                             equivalence_margin=rule.margin)
+    result = interval_ratio(estimate, history.half_width(confidence), n=history.starts,
+                            unit="stored starts", dof=history.dof,
+                            line=Line(rule.threshold, rule.margin), confidence=confidence,
+                            method=PREDICTION_METHOD)
     return _result("throughput", m, _outcome(result.verdict, result.passed), "paired",
                    **result.to_dict(), compared=compared, looks=_looks(m), left_out=left_out,
                    head="history", reference_label=label, history_starts=history.starts,
                    history_spread=history.log_sd, history_between_spread=history.components[1],
                    history_sittings=len(history.groups) if history.recorded else None,
                    undecided=result.verdict == "undecided")
-
-
-def _stored_resolution(result: GateResult, tolerance: float) -> GateResult:
-    """Mark a stored comparison that catches only a true ratio below 1 - 2 x its tolerance
-    (docs/statistics.md, "What each gate can catch")."""
-    detectable = result.details.get("detectable")
-    if detectable is not None and detectable < 1 - 2 * tolerance:
-        result.details.update(catches_nothing_useful=True, tolerance=tolerance)
-    return result
 
 
 def ab_throughput(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
@@ -431,13 +429,9 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     ours, theirs = request_acceptances(m, vllm=vllm), request_acceptances(partner, vllm=vllm)
     mismatch = [] if vllm else [found for w, c in ((m, ours), (partner, theirs))
                                 if (found := stream_count_mismatch(w, c))]
-    keys = [k for k in theirs if k in ours]
-    by_prompt: dict[str, list[list[int]]] = {}
-    for key in keys:
-        sums = by_prompt.setdefault(key.rsplit("#", 1)[0], [[0, 0], [0, 0]])
-        for side, counts in ((0, ours[key]), (1, theirs[key])):
-            sums[side][0] += counts[0]
-            sums[side][1] += counts[1]
+    by_prompt: dict[str, np.ndarray] = {}  # prompt -> (ours, theirs) x (accepted, steps)
+    for key in (k for k in theirs if k in ours):
+        by_prompt.setdefault(key.rsplit("#", 1)[0], np.zeros((2, 2)))[:] += (ours[key], theirs[key])
     if mismatch or len(by_prompt) < 2:
         result = check_acceptance(settings, m, baseline_entry(partner, Fingerprint()),
                                   reference_label="reference side")

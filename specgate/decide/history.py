@@ -23,7 +23,6 @@ MIN_STARTS = 3  # a history's spread is used from this many starts (two degrees 
 STEP_ALPHA = 0.01  # a history with no step shows one at most this often (normal levels)
 
 
-
 @dataclass(frozen=True)
 class StartHistory:
     """One window's stored levels (oldest first) and each start's sitting (None: unknown)."""

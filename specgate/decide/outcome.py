@@ -1,13 +1,8 @@
 """What a gate's verdict is, and the one place it becomes a pytest outcome.
 
-Every gate ends in one :class:`Outcome`; four decide nothing about the build (UNDECIDED, NOT_STORED,
-OTHER_MACHINE, NOT_RUN) and follow the outcome policy (``[gates] undecided``, ``skip`` or ``fail``).
-:func:`pytest_action` alone maps an outcome and a policy to pytest's outcome, on one process and on
-the xdist controller. Gating (``[gates] gating``) per gate: ``gate`` (an UNDECIDED fails the run
-too), ``report`` (never fails it) or ``auto`` (``gate`` for the selected gates that keep a red A/A
-at most 5 %: specgate.decide.red_runs). The family: over m gates that can fail the run, at most m x
-(1 - confidence) / 2 false FAILs (Bonferroni); ``family_false_alarm = F`` sets each gate's
-confidence to 1 - 2 F / m."""
+Every gate ends in one :class:`Outcome`; those that decide nothing about the build follow the
+outcome policy (``[gates] undecided``), and :func:`pytest_action` alone maps an outcome, a policy
+and the gate's gating to pytest's outcome, on one process and on the xdist controller."""
 
 from __future__ import annotations
 
@@ -169,11 +164,10 @@ class Family:
 AUTO_FAMILY_FALSE_ALARM = 0.05
 
 
-def family(confidence: float, controlled: float | None, gating: int, *,
-           undecided_red: bool = False) -> Family:
+def family(confidence: float, controlled: float | None, gating: int) -> Family:
     """The family over ``gating`` gates at ``confidence``; with ``controlled`` (F), each gate's
     confidence 1 - 2 F / gating, never below the rig's."""
     if controlled is None or gating == 0:
-        return Family(gating, confidence, controlled, undecided_red)
-    return Family(gating, max(confidence, 1 - 2 * controlled / gating), controlled, undecided_red)
+        return Family(gating, confidence, controlled)
+    return Family(gating, max(confidence, 1 - 2 * controlled / gating), controlled)
 

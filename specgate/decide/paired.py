@@ -1,11 +1,9 @@
 """The paired-ratio statistic every cross-side comparison decides on (docs/statistics.md).
 
 Per request key a duet gives one pair, d = ln(measured / reference). Within one mode: the
-Hodges-Lehmann estimate with the Wilcoxon signed-rank interval (robust to a stalled request, exact,
-from 6 pairs); between two modes each prompt is a stratum (:func:`stratified_log_ratio`). A gate is
-a non-inferiority test: FAIL when the interval's upper end is below the threshold, UNDECIDED while
-the interval contains it; above it the verdict says faster, equal within the margin or not slower,
-with the window's resolution."""
+Hodges-Lehmann estimate with the Wilcoxon signed-rank interval (robust to a stalled request);
+between two modes each prompt is a stratum (:func:`stratified_log_ratio`). Verdict: :func:`_decide`.
+"""
 
 from __future__ import annotations
 
@@ -117,13 +115,11 @@ def paired_ratio(measured: Sequence[float], reference: Sequence[float], *, thres
     if not (math.isfinite(shift) and shift > 0):
         raise ValueError(f"shift must be a positive number, got {shift!r}")
     d = np.log(m / r) - math.log(shift)
+    rule = {"threshold": threshold, "confidence": confidence,
+            "equivalence_margin": equivalence_margin, "extra_log_spread": extra_log_spread}
     if strata is not None:
-        return stratified_log_ratio(d, strata, threshold=threshold, confidence=confidence,
-                                    equivalence_margin=equivalence_margin,
-                                    extra_log_spread=extra_log_spread)
-    return paired_log_ratio(d, threshold=threshold, confidence=confidence,
-                            equivalence_margin=equivalence_margin,
-                            extra_log_spread=extra_log_spread)
+        return stratified_log_ratio(d, strata, **rule)
+    return paired_log_ratio(d, **rule)
 
 
 def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.95,
@@ -139,15 +135,10 @@ def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.9
     if k < 1:
         return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "undecided", None,
                            None)
+    quantiles = (NormalDist().inv_cdf(0.5 + coverage / 2), NormalDist().inv_cdf(POWER), None)
     return _decide(estimate, walsh[k - 1] - extra_log_spread,
-                   walsh[walsh.size - k] + extra_log_spread,
-                   n=int(d.size), coverage=coverage, line=Line(threshold, equivalence_margin),
-                   method=METHOD, quantiles=_normal_quantiles(coverage))
-
-
-def _normal_quantiles(coverage: float) -> tuple[float, float, None]:
-    """The interval's two-sided normal quantile at ``coverage``, the one-sided POWER quantile."""
-    return NormalDist().inv_cdf(0.5 + coverage / 2), NormalDist().inv_cdf(POWER), None
+                   walsh[walsh.size - k] + extra_log_spread, n=int(d.size), coverage=coverage,
+                   line=Line(threshold, equivalence_margin), method=METHOD, quantiles=quantiles)
 
 
 STRATA_METHOD = "prompts as strata: mean of per-prompt log ratios, t interval from the repeats"
@@ -268,18 +259,6 @@ def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: 
 
 PREDICTION_METHOD = ("a new start against its history: t(n-1) x s x sqrt(1 + 1/n), s the stored "
                      "starts' spread")
-
-
-def predicted_ratio(estimate: float, half_width: float, *, starts: int, threshold: float,
-                    confidence: float,
-                    equivalence_margin: float, dof: int | None = None) -> PairedRatio:
-    """A new start's log ratio to the mean of ``starts`` stored starts, judged by the history's
-    prediction interval (``half_width``) alone, by :func:`_decide`'s rules; ``dof`` defaults to n -
-    1."""
-    return interval_ratio(estimate, half_width, n=starts, unit="stored starts",
-                          dof=starts - 1 if dof is None else dof,
-                          line=Line(threshold, equivalence_margin), confidence=confidence,
-                          method=PREDICTION_METHOD)
 
 
 def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof: int | None,

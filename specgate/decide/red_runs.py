@@ -1,11 +1,8 @@
 """A session's chance of going red with nothing changed (an A/A), before any server starts.
 
-A run goes red when a gate that can fail it FAILS or ends in an outcome that fails it. Each gate's
-chance follows its own rule at its confidence: t probabilities of a stored history's prediction
-interval; for a live A/B the start pair's offset and the window's noise (two looks simulated,
-seeded); with fewer than 3 stored starts the rig's start noise; a backfire from the stored ratio.
-The session's bound is their sum (a union bound); ``gating = auto`` gates the smallest chances first
-while it stays at most AUTO_RED_BOUND (:func:`choose_auto`)."""
+Each gate's chance of a FAIL, or of an outcome that fails the run, follows its own rule at its
+confidence (:func:`gate_risk`); the session's bound is their sum (a union bound). ``gating = auto``
+gates the smallest chances first while it stays at most AUTO_RED_BOUND (:func:`choose_auto`)."""
 
 from __future__ import annotations
 
@@ -91,14 +88,13 @@ def history_risk(test: GateTest, history: StartHistory, tolerance: float, confid
     """A new start against a stored history's prediction interval: t probabilities."""
     q = spread_quantile(confidence, history.dof)
     half = history.half_width(confidence)
+    how = {"kind": "history", "starts": history.starts, "what": what}
     if half <= 0:
-        return GateRisk(test, 0.0, 0.0, {"kind": "history", "starts": history.starts, "what": what,
-                                         "spread": 0.0})
+        return GateRisk(test, 0.0, 0.0, {**how, "spread": 0.0})
     line = math.log1p(-tolerance) / (half / q)  # the threshold on the predictive scale
     fail, red = _t_cdf(line - q, history.dof), _t_cdf(line + q, history.dof)
-    return GateRisk(test, fail, red - fail,
-                    {"kind": "history", "starts": history.starts, "what": what,
-                     "spread": history.log_sd, "half": half, "dof": history.dof, "q": q})
+    return GateRisk(test, fail, red - fail, {**how, "spread": history.log_sd, "half": half,
+                                             "dof": history.dof, "q": q})
 
 
 def normal_risk(test: GateTest, offset_sd: float, noise_se: float, half: float, line: float,
@@ -151,39 +147,39 @@ def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int,
     """A live A/B throughput gate; ``pairs`` at the first look, ``extra`` in its follow-up."""
     gates = window.thresholds
     offset = math.log1p(gates.start_pair_spread)
-    look = repeated_coverage(window.confidence,
-                             pairs / (pairs + extra)) if extra else window.confidence
-    fold = spread_quantile(look,
-                           gates.start_pair_dof) * offset  # as the gate folds it in, at each look
+    confidence = window.confidence
+    look = repeated_coverage(confidence, pairs / (pairs + extra)) if extra else confidence
+    fold = spread_quantile(look, gates.start_pair_dof) * offset  # as the gate folds it in
     line = math.log1p(-window.ab_tolerance)
     noise = pair_spread(stored) if stored is not None else None
     how = {"kind": "ab", "spread": gates.start_pair_spread, "fold": fold, "noise": bool(noise)}
     if noise and extra:
-        fail, undecided = two_looks(offset, noise, pairs, extra, fold, line, window.confidence)
+        fail, undecided = two_looks(offset, noise, pairs, extra, fold, line, confidence)
         return GateRisk(test, fail, undecided, {**how, "looks": [pairs, extra]})
     se = (noise or 0.0) / math.sqrt(pairs * HL_EFFICIENCY)
     return normal_risk(test, offset, se, fold + spread_quantile(look) * se, line, how)
 
 
+def _stored(store: Any, window: WindowSettings, test: GateTest, *machine: str | None) -> Any:
+    """The test's stored entry (``machine``'s, where given), None without a store."""
+    return lookup(store, window.rig, *test[1:], *machine) if store is not None else None
+
+
 def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str | None, *,
               pairs: int, extra: int) -> GateRisk:
     """One gate test's chance of a red A/A by its own rule, at ``window``'s confidence."""
-    gate, mode, prompt_class, concurrency = test
-    rig = window.rig
+    gate, mode = test[:2]
     if gate == "lossless" or (gate == "acceptance" and window.comparing == "ab"):
         return GateRisk(test, 0.0, 0.0, "identical builds: the same outputs and accepted tokens")
     if gate == "ttft":
         return _interval_only(test, window, "TTFT")
     if gate == "throughput" and window.comparing == "ab":
-        return ab_risk(test, window, lookup(store, rig, mode, prompt_class, concurrency) if store
-                       else None, pairs, extra)
+        return ab_risk(test, window, _stored(store, window, test), pairs, extra)
     if gate == "backfire":
         return backfire_risk(test, window, store)
-    entry = lookup(store, rig, mode, prompt_class, concurrency,
-                   machine=machine) if store is not None else None
+    entry = _stored(store, window, test, machine)
     if entry is None:
-        anyone = lookup(store, rig, mode, prompt_class, concurrency) if store is not None else None
-        kind = "other_machine" if anyone is not None else "not_stored"
+        kind = "other_machine" if _stored(store, window, test) is not None else "not_stored"
         return GateRisk(test, 0.0, 1.0, kind.replace("_", " "), undecided_outcome=kind)
     if gate == "acceptance":
         return _interval_only(test, window, "acceptance against stored counters")
@@ -212,7 +208,7 @@ def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRis
     """The backfire gate from the stored ratio to no speculation and its interval."""
     if window.declared_backfire is not None:
         return GateRisk(test, 0.0, 0.0, "a declared backfire never fails the run")
-    entry = lookup(store, window.rig, *test[1:]) if store is not None else None
+    entry = _stored(store, window, test)
     stored = entry.ratio_to_reference if entry is not None else None
     if stored is None or not stored.ci_low or not stored.ci_high:
         return _interval_only(test, window, "backfire with no stored ratio")
@@ -238,8 +234,7 @@ def choose_auto(tests: Sequence[GateTest], setting: Callable[[GateTest], str | N
     """The gating that keeps a red A/A at most ``limit``: fixed gates as set, then auto gates
     smallest chance first, as many as fit. ``counts``: the test is one of the family's."""
     auto = [t for t in tests if setting(t) == "auto"]
-    fixed = [t for t in tests if setting(t) != "auto"]
-    counted_fixed = sum(1 for t in fixed if counts(t) and setting(t) != "report")
+    counted_fixed = sum(1 for t in tests if setting(t) not in ("auto", "report") and counts(t))
     free = [t for t in auto if not counts(t)]  # lossless, a declared backfire: not in the family
     ranked = [t for t in auto  # those with something to compare on this machine
               if counts(t) and risk_at(t, confidence).undecided_outcome == "undecided"]

@@ -1,9 +1,7 @@
 """The run's settings, resolved once before any server starts (specgate.plugin.resolve).
 
-``config.Gates`` is the TOML schema; :class:`WindowSettings` is what one window's gates decide with
-(thresholds at the family's confidence, arrangement, what it is compared with, declared backfire,
-gating); :class:`RunSettings` is the whole run's. Nothing resolves a threshold again. ``auto``
-gating gates where the gate can decide on this rig (:func:`can_decide`)."""
+``config.Gates`` is the TOML schema; :class:`WindowSettings` is what one window's gates decide with,
+:class:`RunSettings` the whole run's. Nothing resolves a threshold again."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from specgate.store.baselines import lookup
 
 if TYPE_CHECKING:
     from specgate.config.rig import DeclaredBackfire, Gates, Rig
-    from specgate.decide.red_runs import RedRuns
+    from specgate.decide.red_runs import GateTest, RedRuns
     from specgate.store.baselines import BaselineFile
 
 # what a window is compared with: "ab", "duet" or "sequential"; why a gate gates or is reported
@@ -30,7 +28,6 @@ Reason = str | dict[str, Any]
 
 Comparing = Literal["ab", "duet", "sequential"]
 WindowKey = tuple[str, str, int]  # mode, prompt class, concurrency
-GateTest = tuple[str, str, str, int]  # gate, mode, prompt class, concurrency
 
 
 @dataclass(frozen=True)
@@ -47,8 +44,7 @@ class WindowSettings:
     arrangement: ArrangementChoice  # how the servers of a comparison share the machine, and why
     comparing: Comparing
     declared_backfire: DeclaredBackfire | None = None
-    outcome_policy: Mapping[str,
-                            str] = field(default_factory=dict)  # outcome key -> "skip" | "fail"
+    outcome_policy: Mapping[str, str] = field(default_factory=dict)  # outcome -> "skip" | "fail"
     # gate -> (gating: "gate" | "report" | None, and why); filled by RunSettings
     gating: Mapping[str, tuple[Gating | None, Reason]] = field(default_factory=dict)
 
@@ -67,11 +63,6 @@ class WindowSettings:
         """The A/B throughput gate's tolerance: ab_tolerance, else throughput_tolerance."""
         return self.thresholds.ab_gate_tolerance
 
-    @property
-    def speed_tolerance(self) -> float:
-        """This window's throughput tolerance: an A/B's, else a stored level's."""
-        return self.ab_tolerance if self.comparing == "ab" else self.level_tolerance
-
     def tolerance_for(self, duet_ratio: bool) -> float:
         """The throughput gate's tolerance against stored figures: a duet ratio's, or a level's."""
         return self.thresholds.throughput_tolerance if duet_ratio else self.level_tolerance
@@ -80,16 +71,15 @@ class WindowSettings:
         """report.json's entry for this window."""
         t = self.thresholds
         return {"mode": self.mode, "prompt_class": self.prompt_class,
-                "concurrency": self.concurrency,
-                "confidence": self.confidence, "arrangement": self.arrangement.name,
-                "comparing": self.comparing, "throughput_tolerance": t.throughput_tolerance,
-                "level_tolerance": self.level_tolerance,
-                "ab_tolerance": self.ab_tolerance, "acceptance_tolerance": t.acceptance_tolerance,
+                "concurrency": self.concurrency, "confidence": self.confidence,
+                "arrangement": self.arrangement.name, "comparing": self.comparing,
+                "throughput_tolerance": t.throughput_tolerance,
+                "level_tolerance": self.level_tolerance, "ab_tolerance": self.ab_tolerance,
+                "acceptance_tolerance": t.acceptance_tolerance,
                 "ttft_tolerance": t.ttft_tolerance, "min_speedup": t.min_speedup,
                 "start_noise": t.start_noise, "start_pair_spread": t.start_pair_spread,
                 "equivalence_margin": t.equivalence_margin,
-                "declared_backfire": (self.declared_backfire.reason if self.declared_backfire
-                                      else None),
+                "declared_backfire": self.declared_backfire and self.declared_backfire.reason,
                 "gating": {gate: value for gate, (value, _) in self.gating.items()
                            if value is not None}}
 
@@ -101,8 +91,8 @@ class WindowSettings:
         """These settings at the family's ``confidence``, never below their own."""
         if confidence <= self.thresholds.confidence:
             return self
-        return replace(self,
-                       thresholds=self.thresholds.model_copy(update={"confidence": confidence}))
+        thresholds = self.thresholds.model_copy(update={"confidence": confidence})
+        return replace(self, thresholds=thresholds)
 
 
 def window_settings(rig: Rig, mode: str, prompt_class: str, concurrency: int = 1, *,
@@ -170,8 +160,7 @@ class RunSettings:
     machine: str | None  # this host's history name (fingerprint.machine_id)
     worker_gpus: str | None  # an xdist worker's GPUs for its servers; None elsewhere
     gpus: str | None  # the GPUs this process's servers use: the worker's, else CUDA_VISIBLE_DEVICES
-    outcome_policy: Mapping[str,
-                            str]  # outcome key -> "skip" | "fail": the rig's, the option's over it
+    outcome_policy: Mapping[str, str]  # outcome -> "skip" | "fail": the option's over the rig's
     gating: Mapping[str, str]  # gate -> "auto" | "gate" | "report": the rig's, the option's over it
     windows: Mapping[WindowKey, WindowSettings]  # every window of the rig
     family: Family | None = None  # the gates that can fail the run, once the selection is known
@@ -183,11 +172,10 @@ class RunSettings:
                 gpus: str | None = None, outcome_policy: Mapping[str, str] | None = None,
                 gating: Mapping[str, str] | None = None) -> RunSettings:
         """Every window's settings at the rig's confidence; the options over the rig's."""
+        policy = MappingProxyType({**rig.gates.outcome_policy, **(outcome_policy or {})})
         run = cls(rig=rig, store=store, machine=machine, worker_gpus=worker_gpus, gpus=gpus,
-                  outcome_policy=MappingProxyType({**rig.gates.outcome_policy,
-                                                   **(outcome_policy or {})}),
-                  gating=MappingProxyType({**rig.gates.gating_setting, **(gating or {})}),
-                  windows={})
+                  outcome_policy=policy, windows={},
+                  gating=MappingProxyType({**rig.gates.gating_setting, **(gating or {})}))
         keys = [(m.name, c.name, n) for m in rig.modes for c in rig.prompt_classes
                 for n in rig.protocol.concurrency]
         return replace(run, windows=MappingProxyType({key: run._resolve_window(*key)
@@ -197,8 +185,8 @@ class RunSettings:
         own = window_settings(self.rig, mode, prompt_class, concurrency,
                               outcome_policy=self.outcome_policy)
         # the gating is decided at the rig's own confidence; the family's applies to the intervals
-        gating = {gate: resolve_gating(self.gating, own, self.store, gate,
-                                       self.machine) for gate in GATES}
+        gating = {gate: resolve_gating(self.gating, own, self.store, gate, self.machine)
+                  for gate in GATES}
         held = own.with_family(self.family.confidence) if self.family is not None else own
         return replace(held, gating=gating)
 

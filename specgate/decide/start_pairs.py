@@ -2,11 +2,8 @@
 
 Two fresh servers of one build read up to 6 % apart, an offset no window's pairs can see, so the
 start pair is a unit: K sessions, each starting both sides afresh with the first side alternating,
-each window's throughput ratio combined over them: the mean of the K log ratios; from 3 pairs an
-interval t(K - 1) x sd / sqrt(K); with 2, the rig's ``start_pair_spread`` with the windows' own
-noise, q x sqrt(spread^2 / K + sum(se_j^2) / K^2), q t at ``start_pair_spread_pairs`` - 1 df (z
-where unknown). The exit code is the gates' (1 when a combined gate FAILS), or the first broken
-session's."""
+each window's throughput ratio combined over them as the mean of the K log ratios (:func:`combine`).
+The exit code is the gates' (1 when a combined gate FAILS), or the first broken session's."""
 
 from __future__ import annotations
 
@@ -72,7 +69,8 @@ def throughput_ratios(report: dict[str, Any]) -> dict[tuple[str, str, int], dict
 
 
 def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> dict[str, Any]:
-    """One window's A/B throughput verdict over its start pairs (see the module's doc)."""
+    """One window's A/B throughput verdict over its start pairs: METHOD_T from 3 pairs, else
+    METHOD_KNOWN (q: t at ``start_pair_spread_pairs`` - 1 df, z where unknown)."""
     mode, prompt_class, concurrency = key
     window = window_settings(rig, mode, prompt_class, concurrency)
     gates = window.thresholds
@@ -86,18 +84,16 @@ def combine(rig: Rig, key: tuple[str, str, int], pairs: Sequence[PairRatio]) -> 
         half = spread_quantile(confidence, k - 1) * basis["own_spread"] / math.sqrt(k)
         dof, method = k - 1, METHOD_T
     else:
-        ses = [p.log_se or 0.0 for p in pairs]
+        noise = sum((p.log_se or 0.0) ** 2 for p in pairs) / k**2
         sigma = math.log1p(gates.start_pair_spread)
         dof, method = gates.start_pair_dof if sigma else None, METHOD_KNOWN
-        half = spread_quantile(confidence,
-                               dof) * math.sqrt(sigma**2 / k + sum(se**2 for se in ses) / k**2)
+        half = spread_quantile(confidence, dof) * math.sqrt(sigma**2 / k + noise)
         basis = {"basis": "rig" if sigma else "unknown", "rig_spread": gates.start_pair_spread,
                  "spread_pairs": gates.start_pair_spread_pairs if dof is not None else None}
     result = interval_ratio(estimate, half, n=k, unit="start pairs", dof=dof,
                             line=Line(threshold, gates.equivalence_margin), confidence=confidence,
                             method=method)
-    outcome = ("undecided" if result.verdict == "undecided"
-               else "pass" if result.passed else "fail")
+    outcome = "undecided" if result.verdict == "undecided" else "pass" if result.passed else "fail"
     return {"gate": "throughput", "mode": mode, "prompt_class": prompt_class,
             "concurrency": concurrency, "outcome": outcome, "start_pairs": k,
             "details": {**result.to_dict(), **basis, "rule": "start pairs",

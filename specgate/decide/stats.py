@@ -44,9 +44,7 @@ class Comparison:
     n_reference: int
     method: str
     decided: bool = True  # False: the evidence cannot tell a pass from a failure
-    # the facts its words rest on (specgate.report.verdicts)
-    # "rate" (the overall rate), "pos2" (position 2's), "tokens per step" (per request)
-    metric: str = ""
+    metric: str = ""  # "rate" (the overall rate), "pos2" (position 2's), "tokens per step"
     reference_label: str = "stored"
     tolerance: float = 0.0
     confidence: float | None = None
@@ -73,8 +71,7 @@ class OutputComparison:
     """Whether generated texts match their reference texts, prompt by prompt."""
 
     identical_share: float
-    first_divergence: dict[str,
-                           int | None]  # prompt id -> first differing character, None if identical
+    first_divergence: dict[str, int | None]  # prompt id -> first differing character (None: same)
     passed: bool
     min_identical_share: float = 1.0
 
@@ -82,28 +79,19 @@ class OutputComparison:
         return asdict(self)
 
 
-def _finite_array(samples: Sequence[float], what: str) -> np.ndarray:
-    values = np.asarray(samples, dtype=float)
-    if values.ndim != 1:
-        raise ValueError(f"{what} must be a flat sequence of numbers, got shape {values.shape}")
-    if values.size == 0:
-        raise ValueError(f"{what} is empty: at least one measurement is needed")
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"{what} contains NaN or infinite values: {values.tolist()}")
-    return values
-
-
 def summarize(samples: Sequence[float]) -> SampleSummary:
     """Median, normal-scaled MAD and IQR of a non-empty sample of finite numbers."""
-    values = _finite_array(samples, "sample")
-    return SampleSummary(
-        median=float(np.median(values)),
-        # normal-scaled MAD (a consistent estimate of the standard deviation for normal data)
-        mad=float(np.median(np.abs(values - np.median(values))) / NormalDist().inv_cdf(0.75)),
-        iqr=float(np.subtract(*np.percentile(values, [75, 25]))),
-        n=int(values.size),
-        samples=tuple(float(v) for v in values),
-    )
+    values = np.asarray(samples, dtype=float)
+    if values.ndim != 1:
+        raise ValueError(f"sample must be a flat sequence of numbers, got shape {values.shape}")
+    if values.size == 0:
+        raise ValueError("sample is empty: at least one measurement is needed")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"sample contains NaN or infinite values: {values.tolist()}")
+    median = float(np.median(values))
+    return SampleSummary(median, float(np.median(np.abs(values - median)) / _z(0.5)),
+                         float(np.subtract(*np.percentile(values, [75, 25]))), int(values.size),
+                         tuple(float(v) for v in values))
 
 
 @dataclass(frozen=True)
@@ -127,12 +115,21 @@ def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) 
     return Matched(list(measured.values()), list(reference.values()), False, [])
 
 
-def wilson_interval(successes: float, trials: float, confidence: float) -> tuple[float, float]:
-    """Wilson score interval of a proportion at ``confidence`` (non-integer counts allowed)."""
+def _z(confidence: float) -> float:
+    """The two-sided normal quantile at ``confidence``."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def _check_counts(successes: float, trials: float) -> None:
     if trials <= 0 or not 0 <= successes <= trials:
         raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes!r} of "
                          f"{trials!r}")
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def wilson_interval(successes: float, trials: float, confidence: float) -> tuple[float, float]:
+    """Wilson score interval of a proportion at ``confidence`` (non-integer counts allowed)."""
+    _check_counts(successes, trials)
+    z = _z(confidence)
     p = successes / trials
     denominator = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denominator
@@ -144,9 +141,8 @@ def proportion_ratio_interval(successes: float, trials: float, ref_successes: fl
                               ref_trials: float, confidence: float) -> tuple[float, float, float]:
     """The ratio of two binomial proportions with its Katz log interval at ``confidence``; 0 or all
     successes get half a success added or taken."""
-    for x, n in ((successes, trials), (ref_successes, ref_trials)):
-        if n <= 0 or not 0 <= x <= n:
-            raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {x!r} of {n!r}")
+    _check_counts(successes, trials)
+    _check_counts(ref_successes, ref_trials)
 
     def corrected(x: float, n: float) -> tuple[float, float]:
         return (x + 0.5, n + 1.0) if x < 0.5 or x > n - 0.5 else (x, n)
@@ -154,16 +150,16 @@ def proportion_ratio_interval(successes: float, trials: float, ref_successes: fl
     (x1, n1), (x2, n2) = corrected(successes, trials), corrected(ref_successes, ref_trials)
     ratio = (successes / trials) / (ref_successes / ref_trials) if ref_successes > 0 else math.inf
     centre = math.log((x1 / n1) / (x2 / n2))
-    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 / x1 - 1 / n1 + 1 / x2 - 1 / n2)
+    half = _z(confidence) * math.sqrt(1 / x1 - 1 / n1 + 1 / x2 - 1 / n2)
     return ratio, math.exp(centre - half), math.exp(centre + half)
 
 
 def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float:
     """About how many trials make a proportion's interval near ``rate`` narrower than a drop of
     ``tolerance``: z^2 p (1 - p) / (tolerance p)^2."""
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
     if tolerance <= 0 or rate <= 0:
         return math.inf
+    z = _z(confidence)
     return z * z * rate * (1 - rate) / (tolerance * rate) ** 2
 
 
@@ -176,17 +172,9 @@ class Observed:
     label: str = "measured"
 
 
-def compare_acceptance(
-    measured: Observed,
-    reference: Observed,
-    *,
-    tolerance: float,
-    subject: str,
-    metric: str,
-    gate: str = "acceptance",
-    confidence: float = 0.95,
-    trial_label: str = "drafts",
-) -> Comparison:
+def compare_acceptance(measured: Observed, reference: Observed, *, tolerance: float, subject: str,
+                       metric: str, confidence: float = 0.95, trial_label: str = "drafts"
+                       ) -> Comparison:
     """One-sided check of an acceptance figure against its reference (higher never fails). Without
     counts: FAIL iff measured < reference x (1 - tolerance). With counts: FAIL when the whole
     interval (Wilson, or with reference counts the ratio of proportions against 1 - tolerance) lies
@@ -195,9 +183,9 @@ def compare_acceptance(
                              metric=metric)
     threshold = 1.0 - tolerance
     line = reference.value * threshold  # the fail line on the figure's own scale
-    common = {"gate": gate, "measured": float(measured.value), "reference": float(reference.value),
-              "ratio": measured.value / reference.value, "threshold": threshold, "n_reference": 1,
-              "metric": metric,
+    common = {"gate": "acceptance", "measured": float(measured.value),
+              "reference": float(reference.value), "ratio": measured.value / reference.value,
+              "threshold": threshold, "n_reference": 1, "metric": metric,
               "reference_label": reference.label, "tolerance": tolerance, "trials": trial_label}
     if measured.counts is None:
         return Comparison(**common, passed=not measured.value < line, ci_low=None, ci_high=None,
@@ -215,8 +203,8 @@ def compare_acceptance(
     ci_low, ci_high = wilson_interval(successes, trials, confidence)
     # a point above the reference is no pass while the interval reaches below the fail line
     return Comparison(**common, passed=ci_low >= line, ci_low=ci_low, ci_high=ci_high,
-                      n_measured=round(trials),
-                      method=METHOD_BINOMIAL, decided=ci_low >= line or ci_high < line)
+                      n_measured=round(trials), method=METHOD_BINOMIAL,
+                      decided=ci_low >= line or ci_high < line)
 
 
 METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired on the same "
@@ -226,8 +214,7 @@ METHOD_PAIRED_REQUESTS = ("accepted tokens per step counted per request, paired 
 
 def paired_acceptance(measured: Sequence[tuple[float, float]],
                       reference: Sequence[tuple[float, float]], *, tolerance: float, subject: str,
-                      confidence: float = 0.95, reference_label: str = "reference side",
-                      gate: str = "acceptance", unit: str = "requests") -> Comparison:
+                      confidence: float = 0.95, unit: str = "requests") -> Comparison:
     """Accepted tokens per decode step, candidate over reference, on the same clusters (requests, or
     prompts: ``unit``): the ratio of ratios of sums with a cluster-robust (delta method) t interval,
     since a request's drafts are no independent trials. FAIL when the whole interval lies below 1 -
@@ -242,16 +229,15 @@ def paired_acceptance(measured: Sequence[tuple[float, float]],
                          f"{tolerance!r}")
     m = np.asarray(measured, dtype=float).reshape(-1, 2)
     r = np.asarray(reference, dtype=float).reshape(-1, 2)
-    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(r)) and np.all(m >= 0)
-            and np.all(r >= 0)):
+    if not all(np.all(np.isfinite(x) & (x >= 0)) for x in (m, r)):
         raise ValueError("per-request acceptance counts must be finite and non-negative: "
                          f"{m.tolist()} vs {r.tolist()}")
     threshold = 1.0 - tolerance
     n = len(m)
     a_c, s_c, a_r, s_r = m[:, 0].sum(), m[:, 1].sum(), r[:, 0].sum(), r[:, 1].sum()
-    common = {"gate": gate, "threshold": threshold, "n_measured": n, "n_reference": n,
+    common = {"gate": "acceptance", "threshold": threshold, "n_measured": n, "n_reference": n,
               "trials": unit, "dof": n - 1, "method": METHOD_PAIRED_REQUESTS,
-              "metric": "tokens per step", "reference_label": reference_label,
+              "metric": "tokens per step", "reference_label": "reference side",
               "tolerance": tolerance, "confidence": confidence, "counts": (float(a_c), float(s_c)),
               "reference_counts": (float(a_r), float(s_r))}
     rate_c, rate_r = (a_c / s_c if s_c > 0 else 0.0), (a_r / s_r if s_r > 0 else 0.0)
@@ -275,13 +261,11 @@ def _check_acceptance_inputs(measured: Observed, reference: Observed, *, toleran
                              subject: str, metric: str) -> None:
     for name, value in ((measured.label, measured.value), (reference.label, reference.value)):
         if not math.isfinite(value) or value < 0:
-            raise ValueError(
-                f"{name} {metric} for {subject} must be a finite non-negative number, got {value!r}"
-            )
+            raise ValueError(f"{name} {metric} for {subject} must be a finite non-negative number, "
+                             f"got {value!r}")
     if reference.value == 0:
-        raise ValueError(
-            f"{reference.label} {metric} for {subject} is 0: there is nothing to compare against"
-        )
+        raise ValueError(f"{reference.label} {metric} for {subject} is 0: there is nothing to "
+                         "compare against")
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance for {metric} of {subject} must be in [0, 1), "
                          f"got {tolerance!r}")
@@ -290,19 +274,12 @@ def _check_acceptance_inputs(measured: Observed, reference: Observed, *, toleran
 def _first_divergence(text: str, reference: str) -> int | None:
     if text == reference:
         return None
-    return next(
-        (index for index, (a, b) in enumerate(zip(text, reference, strict=False)) if a != b),
-        min(len(text), len(reference)),
-    )
+    return next((i for i, (a, b) in enumerate(zip(text, reference, strict=False)) if a != b),
+                min(len(text), len(reference)))
 
 
-def compare_outputs(
-    pairs: Sequence[tuple[str, str, str]],
-    *,
-    min_identical_share: float,
-    subject: str,
-    reference_label: str = "reference",
-) -> OutputComparison:
+def compare_outputs(pairs: Sequence[tuple[str, str, str]], *, min_identical_share: float,
+                    subject: str) -> OutputComparison:
     """Compare (prompt_id, text, reference_text) triples: passes when the share of identical texts
     is at least min_identical_share."""
     if not pairs:

@@ -47,10 +47,8 @@ class GateResult:
         return "FAIL" if self.outcome is Outcome.FAIL else self.outcome.value
 
     def to_dict(self) -> dict[str, Any]:
+        gating = {"gating": self.gating, "gating_reason": self.gating_reason} if self.gating else {}
         return {"gate": self.gate, "mode": self.mode, "prompt_class": self.prompt_class,
                 "concurrency": self.concurrency, "outcome": self.outcome.value,
-                "passed": self.passed,
-                "verdict": self.verdict, "message": self.message, "declared": self.declared,
-                "details": self.details,
-                **({"gating": self.gating,
-                    "gating_reason": self.gating_reason} if self.gating else {})}
+                "passed": self.passed, "verdict": self.verdict, "message": self.message,
+                "declared": self.declared, "details": self.details, **gating}

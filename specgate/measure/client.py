@@ -1,10 +1,6 @@
-"""Streaming HTTP client for vLLM's OpenAI-compatible API: send one generation request, read its
-Server-Sent-Events stream and turn it into a ``RequestRecord``. httpx's API over aiohttp's transport
-(less CPU per event: docs/client-benchmark.md); httpx-sse's events (SSE-spec line splitting).
-
-Token counts come from the final ``usage`` chunk only: with speculative decoding one chunk can
-carry several accepted tokens.
-"""
+"""Streaming HTTP client for vLLM's OpenAI-compatible API: one request's Server-Sent-Events
+stream into a ``RequestRecord`` (httpx over aiohttp's transport: docs/client-benchmark.md). Token
+counts come from the final ``usage`` chunk only: with speculation a chunk can carry several."""
 
 from __future__ import annotations
 
@@ -73,21 +69,15 @@ class GenerationRequest:
 
     def to_body(self) -> dict[str, Any]:
         """The JSON body for the OpenAI-compatible endpoint, ``extra_body`` merged last."""
-        body: dict[str, Any] = {"model": self.model}
-        if self.messages is not None:
-            body["messages"] = self.messages
-        else:
-            body["prompt"] = self.prompt
-        body["max_tokens"] = self.max_tokens
-        body["temperature"] = self.temperature
+        text = {"messages": self.messages} if self.messages is not None else {"prompt": self.prompt}
+        body: dict[str, Any] = {"model": self.model, **text, "max_tokens": self.max_tokens,
+                                "temperature": self.temperature}
         if self.seed is not None:
             body["seed"] = self.seed
         if self.ignore_eos:
             body["ignore_eos"] = True  # vLLM extension; omitted when off to stay plain OpenAI
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-        body.update(self.extra_body)
-        return body
+        return {**body, "stream": True, "stream_options": {"include_usage": True},
+                **self.extra_body}
 
 
 @dataclass
@@ -128,6 +118,7 @@ class RequestRecord:
             return None
         span = self.last_token_at - self.first_token_at
         return span if span > 0 else None
+
     @property
     def decode_tokens_per_s(self) -> float | None:
         span = self._decode_span_s
@@ -161,11 +152,9 @@ class RequestRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of the fields plus the derived values (for readers of the file)."""
-        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["chunk_times"] = list(self.chunk_times)
-        for name in _DERIVED_KEYS:
-            out[name] = getattr(self, name)
-        return out
+        names = [*(f.name for f in fields(self)), *_DERIVED_KEYS]
+        out = {name: getattr(self, name) for name in names}
+        return out | {"chunk_times": list(self.chunk_times)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
@@ -177,7 +166,6 @@ class RequestRecord:
         kwargs = {name: data[name] for name in names}
         kwargs["chunk_times"] = list(kwargs["chunk_times"])
         return cls(**kwargs)
-
 
 
 _DERIVED_KEYS = ("ttft_s", "tpot_s", "decode_tokens_per_s", "e2e_tokens_per_s",
@@ -240,13 +228,9 @@ _TRANSPORT_ERRORS: tuple[tuple[_Kinds, _Kinds, str], ...] = (
 
 
 def _transport_meaning(exc: BaseException, cause: BaseException) -> str:
-    for aiohttp_kinds, _, text in _TRANSPORT_ERRORS:
-        if isinstance(cause, aiohttp_kinds):
-            return text
-    for _, httpx_kinds, text in _TRANSPORT_ERRORS:
-        if isinstance(exc, httpx_kinds):
-            return text
-    return "HTTP transport error talking to {url}"
+    texts = [text for kinds, _, text in _TRANSPORT_ERRORS if isinstance(cause, kinds)]
+    texts += [text for _, kinds, text in _TRANSPORT_ERRORS if isinstance(exc, kinds)]
+    return (texts or ["HTTP transport error talking to {url}"])[0]
 
 
 class StreamingClient:
@@ -302,15 +286,6 @@ class StreamingClient:
             raise self._error(f"{where}: HTTP {response.status_code}: "
                               f"{response.text[:_HTTP_BODY_QUOTE_CHARS]}")
         return response.text
-
-    async def list_models(self) -> list[str]:
-        """Ids of the models the server serves (GET /v1/models)."""
-        text = await self.get_text("/v1/models")
-        try:
-            return [entry["id"] for entry in json.loads(text)["data"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise self._error(f"GET {self.base_url}/v1/models: unexpected answer ({exc!r}): "
-                              f"{text[:_PAYLOAD_QUOTE_CHARS]}") from None
 
     async def generate(self, req: GenerationRequest, *, concurrency: int = 1) -> RequestRecord:
         """Send ``req``, read its whole stream, and return what it measured."""

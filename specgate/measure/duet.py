@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from specgate.config.defaults import EXPECTED_SWAP_S  # noqa: F401 (re-exported)
-
 T = TypeVar("T")
 
 SIDES = ("subject", "partner")
@@ -62,8 +60,7 @@ def plan(subject: Sequence[T], partner: Sequence[T], *, concurrency: int, seed: 
 
 
 def swaps_in(steps: Sequence[Step[T]], *, awake: str | None = None) -> int:
-    """How many times the awake side changes over ``turns`` (an alternation's swaps), starting
-    with ``awake`` awake (None: the first turn's side is already awake)."""
+    """An alternation's swaps over ``steps`` from ``awake`` (None: the first step's side)."""
     count, current = 0, awake
     for step in steps:
         if current is not None and step.side != current:

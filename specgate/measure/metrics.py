@@ -1,16 +1,13 @@
-"""vLLM's Prometheus /metrics text: read it into snapshots, subtract two snapshots taken around a
-measurement window, and derive speculative-decoding acceptance and the server-side decode rate.
-
-Counters grow from the server's start, so everything reported is a difference between a scrape
-before the window and one after it.
-"""
+"""vLLM's Prometheus /metrics text: snapshots, the difference of two taken around a measurement
+window (counters grow from the server's start), and from it speculative-decoding acceptance and
+the server-side decode rate."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -93,23 +90,11 @@ class DecodeRate:
     source: str  # histogram name, e.g. "vllm:request_time_per_output_token_seconds"
 
 
-def _counter_names(base: str) -> tuple[str, str]:
-    return (base + "_total", base)
-
-
-def _wanted_sample_names() -> dict[str, tuple[str, str]]:
-    """Map every sample name specgate reads to (metric, part): "value", "sum" or "count"."""
-    wanted: dict[str, tuple[str, str]] = {}
-    for counter in COUNTERS:
-        for sample_name in _counter_names(counter):
-            wanted[sample_name] = (counter, "value")
-    for histogram in HISTOGRAMS:
-        wanted[histogram + "_sum"] = (histogram, "sum")
-        wanted[histogram + "_count"] = (histogram, "count")
-    return wanted
-
-
-_WANTED = _wanted_sample_names()
+# Every sample name specgate reads -> (metric, part): "value", "sum" or "count".
+_WANTED: dict[str, tuple[str, str]] = {
+    **{name: (counter, "value") for counter in COUNTERS for name in (counter + "_total", counter)},
+    **{f"{histogram}_{part}": (histogram, part)
+       for histogram in HISTOGRAMS for part in ("sum", "count")}}
 # A line's metric name: a sample's, or the family's in a "# HELP" or "# TYPE" line.
 _LINE_NAME = re.compile(r"[ \t]*(?:#[ \t]*(?:HELP|TYPE)[ \t]+)?([A-Za-z_:][A-Za-z0-9_:]*)")
 _KEPT_NAMES = frozenset({*_WANTED, *COUNTERS, *HISTOGRAMS})
@@ -214,11 +199,9 @@ def parse_metrics(text: str, *, source: str = "/metrics",
         if missing:
             raise MetricsError(f"{source}: speculative-decoding counters are incomplete, "
                                f"missing {', '.join(missing)}")
-        spec = SpecDecodeCounters(
-            num_drafts=core[SPEC_NUM_DRAFTS] or 0.0,
-            num_draft_tokens=core[SPEC_NUM_DRAFT_TOKENS] or 0.0,
-            num_accepted_tokens=core[SPEC_NUM_ACCEPTED_TOKENS] or 0.0,
-            accepted_per_position=_accepted_per_position(per_position_series, source))
+        spec = SpecDecodeCounters(*(value or 0.0 for value in core.values()),
+                                  accepted_per_position=_accepted_per_position(
+                                      per_position_series, source))
 
     histograms: dict[str, HistogramTotals] = {}
     for name in HISTOGRAMS:
@@ -248,16 +231,13 @@ def _spec_delta(before: SpecDecodeCounters | None, after: SpecDecodeCounters | N
                 label: str) -> SpecDecodeCounters | None:
     if before is None and after is None:
         return None
-    if after is None:
-        raise MetricsError(
-            "speculative-decoding counters were present before the window but are missing after "
-            "it: a server without speculation answered the second scrape (restart or wrong "
-            f"server?) ({label})")
-    if before is None:
-        raise MetricsError(
-            "speculative-decoding counters were missing before the window but are present after "
-            "it: a server with speculation answered only the second scrape (restart or wrong "
-            f"server?) ({label})")
+    if before is None or after is None:
+        was, now = ("present", "missing") if after is None else ("missing", "present")
+        server = ("without speculation answered" if after is None
+                  else "with speculation answered only")
+        raise MetricsError(f"speculative-decoding counters were {was} before the window but are "
+                           f"{now} after it: a server {server} the second scrape (restart or wrong "
+                           f"server?) ({label})")
     if len(before.accepted_per_position) != len(after.accepted_per_position):
         raise MetricsError(
             f"{SPEC_ACCEPTED_PER_POSITION} has {len(before.accepted_per_position)} positions "
@@ -267,13 +247,9 @@ def _spec_delta(before: SpecDecodeCounters | None, after: SpecDecodeCounters | N
         _counter_delta(f'{SPEC_ACCEPTED_PER_POSITION}{{position="{i}"}}', b, a, label)
         for i, (b, a) in enumerate(zip(before.accepted_per_position,
                                        after.accepted_per_position, strict=True)))
-    return SpecDecodeCounters(
-        num_drafts=_counter_delta(SPEC_NUM_DRAFTS, before.num_drafts, after.num_drafts, label),
-        num_draft_tokens=_counter_delta(SPEC_NUM_DRAFT_TOKENS, before.num_draft_tokens,
-                                        after.num_draft_tokens, label),
-        num_accepted_tokens=_counter_delta(SPEC_NUM_ACCEPTED_TOKENS, before.num_accepted_tokens,
-                                           after.num_accepted_tokens, label),
-        accepted_per_position=per_position)
+    core = (_counter_delta(name, getattr(before, f.name), getattr(after, f.name), label)
+            for name, f in zip(SPEC_CORE_COUNTERS, fields(SpecDecodeCounters)))
+    return SpecDecodeCounters(*core, accepted_per_position=per_position)
 
 
 def metrics_delta(before: MetricsSnapshot, after: MetricsSnapshot, *, label: str) -> MetricsDelta:
@@ -349,13 +325,8 @@ class AcceptanceStats:
         """Acceptance at position i given position i-1 was accepted (r_0, r_1/r_0, ...); None
         where the previous position was never accepted."""
         rates = self.per_position_rates
-        conditional: list[float | None] = []
-        for i, rate in enumerate(rates):
-            if i == 0:
-                conditional.append(rate)
-            else:
-                conditional.append(rate / rates[i - 1] if rates[i - 1] > 0 else None)
-        return tuple(conditional)
+        return tuple(rate if i == 0 else (rate / rates[i - 1] if rates[i - 1] > 0 else None)
+                     for i, rate in enumerate(rates))
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -420,8 +391,7 @@ def server_decode_steps(delta: MetricsDelta) -> float | None:
 
 
 def server_decode_tokens_per_s(delta: MetricsDelta) -> DecodeRate | None:
-    """Server-side decode rate of the window (1 / mean time per output token) from the first of
-    DECODE_RATE_SOURCES with observations; None when none has."""
+    """1 / mean time per output token from the first of DECODE_RATE_SOURCES with data, or None."""
     for name in DECODE_RATE_SOURCES:
         totals = delta.histograms.get(name)
         if totals is None or totals.count <= 0 or totals.sum <= 0:

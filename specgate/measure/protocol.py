@@ -2,12 +2,12 @@
 once. A window: warm-up (once per server), a ``/metrics`` snapshot, every prompt ``repeats`` times,
 a second snapshot; throughput from the records, acceptance from the counter deltas. A duet window
 alternates requests between two live servers (:mod:`specgate.measure.duet`); an alternation window
-is one whose servers take turns on the same GPUs (:mod:`specgate.serve.sleep`).
-"""
+is one whose servers take turns on the same GPUs (:mod:`specgate.serve.sleep`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 import weakref
@@ -22,6 +22,7 @@ from specgate.measure.client import GenerationRequest, RequestRecord, StreamingC
 from specgate.measure.duet import alternation_block, plan
 from specgate.measure.metrics import (
     AcceptanceStats,
+    MetricsDelta,
     metrics_delta,
     parse_metrics,
     server_decode_steps,
@@ -202,8 +203,7 @@ def build_requests(rig: Rig, mode: Mode, prompt_class: PromptClass, *, repeat: i
 
 
 class WindowProgress:
-    """The per-request progress callback of a window: one line at the window's end, or every
-    PROGRESS_EVERY_S while it runs."""
+    """A window's per-request progress callback: a line every PROGRESS_EVERY_S and at the end."""
 
     def __init__(self, progress: Callable[[str], None], label: str, total: int, *,
                  name_mode: bool = False) -> None:
@@ -306,8 +306,7 @@ class Measurer:
 
     def _alternation_block(self, servers: Iterable[Server], sleeper: Any, concurrency: int,
                            keys: int) -> int:
-        """The block of an alternation window: the protocol's, else duet.alternation_block's at the
-        request time seen so far."""
+        """An alternation window's block: the protocol's, else alternation_block's for it."""
         protocol = self.rig.protocol
         if protocol.alternation_block is not None:  # a multiple of every concurrency
             return protocol.alternation_block
@@ -336,18 +335,10 @@ class Measurer:
         wall_s = time.monotonic() - started
         after = asyncio.run(self._metrics(server))
         delta = metrics_delta(before, after, label=label)
-        server_rate = server_decode_tokens_per_s(delta)
-        return _with_telemetry(sampler, ClassMeasurement(
-            rig=self.rig.name, mode=mode.name, prompt_class=prompt_class.name,
-            concurrency=concurrency, records=records,
-            acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(mode)),
-            server_decode_tokens_per_s=server_rate.value if server_rate else None,
-            server_metric_source=server_rate.source if server_rate else None, wall_s=wall_s,
-            server_decode_steps=server_decode_steps(delta)))
+        return _with_telemetry(sampler, _measurement(self.rig, mode, prompt_class, concurrency,
+                                                     records, delta, wall_s))
 
     def _telemetry(self, servers: list[Any]):
-        import contextlib
-
         return self.telemetry(servers) if self.telemetry is not None else contextlib.nullcontext()
 
     def measure_duet(self, duet: Duet, prompt_class: PromptClass, concurrency: int, *,
@@ -370,8 +361,7 @@ class Measurer:
 
     @staticmethod
     def _before_window(sleeper: Any, subject: Server, partner: Server) -> dict[str, Any] | None:
-        """An alternation's swap before its window, so that no measured turn is a server's first
-        sleep; returns the swap."""
+        """The swap before an alternation's window: no measured turn is a server's first sleep."""
         awake = sleeper.awake
         if awake is subject or awake is partner:
             if sleeper.has_slept(awake):
@@ -381,8 +371,7 @@ class Measurer:
 
     def _warm_up_duet(self, duet: Duet, prompt_class: PromptClass, label: str,
                       sleeper: Any) -> list[dict[str, Any]]:
-        """Warm both servers up (the awake one first in an alternation); returns an alternation's
-        swaps before the window, each with its reason."""
+        """Warm both servers up (the awake one first); returns an alternation's swaps meanwhile."""
         sides = [(duet.subject, duet.mode), (duet.partner, duet.partner_mode)]
         if sleeper is not None and sleeper.awake is duet.partner:
             sides.reverse()
@@ -434,12 +423,8 @@ class Measurer:
         return result
 
     def _over_budget(self, expected_s: float, rounds: int) -> str | None:
-        """Why a follow-up of ``rounds`` rounds, expected to take ``expected_s``, does not fit
-        before the deadline (--specgate-session-budget), or None."""
-        if self.deadline is None:
-            return None
-        left = self.deadline - time.monotonic()
-        if expected_s <= left:
+        """Why ``rounds`` follow-up rounds taking ``expected_s`` miss the deadline, or None."""
+        if self.deadline is None or expected_s <= (left := self.deadline - time.monotonic()):
             return None
         return (f"its {rounds} round(s) would take ~{format_elapsed(expected_s)} at this window's "
                 "pace and the session's time budget (--specgate-session-budget) has "
@@ -522,16 +507,9 @@ class _DuetWindow:
         for side, side_mode in (("subject", duet.mode), ("partner", duet.partner_mode)):
             delta = metrics_delta(self.before[side], after[side],
                                   label=f"{self.label}, {side} {self.servers[side].label}")
-            rate = server_decode_tokens_per_s(delta)
-            windows[side] = ClassMeasurement(
-                rig=self.measurer.rig.name, mode=side_mode.name,
-                prompt_class=self.prompt_class.name,
-                concurrency=self.concurrency, records=list(self.records[side]),
-                acceptance=AcceptanceStats.from_delta(
-                    delta, drafts_expected=drafts_expected(side_mode)),
-                server_decode_tokens_per_s=rate.value if rate else None,
-                server_metric_source=rate.source if rate else None, wall_s=wall_s,
-                server_decode_steps=server_decode_steps(delta),
+            windows[side] = _measurement(
+                self.measurer.rig, side_mode, self.prompt_class, self.concurrency,
+                list(self.records[side]), delta, wall_s,
                 arrangement="duet" if sleeper is None else "alternation",
                 role=side, first_look_share=self.share,
                 ab_side=({"subject": "candidate", "partner": "reference"}[side]
@@ -548,6 +526,20 @@ class _DuetWindow:
                 "levels": {t.server.label: t.level for t in sleeper.sleepers
                            if any(t.server is s for s in self.servers.values())}}
         return result
+
+
+def _measurement(rig: Rig, mode: Mode, prompt_class: PromptClass, concurrency: int,
+                 records: list[RequestRecord], delta: MetricsDelta, wall_s: float,
+                 **labels: Any) -> ClassMeasurement:
+    """A window's measurement of ``mode`` from its records and its /metrics delta."""
+    rate = server_decode_tokens_per_s(delta)
+    return ClassMeasurement(
+        rig=rig.name, mode=mode.name, prompt_class=prompt_class.name, concurrency=concurrency,
+        records=records,
+        acceptance=AcceptanceStats.from_delta(delta, drafts_expected=drafts_expected(mode)),
+        server_decode_tokens_per_s=rate.value if rate else None,
+        server_metric_source=rate.source if rate else None, wall_s=wall_s,
+        server_decode_steps=server_decode_steps(delta), **labels)
 
 
 def _request_failure(exc: RequestError, label: str, servers: list[Server], *,

@@ -62,7 +62,7 @@ def record_server(base_url: str, served_model_name: str, mode_name: str, out_dir
                 raw = response.read()
             written.append(_save(out_dir / f"{mode_name}-{name}-stream.sse", raw))
             written.append(_save(out_dir / f"{mode_name}-{name}-request.json",
-                                 json.dumps(body, indent=2) + "\n"))
+                                 (json.dumps(body, indent=2) + "\n").encode()))
         written.append(_save(out_dir / f"{mode_name}-metrics-after.txt.gz",
                              _gzipped(http.get("/metrics").text)))
     return written
@@ -73,9 +73,6 @@ def _gzipped(text: str) -> bytes:
     return gzip.compress(text.encode(), mtime=0)
 
 
-def _save(path: Path, content: str | bytes) -> Path:
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
+def _save(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
     return path

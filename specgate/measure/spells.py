@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,8 +35,7 @@ class Spell:
 
 def residuals(started_at: Sequence[float], rates: Sequence[float], prompts: Sequence[str]
               ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Start times, log residuals (log rate minus the median log rate of the request's prompt) and
-    prompts, in start order."""
+    """Start times, log residuals against each prompt's median log rate, and prompts, by start."""
     logs = [math.log(r) for r in rates]
     by_prompt: dict[str, list[float]] = defaultdict(list)
     for prompt, value in zip(prompts, logs):
@@ -58,9 +57,7 @@ def slow_spell(started_at: Sequence[float], rates: Sequence[float], prompts: Seq
                seed: int = 0, permutations: int = PERMUTATIONS) -> Spell | None:
     """The slowest contiguous run of a window's requests and its (seeded) permutation p-value, or
     None (fewer than MIN_PER_PROMPT requests of a prompt, or none below its median)."""
-    counts: dict[str, int] = defaultdict(int)
-    for prompt in prompts:
-        counts[prompt] += 1
+    counts = Counter(prompts)
     if not counts or min(counts.values()) < MIN_PER_PROMPT:
         return None
     times, x, ordered = residuals(started_at, rates, prompts)

@@ -1,9 +1,7 @@
 """Environment telemetry beside a measurement, so a slow window explains itself: a background
-:class:`Telemetry` sampler reads GPU clocks, power, temperature and throttle reasons (NVML, else
-``nvidia-smi``), CPU frequency, busy share, steal and load, a CPU canary (the time of a fixed piece
-of Python work), and each server process's CPU, CPU seconds and context switches. Samples carry
-``time.perf_counter()`` stamps, as request records do. Reading never fails a run.
-"""
+:class:`Telemetry` sampler of GPU clocks, power, temperature and throttle reasons (NVML, else
+``nvidia-smi``), CPU frequency, busy share, steal and load, a CPU canary, and each server process's
+CPU and context switches, stamped with ``time.perf_counter()``. Reading never fails a run."""
 
 from __future__ import annotations
 
@@ -61,10 +59,8 @@ def nvml_reader(gpu_indices: list[int] | None = None) -> Reader | None:
                     ("temperature_c", p.nvmlDeviceGetTemperature, (h, p.NVML_TEMPERATURE_GPU)),
                     ("gpu_util_pct", lambda h: p.nvmlDeviceGetUtilizationRates(h).gpu, (h,)),
                     ("throttle_mask", reasons, (h,))):
-                try:
+                with contextlib.suppress(Exception):
                     out[f"gpu{i}.{key}"] = float(fn(*args))
-                except Exception:
-                    continue
         return out
 
     read.source = "nvml"  # type: ignore[attr-defined]
@@ -223,8 +219,7 @@ def process_name(proc: Any, leader_pid: int) -> str:
 
 
 def process_reader(servers: list[tuple[str, int]]) -> Reader | None:
-    """Per-process signals of each server (``(label, pid)``): its process and every descendant
-    alive when the reader is made. None without any."""
+    """Signals of each ``(label, pid)`` server's process and its descendants now; None if none."""
     import psutil
 
     procs: list[tuple[str, Any]] = []
@@ -296,10 +291,8 @@ class Telemetry:
     def sample(self) -> None:
         values: dict[str, float] = {}
         for read in self.readers:
-            try:
+            with contextlib.suppress(Exception):
                 values.update(read())
-            except Exception:
-                continue
         self.samples.append((self.clock(), values))
 
     def _loop(self) -> None:
@@ -320,10 +313,8 @@ class Telemetry:
         for read in self.readers:
             close = getattr(read, "close", None)
             if close is not None:
-                try:
+                with contextlib.suppress(Exception):
                     close()
-                except Exception:
-                    continue
 
     def summary(self, t0: float, t1: float) -> dict[str, Any]:
         """min / median / max of each signal over [t0, t1] (else the nearest sample), the throttle
@@ -359,8 +350,7 @@ class Telemetry:
 
 
 def window_sampler(tier: str, gpus: str | None) -> Callable[[list[Any]], Telemetry]:
-    """What a Measurer calls per window with its servers: a sampler of the rig's signals and the
-    servers' processes (every 0.1 s on GPU rigs, 0.5 s on CPU rigs)."""
+    """What a Measurer calls per window with its servers: a sampler of the rig and those servers."""
     return lambda servers: Telemetry.for_rig(
         tier, gpus, interval_s=0.1 if tier == "gpu" else 0.5,
         servers=[(s.label, s.process.pid) for s in servers

@@ -1,12 +1,6 @@
-"""What a session will cost before it starts (``python -m specgate plan``, and the plan line of
-every perf session): the servers it starts, the windows it measures, their requests and tokens,
-and an estimated duration.
-
-A pure function of the rig, the selected windows and the decode rates (:func:`estimate_rates`).
-A start is the rig's ``[estimate]`` startup time; a request its tokens at that rate plus the time
-to a first token. Follow-up rounds add the share the rig expects (``follow_up_share``), with the
-bound if every one runs beside it. A rig whose servers take turns weighs :func:`arrangements`.
-"""
+"""What a session will cost before it starts (``python -m specgate plan``, and every perf
+session's plan line): its server starts, windows, requests, tokens and estimated duration, a pure
+function of the rig, the selected windows and the decode rates (:func:`estimate_rates`)."""
 
 from __future__ import annotations
 
@@ -95,11 +89,9 @@ class SessionPlan:
     other_tests: int = 0  # selected tests that measure no window (fault tests, unit tests)
     notes: tuple[str, ...] = field(default=())
     follow_up_share: float = 0.0  # the rig's [estimate] follow_up_share
-    # sleep mode (an alternation): the host memory line, each server's sleep level, the first
-    # sleep-level-1 sleeps' time, the refusal of servers that need sleep level 1 but cannot have it
-    host_lines: tuple[str, ...] = ()
-    first_sleeps_s: float = 0.0
-    refusal: str | None = None
+    host_lines: tuple[str, ...] = ()  # an alternation's host memory and sleep levels lines
+    first_sleeps_s: float = 0.0  # the first sleeps at sleep level 1
+    refusal: str | None = None  # of servers that need sleep level 1 but cannot have it
     sleep_levels: tuple[tuple[str, int], ...] = ()  # (server label, sleep level) in an alternation
     sleep_level_2_wake_s: float | None = None  # one wake of this rig's weights, when known
     sleep_level_1_need_gib: float | None = None  # for the servers loaded at once
@@ -216,10 +208,9 @@ def stored_rates(store, rig_name: str) -> dict[WindowKey, float]:
 
 def estimate_rates(store, rig: Rig, *,
                    canary_us: float | None) -> tuple[dict[WindowKey, float], str | None]:
-    """The stored rates the plan may use, and a note naming those it sets aside: where the rig
-    states ``[estimate] tokens_per_s``, a figure stored with no CPU canary, or one beyond the rig's
-    ``host_pace_tolerance`` of this host's (``canary_us``), gives way to it (a figure from another
-    host's pace misplans); without a rig rate the stored figures are used as they are."""
+    """The stored rates the plan may use, and a note naming those set aside: where the rig states
+    ``[estimate] tokens_per_s``, a figure with no CPU canary, or one beyond ``host_pace_tolerance``
+    of this host's (``canary_us``), gives way to it (another host's pace misplans)."""
     if rig.estimate.tokens_per_s is None:
         return stored_rates(store, rig.name), None
     entries = _stored_entries(store, rig.name)
@@ -281,9 +272,8 @@ def _switches(requests: int, concurrency: int, seed: int) -> int:
 
 
 def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
-    """The servers of an alternation as the host-memory rule sees them: the rig's one weights size
-    (``sleep_host_memory_gib``, else the model folder's weight files), and why one cannot wake
-    from sleep level 2 (a drafter, or dummy weights)."""
+    """The servers of an alternation as the host-memory rule sees them: the rig's weights size, and
+    why one cannot wake from sleep level 2 (a drafter, or dummy weights)."""
     weights = rig.sleep_host_memory_gib or sleep.weights_gib_in_folder(rig.model)
     modes = {m.name: m for m in rig.modes}
     out = []
@@ -300,20 +290,14 @@ def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
 
 @dataclass(frozen=True)
 class Conditions:
-    """What a session is planned under beside its rig, windows and rates.
+    """What a session is planned under beside its rig, windows and rates."""
 
-    ``attached``: --specgate-vllm-url (no server starts); ``reused``: labels of kept servers the
-    session reuses (no start); ``keep_servers``: --specgate-keep-servers (None: when a kept server
-    is reused), else a mode's servers stop after its last window; ``host_gib``: the host's
-    available memory (None: read it); ``other_tests``: selected tests that measure no window;
-    ``rate_note``: why stored rates were set aside (:func:`estimate_rates`)."""
-
-    attached: bool = False
-    reused: Collection[str] = ()
-    keep_servers: bool | None = None
-    host_gib: float | None = None
-    other_tests: int = 0
-    rate_note: str | None = None
+    attached: bool = False  # --specgate-vllm-url: no server starts
+    reused: Collection[str] = ()  # labels of kept servers the session reuses (no start)
+    keep_servers: bool | None = None  # --specgate-keep-servers (None: if a kept one is reused)
+    host_gib: float | None = None  # the host's available memory (None: read it)
+    other_tests: int = 0  # selected tests that measure no window
+    rate_note: str | None = None  # why stored rates were set aside (estimate_rates)
 
 
 @dataclass
@@ -340,10 +324,9 @@ class _Held:
         """Its sides (server label, decode tok/s), subject first; None: measured in a duet."""
         rig, (mode, prompt_class, concurrency) = self.rig, key
         rate, _ = _rate(rig, rates, key)
-        if self.conditions.attached or rig.comparing == "sequential" or (
-                rig.comparing == "duet" and mode == rig.reference_mode):
-            if rig.comparing == "duet" and mode == rig.reference_mode and (
-                    (prompt_class, concurrency) in duet_covered):
+        duet_reference = rig.comparing == "duet" and mode == rig.reference_mode
+        if self.conditions.attached or rig.comparing == "sequential" or duet_reference:
+            if duet_reference and (prompt_class, concurrency) in duet_covered:
                 return None  # the reference side of a duet of this class: measured there
             return [(self.need(mode, mode), rate)]
         if rig.comparing == "duet":
@@ -472,16 +455,21 @@ def _session_plan(held: _Held, plans: list[WindowPlan], warmup_s: float | None, 
     notes = [conditions.rate_note] if conditions.rate_note and plans else []
     if conditions.attached:
         notes.append("attached to a running server (--specgate-vllm-url): nothing starts")
-    host_lines: list[str] = []
-    first_sleeps, refusal, reused = 0.0, None, set(conditions.reused)
+    sleeping: dict[str, Any] = {}  # an alternation's host memory and sleep levels
     if choice is not None:
-        host_lines.append(choice.host_line(held.loaded_why if len(held.asleep) > 1 else ""))
-        host_lines.append("sleep levels: " + "; ".join(
-            level_line(s, choice.levels[s.label], held.wakes[s.label]) for s in held.asleep))
-        first_sleeps = sum(first_sleep_s(s.weights_gib) or 0.0 for s in held.asleep
-                           if choice.levels[s.label] == 1 and s.label not in reused)
+        asleep, reused = held.asleep, set(conditions.reused)
         one_by_one = f"run it one server at a time, with no sleep mode ({sequential_how(rig)})"
-        refusal = choice.refusal(held.asleep, instead="" if rig.comparing == "ab" else one_by_one)
+        read = rig.estimate.weights_read_gib_per_s
+        sleeping = dict(
+            host_lines=(choice.host_line(held.loaded_why if len(asleep) > 1 else ""),
+                        "sleep levels: " + "; ".join(level_line(
+                            s, choice.levels[s.label], held.wakes[s.label]) for s in asleep)),
+            first_sleeps_s=sum(first_sleep_s(s.weights_gib) or 0.0 for s in asleep
+                               if choice.levels[s.label] == 1 and s.label not in reused),
+            refusal=choice.refusal(asleep, instead="" if rig.comparing == "ab" else one_by_one),
+            sleep_levels=tuple(choice.levels.items()), sleep_level_1_need_gib=choice.need_all_gib,
+            sleep_level_2_wake_s=sleep_level_2_wake_s(asleep[0].weights_gib, read)
+            if asleep else None, loaded_at_once=choice.at_once)
     if alternating and not conditions.attached:
         first = ("sleep_level = 2: every wake reloads the weights from the model's files (0.5-0.7 "
                  "s for a 135M model from a local disk), counted in the swaps"
@@ -490,32 +478,18 @@ def _session_plan(held: _Held, plans: list[WindowPlan], warmup_s: float | None, 
                  f"(counted with the starts, at ~{PIN_GIB_PER_S:g} GiB/s)")
         notes.append(f"the servers take turns (vLLM sleep mode): each window counts its swaps at "
                      f"~{rig.estimate.swap_s:.1f} s ([estimate] swap_s); {first}")
-    asleep, read = held.asleep, rig.estimate.weights_read_gib_per_s
     return SessionPlan(rig=rig.name, comparing=rig.comparing, arrangement=rig.arrangement.name,
                        servers=tuple(held.servers.values()), windows=tuple(plans),
                        warmup_requests=rig.protocol.warmup_requests * warmed, warmup_s=warmup_s,
                        other_tests=conditions.other_tests, notes=tuple(notes),
                        follow_up_share=rig.estimate.follow_up_share
-                       if not conditions.attached else 0.0,
-                       host_lines=tuple(host_lines), first_sleeps_s=first_sleeps, refusal=refusal,
-                       sleep_levels=tuple(choice.levels.items()) if choice is not None else (),
-                       sleep_level_2_wake_s=sleep_level_2_wake_s(asleep[0].weights_gib, read)
-                       if choice is not None and asleep else None,
-                       sleep_level_1_need_gib=choice.need_all_gib if choice is not None else None,
-                       loaded_at_once=choice.at_once if choice is not None else 0)
+                       if not conditions.attached else 0.0, **sleeping)
 
 
 def windows_of(items: Sequence) -> tuple[list[WindowKey], int]:
     """The windows pytest ``items`` measure, in their order, and how many items measure none."""
-    windows: list[WindowKey] = []
-    other = 0
-    for item in items:
-        key = window_key(item)
-        if key is None:
-            other += 1
-        elif key not in windows:
-            windows.append(key)
-    return windows, other
+    keys = [window_key(item) for item in items]
+    return list(dict.fromkeys(key for key in keys if key is not None)), keys.count(None)
 
 
 def window_key(item) -> WindowKey | None:
@@ -672,11 +646,10 @@ def _ab_catches(rig: Rig, windows: Sequence[WindowKey]) -> str:
 
 def paths(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKey, float], *, store=None,
           host_gib: float | None = None) -> list[str]:
-    """Each path to a verdict for this selection, side by side: a plain run against stored figures
-    (as :func:`choose_arrangement` picks), an A/B that starts its reference afresh, and an A/B
-    whose reference a previous session kept (``--specgate-keep-servers``; each candidate loads for
-    its own mode's windows only). Each with its starts, windows, swaps, duration, host memory and
-    what it catches; the cheapest A/B is marked."""
+    """Each path to a verdict for this selection, side by side, with its starts, windows, swaps,
+    duration, host memory and what it catches: a plain run (as :func:`choose_arrangement` picks),
+    an A/B with a fresh reference, and one whose reference a --specgate-keep-servers session kept
+    (each candidate loaded for its own mode's windows only); the cheapest A/B marked."""
     host = host_available_gib() if host_gib is None else host_gib
     plain = choose_arrangement(arrangements(rig.model_copy(update={"ab": None}), windows, rates,
                                             store=store, conditions=Conditions(host_gib=host)))

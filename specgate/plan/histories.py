@@ -20,7 +20,6 @@ STEP_RULE = ("the rule: a step only within a sitting, where the mean log levels 
 
 def sittings_words(history: StartHistory) -> str:
     """Which sittings the history holds and whether the interval holds the spread between them."""
-    within, between, _, _ = history.components
     k = len(history.groups)
     if not history.recorded:
         return ("sittings not recorded (stored before specgate recorded them): taken as one "
@@ -32,6 +31,7 @@ def sittings_words(history: StartHistory) -> str:
             if None in history.sittings else "")
     if history.starts == k:
         return f"{k} sittings{ones}, one start each: the spread is between sittings"
+    within, between, _, _ = history.components  # from 3 starts: a spread within and between
     return (f"{k} sittings{ones}: within them {within * 100:.2f} %, between them "
             f"{between * 100:.2f} % (one-way random effects), both in the interval, t at the "
             "smaller df (Hsu)")

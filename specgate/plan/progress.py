@@ -1,10 +1,6 @@
-"""The whole session's progress: windows done out of the plan's, and the time left, from the plan
-scaled by the pace measured so far.
-
-One status line at a time, rate-limited: when a window finishes (at most every
-``min_interval_s``), and beside the progress lines of a long wait at most every ``heartbeat_s``,
-through the session's progress channel. The clock is injected: the tests drive it.
-"""
+"""The whole session's progress: windows done out of the plan's, and the time left (the plan at
+the pace measured so far), as one rate-limited status line after a window and beside a long wait's
+progress lines."""
 
 from __future__ import annotations
 
@@ -36,8 +32,7 @@ class SessionProgress:
         self._last_status: float | None = None
         self._last_done = -1
         self._keys = {w.key for w in plan.windows}
-        # when the windows done and servers up last changed: the work since is taken off the time
-        # left (up to the next window's estimate)
+        # (windows done + servers up, when that count last changed): see _in_progress_s
         self._progress_mark: tuple[int, float] | None = None
 
     # -- what is known --------------------------------------------------------------------------
@@ -112,8 +107,9 @@ class SessionProgress:
     def _due(self, interval: float) -> bool:
         return self._last_status is None or self.clock() - self._last_status >= interval
 
-    def _said(self) -> None:
+    def _say(self) -> str:
         self._last_status = self.clock()
+        return self.status_line()
 
     def after_test(self) -> str | None:
         """After a test: a status line when a window finished and none was said lately."""
@@ -121,15 +117,13 @@ class SessionProgress:
         if count == self._last_done or not self._due(self.min_interval_s):
             return None
         self._last_done = count
-        self._said()
-        return self.status_line()
+        return self._say()
 
     def beside(self) -> str | None:
         """Beside another progress line: a status line when none was said within ``heartbeat_s``."""
         if not self._due(self.heartbeat_s):
             return None
-        self._said()
-        return self.status_line()
+        return self._say()
 
     def wrap(self, emit: Callable[[str], None]) -> Callable[[str], None]:
         """The session's progress channel with the status line added, rate-limited."""

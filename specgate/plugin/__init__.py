@@ -1,12 +1,10 @@
-"""plugin: specgate's pytest plugin, the hooks (entry point ``specgate.plugin``). Each hook is a
-thin call into the module that holds its work: ``options``, ``configure`` (the run's one
-:class:`SpecgateSession`), ``session``, ``resolve``, ``inputs``, ``workers``, ``parametrize``,
-``fixtures``, ``gatekeeper``, ``gpu_split``, ``controller`` (the deferred cross-mode gates),
-``output`` and ``cost`` (plan, order, time budget). The server fixture is session-scoped and
-parametrized on the rig's modes, so each server starts once (``pytest --setup-plan -m cpu``)."""
+"""plugin: specgate's pytest plugin (entry point ``specgate.plugin``): the hooks, each a thin call
+into the module that holds its work. The server fixture is session-scoped and parametrized on the
+rig's modes, so each server starts once (``pytest --setup-plan -m cpu``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -26,6 +24,7 @@ from specgate.plugin.output import (
 )
 from specgate.plugin.parametrize import (
     NOT_RUN_HERE,
+    deselect,
     deselect_not_deciding_here,
     deselect_speculative_only,
     parametrize_perf_test,
@@ -67,10 +66,8 @@ def pytest_testnodedown(node, error) -> None:
 
 # -- collection ----------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # only tests that use a server are perf tests
-    if "vllm_server" not in metafunc.fixturenames:
-        return
-    parametrize_perf_test(metafunc, get_session(metafunc.config))
+    if "vllm_server" in metafunc.fixturenames:  # only tests that use a server are perf tests
+        parametrize_perf_test(metafunc, get_session(metafunc.config))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -85,23 +82,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 TIER_WORDS = ("cpu", "gpu", "perf", "faults")
 _TIERLESS = pytest.StashKey[int]()
+_REFUSED = pytest.StashKey[bool]()  # refuse_bad_inputs stopped the run
 
 
 def deselect_tiers_not_asked_for(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A run whose -m expression names no tier starts no vLLM server: the tests marked cpu, gpu or
-    perf are deselected here (said in one line), asked for by name (``-m cpu``)."""
+    """A run whose -m expression names no tier starts no vLLM server: deselect the tests marked cpu,
+    gpu or perf (said in one line); ``-m cpu`` asks for them."""
     words = (config.option.markexpr or "").replace("(", " ").replace(")", " ").split()
     if any(word in TIER_WORDS for word in words):
         return
-    keep, drop = [], []
-    for item in items:
+
+    def tiered(item: pytest.Item) -> bool:
         marks = {mark.name for mark in item.iter_markers()}
-        tiered = bool(marks & {"cpu", "gpu", "perf"}) and "fast" not in marks
-        selected = tiered and _selected_by_markexpr(config.option.markexpr, marks)
-        (drop if selected else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+        return (bool(marks & {"cpu", "gpu", "perf"}) and "fast" not in marks
+                and _selected_by_markexpr(config.option.markexpr, marks))
+
+    if drop := deselect(config, items, tiered):
         config.stash[_TIERLESS] = len(drop)
 
 
@@ -127,9 +123,8 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 
 def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
-    """Validate every input file before any server starts: one usage error. An xdist worker cannot
-    stop the run: its perf tests fail at setup with the message instead. `import vllm` is tried only
-    where servers may start."""
+    """Validate every input before any server starts: one usage error (an xdist worker cannot stop
+    the run: its perf tests fail at setup instead). `import vllm` only where servers may start."""
     try:
         if run_session.config_error is not None:
             raise run_session.config_error
@@ -141,9 +136,6 @@ def refuse_bad_inputs(config: pytest.Config, run_session) -> None:
             return
         config.stash[_REFUSED] = True
         raise pytest.UsageError(f"specgate: {exc} (checked before any server starts)") from None
-
-
-_REFUSED = pytest.StashKey[bool]()  # refuse_bad_inputs stopped the run
 
 
 class _Ordering:
@@ -168,8 +160,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     run_session = get_session(session.config)
     gate_tests = [key for item in session.items if (key := cost.gate_key(item)) is not None]
     if gate_tests:
-        import contextlib
-
         with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
             run_session.plan_family(gate_tests)
     cost.start(session.config, run_session, session.items)
@@ -193,13 +183,14 @@ def _xdist_controller_of_a_perf_run(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    # Fail before any fixture runs, so no server is started by an xdist worker.
-    if hasattr(item.config, "workerinput") and item.get_closest_marker("perf"):
-        run_session = get_session(item.config)
-        if run_session.worker_refusal or run_session.settings.worker_gpus is None:
-            pytest.fail(run_session.worker_refusal or XDIST_REFUSAL, pytrace=False)
-    if item.get_closest_marker("perf"):
-        cost.check_budget(item, get_session(item.config))
+    """Fail before any fixture runs, so no xdist worker starts a server it may not."""
+    if not item.get_closest_marker("perf"):
+        return
+    run_session = get_session(item.config)
+    if hasattr(item.config, "workerinput") and (run_session.worker_refusal
+                                                or run_session.settings.worker_gpus is None):
+        pytest.fail(run_session.worker_refusal or XDIST_REFUSAL, pytrace=False)
+    cost.check_budget(item, run_session)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -218,8 +209,7 @@ def pytest_runtestloop(session: pytest.Session):
     run_session = get_session(session.config)
     if not hasattr(session.config, "workerinput") and run_session.worker_reports:
         decide_deferred_gates(run_session)
-        for report in deferred_test_reports(run_session):
-            # as xdist relays a worker's report
+        for report in deferred_test_reports(run_session):  # as xdist relays a worker's report
             session.config.hook.pytest_runtest_logreport(report=report)
     return result
 
@@ -228,11 +218,10 @@ def pytest_runtestloop(session: pytest.Session):
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run_session = get_session(session.config)
-    if hasattr(session.config, "workerinput"):
-        if has_perf_work(run_session):
-            session.config.workeroutput["specgate"] = json.dumps(run_session.worker_output())
-        return
     if not has_perf_work(run_session):
+        return
+    if hasattr(session.config, "workerinput"):
+        session.config.workeroutput["specgate"] = json.dumps(run_session.worker_output())
         return
     if run_session.deferred_failed:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,8 @@ def get_session(config: pytest.Config) -> SpecgateSession:
 
 
 def check_project_config_loaded(config: pytest.Config) -> None:
-    """Refuse a run that lost the project's pytest configuration: an option value that is an
-    existing path outside the project moves pytest's config search to ``/``, and the run would go on
-    without markers, ``xfail_strict`` and the rootdir."""
+    """Refuse a run that lost the project's pytest configuration (an option value that is a path
+    outside the project moves pytest's config search to ``/``: no markers, xfail_strict)."""
     if config.inipath is not None:
         return
     cwd = Path(config.invocation_params.dir)
@@ -32,8 +32,6 @@ def check_project_config_loaded(config: pytest.Config) -> None:
     if not (cwd / "fixtures" / "rigs").is_dir():
         return  # not a specgate project: another project's run is none of this plugin's business
     try:
-        import tomllib
-
         pytest_table = tomllib.loads(project.read_text()).get("tool", {}).get("pytest", {})
         if "ini_options" not in pytest_table:
             return
@@ -81,9 +79,9 @@ def configure_session(config: pytest.Config) -> None:
         dist=workerinput.get("specgate_dist") if workerinput else None,
         gpus=tuple(config.getoption("specgate_gpus") or ()) or None,
         repo_root=root, update=update,
-                             strict_fingerprint=config.getoption("specgate_strict_fingerprint"),
+        strict_fingerprint=config.getoption("specgate_strict_fingerprint"),
         attach_url=config.getoption("specgate_vllm_url"),
-                             attach_mode=config.getoption("specgate_vllm_mode"),
+        attach_mode=config.getoption("specgate_vllm_mode"),
         api_key=config.getoption("specgate_vllm_api_key") or os.environ.get("SPECGATE_API_KEY"),
         record_dir=config.getoption("specgate_record_responses"), ab=ab_from_options(config),
         time_budget_s=session_budget_s(config),

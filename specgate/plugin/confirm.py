@@ -1,16 +1,14 @@
-"""``--specgate-advise-confirm=SCHEDULE.json``: serve the schedule `python -m specgate advise` wrote
-against static k and no speculation at each of the rig's concurrencies (specgate.advise.confirm);
-runs no test."""
+"""``--specgate-advise-confirm=SCHEDULE.json``: serve an advised schedule against static k and no
+speculation (specgate.advise.confirm); runs no test."""
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 from pathlib import Path
 
 import pytest
 
 from specgate.config.locations import resolve_fixtures_dir, rig_name_of
+from specgate.plugin.resolve import default_run_dir
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,10 +26,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     from specgate.advise.confirm import confirm_command
 
     rig = config.getoption("specgate_rig")
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = f"{stamp}-{rig_name_of(rig)}-confirm-{os.getpid()}"
-    given = config.getoption("specgate_run_dir")
-    run_dir = given or Path(config.rootpath, ".specgate", "runs", name)
+    run_dir = config.getoption("specgate_run_dir") or default_run_dir(
+        Path(config.rootpath), f"{rig_name_of(rig)}-confirm")
     fixtures = resolve_fixtures_dir(config.getoption("specgate_fixtures"), config.rootpath)
     return confirm_command(path, rig_name=rig, run_dir=Path(run_dir), fixtures_dir=fixtures,
                            policy=config.getoption("specgate_undecided"))

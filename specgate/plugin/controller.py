@@ -46,14 +46,11 @@ def deferred_test_reports(run_session: SpecgateSession) -> list[pytest.TestRepor
             controller_id = (f"{base[:-1]}-controller]" if base.endswith("]")
                              else f"{base}[controller]")
             path, _, name = controller_id.partition("::")
-            if action == "skipped":  # as pytest.skip would report it: (file, line, reason)
-                longrepr: object = (path, 0, f"Skipped: {text}")
-            else:
-                longrepr = text if action == "failed" else None
+            # a skip as pytest.skip would report it: (file, line, reason)
+            longrepr = {"skipped": (path, 0, f"Skipped: {text}"), "failed": text}.get(action)
             report = pytest.TestReport(nodeid=controller_id, location=(path, None, name),
-                                       keywords={},
-                                       outcome="skipped" if action == "xfailed" else action,
-                                       longrepr=longrepr, when="call")
+                                       keywords={}, longrepr=longrepr, when="call",
+                                       outcome="skipped" if action == "xfailed" else action)
             if action == "xfailed":
                 report.wasxfail = text
             reports.append(report)

@@ -1,10 +1,10 @@
 """The cost of a session: the plan printed once the selection is known, the order that decides the
-most important gates first (``order_items``), the time budget (``check_budget``: a window that does
-not fit is NOT RUN, recorded and skipped; follow-up rounds get only what later windows' first looks
-leave) and the progress lines."""
+most important gates first, the time budget (a window that does not fit is NOT RUN; follow-up
+rounds get only what later windows' first looks leave) and the progress lines."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -69,27 +69,17 @@ def order_items(items: list[pytest.Item], class_order: list[str]) -> None:
     (GATE_ORDER); runs of different modes keep their places (one server start per mode)."""
     rank = {name: i for i, name in enumerate(class_order)}
 
-    def mode_of(item: pytest.Item) -> str | None:
-        key = window_key(item)
-        return None if key is None else key[0]
-
-    def sort_key(indexed: tuple[int, pytest.Item]):
-        index, item = indexed
+    def sort_key(item: pytest.Item):
         _, prompt_class, concurrency = window_key(item)  # type: ignore[misc]
         gate = gate_of(item)
         return (rank.get(prompt_class, len(rank)), concurrency,
-                GATE_ORDER.index(gate) if gate in GATE_ORDER else len(GATE_ORDER), index)
+                GATE_ORDER.index(gate) if gate in GATE_ORDER else len(GATE_ORDER))
 
-    start = 0
-    while start < len(items):
-        mode = mode_of(items[start])
-        end = start + 1
-        while end < len(items) and mode is not None and mode_of(items[end]) == mode:
-            end += 1
-        if mode is not None:
-            ordered = sorted(enumerate(items[start:end]), key=sort_key)
-            items[start:end] = [item for _, item in ordered]
-        start = end
+    ordered: list[pytest.Item] = []
+    for mode, group in itertools.groupby(items, key=lambda item: (window_key(item) or [None])[0]):
+        run = list(group)
+        ordered += run if mode is None else sorted(run, key=sort_key)  # sorted() is stable
+    items[:] = ordered
 
 
 def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str | None]:
@@ -102,19 +92,20 @@ def rates_of(run_session: SpecgateSession) -> tuple[dict[WindowKey, float], str 
     return estimate_rates(run.store, run.rig, canary_us=canary)
 
 
-def reusable(run_session: SpecgateSession) -> tuple[str, ...]:
-    """The labels of the kept servers this session would reuse now."""
+def reusable(run_session: SpecgateSession, keep: bool) -> tuple[str, ...]:
+    """The labels of the kept servers this session would reuse now (none unless ``keep``)."""
+    if not keep:
+        return ()
     return registry.reusable_labels(run_session.settings.rig, run_session.modes_to_run(),
                                     run_session.server_spec)
 
 
 def build_plan(run_session: SpecgateSession, items: list[pytest.Item], *,
-               reused: tuple[str, ...] = (),
-               rates: tuple[dict[WindowKey, float], str | None] | None = None,
+               reused: tuple[str, ...], rates: tuple[dict[WindowKey, float], str | None],
                host_gib: float | None = None) -> SessionPlan:
-    """``rates``: rates_of(run_session) when the caller has them already."""
+    """The session's plan of ``items``, from ``rates`` (rates_of)."""
     windows, other = windows_of(items)
-    rates, note = rates if rates is not None else rates_of(run_session)
+    rates, note = rates
     return plan_session(run_session.settings.rig, windows, rates, Conditions(
         attached=run_session.options.attach_url is not None, reused=reused,
         keep_servers=run_session.options.keep_servers, host_gib=host_gib, other_tests=other,
@@ -141,11 +132,11 @@ def session_state(run_session: SpecgateSession):
     def state() -> tuple[dict[WindowKey, float | None], set[str]]:
         done: dict[WindowKey, float | None] = {
             k: m.wall_s for k, m in run_session.measurements.items()}
-        done.update({k: None for k in run_session.failures if k not in done})
-        # a window declared NOT RUN leaves the count and the time left
+        # a window that failed or was declared NOT RUN leaves the count and the time left
         not_run = [(u["mode"], u["prompt_class"], u["concurrency"])
                    for u in run_session.undecided if u.get("kind") == NOT_RUN]
-        done.update({key: None for key in not_run if key not in done})
+        for key in [*run_session.failures, *not_run]:
+            done.setdefault(key, None)
         return done, set(run_session.servers)
     return state
 
@@ -155,9 +146,8 @@ def start(config: pytest.Config, run_session: SpecgateSession, items: list[pytes
     if not any(window_key(item) is not None for item in items):
         return
     try:
-        reused: tuple[str, ...] = ()
-        if run_session.options.keep_servers and run_session.options.attach_url is None:
-            reused = reusable(run_session)
+        options = run_session.options
+        reused = reusable(run_session, options.keep_servers and options.attach_url is None)
         rates = rates_of(run_session)
         plan = build_plan(run_session, items, reused=reused, rates=rates)
     except SpecgateError:
@@ -228,15 +218,13 @@ def check_budget(item: pytest.Item, run_session: SpecgateSession, *, clock=time.
     why = (f"the session's time budget ({format_elapsed(budget)}) has "
            f"{format_elapsed(max(0.0, left))} left; its window needs ~{format_elapsed(needed)}"
            + with_starts)
-    gate = gate_of(item)
-    window_ns = SimpleNamespace(mode=mode, prompt_class=prompt_class, concurrency=concurrency)
-    run_session.record_undecided(gate, window_ns, NOT_RUN, why)
+    entry = {"gate": gate_of(item), "mode": mode, "prompt_class": prompt_class,
+             "concurrency": concurrency, "kind": NOT_RUN, "message": why}
+    run_session.record_undecided(entry["gate"], SimpleNamespace(**entry), NOT_RUN, why)
     cost.not_run.append(item.nodeid)
     # skipped, or failed where the policy says so (--specgate-undecided, [gates] undecided)
     policy = run_session.settings.outcome_policy
-    text = verdicts.pytest_text({"gate": gate, "mode": mode, "prompt_class": prompt_class,
-                                 "concurrency": concurrency, "kind": NOT_RUN, "message": why},
-                                Outcome.NOT_RUN, policy)
+    text = verdicts.pytest_text(entry, Outcome.NOT_RUN, policy)
     if pytest_action(Outcome.NOT_RUN, policy) == "failed":
         pytest.fail(text, pytrace=False)
     pytest.skip(text)
@@ -265,12 +253,9 @@ class PlanCapture:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not any(window_key(item) is not None for item in session.items):
             return
-        run_session = get_session(session.config)
-        reused: tuple[str, ...] = ()
-        if self.keep_servers:
-            reused = reusable(run_session)
-        self.run_session = run_session
+        self.run_session = run_session = get_session(session.config)
         self.windows, _ = windows_of(session.items)
         self.rates = rates_of(run_session)
-        self.plan = build_plan(run_session, session.items, reused=reused, rates=self.rates,
+        self.plan = build_plan(run_session, session.items, rates=self.rates,
+                               reused=reusable(run_session, self.keep_servers),
                                host_gib=self.host_gib)

@@ -1,4 +1,4 @@
-"""specgate's fixtures: thin wrappers over the run's SpecgateSession; the server fixtures are
+"""specgate's fixtures, thin wrappers over the run's SpecgateSession; the server fixtures are
 session-scoped and parametrized on the mode (parametrize.py), so each server starts once."""
 
 from __future__ import annotations
@@ -122,32 +122,27 @@ def _server(session: SpecgateSession, mode, side: str | None, sleeper: Any) -> A
     """``mode``'s server object (on an A/B ``side``): attached, kept or new, not entered."""
     rig = session.settings.rig
     if session.options.attach_url:
-        server: Any = server_mod.AttachedServer(session.options.attach_url, label=mode.name,
-                                                api_key=session.options.api_key)
-    else:
-        if mode.optional_dependency and rig.argv_prefix[0] == sys.executable \
-                and importlib.util.find_spec(mode.optional_dependency) is None:
-            pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
-                        "in the server's environment")
-        server_mod.check_local_paths(rig, mode)
-        # a second live server (duet, A/B) shares the GPU on purpose: only the first is guarded,
-        # but in an alternation every start is
-        guard = gpu_guard(rig, session.settings.worker_gpus) if not session.live_servers else None
-        spec = session.server_spec(mode, side)
-        if sleeper is not None:
-            spec = sleep.with_sleep_mode(spec)
-            guard = ((lambda room_for=spec: sleeper.require_room(room_for))
-                     if rig.tier == "gpu" else None)
-            try:
-                sleep.run(sleeper.make_room())
-            except SpecgateError as exc:
-                pytest.fail(str(exc), pytrace=False)
-        if session.options.keep_servers:
-            server = _kept_or_started(session, mode, side, spec, guard,
-                                      alternating=sleeper is not None)
-        else:
-            server = server_mod.VLLMServer(spec, progress=session.progress, before_start=guard)
-    return server
+        return server_mod.AttachedServer(session.options.attach_url, label=mode.name,
+                                         api_key=session.options.api_key)
+    if mode.optional_dependency and rig.argv_prefix[0] == sys.executable \
+            and importlib.util.find_spec(mode.optional_dependency) is None:
+        pytest.skip(f"mode {mode.name} needs the optional package {mode.optional_dependency!r} "
+                    "in the server's environment")
+    server_mod.check_local_paths(rig, mode)
+    # a second live server (duet, A/B) shares the GPU on purpose: only the first is guarded,
+    # but in an alternation every start is
+    guard = gpu_guard(rig, session.settings.worker_gpus) if not session.live_servers else None
+    spec = session.server_spec(mode, side)
+    if sleeper is not None:
+        spec = sleep.with_sleep_mode(spec)
+        guard = (lambda: sleeper.require_room(spec)) if rig.tier == "gpu" else None
+        try:
+            sleep.run(sleeper.make_room())
+        except SpecgateError as exc:
+            pytest.fail(str(exc), pytrace=False)
+    if session.options.keep_servers:
+        return _kept_or_started(session, mode, side, spec, guard, alternating=sleeper is not None)
+    return server_mod.VLLMServer(spec, progress=session.progress, before_start=guard)
 
 
 def _serving(session: SpecgateSession, server: Any, mode, side: str | None, label: str,
@@ -156,23 +151,20 @@ def _serving(session: SpecgateSession, server: Any, mode, side: str | None, labe
     rig = session.settings.rig
     session.live_servers += 1
     if sleeper is not None:
-        asleep_at = getattr(server, "asleep_at",
-                            None)  # a kept server an earlier session left asleep
+        asleep_at = getattr(server, "asleep_at", None)  # a kept one an earlier session left asleep
         sleeper.add(server, asleep_at=asleep_at() if asleep_at else None)
     try:
         session.servers[label] = {
             "base_url": "attached" if session.options.attach_url else server.base_url,
             "ready_after_s": server.ready_after_s,
-                                  "log": str(server.log_path) if server.log_path else None,
+            "log": str(server.log_path) if server.log_path else None,
             "worker": session.options.worker_id, "side": side,
-                                  "live_with": session.live_servers - 1,
-            "gpus": session.settings.gpus}
+            "live_with": session.live_servers - 1, "gpus": session.settings.gpus}
         name = mode.name if side in (None, "candidate") else label
         session.fingerprints[name] = fingerprint.collect(
             tier=rig.tier, model=rig.model, speculative_config=mode.speculative_config,
             vllm_version=fingerprint.server_vllm_version(server.base_url, server.api_key),
-            repo=session.options.repo_root,
-            gpus=session.settings.gpus,
+            repo=session.options.repo_root, gpus=session.settings.gpus,
             concurrent_servers=session.options.worker_count, **fingerprint.measured_with(rig, mode))
         if session.options.record_dir is not None and side != "reference":
             _record(session, server, mode)

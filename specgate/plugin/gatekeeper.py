@@ -54,9 +54,6 @@ class GateKeeper:
         return (f"rig {self.rig.name} / mode {m.mode} / class {m.prompt_class} / concurrency "
                 f"{m.concurrency}")
 
-    def _stored_entry(self, m, fit) -> str:
-        return f"the stored entry {fit.describe()}"
-
     def _update(self, m, gate: str) -> bool:
         """In update mode, queue the window as one start to store; True when done."""
         update = self.session.options.update
@@ -119,13 +116,12 @@ class GateKeeper:
         self.session.record_undecided(gate, m, kind, note, {"command": command})
         self._act(gate, outcome, note, m=m, kind=kind, command=command)
 
-    def _act(self, gate: str, outcome: Outcome, message: str, *, declared: bool = False, m=None,
+    def _act(self, gate: str, outcome: Outcome, message: str, *, m, declared: bool = False,
              kind: str | None = None, command: str | None = None) -> None:
-        """End the test as ``outcome`` says under the window's policy and gating."""
+        """End the test as ``outcome`` says under window ``m``'s policy and gating."""
         __tracebackhide__ = True
-        settings = self._settings(m) if m is not None else None
-        policy = settings.outcome_policy if settings is not None else self.run.outcome_policy
-        gating = settings.gating_of(gate) if settings is not None else None
+        settings = self._settings(m)
+        policy, gating = settings.outcome_policy, settings.gating_of(gate)
         action = pytest_action(outcome, policy, declared=declared, gating=gating)
         entry = m.to_dict() if isinstance(m, GateResult) else {
             "gate": gate, "mode": m.mode, "prompt_class": m.prompt_class,
@@ -157,8 +153,8 @@ class GateKeeper:
         fit = self._comparable(m, stored, "throughput")
         if fit.kind == OTHER_MACHINE:
             # a level or ratio from another CPU or GPU says nothing about this one: never compared
-            note = (f"{self._stored_entry(m, fit)}; not compared; start this machine's history "
-                    f"with: {self._build_history()}")
+            note = (f"the stored entry {fit.describe()}; not compared; start this machine's "
+                    f"history with: {self._build_history()}")
             self._not_compared(m, "throughput", Outcome.OTHER_MACHINE, "other machine", note)
         result = check_throughput(self._settings(m), m, stored)
         result.details.update(baseline_notes(fit, m.decode_tokens_per_s, stored.median,
@@ -179,7 +175,7 @@ class GateKeeper:
         strict = (fit.kind != SAME and gate == "throughput"
                   and self.session.options.strict_fingerprint)
         if fit.kind == OTHER_MEASUREMENT or strict:
-            note = f"{self._stored_entry(m, fit)}; refresh it with: {self._refresh(m)}"
+            note = f"the stored entry {fit.describe()}; refresh it with: {self._refresh(m)}"
             if strict:  # refused on purpose: a failed gate, listed as FAILED, never as undecided
                 self._finish(GateResult(gate, m.mode, m.prompt_class, m.concurrency, Outcome.FAIL,
                                         f"refused (--specgate-strict-fingerprint): {note}"))
@@ -187,7 +183,7 @@ class GateKeeper:
             self._act(gate, Outcome.UNDECIDED, note, m=m, kind="fingerprint")
             pytest.fail(note, pytrace=False)
         if fit.kind != SAME and gate == "throughput":
-            warnings.warn(self._stored_entry(m, fit), stacklevel=1)
+            warnings.warn(f"the stored entry {fit.describe()}", stacklevel=1)
         return fit
 
     def acceptance(self, m) -> None:

@@ -1,6 +1,5 @@
-"""The xdist GPU split: each worker gets its own GPUs, so no GPU ever hosts two servers; the perf
-tiers refuse xdist where that cannot hold (a cpu rig, too few GPUs, a --dist other than loadgroup).
-"""
+"""The xdist GPU split: each worker gets its own GPUs, so no GPU hosts two servers; the perf tiers
+refuse xdist where that cannot hold (a cpu rig, too few GPUs, a --dist other than loadgroup)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The inputs checked before any server starts beyond the rig and baselines.json: a
---specgate-baselines path that names no file, and each A/B side's python (exists, executable,
-imports vLLM)."""
+"""The inputs checked before any server starts beyond the rig and baselines.json: a missing
+--specgate-baselines file, and each A/B side's python (exists, is executable, imports vLLM)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,24 +64,22 @@ def parse_arrangement(value: str) -> str:
     return value
 
 
-def parse_gating_option(value: str) -> dict[str, str]:
-    try:
-        return parse_gating(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _option_type(parse: Callable[[str], dict[str, str]]) -> Callable[[str], dict[str, str]]:
+    """``parse`` with its ValueError said as argparse's error."""
+    def parse_option(value: str) -> dict[str, str]:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse_option
 
 
-def parse_outcome_policy(value: str) -> dict[str, str]:
-    try:
-        return parse_policy(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+parse_gating_option = _option_type(parse_gating)
+parse_outcome_policy = _option_type(parse_policy)
 
 
 def parse_duration(value: str) -> float:
     """Seconds, from ``1500``, ``1500s``, ``25m``, ``2h`` or ``1h30m``."""
-    import re
-
     text = value.strip().lower()
     match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", text)
     if not text or match is None or not any(match.groups()):
@@ -116,8 +117,6 @@ AB_SIDES = ("reference", "candidate")
 
 def ab_from_options(config: pytest.Config):
     """An A/B from the --specgate-ab-* options, or None when none is given."""
-    import shlex
-
     given = {side: {"python": config.getoption(f"specgate_ab_{side}_python"),
                     "extra_args": tuple(shlex.split(config.getoption(f"specgate_ab_{side}_args")
                                                     or "")),

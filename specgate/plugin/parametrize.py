@@ -3,7 +3,9 @@ deselection of speculative-only gates on the no-speculation mode."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Callable
 
 import pytest
 
@@ -37,29 +39,34 @@ def parametrize_perf_test(metafunc: pytest.Metafunc, session: SpecgateSession) -
                                              for n in rig.protocol.concurrency])
 
 
-def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item],
-                              session: SpecgateSession) -> None:
-    """Drop speculative-only gates of no speculation, and live-reference gates outside an A/B."""
+def deselect(config: pytest.Config, items: list[pytest.Item],
+             dropped: Callable[[pytest.Item], bool]) -> list[pytest.Item]:
+    """Deselect (as pytest reports it) the ``items`` that ``dropped`` names; returns them."""
     keep, drop = [], []
-    ab = False
-    if any(item.get_closest_marker("live_reference")
-           for item in items):  # a perf run: the rig is read
-        import contextlib
-
-        with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
-            ab = session.settings.rig.comparing == "ab"
     for item in items:
-        mode = getattr(item, "callspec", None) and item.callspec.params.get("mode")
-        only_speculative = item.get_closest_marker("speculative_only") or (
-            item.get_closest_marker("live_reference") and not ab)
-        if only_speculative and mode is not None and not mode.is_speculative:
-            drop.append(item)
-        else:
-            keep.append(item)
+        (drop if dropped(item) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-    if keep and config.option.markexpr.strip() == "gpu":
+    return drop
+
+
+def deselect_speculative_only(config: pytest.Config, items: list[pytest.Item],
+                              session: SpecgateSession) -> None:
+    """Drop speculative-only gates of no speculation, and live-reference gates outside an A/B."""
+    ab = False
+    if any(item.get_closest_marker("live_reference") for item in items):  # a perf run: read the rig
+        with contextlib.suppress(ConfigError):  # refused with its file and key by refuse_bad_inputs
+            ab = session.settings.rig.comparing == "ab"
+
+    def only_speculative(item: pytest.Item) -> bool:
+        mode = getattr(item, "callspec", None) and item.callspec.params.get("mode")
+        speculative_only = item.get_closest_marker("speculative_only") or (
+            item.get_closest_marker("live_reference") and not ab)
+        return bool(speculative_only and mode is not None and not mode.is_speculative)
+
+    deselect(config, items, only_speculative)
+    if items and config.option.markexpr.strip() == "gpu":
         try:
             rig = session.settings.rig
         except ConfigError:
@@ -86,21 +93,18 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
         return  # refused with its file and key by refuse_bad_inputs
     left_out = run.rig.gates.left_out
     elsewhere: list[tuple[str, str, str, int]] = []
-    keep, drop = [], []
-    for item in items:
+
+    def not_deciding(item: pytest.Item) -> bool:
         key = keys.get(id(item))
         if key is not None and key[0] in left_out:
-            drop.append(item)
-        elif key is not None and _stored_elsewhere_only(run, key) \
-                and session.options.update == "off":
-            drop.append(item)
+            return True
+        if key is not None and _stored_elsewhere_only(run, key) and session.options.update == "off":
             elsewhere.append(key)
-        else:
-            keep.append(item)
-    if not drop:
+            return True
+        return False
+
+    if not deselect(config, items, not_deciding):
         return
-    config.hook.pytest_deselected(items=drop)
-    items[:] = keep
     lines = [f"specgate: left out by rig {run.rig.name}: {gate} ({why})"
              for gate, why in left_out.items()]
     if elsewhere:

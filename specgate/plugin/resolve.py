@@ -1,7 +1,6 @@
-"""The run's options and its settings, each resolved once. :class:`SessionOptions` is the command
-line (and on an xdist worker what the controller sent), frozen in ``pytest_configure``;
-:func:`resolve_run` turns it into specgate.decide.settings.RunSettings at the run's first need, so a
-run without perf tests reads no rig and loads no pydantic."""
+"""The run's options (:class:`SessionOptions`, frozen in ``pytest_configure``) and
+:func:`resolve_run`, which turns them into specgate.decide.settings.RunSettings at the run's first
+need, so a run without perf tests reads no rig and loads no pydantic."""
 
 from __future__ import annotations
 
@@ -27,47 +26,42 @@ UpdateMode = Literal["off", "update", "regen"]
 
 @dataclass(frozen=True)
 class SessionOptions:
+    """The --specgate-* options (on an xdist worker, with what the controller sent)."""
+
     rig_name: str
     fixtures_dir: Path
     baselines_path: Path
     run_dir: Path
     repo_root: Path
     update: UpdateMode = "off"
-    # --specgate-baselines given: a path that names no file is refused (unless the run stores)
-    baselines_given: bool = False
+    baselines_given: bool = False  # a given path that names no file is refused (unless storing)
     strict_fingerprint: bool = False
     attach_url: str | None = None
     attach_mode: str | None = None
     api_key: str | None = None
     record_dir: Path | None = None  # --specgate-record-responses: raw responses here
-    gpus: tuple[str,
-                # --specgate-gpus: the GPUs specgate may hand out to xdist workers
-                ...] | None = None
+    gpus: tuple[str, ...] | None = None  # --specgate-gpus: the GPUs to hand out to xdist workers
     worker_id: str | None = None
     worker_count: int = 1  # xdist workers (each runs one server at a time); 1 without xdist
     dist: str | None = None  # xdist's --dist from the controller (workers see "no")
     ab: AB | None = None  # from the --specgate-ab-* options (overrides the rig's [ab])
-    # --specgate-session-budget in seconds (None: unbounded); ``started_at``: time.monotonic()
-    time_budget_s: float | None = None
-    keep_servers: bool = False  # --specgate-keep-servers: kept loaded and reused
+    time_budget_s: float | None = None  # --specgate-session-budget (None: unbounded)
+    keep_servers: bool = False
     started_at: float = field(default_factory=time.monotonic)
-    # --specgate-undecided: outcome key -> "skip" | "fail" (overrides the rig's [gates] undecided)
-    undecided_policy: dict[str, str] | None = None
-    start_seed: int | None = None  # --specgate-start-seed (None: drawn)
+    undecided_policy: dict[str, str] | None = None  # --specgate-undecided, over the rig's
+    start_seed: int | None = None  # None: drawn
     first_side: str | None = None  # --specgate-first-side, over the seed's pick
-    # --specgate-gating: gate -> "auto" | "gate" | "report" (overrides the rig's [gates] gating)
-    gating: dict[str, str] | None = None
-    # --specgate-arrangement: the arrangement of the servers over the rig's own (None: the rig's)
-    arrangement: str | None = None
+    gating: dict[str, str] | None = None  # --specgate-gating, over the rig's
+    arrangement: str | None = None  # --specgate-arrangement, over the rig's
 
 
 def load_run_rig(options: SessionOptions) -> Rig:
     """The rig file as the options amend it (an A/B of the command line, another arrangement)."""
     rig = config.load_rig(options.rig_name, options.fixtures_dir)
-    if options.ab is not None:  # --specgate-ab-* options: an A/B of the command line's sides
+    if options.ab is not None:
         rig = rig.model_copy(update={"ab": options.ab})
         config.check_sleep_level(rig, ab_from=" (the --specgate-ab-* options)")
-    if options.arrangement is not None:  # --specgate-arrangement: the same rig, arranged otherwise
+    if options.arrangement is not None:
         rig = rig.model_copy(update={"arrangement_key": options.arrangement})
     return rig
 
@@ -85,9 +79,8 @@ def resolve_run(options: SessionOptions) -> tuple[RunSettings, str | None]:
     visible = gpus or os.environ.get("CUDA_VISIBLE_DEVICES")
     run = settings.RunSettings.resolve(
         rig, baselines.load_baselines(options.baselines_path),
-                                       machine=fingerprint.machine_id(rig.tier, visible),
-        worker_gpus=gpus, gpus=visible, outcome_policy=options.undecided_policy,
-                                       gating=options.gating)
+        machine=fingerprint.machine_id(rig.tier, visible), worker_gpus=gpus, gpus=visible,
+        outcome_policy=options.undecided_policy, gating=options.gating)
     return run, refusal
 
 

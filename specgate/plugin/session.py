@@ -1,6 +1,5 @@
-"""One specgate run's state: its windows, gate results, servers, queued baseline updates and,
-under xdist, the workers' reports; one per pytest session, the fixtures thin wrappers over it.
-Its settings are specgate.decide.settings.RunSettings (resolved once)."""
+"""One specgate run's state: its windows, gate results, servers, queued baseline updates and, under
+xdist, the workers' reports; one per pytest session, the fixtures thin wrappers over it."""
 
 from __future__ import annotations
 
@@ -25,20 +24,18 @@ from specgate.store.pending import PendingUpdates
 # built in every pytest run, perf tests or not: heavy modules load at first need (specgate.lazy)
 if TYPE_CHECKING:
     from specgate.config.rig import Mode, PromptClass
-    from specgate.decide.settings import RunSettings
+    from specgate.decide.settings import RunSettings, WindowKey
     from specgate.decide.verdict import GateResult
     from specgate.measure.protocol import ClassMeasurement, Measurer
     from specgate.store.baselines import BaselineEntry, Fingerprint
-
-MeasureKey = tuple[str, str, int]  # mode, prompt class, concurrency
 
 
 @dataclass
 class SpecgateSession:
     options: SessionOptions
     progress: Callable[[str], None] = lambda line: None
-    measurements: dict[MeasureKey, ClassMeasurement] = field(default_factory=dict)
-    failures: dict[MeasureKey, BaseException] = field(default_factory=dict)
+    measurements: dict[WindowKey, ClassMeasurement] = field(default_factory=dict)
+    failures: dict[WindowKey, BaseException] = field(default_factory=dict)
     # servers that could not start: {"server": label, "error": message}
     server_failures: list[dict[str, str]] = field(default_factory=list)
     results: list[GateResult] = field(default_factory=list)
@@ -48,7 +45,7 @@ class SpecgateSession:
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     live_servers: int = 0  # servers of this session up right now (a duet has two)
     pending_updates: PendingUpdates = field(default_factory=PendingUpdates)
-    deferred: list[MeasureKey] = field(default_factory=list)  # gates left to the controller
+    deferred: list[WindowKey] = field(default_factory=list)  # gates left to the controller
     deferred_tests: dict[str, list[Any]] = field(default_factory=dict)  # node id -> gate, window
     worker_reports: list[dict[str, Any]] = field(default_factory=list)  # controller: from workers
     deferred_failed: bool = False  # controller: a deferred cross-mode gate failed
@@ -174,7 +171,7 @@ class SpecgateSession:
             self._write_partial_report()
         return self.measurements[key]
 
-    def _share(self, key: MeasureKey, data: dict[str, Any]) -> None:
+    def _share(self, key: WindowKey, data: dict[str, Any]) -> None:
         if self.options.worker_id is not None:  # one process: memory is enough
             share(self.options.run_dir, key, data)
 
@@ -191,9 +188,9 @@ class SpecgateSession:
             where = shared_path(self.options.run_dir, key).parent
             data = {"error": f"the no-speculation window {key} did not appear in {where} within "
                              f"{budget:.0f}s"}
+        if data is not None and "error" in data:
+            self.failures.setdefault(key, SpecgateError(data["error"]))
         if data is None or "error" in data:
-            if data is not None:
-                self.failures.setdefault(key, SpecgateError(data["error"]))
             return None
         self.measurements[key] = measure.ClassMeasurement.from_dict(data)
         return self.measurements[key]

@@ -1,9 +1,7 @@
 """What each gate of a run compared, for the verdict table, the forest plot and report.html: one
-:class:`GateComparison` per gate entry (passing and undecided ones included), from the entry's
-``details`` and the report's windows: against the A/B's reference side, the no-speculation mode,
-or stored figures. An older entry without ``details`` (an undecided gate before issue 36) is read
-from its message ("0.972x the reference side (...; 95.8 % CI 0.932-1.006; threshold 0.97; 12
-pairs; ...)"); what neither holds stays "-".
+:class:`GateComparison` per gate entry, from its ``details`` and the report's windows. An older
+entry without ``details`` is read from its message ("0.972x the reference side (...; 95.8 % CI
+0.932-1.006; threshold 0.97; 12 pairs; ...)"); what neither holds stays "-".
 """
 
 from __future__ import annotations
@@ -170,6 +168,12 @@ def _against(label: str | None, details: dict[str, Any]) -> str | None:
     return label
 
 
+def ab_reference(window: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An A/B window's reference side (its partner), or None outside an A/B."""
+    partner = (window or {}).get("partner")
+    return partner if ab_side(partner) == "reference" else None
+
+
 class _Windows:
     """The report's windows by (mode, class, concurrency), a duet's partner included."""
 
@@ -188,10 +192,7 @@ class _Windows:
         return self.by_key.get((entry["mode"], entry["prompt_class"], entry["concurrency"]))
 
     def reference_side(self, entry: dict[str, Any]) -> dict[str, Any] | None:
-        """An A/B window's reference side (its partner), or None outside an A/B."""
-        m = self.window(entry)
-        partner = (m or {}).get("partner")
-        return partner if ab_side(partner) == "reference" else None
+        return ab_reference(self.window(entry))
 
     def no_speculation(self, entry: dict[str, Any]) -> dict[str, Any] | None:
         return self.by_key.get((self.reference_mode, entry["prompt_class"], entry["concurrency"]))
@@ -226,9 +227,8 @@ def _from_message(message: str) -> dict[str, Any]:
 
 
 def _acceptance_check(details: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
-    """The check of an acceptance gate the row shows: the gate's own figures when it made one
-    decision (``ratio`` in its details), else (one check per rate, before issue 36) the check that
-    failed it, else one left undecided, else the first (the overall rate)."""
+    """The acceptance figures the row shows: the gate's own when it made one decision, else (one
+    check per rate) the check that failed it, else one left undecided, else the first."""
     checks = [c for c in details.get("checks") or [] if isinstance(c, dict)]
     if details.get("ratio") is not None or not checks:
         return details

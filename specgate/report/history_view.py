@@ -1,11 +1,7 @@
 """The commands over a rig's stored histories: ``build-history --rig NAME --starts N`` runs N
-fresh-start sessions back to back, each storing its windows (one more start of this machine's
-history of this build); ``history --rig NAME`` shows the stored histories.
-
-Per window and per history (one machine's, one build's): every stored start as a table row, the
-history's sittings, spread and what its level gate catches, whether it gates (superseded and
-unknown-machine histories never do), and a step or a drift within a sitting, with the rule that
-finds one. A PNG draws the levels over the starts, the gating history's prediction band shaded.
+fresh-start sessions back to back, each storing its windows; ``history --rig NAME`` shows the
+stored histories (per window and history: its starts, sittings, spread, what its level gate
+catches, whether it gates, any step or drift) and draws their levels as a PNG.
 """
 
 from __future__ import annotations
@@ -25,10 +21,9 @@ from specgate.decide.history import MIN_STARTS, StartHistory, change_points
 from specgate.decide.settings import window_settings
 from specgate.durations import format_elapsed
 from specgate.plan.histories import STEP_RULE, describe_history, sittings_words, steps_words
+from specgate.report.plots import new_figure, save_figure
 from specgate.store.baselines import BaselineEntry, BaselineFile, histories, load_baselines
 from specgate.store.fingerprint import SITTING_ENV, machine_id, sitting_id
-
-DPI = 110
 
 
 def _windows(store: BaselineFile, rig: str) -> list[tuple[str, str, int]]:
@@ -75,22 +70,16 @@ def history_text(store: BaselineFile, rig: Rig) -> str:
             lines.append(steps[0].upper() + steps[1:] if steps else
                          f"no step or drift in the stored levels ({STEP_RULE})")
             blocks.append("\n".join(lines))
-    if not blocks:
-        return f"no stored history of rig {rig.name}"
-    return "\n\n".join(blocks)
+    return "\n\n".join(blocks) or f"no stored history of rig {rig.name}"
 
 
 def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0.95) -> Path | None:
     """Levels over the stored starts, one panel per window, one line per history; the gating
     history's prediction band shaded and its change-points marked. None when nothing is stored."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     windows = _windows(store, rig)
     if not windows:
         return None
-    fig = Figure(figsize=(9, 3.2 * len(windows)), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = new_figure(9, 3.2 * len(windows))
     axes = fig.subplots(len(windows), 1, squeeze=False)[:, 0]
     for ax, (mode, prompt_class, concurrency) in zip(axes, windows):
         for k, entry in enumerate(histories(store, rig, mode, prompt_class, concurrency)):
@@ -114,10 +103,7 @@ def plot_history(store: BaselineFile, rig: str, out: Path, confidence: float = 0
         ax.set_xlabel("stored start")
         ax.set_ylabel("decode tok/s (window median)")
         ax.legend(fontsize=8, loc="best")
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"history-{rig}.png"
-    fig.savefig(path)
-    return path
+    return save_figure(fig, out / f"history-{rig}.png")
 
 
 # -- build-history: N fresh-start sessions, each storing its windows ------------------------------
@@ -133,30 +119,28 @@ def history_lines(store: BaselineFile, rig: Rig, machine: str | None = None) -> 
     """One line per stored window of ``rig`` and history (of ``machine`` only, when given): its
     starts, spread and what its level gate catches (at its class's tolerance)."""
     lines = []
-    for mode, classes in sorted(store.rigs.get(rig.name, {}).items()):
-        for prompt_class, levels in sorted(classes.items()):
-            for concurrency in sorted(levels):
-                settings = window_settings(rig, mode, prompt_class, int(concurrency))
-                threshold = 1 - settings.level_tolerance
-                for entry in histories(store, rig.name, mode, prompt_class, int(concurrency)):
-                    if machine is not None and entry.machine != machine:
-                        continue
-                    history = StartHistory.of(entry)
-                    where = f"{mode} / {prompt_class} / c{concurrency} [{entry.describe()}]"
-                    if history.usable:
-                        lines.append(f"  {where}: {describe_history(history, threshold)}")
-                    else:
-                        lines.append(f"  {where}: {sittings_words(history)}; the level gate uses a "
-                                     f"history from {MIN_STARTS} starts on")
+    # the stored keys' order: a concurrency as text
+    for window in sorted(_windows(store, rig.name), key=lambda w: (w[0], w[1], str(w[2]))):
+        mode, prompt_class, concurrency = window
+        threshold = 1 - window_settings(rig, *window).level_tolerance
+        for entry in histories(store, rig.name, *window):
+            if machine is not None and entry.machine != machine:
+                continue
+            history = StartHistory.of(entry)
+            where = f"{mode} / {prompt_class} / c{concurrency} [{entry.describe()}]"
+            if history.usable:
+                lines.append(f"  {where}: {describe_history(history, threshold)}")
+            else:
+                lines.append(f"  {where}: {sittings_words(history)}; the level gate uses a "
+                             f"history from {MIN_STARTS} starts on")
     return lines
 
 
 def build_history(rig_name: str, starts: int, *, fixtures_dir: Path, baselines: Path,
                   runs_dir: Path, pytest_args: Sequence[str] = ()) -> int:
-    """Run ``starts`` fresh-start sessions of the rig one after the other, each storing its
-    windows; stop at the first that fails (its exit code returned; what earlier ones stored stays).
-    Every start of one invocation is of one sitting (``SPECGATE_SITTING``: the caller's, else
-    minted here)."""
+    """Run ``starts`` fresh-start sessions of the rig, each storing its windows, all of one sitting
+    (``SPECGATE_SITTING``: the caller's, else minted here); stop at the first that fails (its exit
+    code returned)."""
     rig = load_rig(rig_name, fixtures_dir)
     machine = machine_id(rig.tier, os.environ.get("CUDA_VISIBLE_DEVICES"))
     sitting = sitting_id()
@@ -188,9 +172,9 @@ def whose_history(store: BaselineFile, rig: str, machine: str | None) -> str:
     if machine is None:
         return ("this machine cannot be identified (no GPU UUID, /etc/machine-id or host name): "
                 "each start is stored as a history of its own, which never gates")
-    found = [(key, h) for key, h in _all_histories(store, rig)]
-    own = [h for _, h in found if h.machine == machine and h.superseded is None]
-    others = {h.machine for _, h in found if h.machine != machine}
+    found = [h for window in _windows(store, rig) for h in histories(store, rig, *window)]
+    own = [h for h in found if h.machine == machine and h.superseded is None]
+    others = {h.machine for h in found if h.machine != machine}
     apart = (f"; the histories of {len(others)} other machine(s) (unknown included) are kept apart "
              "and never appended to" if others else "")
     if not own:
@@ -201,11 +185,3 @@ def whose_history(store: BaselineFile, rig: str, machine: str | None) -> str:
             f"{starts} starts): each new start extends the one of its window and build, and a "
             "window whose build changed starts a new history (the old one kept, "
             f"superseded){apart}")
-
-
-def _all_histories(store: BaselineFile, rig: str):
-    for mode, classes in store.rigs.get(rig, {}).items():
-        for prompt_class, levels in classes.items():
-            for concurrency in levels:
-                for entry in histories(store, rig, mode, prompt_class, int(concurrency)):
-                    yield (mode, prompt_class, int(concurrency)), entry

@@ -1,8 +1,6 @@
 """The run as one self-contained page, ``report.html`` beside ``report.json``: the verdict table,
-the plots embedded as base64 PNG (the forest plot first), every gate's whole message, and the
-run's facts. Rendered from the report alone, so a saved report renders the same page again
-(``--specgate-report-only``); nothing is fetched when it is opened. jinja2 (autoescaping on,
-imported only when a page is written) renders it; the page keeps no control character.
+the plots embedded as base64 PNG, every gate's whole message, and the run's facts. Nothing is
+fetched when it is opened; jinja2 (autoescaping on, imported only here) renders it.
 """
 
 from __future__ import annotations
@@ -75,7 +73,7 @@ others below), what the ratio rests on, and the outcome.</p>
 <thead><tr>{% for h in headers %}<th>{{ h }}</th>{% endfor %}</tr></thead>
 <tbody>
 {% for c in rows %}
-<tr class="{{ c.css }}" data-gate="{{ c.gate }}" data-where="{{ c.where }}">
+<tr class="{{ css(c) }}" data-gate="{{ c.gate }}" data-where="{{ c.where }}">
 <td>{{ c.mode }}</td><td>{{ c.prompt_class }}</td><td class="num">{{ c.concurrency }}</td>
 <td>{{ c.gate_text }}</td>
 <td>{{ c.against }}</td><td class="num">{{ c.reference }}</td><td class="num">{{ c.measured }}</td>
@@ -214,11 +212,11 @@ def _counts(rows: list[GateComparison]) -> list[tuple[str, str, int]]:
     return [(name, _CSS.get(name, "nodecision"), n) for name, n in counted.items()]
 
 
-def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, *,
-                headers: list[str], lines: list[str], tables: str) -> str:
-    """The page for ``report``, with the PNG files in ``figures`` (name -> path) embedded; the
-    verdict table's ``headers``, the summary's gate and notice ``lines`` and its other ``tables``
-    (text) come from specgate.report.terminal, which composes what every rendering shows."""
+def write_html(report: dict[str, Any], path: Path, figures: dict[str, Path] | None = None, *,
+               headers: list[str], lines: list[str], tables: str) -> Path:
+    """Write the page for ``report`` to ``path``, the PNG files in ``figures`` (name -> path)
+    embedded; the verdict table's ``headers``, the summary's gate and notice ``lines`` and its
+    other ``tables`` (text) come from specgate.report.terminal, which composes every rendering."""
     import jinja2
 
     rows = gate_comparisons(report)
@@ -235,31 +233,15 @@ def render_html(report: dict[str, Any], figures: dict[str, Path] | None = None, 
                     if isinstance(f, dict)]
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
-    return without_control_chars(env.from_string(TEMPLATE).render(
+    page = without_control_chars(env.from_string(TEMPLATE).render(
         title=f"specgate: rig {rig.get('name', '?')}"
         + ("" if report.get("complete", True) else " (partial run)"),
         subtitle=f"{rig.get('tier', '?')} tier, model {rig.get('model', '?')}; "
         f"{len(rows)} gate(s)",
-        counts=_counts(rows), headers=headers, rows=[_Row(c) for c in rows], lines=lines,
+        counts=_counts(rows), headers=headers, rows=rows, css=_css, lines=lines,
         figures=embedded, facts=_facts(report), servers=_servers(report), fingerprints=fingerprints,
         fingerprint_keys=FINGERPRINT_KEYS, messages=messages,
         tables=tables or "No window measured."))
-
-
-class _Row:
-    """A comparison with its CSS class, for the template."""
-
-    def __init__(self, c: GateComparison) -> None:
-        self._c = c
-        self.css = _css(c)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._c, name)
-
-
-def write_html(report: dict[str, Any], path: Path, figures: dict[str, Path] | None = None, *,
-               headers: list[str], lines: list[str], tables: str) -> Path:
     path = Path(path)
-    path.write_text(render_html(report, figures, headers=headers, lines=lines, tables=tables),
-                    encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
     return path

@@ -1,8 +1,6 @@
-"""Plots of a run, drawn from its JSON report like the tables: :func:`plot_forest` (every gate's
-ratio with its interval against its threshold, coloured by outcome), :func:`plot_throughput` (per
-class and mode, the median decode tok/s per request with its IQR and every request as a dot) and
-:func:`plot_acceptance` (per-position acceptance rate of the speculative modes); one panel per
-concurrency. Each returns the path written, or None with nothing to draw (no file then).
+"""Plots of a run, drawn from its JSON report like the tables: :func:`plot_forest`,
+:func:`plot_throughput` and :func:`plot_acceptance`, one panel per concurrency; each returns the
+path written, or None with nothing to draw (no file then).
 
 matplotlib is imported inside the functions (most of specgate never draws); figures are plain
 ``Figure`` objects on an Agg canvas: no pyplot, no GUI backend, nothing left open after a save.
@@ -14,8 +12,8 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from specgate.report.comparisons import gate_comparisons
-from specgate.store.figures import ab_side, change_percent, median_rate, request_rates
+from specgate.report.comparisons import ab_reference, gate_comparisons
+from specgate.store.figures import change_percent, median_rate, request_rates
 
 REFERENCE_COLOR = "#8c8c8c"
 MODE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -27,13 +25,6 @@ DPI = 110
 
 
 # -- data -----------------------------------------------------------------------------------
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
-    import numpy as np
-
-    q1, median, q3 = np.percentile(values, [25, 50, 75])
-    return float(q1), float(median), float(q3)
-
-
 def _modes(report: dict[str, Any], measurements: list[dict[str, Any]]) -> list[str]:
     """Measured modes, the reference (no speculation) first, then the rig's order."""
     reference = report["rig"]["reference_mode"]
@@ -43,19 +34,9 @@ def _modes(report: dict[str, Any], measurements: list[dict[str, Any]]) -> list[s
     return ([reference] if reference in measured else []) + ordered
 
 
-def _failed(report: dict[str, Any]) -> set[tuple[str, str, int]]:
-    """(mode, class, concurrency) with a failed gate that is not a declared backfire."""
-    return {(g["mode"], g["prompt_class"], g["concurrency"]) for g in report.get("gates", [])
-            if not g["passed"] and not g.get("declared")}
-
-
-def _acceptance_lines(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [m for m in report.get("measurements", [])
-            if m.get("acceptance") and m["acceptance"].get("per_position_rates")]
-
-
 # -- drawing helpers ----------------------------------------------------------------------------
-def _figure(width: float, height: float):
+def new_figure(width: float, height: float):
+    """A Figure on an Agg canvas, ``width`` x ``height`` inches at DPI, constrained layout."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -94,12 +75,6 @@ def _suptitle(fig, width_in: float, title: str, subtitle: str, fontsize: float) 
 
 
 # -- throughput -------------------------------------------------------------------------------
-def _ab_reference(m: dict[str, Any]) -> dict[str, Any] | None:
-    """An A/B window's reference side (its partner), or None."""
-    partner = m.get("partner")
-    return partner if ab_side(partner) == "reference" else None
-
-
 def _ab_ratio(report: dict[str, Any], mode: str, prompt_class: str,
               concurrency: int) -> float | None:
     """The A/B throughput gate's paired ratio on this window (decided or undecided), or None."""
@@ -120,7 +95,7 @@ def _throughput_series(report: dict[str, Any], measurements: list[dict[str, Any]
     series = []
     for mode in _modes(report, measurements):
         own = {(m["prompt_class"], m["concurrency"]): m for m in measurements if m["mode"] == mode}
-        sides = {k: ref for k, m in own.items() if (ref := _ab_reference(m)) is not None
+        sides = {k: ref for k, m in own.items() if (ref := ab_reference(m)) is not None
                  and request_rates(ref)}
         if sides:
             series.append((f"{mode} @ reference side", "ab-reference", sides))
@@ -132,9 +107,8 @@ def _throughput_series(report: dict[str, Any], measurements: list[dict[str, Any]
 
 
 def plot_throughput(report: dict[str, Any], path: Path) -> Path | None:
-    """Grouped bars per prompt class (reference first; an A/B's reference side beside its
-    candidate): median decode tok/s per request, IQR as error bars, each request as a dot, the
-    change against the reference above the other bars (red where a gate failed)."""
+    """Grouped bars per prompt class: median decode tok/s per request, IQR as error bars, each
+    request as a dot, the change against the reference above the bar (red where a gate failed)."""
     fig = throughput_figure(report)
     return None if fig is None else save_figure(fig, path)
 
@@ -145,7 +119,7 @@ def _bar_change(report: dict[str, Any], series: list, kind: str, m: dict[str, An
     reference side, a mode's change against the reference mode; None for the rest."""
     mode, prompt_class, concurrency = m["mode"], m["prompt_class"], m["concurrency"]
     if kind == "ab-candidate":
-        ref_side = _ab_reference(m)
+        ref_side = ab_reference(m)
         ref_median = median_rate(ref_side) if ref_side else None
         ratio = _ab_ratio(report, mode, prompt_class, concurrency) or (
             median / ref_median if ref_median else None)
@@ -168,7 +142,9 @@ def throughput_figure(report: dict[str, Any]):
     ab = any(kind == "ab-candidate" for _, kind, _ in series)
     concurrencies = sorted({m["concurrency"] for m in measurements})
     classes = list(dict.fromkeys(m["prompt_class"] for m in measurements))
-    failed = _failed(report)
+    # windows with a failed gate that is not a declared backfire
+    failed = {(g["mode"], g["prompt_class"], g["concurrency"]) for g in report.get("gates", [])
+              if not g["passed"] and not g.get("declared")}
     colors: dict[str, str] = {}
     palette = itertools.cycle(MODE_COLORS)
     # an A/B's two sides share their mode's colour (the reference hatched)
@@ -179,7 +155,7 @@ def throughput_figure(report: dict[str, Any]):
     import numpy as np
 
     width_in = max(7.0, 1.0 + len(classes) * (0.5 + 0.45 * len(series)))
-    fig = _figure(width_in, 0.9 + 3.6 * len(concurrencies))
+    fig = new_figure(width_in, 0.9 + 3.6 * len(concurrencies))
     axes = fig.subplots(len(concurrencies), 1, squeeze=False)[:, 0]
     bar_w = 0.8 / len(series)
     rng = np.random.default_rng(0)  # fixed jitter: the same report draws the same picture
@@ -194,7 +170,7 @@ def throughput_figure(report: dict[str, Any]):
                 if m is None:
                     continue
                 values = request_rates(m)
-                q1, median, q3 = _quartiles(values)
+                q1, median, q3 = map(float, np.percentile(values, [25, 50, 75]))
                 x = j - 0.4 + bar_w * (i + 0.5)
                 xs.append(x)
                 medians.append(median)
@@ -239,7 +215,8 @@ def throughput_figure(report: dict[str, Any]):
 def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
     """Per-position acceptance rate (accepted at draft position i / drafts): one line per (mode,
     class) of the speculative modes; colour = class, line style and marker = mode."""
-    lines = _acceptance_lines(report)
+    lines = [m for m in report.get("measurements", [])
+             if m.get("acceptance") and m["acceptance"].get("per_position_rates")]
     if not lines:
         return None
     concurrencies = sorted({m["concurrency"] for m in lines})
@@ -250,7 +227,8 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
                   for i, mode in enumerate(modes)}
     k_max = max(len(m["acceptance"]["per_position_rates"]) for m in lines)
 
-    fig = _figure(max(9.5, 6.5 + 0.5 * k_max), 0.6 + 3.6 * len(concurrencies))
+    width_in = max(9.5, 6.5 + 0.5 * k_max)
+    fig = new_figure(width_in, 0.6 + 3.6 * len(concurrencies))
     axes = fig.subplots(len(concurrencies), 1, squeeze=False)[:, 0]
     for ax, concurrency in zip(axes, concurrencies, strict=True):
         for m in sorted((m for m in lines if m["concurrency"] == concurrency),
@@ -271,7 +249,7 @@ def plot_acceptance(report: dict[str, Any], path: Path) -> Path | None:
         ax.set_title(f"concurrency {concurrency}", fontsize=9.5)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    _suptitle(fig, max(9.5, 6.5 + 0.5 * k_max), _title(report),
+    _suptitle(fig, width_in, _title(report),
               "per-position acceptance rate (vLLM spec-decode counters)", 11)
     return save_figure(fig, path)
 
@@ -284,10 +262,8 @@ FAIL_SHADE = "#f3c9c9"
 
 
 def plot_forest(report: dict[str, Any], path: Path) -> Path | None:
-    """The run's main picture: one row per gate, its ratio this run / reference with the interval,
-    the fail region shaded up to its threshold (above it for TTFT), coloured by outcome; on the
-    right the figures and the outcome. A gate without a ratio keeps its row, its outcome written
-    there. None when no gate ran."""
+    """The run's main picture: one row per gate, its ratio with the interval, the fail region shaded
+    up to its threshold, coloured by outcome, the figures on the right. None when no gate ran."""
     fig = forest_figure(report)
     return None if fig is None else save_figure(fig, path)
 
@@ -309,7 +285,7 @@ def forest_figure(report: dict[str, Any]):
              else f"{c.measured if c.measured != '-' else 'no ratio'}  {c.outcome_text}"
              for c in rows]
     width_in = min(22.0, 5.5 + 0.066 * label_chars + 0.066 * max(len(t) for t in right))
-    fig = _figure(width_in, 2.2 + 0.3 * len(rows))
+    fig = new_figure(width_in, 2.2 + 0.3 * len(rows))
     ax = fig.subplots()
     ax.set_xscale("log")
     ax.set_xlim(lo, hi)

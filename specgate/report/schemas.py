@@ -1,11 +1,7 @@
-"""JSON schemas of the two files specgate writes for others to read: ``report.json`` (a run's
-every measurement and verdict) and ``baselines.json`` (the stored reference,
-:class:`specgate.store.baselines.BaselineFile`).
-
-The report's models below describe what ``SpecgateSession.report_data`` writes. They name the keys a
-reader can rely on and leave the rest open (``extra="allow"``): a report gains keys as specgate
-grows, and a reader ignores what it does not know. ``python -m specgate schema --out docs/schemas``
-writes both schemas; the fast tier checks that the committed ones are current.
+"""JSON schemas of ``report.json`` and ``baselines.json`` (``python -m specgate schema --out
+docs/schemas``; the fast tier checks the committed ones are current). The report's models name the
+keys a reader can rely on and leave the rest open (``extra="allow"``): a report gains keys as
+specgate grows.
 """
 
 from __future__ import annotations

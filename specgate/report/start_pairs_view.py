@@ -19,9 +19,8 @@ from specgate.store.saved_report import load_report
 
 def run_start_pairs(rig: Rig, pairs: int, *, runs_dir: Path,
                     pytest_args: Sequence[str] = ()) -> int:
-    """Run ``pairs`` A/B sessions of ``rig`` one after the other, the first side alternating, then
-    combine their throughput gates (combined.json beside the sessions' folders). Returns the exit
-    code."""
+    """Run ``pairs`` A/B sessions of ``rig``, the first side alternating, then combine their
+    throughput gates (combined.json beside the sessions' folders); the exit code."""
     reports = []
     for k in range(pairs):
         first = ORDERS[k % 2]

@@ -66,6 +66,11 @@ def _table(rows: list[list[Any]], headers: list[str], fmt: str, title: str = "")
     return "\n".join([*textwrap.wrap(title, TABLE_WIDTH), table]) if title else table
 
 
+def _where(m: dict[str, Any]) -> str:
+    """A window as the notice lines name it: 'ngram-coding-c1'."""
+    return f"{m['mode']}-{m['prompt_class']}-c{m['concurrency']}"
+
+
 UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
                   "too few drafts": "UNDECIDED", "undecided": "UNDECIDED", "not run": "NOT RUN"}
 
@@ -81,11 +86,10 @@ def _verdict_text(gates: list[dict[str, Any]]) -> str:
     """"pass", "FAIL throughput,backfire", "declared backfire", plus the gates that decided
     nothing ("throughput: no stored figures"); "-" when no gate ran."""
     decided = [g for g in gates if "kind" not in g]
-    failed = [g["gate"] for g in decided if not g["passed"] and not g.get("declared")
-              and g.get("gating") != "report"]
-    declared = [g["gate"] for g in decided if not g["passed"] and g.get("declared")]
-    reported = [g["gate"] for g in decided if not g["passed"] and not g.get("declared")
-                and g.get("gating") == "report"]
+    lost = [g for g in decided if not g["passed"]]
+    declared = [g["gate"] for g in lost if g.get("declared")]
+    failed = [g["gate"] for g in lost if not g.get("declared") and g.get("gating") != "report"]
+    reported = [g["gate"] for g in lost if not g.get("declared") and g.get("gating") == "report"]
     parts = []
     if failed:
         parts.append("FAIL " + ",".join(failed))
@@ -120,9 +124,8 @@ def verdict_table(report: dict[str, Any], fmt: str = "simple") -> str:
     rows = verdict_rows(report)
     if not rows:
         return ""
-    if fmt in PIPE_FORMATS:
-        return _table(rows, VERDICT_HEADERS, fmt, VERDICT_TITLE)
-    keep = [i for i, h in enumerate(VERDICT_HEADERS) if h not in ("reference", "this run")]
+    keep = [i for i, h in enumerate(VERDICT_HEADERS)
+            if fmt in PIPE_FORMATS or h not in ("reference", "this run")]
     return _table([[row[i] for i in keep] for row in rows], [VERDICT_HEADERS[i] for i in keep], fmt,
                   VERDICT_TITLE)
 
@@ -146,7 +149,7 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
                 m = by.get((mode, prompt_class))
                 if m is None:
                     continue
-                tps = median_rate(m) if m else None
+                tps = median_rate(m)
                 change = (change_percent(report, mode, prompt_class, concurrency, tps, ref_tps)
                           if tps and mode != reference else None)
                 rows.append([prompt_class, mode, f"{tps:.1f}" if tps else "-",
@@ -175,11 +178,6 @@ def acceptance_table(report: dict[str, Any], fmt: str = "simple") -> str:
                   "acceptance (from vLLM's spec-decode counters, this run's windows)")
 
 
-def _median_ttft_ms(measurement: dict[str, Any]) -> float | None:
-    values = [r["ttft_s"] for r in measurement["records"] if r.get("ttft_s") is not None]
-    return statistics.median(values) * 1000 if values else None
-
-
 def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
     """Per measurement window: the median time to first token and, where the server exported its
     decode rate, client vs server decode tok/s and their difference (client / server - 1)."""
@@ -187,7 +185,8 @@ def window_table(report: dict[str, Any], fmt: str = "simple") -> str:
     with_server = any(m.get("server_decode_tokens_per_s") for m in measurements)
     rows = []
     for m in measurements:
-        ttft = _median_ttft_ms(m)
+        ttfts = [r["ttft_s"] for r in m["records"] if r.get("ttft_s") is not None]
+        ttft = statistics.median(ttfts) * 1000 if ttfts else None
         aggregate = m.get("aggregate_tokens_per_s")
         row: list[Any] = [m["mode"], m["prompt_class"], m["concurrency"],
                           f"{len(m['records'])}" + (
@@ -319,9 +318,8 @@ def host_bound_lines(report: dict[str, Any]) -> list[str]:
         if engine is None or engine < HOST_BOUND_CPU_S_PER_S:
             continue
         canary = ((m.get("telemetry") or {}).get("window") or {}).get("cpu_canary_us")
-        lines.append(f"HOST-BOUND [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: its "
-                     f"engine core used {engine:.2f} CPU-s per s of its requests, so its speed "
-                     "follows the host CPU's"
+        lines.append(f"HOST-BOUND [{_where(m)}]: its engine core used {engine:.2f} CPU-s per s "
+                     "of its requests, so its speed follows the host CPU's"
                      + (f" (canary fastest {canary[0]:.1f} us this window)" if canary else ""))
     return [f"{line}; a ratio from another session compares the two hosts' speed too (compare the "
             "canary column of both sessions' environment tables)" for line in lines]
@@ -333,7 +331,7 @@ def notice_lines(report: dict[str, Any]) -> list[str]:
     by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
     for gate in report["gates"]:
         details = gate.get("details") or {}
-        where = f"{gate['mode']}-{gate['prompt_class']}-c{gate['concurrency']}"
+        where = _where(gate)
         fit = details.get("baseline_fingerprint") or {}
         tags = {"other_machine": "OTHER MACHINE", "other_setup": "OTHER SETUP"}
         if tag := tags.get(fit.get("kind", "")):
@@ -377,8 +375,7 @@ def spell_lines(report: dict[str, Any]) -> list[str]:
             if spell.mean_residual - then > -SPELL_SIZE:
                 continue
             lines.append(
-                f"SLOW SPELL [{m['mode']}-{m['prompt_class']}-c{m['concurrency']}]: "
-                f"{spell.requests} of {label}'s {spell.of} requests, "
+                f"SLOW SPELL [{_where(m)}]: {spell.requests} of {label}'s {spell.of} requests, "
                 f"{spell.started_s[0]:.0f}-{spell.started_s[1]:.0f} s into the window, ran "
                 f"{-math.expm1(spell.mean_residual) * 100:.1f} % under their prompts' other "
                 f"requests ({other_label}'s then: {math.expm1(then) * 100:+.1f} %; a run this slow "
@@ -395,16 +392,14 @@ def failed_gate_lines(report: dict[str, Any], *, full: bool = False) -> list[str
     def gate_lines(tagged: list[tuple[str, dict[str, Any]]]) -> list[str]:
         if not full:
             return grouped_lines(tagged)
-        return [f"{tag} {e['gate']} [{e['mode']}-{e['prompt_class']}-c{e['concurrency']}]: "
-                f"{e['message'].splitlines()[0]}" for tag, e in tagged]
+        return [f"{tag} {e['gate']} [{_where(e)}]: {e['message'].splitlines()[0]}"
+                for tag, e in tagged]
 
     lines = gate_lines([("DECLARED" if gate.get("declared") else "FAILED (reported only)"
                          if gate.get("gating") == "report" else "FAILED", gate)
                         for gate in report["gates"] if not gate["passed"]])
     for failure in report.get("failures", []):
-        text = ("NOT MEASURED "
-                f"[{failure['mode']}-{failure['prompt_class']}-c{failure['concurrency']}]: "
-                f"{failure['error'].splitlines()[0]}")
+        text = f"NOT MEASURED [{_where(failure)}]: {failure['error'].splitlines()[0]}"
         lines.append(text if full else clip(text))
     undecided = report.get("undecided", [])
     lines += _decided_nothing_lines(report)
@@ -448,13 +443,15 @@ def start_order_lines(report: dict[str, Any]) -> list[str]:
 
 
 def summary_lines(report: dict[str, Any], *, full: bool = False) -> list[str]:
-    """The gate and notice lines under the tables: failed and undecided gates, what gated the run,
-    the gates' figures, the start order, stored figures from elsewhere, host-bound windows, slow
-    spells, and what an older report lacks. In the terminal a gate's line is its short one and a
-    notice is wrapped; ``full``: the whole statements (summary.md, report.html)."""
-    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report)
-               + notice_lines(report) + missing_line(report))
+    """The gate and notice lines under the tables: in the terminal a gate's short line and the
+    notices wrapped; ``full``: the whole statements (summary.md, report.html)."""
+    notices = _notices(report)
     return failed_gate_lines(report, full=full) + (notices if full else _wrapped(notices))
+
+
+def _notices(report: dict[str, Any]) -> list[str]:
+    return (gating_lines(report) + settings_lines(report) + start_order_lines(report)
+            + notice_lines(report) + missing_line(report))
 
 
 def _wrapped(lines: list[str]) -> list[str]:
@@ -485,17 +482,11 @@ def _summary_text(report: dict[str, Any]) -> str:
         lines = failed_gate_lines(report) + _wrapped(gating_lines(report))
         return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
     rig = report["rig"]
-    parts = [f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier, "
-             f"model {rig.get('model', '?')})"
-             + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]")]
-    verdicts = verdict_table(report)
-    if verdicts:
-        parts.append(verdicts)
-    parts += detail_tables(report)
-    lines = summary_lines(report)
-    if lines:
-        parts.append("\n".join(lines))
-    return "\n\n".join(parts)
+    head = (f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier, model "
+            f"{rig.get('model', '?')})"
+            + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]"))
+    parts = [head, verdict_table(report), *detail_tables(report), "\n".join(summary_lines(report))]
+    return "\n\n".join(part for part in parts if part)
 
 
 def settings_lines(report: dict[str, Any]) -> list[str]:
@@ -521,33 +512,24 @@ def settings_lines(report: dict[str, Any]) -> list[str]:
 def render_markdown(report: dict[str, Any]) -> str:
     """summary.md and the GitHub job summary: the verdict table, a link to report.html, the other
     tables and the lines; no name or message opens raw HTML there."""
-    parts = [f"## specgate: rig `{report['rig']['name']}`" +
-             ("" if report.get("complete", True) else " (partial run)")]
-    verdicts = verdict_table(report, "github")
-    if verdicts:
-        parts.append(verdicts)
-    parts.append("The full report, with the plots and the run's facts: "
-                 f"[{HTML_NAME}]({HTML_NAME}), beside this summary (in a CI run, in the run's "
-                 "artifact).")
-    parts += detail_tables(report, "github", every=True)
     lines = failed_gate_lines(report, full=True)
-    if lines:
-        parts.append("\n".join(f"- {line}" for line in lines))
-    else:
-        parts.append("All gates passed." if report["gates"] else "No gate ran.")
-    notices = (gating_lines(report) + settings_lines(report) + start_order_lines(report)
-               + notice_lines(report)
-               + missing_line(report))
-    if notices:
-        parts.append("\n".join(f"- {line}" for line in notices))
-    return markdown_without_html("\n\n".join(parts) + "\n")
+    parts = [f"## specgate: rig `{report['rig']['name']}`"
+             + ("" if report.get("complete", True) else " (partial run)"),
+             verdict_table(report, "github"),
+             "The full report, with the plots and the run's facts: "
+             f"[{HTML_NAME}]({HTML_NAME}), beside this summary (in a CI run, in the run's "
+             "artifact).",
+             *detail_tables(report, "github", every=True),
+             "\n".join(f"- {line}" for line in lines) if lines
+             else "All gates passed." if report["gates"] else "No gate ran.",
+             "\n".join(f"- {line}" for line in _notices(report))]
+    return markdown_without_html("\n\n".join(part for part in parts if part) + "\n")
 
 
 def render_all(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """Write ``summary.md``, the plots (``forest.png``, ``throughput.png``, ``acceptance.png``) and
-    ``report.html`` into ``out_dir``; return what was written (``{"summary": ..., "forest": ...,
-    "html": ...}``): a plot with nothing to draw is left out and a stale file of its name removed.
-    A plot or page that cannot be drawn is a warning, not an error: the summary is written first."""
+    """Write ``summary.md``, the plots and ``report.html`` into ``out_dir``; return what was written
+    by name (a plot with nothing to draw left out, a stale file of its name removed). A plot or page
+    that cannot be drawn is a warning, not an error: the summary is written first."""
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

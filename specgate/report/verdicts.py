@@ -54,14 +54,11 @@ def _figures(entry: Mapping[str, Any]) -> str | None:
     c = comparison(dict(entry), no_windows())
     if c.ratio is None:
         return None
-    text = f"{c.ratio:.3f}x of {c.against}"
-    if c.ci_low is not None and c.ci_high is not None:
-        text += f" ({c.ci_low:.3f}-{c.ci_high:.3f})"
-    else:
-        text += " (no interval)"
+    interval = c.ci_low is not None and c.ci_high is not None
+    text = f"{c.ratio:.3f}x of {c.against}" + (f" ({c.ci_low:.3f}-{c.ci_high:.3f})" if interval
+                                                else " (no interval)")
     if c.threshold is not None:
-        inside = c.ci_low is not None and c.ci_high is not None and (
-            c.ci_low <= c.threshold <= c.ci_high)
+        inside = interval and c.ci_low <= c.threshold <= c.ci_high
         failed = c.outcome in (Outcome.FAIL, Outcome.DECLARED_BACKFIRE)
         side = "spans" if inside or c.outcome is Outcome.UNDECIDED else (
             ">" if c.fails_above else "<") if failed else ("<=" if c.fails_above else ">=")
@@ -97,15 +94,14 @@ def _kind_words(entry: Mapping[str, Any], room: int) -> str | None:
                 f"{t['server']:.1f}: not measurements (±{t['tolerance'] * 100:g} % allowed)")
     if kind not in KIND_WORDS:
         return None
-    command = details.get("command")
-    return message if len(message) <= room else KIND_WORDS[kind] + (f"; {command}"
-                                                                    if command else "")
+    if len(message) <= room:
+        return message
+    return KIND_WORDS[kind] + (f"; {command}" if (command := details.get("command")) else "")
 
 
 def terminal_line(entry: Mapping[str, Any], *, prefix: str = "", suffix: str = "") -> str:
     """The gate's terminal line (and pytest's message), at most LINE_WIDTH characters with
-    ``prefix`` and ``suffix``: 'ngram coding c1 throughput: 0.929x of stored figures (0.921-0.937)
-    < 0.97 line [6 pairs]'; a gate with nothing to compare says why."""
+    ``prefix`` and ``suffix``; a gate with nothing to compare says why."""
     head = f"{prefix}{window_of(entry)} {entry.get('gate')}"
     body = _kind_words(entry, LINE_WIDTH - len(suffix) - len(head) - 2)
     if body is None:
@@ -132,9 +128,9 @@ def grouped_lines(tagged: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
     return lines
 
 
-def pytest_text(entry: Mapping[str, Any], outcome: Outcome, policy: Mapping[str, Policy]
-                | None = None, *,
-                declared: bool = False, gating: str | None = None, where: str = "") -> str:
+def pytest_text(entry: Mapping[str, Any], outcome: Outcome,
+                policy: Mapping[str, Policy] | None = None, *, declared: bool = False,
+                gating: str | None = None, where: str = "") -> str:
     """What pytest says of a gate's test: its terminal line, and why it passes, fails or is skipped
     where the outcome alone does not say; ``where`` it was decided, when not in the test."""
     if gating == "report" and not declared and outcome is not Outcome.PASS:
@@ -191,7 +187,6 @@ def gating_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(family_text(Family(fam["gating_decisions"], fam["confidence"],
                                         fam.get("family_false_alarm"),
                                         fam.get("undecided_red", False))))
-    # every gate's chance of a red A/A (issue 62)
     return lines + red_run_lines(report.get("red_runs"))
 
 
@@ -234,8 +229,8 @@ def _metric(c: Mapping[str, Any], lengths: list[float] | None) -> str:
 
 def check_text(subject: str, c: Mapping[str, Any], lengths: list[float] | None = None) -> str:
     """One acceptance check (specgate.decide.stats.Comparison) in words."""
-    label, tol, cov = c.get("reference_label", "stored"), c.get("tolerance",
-                                                                0.0), c.get("confidence") or 0.95
+    label, tol = c.get("reference_label", "stored"), c.get("tolerance", 0.0)
+    cov = c.get("confidence") or 0.95
     value, ref, ratio, threshold = c["measured"], c["reference"], c["ratio"], c["threshold"]
     head = f"{subject}: {_metric(c, lengths)} {value:.3g}"
     line = f"{ref * threshold:.3g} = {label} - {tol * 100:g} %"
@@ -281,8 +276,8 @@ def check_text(subject: str, c: Mapping[str, Any], lengths: list[float] | None =
 
 
 def _subject(entry: Mapping[str, Any], *, concurrency: bool = True) -> str:
-    return f"{entry['mode']} on {entry['prompt_class']}" + (f" (concurrency {entry['concurrency']})"
-                                                            if concurrency else "")
+    return (f"{entry['mode']} on {entry['prompt_class']}"
+            + (f" (concurrency {entry['concurrency']})" if concurrency else ""))
 
 
 def _side(mode: str, side: str | None) -> str:
@@ -460,10 +455,9 @@ def ratio_text(d: Mapping[str, Any], label: str) -> str:
 def _paired(entry: Mapping[str, Any], d: Mapping[str, Any]) -> str:
     failed = not d.get("passed", True)
     mode, cls = entry["mode"], entry["prompt_class"]
-    if failed and d.get("head") == "backfire":
-        head = f"{mode} is {change_text(d['ratio'])} than no speculation on {cls}"
-    elif failed and d.get("head") == "history":
-        head = f"{mode} is {change_text(d['ratio'])} than its history on {cls}"
+    than = {"backfire": "no speculation", "history": "its history"}.get(d.get("head"))
+    if failed and than:
+        head = f"{mode} is {change_text(d['ratio'])} than {than} on {cls}"
     else:
         head = _subject(entry, concurrency=entry["gate"] != "backfire")
     return f"{head}: {verdict_text(d)}: {ratio_text(d, reference_text(d))} [{compared_text(d)}]"
@@ -581,13 +575,11 @@ RULES = {
     "ttft unpaired": lambda e, d: (f"{_subject(e)}: TTFT undecided: {d['shared']} request(s) with "
                                    f"a first token on both sides share a key ({d['n_measured']} vs "
                                    f"{d['n_reference']} with one) [{compared_text(d)}]"),
-    "no counters": lambda e, d: f"{_subject(e, concurrency=False)}: the server exported no "
-                                "spec-decode counters; is speculation on?",
-    "nothing to compare": lambda e, d: (f"{_subject(e, concurrency=False)}: the "
-                                        f"{d['reference_label']} figures have no "
-                                        "acceptance; " + ("update them"
-                                                          if d["reference_label"] == "stored"
-                                                             else "is speculation on there?")),
+    "no counters": lambda e, d: (f"{_subject(e, concurrency=False)}: the server exported no "
+                                 "spec-decode counters; is speculation on?"),
+    "nothing to compare": lambda e, d: (
+        f"{_subject(e, concurrency=False)}: the {d['reference_label']} figures have no acceptance; "
+        + ("update them" if d["reference_label"] == "stored" else "is speculation on there?")),
 }
 
 
@@ -638,8 +630,7 @@ def follow_up_text(found: FollowUp | None) -> str | None:
 
 
 def follow_up_said(settings: WindowSettings, m: ClassMeasurement,
-                   selected: Collection[str] | None = None
-                   ) -> str | None:
+                   selected: Collection[str] | None = None) -> str | None:
     """Why window ``m``'s first look gets follow-up rounds (decide.follow_up); None if none."""
     return follow_up_text(follow_up_reason(settings, m, selected))
 

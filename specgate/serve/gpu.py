@@ -1,6 +1,5 @@
-"""GPU memory check before a server start: a GPU still held by an earlier server (or anyone
-else) makes the next start fail in confusing ways, so refuse with the GPU and the holders named
-(from NVML; tests inject their own reading)."""
+"""GPUs from NVML: a start refuses a GPU still held (by an earlier server or anyone else), which
+would make it fail in confusing ways, naming the holders."""
 
 from __future__ import annotations
 

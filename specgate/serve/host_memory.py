@@ -1,9 +1,6 @@
 """Host memory for sleep mode, one rule for ``plan``, the preflight and the sleep controller:
-sleep level 1 keeps sleeping servers' weights in host memory and needs HOST_MARGIN x (their
-weights) + HOST_RESERVE_GIB available; sleep level 2 keeps nothing, and its wake reads the weights
-again (``[estimate] weights_read_gib_per_s``). A server with a drafter or dummy weights cannot wake
-from sleep level 2, so it needs sleep level 1 or is refused before anything starts.
-"""
+sleep level 1 keeps sleeping servers' weights in host memory; sleep level 2 keeps nothing (a wake
+reads them again), and a server with a drafter or dummy weights cannot wake from it."""
 
 from __future__ import annotations
 
@@ -28,7 +25,7 @@ HOST_MEMORY_ENV = "SPECGATE_HOST_MEMORY_GIB"  # plan for a host of this many GiB
 
 
 def host_available_gib() -> float:
-    """The host's available memory in GiB (``$SPECGATE_HOST_MEMORY_GIB`` stands in for it)."""
+    """The host's available memory in GiB, or ``$SPECGATE_HOST_MEMORY_GIB``."""
     import os
 
     import psutil
@@ -90,19 +87,14 @@ class LevelChoice:
             fit = sum(1 for level in self.levels.values() if level == 1)
             line += (f": {self.short_gib:,.0f} GiB short; {fit} of {len(self.levels)} sleep at "
                      "sleep level 1")
-            if not fit and self.levels:
-                alone = sleep_level_1_need_gib([self._weights_each()])
+            if not fit and self.levels:  # one server's weights, from the figure for all of them
+                weights = ((self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB) / HOST_MARGIN
+                alone = sleep_level_1_need_gib([weights / max(1, self.at_once)])
                 line += f" (one alone needs {alone:,.0f} GiB)"
         return line
 
-    def _weights_each(self) -> float:
-        """One server's weights, from the rule's figure for those loaded at once."""
-        weights = (self.need_all_gib or HOST_RESERVE_GIB) - HOST_RESERVE_GIB
-        return weights / HOST_MARGIN / max(1, self.at_once)
-
     def refusal(self, sleepers: Sequence[Sleeper], *, instead: str = "") -> str | None:
-        """The refusal of the servers that need sleep level 1 and cannot have it (``instead``:
-        another way), or None."""
+        """The refusal of the servers that need sleep level 1 and cannot have it, or None."""
         if not self.refused:
             return None
         whom = [s for s in sleepers if s.label in self.refused]

@@ -1,9 +1,7 @@
 """Servers kept loaded between sessions (``--specgate-keep-servers``, ``specgate servers``): one
-JSON record per server under ``$SPECGATE_STATE_DIR`` (else ``~/.cache/specgate/servers``) with its
-process and fingerprint (a hash of what decides what it serves and how fast). Reused only when the
-hash matches and the same process answers; one of the same rig and mode with another hash is
-stopped. Attached servers (``--specgate-vllm-url``) are never recorded, reused or stopped.
-"""
+JSON record each under ``$SPECGATE_STATE_DIR`` (else ``~/.cache/specgate/servers``) with its
+process and fingerprint; reused only when the fingerprint matches and the same process answers.
+Attached servers (``--specgate-vllm-url``) are never recorded, reused or stopped."""
 
 from __future__ import annotations
 
@@ -34,7 +32,7 @@ from specgate.files import atomic_write_json
 from specgate.redaction import redacted_argv, without_secrets
 from specgate.serve.extensions import server_env_prefixes
 from specgate.serve.http import auth_headers, tls_context
-from specgate.serve.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, read_log_tail
+from specgate.serve.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, last_lines, read_log_tail
 from specgate.serve.sleep import with_sleep_mode
 
 STATE_ENV = "SPECGATE_STATE_DIR"
@@ -93,8 +91,7 @@ def model_state(path: str) -> str:
 
 
 def draft_model(argv: Iterable[str]) -> str | None:
-    """The ``model`` of the ``--speculative-config`` in a server's argv (a draft model or an EAGLE
-    head), or None."""
+    """The ``model`` (draft or EAGLE head) of a server argv's ``--speculative-config``, or None."""
     for flag, value in itertools.pairwise(argv):
         if flag == "--speculative-config":
             with contextlib.suppress(ValueError, TypeError, AttributeError):
@@ -183,12 +180,10 @@ def load_all(folder: Path | None = None) -> list[KeptServer]:
     return kept
 
 
-def write(kept: KeptServer, folder: Path | None = None) -> Path:
+def write(kept: KeptServer, folder: Path | None = None) -> None:
     folder = folder or state_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = kept.path(folder)
-    atomic_write_json(path, asdict(kept))
-    return path
+    atomic_write_json(kept.path(folder), asdict(kept))
 
 
 def forget(kept: KeptServer, folder: Path | None = None) -> None:
@@ -231,13 +226,6 @@ def asleep_at_sleep_level_1(but: set[int], folder: Path | None = None) -> list[s
     """Names of the live kept servers asleep at sleep level 1, but for the pids in ``but``."""
     return [k.name for k in load_all(folder)
             if k.sleep_level == 1 and k.pid not in but and k.alive()]
-
-
-def others_of_slot(rig: str, label: str, digest: str,
-                   folder: Path | None = None) -> list[KeptServer]:
-    """Kept servers of the same rig and mode (and side) with another fingerprint."""
-    return [k for k in load_all(folder)
-            if k.rig == rig and k.label == label and k.fingerprint != digest]
 
 
 class KeptVLLMServer(VLLMServer):
@@ -304,8 +292,7 @@ class ReusedServer:
     def check_alive(self) -> None:
         if not self.kept.alive():
             raise ServerDiedError(f"kept vLLM server for mode {self.label} "
-                                  f"(pid {self.kept.pid}) is gone.\nLast {LOG_TAIL_LINES} lines "
-                                  f"of {self.log_path}:\n{read_log_tail(self.log_path)}")
+                                  f"(pid {self.kept.pid}) is gone.\n{last_lines(self.log_path)}")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return read_log_tail(self.log_path, lines)
@@ -320,12 +307,19 @@ class ReusedServer:
     def asleep_at(self, timeout_s: float = 5.0) -> int | None:
         """The sleep level it sleeps at now (left asleep by an earlier session), None when awake."""
         try:
-            with httpx.Client(base_url=self.base_url, timeout=timeout_s,
-                              headers=auth_headers(self.api_key), verify=tls_context()) as http:
-                sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            sleeping = _sleeping(self.kept, timeout_s, self.api_key)
+        except _UNSURE:
             return None  # it cannot say: awake_or_why refused the unsure ones
         return self.kept.sleep_level if sleeping else None
+
+
+_UNSURE = (httpx.HTTPError, ValueError, KeyError, TypeError)  # no answer to GET /is_sleeping
+
+
+def _sleeping(kept: KeptServer, timeout_s: float, api_key: str | None) -> bool:
+    with httpx.Client(base_url=kept.base_url, timeout=timeout_s, headers=auth_headers(api_key),
+                      verify=tls_context()) as http:
+        return bool(http.get("/is_sleeping").json()["is_sleeping"])
 
 
 def awake_or_why(kept: KeptServer, timeout_s: float = 5.0,
@@ -333,10 +327,8 @@ def awake_or_why(kept: KeptServer, timeout_s: float = 5.0,
     """Why a kept server of an alternation may not be reused (asleep at a sleep level other than 1
     or unrecorded, or it cannot say); None when awake or asleep at sleep level 1."""
     try:
-        with httpx.Client(base_url=kept.base_url, timeout=timeout_s, headers=auth_headers(api_key),
-                          verify=tls_context()) as http:
-            sleeping = bool(http.get("/is_sleeping").json()["is_sleeping"])
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        sleeping = _sleeping(kept, timeout_s, api_key)
+    except _UNSURE as exc:
         return f"it did not say whether it sleeps ({type(exc).__name__})"
     if not sleeping or kept.sleep_level == 1:
         return None
@@ -372,7 +364,9 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callabl
                  f"{unwell.served_model_name!r}"
                  + (" to this session's API key" if spec.api_key else ""))
         stop_kept(unwell, folder)
-    for other in others_of_slot(rig.name, mode_label, digest, folder) + [
+    # this slot's (rig and mode) of another fingerprint, then those of stop_others
+    for other in [k for k in load_all(folder) if k.rig == rig.name and k.label == mode_label
+                  and k.fingerprint != digest] + [
             k for k in load_all(folder) if k.rig == rig.name and k.label in set(stop_others)]:
         changed = sorted(k for k in set(parts) | set(other.parts)
                          if parts.get(k) != other.parts.get(k))

@@ -1,10 +1,6 @@
-"""One vLLM server process: start, readiness, liveness, teardown of its whole process group.
-
-``VLLMServer`` starts from an argv list in a new session (one process group to signal), logging to
-a file. Ready: ``/health``, ``/v1/models`` lists the served name and one generation succeeds; an
-exit or a fatal engine error in the log fails the wait at once. ``AttachedServer`` has the same
-face for a server someone else started (``--specgate-vllm-url``).
-"""
+"""One vLLM server process: start (in a new session, one process group to signal), readiness
+(``/health``, ``/v1/models``, one generation), liveness, teardown of its whole process group;
+``AttachedServer``: the same face for a server someone else started (``--specgate-vllm-url``)."""
 
 from __future__ import annotations
 
@@ -49,8 +45,7 @@ Progress = Callable[[str], None]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now. Another process can still take it before vLLM binds;
-    ``VLLMServer`` notices "address already in use" in the log and retries on a new port."""
+    """A port the OS says is free now (``VLLMServer`` retries when another takes it first)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -62,6 +57,11 @@ def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
             return "".join(deque(handle, maxlen=lines)).rstrip()
     except FileNotFoundError:
         return "(no log file)"
+
+
+def last_lines(path: Path) -> str:
+    """The log's last lines, headed as every error that quotes them."""
+    return f"Last {LOG_TAIL_LINES} lines of {path}:\n{read_log_tail(path)}"
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -103,8 +103,7 @@ class ServerSpec:
 
 def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = None,
                   side: Side | None = None, side_name: str | None = None) -> ServerSpec:
-    """The argv and environment that start ``rig``'s model in ``mode``, on one side of an A/B when
-    ``side`` is given."""
+    """The spec that starts ``rig``'s model in ``mode`` (on one side of an A/B: ``side``)."""
     prefix = list(rig.argv_prefix)
     if side is not None and side.python:
         if prefix[0] != sys.executable:
@@ -128,8 +127,7 @@ def spec_for_mode(rig: Rig, mode: Mode, *, log_dir: Path, gpus: str | None = Non
 
 
 def check_local_paths(rig: Rig, mode: Mode) -> None:
-    """Fail before a start (seconds, not a server's minutes) when the rig's model or the mode's
-    draft model names a local folder that is not there."""
+    """Fail before a start when the rig's model or the mode's draft names a missing folder."""
     wanted = {"model": rig.model, f"modes.{mode.name}.speculative_config.model":
               (mode.speculative_config or {}).get("model")}
     missing = [f"{key} = {path}" for key, path in wanted.items()
@@ -145,8 +143,7 @@ def check_local_paths(rig: Rig, mode: Mode) -> None:
 class VLLMServer:
     """A vLLM OpenAI-compatible server this process started and owns."""
 
-    # SIGTERM the server when specgate dies (_term_when_parent_dies); a kept server outlives it.
-    term_with_parent = True
+    term_with_parent = True  # SIGTERM it when specgate dies; a kept server outlives specgate
 
     def __init__(self, spec: ServerSpec, *, progress: Progress | None = None,
                  before_start: Callable[[], None] | None = None) -> None:
@@ -181,9 +178,6 @@ class VLLMServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _last_lines(self) -> str:
-        return f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{read_log_tail(self.log_path)}"
-
     def start(self) -> None:
         if self.before_start is not None:
             self.before_start()
@@ -209,8 +203,7 @@ class VLLMServer:
             return handle.read()
 
     def fatal_log_line(self) -> str | None:
-        """The first line of this attempt's log that carries a fatal engine error, if any
-        (reads only what was appended since the last call)."""
+        """The first line this attempt logged since the last call with a fatal engine error."""
         start = max(self._scanned_to, self._log_start)
         try:
             with self.log_path.open("rb") as handle:  # bytes: offsets stay exact
@@ -255,24 +248,14 @@ class VLLMServer:
             while True:
                 now = time.monotonic()
                 elapsed = now - self.started_at
-                code = self.process.poll()
-                if code is not None:
-                    raise ServerStartError(
-                        f"vLLM server for mode {self.label} exited with code {code} after "
-                        f"{format_elapsed(elapsed)}, before it was ready ({stage}).\n"
-                        f"{self._last_lines()}")
-                fatal = self.fatal_log_line()
-                if fatal is not None:
-                    raise ServerStartError(
-                        f"vLLM server for mode {self.label} logged a fatal engine error after "
-                        f"{format_elapsed(elapsed)} ({stage}); it will not become ready, stopping "
-                        f"it.\n  {fatal[:300]}\n{self._last_lines()}")
+                after = f"after {format_elapsed(elapsed)}"
+                self._raise_if_down(ServerStartError, f"{after}, before it was ready ({stage})",
+                                    f"{after} ({stage}); it will not become ready, stopping it")
                 if now > deadline:
                     raise ServerStartError(
-                        f"vLLM server for mode {self.label} was not ready after "
-                        f"{format_elapsed(elapsed)} (startup deadline "
-                        f"{format_elapsed(self.spec.startup_timeout_s)}; {stage}); "
-                        f"stopping it.\n{self._last_lines()}")
+                        f"vLLM server for mode {self.label} was not ready {after} (startup "
+                        f"deadline {format_elapsed(self.spec.startup_timeout_s)}; {stage}); "
+                        f"stopping it.\n{last_lines(self.log_path)}")
                 if now - last_progress >= PROGRESS_EVERY_S:
                     last_line = read_log_tail(self.log_path, 1).strip()[:160]
                     self.progress(f"mode {self.label}: {stage}, {format_elapsed(elapsed)} "
@@ -322,16 +305,20 @@ class VLLMServer:
         """Raise ServerDiedError, quoting the log, if the server process has exited."""
         if self.process is None:
             raise ServerDiedError(f"vLLM server for mode {self.label} was never started")
+        self._raise_if_down(ServerDiedError, "during the run",
+                            "during the run; its requests would hang")
+
+    def _raise_if_down(self, error: type[ServerError], exited: str, fatal_then: str) -> None:
+        """Raise ``error``, quoting the log, if the process exited or logged a fatal error."""
+        assert self.process is not None
         code = self.process.poll()
         if code is not None:
-            raise ServerDiedError(
-                f"vLLM server for mode {self.label} exited with code {code} during the run.\n"
-                f"{self._last_lines()}")
+            raise error(f"vLLM server for mode {self.label} exited with code {code} {exited}.\n"
+                        f"{last_lines(self.log_path)}")
         fatal = self.fatal_log_line()
         if fatal is not None:
-            raise ServerDiedError(
-                f"vLLM server for mode {self.label} logged a fatal engine error during the run; "
-                f"its requests would hang.\n  {fatal[:300]}\n{self._last_lines()}")
+            raise error(f"vLLM server for mode {self.label} logged a fatal engine error "
+                        f"{fatal_then}.\n  {fatal[:300]}\n{last_lines(self.log_path)}")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return read_log_tail(self.log_path, lines)
@@ -459,9 +446,8 @@ class AttachedServer:
         return None
 
     def check_alive(self) -> None:
-        headers = auth_headers(self.api_key)
         try:
-            response = httpx.get(f"{self.base_url}/health", headers=headers,
+            response = httpx.get(f"{self.base_url}/health", headers=auth_headers(self.api_key),
                                  timeout=self.timeout_s, verify=tls_context())
         except httpx.TransportError as exc:
             raise ServerDiedError(f"attached server {self.base_url} (mode {self.label}) is not "

@@ -1,11 +1,7 @@
-"""Servers that take turns on the same GPUs: vLLM sleep mode (arrangement "alternation").
-
-Each server starts once with ``--enable-sleep-mode`` (and ``VLLM_SERVER_DEV_MODE=1``); one is awake
-at a time, and a swap (timed) is ``POST /sleep?level=N`` on the awake one, checks that it sleeps
-and that the GPU memory came free, then ``POST /wake_up`` on the other. Sleep level 1 offloads the
-weights to host memory; sleep level 2 discards them and a wake reloads them (``reload_weights``),
-so it is chosen only when the host lacks the memory, and refused for a drafter or dummy weights.
-"""
+"""Servers that take turns on the same GPUs with vLLM sleep mode (arrangement "alternation"): a
+swap (timed) is ``POST /sleep?level=N`` on the awake one, a check that it sleeps and that the GPU
+memory came free, then ``POST /wake_up`` on the other. Sleep level 2 discards the weights (a wake
+reloads them), so it is chosen only when the host lacks memory for sleep level 1."""
 
 from __future__ import annotations
 
@@ -67,8 +63,7 @@ def weights_gib_in_folder(model: str) -> float | None:
 
 def choose_level(need_gib: float | None, available_gib: float, *,
                  forced: int | None = None) -> tuple[int, str]:
-    """The sleep level of a server whose weights take ``need_gib`` (None: not known) on a host with
-    ``available_gib`` available, and why."""
+    """The sleep level of a server of ``need_gib`` of weights (None: not known), and why."""
     if forced is not None:
         return forced, f"sleep level {forced}: set by the rig (sleep_level)"
     if need_gib is None:
@@ -85,8 +80,7 @@ def choose_level(need_gib: float | None, available_gib: float, *,
 
 
 def nvml_free_fractions(gpus: str | None) -> list[tuple[str, float]] | None:
-    """(GPU, free memory / total) for the visible GPUs (``gpus``: CUDA_VISIBLE_DEVICES style;
-    None: every GPU), from NVML; None when NVML is not there."""
+    """(GPU, free memory / total) of the GPUs ``gpus`` names (None: all); None without NVML."""
     try:
         with nvml() as pynvml:
             wanted = [g.strip() for g in gpus.split(",")] if gpus else None
@@ -142,8 +136,7 @@ class SleepController:
         return next((t.server for t in self.sleepers if not t.sleeping), None)
 
     def add(self, server: Any, *, asleep_at: int | None = None) -> None:
-        """A server that just started (awake), or a kept one an earlier session left asleep at
-        sleep level ``asleep_at``."""
+        """A server just started (awake), or a kept one left asleep at sleep level ``asleep_at``."""
         if any(t.server is server for t in self.sleepers):
             return
         if asleep_at is None:
@@ -237,8 +230,7 @@ class SleepController:
                                "wake_s": 0.0, "first_sleep": first, "before_start": True})
 
     async def activate(self, server: Any) -> dict[str, Any] | None:
-        """Make ``server`` the awake one: put the awake other to sleep, check the GPU memory came
-        free, wake ``server``. Returns the swap (timings), or None when it was awake already."""
+        """Make ``server`` the awake one; the swap (timings), or None when it was awake already."""
         self.check()
         sleeper = self._sleeper(server)
         if not sleeper.sleeping:
@@ -265,8 +257,7 @@ class SleepController:
         return record
 
     def _fail(self, message: str) -> None:
-        """A swap failed: remember why, and tear every server of the alternation down (a server
-        half asleep holds GPU memory nobody can use)."""
+        """Remember why a swap failed and stop every server (one half asleep holds GPU memory)."""
         self.failure = message
         for sleeper in self.sleepers:
             stop = getattr(sleeper.server, "stop", None)
@@ -405,8 +396,7 @@ class SleepController:
 
 
 def _note_sleep(server: Any, level: int | None) -> None:
-    """A kept server records the sleep level it sleeps at, so the next session can take it asleep
-    and wake it (specgate.serve.registry.awake_or_why)."""
+    """A kept server records its sleep level, so the next session can wake it (awake_or_why)."""
     note = getattr(server, "note_sleep", None)
     if note is not None:
         note(level)

@@ -135,13 +135,9 @@ def _prompt_differences(stored: dict[str, PromptDigest], now: dict[str, PromptDi
 def _field_differences(stored: Fingerprint, now: Fingerprint) -> list[tuple[str, str]]:
     """(kind, text) for every field that differs, in a stable order."""
     out: list[tuple[str, str]] = []
-    for key in _LEGACY_KEYS:
+    for key in (*_LEGACY_KEYS, *_NEW_KEYS):
         a, b = getattr(stored, key), getattr(now, key)
-        if a != b:
-            out.append((_KIND_OF.get(key, OTHER_SETUP), f"{key}: stored {a!r}, now {b!r}"))
-    for key in _NEW_KEYS:
-        a, b = getattr(stored, key), getattr(now, key)
-        if a is not None and b is not None and a != b:
+        if a != b and (key in _LEGACY_KEYS or (a is not None and b is not None)):
             out.append((_KIND_OF.get(key, OTHER_SETUP), f"{key}: stored {a!r}, now {b!r}"))
     if stored.protocol is not None and now.protocol is not None:
         for key in sorted(stored.protocol.keys() & now.protocol.keys()):
@@ -283,9 +279,7 @@ class BaselineEntry(_Model):
         lists = [k for k in keys if data.get(k) is not None and not isinstance(data[k], list)]
         if lists:
             raise ValueError(f"{lists[0]} is not a list (a schema-1 history: one number per start)")
-        levels = list(data.pop("level_history", None) or [])
-        ratios = list(data.pop("ratio_history", None) or [])
-        canaries = list(data.pop("host_canary_us", None) or [])
+        levels, ratios, canaries = (list(data.pop(key, None) or []) for key in keys)
         if "starts" in data:
             raise ValueError("both starts and the schema-1 keys "
                              "level_history/ratio_history/host_canary_us")
@@ -386,10 +380,6 @@ class BaselineFile(_Model):
         return self
 
 
-def _key_of(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc)
-
-
 def load_baselines(path: Path) -> BaselineFile:
     """Read and validate; a missing file is an empty store (the first update creates it)."""
     if not path.exists():
@@ -409,7 +399,8 @@ def load_baselines(path: Path) -> BaselineFile:
     except ValidationError as exc:
         first = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise ConfigError(path, _key_of(first["loc"]) or None, f"{first['msg']}{more}") from None
+        key = ".".join(str(part) for part in first["loc"]) or None
+        raise ConfigError(path, key, f"{first['msg']}{more}") from None
     return store
 
 

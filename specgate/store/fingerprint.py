@@ -36,6 +36,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _handle(pynvml: Any, entry: str) -> Any:
+    """NVML's handle of a GPU named by index or UUID (GPU-..., MIG-..., whole for the lookup)."""
+    return (pynvml.nvmlDeviceGetHandleByIndex(int(entry)) if entry.isdigit()
+            else pynvml.nvmlDeviceGetHandleByUUID(entry))
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
     """(model name, count, driver) through NVML; ("unknown", 0, None) where there is none. With
     ``visible`` (the server's CUDA_VISIBLE_DEVICES) the count is the server's GPUs."""
@@ -47,14 +57,10 @@ def gpu_info(visible: str | None = None) -> tuple[str, int, str | None]:
                 entries = [e.strip() for e in visible.split(",") if is_gpu_id(e.strip())]
                 entries = [e for e in entries if not e.isdigit() or int(e) < count]
                 count = len(entries)
-                if entries:  # a UUID (GPU-..., MIG-...) must be whole for NVML's lookup
-                    first = (pynvml.nvmlDeviceGetHandleByIndex(int(entries[0]))
-                             if entries[0].isdigit()
-                             else pynvml.nvmlDeviceGetHandleByUUID(entries[0]))
+                if entries:
+                    first = _handle(pynvml, entries[0])
             name = pynvml.nvmlDeviceGetName(first) if count else "none"
-            driver = pynvml.nvmlSystemGetDriverVersion()
-            return (name.decode() if isinstance(name, bytes) else name, count,
-                    driver.decode() if isinstance(driver, bytes) else driver)
+            return _text(name), count, _text(pynvml.nvmlSystemGetDriverVersion())
     except Exception:  # no NVML, no driver, no GPU: the fingerprint says unknown
         return "unknown", 0, None
 
@@ -68,12 +74,7 @@ def machine_id(tier: str, visible: str | None = None, root: Path = Path("/")) ->
                 count = pynvml.nvmlDeviceGetCount()
                 entries = ([e.strip() for e in (visible or "").split(",") if is_gpu_id(e.strip())]
                            or [str(i) for i in range(count)])
-                uuids = []
-                for e in entries:
-                    handle = (pynvml.nvmlDeviceGetHandleByIndex(int(e)) if e.isdigit()
-                              else pynvml.nvmlDeviceGetHandleByUUID(e))
-                    uuid = pynvml.nvmlDeviceGetUUID(handle)
-                    uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
+                uuids = [_text(pynvml.nvmlDeviceGetUUID(_handle(pynvml, e))) for e in entries]
                 if uuids:
                     return ",".join(sorted(uuids))
         except Exception:  # no NVML: fall back to the host

@@ -96,12 +96,15 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
-class Window(_Read):
-    """One measured window, or its duet partner."""
-
+class _Keyed(_Read):
     mode: str
     prompt_class: str
     concurrency: int
+
+
+class Window(_Keyed):
+    """One measured window, or its duet partner."""
+
     records: list[Record]
     wall_s: float | None = None
     aggregate_tokens_per_s: float | None = None
@@ -199,10 +202,7 @@ class Undecided(Entry):
     outcome: str = "undecided"  # absent in older reports (read from the kind); never null
 
 
-class Failure(_Read):
-    mode: str
-    prompt_class: str
-    concurrency: int
+class Failure(_Keyed):
     error: str = Field(min_length=1)
 
 
@@ -226,10 +226,7 @@ class StartOrder(_Read):
     first: dict[str, str] | None = None
 
 
-class WindowSettings(_Read):
-    mode: str
-    prompt_class: str
-    concurrency: int
+class WindowSettings(_Keyed):
     confidence: float
     level_tolerance: float
     ab_tolerance: float

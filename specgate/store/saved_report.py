@@ -55,15 +55,11 @@ def read_saved_report(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def _records(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for m in report.get("measurements", []) for r in m.get("records") or []]
-
-
 def missing_parts(report: dict[str, Any]) -> list[str]:
     """What this report lacks that a report of today's specgate holds, and what is left out of the
     rendering for it; empty for a live run's report."""
     parts = []
-    records = _records(report)
+    records = [r for m in report.get("measurements", []) for r in m.get("records") or []]
     if records and not any("started_at" in r for r in records):
         parts.append("request timestamps (trimmed records: no TTFT, engine CPU or slow-spell "
                      "check)")
