@@ -187,14 +187,13 @@ def test_the_history_command_shows_the_committed_lab_history(tmp_path, capsys):
     assert f"plot: {png}" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_history_command_shows_a_one_start_history(tmp_path, capsys):
+def test_the_history_command_shows_a_one_start_history():
     """A window's history of one start (the committed cpu-smollm2 figures) is shown, not a crash: its
     spread needs two starts, and its sittings are said without one."""
-    from specgate.cli import main
+    from specgate.report.history_view import history_text
 
-    assert main(["history", "--rig", "cpu-smollm2", f"--out={tmp_path}"]) == 0
-    out = capsys.readouterr().out
-    assert "1 start(s), " in out and "the level gate uses a history from 3 on" in out
+    text = history_text(load_baselines(ROOT / "baselines.json"), load_rig("cpu-smollm2", ROOT / "fixtures"))
+    assert "1 start(s), " in text and "the level gate uses a history from 3 on" in text
 
 
 def test_the_history_command_refuses_an_unknown_rig_and_a_missing_file(tmp_path, capsys):

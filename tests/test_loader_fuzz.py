@@ -7,7 +7,7 @@ another exception, which would be a traceback and exit 1 (a failed gate, as CI r
 report that loads is also rendered (the terminal summary and summary.md) and advised from, as
 ``--specgate-report-only`` and ``specgate advise`` do with it; a library that loads is read by a rig.
 
-Examples per loader: SPECGATE_FUZZ_EXAMPLES, 200 by default (the fast tier, under a second a loader);
+Examples per loader: SPECGATE_FUZZ_EXAMPLES, 50 by default (the fast tier, a fraction of a second a loader);
 ``.ci/run``'s fast stage runs these tests alone with 2,000. Derandomized, so a CI run is repeatable; a
 failure names the shrunk input's mutations.
 """
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
-EXAMPLES = int(os.environ.get("SPECGATE_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("SPECGATE_FUZZ_EXAMPLES", "50"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
