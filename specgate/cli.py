@@ -271,6 +271,7 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     by side and the paths to a verdict. Exit 4 when the plan refuses a mode."""
     import contextlib
     import io
+    import os
 
     import pytest
 
@@ -286,14 +287,22 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
     given = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
     test_paths = [] if given else [str(root / "perf_tests")]
     out = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
-        if host_gib is not None:  # the session's check before any start reads the planned host
-            patch.setenv(HOST_MEMORY_ENV, repr(host_gib))
-        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier,
-                            "--specgate-rig", rig_name, f"--rootdir={root}",
-                            *(["-c", str(root / "pyproject.toml")]
-                              if (root / "pyproject.toml").is_file() else []),
-                            *pytest_args, *test_paths], plugins=[capture])
+    # the session's check before any start (sleep levels vs host memory) reads the planned host
+    stand_in = os.environ.get(HOST_MEMORY_ENV)
+    if host_gib is not None:
+        os.environ[HOST_MEMORY_ENV] = repr(host_gib)
+    try:
+        with contextlib.redirect_stdout(out):
+            code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-m", tier,
+                                "--specgate-rig", rig_name, f"--rootdir={root}",
+                                *(["-c", str(root / "pyproject.toml")]
+                                  if (root / "pyproject.toml").is_file() else []),
+                                *pytest_args, *test_paths], plugins=[capture])
+    finally:
+        if stand_in is None:
+            os.environ.pop(HOST_MEMORY_ENV, None)
+        else:
+            os.environ[HOST_MEMORY_ENV] = stand_in
     if capture.plan is None:
         print(out.getvalue(), end="")  # refused at collection (pytest printed why)
         if code == ExitCode.USAGE_ERROR:
@@ -305,7 +314,6 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
         return int(ExitCode.NO_TESTS) if code in (ExitCode.OK, ExitCode.GATE_FAILED) else int(code)
     plan = capture.plan
     rig, store = capture.run_session.settings.rig, capture.run_session.settings.store
-    side_by_side: list[str] = []
     if rig.arrangement.name == "alternation" and plan.servers:
         asked = Conditions(reused=[s.label for s in plan.servers if s.reused],
                            keep_servers=keep_servers, host_gib=host_gib,
@@ -314,13 +322,15 @@ def plan_session_command(rig_name: str, pytest_args: list[str], *, keep_servers:
                                conditions=asked)
         chosen = choose_arrangement(options)
         plan = chosen.plan
-        side_by_side = [*arrangement_lines(options, chosen),
-                        *paths(rig, capture.windows, capture.rates[0], store=store,
-                               host_gib=host_gib)]
-    print(plan.render())
+        print(plan.render())
+        for line in [*arrangement_lines(options, chosen),
+                     *paths(rig, capture.windows, capture.rates[0], store=store,
+                            host_gib=host_gib)]:
+            print(line)
+    else:
+        print(plan.render())
     red_runs = capture.run_session.settings.red_runs  # the selection's chance of a red A/A
-    for line in [*side_by_side,
-                 *red_run_lines(red_runs.to_dict() if red_runs is not None else None)]:
+    for line in red_run_lines(red_runs.to_dict() if red_runs is not None else None):
         print(line)
     if plan.refusal:
         print(f"specgate: refused before any server starts: {plan.refusal}", file=sys.stderr)
