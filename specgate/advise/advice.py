@@ -65,7 +65,6 @@ class Acceptance:
         return len(self.accepted_per_position)
 
     def acceptance_length(self, k: int) -> float:
-        """AL(k) = 1 + sum_{i<=k} accepted_i / drafts."""
         return 1.0 + math.fsum(a / self.drafts for a in self.accepted_per_position[:k])
 
     def acceptance_length_span(self, k: int) -> Span:
@@ -80,6 +79,11 @@ class Acceptance:
         full = self.acceptance_length(self.served_k)
         # AL(k) >= 1 whatever the shares' ends say
         return Span(self.acceptance_length(k), max(1.0, full * lo), full * hi)
+
+    def served_cost(self, ratio: Span) -> Span:
+        """c(K) = AL(K) / R, ends propagated."""
+        full = self.acceptance_length(self.served_k)
+        return Span(full / ratio.value, full / ratio.high, full / ratio.low)
 
 
 # -- step costs ----------------------------------------------------------------------------------
@@ -206,17 +210,12 @@ def _point(span: Span) -> float:
     return span.value if span.value is not None else (span.low + span.high) / 2
 
 
-def _served_cost(full: float, ratio: Span) -> Span:
-    """c(K) = AL(K) / R, ends propagated."""
-    return Span(full / ratio.value, full / ratio.high, full / ratio.low)
-
-
 def window_advice(mode: str, method: str, prompt_class: str, concurrency: int,
                   acceptance: Acceptance, measured_ratio: Span, *, fit: CostFit | None = None,
                   notes: Sequence[str] = ()) -> WindowAdvice:
     """The advice for one window from its counters and the backfire gate's ratio at the served k."""
     big_k = acceptance.served_k
-    served_cost = _served_cost(acceptance.acceptance_length(big_k), measured_ratio)
+    served_cost = acceptance.served_cost(measured_ratio)
     models = (FITTED,) if fit is not None else BOUNDS
     rows = []
     for k in range(1, big_k + 1):
@@ -345,11 +344,8 @@ def _per_request_acceptance(m: dict[str, Any], counters: tuple[float, list[float
     return drafts, per_position, effect
 
 
-Ready = tuple[dict[str, Any], Acceptance, Span, list[str]]
-
-
-def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, Any],
-                  source: str) -> Ready | str:
+def _ready_window(report: dict[str, Any], m: dict[str, Any], configs: dict[str, Any], source: str
+                  ) -> tuple[dict[str, Any], Acceptance, Span, list[str]] | str:
     """A speculative window advice can be drawn from, or why not (a line of "not advised")."""
     reference = (report.get("rig") or {}).get("reference_mode")
     mode, prompt_class, concurrency = m["mode"], m.get("prompt_class"), m.get("concurrency")
@@ -401,11 +397,10 @@ def advise_report(report: dict[str, Any], *, source: str = "report.json") -> Adv
     # the step costs measured at each served k, per drafter family, class and concurrency
     costs: dict[tuple[str, str, int], list[tuple[str, int, Span]]] = {}
     for m, acceptance, ratio, _ in ready:
-        full = acceptance.acceptance_length(acceptance.served_k)
         key = (_family(configs.get(m["mode"]) or {"method": m["mode"]}), m["prompt_class"],
                m["concurrency"])
-        costs.setdefault(key, []).append(
-            (m["mode"], acceptance.served_k, _served_cost(full, ratio)))
+        costs.setdefault(key, []).append((m["mode"], acceptance.served_k,
+                                          acceptance.served_cost(ratio)))
     windows = []
     for m, acceptance, ratio, notes in ready:
         config = configs.get(m["mode"]) or {"method": m["mode"]}
@@ -454,7 +449,6 @@ ASSUMPTIONS = (
 
 
 def _k_table(rows: list[list[str]], models: Sequence[str]) -> str:
-    """The table of k: k, AL(k), c(k) and the ratio under each model, a last unnamed column."""
     return simple_table(rows, ["k", "AL(k)", *(f"{v} {SHORT[m]}" for m in models
                                                for v in ("c(k)", "ratio")), ""])
 
@@ -465,11 +459,10 @@ def _ks(ks: Sequence[int]) -> str:
 
 def window_text(w: WindowAdvice) -> str:
     full = w.rows[-1].acceptance_length.value or 0.0
-    coverage = f"{w.confidence * 100:g} %"
     head = (f"{w.window} ({w.method}, served k={w.served_k}): measured "
-            f"{w.measured_ratio.text(3, 'x')} of no speculation ({coverage} interval) with "
-            f"AL({w.served_k}) = {full:.2f} over {w.drafts:g} drafts: one step costs "
-            f"c({w.served_k}) = {w.served_cost.text()} plain steps")
+            f"{w.measured_ratio.text(3, 'x')} of no speculation ({w.confidence * 100:g} % "
+            f"interval) with AL({w.served_k}) = {full:.2f} over {w.drafts:g} drafts: one step "
+            f"costs c({w.served_k}) = {w.served_cost.text()} plain steps")
     flips = w.flips()
     rows = []
     for r in w.rows:
@@ -558,10 +551,6 @@ class SeedClass:
     acceptance_length: dict[int, Span]
     predictions: dict[tuple[str, int], Span]  # (bound, k) -> ratio range
 
-    def cost(self, model: str, k: int, served_k: int) -> Span:
-        """c(k), the break-even AL, over the published AL range."""
-        return step_cost_at(model, k, served_k, self.served_cost)
-
     def flips(self) -> list[int]:
         """The k a bound puts wholly below 1 and the other not: the assumed cost decides."""
         p = self.predictions
@@ -616,13 +605,9 @@ def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
     big_k = f.k
     a_ub = [[-1.0 if j == i else float(j == i + 1) for j in range(big_k)]  # p_{i+1} <= p_i
             for i in range(big_k - 1)]
-    b_ub = [0.0] * (big_k - 1)
-    s_lo, s_hi = f.acceptance_length[0] - 1, f.acceptance_length[1] - 1
-    a_ub += [[1.0] * big_k, [-1.0] * big_k]
-    b_ub += [s_hi, -s_lo]
+    a_ub += [[1.0] * big_k, [-1.0] * big_k]  # 1 + sum p within the published AL range
+    b_ub = [0.0] * (big_k - 1) + [f.acceptance_length[1] - 1, -(f.acceptance_length[0] - 1)]
     bounds = [f.first_position] + [(0.0, 1.0)] * (big_k - 2) + [f.last_position]
-    ones = [1.0] * big_k
-    nothing = [0.0] * big_k
     ranged = partial(_fractional_range, a_ub=a_ub, b_ub=b_ub, bounds=bounds)
 
     classes = []
@@ -634,9 +619,9 @@ def seed_advice(figures: SeedFigures | None = None) -> SeedAdvice:
         for k in range(1, big_k + 1):
             first_k = [1.0] * k + [0.0] * (big_k - k)
             slope = k / (big_k * r)
-            lengths[k] = ranged(first_k, 1.0, nothing, 1.0)
+            lengths[k] = ranged(first_k, 1.0, [0.0] * big_k, 1.0)
             # k-independent: R (1 + S_k) / (1 + S_K); linear: (1 + S_k) / (1 + (c(K) - 1) k / K)
-            predictions[(CONSTANT, k)] = ranged([r * v for v in first_k], r, ones, 1.0)
+            predictions[(CONSTANT, k)] = ranged([r * v for v in first_k], r, [1.0] * big_k, 1.0)
             predictions[(LINEAR, k)] = ranged(first_k, 1.0, [slope] * big_k, 1 - k / big_k + slope)
         classes.append(SeedClass(prompt_class, r, served_cost, lengths, predictions))
     return SeedAdvice(f, tuple(classes), _seed_conclusion(f, classes))
@@ -702,7 +687,8 @@ def seed_text(seed: SeedAdvice) -> str:
             row = [str(k), al.text()]
             for m in BOUNDS:
                 ratio = c.predictions[(m, k)]
-                row += [c.cost(m, k, f.k).text(), f"{c.measured_ratio:.3f}x measured" if k == f.k
+                row += [step_cost_at(m, k, f.k, c.served_cost).text(),  # the break-even AL
+                        f"{c.measured_ratio:.3f}x measured" if k == f.k
                         else f"{ratio.text(2, 'x')} {ratio.verdict}"]
             rows.append([*row, "flips between the bounds" if k in c.flips() else ""])
         blocks.append(f"{c.prompt_class}: measured {c.measured_ratio:.3f}x at k={f.k}, c({f.k}) = "

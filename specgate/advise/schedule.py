@@ -86,13 +86,10 @@ def batch_ranges(levels: Sequence[int], max_batch: int) -> list[tuple[int, int]]
     return list(zip(starts, ends, strict=True))
 
 
-def _geometric(values: Sequence[float]) -> float:
-    return geometric_mean(values) if all(v > 0 for v in values) else 0.0
-
-
 def _combined(spans: Sequence[Span]) -> Span:
-    return Span(_geometric([s.value or 0.0 for s in spans]), _geometric([s.low for s in spans]),
-                _geometric([s.high for s in spans]))
+    """Each figure's geometric mean over ``spans`` (0 where one is not positive)."""
+    figures = zip(*((s.value or 0.0, s.low, s.high) for s in spans), strict=True)
+    return Span(*(geometric_mean(f) if all(v > 0 for v in f) else 0.0 for f in figures))
 
 
 def _best(spans: dict[int, Span]) -> int:
@@ -111,7 +108,8 @@ def _choice(level: int, batch: tuple[int, int], windows: Sequence[WindowAdvice],
     linear = None
     if model == CONSTANT:
         other = combined(LINEAR)
-        linear = (_best(other), other[_best(other)]) if _best(other) != best else None
+        top = _best(other)
+        linear = (top, other[top]) if top != best else None
     per_class = {w.prompt_class: w.rows[best - 1].predictions[model].ratio for w in windows}
     measured = all(w.rows[best - 1].measured for w in windows)
     chosen = best if (spans[best].value or 0.0) > 1 else 0

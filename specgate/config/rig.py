@@ -11,7 +11,7 @@ import os
 import string
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -229,7 +229,7 @@ class Gates(_Strict):
             return {}
         if isinstance(self.gating, str):
             return dict.fromkeys(GatingTable.model_fields, self.gating)
-        return {k: v for k, v in self.gating.model_dump().items() if v is not None}
+        return self.gating.model_dump(exclude_none=True)
 
     @property
     def outcome_policy(self) -> dict[str, str]:
@@ -258,8 +258,7 @@ class Gates(_Strict):
         override = self.classes.get(prompt_class)
         if override is None:
             return self
-        values = {k: v for k, v in override.model_dump().items() if v is not None}
-        return self.model_copy(update=values)
+        return self.model_copy(update=override.model_dump(exclude_none=True))
 
 
 class Side(_Strict):
@@ -579,12 +578,8 @@ def _substitute(value: str, variables: Mapping[str, str], path: Path, key: str) 
                           f"known: {known}") from None
 
 
-def _renamed_mode(name: str, entry: RigMode, path: Path) -> ConfigError:
+def _renamed(path: Path, key: str, fix: str) -> ConfigError:
     """A rig that still names the library's no-speculation mode by its old name."""
-    key, fix = ((f"modes.{name}.from", f'set from = "{NO_SPEC}"') if entry.from_ else
-                (f"modes.{name}", f"rename [modes.{OLD_NO_SPEC}] to [modes.{NO_SPEC}] (and "
-                                  f'reference_mode = "{OLD_NO_SPEC}" to "{NO_SPEC}", '
-                                  'if the rig sets it)'))
     return ConfigError(path, key, f"the library's no-speculation mode is now called {NO_SPEC!r} "
                        f"(it was {OLD_NO_SPEC!r}): {fix}")
 
@@ -594,7 +589,10 @@ def _resolve_mode(name: str, entry: RigMode, library: Mapping[str, LibraryMode],
     base_name = entry.from_ or name
     base = library.get(base_name)
     if base is None and base_name == OLD_NO_SPEC and NO_SPEC in library:
-        raise _renamed_mode(name, entry, path)
+        if entry.from_:
+            raise _renamed(path, f"modes.{name}.from", f'set from = "{NO_SPEC}"')
+        raise _renamed(path, f"modes.{name}", f"rename [modes.{OLD_NO_SPEC}] to [modes.{NO_SPEC}] "
+                       f'(and reference_mode = "{OLD_NO_SPEC}" to "{NO_SPEC}", if the rig sets it)')
     if base is None:
         raise ConfigError(path, f"modes.{name}", f"unknown mode {base_name!r}; the mode library "
                           f"has: {', '.join(sorted(library))} (add it to fixtures/modes.toml or "
@@ -626,9 +624,8 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
         name = rig_name_of(name)
     elif not path.exists():
         check_fixtures_dir(fixtures_dir)
-        known = sorted(p.stem for p in rigs_dir.glob("*.toml")) if rigs_dir.is_dir() else []
         raise ConfigError(path, None, f"no rig named {name!r}; rigs in {rigs_dir}: "
-                          f"{', '.join(known) or 'none'}")
+                          f"{', '.join(list_rigs(fixtures_dir)) or 'none'}")
     check_fixtures_dir(fixtures_dir)
     rig: RigFile = _validate(RigFile, read_toml(path), path)
     arrangement_key = _arrangement_key(rig, path)
@@ -651,8 +648,8 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
             if isinstance(v, str) else v for k, v in mode.speculative_config.items()}})
         if mode.speculative_config else mode
         for mode in modes)
-    selected = _selected_classes(rig, classes, path, fixtures_dir / "prompts.toml")
-    _check_modes(rig, [m.name for m in modes], classes, path, fixtures_dir / "prompts.toml")
+    selected = _selected_classes(rig, [m.name for m in modes], classes, path,
+                                 fixtures_dir / "prompts.toml")
     try:
         built = Rig(
             name=name, path=path, description=rig.description, tier=rig.tier, model=model,
@@ -672,33 +669,39 @@ def load_rig(name: str, fixtures_dir: Path, *, model_cache: Path | None = None) 
     return built
 
 
-def _selected_classes(rig: RigFile, classes: dict[str, PromptClass], path: Path,
-                      prompts_path: Path) -> tuple[PromptClass, ...]:
-    """The rig's prompt classes (``classes``, else every class), [gates.classes] checked."""
-    if rig.classes is not None:
-        unknown = [c for c in rig.classes if c not in classes]
+def _selected_classes(rig: RigFile, mode_names: list[str], classes: dict[str, PromptClass],
+                      path: Path, prompts_path: Path) -> tuple[PromptClass, ...]:
+    """The rig's prompt classes (``classes``, else every class), checked with what names a class
+    or mode: [gates.classes], the pairs a window can reach, the reference mode and each declared
+    backfire."""
+
+    def check_known(names: Iterable[str], key: str) -> None:
+        unknown = [c for c in names if c not in classes]
         if unknown:
-            raise ConfigError(path, "classes", f"unknown prompt class(es) {unknown}; "
+            raise ConfigError(path, key, f"unknown prompt class(es) {unknown}; "
                               f"{prompts_path} has: {', '.join(classes)}")
+
+    if rig.classes is not None:
+        check_known(rig.classes, "classes")
         selected = tuple(classes[c] for c in rig.classes)
     else:
         selected = tuple(classes.values())
     for gate_class in rig.gates.classes:
         if gate_class not in classes:
             raise ConfigError(path, f"gates.classes.{gate_class}", "unknown prompt class")
-    _check_window_pairs(selected, rig.protocol.repeats, path, prompts_path)
-    return selected
-
-
-def _check_modes(rig: RigFile, mode_names: list[str], classes: dict[str, PromptClass], path: Path,
-                 prompts_path: Path) -> None:
-    """The reference mode is one of the rig's modes; each declared backfire names known modes
-    and classes."""
+    # refuse windows whose first look cannot reach the MIN_PAIRS pairs a gate needs
+    repeats = rig.protocol.repeats
+    short = [(c.name, len(c.prompts)) for c in selected if len(c.prompts) * repeats < MIN_PAIRS]
+    if short:
+        listed = ", ".join(f"{name} ({n} prompt(s) x {repeats} = {n * repeats} pairs)"
+                           for name, n in short)
+        needed = max(-(-MIN_PAIRS // n) for _, n in short)
+        raise ConfigError(path, "protocol.repeats", f"a window of {listed} can never reach the "
+                          f"{MIN_PAIRS} pairs a paired gate needs to decide: set repeats = "
+                          f"{needed} or more, or give the class more prompts in {prompts_path}")
     if rig.reference_mode not in mode_names:
         if rig.reference_mode == OLD_NO_SPEC and NO_SPEC in mode_names:
-            raise ConfigError(path, "reference_mode", "the library's no-speculation mode is now "
-                              f'called {NO_SPEC!r} (it was {OLD_NO_SPEC!r}): set reference_mode = '
-                              f'"{NO_SPEC}"')
+            raise _renamed(path, "reference_mode", f'set reference_mode = "{NO_SPEC}"')
         if "reference_mode" not in rig.model_fields_set:
             raise ConfigError(path, "reference_mode", f"not set, and the default {NO_SPEC!r} (the "
                               "library's no-speculation mode) is not among the modes "
@@ -708,23 +711,9 @@ def _check_modes(rig: RigFile, mode_names: list[str], classes: dict[str, PromptC
         if declared.mode not in mode_names:
             raise ConfigError(path, f"declared_backfire[{i}].mode",
                               f"unknown mode {declared.mode!r}")
-        unknown = [c for c in declared.classes if c != "*" and c not in classes]
-        if unknown:  # else the backfire meant to be accepted would fail the run
-            raise ConfigError(path, f"declared_backfire[{i}].classes", "unknown prompt class(es) "
-                              f"{unknown}; {prompts_path} has: {', '.join(classes)}")
-
-
-def _check_window_pairs(classes: tuple[PromptClass, ...], repeats: int, path: Path,
-                        prompts_path: Path) -> None:
-    """Refuse a rig whose windows' first look cannot reach the MIN_PAIRS pairs a gate needs."""
-    short = [(c.name, len(c.prompts)) for c in classes if len(c.prompts) * repeats < MIN_PAIRS]
-    if short:
-        listed = ", ".join(f"{name} ({n} prompt(s) x {repeats} = {n * repeats} pairs)"
-                           for name, n in short)
-        needed = max(-(-MIN_PAIRS // n) for _, n in short)
-        raise ConfigError(path, "protocol.repeats", f"a window of {listed} can never reach the "
-                          f"{MIN_PAIRS} pairs a paired gate needs to decide: set repeats = "
-                          f"{needed} or more, or give the class more prompts in {prompts_path}")
+        # else the backfire meant to be accepted would fail the run
+        check_known([c for c in declared.classes if c != "*"], f"declared_backfire[{i}].classes")
+    return selected
 
 
 def check_sleep_level(rig: Rig, *, ab_from: str = "") -> None:

@@ -373,12 +373,6 @@ def request_acceptances(m: ClassMeasurement, *, vllm: bool = False) -> dict[str,
     return counts
 
 
-def _vllm_counts_everywhere(*windows: ClassMeasurement) -> bool:
-    """vLLM counted every request's acceptance on every side."""
-    return all(w.records and all(vllm_acceptance(r) is not None for r in w.records)
-               for w in windows)
-
-
 # streams may count this many more accepted tokens than vLLM per step, without vLLM's steps
 STREAM_EXCESS_PER_STEP = 0.02
 STREAM_MERGED_SHARE = 0.01  # with vLLM's steps: the share the streams may lack
@@ -425,7 +419,8 @@ def ab_acceptance(settings: WindowSettings, m: ClassMeasurement) -> GateResult:
     gates = settings.thresholds
     if m.acceptance is None:
         return _result("acceptance", m, Outcome.FAIL, "no counters")
-    vllm = _vllm_counts_everywhere(m, partner)
+    vllm = all(w.records and all(vllm_acceptance(r) is not None for r in w.records)
+               for w in (m, partner))  # vLLM counted every request on both sides
     ours, theirs = request_acceptances(m, vllm=vllm), request_acceptances(partner, vllm=vllm)
     mismatch = [] if vllm else [found for w, c in ((m, ours), (partner, theirs))
                                 if (found := stream_count_mismatch(w, c))]
@@ -466,9 +461,8 @@ def stored_start_histories(store: BaselineFile, settings: WindowSettings, m: Cla
     """The stored start histories of ``m``'s mode and no speculation, if both spread."""
     found = [lookup(store, settings.rig, mode, m.prompt_class, m.concurrency, machine=machine)
              for mode in (m.mode, settings.reference_mode)]
-    pair = tuple(StartHistory.of(h) if h is not None else None for h in found)
-    usable = all(h is not None and h.usable for h in pair)
-    return pair if usable else None  # type: ignore[return-value]
+    mine, theirs = (StartHistory.of(h) for h in found)
+    return (mine, theirs) if mine.usable and theirs.usable else None
 
 
 def check_backfire(settings: WindowSettings, m: ClassMeasurement, reference: ClassMeasurement,

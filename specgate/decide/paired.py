@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import cache
 from statistics import NormalDist
 from typing import Any
@@ -135,22 +135,26 @@ def paired_log_ratio(d: np.ndarray, *, threshold: float, confidence: float = 0.9
     if k < 1:
         return PairedRatio(ratio, None, None, 0.0, int(d.size), threshold, True, "undecided", None,
                            None)
-    quantiles = (NormalDist().inv_cdf(0.5 + coverage / 2), NormalDist().inv_cdf(POWER), None)
     return _decide(estimate, walsh[k - 1] - extra_log_spread,
                    walsh[walsh.size - k] + extra_log_spread, n=int(d.size), coverage=coverage,
-                   line=Line(threshold, equivalence_margin), method=METHOD, quantiles=quantiles)
+                   line=Line(threshold, equivalence_margin), method=METHOD)
 
 
 STRATA_METHOD = "prompts as strata: mean of per-prompt log ratios, t interval from the repeats"
 MIN_STRATA_DOF = 3  # fewer df (repeats): Hodges-Lehmann instead
 
 
-def _group_indices(strata: Sequence[str]) -> dict[str, list[int]]:
-    """Each stratum's pair indices, in order of first appearance."""
+def _strata(d: np.ndarray, strata: Sequence[str]
+            ) -> tuple[dict[str, list[int]], dict[str, float], float] | None:
+    """Each stratum's pair indices (in order of first appearance) and mean log ratio, and the mean
+    of those means (the estimate); None below MIN_STRATA_DOF degrees of freedom."""
     groups: dict[str, list[int]] = {}
     for i, stratum in enumerate(strata):
         groups.setdefault(stratum, []).append(i)
-    return groups
+    if sum(len(v) - 1 for v in groups.values()) < MIN_STRATA_DOF:
+        return None
+    means = {name: float(np.mean(d[idx])) for name, idx in groups.items()}
+    return groups, means, float(np.mean(list(means.values())))
 
 
 def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold: float,
@@ -159,28 +163,23 @@ def stratified_log_ratio(d: Sequence[float], strata: Sequence[str], *, threshold
     """The decision on log ratios ``d`` grouped by ``strata`` (prompts): the mean over prompts of
     each prompt's mean, with a Student's t interval on the repeats' scatter around their prompt's
     mean. Below MIN_STRATA_DOF degrees of freedom, :func:`paired_log_ratio` decides."""
-    from scipy.stats import t as student_t  # here only: scipy stays off the plugin's import path
-
     d = np.asarray(d, dtype=float)
     if len(strata) != d.size:
         raise ValueError(f"one stratum per pair: {d.size} pairs, {len(strata)} strata")
-    groups = {name: [float(d[i]) for i in idx] for name, idx in _group_indices(strata).items()}
-    dof = sum(len(v) - 1 for v in groups.values())
-    if dof < MIN_STRATA_DOF:
+    found = _strata(d, strata)
+    if found is None:
         return paired_log_ratio(d, threshold=threshold, confidence=confidence,
                                 equivalence_margin=equivalence_margin,
                                 extra_log_spread=extra_log_spread)
-    means = {name: float(np.mean(v)) for name, v in groups.items()}
-    estimate = float(np.mean(list(means.values())))
-    scatter = math.sqrt(sum((x - means[name]) ** 2 for name, v in groups.items() for x in v) / dof)
+    groups, means, estimate = found
+    dof = sum(len(v) - 1 for v in groups.values())
+    scatter = math.sqrt(sum((float(d[i]) - means[name]) ** 2 for name, idx in groups.items()
+                            for i in idx) / dof)
     standard_error = scatter * math.sqrt(sum(1.0 / len(v) for v in groups.values())) / len(groups)
-    quantile = float(student_t.ppf(0.5 + confidence / 2, dof))
-    half = quantile * standard_error
-    decided = _decide(estimate, estimate - half - extra_log_spread,
-                      estimate + half + extra_log_spread, n=int(d.size), coverage=confidence,
-                      line=Line(threshold, equivalence_margin), method=STRATA_METHOD,
-                      quantiles=(quantile, float(student_t.ppf(POWER, dof)), dof))
-    return replace(decided, prompts=len(groups), dof=dof)
+    half = spread_quantile(confidence, dof) * standard_error
+    return _decide(estimate, estimate - half - extra_log_spread, estimate + half + extra_log_spread,
+                   n=int(d.size), coverage=confidence, line=Line(threshold, equivalence_margin),
+                   method=STRATA_METHOD, quantile_dof=dof, prompts=len(groups), dof=dof)
 
 
 @dataclass(frozen=True)
@@ -205,11 +204,10 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
     m = np.log(np.asarray(measured, dtype=float))
     r = np.log(np.asarray(reference, dtype=float))
     d = m - r - math.log(shift)
-    groups = _group_indices(strata)
-    if sum(len(v) - 1 for v in groups.values()) < MIN_STRATA_DOF:
+    found = _strata(d, strata)
+    if found is None:
         return None
-    means = {name: float(np.mean(d[idx])) for name, idx in groups.items()}
-    estimate = float(np.mean(list(means.values())))
+    groups, means, estimate = found
 
     def others(values: np.ndarray, i: int, idx: list[int]) -> float:
         return (float(values[idx].sum()) - values[i]) / (len(idx) - 1)
@@ -233,13 +231,15 @@ def strongest_pair(measured: Sequence[float], reference: Sequence[float], strata
 
 
 def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: float, line: Line,
-            method: str, quantiles: tuple[float, float, int | None]) -> PairedRatio:
-    """The verdict from a log estimate and interval; ``quantiles``: two-sided, one-sided POWER, and
-    their t degrees of freedom (None: normal)."""
+            method: str, **fields: Any) -> PairedRatio:
+    """The verdict from a log estimate and interval at ``coverage``, its quantiles t at
+    ``fields["quantile_dof"]`` (none: normal); ``fields``: the PairedRatio's remaining fields."""
     ratio = math.exp(estimate)
     lo, hi = math.exp(lo_log), math.exp(hi_log)
     upper_spread = max(math.log(hi) - estimate, 0.0)
-    quantile, power_quantile, quantile_dof = quantiles
+    quantile_dof = fields.get("quantile_dof")
+    quantile = spread_quantile(coverage, quantile_dof)
+    power_quantile = spread_quantile(2 * POWER - 1, quantile_dof)
     detectable = line.threshold * math.exp(-(1.0 + power_quantile / quantile) * upper_spread)
     within = max(1.0 - lo, hi - 1.0)
     if hi < line.threshold:
@@ -253,8 +253,8 @@ def _decide(estimate: float, lo_log: float, hi_log: float, *, n: int, coverage: 
     else:
         verdict, passed = "not slower", True
     return PairedRatio(ratio, lo, hi, coverage, n, line.threshold, passed, verdict,
-                       within if verdict == "equal"
-                       else None, detectable, method, quantile, quantile_dof)
+                       within if verdict == "equal" else None, detectable, method, quantile,
+                       **fields)
 
 
 PREDICTION_METHOD = ("a new start against its history: t(n-1) x s x sqrt(1 + 1/n), s the stored "
@@ -265,10 +265,8 @@ def interval_ratio(estimate: float, half_width: float, *, n: int, unit: str, dof
                    line: Line, confidence: float, method: str) -> PairedRatio:
     """A log ``estimate`` with a symmetric ``half_width`` interval built elsewhere, decided by
     :func:`_decide`'s rules (t at ``dof``, None: normal); ``n`` counts ``unit``."""
-    quantiles = (spread_quantile(confidence, dof), spread_quantile(2 * POWER - 1, dof), dof)
-    decided = _decide(estimate, estimate - half_width, estimate + half_width, n=n,
-                      coverage=confidence, line=line, method=method, quantiles=quantiles)
-    return PairedRatio(**{**asdict(decided), "unit": unit})
+    return _decide(estimate, estimate - half_width, estimate + half_width, n=n,
+                   coverage=confidence, line=line, method=method, quantile_dof=dof, unit=unit)
 
 
 @cache

@@ -19,7 +19,6 @@ import numpy as np
 from specgate.decide.history import StartHistory
 from specgate.decide.outcome import AUTO_FAMILY_FALSE_ALARM, Family, family
 from specgate.decide.paired import repeated_coverage, spread_quantile
-from specgate.store.baselines import lookup
 
 if TYPE_CHECKING:
     from specgate.decide.settings import WindowSettings
@@ -118,10 +117,9 @@ def two_looks(offset_sd: float, pair_sd: float, first: int, extra: int, fold: fl
     offset = rng.normal(0.0, offset_sd, SIMULATED)
     one = rng.normal(0.0, pair_sd / math.sqrt(first), SIMULATED)
     more = rng.normal(0.0, pair_sd / math.sqrt(extra), SIMULATED)
-    looks = [(offset + one, q * pair_sd / math.sqrt(first) + fold),
-             (offset + (first * one + extra * more) / (first + extra),
-              q * pair_sd / math.sqrt(first + extra) + fold)]
-    (e1, h1), (e2, h2) = looks
+    e1, h1 = offset + one, q * pair_sd / math.sqrt(first) + fold
+    e2 = offset + (first * one + extra * more) / (first + extra)
+    h2 = q * pair_sd / math.sqrt(first + extra) + fold
     open1 = (e1 + h1 >= line) & (e1 - h1 <= line)
     fail = (e1 + h1 < line) | (open1 & (e2 + h2 < line))
     undecided = open1 & (e2 + h2 >= line) & (e2 - h2 <= line)
@@ -160,33 +158,25 @@ def ab_risk(test: GateTest, window: WindowSettings, stored: Any, pairs: int,
     return normal_risk(test, offset, se, fold + spread_quantile(look) * se, line, how)
 
 
-def _stored(store: Any, window: WindowSettings, test: GateTest, *machine: str | None) -> Any:
-    """The test's stored entry (``machine``'s, where given), None without a store."""
-    return lookup(store, window.rig, *test[1:], *machine) if store is not None else None
-
-
 def gate_risk(test: GateTest, window: WindowSettings, store: Any, machine: str | None, *,
               pairs: int, extra: int) -> GateRisk:
     """One gate test's chance of a red A/A by its own rule, at ``window``'s confidence."""
-    gate, mode = test[:2]
+    gate = test[0]
     if gate == "lossless" or (gate == "acceptance" and window.comparing == "ab"):
         return GateRisk(test, 0.0, 0.0, "identical builds: the same outputs and accepted tokens")
     if gate == "ttft":
         return _interval_only(test, window, "TTFT")
     if gate == "throughput" and window.comparing == "ab":
-        return ab_risk(test, window, _stored(store, window, test), pairs, extra)
+        return ab_risk(test, window, window.stored(store), pairs, extra)
     if gate == "backfire":
         return backfire_risk(test, window, store)
-    entry = _stored(store, window, test, machine)
+    entry = window.stored(store, machine)
     if entry is None:
-        kind = "other_machine" if _stored(store, window, test) is not None else "not_stored"
+        kind = "other_machine" if window.stored(store) is not None else "not_stored"
         return GateRisk(test, 0.0, 1.0, kind.replace("_", " "), undecided_outcome=kind)
     if gate == "acceptance":
         return _interval_only(test, window, "acceptance against stored counters")
-    ratio = (entry.ratio_to_reference is not None and window.comparing == "duet"
-             and mode != window.reference_mode)
-    history = StartHistory.of(entry, ratios=ratio)
-    tolerance = window.tolerance_for(ratio)
+    ratio, history, tolerance = window.stored_history(entry)
     if history.usable:
         return history_risk(test, history, tolerance, window.confidence,
                             "stored ratios" if ratio else "stored starts")
@@ -208,7 +198,7 @@ def backfire_risk(test: GateTest, window: WindowSettings, store: Any) -> GateRis
     """The backfire gate from the stored ratio to no speculation and its interval."""
     if window.declared_backfire is not None:
         return GateRisk(test, 0.0, 0.0, "a declared backfire never fails the run")
-    entry = _stored(store, window, test)
+    entry = window.stored(store)
     stored = entry.ratio_to_reference if entry is not None else None
     if stored is None or not stored.ci_low or not stored.ci_high:
         return _interval_only(test, window, "backfire with no stored ratio")

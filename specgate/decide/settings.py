@@ -20,7 +20,7 @@ from specgate.store.baselines import lookup
 if TYPE_CHECKING:
     from specgate.config.rig import DeclaredBackfire, Gates, Rig
     from specgate.decide.red_runs import GateTest, RedRuns
-    from specgate.store.baselines import BaselineFile
+    from specgate.store.baselines import BaselineEntry, BaselineFile
 
 # what a window is compared with: "ab", "duet" or "sequential"; why a gate gates or is reported
 # only: a named case, or its figures (specgate.report.verdicts.reason_text words it)
@@ -66,6 +66,18 @@ class WindowSettings:
     def tolerance_for(self, duet_ratio: bool) -> float:
         """The throughput gate's tolerance against stored figures: a duet ratio's, or a level's."""
         return self.thresholds.throughput_tolerance if duet_ratio else self.level_tolerance
+
+    def stored(self, store: BaselineFile | None, *machine: str | None) -> BaselineEntry | None:
+        """This window's stored history (``machine``'s, where given), None without a store."""
+        return (lookup(store, self.rig, self.mode, self.prompt_class, self.concurrency, *machine)
+                if store is not None else None)
+
+    def stored_history(self, entry: BaselineEntry) -> tuple[bool, StartHistory, float]:
+        """What a new start is held against in ``entry``: whether its ratios to no speculation (a
+        duet's speculative mode), those starts, and the tolerance."""
+        ratio = (entry.ratio_to_reference is not None and self.comparing == "duet"
+                 and self.mode != self.reference_mode)
+        return ratio, StartHistory.of(entry, ratios=ratio), self.tolerance_for(ratio)
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's entry for this window."""
@@ -122,15 +134,11 @@ def can_decide(settings: WindowSettings, store: Any, gate: str,
                       if gate == "acceptance" else "the A/B's live reference side")
     if gate == "acceptance":
         return False, "stored figures (window-wide counters: drafts as trials, no pairing)"
-    entry = (lookup(store, settings.rig, settings.mode, settings.prompt_class, settings.concurrency,
-                    machine=machine) if store is not None else None)
+    entry = settings.stored(store, machine)
     if entry is None:
         return False, ("no stored history of this machine" if machine
                        else "this machine cannot be identified")
-    duet_ratio = (entry.ratio_to_reference is not None and settings.comparing == "duet"
-                  and settings.mode != settings.reference_mode)
-    history = StartHistory.of(entry, ratios=duet_ratio)
-    tolerance = settings.tolerance_for(duet_ratio)
+    duet_ratio, history, tolerance = settings.stored_history(entry)
     facts = {"starts": history.starts, "what": "ratios" if duet_ratio else "levels"}
     if not history.usable:
         return False, {"why": "too few stored", "needed": MIN_STARTS, **facts}

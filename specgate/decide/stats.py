@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from statistics import NormalDist
+from os.path import commonprefix
 from typing import Any
 
 import numpy as np
+
+from specgate.decide.paired import spread_quantile
 
 METHOD_ONE_SIDED = "one-sided tolerance"
 METHOD_BINOMIAL = "Wilson binomial interval"
@@ -89,7 +91,7 @@ def summarize(samples: Sequence[float]) -> SampleSummary:
     if not np.all(np.isfinite(values)):
         raise ValueError(f"sample contains NaN or infinite values: {values.tolist()}")
     median = float(np.median(values))
-    return SampleSummary(median, float(np.median(np.abs(values - median)) / _z(0.5)),
+    return SampleSummary(median, float(np.median(np.abs(values - median)) / spread_quantile(0.5)),
                          float(np.subtract(*np.percentile(values, [75, 25]))), int(values.size),
                          tuple(float(v) for v in values))
 
@@ -115,11 +117,6 @@ def match_by_key(measured: Mapping[str, float], reference: Mapping[str, float]) 
     return Matched(list(measured.values()), list(reference.values()), False, [])
 
 
-def _z(confidence: float) -> float:
-    """The two-sided normal quantile at ``confidence``."""
-    return NormalDist().inv_cdf(0.5 + confidence / 2)
-
-
 def _check_counts(successes: float, trials: float) -> None:
     if trials <= 0 or not 0 <= successes <= trials:
         raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes!r} of "
@@ -129,7 +126,7 @@ def _check_counts(successes: float, trials: float) -> None:
 def wilson_interval(successes: float, trials: float, confidence: float) -> tuple[float, float]:
     """Wilson score interval of a proportion at ``confidence`` (non-integer counts allowed)."""
     _check_counts(successes, trials)
-    z = _z(confidence)
+    z = spread_quantile(confidence)
     p = successes / trials
     denominator = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denominator
@@ -150,7 +147,7 @@ def proportion_ratio_interval(successes: float, trials: float, ref_successes: fl
     (x1, n1), (x2, n2) = corrected(successes, trials), corrected(ref_successes, ref_trials)
     ratio = (successes / trials) / (ref_successes / ref_trials) if ref_successes > 0 else math.inf
     centre = math.log((x1 / n1) / (x2 / n2))
-    half = _z(confidence) * math.sqrt(1 / x1 - 1 / n1 + 1 / x2 - 1 / n2)
+    half = spread_quantile(confidence) * math.sqrt(1 / x1 - 1 / n1 + 1 / x2 - 1 / n2)
     return ratio, math.exp(centre - half), math.exp(centre + half)
 
 
@@ -159,7 +156,7 @@ def trials_to_resolve(rate: float, tolerance: float, confidence: float) -> float
     ``tolerance``: z^2 p (1 - p) / (tolerance p)^2."""
     if tolerance <= 0 or rate <= 0:
         return math.inf
-    z = _z(confidence)
+    z = spread_quantile(confidence)
     return z * z * rate * (1 - rate) / (tolerance * rate) ** 2
 
 
@@ -219,8 +216,6 @@ def paired_acceptance(measured: Sequence[tuple[float, float]],
     prompts: ``unit``): the ratio of ratios of sums with a cluster-robust (delta method) t interval,
     since a request's drafts are no independent trials. FAIL when the whole interval lies below 1 -
     ``tolerance``, PASS when none of it does, else undecided."""
-    from scipy.stats import t as student_t
-
     if len(measured) != len(reference):
         raise ValueError(f"paired acceptance needs equal lengths, got {len(measured)} and "
                          f"{len(reference)}")
@@ -250,7 +245,7 @@ def paired_acceptance(measured: Sequence[tuple[float, float]],
     influence = (m[:, 0] * s_r / (s_c * a_r) - ratio * m[:, 1] / s_c
                  - ratio * r[:, 0] / a_r + ratio * r[:, 1] / s_r)
     se = math.sqrt(n / (n - 1) * float(np.sum(influence ** 2)))
-    q = float(student_t.ppf(0.5 + confidence / 2, n - 1))
+    q = spread_quantile(confidence, n - 1)
     ci_low, ci_high = max(0.0, ratio - q * se), ratio + q * se
     return Comparison(**common, passed=ci_low >= threshold, measured=rate_c, reference=rate_r,
                       ratio=ratio, ci_low=ci_low, ci_high=ci_high,
@@ -271,13 +266,6 @@ def _check_acceptance_inputs(measured: Observed, reference: Observed, *, toleran
                          f"got {tolerance!r}")
 
 
-def _first_divergence(text: str, reference: str) -> int | None:
-    if text == reference:
-        return None
-    return next((i for i, (a, b) in enumerate(zip(text, reference, strict=False)) if a != b),
-                min(len(text), len(reference)))
-
-
 def compare_outputs(pairs: Sequence[tuple[str, str, str]], *, min_identical_share: float,
                     subject: str) -> OutputComparison:
     """Compare (prompt_id, text, reference_text) triples: passes when the share of identical texts
@@ -291,7 +279,8 @@ def compare_outputs(pairs: Sequence[tuple[str, str, str]], *, min_identical_shar
     for prompt_id, text, reference_text in pairs:
         if prompt_id in first_divergence:
             raise ValueError(f"prompt id {prompt_id!r} appears twice in the outputs for {subject}")
-        first_divergence[prompt_id] = _first_divergence(text, reference_text)
+        common = commonprefix([text, reference_text])  # noqa: RUF071 (characters, not paths)
+        first_divergence[prompt_id] = None if text == reference_text else len(common)
     identical = sum(1 for index in first_divergence.values() if index is None)
     share = identical / len(first_divergence)
     return OutputComparison(share, first_divergence, share >= min_identical_share,

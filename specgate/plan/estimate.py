@@ -5,14 +5,13 @@ function of the rig, the selected windows and the decode rates (:func:`estimate_
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from specgate.config.arrangement import drafter_in, dummy_weights
+from specgate.config.arrangement import dummy_weights, loads_drafter
 from specgate.durations import format_elapsed
 from specgate.lazy import baselines, history, settings, sleep
 from specgate.lazy import histories as history_words
@@ -98,8 +97,13 @@ class SessionPlan:
     loaded_at_once: int = 0  # the most servers an alternation holds loaded at once
 
     @property
+    def started(self) -> list[ServerPlan]:
+        """The servers that start (a kept one reused does not)."""
+        return [s for s in self.servers if not s.reused]
+
+    @property
     def startup_s(self) -> float:
-        started = [s for s in self.servers if not s.reused]
+        started = self.started
         return sum(s.startup_s for s in started) + STOP_S * len(started) + self.first_sleeps_s
 
     @property
@@ -120,6 +124,15 @@ class SessionPlan:
     def total_s(self) -> float | None:
         measuring = self.measuring_s
         return None if measuring is None else self.startup_s + measuring + SESSION_OVERHEAD_S
+
+    @property
+    def swaps(self) -> int:
+        return sum(w.swaps for w in self.windows)
+
+    @property
+    def duration(self) -> str:
+        expected = self.expected_s
+        return "duration unknown" if expected is None else f"about {format_elapsed(expected)}"
 
     @property
     def follow_up_s(self) -> float:
@@ -148,7 +161,7 @@ class SessionPlan:
         if kept:
             # the pre-merge path (README, A/B for upgrades): main's build stays loaded
             fresh = [s for s in self.servers if s.side == "reference" and not s.reused]
-            starting = [s.label for s in self.servers if not s.reused]
+            starting = [s.label for s in self.started]
             lines.append(f"  reference kept: {len(fresh)} starts ({', '.join(kept)} reused "
                          f"{'asleep' if self.arrangement == 'alternation' else 'live'}); "
                          + (f"starting: {', '.join(starting)}" if starting else "nothing starts"))
@@ -165,7 +178,7 @@ class SessionPlan:
             lines.append(f"  {w.name:<{width}}  {w.arrangement:<11}  {w.requests:>8}  "
                          f"{w.tokens:>7}  {rates:<13}  {est:>7}{follow}   [{w.rate_source}]")
         total = self.total_s
-        starts = len([s for s in self.servers if not s.reused])
+        starts = len(self.started)
         summary = (f"  total: {starts} server start(s) ~{format_elapsed(self.startup_s)}, "
                    f"{len(self.windows)} window(s), {self.requests} requests "
                    f"(+{self.warmup_requests} warm-up), {self.tokens:,} tokens: ")
@@ -217,7 +230,7 @@ def estimate_rates(store, rig: Rig, *,
     kept: dict[WindowKey, float] = {}
     unknown = other = 0
     for key, entry in entries.items():
-        tolerance = _settings(rig, key).thresholds.host_pace_tolerance
+        tolerance = settings.window_settings(rig, *key).thresholds.host_pace_tolerance
         stored = statistics.median(entry.host_canary_us) if entry.host_canary_us else None
         if stored is None or canary_us is None:
             unknown += 1
@@ -245,26 +258,6 @@ def _rate(rig: Rig, rates: Mapping[WindowKey, float], key: WindowKey) -> tuple[f
     return None, "no rate"
 
 
-def _request_s(rig: Rig, rate: float | None,
-               prompt_chars: float = FIRST_TOKEN_PROMPT_CHARS) -> float | None:
-    if rate is None:
-        return None
-    first_token_s = rig.estimate.first_token_s * prompt_chars / FIRST_TOKEN_PROMPT_CHARS
-    return rig.protocol.max_tokens / rate + first_token_s
-
-
-def _alternation_swaps(rig: Rig, request_s: float, keys: int, concurrency: int,
-                       swap_s: float | None = None) -> int:
-    """An alternation window's swaps, in the turns the measurement chooses (measure.protocol): a
-    longer swap (a wake at sleep level 2) makes fewer, longer turns."""
-    protocol = rig.protocol
-    block = protocol.alternation_block or alternation_block(
-        request_s=request_s, swap_s=swap_s if swap_s is not None else rig.estimate.swap_s,
-        concurrency=concurrency, keys=keys)
-    return alternation_swaps(keys=keys, block=block, concurrency=concurrency,
-                             repeats=protocol.repeats)
-
-
 def _switches(requests: int, concurrency: int, seed: int) -> int:
     """Server switches in a duet round (each costs settle_s), from duet.plan itself."""
     turns = duet_plan(range(requests), range(requests), concurrency=concurrency, seed=seed)
@@ -280,9 +273,8 @@ def sleepers(rig: Rig, servers: Iterable[ServerPlan]) -> list[Sleeper]:
     for server in servers:
         argv = list(rig.argv_prefix) + list(rig.mode_extra_args.get(server.mode, ()))
         mode = modes[server.mode]
-        drafter = mode.speculative_config is not None and drafter_in(
-            ["--speculative-config", json.dumps(mode.speculative_config)])
-        why = ("a drafter's weights would not come back" if drafter else
+        why = ("a drafter's weights would not come back"
+               if loads_drafter(mode.speculative_config) else
                "dummy weights cannot be reloaded" if dummy_weights(argv) else "")
         out.append(Sleeper(server.label, weights, why))
     return out
@@ -398,30 +390,27 @@ def plan_session(rig: Rig, windows: Iterable[WindowKey], rates: Mapping[WindowKe
     for key in selected:
         sides = held.sides(key, rates, duet_covered)
         if sides is not None:
-            plans.append(_window_plan(held, key, sides, rates, alternating))
-            chars = _prompt_chars(rig, key[1])
-            for label, rate in sides:
-                warmed.setdefault(label, _request_s(rig, rate, chars))
+            prompts = next(c for c in rig.prompt_classes if c.name == key[1]).prompts
+            chars = sum(len(p.text) for p in prompts) / len(prompts)
+            first_token_s = rig.estimate.first_token_s * chars / FIRST_TOKEN_PROMPT_CHARS
+            times = [None if rate is None else rig.protocol.max_tokens / rate + first_token_s
+                     for _, rate in sides]
+            plans.append(_window_plan(held, key, sides, times, len(prompts), rates, alternating))
+            for (label, _), request_s in zip(sides, times):
+                warmed.setdefault(label, request_s)
     warmup_s = (0.0 if not rig.protocol.warmup_requests else None if None in warmed.values()
                 else sum(warmed.values()) * rig.protocol.warmup_requests)  # type: ignore[arg-type]
     return _session_plan(held, plans, warmup_s, len(warmed) if rig.protocol.warmup_requests else 0,
                          alternating)
 
 
-def _prompt_chars(rig: Rig, prompt_class: str) -> float:
-    prompts = next(c for c in rig.prompt_classes if c.name == prompt_class).prompts
-    return sum(len(p.text) for p in prompts) / len(prompts)
-
-
-def _window_plan(held: _Held, key: WindowKey, sides: list, rates: Mapping[WindowKey, float],
-                 alternating: bool) -> WindowPlan:
-    """One window's requests, tokens and seconds: its requests at each side's rate, an
-    alternation's swaps (an unknown wake at sleep level 2 counts as swap_s) or a duet's settle
-    pauses."""
+def _window_plan(held: _Held, key: WindowKey, sides: list, times: list[float | None],
+                 prompts: int, rates: Mapping[WindowKey, float], alternating: bool) -> WindowPlan:
+    """One window's requests, tokens and seconds: its ``prompts`` at each side's request seconds
+    (``times``), an alternation's swaps (an unknown wake at sleep level 2 counts as swap_s) or a
+    duet's settle pauses."""
     rig, protocol, (mode, prompt_class, concurrency) = held.rig, held.rig.protocol, key
-    prompts = len(next(c for c in rig.prompt_classes if c.name == prompt_class).prompts)
     per_side = protocol.repeats * prompts
-    times = [_request_s(rig, r, _prompt_chars(rig, prompt_class)) for _, r in sides]
     seconds, swaps, follow = None, 0, None
     if all(t is not None for t in times):
         rounds = math.ceil(per_side / concurrency)
@@ -429,8 +418,12 @@ def _window_plan(held: _Held, key: WindowKey, sides: list, rates: Mapping[Window
         if len(sides) == 2 and alternating:
             wake = [held.wakes.get(label) or 0.0 for label, _ in sides]
             swap_s = rig.estimate.swap_s + sum(wake) / 2
-            swaps = _alternation_swaps(  # type: ignore[type-var]
-                rig, max(times), prompts, concurrency, swap_s=swap_s)
+            # the turns the measurement chooses: a longer swap makes fewer, longer turns
+            block = protocol.alternation_block or alternation_block(
+                request_s=max(times), swap_s=swap_s,  # type: ignore[type-var]
+                concurrency=concurrency, keys=prompts)
+            swaps = alternation_swaps(keys=prompts, block=block, concurrency=concurrency,
+                                      repeats=protocol.repeats)
             seconds += swaps * swap_s
         elif len(sides) == 2:
             switches = _switches(prompts, concurrency, protocol.seed or 0)
@@ -537,11 +530,8 @@ class Arrangement:
                     else f"sleep level 2 for {', '.join(twos)}" if twos
                     else "every server at sleep level 1")
         return (f"{self.name}{' (chosen)' if chosen else ''}: "
-                f"{len([s for s in p.servers if not s.reused])} start(s), "
-                f"{len(p.windows)} window(s)"
-                + (f", {sum(w.swaps for w in p.windows)} swap(s)" if p.sleep_levels else "")
-                + (f", about {format_elapsed(p.expected_s)}" if p.expected_s is not None
-                   else ", duration unknown")
+                f"{len(p.started)} start(s), {len(p.windows)} window(s)"
+                + (f", {p.swaps} swap(s)" if p.sleep_levels else "") + f", {p.duration}"
                 + f"; {sleeping}" + (f"; REFUSED: {p.refusal}" if p.refusal else "")
                 + f"; {self.compares}")
 
@@ -572,7 +562,8 @@ def arrangements(rig: Rig, windows: Sequence[WindowKey], rates: Mapping[WindowKe
                         plan_session(rig, windows, rates,
                                      replace(common, reused=reused, keep_servers=keep_servers)),
                         "backfire decided live, both modes in one window", stored)
-    noises = sorted({_settings(rig, key).thresholds.start_noise for key in windows} - {0.0})
+    noises = sorted({settings.window_settings(rig, *key).thresholds.start_noise
+                     for key in windows} - {0.0})
     allowed = (f"the rig's start_noise ({' / '.join(f'{n * 100:g}' for n in noises)} % a start)"
                if noises else "no start spread (the rig states no start_noise)")
     sequential = Arrangement(
@@ -616,7 +607,8 @@ def _history_catches(rig: Rig, store, windows: Sequence[WindowKey],
         for prompt_class, concurrency in classes:
             entry = (baselines.lookup(store, rig.name, mode, prompt_class, concurrency)
                      if store else None)
-            threshold = 1 - _settings(rig, (mode, prompt_class, concurrency)).level_tolerance
+            threshold = 1 - settings.window_settings(rig, mode, prompt_class,
+                                                     concurrency).level_tolerance
             histories.append((mode, history.StartHistory.of(entry), threshold))
     if not histories:
         return "no window selected"
@@ -631,14 +623,8 @@ def _history_catches(rig: Rig, store, windows: Sequence[WindowKey],
             f"(the weakest {weakest})")
 
 
-def _settings(rig: Rig, key: WindowKey):
-    """One window's gate settings (specgate.decide.settings), as the session resolves them."""
-    mode, prompt_class, concurrency = key
-    return settings.window_settings(rig, mode, prompt_class, concurrency)
-
-
 def _ab_catches(rig: Rig, windows: Sequence[WindowKey]) -> str:
-    lines = (sorted({_settings(rig, key).ab_tolerance for key in windows})
+    lines = (sorted({settings.window_settings(rig, *key).ab_tolerance for key in windows})
              or [rig.gates.ab_gate_tolerance])
     return ("A/B: decided live on paired requests against the "
             f"{' / '.join(f'{t * 100:g}' for t in lines)} % line")
@@ -696,8 +682,8 @@ def _kept_dropped(plan: SessionPlan, kept_labels: Sequence[str]) -> bool:
 
 
 def _path_line(name: str, p: SessionPlan, catches: str) -> str:
-    starts = [s for s in p.servers if not s.reused]
-    kept = len(p.servers) - len(starts)
+    starts = len(p.started)
+    kept = len(p.servers) - starts
     levels = dict(p.sleep_levels)
     ones = sum(1 for v in levels.values() if v == 1)
     twos = len(levels) - ones
@@ -709,9 +695,7 @@ def _path_line(name: str, p: SessionPlan, catches: str) -> str:
               + (f" ({p.sleep_level_1_need_gib:,.0f} GiB for sleep level 1 of the "
                  f"{p.loaded_at_once} loaded at once)"
                  if p.sleep_level_1_need_gib is not None else ""))
-    return (f"  {name}: {len(starts)} start(s)" + (f", reference kept ({kept} server(s), 0 starts)"
-                                                   if kept else "")
-            + f", {len(p.windows)} window(s), {sum(w.swaps for w in p.windows)} swap(s), "
-            + (f"about {format_elapsed(p.expected_s)}" if p.expected_s is not None
-               else "duration unknown")
+    return (f"  {name}: {starts} start(s)" + (f", reference kept ({kept} server(s), 0 starts)"
+                                              if kept else "")
+            + f", {len(p.windows)} window(s), {p.swaps} swap(s), {p.duration}"
             + memory + (f"; REFUSED: {p.refusal}" if p.refusal else "") + f"; catches: {catches}")

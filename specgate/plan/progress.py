@@ -66,8 +66,8 @@ class SessionProgress:
             if w.seconds is None:
                 return None
             left += w.seconds * pace
-        left += sum(s.startup_s for s in self.plan.servers
-                    if not s.reused and s.label not in servers and s.label not in starting)
+        left += sum(s.startup_s for s in self.plan.started
+                    if s.label not in servers and s.label not in starting)
         return left
 
     def _in_progress_s(self) -> float:
@@ -79,8 +79,7 @@ class SessionProgress:
         if self._progress_mark is None or self._progress_mark[0] != count:
             self._progress_mark = (count, now)
             return 0.0
-        pending = [s.startup_s for s in self.plan.servers if not s.reused
-                   and s.label not in servers]
+        pending = [s.startup_s for s in self.plan.started if s.label not in servers]
         pending += [(w.seconds or 0.0) * self.pace() for w in self.plan.windows
                     if w.key not in done]
         return min(now - self._progress_mark[1], pending[0] if pending else 0.0)
@@ -89,7 +88,7 @@ class SessionProgress:
         now = self.clock()
         done = self.done()
         _, servers = self.state()
-        starts = [s for s in self.plan.servers if not s.reused]
+        starts = self.plan.started
         started = sum(1 for s in starts if s.label in servers)
         left = self.remaining_s()
         line = (f"session: {len(done)}/{len(self.plan.windows)} windows done, "

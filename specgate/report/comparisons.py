@@ -39,8 +39,11 @@ _ACCEPTANCE_METRIC = re.compile(
     r"^\S+ on \S+: (acceptance rate|position (\d+) rate|accepted tokens per step)")
 
 
-def _acceptance_metric(message: str) -> str:
-    m = _ACCEPTANCE_METRIC.search(message)
+def _acceptance_metric(figures: dict[str, Any], message: str) -> str:
+    if "metric" in figures:
+        return {"rate": "rate", "tokens per step": "tok/step"}.get(
+            figures["metric"], figures["metric"].replace("pos", "pos. "))
+    m = _ACCEPTANCE_METRIC.search(str(figures.get("message") or message))
     if m is None:
         return ""
     if m.group(2):
@@ -145,27 +148,7 @@ def outcome_of(entry: dict[str, Any]) -> Outcome:
 def _tag(entry: dict[str, Any], outcome: Outcome) -> str:
     if "kind" in entry and undecided_kind(entry) in _KIND_TAGS:
         return _KIND_TAGS[undecided_kind(entry)]
-    tags = {Outcome.FAIL: "FAIL", Outcome.DECLARED_BACKFIRE: "DECLARED"}
-    return tags.get(outcome, outcome.value.upper())
-
-
-def _against(label: str | None, details: dict[str, Any]) -> str | None:
-    if not label:
-        return None
-    label = label.strip()
-    if label in ("the reference side", "reference side"):
-        return "reference side"
-    if label in ("stored", "baseline"):
-        return "stored figures"
-    if label in ("stored ratio", "stored ratios") and details.get("reference_mode"):
-        return f"{label} to {details['reference_mode']}"
-    if (m := _STORED_RATIO.search(label)) is not None:
-        return f"stored ratio to {m.group(1)}"
-    if label.startswith("the stored starts' mean"):
-        return "stored starts"
-    if (m := _STORED_RATIOS.match(label)) is not None:
-        return f"stored ratios to {m.group(1)}"
-    return label
+    return "DECLARED" if outcome is Outcome.DECLARED_BACKFIRE else outcome.value.upper()
 
 
 def ab_reference(window: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -191,16 +174,29 @@ class _Windows:
     def window(self, entry: dict[str, Any]) -> dict[str, Any] | None:
         return self.by_key.get((entry["mode"], entry["prompt_class"], entry["concurrency"]))
 
-    def reference_side(self, entry: dict[str, Any]) -> dict[str, Any] | None:
-        return ab_reference(self.window(entry))
 
-    def no_speculation(self, entry: dict[str, Any]) -> dict[str, Any] | None:
-        return self.by_key.get((self.reference_mode, entry["prompt_class"], entry["concurrency"]))
-
-
-def no_windows() -> _Windows:
-    """No window: an entry's figures alone."""
-    return _Windows({})
+def _against(label: str | None, entry: dict[str, Any], details: dict[str, Any],
+             windows: _Windows) -> str:
+    if not label:
+        gate = entry.get("gate", "?")
+        if ab_reference(windows.window(entry)) is not None or (
+                gate == "acceptance" and "reference side" in (entry.get("message") or "")):
+            return "reference side"
+        return "no speculation" if gate in ("backfire", "ttft", "lossless") else "stored figures"
+    label = label.strip()
+    if label in ("the reference side", "reference side"):
+        return "reference side"
+    if label in ("stored", "baseline"):
+        return "stored figures"
+    if label in ("stored ratio", "stored ratios") and details.get("reference_mode"):
+        return f"{label} to {details['reference_mode']}"
+    if (m := _STORED_RATIO.search(label)) is not None:
+        return f"stored ratio to {m.group(1)}"
+    if label.startswith("the stored starts' mean"):
+        return "stored starts"
+    if (m := _STORED_RATIOS.match(label)) is not None:
+        return f"stored ratios to {m.group(1)}"
+    return label
 
 
 def _tok_s(m: dict[str, Any] | None) -> str:
@@ -253,18 +249,6 @@ def _ratio_scale(figures: dict[str, Any]) -> tuple[float | None, float | None]:
     return lo, hi
 
 
-def _against_label(entry: dict[str, Any], figures: dict[str, Any], parsed: dict[str, Any],
-                   details: dict[str, Any], ab: dict[str, Any] | None) -> str:
-    label = _against(figures.get("reference_label") or parsed.get("reference_label"), details)
-    if label is not None:
-        return label
-    gate = entry.get("gate", "?")
-    message = entry.get("message") or ""
-    if ab is not None or (gate == "acceptance" and "reference side" in message):
-        return "reference side"
-    return "no speculation" if gate in ("backfire", "ttft", "lossless") else "stored figures"
-
-
 def _n_text(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, Any]) -> str:
     """The count the ratio rests on, with the stored history's starts or ratios and its sittings."""
     n = figures.get("n") if figures.get("n") is not None else figures.get("n_measured")
@@ -289,42 +273,36 @@ def _n_text(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, A
     return n_text
 
 
-def _throughput_sides(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, Any],
-                      windows: _Windows, ratio: float | None) -> tuple[str, str]:
-    """(reference, measured) of a throughput gate; a ratio to the mode "against" names: x1.234."""
-    measured, reference = _tok_s(windows.window(entry)), "-"
-    message = entry.get("message") or ""
-    compared = details.get("compared") or details.get("design") or message
-    if (ab := windows.reference_side(entry)) is not None:
-        reference = _tok_s(ab)
-    elif (shift := _num(details.get("shift"))) is not None or (
-            stored := _STORED_RATIO.search(str(figures.get("reference_label") or message))):
-        shift = details["shift"] if shift is not None else float(stored.group(2))
-        reference = f"x{shift:.3f}"
-        if ratio is not None:
-            measured = f"x{ratio * shift:.3f}"
-    elif details.get("reference_label") == "stored starts" and (
-            _num(details.get("center")) is not None):
-        reference = f"{details['center']:.1f} tok/s"
-    elif _num(figures.get("reference")) is not None:  # the first paired gates: stored median
-        reference = f"{float(figures['reference']):.1f} tok/s"
-    elif isinstance(compared, str) and (level := _STORED_LEVEL.search(compared)):
-        reference = f"{float(level.group(1)):.1f} tok/s"
-    elif (median := _MEDIAN_TOKS.search(message)) and measured == "-":
-        measured = f"{float(median.group(1)):.1f} tok/s"
-    return reference, measured
-
-
 def _sides(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, Any],
            windows: _Windows, ratio: float | None) -> tuple[str, str]:
-    """(reference, measured) as the table shows them, "-" where the report does not hold one."""
+    """(reference, measured) as the table shows them, "-" where the report does not hold one; a
+    throughput gate's ratio to the mode "against" names: x1.234."""
     gate, m = entry.get("gate", "?"), windows.window(entry)
-    if gate == "throughput":
-        return _throughput_sides(entry, figures, details, windows, ratio)
     if gate == "backfire":
-        return _tok_s(windows.no_speculation(entry)), _tok_s(m)
+        no_speculation = (windows.reference_mode, entry["prompt_class"], entry["concurrency"])
+        return _tok_s(windows.by_key.get(no_speculation)), _tok_s(m)
     reference, measured = "-", "-"
-    if gate == "ttft":
+    if gate == "throughput":
+        measured, message = _tok_s(m), entry.get("message") or ""
+        compared = details.get("compared") or details.get("design") or message
+        if (ab := ab_reference(m)) is not None:
+            reference = _tok_s(ab)
+        elif (shift := _num(details.get("shift"))) is not None or (
+                stored := _STORED_RATIO.search(str(figures.get("reference_label") or message))):
+            shift = details["shift"] if shift is not None else float(stored.group(2))
+            reference = f"x{shift:.3f}"
+            if ratio is not None:
+                measured = f"x{ratio * shift:.3f}"
+        elif details.get("reference_label") == "stored starts" and (
+                _num(details.get("center")) is not None):
+            reference = f"{details['center']:.1f} tok/s"
+        elif _num(figures.get("reference")) is not None:  # the first paired gates: stored median
+            reference = f"{float(figures['reference']):.1f} tok/s"
+        elif isinstance(compared, str) and (level := _STORED_LEVEL.search(compared)):
+            reference = f"{float(level.group(1)):.1f} tok/s"
+        elif (median := _MEDIAN_TOKS.search(message)) and measured == "-":
+            measured = f"{float(median.group(1)):.1f} tok/s"
+    elif gate == "ttft":
         if _num(figures.get("median_ttft_ms")) is not None:
             measured = f"{figures['median_ttft_ms']:.0f} ms"
         if _num(figures.get("reference_median_ttft_ms")) is not None:
@@ -341,7 +319,9 @@ def _sides(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, An
     return reference, measured
 
 
-def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
+def comparison(entry: dict[str, Any], windows: _Windows | None = None) -> GateComparison:
+    """One gate entry's comparison; without ``windows``, from the entry's figures alone."""
+    windows = _Windows({}) if windows is None else windows
     gate = entry.get("gate", "?")
     details = entry.get("details") or {}
     outcome = outcome_of(entry)
@@ -354,13 +334,9 @@ def comparison(entry: dict[str, Any], windows: _Windows) -> GateComparison:
     ci_low, ci_high = _ratio_scale(figures)
     fails_above = gate == "ttft"
     reference, measured = _sides(entry, figures, details, windows, ratio)
-    metric = ""
-    if gate == "acceptance" and "metric" not in figures:
-        metric = _acceptance_metric(str(figures.get("message") or message))
-    elif gate == "acceptance":
-        metric = {"rate": "rate", "tokens per step": "tok/step"}.get(
-            figures["metric"], figures["metric"].replace("pos", "pos. "))
-    against = _against_label(entry, figures, parsed, details, windows.reference_side(entry))
+    metric = _acceptance_metric(figures, message) if gate == "acceptance" else ""
+    against = _against(figures.get("reference_label") or parsed.get("reference_label"), entry,
+                       details, windows)
     verdict = str(figures.get("verdict") or details.get("verdict") or "")
     return GateComparison(
         mode=entry["mode"], prompt_class=entry["prompt_class"], concurrency=entry["concurrency"],

@@ -71,15 +71,7 @@ def _where(m: dict[str, Any]) -> str:
     return f"{m['mode']}-{m['prompt_class']}-c{m['concurrency']}"
 
 
-UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "fingerprint": "FINGERPRINT",
-                  "too few drafts": "UNDECIDED", "undecided": "UNDECIDED", "not run": "NOT RUN"}
-
-
-def _verdicts(report: dict[str, Any]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
-    by_key: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
-    for gate in [*report["gates"], *report.get("undecided", [])]:
-        by_key[(gate["mode"], gate["prompt_class"], gate["concurrency"])].append(gate)
-    return by_key
+UNDECIDED_TAGS = {NOT_STORED: "NOT STORED", STORING: "STORING", "too few drafts": "UNDECIDED"}
 
 
 def _verdict_text(gates: list[dict[str, Any]]) -> str:
@@ -135,14 +127,15 @@ def speed_table(report: dict[str, Any], fmt: str = "simple") -> str:
     reference = report["rig"]["reference_mode"]
     measurements = report["measurements"]
     modes = [reference, *(m for m in report["rig"]["modes"] if m != reference)]
-    verdicts = _verdicts(report)
+    verdicts: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for gate in [*report["gates"], *report.get("undecided", [])]:
+        verdicts[(gate["mode"], gate["prompt_class"], gate["concurrency"])].append(gate)
     tables = []
     for concurrency in sorted({m["concurrency"] for m in measurements}):
         by = {(m["mode"], m["prompt_class"]): m for m in measurements
               if m["concurrency"] == concurrency}
         rows = []
-        for prompt_class in dict.fromkeys(m["prompt_class"] for m in measurements
-                                          if m["concurrency"] == concurrency):
+        for prompt_class in dict.fromkeys(cls for _, cls in by):
             ref = by.get((reference, prompt_class))
             ref_tps = median_rate(ref) if ref else None
             for mode in modes:
@@ -320,9 +313,10 @@ def host_bound_lines(report: dict[str, Any]) -> list[str]:
         canary = ((m.get("telemetry") or {}).get("window") or {}).get("cpu_canary_us")
         lines.append(f"HOST-BOUND [{_where(m)}]: its engine core used {engine:.2f} CPU-s per s "
                      "of its requests, so its speed follows the host CPU's"
-                     + (f" (canary fastest {canary[0]:.1f} us this window)" if canary else ""))
-    return [f"{line}; a ratio from another session compares the two hosts' speed too (compare the "
-            "canary column of both sessions' environment tables)" for line in lines]
+                     + (f" (canary fastest {canary[0]:.1f} us this window)" if canary else "")
+                     + "; a ratio from another session compares the two hosts' speed too (compare "
+                     "the canary column of both sessions' environment tables)")
+    return lines
 
 
 def notice_lines(report: dict[str, Any]) -> list[str]:
@@ -402,24 +396,20 @@ def failed_gate_lines(report: dict[str, Any], *, full: bool = False) -> list[str
         text = f"NOT MEASURED [{_where(failure)}]: {failure['error'].splitlines()[0]}"
         lines.append(text if full else clip(text))
     undecided = report.get("undecided", [])
-    lines += _decided_nothing_lines(report)
-    updates = [u for u in undecided if undecided_kind(u) == STORING]
-    if updates:
-        lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(updates)} gate(s) measured to store their "
-                     "figures, not decided")
-    return lines + gate_lines([(UNDECIDED_TAGS.get(kind, kind.upper()), u) for u in undecided
-                               if (kind := undecided_kind(u)) != STORING])
+    others = [u for u in undecided if undecided_kind(u) != STORING]
+    if others:
+        lines.append(_decided_nothing_line(others, report.get("outcome_policy") or {}))
+    if len(others) < len(undecided):
+        lines.append(f"{UNDECIDED_TAGS[STORING]}: {len(undecided) - len(others)} gate(s) measured "
+                     "to store their figures, not decided")
+    return lines + gate_lines([(UNDECIDED_TAGS.get(undecided_kind(u), undecided_kind(u).upper()), u)
+                               for u in others])
 
 
-def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
+def _decided_nothing_line(entries: list[dict[str, Any]], policy: dict[str, Any]) -> str:
     """One line counting the gates that decided nothing, by outcome, and what the run's policy
     made of each (specgate.decide.outcome), whether skipped or failing the run."""
-    entries = [u for u in report.get("undecided", []) if undecided_kind(u) != STORING]
-    if not entries:
-        return []
-
     counts: dict[tuple[Outcome, bool, str], int] = defaultdict(int)
-    policy = report.get("outcome_policy") or {}
     # a declared backfire never fails the run (specgate.decide.outcome.pytest_action)
     for u in entries:
         outcome = Outcome(u["outcome"]) if "outcome" in u else outcome_of_kind(undecided_kind(u))
@@ -428,8 +418,8 @@ def _decided_nothing_lines(report: dict[str, Any]) -> list[str]:
     parts = [f"{n} {outcome.value}" + (" of a declared backfire (skipped)" if declared
                                        else f" ({action})")
              for (outcome, declared, action), n in counts.items()]
-    return [f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)} ([gates] undecided and "
-            "gating, or --specgate-undecided and --specgate-gating)"]
+    return (f"DECIDED NOTHING: {len(entries)} gate(s): {', '.join(parts)} ([gates] undecided and "
+            "gating, or --specgate-undecided and --specgate-gating)")
 
 
 def start_order_lines(report: dict[str, Any]) -> list[str]:
@@ -473,20 +463,17 @@ def detail_tables(report: dict[str, Any], fmt: str = "simple", *, every: bool = 
 
 def render_text(report: dict[str, Any]) -> str:
     """The terminal summary, without control characters (an ANSI escape steers no terminal)."""
-    return without_control_chars(_summary_text(report))
-
-
-def _summary_text(report: dict[str, Any]) -> str:
     if not report["measurements"]:
         # failures, gates that decided nothing (NOT RUN: the budget), and which of them gate the run
         lines = failed_gate_lines(report) + _wrapped(gating_lines(report))
-        return "specgate: nothing was measured" + ("\n" + "\n".join(lines) if lines else "")
+        return without_control_chars("specgate: nothing was measured"
+                                     + ("\n" + "\n".join(lines) if lines else ""))
     rig = report["rig"]
     head = (f"specgate: rig {rig['name']} ({rig.get('tier', '?')} tier, model "
             f"{rig.get('model', '?')})"
             + ("" if report.get("complete", True) else "  [PARTIAL: the run did not finish]"))
     parts = [head, verdict_table(report), *detail_tables(report), "\n".join(summary_lines(report))]
-    return "\n\n".join(part for part in parts if part)
+    return without_control_chars("\n\n".join(part for part in parts if part))
 
 
 def settings_lines(report: dict[str, Any]) -> list[str]:

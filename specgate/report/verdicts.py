@@ -22,7 +22,7 @@ from specgate.decide.verdict import GateResult
 from specgate.measure.per_request import Agreement
 from specgate.measure.protocol import ClassMeasurement
 from specgate.plan.histories import sittings_words, steps_words
-from specgate.report.comparisons import comparison, no_windows, undecided_kind
+from specgate.report.comparisons import comparison, undecided_kind
 from specgate.report.red_runs import how_text, red_run_lines
 
 LINE_WIDTH = 160
@@ -51,7 +51,7 @@ def window_of(entry: Mapping[str, Any]) -> str:
 
 def _figures(entry: Mapping[str, Any]) -> str | None:
     """'0.929x of stored figures (0.921-0.937) < 0.97 line [6 pairs]', or None without a ratio."""
-    c = comparison(dict(entry), no_windows())
+    c = comparison(dict(entry))
     if c.ratio is None:
         return None
     interval = c.ci_low is not None and c.ci_high is not None
@@ -306,7 +306,7 @@ def _stored_text(c: Mapping[str, Any]) -> str:
     """How a window was held against stored figures (decide.gates.check_throughput's compared)."""
     steps = c.get("steps")
     steps = f"; {steps_words(steps['levels'], steps['sittings'])}" if steps else ""
-    how, stored = c["how"], f"; {c.get('baseline')}{steps}"
+    how, stored, noise = c["how"], f"; {c.get('baseline')}{steps}", c.get("start_noise")
     if how == "sequential":
         if "histories" in c:
             (a, sa), (b, sb) = c["histories"]
@@ -314,11 +314,9 @@ def _stored_text(c: Mapping[str, Any]) -> str:
             return ("windows one after the other; the two starts' offsets from this machine's "
                     f"stored histories ({a} and {b} starts, spread {sa * 100:.2f} % and "
                     f"{sb * 100:.2f} %, t({c['dof']})) added: ±{added:.2f} %")
-        noise = c.get("start_noise")
         return "windows one after the other" + (
             f"; start noise {noise * 100:g} % added" if noise else "; start noise not known")
     if how == "stored samples":
-        noise = c.get("start_noise")
         return (f"level vs stored samples ({c['starts']} stored start(s); a history is used from "
                 f"{c['min_starts']} on, `python -m specgate build-history`); start noise " + (
                     f"{noise * 100:g} % from the rig" if noise else
