@@ -61,6 +61,22 @@ def test_windows_that_do_not_fit_the_session_budget_are_not_run_and_reported(per
     assert "DECIDED NOTHING: 4 gate(s): 4 not run (skipped)" in out
 
 
+def test_a_one_mode_level_gate_with_only_another_machine_s_history_starts_no_server(perf_project, tmp_path):
+    # The GPU lab's two-machine campaign (docs/journal/lab/two-machine-history.md): on machine B, a plain run of
+    # a one-mode sequential rig against machine A's history started a server before saying "other machine".
+    baselines = ROOT / "docs/evidence/lab/two-machine-history/HA/baselines.json"
+    result = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--specgate-rig=h200-wide15b-history",
+                                    f"--specgate-baselines={baselines}", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert "specgate: not run here: 1 throughput gate(s) with only another machine's stored figures" in out
+    assert "test_throughput[" not in out
+    # storing figures runs it: that is how this machine's history starts
+    stored = perf_project.runpytest("--collect-only", "-q", "-m", "gpu", "--specgate-rig=h200-wide15b-history",
+                                    f"--specgate-baselines={baselines}", "--specgate-update-baselines",
+                                    "-p", "no:cacheprovider")
+    assert "test_throughput[no_spec-coding-c1]" in stored.stdout.str()
+
+
 def test_the_plan_is_printed_before_anything_starts(perf_project, no_plots, tmp_path):
     result = perf_project.runpytest_inprocess(
         "-m", "cpu", "-k", "extraction", "-p", "no:cacheprovider", f"--specgate-baselines={ROOT / 'baselines.json'}",

@@ -82,8 +82,8 @@ NOT_RUN_HERE = pytest.StashKey[list[str]]()
 def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
                                session: SpecgateSession) -> None:
     """Leave out, before any server starts, the gates that cannot decide in this run, each kind said
-    in one line: the rig's ``[gates] left_out``, and the throughput gates of a duet with only
-    another machine's stored figures (kept in a run that stores figures)."""
+    in one line: the rig's ``[gates] left_out``, and the throughput gates (other than an A/B's)
+    with only another machine's stored figures (kept in a run that stores figures)."""
     keys = {id(item): key for item in items if (key := gate_key(item)) is not None}
     if not keys:
         return
@@ -119,10 +119,11 @@ def _stored_elsewhere_only(run, key: tuple[str, str, str, int]) -> bool:
 
     gate, mode, prompt_class, concurrency = key
     window = run.window(mode, prompt_class, concurrency)
-    if gate != "throughput" or window.comparing != "duet":
+    if gate != "throughput" or window.comparing == "ab":
         return False
-    if mode == run.rig.reference_mode and window.arrangement.name != "duet":
-        return False  # one server at a time: the backfire gates need the reference's own windows
+    others = any(m.name != run.rig.reference_mode for m in run.rig.modes)
+    if mode == run.rig.reference_mode and window.arrangement.name != "duet" and others:
+        return False  # one server at a time: the other modes' gates need the reference's windows
     rig = run.rig.name
     return (lookup(run.store, rig, mode, prompt_class, concurrency, machine=run.machine) is None
             and lookup(run.store, rig, mode, prompt_class, concurrency) is not None)
