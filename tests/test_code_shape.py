@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from sources import parsed
 
 pytestmark = pytest.mark.fast
 
@@ -22,7 +23,7 @@ BEING_SPLIT: dict[str, str] = {}
 
 @functools.cache
 def _trees() -> dict[str, ast.Module]:
-    return {str(p.relative_to(PACKAGE)): ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
+    return {str(p.relative_to(PACKAGE)): parsed(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _lines(node: ast.AST) -> int:

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from sources import parsed
 
 from specgate.lazy import Deferred
 
@@ -134,7 +135,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 @functools.cache
 def _trees() -> dict[str, tuple[Path, ast.Module]]:
     """Every module of the product and the lab, parsed once for this file's tests."""
-    return {_module_name(p): (p, ast.parse(p.read_text(), str(p)))
+    return {_module_name(p): (p, parsed(p))
             for p in (*PACKAGE.rglob("*.py"), *LAB.rglob("*.py"))}
 
 

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from sources import parsed
 
 pytestmark = pytest.mark.fast
 
@@ -21,9 +22,8 @@ NOT_OURS = ("SETUP    ",)
 
 def pinned_phrases(path: Path) -> set[str]:
     """The string literals ``path`` asserts to be ``in`` something (a message, an output, a line)."""
-    source = path.read_text()
     found = set()
-    for node in ast.walk(ast.parse(source, filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if not isinstance(node, ast.Assert):
             continue
         for compare in ast.walk(node.test):

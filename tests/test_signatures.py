@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from sources import parsed
 
 import specgate
 
@@ -27,7 +28,7 @@ def parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 def over_limit(root: Path) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and parameter_count(node) > MAX_PARAMETERS:
                 found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name}: {parameter_count(node)}")
     return found

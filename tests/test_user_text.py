@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from sources import parsed
 
 pytestmark = pytest.mark.fast
 
@@ -14,10 +15,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "specgate"
 LAB_HISTORY = re.compile(r"journal|\bvisits?\b|\bH200\b|\blab\b|specgate[_-]lab", re.IGNORECASE)
 
 
-def citations(source: str, name: str) -> list[str]:
+def citations(tree: ast.AST, name: str) -> list[str]:
     """``name:line: text`` for every string literal (docstrings and f-string parts included) citing lab history."""
     found = []
-    for node in ast.walk(ast.parse(source, name)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             for match in LAB_HISTORY.finditer(node.value):
                 line = node.lineno + node.value.count("\n", 0, match.start())
@@ -28,7 +29,7 @@ def citations(source: str, name: str) -> list[str]:
 
 def test_no_string_in_the_product_cites_lab_history():
     found = [c for path in sorted(PACKAGE.rglob("*.py"))
-             for c in citations(path.read_text(), str(path.relative_to(PACKAGE.parent)))]
+             for c in citations(parsed(path), str(path.relative_to(PACKAGE.parent)))]
     assert found == [], "\n".join(found)
 
 
@@ -40,5 +41,5 @@ def f(label):
     raise ValueError(f"{label}: seen on a lab visit")
 HELP = "the label, the labels, a collaborator"
 '''
-    found = citations(source, "m.py")
+    found = citations(ast.parse(source), "m.py")
     assert [c.split(": ", 1)[0] for c in found] == ["m.py:2", "m.py:2", "m.py:4", "m.py:5", "m.py:5"]

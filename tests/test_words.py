@@ -15,6 +15,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from sources import parsed
 
 from specgate.serve.extensions import MODEL_PREPARED, SERVER_ENV
 
@@ -123,6 +124,6 @@ def _session_named_after_the_package(tree: ast.AST) -> list[int]:
 def test_no_session_object_is_named_after_the_package():
     paths = [*PACKAGE.rglob("*.py"), *(ROOT / "lab").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
     found = [f"{path.relative_to(ROOT)}:{line}" for path in sorted(paths)
-             for line in _session_named_after_the_package(ast.parse(path.read_text(), str(path)))]
+             for line in _session_named_after_the_package(parsed(path))]
     assert found == []
     assert _session_named_after_the_package(ast.parse("def f(specgate):\n    self.specgate = specgate\n")) == [1, 2]

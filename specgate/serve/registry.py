@@ -200,9 +200,10 @@ def stop_kept(kept: KeptServer, folder: Path | None = None, *,
         stopped = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(kept.pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
+        deadline, pause = time.monotonic() + grace_s, 0.01
         while kept.alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(pause)  # most exit within milliseconds; a vLLM server within seconds
+            pause = min(pause * 2, 0.2)
         if kept.alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(kept.pgid, signal.SIGKILL)
