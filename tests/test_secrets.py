@@ -112,16 +112,29 @@ def test_a_fingerprint_an_older_specgate_stored_drops_its_secrets_as_it_is_read(
     assert old.env == {"HF_HUB_OFFLINE": "1"} and old.server_args == ["--api-key", REDACTED]
 
 
-def test_a_kept_server_s_record_holds_no_secret_and_its_hash_none_of_the_key(fake, tmp_path):
-    key, token = _unique("sk"), _unique("hf")
-    spec = _spec(fake, tmp_path, "--api-key", key, env={"HF_TOKEN": token})
-    digest, parts = registry.fingerprint(spec, rig="r", label="ngram", model="m", build="b",
-                                         environ={"VLLM_API_KEY": key, "HF_HUB_OFFLINE": "1"}, plugin_env=())
-    other, _ = registry.fingerprint(_spec(fake, tmp_path, "--api-key", "another", env={"HF_TOKEN": "another"}),
-                                    rig="r", label="ngram", model="m", build="b",
-                                    environ={"VLLM_API_KEY": "another", "HF_HUB_OFFLINE": "1"}, plugin_env=())
+def test_a_kept_server_s_record_holds_no_secret_and_its_hash_tells_secrets_apart_under_a_local_key(fake, tmp_path):
+    key, token, folder = _unique("sk"), _unique("hf"), tmp_path / "state"
+
+    def digest_of(api_key: str, hf_token: str, **environ: str) -> tuple[str, dict]:
+        return registry.fingerprint(_spec(fake, tmp_path, "--api-key", api_key, env={"HF_TOKEN": hf_token}),
+                                    rig="r", label="ngram", model="m", build="b", plugin_env=(), folder=folder,
+                                    environ={"VLLM_API_KEY": api_key, "HF_HUB_OFFLINE": "1", **environ})
+
+    digest, parts = digest_of(key, token)
     assert parts["env"] == {"HF_HUB_OFFLINE": "1"} and not any(s in json.dumps(parts) for s in (key, token))
-    assert digest == other  # a kept server started with another key is told by its 401 instead
+    assert digest_of(key, token)[0] == digest
+    assert digest_of("another", token)[0] != digest and digest_of(key, "another")[0] != digest
+    # a knob whose name only looks secret (vLLM's own) is left out of what is written, yet tells servers apart
+    knob = "VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE"
+    assert digest_of(key, token, **{knob: "8"})[0] != digest_of(key, token, **{knob: "16"})[0]
+    # the HMAC's key is the state folder's own, readable only by its owner, and holds none of the secrets
+    local = folder / "fingerprint.key"
+    assert local.stat().st_mode & 0o077 == 0 and len(local.read_bytes()) == 32
+    assert [p.name for p in folder.iterdir()] == ["fingerprint.key"]
+    elsewhere = tmp_path / "other-state"
+    assert registry.fingerprint(_spec(fake, tmp_path, "--api-key", key, env={"HF_TOKEN": token}), rig="r",
+                                label="ngram", model="m", build="b", plugin_env=(), folder=elsewhere,
+                                environ={"VLLM_API_KEY": key, "HF_HUB_OFFLINE": "1"})[0] != digest
 
 
 # -- the key reaches a server specgate starts ---------------------------------------------------------
@@ -178,7 +191,7 @@ def test_a_kept_server_is_reused_with_the_key_and_replaced_for_another(fake, tmp
 
         replaced = session(_unique("sk"))
         assert isinstance(replaced, KeptVLLMServer)
-        assert "did not answer /health and /v1/models with 'fake-model' to this session's API key" in lines[-1]
+        assert lines[-1].endswith("its configuration differs (a secret's value)")  # never the value itself
     finally:
         for kept in load_all(folder):
             registry.stop_kept(kept, folder, grace_s=5.0)

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
+import hmac
 import importlib.metadata
 import itertools
 import json
@@ -29,7 +30,7 @@ import psutil
 
 from specgate.errors import ServerDiedError
 from specgate.files import atomic_write_json
-from specgate.redaction import redacted_argv, without_secrets
+from specgate.redaction import is_secret_name, redacted_argv, without_secrets
 from specgate.serve.extensions import server_env_prefixes
 from specgate.serve.http import auth_headers, tls_context
 from specgate.serve.server import LOG_TAIL_LINES, ServerSpec, VLLMServer, last_lines, read_log_tail
@@ -100,21 +101,44 @@ def draft_model(argv: Iterable[str]) -> str | None:
     return None
 
 
+def _local_key(folder: Path) -> bytes:
+    """The state folder's own random key, made once (mode 0600): a secret enters a fingerprint only
+    through an HMAC under it, so no one without the folder can test a guess against the hash."""
+    path = folder / "fingerprint.key"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".key-{os.getpid()}"
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(os.urandom(32))
+        with contextlib.suppress(FileExistsError):  # another session made it first: theirs holds
+            os.link(tmp, path)
+        tmp.unlink()
+    return path.read_bytes()
+
+
 def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: str,
-                environ: Mapping[str, str] | None = None,
-                plugin_env: tuple[str, ...] | None = None) -> tuple[str, dict[str, Any]]:
+                environ: Mapping[str, str] | None = None, plugin_env: tuple[str, ...] | None = None,
+                folder: Path | None = None) -> tuple[str, dict[str, Any]]:
     """The hash that decides reuse, and what went into it (``plugin_env``: the prefixes plugins
-    read). No secret goes in: another API key is told apart by the server's answer to it."""
+    read). Secret-named variables and secret options are not in what went in; they enter the hash
+    as an HMAC under ``folder``'s key (:func:`_local_key`), so changing one replaces the server."""
     environ = os.environ if environ is None else environ
     prefixes = server_env_prefixes() if plugin_env is None else plugin_env
     inherited = {k: v for k, v in environ.items() if _INHERITED.match(k) or k.startswith(prefixes)}
-    parts = {"rig": rig, "label": label, "argv": redacted_argv(spec.argv), "host": spec.host,
-             "env": dict(sorted(without_secrets({**inherited, **spec.env}).items())), "vllm": build,
+    env, argv = {**inherited, **spec.env}, redacted_argv(spec.argv)
+    parts = {"rig": rig, "label": label, "argv": argv, "host": spec.host,
+             "env": dict(sorted(without_secrets(env).items())), "vllm": build,
              "model": model_state(model)}
     draft = draft_model(spec.argv)
     if draft is not None:  # a drafter written again into the same folder is another one
         parts["draft"] = model_state(draft)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), parts
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode())
+    hidden = [sorted((k, v) for k, v in env.items() if is_secret_name(k)),
+              [a for a, shown in zip(spec.argv, argv, strict=True) if a != shown]]
+    if hidden != [[], []]:
+        digest.update(hmac.digest(_local_key(folder or state_dir()), json.dumps(hidden).encode(),
+                                  "sha256"))
+    return digest.hexdigest(), parts
 
 
 @dataclass
@@ -347,7 +371,7 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callabl
     match ``refuse`` gives a reason not to reuse."""
     folder = folder or state_dir()
     digest, parts = fingerprint(spec, rig=rig.name, label=mode_label, model=rig.model,
-                                build=vllm_build(spec.argv[0]))
+                                build=vllm_build(spec.argv[0]), folder=folder)
     found = find(digest, folder, api_key=spec.api_key)
     why = refuse(found) if found is not None and refuse is not None else None
     if found is not None and why is not None:
@@ -370,7 +394,7 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callabl
                   and k.fingerprint != digest] + [
             k for k in load_all(folder) if k.rig == rig.name and k.label in set(stop_others)]:
         changed = sorted(k for k in set(parts) | set(other.parts)
-                         if parts.get(k) != other.parts.get(k))
+                         if parts.get(k) != other.parts.get(k)) or ["a secret's value"]
         progress(f"mode {mode_label}: stopping the kept server {other.name} (pid {other.pid}): "
                  + (f"its configuration differs ({', '.join(changed)})" if other.label == mode_label
                     else f"mode {other.label} cannot share the GPUs with this one"))
