@@ -77,6 +77,25 @@ def test_a_one_mode_level_gate_with_only_another_machine_s_history_starts_no_ser
     assert "test_throughput[no_spec-coding-c1]" in stored.stdout.str()
 
 
+def test_a_sequential_rig_keeps_the_reference_window_its_other_modes_read(perf_project, tmp_path):
+    # another machine's histories for every window of a sequential rig with speculative modes
+    store = json.loads((ROOT / "docs/evidence/lab/two-machine-history/HA/baselines.json").read_text())
+    entries = store["rigs"]["h200-wide15b-history"]["no_spec"]["coding"]["1"]
+    store["rigs"] = {"h200-smollm2-acceptance": {mode: {c: {"1": entries} for c in ("coding", "extraction")}
+                                                 for mode in ("no_spec", "ngram", "draft_l6")}}
+    baselines = tmp_path / "elsewhere.json"
+    baselines.write_text(json.dumps(store))
+    args = ["--collect-only", "-q", "-m", "gpu", "--specgate-rig=h200-smollm2-acceptance",
+            f"--specgate-baselines={baselines}", "-p", "no:cacheprovider"]
+    ids = _ids(perf_project.runpytest(*args))
+    assert [i for i in ids if i.startswith("test_throughput")] == [
+        "test_throughput[no_spec-coding-c1]", "test_throughput[no_spec-extraction-c1]"]  # the backfire gates read them
+    assert "test_backfire[ngram-coding-c1]" in ids
+    # with no gate that reads it (-k), the reference's window is left out too
+    only = _ids(perf_project.runpytest(*args, "-k", "throughput"))
+    assert only == []
+
+
 def test_the_plan_is_printed_before_anything_starts(perf_project, no_plots, tmp_path):
     result = perf_project.runpytest_inprocess(
         "-m", "cpu", "-k", "extraction", "-p", "no:cacheprovider", f"--specgate-baselines={ROOT / 'baselines.json'}",

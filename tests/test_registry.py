@@ -50,7 +50,8 @@ def _rig(tmp_path: Path) -> SimpleNamespace:
 
 
 def _digest(spec, rig, **changes) -> str:
-    values = {"rig": rig.name, "label": "ngram", "model": rig.model, "build": "vllm 0.32.0 /venv", **changes}
+    values = {"rig": rig.name, "label": "ngram", "model": rig.model, "build": "vllm 0.32.0 /venv",
+              "folder": Path(rig.model).parent / "state", **changes}
     return fingerprint(spec, **values)[0]
 
 

@@ -131,6 +131,12 @@ def test_a_kept_server_s_record_holds_no_secret_and_its_hash_tells_secrets_apart
     local = folder / "fingerprint.key"
     assert local.stat().st_mode & 0o077 == 0 and len(local.read_bytes()) == 32
     assert [p.name for p in folder.iterdir()] == ["fingerprint.key"]
+    # a damaged key (empty, open to others) is made again; the hash moves with it
+    local.write_bytes(b"")
+    assert digest_of(key, token)[0] != digest and len(local.read_bytes()) == 32
+    again = digest_of(key, token)[0]
+    local.chmod(0o644)
+    assert digest_of(key, token)[0] != again and local.stat().st_mode & 0o077 == 0
     elsewhere = tmp_path / "other-state"
     assert registry.fingerprint(_spec(fake, tmp_path, "--api-key", key, env={"HF_TOKEN": token}), rig="r",
                                 label="ngram", model="m", build="b", plugin_env=(), folder=elsewhere,
@@ -191,7 +197,7 @@ def test_a_kept_server_is_reused_with_the_key_and_replaced_for_another(fake, tmp
 
         replaced = session(_unique("sk"))
         assert isinstance(replaced, KeptVLLMServer)
-        assert lines[-1].endswith("its configuration differs (a secret's value)")  # never the value itself
+        assert lines[-1].endswith("differs (a secret's value, or the state folder's fingerprint.key)")  # not the value
     finally:
         for kept in load_all(folder):
             registry.stop_kept(kept, folder, grace_s=5.0)

@@ -93,12 +93,16 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
         return  # refused with its file and key by refuse_bad_inputs
     left_out = run.rig.gates.left_out
     elsewhere: list[tuple[str, str, str, int]] = []
+    # the windows whose reference the selected gates of other modes read (backfire, lossless, TTFT)
+    needed = {(c, n) for g, mode, c, n in keys.values()
+              if mode != run.rig.reference_mode and g in _READ_THE_REFERENCE and g not in left_out}
 
     def not_deciding(item: pytest.Item) -> bool:
         key = keys.get(id(item))
         if key is not None and key[0] in left_out:
             return True
-        if key is not None and _stored_elsewhere_only(run, key) and session.options.update == "off":
+        if (key is not None and session.options.update == "off"
+                and _stored_elsewhere_only(run, key, needed)):
             elsewhere.append(key)
             return True
         return False
@@ -114,16 +118,20 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
     config.stash[NOT_RUN_HERE] = lines
 
 
-def _stored_elsewhere_only(run, key: tuple[str, str, str, int]) -> bool:
+_READ_THE_REFERENCE = ("backfire", "lossless", "ttft")
+
+
+def _stored_elsewhere_only(run, key: tuple[str, str, str, int],
+                           needed: set[tuple[str, int]]) -> bool:
     from specgate.store.baselines import lookup
 
     gate, mode, prompt_class, concurrency = key
     window = run.window(mode, prompt_class, concurrency)
     if gate != "throughput" or window.comparing == "ab":
         return False
-    others = any(m.name != run.rig.reference_mode for m in run.rig.modes)
-    if mode == run.rig.reference_mode and window.arrangement.name != "duet" and others:
-        return False  # one server at a time: the other modes' gates need the reference's windows
+    if (mode == run.rig.reference_mode and window.arrangement.name != "duet"
+            and (prompt_class, concurrency) in needed):
+        return False  # measured on its own: the other modes' gates read this window
     rig = run.rig.name
     return (lookup(run.store, rig, mode, prompt_class, concurrency, machine=run.machine) is None
             and lookup(run.store, rig, mode, prompt_class, concurrency) is not None)

@@ -17,8 +17,10 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -28,7 +30,7 @@ from typing import Any
 import httpx
 import psutil
 
-from specgate.errors import ServerDiedError
+from specgate.errors import ServerDiedError, ServerError
 from specgate.files import atomic_write_json
 from specgate.redaction import is_secret_name, redacted_argv, without_secrets
 from specgate.serve.extensions import server_env_prefixes
@@ -102,18 +104,36 @@ def draft_model(argv: Iterable[str]) -> str | None:
 
 
 def _local_key(folder: Path) -> bytes:
-    """The state folder's own random key, made once (mode 0600): a secret enters a fingerprint only
-    through an HMAC under it, so no one without the folder can test a guess against the hash."""
+    """The state folder's own random key (32 bytes, this user's, mode 0600; made again if not): a
+    secret enters a fingerprint only through an HMAC under it, so no one without the folder can
+    test a guess against the hash."""
     path = folder / "fingerprint.key"
-    if not path.exists():
+    if not _local_key_ok(path):
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".key-{os.getpid()}"
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-            f.write(os.urandom(32))
-        with contextlib.suppress(FileExistsError):  # another session made it first: theirs holds
-            os.link(tmp, path)
-        tmp.unlink()
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fingerprint.key.")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # the first session to make one wins
+            except FileExistsError:
+                if not _local_key_ok(path):  # damaged, another user's or a link: replaced
+                    os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
     return path.read_bytes()
+
+
+def _local_key_ok(path: Path) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+            and info.st_mode & 0o077 == 0 and info.st_size == 32)
 
 
 def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: str,
@@ -136,8 +156,13 @@ def fingerprint(spec: ServerSpec, *, rig: str, label: str, model: str, build: st
     hidden = [sorted((k, v) for k, v in env.items() if is_secret_name(k)),
               [a for a, shown in zip(spec.argv, argv, strict=True) if a != shown]]
     if hidden != [[], []]:
-        digest.update(hmac.digest(_local_key(folder or state_dir()), json.dumps(hidden).encode(),
-                                  "sha256"))
+        folder = folder or state_dir()
+        try:
+            key = _local_key(folder)
+        except OSError as e:
+            raise ServerError(f"cannot make or read {folder / 'fingerprint.key'} ({e.strerror}); "
+                              f"set {STATE_ENV} to a folder of yours") from e
+        digest.update(hmac.digest(key, json.dumps(hidden).encode(), "sha256"))
     return digest.hexdigest(), parts
 
 
@@ -394,7 +419,8 @@ def kept_or_started(spec: ServerSpec, *, rig, mode_label: str, progress: Callabl
                   and k.fingerprint != digest] + [
             k for k in load_all(folder) if k.rig == rig.name and k.label in set(stop_others)]:
         changed = sorted(k for k in set(parts) | set(other.parts)
-                         if parts.get(k) != other.parts.get(k)) or ["a secret's value"]
+                         if parts.get(k) != other.parts.get(k)) or [
+                             "a secret's value, or the state folder's fingerprint.key"]
         progress(f"mode {mode_label}: stopping the kept server {other.name} (pid {other.pid}): "
                  + (f"its configuration differs ({', '.join(changed)})" if other.label == mode_label
                     else f"mode {other.label} cannot share the GPUs with this one"))
@@ -417,8 +443,11 @@ def reusable_labels(rig, modes, server_spec: Callable[..., Any]) -> tuple[str, .
             if alternating:  # as fixtures.serve starts them: with sleep mode
                 spec = with_sleep_mode(spec)
             label = f"{mode.name}@{side}" if side else mode.name
-            digest, _ = fingerprint(spec, rig=rig.name, label=label, model=rig.model,
-                                    build=vllm_build(spec.argv[0]))
+            try:
+                digest, _ = fingerprint(spec, rig=rig.name, label=label, model=rig.model,
+                                        build=vllm_build(spec.argv[0]))
+            except ServerError:
+                continue  # said when the session starts its servers
             if find(digest, api_key=spec.api_key) is not None:
                 labels.append(label)
     return tuple(labels)
