@@ -3,7 +3,9 @@ its own (and a third secret in the rig's [env]), passes, and none of them is in 
 any file it writes (report.json, summary.md, report.html, baselines.json, the server's log). The server
 inherits VLLM_API_KEY, so it demands the key: the run passes only if specgate calls it with the key.
 One server (no_spec, the quick rig's extraction class, --specgate-regen-baselines: its figures stored and the
-test passed): about two minutes on 2 vCPUs, most of it vLLM's start."""
+test passed): about two minutes on 2 vCPUs, most of it vLLM's start. The server is kept
+(--specgate-keep-servers), so the secrets enter its fingerprint (an HMAC under the state folder's key), and a
+second run with the same secrets reuses it."""
 
 from __future__ import annotations
 
@@ -46,15 +48,24 @@ def test_a_real_run_with_secrets_in_its_environment_writes_none_of_them(tmp_path
             "-k", "throughput and no_spec and extraction", "-p", "no:cacheprovider",
             "--specgate-rig", "cpu-smollm2-quick",
             f"--specgate-fixtures={fixtures}", f"--specgate-baselines={baselines}", f"--specgate-run-dir={out / 'run'}",
-            "--specgate-regen-baselines"]
-    run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
-    terminal = run.stdout + run.stderr
-    assert run.returncode == 0, terminal[-6000:]
-    assert "1 passed" in terminal
+            "--specgate-regen-baselines", "--specgate-keep-servers"]
+    try:
+        run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+        terminal = run.stdout + run.stderr
+        assert run.returncode == 0, terminal[-6000:]
+        assert "1 passed" in terminal
+        again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+        terminal += again.stdout + again.stderr
+        assert again.returncode == 0 and "reusing the kept server" in again.stdout, again.stdout[-6000:]
+    finally:
+        subprocess.run([sys.executable, "-m", "specgate", "servers", "--stop-all"], cwd=ROOT, env=env,
+                       capture_output=True, timeout=120, check=False)
+    assert len((out / "state" / "fingerprint.key").read_bytes()) == 32
 
     written = {p.relative_to(out).as_posix(): _text(p) for p in out.rglob("*") if p.is_file()}
     names = set(written)
-    assert {"baselines.json", "run/report.json", "run/summary.md", "run/report.html", "run/server-no_spec.log"} <= names
+    assert {"baselines.json", "run/report.json", "run/summary.md", "run/report.html"} <= names
+    assert any(name.startswith("state/logs/") for name in names), names  # the kept server's log, scanned too
     leaked = {name: [s for s in (key, token, password) if s in text]
               for name, text in {"terminal": terminal, **written}.items()}
     assert {name: found for name, found in leaked.items() if found} == {}
