@@ -74,6 +74,15 @@ def test_every_kept_report_renders(path: Path) -> None:
         assert any("request timestamps" in part for part in missing_parts(report))
 
 
+def test_a_level_gate_counts_its_stored_starts_not_pairs() -> None:
+    """A plain run against a history of 3 starts (the lab's second H100, issue 64 item 6) rests on 3
+    stored starts, not on 3 pairs (the kept run's own terminal said "3 pairs" before this was mended)."""
+    report = read_saved_report(ROOT / "docs/evidence/lab/two-machine-history/HB2/P1.report.json.gz")
+    (row,) = gate_comparisons(report)
+    assert row.n == "3 stored starts, one sitting"
+    assert "[3 stored starts, one sitting]" in render_text(report)
+
+
 @pytest.mark.parametrize("path", RECORDED, ids=[str(p.relative_to(ROOT / "fixtures/recorded")) for p in RECORDED])
 def test_the_recorded_runs_fit_the_terminal(path: Path) -> None:
     assert not too_wide(render_text(read_saved_report(path)))

@@ -254,7 +254,8 @@ def _n_text(entry: dict[str, Any], figures: dict[str, Any], details: dict[str, A
     n = figures.get("n") if figures.get("n") is not None else figures.get("n_measured")
     unit = "prompts" if figures.get("per_request") else "drafts"
     if entry.get("gate") != "acceptance":
-        unit = "start pairs" if details.get("unit") == "start pairs" else "pairs"
+        unit = details.get("unit")
+        unit = unit if unit in ("start pairs", "stored starts") else "pairs"
     n_text = f"{int(n)} {unit}" if _num(n) is not None else "-"
     # details["compared"] (facts; "design" in older reports, words then), else the message
     compared = details.get("compared") or details.get("design") or entry.get("message") or ""

@@ -146,7 +146,7 @@ class Details(_Finite):
     identical_share: float | None = None
     verdict: str | None = None
     reference_label: str | None = None
-    compared: str | None = None
+    compared: str | dict[str, Any] | None = None  # facts (a stored history), words in older reports
     design: str | None = None
     stale_baseline: str | None = None
     baseline_fingerprint: Fit | None = None

@@ -38,11 +38,11 @@ def _throughput(report: dict) -> dict:
     return gate
 
 
-def _injected(log: str) -> dict[str, str]:
-    """replay name -> the injector's setting on its command line ('' for none)."""
+def _injected(log: str, runs: str = r"replay-\d+") -> dict[str, str]:
+    """run name (matching ``runs``) -> the injector's setting on its command line ('' for none)."""
     out = {}
     for line in log.splitlines():
-        m = re.search(r"started \S+: (.*--specgate-run-dir=\S*/(replay-\d+))", line)
+        m = re.search(rf"started \S+: (.*--specgate-run-dir=\S*/({runs}))\b", line)
         if m:
             inj = re.search(r"SPECGATE_GPU_SLOWDOWN=(\S+)", m.group(1))
             out[m.group(2)] = inj.group(1) if inj else ""
@@ -58,17 +58,13 @@ def lower_bound(k: int, n: int, confidence: float = 0.95) -> float:
     return 0.0 if k == 0 else float(beta.ppf(1 - confidence, k, n - k + 1))
 
 
-def render(folder: Path, threshold: float = 0.97) -> str:
-    stored = [_level(_report(p)) for p in sorted(folder.glob("store-start-*.report.json.gz"))]
-    history = StartHistory(tuple(stored))
-    lines = [f"stored starts: {history.starts}, levels {min(stored):.2f}-{max(stored):.2f} tok/s "
-             f"(mean {history.center:.2f}), start-to-start spread {history.log_sd * 100:.3f} %",
-             f"  {describe_history(history, threshold)}",
-             "", "| replay | injector | level tok/s | ratio to stored | 95 % CI | outcome |",
-             "|---|---|---|---|---|---|"]
-    injected = _injected((folder / "campaign.log").read_text())
+def verdicts(folder: Path, runs: str = "replay") -> list[str]:
+    """The plain runs ``<runs>-NN`` (or ``<runs>N``) kept in ``folder``: one table row each (injector,
+    level, ratio to the stored starts, interval, outcome), then the counts with their exact bounds."""
+    lines = [f"| {runs} | injector | level tok/s | ratio to stored | 95 % CI | outcome |", "|---|---|---|---|---|---|"]
+    injected = _injected((folder / "campaign.log").read_text(), rf"{runs}-?\d+")
     counts = {True: [0, 0], False: [0, 0]}  # injected -> [failed, sessions]
-    for p in sorted(folder.glob("replay-*.report.json.gz")):
+    for p in sorted(folder.glob(f"{runs}*.report.json.gz")):
         name = p.name.split(".")[0]
         report = _report(p)
         gate = _throughput(report)
@@ -79,11 +75,19 @@ def render(folder: Path, threshold: float = 0.97) -> str:
         lines.append(f"| {name} | {inj or 'none'} | {_level(report):.2f} | {d['ratio']:.4f} | "
                      f"{d['ci_low']:.4f}-{d['ci_high']:.4f} | {gate['outcome']} |")
     (caught, n_inj), (false, n_aa) = counts[True], counts[False]
-    lines += ["", f"A/A sessions failed: {false}/{n_aa} (false-alarm rate <= {upper_bound(false, n_aa) * 100:.1f} %, "
-                  "exact one-sided 95 %)",
-              f"injected sessions failed: {caught}/{n_inj} (power >= {lower_bound(caught, n_inj) * 100:.1f} %, "
-              "exact one-sided 95 %)"]
-    return "\n".join(lines)
+    return [*lines, "",
+            f"A/A sessions failed: {false}/{n_aa} (false-alarm rate <= {upper_bound(false, n_aa) * 100:.1f} %, "
+            "exact one-sided 95 %)",
+            f"injected sessions failed: {caught}/{n_inj} (power >= {lower_bound(caught, n_inj) * 100:.1f} %, "
+            "exact one-sided 95 %)"]
+
+
+def render(folder: Path, threshold: float = 0.97) -> str:
+    stored = [_level(_report(p)) for p in sorted(folder.glob("store-start-*.report.json.gz"))]
+    history = StartHistory(tuple(stored))
+    return "\n".join([f"stored starts: {history.starts}, levels {min(stored):.2f}-{max(stored):.2f} tok/s "
+                      f"(mean {history.center:.2f}), start-to-start spread {history.log_sd * 100:.3f} %",
+                      f"  {describe_history(history, threshold)}", "", *verdicts(folder)])
 
 
 def main(argv: list[str] | None = None) -> int:

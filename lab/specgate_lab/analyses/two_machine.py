@@ -6,7 +6,10 @@ of that file on lease B's machine, and how far lease B's plain run got.
 
 The folder holds HA/ (``lab-machine.txt``, ``baselines.json`` as lease A left it,
 ``store-start-NN.report.json.gz`` the stored sessions trimmed) and HB/ (``lab-machine.txt``,
-``campaign.log``, ``OM.log``: the plain run against A's history)."""
+``campaign.log``, ``OM.log``: the plain run against A's history, which reached no verdict) and HB2/, lease B
+again on a third machine: ``lab-machine.txt``, ``campaign.log``, ``OM.log``, ``baselines.json`` after B's
+``build-history``, its stored sessions and the plain runs ``P1``-``P6`` trimmed
+(``*.report.json.gz``, with their logs)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from pathlib import Path
 from specgate.decide.history import StartHistory
 from specgate.plan.histories import describe_history
 from specgate.store.baselines import histories, load_baselines, lookup
+from specgate_lab.analyses.history_campaign import verdicts
 
 RIG, WINDOW = "h200-wide15b-history", ("no_spec", "coding", 1)
 
@@ -52,11 +56,7 @@ def render(root: Path, threshold: float = 0.97) -> str:
     lines += [f"A's stored sessions: levels {', '.join(f'{x:.2f}' for x in levels)} tok/s; "
               f"as stored: {a_history.levels == tuple(levels)}",
               f"  {describe_history(a_history, threshold)}"]
-    found = histories(store, RIG, *WINDOW)
-    lines.append(f"histories of {RIG} {'/'.join(map(str, WINDOW))} in A's baselines file: {len(found)}")
-    for entry in found:
-        lines.append(f"  {entry.machine or 'unknown machine'}: {len(entry.starts)} start(s), levels "
-                     f"{', '.join(f'{x:.2f}' for x in entry.level_history)}")
+    lines += _histories(store, "A's baselines file")
     mine = lookup(store, RIG, *WINDOW, machine=b["uuid"])
     newest = lookup(store, RIG, *WINDOW)
     lines.append(f"on B's machine: its own history {'none' if mine is None else mine.describe()}; "
@@ -68,7 +68,42 @@ def render(root: Path, threshold: float = 0.97) -> str:
     lines += [f"OM (plain run on B against A's history): {selected.group(0) if selected else '?'}",
               f"  its plan: {re.sub(r' +', ' ', planned.group(0)) if planned else '?'}",
               f"  finished: {bool(finished)}; last line: {log.strip().splitlines()[-1]}"]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_lease_b_again(root, a, b, a_history, threshold)])
+
+
+def _histories(store, where: str) -> list[str]:
+    found = histories(store, RIG, *WINDOW)
+    return [f"histories of {RIG} {'/'.join(map(str, WINDOW))} in {where}: {len(found)}",
+            *(f"  {entry.machine or 'unknown machine'}: {len(entry.starts)} start(s), levels "
+              f"{', '.join(f'{x:.2f}' for x in entry.level_history)}" for entry in found)]
+
+
+def _lease_b_again(root: Path, a: dict, b: dict, a_history: StartHistory, threshold: float) -> list[str]:
+    """Lease B again (HB2): OM against A's history, B's own history beside A's, and the six plain runs
+    fixed in advance (P1, P4, P6 with the 5 % GPU-side slowdown), counted with exact bounds."""
+    folder = root / "HB2"
+    c = gpu(folder)
+    om = (folder / "OM.log").read_text()
+    lines = ["", f"lease B again: {c['name']} serial {c['serial']} {c['uuid']}",
+             f"a third machine: {c['uuid'] not in (a['uuid'], b['uuid'])}",
+             f"OM again (plain run on B against A's history): {re.search(r'collected .*', om).group(0)}",
+             f"  {re.search(r'specgate: not run here: .*', om).group(0)}"]
+    store = load_baselines(folder / "baselines.json")
+    lines += _histories(store, "B's baselines file after build-history")
+    levels = stored_levels(folder)
+    mine = StartHistory.of(lookup(store, RIG, *WINDOW, machine=c["uuid"]))
+    theirs = StartHistory.of(lookup(store, RIG, *WINDOW, machine=a["uuid"]))
+    lines += [f"B's stored sessions: levels {', '.join(f'{x:.2f}' for x in levels)} tok/s; "
+              f"as stored: {mine.levels == tuple(levels)}; A's history unchanged: {theirs.levels == a_history.levels}",
+              f"  {describe_history(mine, threshold)}",
+              f"B's mean level over A's: {mine.center / a_history.center:.3f}x (two H100s, one rig and build)",
+              "", *verdicts(folder, "P"), ""]
+    for p in sorted(folder.glob("P*.report.json.gz")):
+        with gzip.open(p, "rt") as f:
+            (gate,) = [g for g in json.load(f)["gates"] if g["gate"] == "throughput"]
+        lines.append(f"{p.name.split('.')[0]}: this start {gate['details']['level']:.2f} tok/s, "
+                     f"{gate['details']['level'] / a_history.center:.3f}x of A's mean level")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
