@@ -7,20 +7,35 @@ without ``pip install``), the entry point does not exist; naming the module here
 and pytest skips it when the entry point already registered it under the same name.
 """
 
+import re
+
 pytest_plugins = ["specgate.plugin"]
+
+_MODULE_MARKS = re.compile(r"^pytestmark\s*=\s*(.+)$", re.MULTILINE)
+
+
+def module_marks(path) -> set[str]:
+    """The marks a test module declares for all its tests (its ``pytestmark = ...`` line), read as text:
+    importing it would import what it needs. tests/ modules declare ``fast``, or a tier (``cpu``) where
+    they need a real server."""
+    line = _MODULE_MARKS.search(path.read_text(encoding="utf-8", errors="replace"))
+    return set(re.findall(r"pytest\.mark\.(\w+)", line.group(1))) if line else set()
 
 
 def pytest_ignore_collect(collection_path, config):
-    """tests/ holds specgate's own tests, every one marked ``fast``, whose modules import the dev extra
-    (hypothesis). A run whose ``-m`` expression can select no fast test (``pytest -m gpu``,
-    ``pytest -m cpu``) does not collect them: a perf run needs only the extra it names."""
+    """tests/ holds specgate's own tests, most marked ``fast``, whose modules import the dev extra
+    (hypothesis). A run whose ``-m`` expression selects none of a module's declared marks (``pytest -m
+    gpu`` for the fast modules) does not collect it: a perf run needs only the extra it names, and the
+    few tests/ modules that declare ``cpu`` (a real vLLM: per-request acceptance, the HTML report in a
+    browser, secrets in a real run) are collected by ``pytest -m cpu tests ...`` (.ci/run's cpu tier)."""
     tests = config.rootpath / "tests"
     if not config.option.markexpr or collection_path.parent != tests:
         return None  # pytest asks for each entry of tests/ (a testpaths entry itself is never ignored)
     try:
         from _pytest.mark.expression import Expression  # pytest's own -m grammar (it has no public API)
 
-        selects_fast = Expression.compile(config.option.markexpr).evaluate(lambda name, **kwargs: name == "fast")
+        marks = (module_marks(collection_path) if collection_path.suffix == ".py" else set()) or {"fast"}
+        selected = Expression.compile(config.option.markexpr).evaluate(lambda name, **kwargs: name in marks)
     except Exception:  # another pytest's internals, or an expression pytest itself reports: collect as usual
         return None
-    return None if selects_fast else True
+    return None if selected else True

@@ -1,0 +1,62 @@
+"""Which tier collects a module of tests/: the root conftest.py reads each module's ``pytestmark`` line
+(as text, without importing it) and leaves a module out of a run whose ``-m`` selects none of its marks.
+A cpu-marked module in tests/ must reach .ci/run's cpu tier (``pytest -m cpu tests perf_tests lab/tests``);
+it did not until 2026-12-06, when every module of tests/ was taken as fast."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+from sources import parsed
+
+pytestmark = pytest.mark.fast
+
+TESTS = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("root_conftest", TESTS.parent / "conftest.py")
+root_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(root_conftest)
+module_marks, pytest_ignore_collect = root_conftest.module_marks, root_conftest.pytest_ignore_collect
+TIERS = {"fast", "cpu", "gpu"}
+
+
+class _Config:
+    def __init__(self, markexpr: str) -> None:
+        self.rootpath = TESTS.parent
+        self.option = type("Option", (), {"markexpr": markexpr})()
+
+
+def _collected(name: str, markexpr: str) -> bool:
+    return pytest_ignore_collect(TESTS / name, _Config(markexpr)) is None
+
+
+def test_each_tier_collects_its_modules_of_tests_and_no_other() -> None:
+    assert module_marks(TESTS / "test_per_request_real.py") == {"cpu"}
+    assert module_marks(TESTS / "test_registry.py") == {"fast", "timeout"}
+    for markexpr, fast, cpu in (("cpu", False, True), ("gpu", False, False), ("fast", True, False),
+                                ("not gpu", True, True), ("cpu or fast", True, True), ("", True, True)):
+        assert _collected("test_registry.py", markexpr) is fast, markexpr
+        assert _collected("test_secrets_in_a_real_run.py", markexpr) is cpu, markexpr
+    assert not _collected("data", "cpu")  # a folder of tests/ is fast's
+
+
+def _tiers_marked_on_tests(tree: ast.Module) -> set[str]:
+    """Tiers named by a decorator (``@pytest.mark.cpu``) on a test function or class of the module."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for d in node.decorator_list:
+                if isinstance(d, ast.Attribute) and d.attr in TIERS and ast.unparse(d).startswith("pytest.mark."):
+                    found.add(d.attr)
+    return found
+
+
+def test_every_module_of_tests_declares_its_tier_at_the_top() -> None:
+    """A tier set on one test only would be left out with its module's: each module names its tier in
+    its ``pytestmark`` line, and exactly one."""
+    for path in sorted(TESTS.glob("test_*.py")):
+        declared = module_marks(path) & TIERS
+        assert len(declared) == 1, f"{path.name}: pytestmark names {sorted(declared) or 'no tier'}"
+        assert _tiers_marked_on_tests(parsed(path)) <= declared, path.name
