@@ -96,6 +96,22 @@ def test_a_sequential_rig_keeps_the_reference_window_its_other_modes_read(perf_p
     assert only == []
 
 
+def test_a_sequential_rig_leaving_out_throughput_still_measures_the_reference_its_other_gates_read(perf_project):
+    # [gates] left_out = throughput dropped the reference's throughput test, which measures the window a
+    # sequential rig's backfire, lossless and TTFT gates read: they had no reference to compare with
+    rig = perf_project.path / "fixtures/rigs/h200-smollm2-acceptance.toml"
+    rig.write_text(rig.read_text() + '\n[gates.left_out]\nthroughput = "levels move between leases"\n')
+    args = ["--collect-only", "-q", "-m", "gpu", "--specgate-rig=h200-smollm2-acceptance", "-p", "no:cacheprovider"]
+    result = perf_project.runpytest(*args)
+    ids = _ids(result)
+    assert [i for i in ids if i.startswith("test_throughput")] == [
+        "test_throughput[no_spec-coding-c1]", "test_throughput[no_spec-extraction-c1]"]
+    assert "test_backfire[ngram-coding-c1]" in ids
+    assert "left out by rig h200-smollm2-acceptance: throughput (levels move between leases)" in result.stdout.str()
+    # no gate that reads the reference: nothing of it is kept
+    assert _ids(perf_project.runpytest(*args, "-k", "throughput")) == []
+
+
 def test_the_plan_is_printed_before_anything_starts(perf_project, no_plots, tmp_path):
     result = perf_project.runpytest_inprocess(
         "-m", "cpu", "-k", "extraction", "-p", "no:cacheprovider", f"--specgate-baselines={ROOT / 'baselines.json'}",

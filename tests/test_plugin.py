@@ -284,6 +284,20 @@ def test_missing_baseline_fails_with_the_command_that_creates_it(tmp_path):
     assert (undecided["gate"], undecided["kind"], undecided["mode"]) == ("throughput", "no stored figures", "no_spec")
 
 
+def test_a_left_out_throughput_gate_kept_to_measure_skips_saying_so(tmp_path):
+    # kept only where a sequential rig's other gates read the window (tests/test_cost.py): never decides
+    fixtures = copy_fixtures(tmp_path / "fixtures")
+    rig = fixtures / "rigs/cpu-smollm2.toml"
+    rig.write_text(rig.read_text() + '\n[gates.left_out]\nthroughput = "levels move between machines"\n')
+    session = SpecgateSession(SessionOptions(
+        rig_name="cpu-smollm2", fixtures_dir=fixtures, baselines_path=tmp_path / "baselines.json",
+        run_dir=tmp_path / "run", repo_root=ROOT))
+    with pytest.raises(pytest.skip.Exception, match=r"^no_spec coding c1 throughput: left out by rig cpu-smollm2 "
+                                                    r"\(levels move between machines\); measured for the other"):
+        GateKeeper(session).throughput(_measurement("no_spec", [30.0] * 6))
+    assert session.results == [] and session.undecided == []
+
+
 def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):
     measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
     updating = _session(tmp_path, update="update")

@@ -99,8 +99,8 @@ def deselect_not_deciding_here(config: pytest.Config, items: list[pytest.Item],
 
     def not_deciding(item: pytest.Item) -> bool:
         key = keys.get(id(item))
-        if key is not None and key[0] in left_out:
-            return True
+        if key is not None and key[0] in left_out:  # a read reference is measured, its gate skipped
+            return not _measures_a_read_reference(run, key, needed)
         if (key is not None and session.options.update == "off"
                 and _stored_elsewhere_only(run, key, needed)):
             elsewhere.append(key)
@@ -127,11 +127,19 @@ def _stored_elsewhere_only(run, key: tuple[str, str, str, int],
 
     gate, mode, prompt_class, concurrency = key
     window = run.window(mode, prompt_class, concurrency)
-    if gate != "throughput" or window.comparing == "ab":
+    if (gate != "throughput" or window.comparing == "ab"
+            or _measures_a_read_reference(run, key, needed)):
         return False
-    if (mode == run.rig.reference_mode and window.arrangement.name != "duet"
-            and (prompt_class, concurrency) in needed):
-        return False  # measured on its own: the other modes' gates read this window
     rig = run.rig.name
     return (lookup(run.store, rig, mode, prompt_class, concurrency, machine=run.machine) is None
             and lookup(run.store, rig, mode, prompt_class, concurrency) is not None)
+
+
+def _measures_a_read_reference(run, key: tuple[str, str, str, int],
+                               needed: set[tuple[str, int]]) -> bool:
+    """The reference's throughput test of a window measured on its own (not in a duet or an A/B)
+    whose figures the other modes' selected gates read: it stays, to measure the window."""
+    gate, mode, prompt_class, concurrency = key
+    window = run.window(mode, prompt_class, concurrency)
+    return (gate == "throughput" and mode == run.rig.reference_mode and window.comparing != "ab"
+            and window.arrangement.name != "duet" and (prompt_class, concurrency) in needed)
