@@ -298,6 +298,29 @@ def test_a_left_out_throughput_gate_kept_to_measure_skips_saying_so(tmp_path):
     assert session.results == [] and session.undecided == []
 
 
+def test_a_left_out_gate_kept_to_measure_is_not_of_the_family(tmp_path):
+    fixtures = copy_fixtures(tmp_path / "fixtures")
+    rig = fixtures / "rigs/h200-smollm2-acceptance.toml"
+    rig.write_text(rig.read_text().replace("[gates]\n", "[gates]\nfamily_false_alarm = 0.05\n")
+                   + '\n[gates.left_out]\nthroughput = "levels move between machines"\n')
+
+    def session() -> SpecgateSession:
+        return SpecgateSession(SessionOptions(
+            rig_name="h200-smollm2-acceptance", fixtures_dir=fixtures, baselines_path=tmp_path / "b.json",
+            run_dir=tmp_path / "run", repo_root=ROOT))
+
+    gates = [("backfire", "ngram", "coding", 1), ("lossless", "ngram", "coding", 1),
+             ("acceptance", "draft_l6", "coding", 1), ("backfire", "draft_l6", "coding", 1)]
+    with_kept, without = session(), session()
+    with_kept.plan_family([("throughput", "no_spec", "coding", 1), *gates])
+    without.plan_family(gates)
+    confidence = without.settings.window("ngram", "coding", 1).confidence
+    assert without.settings.family.gating == 3 and confidence == pytest.approx(1 - 2 * 0.05 / 3)
+    assert with_kept.settings.window("ngram", "coding", 1).confidence == confidence
+    reference = _measurement("no_spec", [30.0] * 6)
+    assert with_kept.gates_selected_for(reference) == set()  # no follow-up rounds for a gate that never decides
+
+
 def test_update_fails_then_a_plain_run_passes_then_a_slowdown_fails(tmp_path):
     measured = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8]
     updating = _session(tmp_path, update="update")

@@ -81,7 +81,7 @@ def test_a_two_sitting_history_interval_is_wider_than_its_within_sitting_one():
                                                      (0.01, 0.0005, (4, 4, 4, 4))])
 def test_the_interval_holds_a_new_sitting_where_a_one_sitting_formula_does_not(between, within, sizes):
     # a new start in a new sitting against a history of sittings whose levels spread `between` apart and
-    # `within` inside one (the GPU lab's leases read 1.7-4.6 % apart, its starts 0.01-0.05 %), simulated
+    # `within` inside one (the GPU lab's leases read 1.7-3.7 % apart, its starts 0.01-0.05 %), simulated
     # with the history's own interval: at most its 5 % outside (binomial noise allowed), where the same
     # levels taken as one sitting miss far more often
     rng = random.Random(7)

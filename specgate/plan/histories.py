@@ -10,7 +10,7 @@ from specgate.decide.history import StartHistory, step_means
 from specgate.decide.paired import spread_quantile
 
 # How far apart sittings can read (docs/statistics.md, the GPU lab): a one-sitting history's words.
-LEASES_APART = ("levels of one machine kind have read 1.7-4.6 % apart between leases, "
+LEASES_APART = ("levels of one machine kind have read 1.7-3.7 % apart between leases, "
                 "docs/statistics.md")
 STEP_RULE = ("the rule: a step only within a sitting, where the mean log levels either side (2+ "
              "starts a side) differ by more than their spread explains: a two-sample t-test at "

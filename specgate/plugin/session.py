@@ -117,16 +117,20 @@ class SpecgateSession:
         return None
 
     def plan_family(self, tests: list[tuple[str, str, str, int]]) -> None:
-        """Fix the windows' confidence for the selected gate ``tests`` before any server starts."""
+        """Fix the windows' confidence for the selected gate ``tests`` before any server starts (a
+        left-out gate's test, kept to measure a window other gates read, is not of the family)."""
         self.selected_tests = list(tests)
-        self._settings = self.settings.for_selection(tests)
+        left_out = self.settings.rig.gates.left_out
+        self._settings = self.settings.for_selection([t for t in tests if t[0] not in left_out])
 
     def gates_selected_for(self, m: Any) -> set[str] | None:
         """The selected gates of window ``m`` (None before the selection is known: every gate)."""
         if self.selected_tests is None:
             return None
+        left_out = self.settings.rig.gates.left_out
         return {g for g, mode, prompt_class, c in self.selected_tests
-                if (mode, prompt_class, c) == (m.mode, m.prompt_class, m.concurrency)}
+                if (mode, prompt_class, c) == (m.mode, m.prompt_class, m.concurrency)
+                and g not in left_out}
 
     @property
     def start_seed(self) -> int:

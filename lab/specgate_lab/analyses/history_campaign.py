@@ -69,7 +69,9 @@ def verdicts(folder: Path, runs: str = "replay") -> list[str]:
         report = _report(p)
         gate = _throughput(report)
         d = gate["details"]
-        inj = injected.get(name, "")
+        if name not in injected:
+            raise ValueError(f"{folder / 'campaign.log'}: no command line ran {name}: injected or not is unknown")
+        inj = injected[name]
         counts[bool(inj)][0] += gate["outcome"] == "fail"
         counts[bool(inj)][1] += 1
         lines.append(f"| {name} | {inj or 'none'} | {_level(report):.2f} | {d['ratio']:.4f} | "
