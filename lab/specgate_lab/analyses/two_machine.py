@@ -8,8 +8,8 @@ The folder holds HA/ (``lab-machine.txt``, ``baselines.json`` as lease A left it
 ``store-start-NN.report.json.gz`` the stored sessions trimmed) and HB/ (``lab-machine.txt``,
 ``campaign.log``, ``OM.log``: the plain run against A's history, which reached no verdict) and HB2/, lease B
 again on a third machine: ``lab-machine.txt``, ``campaign.log``, ``OM.log``, ``baselines.json`` after B's
-``build-history``, its stored sessions and the plain runs ``P1``-``P6`` trimmed
-(``*.report.json.gz``, with their logs)."""
+``build-history`` (both baselines files trimmed to this rig), its stored sessions and the plain runs
+``P1``-``P6`` trimmed (``*.report.json.gz``, with their logs)."""
 
 from __future__ import annotations
 
